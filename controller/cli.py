@@ -1,0 +1,125 @@
+"""`ns_control`: arguments, exit codes and printing; the work happens elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from netspec.daemon.facts import netspec_version
+from netspec.nodelib.auth import load_or_create_key
+from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError
+
+from . import summary
+from .engine import Progress, Run
+from .load import load
+from .rundir import RunDir, find_run, list_runs, load_record
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ns_control",
+                                     description="Run distributed experiments in phases.")
+    parser.add_argument("--version", action="version", version=f"netspec {netspec_version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an experiment file")
+    run.add_argument("file", type=Path)
+    run.add_argument("--quiet", "-q", action="store_true", help="print only errors")
+    check = sub.add_parser("check", help="validate an experiment file")
+    check.add_argument("file", type=Path)
+    ls = sub.add_parser("ls", help="list runs")
+    show = sub.add_parser("show", help="summarise a run")
+    show.add_argument("run", nargs="?", default="latest")
+    for p in (run, ls, show):
+        p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
+    return parser.parse_args(argv)
+
+
+def _print_progress(event: Progress) -> None:
+    text, end = summary.progress_text(event)
+    print(text, end="\n" if end else "", flush=True)
+
+
+async def _run(run: Run) -> None:
+    loop = asyncio.get_running_loop()
+
+    def interrupt() -> None:
+        run.interrupt()
+        # A second Ctrl-C falls through to Python's default and ends the controller.
+        loop.remove_signal_handler(signal.SIGINT)
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    loop.add_signal_handler(signal.SIGTERM, run.interrupt)
+    await run.execute()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = load(args.file)
+    key = load_or_create_key()
+    rundir = RunDir.create(args.runs, plan.name, plan.text, {
+        "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
+        "components": {}, "versions": {"netspec": netspec_version(),
+                                       "python": sys.version.split()[0]}})
+    if not args.quiet:
+        print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
+    run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress)
+    try:
+        asyncio.run(_run(run))
+    except NetspecError as exc:
+        if not args.quiet:
+            print()
+        _print_lines(summary.error_lines(exc), sys.stderr)
+        print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
+        return EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
+    if not args.quiet:
+        _print_lines(summary.run_lines(rundir.path, rundir.record))
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    plan = load(args.file)
+    steps = " -> ".join(s.phase for s in plan.schedule)
+    print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
+          f"{len(plan.components)} component(s)\n  schedule: {steps}")
+    return EXIT_OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    _print_lines(summary.list_lines(list_runs(args.runs)))
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    path = find_run(args.runs, args.run)
+    _print_lines(summary.run_lines(path, load_record(path)))
+    return EXIT_OK
+
+
+def _print_lines(lines: list[str], stream=None) -> None:
+    print("\n".join(lines), file=stream or sys.stdout)
+
+
+COMMANDS = {"run": cmd_run, "check": cmd_check, "ls": cmd_ls, "show": cmd_show}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except NetspecError as exc:
+        if args.debug:
+            traceback.print_exc()
+        _print_lines(summary.error_lines(exc), sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The phase engine: drive every component through the schedule, one barrier per step.
+
+For each step the engine sends "enter" to every participating host and waits until every
+participant acked (or `need` of them did), under the step's deadline. The first failure
+(an error ack, a component that exits badly, a lost daemon, a deadline, Ctrl-C) stops the
+run; then every host is reset, everything gathered so far is fetched, and run.json says
+where the run stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from netspec.nodelib import messages as m
+from netspec.nodelib.errors import (
+    ComponentFailed,
+    ConnectionLost,
+    DeadlineExceeded,
+    Interrupted,
+    NetspecError,
+    StepFailed,
+)
+
+from . import clocks
+from .fetch import fetch_host
+from .fleet import DaemonClient, Host, make_host
+from .model import Plan, Step
+from .results import ComponentResult
+from .rundir import RunDir
+
+CONNECT_DEADLINE_S = 30.0
+CLEANUP_DEADLINE_S = 30.0
+FAN_OUT = 32
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One thing worth telling the user while the run goes (see summary.progress_text)."""
+
+    kind: str  # "run", "step", "host", "step_done", "note"
+    step: str = ""
+    host: str = ""
+    status: str = ""
+    seconds: float = 0.0
+    text: str = ""
+
+
+ProgressSink = Callable[[Progress], None]
+
+
+class Barrier:
+    """The acks one step waits for; opens when `need` participants acked without error."""
+
+    def __init__(self, index: int, step: Step, expected: dict[str, list[str]]):
+        self.index, self.step = index, step
+        self.expected = {(h, c) for h, cs in expected.items() for c in cs}
+        self.need = step.need or len(self.expected)
+        self.acks: dict[tuple[str, str], dict[str, Any]] = {}
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self.expected:
+            self.opened.set_result(None)
+
+    def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
+        """Record an ack; returns False if this error ack makes the step fail."""
+        self.acks[(host, component)] = ack
+        bad = sum(a["status"] == m.ACK_ERROR for a in self.acks.values())
+        good = len(self.acks) - bad
+        if bad > len(self.expected) - self.need:
+            return False
+        if good >= self.need and not self.opened.done():
+            self.opened.set_result(None)
+        return True
+
+    def host_done(self, host: str) -> bool:
+        return all((h, c) in self.acks for h, c in self.expected if h == host)
+
+    def waiting(self) -> dict[str, list[str]]:
+        late: dict[str, list[str]] = {}
+        for h, c in sorted(self.expected - self.acks.keys()):
+            late.setdefault(h, []).append(c)
+        return late
+
+
+class Run:
+    """One run of a plan. Lifecycle: `execute()` once; `interrupt()` from a signal handler."""
+
+    def __init__(self, plan: Plan, rundir: RunDir, key: bytes, progress: ProgressSink):
+        self.plan, self.rundir, self.key, self.progress = plan, rundir, key, progress
+        self.hosts: dict[str, Host] = {h.name: make_host(h) for h in plan.hosts}
+        self.clients: dict[str, DaemonClient] = {}
+        self.results = {c.name: ComponentResult(c.host, c.name, [c.command_line()])
+                        for c in plan.components}
+        self.registered: dict[str, list[str]] = {}
+        self.published: dict[str, dict[str, Any]] = {}
+        self.barrier: Barrier | None = None
+        self.phase = "connect"
+        self.collected = False
+        self.failure: asyncio.Future[None]
+        self.tg: asyncio.TaskGroup
+
+    def interrupt(self) -> None:
+        self._fail(Interrupted(f"interrupted by the user in phase '{self.phase}'"))
+
+    def _fail(self, exc: NetspecError) -> None:
+        if not self.failure.done():
+            self.failure.set_exception(exc)
+
+    async def execute(self) -> None:
+        """Run every step, then always clean up and gather.
+
+        Raises:
+            StepFailed, ComponentFailed, DeadlineExceeded, ConnectionLost, Interrupted:
+            whatever stopped the run, after the run directory got everything it could.
+        """
+        self.failure = asyncio.get_running_loop().create_future()
+        error: NetspecError | None = None
+        async with asyncio.TaskGroup() as tg:
+            self.tg = tg
+            try:
+                await self._start_fleet()
+                for index, step in enumerate(self.plan.schedule):
+                    await self._step(index, step)
+            except NetspecError as exc:
+                error = exc
+            finally:
+                await self._finish(error)
+        if error is not None:
+            raise error
+
+    async def _guard(self, work: Awaitable[Any], deadline: float,
+                     on_timeout: Callable[[], NetspecError]) -> Any:
+        """Wait for `work` unless the run fails first or the deadline passes."""
+        task = asyncio.ensure_future(work)
+        timeout = max(deadline - asyncio.get_running_loop().time(), 0)
+        done, _ = await asyncio.wait({task, self.failure}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, NetspecError):
+            await task
+        if self.failure.done():
+            self.failure.result()
+        raise on_timeout()
+
+    # -- fleet ------------------------------------------------------------------------
+
+    async def _start_fleet(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONNECT_DEADLINE_S
+        gate = asyncio.Semaphore(FAN_OUT)
+
+        async def reach(name: str) -> None:
+            async with gate:
+                address = await self.hosts[name].start(self.rundir.host_dir(name))
+                client = await DaemonClient.connect(name, address, self.key, self._on_event)
+                self.clients[name] = client
+                self.tg.create_task(client.serve())
+                hello = await client.request(m.HELLO, deadline)
+                self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
+                self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
+                                                     "daemon_pid": hello["pid"]}
+                components = [c.wire() for c in self.plan.host_components(name)]
+                await client.request(m.SETUP, deadline, run=self.rundir.id, components=components)
+
+        names = list(self.hosts)
+        outcome = await self._guard(
+            asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
+            lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
+                                                 if n not in self.clients}, CONNECT_DEADLINE_S))
+        results = dict(zip(names, outcome, strict=True))
+        if any(isinstance(r, BaseException) for r in results.values()):
+            for r in results.values():
+                if isinstance(r, BaseException) and not isinstance(r, Exception):
+                    raise r
+            raise StepFailed("connect", results)
+        self.rundir.save()
+
+    # -- steps ------------------------------------------------------------------------
+
+    def _participants(self, step: Step) -> dict[str, list[str]]:
+        """Which components take part in `step`, by host."""
+        chosen: list[str] = []
+        for comp in self.plan.components:
+            if step.phase in ("launch", "collect"):
+                takes_part = step.phase == "collect" or comp.aware or comp.start == "launch"
+            elif comp.aware:
+                takes_part = step.phase in self.registered.get(comp.name, ())
+            else:
+                takes_part = step.phase in (comp.start, comp.stop)
+            if step.components is not None and comp.name in step.components:
+                if not takes_part:
+                    raise StepFailed(step.phase, {comp.host: NetspecError(
+                        f"component '{comp.name}' takes no part in phase '{step.phase}' "
+                        f"(it registered: {', '.join(self.registered.get(comp.name, [])) or 'none'})")})
+                chosen.append(comp.name)
+            elif step.components is None and takes_part:
+                chosen.append(comp.name)
+        if not chosen and not step.builtin:
+            raise StepFailed(step.phase, {h: NetspecError(
+                f"no component registered phase '{step.phase}'") for h in self.hosts})
+        by_host: dict[str, list[str]] = {}
+        for name in chosen:
+            by_host.setdefault(self.plan.component(name).host, []).append(name)
+        return by_host
+
+    async def _step(self, index: int, step: Step) -> None:
+        loop = asyncio.get_running_loop()
+        self.phase = step.phase
+        deadline = loop.time() + step.deadline_s
+        participants = self._participants(step)
+        started = time.time_ns()
+        record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
+                                  "hosts": {h: {"components": {}} for h in participants}}
+        self.rundir.record["steps"].append(record)
+        self.progress(Progress("step", step.phase))
+        if step.phase == "sync_clocks":
+            await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(
+                step.phase, {h: ["clock bound"] for h in self.hosts}, step.deadline_s))
+        barrier = self.barrier = Barrier(index, step, participants)
+        for host, names in participants.items():
+            record["hosts"][host]["sent_ns"] = time.time_ns()
+            components = [{"name": n, "params": {**self.plan.component(n).params, **step.params}}
+                          for n in names]
+            await self._guard(
+                self.clients[host].request(m.ENTER, deadline, phase=step.phase, step=index,
+                                           components=components, published=self.published),
+                deadline, lambda: DeadlineExceeded(step.phase, participants, step.deadline_s))
+        try:
+            await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
+                step.phase, barrier.waiting(), step.deadline_s))
+            if step.phase == "collect":
+                await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
+                    step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
+        except NetspecError:
+            record["status"] = "failed"
+            raise
+        finally:
+            record["left_ns"] = time.time_ns()
+            record["duration_s"] = (record["left_ns"] - started) / 1e9
+            self.rundir.save()
+        record["status"] = "ok"
+        self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
+
+    async def _sync_clocks(self, step: Step, deadline: float) -> None:
+        """Measure every host's clock against the reference until all are within bound."""
+        service = self.plan.clock
+        while True:
+            estimates = await clocks.measure(self.clients, service.reference, service.probes)
+            for host, est in estimates.items():
+                self.rundir.record["hosts"][host]["clock"] = est.as_dict()
+            limit = service.until_bound_us
+            if limit is None or all(e.bound_ns <= limit * 1000 for e in estimates.values()):
+                return
+            if asyncio.get_running_loop().time() >= deadline:
+                raise DeadlineExceeded(step.phase, {h: [f"bound {e.bound_ns / 1000:.1f} us"]
+                                                    for h, e in estimates.items()
+                                                    if e.bound_ns > limit * 1000}, step.deadline_s)
+
+    async def _collect(self, deadline: float) -> None:
+        self.rundir.close_outputs()
+        hosts = list(self.clients)
+        outcome = await asyncio.gather(*(fetch_host(self.clients[h], self.rundir, deadline)
+                                         for h in hosts), return_exceptions=True)
+        self.collected = True
+        failed = {h: r for h, r in zip(hosts, outcome, strict=True) if isinstance(r, BaseException)}
+        for files in outcome:
+            if not isinstance(files, BaseException):
+                for component, path in files:
+                    self.results[component].files.append(path)
+        if failed:
+            raise StepFailed("collect", dict(zip(hosts, outcome, strict=True)))
+
+    # -- events from daemons ------------------------------------------------------------
+
+    def _on_event(self, host: str, event: dict[str, Any]) -> None:
+        kind = event["t"]
+        if kind == m.OUTPUT:
+            self.results[event["component"]].add_output(event["stream"], event["data"])
+            self.rundir.append_output(host, event["component"], event["stream"], event["data"])
+        elif kind == m.ACK:
+            self._on_ack(host, event)
+        elif kind == m.EXIT:
+            result = self.results[event["component"]]
+            result.exit_status, result.duration_s = event["returncode"], event["duration_s"]
+            self.rundir.record["components"][f"{host}/{event['component']}"] = {
+                "returncode": event["returncode"], "duration_s": event["duration_s"],
+                "argv": event["argv"], "ended_ns": event["ended_ns"]}
+            if event["failed"]:
+                self._fail(ComponentFailed(result, self.phase))
+        elif kind == "lost":
+            self._fail(ConnectionLost(host, self.phase, str(event["error"])))
+
+    def _on_ack(self, host: str, ack: dict[str, Any]) -> None:
+        name = ack["component"]
+        if "phases" in ack:
+            self.registered[name] = ack["phases"]
+        if ack.get("published"):
+            self.published.setdefault(name, {}).update(ack["published"])
+        step = self.rundir.record["steps"][ack["step"]]
+        step["hosts"].setdefault(host, {"components": {}})["components"][name] = {
+            "status": ack["status"], "message": ack.get("message", ""),
+            "entered_ns": ack["entered"], "acked_ns": ack["acked"], "received_ns": time.time_ns(),
+            **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
+        barrier = self.barrier
+        if barrier is None or barrier.index != ack["step"]:
+            return
+        if not barrier.add(host, name, ack):
+            self._fail(ComponentFailed(self.results[name], barrier.step.phase,
+                                       f"failed: {ack.get('message') or 'error'}"))
+        if barrier.host_done(host):
+            statuses = {a["status"] for (h, _), a in barrier.acks.items() if h == host}
+            worst = next(s for s in (m.ACK_ERROR, m.ACK_WARNING, m.ACK_OK) if s in statuses)
+            sent = step["hosts"][host].get("sent_ns", step["entered_ns"])
+            step["hosts"][host]["done_ns"] = now = time.time_ns()
+            self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
+                                   "; ".join(f"{c}: {a['message']}" for (h, c), a in
+                                             barrier.acks.items() if h == host and a.get("message"))))
+
+    # -- the end ------------------------------------------------------------------------
+
+    async def _best_effort(self, what: Callable[[DaemonClient], Awaitable[Any]],
+                           seconds: float) -> None:
+        """Do `what` on every connected host; give up quietly after `seconds`."""
+        async def one(client: DaemonClient) -> None:
+            with contextlib.suppress(NetspecError, OSError):
+                await what(client)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await asyncio.gather(*(one(c) for c in self.clients.values()))
+
+    async def _finish(self, error: NetspecError | None) -> None:
+        loop = asyncio.get_running_loop()
+        if error is not None:
+            await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=False), 20)
+            if not self.collected:
+                with contextlib.suppress(NetspecError):
+                    await self._best_effort_collect(loop.time() + CLEANUP_DEADLINE_S)
+        await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=True), 20)
+        for client in self.clients.values():
+            await client.close()
+        await asyncio.gather(*(h.stop() for h in self.hosts.values()), return_exceptions=True)
+        if self.failure.done():
+            self.failure.exception()
+        status = ("ok" if error is None else
+                  "interrupted" if isinstance(error, Interrupted) else "failed")
+        self.rundir.finish(status, None if error is None else {
+            "type": type(error).__name__, "message": str(error), "phase": self.phase})
+
+    async def _best_effort_collect(self, deadline: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self._collect(deadline)

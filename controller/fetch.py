@@ -1,0 +1,43 @@
+"""Gather a host's files (outputs, exit status, handed-back files) into the run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .fleet import DaemonClient
+from .rundir import RunDir
+
+CHUNK = 4 * 1024 * 1024
+
+
+async def fetch_host(client: DaemonClient, run: RunDir,
+                     deadline: float) -> list[tuple[str, Path]]:
+    """Copy every collectable file of the run on `client`'s host.
+
+    Returns:
+        (component, path written) for each file.
+
+    Raises:
+        DeadlineExceeded, ConnectionLost, RemoteError: from the daemon requests.
+    """
+    listing = await client.request("files", deadline, during="collect")
+    written = []
+    for entry in listing["files"]:
+        target = run.component_dir(client.host, entry["component"]) / entry["name"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.get("missing"):
+            target.with_name(target.name + ".missing").write_text(
+                f"handed back but not found on host {client.host}: {entry['path']}\n")
+            continue
+        with open(target.with_name(target.name + ".part"), "wb") as f:
+            offset = 0
+            while True:
+                part = await client.request("read", deadline, during="collect",
+                                            path=entry["path"], offset=offset, size=CHUNK)
+                f.write(part["data"])
+                offset += len(part["data"])
+                if part["eof"]:
+                    break
+        target.with_name(target.name + ".part").replace(target)
+        written.append((entry["component"], target))
+    return written

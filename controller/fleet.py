@@ -1,0 +1,194 @@
+"""Reach one netspecd per logical host and talk to it.
+
+`Host` is the one interface the engine sees: `start()` makes sure a daemon is reachable
+and returns its address, `stop()` ends what `start()` began. LocalHost spawns a daemon on
+127.0.0.1; AddressHost connects to one that already runs. DaemonClient is the
+authenticated connection: requests under deadlines, events pushed to a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from netspec.nodelib import messages as m
+from netspec.nodelib.auth import client_handshake, netspec_home
+from netspec.nodelib.channel import Channel
+from netspec.nodelib.errors import (
+    ConnectionLost,
+    DeadlineExceeded,
+    NetspecError,
+    ProtocolError,
+    RemoteError,
+)
+
+from .model import Host as HostSpec
+
+EventHandler = Callable[[str, dict[str, Any]], None]
+DAEMON_START_S = 20.0
+
+
+class DaemonClient:
+    """An authenticated connection to one daemon.
+
+    Lifecycle: `connect()` opens and authenticates; `serve()` must then run (in a task the
+    caller owns) to deliver replies and events; `close()` ends it and may be called twice.
+    """
+
+    def __init__(self, host: str, channel: Channel, on_event: EventHandler):
+        self.host, self.channel, self.on_event = host, channel, on_event
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.closing = False
+        self._next_id = 0
+
+    @classmethod
+    async def connect(cls, host: str, address: tuple[str, int], key: bytes,
+                      on_event: EventHandler) -> DaemonClient:
+        try:
+            reader, writer = await asyncio.open_connection(*address)
+        except OSError as exc:
+            raise ConnectionLost(host, detail=f"cannot connect to {address[0]}:{address[1]}: "
+                                 f"{exc.strerror or exc}") from exc
+        channel = Channel(reader, writer, peer=f"host {host}")
+        await client_handshake(channel, key)
+        return cls(host, channel, on_event)
+
+    async def serve(self) -> None:
+        """Deliver replies to their requests and events to `on_event` until the end."""
+        lost: NetspecError = ConnectionLost(self.host, detail="daemon closed the connection")
+        try:
+            while (message := await self.channel.recv()) is not None:
+                if message["t"] in (m.REPLY, m.ERROR) and "id" in message:
+                    waiter = self.pending.pop(message["id"], None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(message)
+                else:
+                    self.on_event(self.host, message)
+        except (ProtocolError, ConnectionError) as exc:
+            lost = ConnectionLost(self.host, detail=str(exc))
+        for waiter in self.pending.values():
+            if not waiter.done():
+                waiter.set_exception(lost)
+        self.pending.clear()
+        if not self.closing:
+            self.on_event(self.host, {"t": "lost", "error": lost})
+
+    async def request(self, kind: str, deadline: float | None = None, during: str = "",
+                      **fields: Any) -> dict[str, Any]:
+        """Send a request and wait for its reply until the loop-time `deadline`.
+
+        `during` names the phase for error messages; `fields` go on the wire.
+
+        Raises:
+            RemoteError: the daemon answered with an error.
+            DeadlineExceeded: no answer before the deadline.
+            ConnectionLost: the connection ended first.
+        """
+        loop = asyncio.get_running_loop()
+        self._next_id += 1
+        rid = self._next_id
+        waiter = loop.create_future()
+        self.pending[rid] = waiter
+        if deadline is not None:
+            fields["timeout_s"] = max(deadline - loop.time(), 0.001)
+        try:
+            self.channel.send({"t": kind, "id": rid, **fields})
+            async with asyncio.timeout_at(deadline):
+                reply = await waiter
+        except TimeoutError:
+            raise DeadlineExceeded(during or kind, {self.host: [kind]},
+                                   fields.get("timeout_s", 0)) from None
+        finally:
+            self.pending.pop(rid, None)
+        if reply["t"] == m.ERROR:
+            raise RemoteError(self.host, reply.get("error", {}))
+        return reply
+
+    async def close(self) -> None:
+        self.closing = True
+        await self.channel.close()
+
+
+class Host:
+    """A logical host of the experiment and the way to reach its daemon."""
+
+    def __init__(self, spec: HostSpec):
+        self.spec = spec
+        self.name = spec.name
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """End what `start` began; safe to call more than once."""
+
+
+class AddressHost(Host):
+    """A daemon someone else started, at `address:`."""
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        assert self.spec.address is not None
+        addr, _, port = self.spec.address.rpartition(":")
+        return addr, int(port)
+
+
+class LocalHost(Host):
+    """A daemon this controller spawns on 127.0.0.1 for the run and stops after it."""
+
+    def __init__(self, spec: HostSpec):
+        super().__init__(spec)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.root = netspec_home() / "work" / f"{os.getpid()}-{self.name}"
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_dir / "netspecd.log", "ab") as log:
+            # Own session: a Ctrl-C at the terminal reaches the controller only, which
+            # then still needs the daemons to gather what the run produced.
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0",
+                "--announce", "--root", str(self.root), "--parent-pid", str(os.getpid()),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
+                start_new_session=True)
+        try:
+            async with asyncio.timeout(DAEMON_START_S):
+                line = await self.proc.stdout.readline()  # type: ignore[union-attr]
+        except TimeoutError:
+            await self.stop()
+            raise ConnectionLost(self.name, detail=f"netspecd did not start within {DAEMON_START_S:g} s") from None
+        if not line:
+            await self.proc.wait()
+            raise ConnectionLost(self.name, detail=f"netspecd exited {self.proc.returncode} at start; "
+                                 f"see {log_dir / 'netspecd.log'}")
+        return "127.0.0.1", json.loads(line)["port"]
+
+    async def stop(self) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(15):
+                await self.proc.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        _remove_empty_dirs(self.root)
+
+
+def _remove_empty_dirs(root: Path) -> None:
+    """Drop the daemon's work tree if reset left it empty; keep anything not yet gathered."""
+    for dirpath, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)
+
+
+def make_host(spec: HostSpec) -> Host:
+    return AddressHost(spec) if spec.address else LocalHost(spec)

@@ -1,0 +1,256 @@
+"""Experiment file to Plan: YAML with line numbers, JSON Schema, then semantic checks.
+
+The published schema (experiment.schema.json) is the single source of the file's shape;
+this module adds what a schema cannot say (references between sections, files that must
+exist, phase order) and turns every error into "file:line: key: message".
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from netspec.nodelib.errors import ConfigError
+
+from .model import BUILTIN_STEPS, DEFAULT_DEADLINE_S, ClockService, Component, Host, Plan, Step
+
+Path_ = tuple[str | int, ...]
+DEFAULT_HOST = "local"
+BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath("experiment.schema.json").read_text())
+
+
+def key_name(path: Path_) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+class _Source:
+    """The file's text, its data, and the line of every key and item in it."""
+
+    def __init__(self, path: Path, text: str):
+        self.path, self.text = path, text
+        self.lines: dict[Path_, int] = {}
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            self.data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", str(path),
+                              mark.line + 1 if mark else None) from exc
+        if node is not None:
+            self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, path: Path_) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value
+                if (*path, key) in self.lines:
+                    self.error(f"key '{key}' appears twice", (*path, key),
+                               key_node.start_mark.line + 1)
+                self.lines[(*path, key)] = key_node.start_mark.line + 1
+                self._walk(value_node, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self.lines[(*path, i)] = item.start_mark.line + 1
+                self._walk(item, (*path, i))
+
+    def line(self, path: Path_) -> int | None:
+        for n in range(len(path), 0, -1):
+            if path[:n] in self.lines:
+                return self.lines[path[:n]]
+        return 1
+
+    def error(self, message: str, path: Path_, line: int | None = None) -> ConfigError:
+        raise ConfigError(message, str(self.path), line or self.line(path), key_name(path))
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
+    path: Path_ = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {})
+        extra = sorted(k for k in error.instance if k not in allowed)
+        key = extra[0]
+        src.error(f"unknown key '{key}'{suggest(key, allowed)}", (*path, key))
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        src.error(f"missing key '{missing}'", path)
+    if error.validator == "type":
+        wanted = error.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        src.error(f"expected {wanted}, got {type(error.instance).__name__} "
+                  f"{error.instance!r}", path)
+    if error.validator == "pattern":
+        src.error(f"{error.instance!r} is not a valid {'duration' if 'ms|s' in error.validator_value else 'name'}"
+                  f" (expected {error.schema.get('description') or error.validator_value})", path)
+    src.error(error.message, path)
+
+
+def parse_duration(value: float | str) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    number, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", value).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def load(path: str | Path) -> Plan:
+    """Read, validate and resolve an experiment file.
+
+    Raises:
+        ConfigError: naming the file, line and key of the first problem found.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", str(path)) from exc
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Plan:
+    src = _Source(path, text)
+    data = src.data
+    if not isinstance(data, dict):
+        src.error("an experiment file is a YAML mapping", ())
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: src.line(tuple(e.absolute_path)) or 0)
+    if errors:
+        _schema_error(src, errors[0])
+    hosts = _hosts(data)
+    components = tuple(_component(src, name, spec, hosts, path.parent)
+                       for name, spec in data["components"].items())
+    schedule = _schedule(src, data["schedule"], components)
+    _check_plain_phases(src, components, schedule)
+    clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
+    return Plan(data["experiment"], path.resolve(), text,
+                hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
+                schedule, clock)
+
+
+def _hosts(data: dict[str, Any]) -> dict[str, Host]:
+    given = data.get("hosts") or {DEFAULT_HOST: {}}
+    return {name: Host(name, (spec or {}).get("address")) for name, spec in given.items()}
+
+
+def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, Host],
+               base: Path) -> Component:
+    where: Path_ = ("components", name)
+    host = spec.get("host")
+    if host is None:
+        if len(hosts) > 1:
+            src.error("missing key 'host' (required when there is more than one host)", where)
+        host = next(iter(hosts))
+    elif host not in hosts:
+        src.error(f"unknown host '{host}'{suggest(host, hosts)}", (*where, "host"))
+    if ("program" in spec) == ("command" in spec):
+        src.error("give exactly one of 'program' (NETSPEC-aware) or 'command' (plain)", where)
+    program, command = None, ()
+    if "program" in spec:
+        program_path = (base / spec["program"]).resolve()
+        if not program_path.is_file():
+            src.error(f"program '{spec['program']}' not found (looked at {program_path})",
+                      (*where, "program"))
+        program = str(program_path)
+        for key in ("start", "stop"):
+            if key in spec:
+                src.error("start/stop apply to plain commands only; a program registers "
+                          "its phases", (*where, key))
+    else:
+        raw = spec["command"]
+        command = (("/bin/sh", "-c", raw) if isinstance(raw, str) else tuple(map(str, raw)))
+        if not command or not command[0]:
+            src.error("empty command", (*where, "command"))
+        if "args" in spec:
+            command = (*command, *map(str, spec["args"]))
+            if isinstance(raw, str):
+                src.error("args go with a command list, not a shell string; write them into "
+                          f"the string: {shlex.join(map(str, spec['args']))}", (*where, "args"))
+    return Component(name, host, program, command,
+                     tuple(map(str, spec.get("args", ()))) if program else (),
+                     dict(spec.get("params", {})), {k: str(v) for k, v in spec.get("env", {}).items()},
+                     spec.get("start", "launch"), spec.get("stop"))
+
+
+def _schedule(src: _Source, raw: list[Any], components: tuple[Component, ...]) -> tuple[Step, ...]:
+    names = {c.name for c in components}
+    steps = []
+    for i, item in enumerate(raw):
+        spec = {"phase": item} if isinstance(item, str) else item
+        where: Path_ = ("schedule", i)
+        phase = spec["phase"]
+        listed = spec.get("components")
+        for j, comp in enumerate(listed or ()):
+            if comp not in names:
+                src.error(f"unknown component '{comp}'{suggest(comp, names)}",
+                          (*where, "components", j))
+        if spec.get("need") and listed and spec["need"] > len(listed):
+            src.error(f"need {spec['need']} of only {len(listed)} components", (*where, "need"))
+        if phase in ("launch", "collect") and listed:
+            src.error(f"'{phase}' always takes every component; drop 'components'", where)
+        if phase == "launch" and i != 0:
+            src.error("'launch' must be the first step", where)
+        if phase == "collect" and i != len(raw) - 1:
+            src.error("'collect' must be the last step", where)
+        deadline = spec.get("deadline")
+        deadline_s = (parse_duration(deadline) if deadline is not None
+                      else BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S))
+        steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
+                          dict(spec.get("params", {})), src.line(where)))
+    # launch and collect bracket every run; the resolved plan says so even if the file did not.
+    if steps[0].phase != "launch":
+        steps.insert(0, Step("launch", deadline_s=BUILTIN_DEADLINES_S["launch"]))
+    if steps[-1].phase != "collect":
+        steps.append(Step("collect", deadline_s=BUILTIN_DEADLINES_S["collect"]))
+    return tuple(steps)
+
+
+def _check_plain_phases(src: _Source, components: tuple[Component, ...],
+                        schedule: tuple[Step, ...]) -> None:
+    order = [s.phase for s in schedule]
+    for comp in components:
+        if comp.aware:
+            continue
+        where: Path_ = ("components", comp.name)
+        if comp.start not in order:
+            src.error(f"start phase '{comp.start}' is not in the schedule"
+                      f"{suggest(comp.start, order)}", (*where, "start"))
+        if comp.stop is not None:
+            if comp.stop not in order:
+                src.error(f"stop phase '{comp.stop}' is not in the schedule"
+                          f"{suggest(comp.stop, order)}", (*where, "stop"))
+            if order.index(comp.stop) <= order.index(comp.start):
+                src.error(f"stop phase '{comp.stop}' does not come after start phase "
+                          f"'{comp.start}'", (*where, "stop"))
+
+
+def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:
+    reference = spec.get("reference", next(iter(hosts)))
+    if reference not in hosts:
+        src.error(f"unknown host '{reference}'{suggest(reference, hosts)}",
+                  ("services", "clksync", "reference"))
+    return ClockService(reference, spec.get("until_bound_us"), spec.get("probes", 50))
+
+
+__all__ = ["BUILTIN_STEPS", "load", "parse", "parse_duration", "schema"]

@@ -1,0 +1,101 @@
+"""The experiment as the controller runs it: frozen dataclasses built by load.py."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
+DEFAULT_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str | None = None
+
+
+@dataclass(frozen=True)
+class Component:
+    """A program on a host: NETSPEC-aware (`program`) or a plain `command`."""
+
+    name: str
+    host: str
+    program: str | None = None
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    start: str = "launch"
+    stop: str | None = None
+
+    @property
+    def aware(self) -> bool:
+        return self.program is not None
+
+    def command_line(self) -> str:
+        if self.program is not None:
+            return shlex.join([self.program, *self.args])
+        return shlex.join(self.command)
+
+    def wire(self) -> dict[str, Any]:
+        """The component as the daemon's `setup` request takes it."""
+        spec: dict[str, Any] = {"name": self.name, "params": self.params, "env": self.env,
+                                "start": self.start, "stop": self.stop}
+        if self.program is not None:
+            spec.update(program=self.program, args=list(self.args))
+        else:
+            spec["argv"] = list(self.command)
+        return spec
+
+
+@dataclass(frozen=True)
+class Step:
+    """One barrier of the schedule. `components` None means: every component that takes part."""
+
+    phase: str
+    components: tuple[str, ...] | None = None
+    deadline_s: float = DEFAULT_DEADLINE_S
+    need: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    line: int | None = None
+
+    @property
+    def builtin(self) -> bool:
+        return self.phase in BUILTIN_STEPS
+
+
+@dataclass(frozen=True)
+class ClockService:
+    reference: str
+    until_bound_us: float | None = None
+    probes: int = 50
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated experiment file, with defaults applied and paths resolved."""
+
+    name: str
+    path: Path
+    text: str
+    sha256: str
+    hosts: tuple[Host, ...]
+    components: tuple[Component, ...]
+    schedule: tuple[Step, ...]
+    clock: ClockService
+
+    def host_components(self, host: str) -> list[Component]:
+        return [c for c in self.components if c.host == host]
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+    def resolved(self) -> dict[str, Any]:
+        """Everything that decides how the run goes, for run.json."""
+        return {"experiment": self.name, "source": str(self.path), "sha256": self.sha256,
+                "hosts": [asdict(h) for h in self.hosts],
+                "components": [asdict(c) for c in self.components],
+                "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock)}

@@ -1,0 +1,53 @@
+"""What a component's run ended in, as the phase engine saw it (Invoke's `Result`)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TAIL_LINES = 200
+
+
+@dataclass
+class ComponentResult:
+    """One component's command, exit, duration, files and the tail of its output."""
+
+    host: str
+    component: str
+    argv: list[str]
+    exit_status: int | None = None
+    duration_s: float | None = None
+    files: list[Path] = field(default_factory=list)
+    _lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    _partial: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status in (None, 0, -signal.SIGTERM)
+
+    def add_output(self, stream: str, data: bytes) -> None:
+        text = self._partial.pop(stream, "") + data.decode(errors="replace")
+        *lines, rest = text.split("\n")
+        prefix = "" if stream == "stdout" else "stderr: "
+        self._lines.extend(prefix + line for line in lines)
+        if rest:
+            self._partial[stream] = rest
+
+    def tail(self, n: int = 10) -> list[str]:
+        lines = list(self._lines)
+        lines += [("" if s == "stdout" else "stderr: ") + p for s, p in self._partial.items()]
+        return lines[-n:]
+
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+    def describe_exit(self) -> str:
+        code = self.exit_status
+        if code is None:
+            return "is still running"
+        if code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"exited {code}" + (f" after {self.duration_s:.1f} s" if self.duration_s else "")

@@ -1,0 +1,132 @@
+"""The run directory: everything one run produced, and run.json, its record.
+
+Layout:
+    runs/<experiment>/<UTC time>-<short id>/
+        experiment.yaml, run.json, hosts/<host>/facts.json, hosts/<host>/<component>/...
+    runs/latest -> the newest run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from netspec.nodelib.errors import NetspecError
+
+# run.json version history:
+#   1: first format (id, experiment, status, plan, hosts, steps, components, error).
+RUN_FORMAT = 1
+
+
+def utc_iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="microseconds")
+
+
+class RunDir:
+    """A run's directory; `record` is saved as run.json after every change that matters."""
+
+    def __init__(self, path: Path, record: dict[str, Any]):
+        self.path, self.record = path, record
+        self._outputs: dict[Path, BinaryIO] = {}
+
+    @classmethod
+    def create(cls, runs_root: Path, experiment: str, text: str, record: dict[str, Any]) -> RunDir:
+        now = time.time_ns()
+        run_id = f"{datetime.fromtimestamp(now / 1e9, UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        path = runs_root / experiment / run_id
+        path.mkdir(parents=True)
+        (path / "experiment.yaml").write_text(text)
+        run = cls(path, {"format": RUN_FORMAT, "id": run_id, "experiment": experiment,
+                         "status": "running", "started": utc_iso(now), "started_ns": now,
+                         **record})
+        run.save()
+        latest = runs_root / "latest"
+        tmp = runs_root / f".latest-{run_id}"
+        tmp.symlink_to(path.relative_to(runs_root))
+        os.replace(tmp, latest)
+        return run
+
+    @property
+    def id(self) -> str:
+        return self.record["id"]
+
+    def host_dir(self, host: str) -> Path:
+        path = self.path / "hosts" / host
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def component_dir(self, host: str, component: str) -> Path:
+        path = self.host_dir(host) / component
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_json(self, path: Path, data: Any) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        os.replace(tmp, path)
+
+    def save(self) -> None:
+        self.write_json(self.path / "run.json", self.record)
+
+    def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
+        """Keep output as it streams in, so a lost daemon still leaves what it sent."""
+        path = self.component_dir(host, component) / stream
+        f = self._outputs.get(path)
+        if f is None:
+            f = self._outputs[path] = open(path, "ab")  # noqa: SIM115 - held open while streaming
+        f.write(data)
+        f.flush()
+
+    def close_outputs(self) -> None:
+        for f in self._outputs.values():
+            f.close()
+        self._outputs.clear()
+
+    def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
+        self.close_outputs()
+        now = time.time_ns()
+        self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
+                           duration_s=(now - self.record["started_ns"]) / 1e9, error=error)
+        self.save()
+
+
+def load_record(run_path: Path) -> dict[str, Any]:
+    """Read run.json; older formats are accepted, newer ones refused with a clear message."""
+    try:
+        record = json.loads((run_path / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise NetspecError(f"{run_path}: no readable run.json ({exc})") from exc
+    if record.get("format", 1) > RUN_FORMAT:
+        raise NetspecError(f"{run_path}/run.json has format {record['format']}; this netspec "
+                           f"reads up to {RUN_FORMAT}: upgrade netspec")
+    return record
+
+
+def find_run(runs_root: Path, ref: str) -> Path:
+    """A run by path, by 'latest', or by (a unique suffix of) its id."""
+    if ref == "latest":
+        ref = str(runs_root / "latest")
+    path = Path(ref)
+    if (path / "run.json").is_file():
+        return path.resolve()
+    matches = [p.parent for p in runs_root.glob("*/*/run.json") if p.parent.name.endswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NetspecError(f"no run '{ref}' under {runs_root}")
+    raise NetspecError(f"'{ref}' matches {len(matches)} runs: be more specific")
+
+
+def list_runs(runs_root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    runs = []
+    for path in sorted(runs_root.glob("*/*/run.json")):
+        with contextlib.suppress(NetspecError):
+            runs.append((path.parent, load_record(path.parent)))
+    runs.sort(key=lambda r: r[1].get("started_ns", 0))
+    return runs

@@ -1,0 +1,102 @@
+"""Text for people: live progress, run summaries, run lists, error chains. Returns lines;
+only cli.py prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from netspec.nodelib.errors import StepFailed
+
+from .engine import Progress
+
+MARK = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} us"
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def progress_text(event: Progress) -> tuple[str, bool]:
+    """The text for one progress event, and whether it ends a line."""
+    if event.kind == "step":
+        return f"  {event.step:<16}", False
+    if event.kind == "host":
+        note = f" ({event.text})" if event.text and event.status != "ok" else ""
+        return f" {event.host} {MARK.get(event.status, event.status)} {seconds(event.seconds)}{note} ", False
+    if event.kind == "step_done":
+        return f" [{seconds(event.seconds)}]", True
+    return event.text, True
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """The chain of causes, outermost first, root cause last."""
+    lines = [f"error: {exc}"]
+    if isinstance(exc, StepFailed):
+        for host, cause in sorted(exc.failed.items()):
+            lines.extend(f"  caused by (host {host}): {line}" if i == 0 else f"  {line}"
+                         for i, line in enumerate(str(cause).splitlines()))
+    cause = exc.__cause__
+    while cause is not None:
+        lines.append(f"  caused by: {cause}")
+        cause = cause.__cause__
+    return lines
+
+
+def _step_hosts(step: dict[str, Any]) -> str:
+    parts = []
+    for host, info in step.get("hosts", {}).items():
+        comps = info.get("components", {})
+        worst = "ok"
+        for c in comps.values():
+            if c["status"] == "error" or (c["status"] == "warning" and worst == "ok"):
+                worst = c["status"]
+        if "done_ns" in info and "sent_ns" in info:
+            parts.append(f"{host} {MARK.get(worst, worst)} {seconds((info['done_ns'] - info['sent_ns']) / 1e9)}")
+        elif comps or "sent_ns" in info:
+            parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
+    return ", ".join(parts)
+
+
+def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
+    """A one-screen summary of one run."""
+    lines = [f"run {record['id']}  {record['experiment']}  {record['status']}  "
+             f"{seconds(record.get('duration_s'))}", f"  dir: {path}"]
+    lines.append(f"  {'step':<16} {'status':<8} {'time':>8}  hosts")
+    for step in record.get("steps", []):
+        lines.append(f"  {step['phase']:<16} {step['status']:<8} "
+                     f"{seconds(step.get('duration_s')):>8}  {_step_hosts(step)}")
+        for host, info in step.get("hosts", {}).items():
+            for comp, ack in info.get("components", {}).items():
+                if ack.get("message"):
+                    lines.append(f"  {'':<16} {host}/{comp}: {ack['message']}")
+    for host, info in record.get("hosts", {}).items():
+        clock = info.get("clock")
+        if clock:
+            lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
+                         f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['method']})")
+    if record.get("components"):
+        lines.append("  components:")
+        for name, info in sorted(record["components"].items()):
+            code = info["returncode"]
+            how = f"exit {code}" if code >= 0 else f"signal {-code}"
+            lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
+    if record.get("error"):
+        lines.append(f"  stopped in phase '{record['error'].get('phase')}':")
+        lines.extend(f"    {line}" for line in record["error"]["message"].splitlines())
+    return lines
+
+
+def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    if not runs:
+        return ["no runs"]
+    lines = [f"{'run':<26} {'experiment':<24} {'status':<12} {'time':>8}  stopped in"]
+    for _, r in runs:
+        stopped = (r.get("error") or {}).get("phase", "")
+        lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "
+                     f"{seconds(r.get('duration_s')):>8}  {stopped}")
+    return lines

@@ -1,0 +1,52 @@
+"""Facts about this host that a run records so that results can be compared honestly."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cpu_model() -> str:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def netspec_version() -> str:
+    try:
+        return metadata.version("netspec")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def host_facts() -> dict[str, Any]:
+    """OS, kernel, CPU, memory, clock source, and the Python and netspec versions."""
+    uname = os.uname()
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "kernel": uname.release,
+        "machine": uname.machine,
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "clock_source": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "netspec": netspec_version(),
+    }

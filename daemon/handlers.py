@@ -1,0 +1,111 @@
+"""One function per request type. Handlers know nothing of sockets: they take the session
+and the request map and return the reply's fields, or raise to send an error reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netspec.nodelib import messages as m
+from netspec.nodelib.errors import NetspecError, ProtocolError
+
+from .facts import host_facts
+from .supervisor import ComponentSpec, Supervisor
+
+if TYPE_CHECKING:
+    from .server import Session
+
+READ_LIMIT = 4 * 1024 * 1024
+
+Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _supervisor(session: Session) -> Supervisor:
+    if session.supervisor is None:
+        raise NetspecError("no run is set up on this daemon connection")
+    return session.supervisor
+
+
+async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    return {"protocol": m.PROTOCOL_VERSION, "pid": os.getpid(), "facts": host_facts()}
+
+
+async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    if session.supervisor is not None:
+        await session.supervisor.reset(clean=False)
+    specs = [ComponentSpec.from_wire(c) for c in request["components"]]
+    session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session.emit,
+                                    session.tg)
+    return {"root": str(session.supervisor.root)}
+
+
+async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """Start the phase in each named component; each ack follows as its own event."""
+    sup = _supervisor(session)
+    unknown = [c["name"] for c in request["components"] if c["name"] not in sup.components]
+    if unknown:
+        raise NetspecError(f"unknown components {unknown}")
+    for comp in request["components"]:
+        session.tg.create_task(_enter_one(session, sup, request, comp))
+    return {"accepted": len(request["components"])}
+
+
+async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
+                     comp: dict[str, Any]) -> None:
+    entered = time.time_ns()
+    try:
+        ack = await sup.enter(comp["name"], request["phase"], comp.get("params", {}),
+                              request.get("published", {}))
+    except Exception as exc:
+        err = m.error_map(exc)
+        ack = {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
+               "traceback": err["traceback"]}
+    session.emit({**ack, "t": m.ACK, "step": request["step"], "component": comp["name"],
+                  "entered": entered, "acked": time.time_ns()})
+
+
+async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    if session.supervisor is None:
+        return {"killed": 0}
+    return {"killed": await session.supervisor.reset(clean=bool(request.get("clean")))}
+
+
+async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    found = _supervisor(session).collectable()
+    for f in found:
+        f["size"] = Path(f["path"]).stat().st_size if not f.get("missing") else 0
+    return {"files": found}
+
+
+async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """A slice of a collectable file; nothing else on the host can be read."""
+    path = request["path"]
+    if path not in {f["path"] for f in _supervisor(session).collectable()}:
+        raise ProtocolError(f"{path} is not a file of this run")
+    size = min(int(request.get("size", READ_LIMIT)), READ_LIMIT)
+    with open(path, "rb") as f:
+        f.seek(int(request.get("offset", 0)))
+        data = f.read(size)
+    return {"data": data, "eof": len(data) < size}
+
+
+async def clock(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    return {"realtime_ns": time.time_ns()}
+
+
+async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    if session.supervisor is not None:
+        await session.supervisor.reset(clean=bool(request.get("clean")))
+    asyncio.get_running_loop().call_soon(session.daemon.stop)
+    return {}
+
+
+HANDLERS: dict[str, Handler] = {
+    m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.RESET: reset, m.FILES: files,
+    m.READ: read, m.CLOCK: clock, m.SHUTDOWN: shutdown,
+}

@@ -1,0 +1,76 @@
+"""`netspecd`: the per-host daemon's command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from netspec.nodelib.auth import load_or_create_key, netspec_home
+from netspec.nodelib.errors import NetspecError
+
+from .server import Daemon
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="netspecd", description=__doc__)
+    parser.add_argument("--listen", default="127.0.0.1:7420", type=parse_listen,
+                        help="address:port to listen on (port 0 picks a free one)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="where component work directories go")
+    parser.add_argument("--key", type=Path, default=None, help="shared key file")
+    parser.add_argument("--announce", action="store_true",
+                        help="print one JSON line with the port once listening")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="stop (killing every component) when this process ends")
+    parser.add_argument("--verbose", "-v", action="store_true")
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace, key: bytes) -> None:
+    daemon = Daemon(key, args.root or netspec_home() / "daemon")
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, daemon.stop)
+    if args.parent_pid:
+        # A pidfd becomes readable when the process ends: no polling needed.
+        pidfd = os.pidfd_open(args.parent_pid)
+        loop.add_reader(pidfd, daemon.stop)
+
+    def ready(port: int) -> None:
+        if args.announce:
+            print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+        logging.getLogger("netspecd").info("listening on %s:%d", args.listen[0], port)
+
+    await daemon.serve(args.listen[0], args.listen[1], ready)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="netspecd[%(process)d] %(levelname)s %(message)s")
+    try:
+        key = load_or_create_key(args.key)
+        asyncio.run(_serve(args, key))
+    except NetspecError as exc:
+        print(f"netspecd: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"netspecd: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

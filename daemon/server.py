@@ -1,0 +1,125 @@
+"""Accept connections, authenticate them, read frames and dispatch requests to handlers.
+
+Each connection is a Session: it owns the run it sets up, and every task of that run
+lives in the session's TaskGroup. When the connection ends, for whatever reason, the
+run's processes are killed before the session is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from netspec.nodelib import messages as m
+from netspec.nodelib.auth import server_handshake
+from netspec.nodelib.channel import Channel
+from netspec.nodelib.errors import NetspecError, ProtocolError
+
+from .handlers import HANDLERS
+from .supervisor import Supervisor
+
+log = logging.getLogger("netspecd")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 10.0
+
+
+class _SessionOver(Exception):
+    """Raised inside a session's task group to cancel every task it still owns."""
+
+
+class Session:
+    """One authenticated controller connection and the run it set up."""
+
+    def __init__(self, daemon: Daemon, channel: Channel):
+        self.daemon, self.channel = daemon, channel
+        self.supervisor: Supervisor | None = None
+        self.tg: asyncio.TaskGroup
+
+    def emit(self, message: dict[str, Any]) -> None:
+        """Send an event; if the controller is gone there is nobody left to tell."""
+        with contextlib.suppress(NetspecError, ConnectionError):
+            self.channel.send(message)
+
+    async def serve(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self.tg = tg
+                try:
+                    while (request := await self.channel.recv()) is not None:
+                        tg.create_task(self._answer(request))
+                except (ProtocolError, ConnectionError) as exc:
+                    log.warning("dropping %s: %s", self.channel.peer, exc)
+                if self.supervisor is not None:
+                    await self.supervisor.reset(clean=False)
+                raise _SessionOver
+        except* _SessionOver:
+            pass
+
+    async def _answer(self, request: dict[str, Any]) -> None:
+        rid = request.get("id")
+        handler = HANDLERS.get(request["t"])
+        try:
+            if handler is None:
+                raise ProtocolError(f"unknown request type {request['t']!r}")
+            timeout = request.get("timeout_s")
+            async with asyncio.timeout(float(timeout) if timeout else None):
+                reply = await handler(self, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("request %s failed", request["t"], exc_info=True)
+            self.emit({"t": m.ERROR, "id": rid, "error": m.error_map(exc)})
+        else:
+            self.emit({"t": m.REPLY, "id": rid, **reply})
+
+
+class Daemon:
+    """netspecd: serves authenticated controllers until stopped."""
+
+    def __init__(self, key: bytes, root: Path):
+        self.key, self.root = key, root
+        self.sessions: set[asyncio.Task[None]] = set()
+        self._stopped = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def serve(self, host: str, port: int, on_ready: Any = None) -> None:
+        """Listen until `stop()`; then end every session, killing the processes it owns."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        server = await asyncio.start_server(self._connection, host, port)
+        if on_ready is not None:
+            on_ready(server.sockets[0].getsockname()[1])
+        async with server:
+            await self._stopped.wait()
+        for task in self.sessions:
+            task.cancel()
+        if self.sessions:
+            await asyncio.wait(self.sessions, timeout=CLOSE_TIMEOUT_S)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
+        channel = Channel(reader, writer, peer)
+        task = asyncio.current_task()
+        assert task is not None
+        self.sessions.add(task)
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                await server_handshake(channel, self.key)
+            session = Session(self, channel)
+            try:
+                await session.serve()
+            except asyncio.CancelledError:
+                # Shutting down: still kill the run's processes before going.
+                if session.supervisor is not None:
+                    await session.supervisor.reset(clean=False)
+                raise
+        except (NetspecError, ConnectionError, TimeoutError) as exc:
+            log.warning("refused %s: %s", peer, exc)
+        finally:
+            self.sessions.discard(task)
+            await channel.close()

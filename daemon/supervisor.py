@@ -1,0 +1,345 @@
+"""Spawn, watch and reap the components of one experiment on this host.
+
+Each component runs in its own process group with stdout/stderr captured to files and
+streamed to the controller. NETSPEC-aware components get one end of a socketpair (its fd
+named by NETSPEC_FD); plain commands are started at one phase and stopped at another.
+Reset kills every process that carries the run's id in its environment, so even a
+grandchild that left the process group and was re-parented is not left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from netspec.nodelib import messages as m
+from netspec.nodelib.channel import Channel
+from netspec.nodelib.errors import NetspecError, ProtocolError
+
+STOP_GRACE_S = 5.0
+KILL_GRACE_S = 2.0
+PR_SET_PDEATHSIG = 1
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class ComponentExited(NetspecError):
+    """The component's process ended while something still waited on it."""
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A component as the controller hands it to the daemon."""
+
+    name: str
+    argv: list[str]
+    aware: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    start: str = "launch"
+    stop: str | None = None
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> ComponentSpec:
+        """`program` (+ `args`) names a NETSPEC-aware program; `argv` a plain command."""
+        aware = "program" in d
+        argv = python_argv(d["program"], list(d.get("args", []))) if aware else list(d["argv"])
+        return cls(d["name"], argv, aware, dict(d.get("params", {})), dict(d.get("env", {})),
+                   d.get("start", "launch"), d.get("stop"))
+
+
+def _die_with_daemon() -> None:
+    """In the child before exec: be killed if the daemon dies without resetting."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def describe_returncode(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited {code}"
+
+
+class ComponentProcess:
+    """One spawned component: its process, its channel (if aware) and its output files."""
+
+    def __init__(self, spec: ComponentSpec, run_id: str, root: Path, emit: Emit):
+        self.spec, self.run_id, self.emit = spec, run_id, emit
+        self.dir = root / spec.name
+        self.workdir = self.dir / "work"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel: Channel | None = None
+        self.registered: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self.exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.handed_back: list[str] = []
+        self.stopping = False
+        self.started_ns = 0
+        self._next_id = 0
+
+    @property
+    def started(self) -> bool:
+        return self.proc is not None
+
+    async def start(self, tg: asyncio.TaskGroup) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env, m.RUN_ENV: self.run_id,
+               m.COMPONENT_ENV: self.spec.name, m.PARAMS_ENV: json.dumps(self.spec.params),
+               "PYTHONUNBUFFERED": "1"}
+        pass_fds: tuple[int, ...] = ()
+        ours = theirs = None
+        if self.spec.aware:
+            ours, theirs = socket.socketpair()
+            env[m.FD_ENV] = str(theirs.fileno())
+            pass_fds = (theirs.fileno(),)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, cwd=self.workdir, env=env, pass_fds=pass_fds,
+                start_new_session=True, preexec_fn=_die_with_daemon)
+        except OSError as exc:
+            if ours:
+                ours.close()
+            raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.strerror}") from exc
+        finally:
+            if theirs:
+                theirs.close()
+        self.started_ns = time.time_ns()
+        pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout")),
+                 tg.create_task(self._pump(self.proc.stderr, "stderr"))]
+        if ours:
+            reader, writer = await asyncio.open_connection(sock=ours)
+            self.channel = Channel(reader, writer, peer=f"component {self.spec.name}")
+            tg.create_task(self._read_channel())
+        tg.create_task(self._watch_exit(pumps))
+
+    async def _pump(self, pipe: asyncio.StreamReader | None, stream: str) -> None:
+        assert pipe is not None
+        with open(self.dir / stream, "wb") as f:
+            while data := await pipe.read(65536):
+                f.write(data)
+                f.flush()
+                self.emit({"t": m.OUTPUT, "component": self.spec.name, "stream": stream,
+                           "data": data})
+
+    async def _read_channel(self) -> None:
+        assert self.channel is not None
+        try:
+            while (message := await self.channel.recv()) is not None:
+                if message["t"] == m.REGISTER and not self.registered.done():
+                    self.channel.send({"t": m.WELCOME, "component": self.spec.name,
+                                       "run": self.run_id})
+                    self.registered.set_result(list(message.get("phases", [])))
+                elif message["t"] == m.ACK:
+                    waiter = self.pending.pop(message.get("id"), None)
+                    if waiter and not waiter.done():
+                        waiter.set_result(message)
+        except (ProtocolError, ConnectionError):
+            pass
+
+    async def _watch_exit(self, pumps: list[asyncio.Task[None]]) -> None:
+        assert self.proc is not None
+        code = await self.proc.wait()
+        # The exit is reported only once its output is complete, so its tail is too.
+        await asyncio.gather(*pumps, return_exceptions=True)
+        info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
+                "duration_s": (time.time_ns() - self.started_ns) / 1e9,
+                "expected": self.stopping, "ended_ns": time.time_ns()}
+        (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
+        why = f"{describe_returncode(code)}"
+        for waiter in [self.registered, *self.pending.values()]:
+            if not waiter.done():
+                waiter.set_exception(ComponentExited(why))
+        self.pending.clear()
+        self.exited.set_result(info)
+        if self.channel:
+            await self.channel.close()
+        self.emit({"t": m.EXIT, **info,
+                   "failed": code != 0 and not self.stopping})
+
+    async def call(self, phase: str, params: dict[str, Any],
+                   published: dict[str, Any]) -> dict[str, Any]:
+        """Enter `phase` in an aware component and return its ack."""
+        if self.channel is None or self.exited.done():
+            raise ComponentExited(f"{describe_returncode(self.proc and self.proc.returncode)} "
+                                  "before the phase began")
+        self._next_id += 1
+        waiter = asyncio.get_running_loop().create_future()
+        self.pending[self._next_id] = waiter
+        self.channel.send({"t": m.ENTER, "id": self._next_id, "phase": phase, "params": params,
+                           "published": published})
+        ack = await waiter
+        self.handed_back.extend(ack.get("files", []))
+        return ack
+
+    async def stop(self, grace: float = STOP_GRACE_S) -> dict[str, Any]:
+        """Ask the component to end (STOP message or SIGTERM), then kill what remains."""
+        if not self.started:
+            return {}
+        self.stopping = True
+        if not self.exited.done():
+            if self.channel is not None:
+                with contextlib.suppress(NetspecError, ConnectionError):
+                    self.channel.send({"t": m.STOP})
+            else:
+                self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(self.exited), grace)
+            kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
+        return await self.exited
+
+    def pids(self) -> list[int]:
+        """The component's process and every descendant it still has."""
+        if self.proc is None or self.exited.done():
+            return []
+        try:
+            parent = psutil.Process(self.proc.pid)
+            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is not None and not self.exited.done():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+
+def run_processes(run_id: str, also: list[int] = ()) -> list[psutil.Process]:
+    """Every live process of this run: the given pids plus all carrying the run's id."""
+    found: dict[int, psutil.Process] = {}
+    for pid in also:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me or proc.pid in found:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(m.RUN_ENV) == run_id:
+                found[proc.pid] = proc
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> int:
+    victims = run_processes(run_id, also)
+    for proc in victims:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+    return len(victims)
+
+
+class Supervisor:
+    """All components of one run on this host, owned by the connection that set them up."""
+
+    def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], emit: Emit,
+                 tg: asyncio.TaskGroup):
+        self.run_id, self.root, self.emit, self.tg = run_id, root / run_id, emit, tg
+        self.components = {s.name: ComponentProcess(s, run_id, self.root, emit) for s in specs}
+
+    async def enter(self, name: str, phase: str, params: dict[str, Any],
+                    published: dict[str, Any]) -> dict[str, Any]:
+        """Run `phase` in component `name` and return the ack fields (never raises)."""
+        comp = self.components[name]
+        try:
+            return await self._enter(comp, phase, params, published)
+        except ComponentExited as exc:
+            return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+
+    async def _enter(self, comp: ComponentProcess, phase: str, params: dict[str, Any],
+                     published: dict[str, Any]) -> dict[str, Any]:
+        spec = comp.spec
+        if phase == "collect":
+            ack: dict[str, Any] = {"status": m.ACK_OK}
+            if spec.aware and comp.started and "collect" in await comp.registered:
+                ack = await comp.call(phase, params, published)
+            info = await comp.stop()
+            if info and info["returncode"] not in (0, -signal.SIGTERM):
+                return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
+            return ack
+        if spec.aware:
+            if phase == "launch":
+                await comp.start(self.tg)
+                phases = await comp.registered
+                ack = {"status": m.ACK_OK}
+                if "launch" in phases:
+                    ack = await comp.call(phase, params, published)
+                return {**ack, "phases": phases}
+            return await comp.call(phase, params, published)
+        if phase == spec.start:
+            await comp.start(self.tg)
+            if spec.stop is not None:
+                return {"status": m.ACK_OK, "message": f"started pid {comp.proc.pid}"}
+            comp.stopping = True
+            info = await comp.exited
+            ok = info["returncode"] == 0
+            return {"status": m.ACK_OK if ok else m.ACK_ERROR,
+                    "message": describe_returncode(info["returncode"])}
+        if phase == spec.stop:
+            await comp.stop()
+            return {"status": m.ACK_OK, "message": "stopped"}
+        return {"status": m.ACK_ERROR, "message": f"plain command takes no part in '{phase}'"}
+
+    def pids(self) -> list[int]:
+        return [pid for c in self.components.values() for pid in c.pids()]
+
+    async def reset(self, clean: bool) -> int:
+        """Kill every process of the run; with `clean`, delete its work directory.
+
+        Returns the number of processes that had to be signalled.
+        """
+        for comp in self.components.values():
+            comp.stopping = True
+            comp.signal_group(signal.SIGTERM)
+        killed = kill_run_processes(self.run_id, self.pids(), signal.SIGTERM)
+        waits = [c.exited for c in self.components.values() if c.started]
+        if waits:
+            _, still = await asyncio.wait(waits, timeout=KILL_GRACE_S)
+            if still or run_processes(self.run_id):
+                kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
+                await asyncio.wait(waits, timeout=KILL_GRACE_S)
+        elif killed:
+            kill_run_processes(self.run_id, [], signal.SIGKILL)
+        if clean:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return killed
+
+    def collectable(self) -> list[dict[str, Any]]:
+        """Every file the controller should gather: outputs, exit status, handed-back files."""
+        files = []
+        for comp in self.components.values():
+            for name in ("stdout", "stderr", "exit.json"):
+                path = comp.dir / name
+                if path.exists():
+                    files.append({"component": comp.spec.name, "name": name, "path": str(path)})
+            for handed in comp.handed_back:
+                path = Path(handed)
+                files.append({"component": comp.spec.name, "name": f"files/{path.name}",
+                              "path": str(path), "missing": not path.is_file()})
+        return files
+
+
+def python_argv(program: str, args: list[str]) -> list[str]:
+    """A .py program runs under the daemon's own interpreter, which has nodelib."""
+    return [sys.executable, program, *args] if program.endswith(".py") else [program, *args]

@@ -1,0 +1,1 @@
+"""Ready experiments: one folder each, the experiment file beside its programs."""

@@ -1,0 +1,1 @@
+"""The KU report's stimulus-response experiment: a client stimulates, a server responds."""

@@ -1,0 +1,104 @@
+"""Mutual HMAC-SHA256 challenge-response over a shared key, before any command.
+
+The daemon proves nothing until the client has proved it knows the key, and then proves
+itself in turn, so neither side talks to an impostor. Nonces from both sides stop replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from .channel import Channel
+from .errors import AuthError, ConfigError
+from .messages import PROTOCOL_VERSION
+
+KEY_BYTES = 32
+NONCE_BYTES = 32
+HANDSHAKE_FRAME_LIMIT = 4096
+
+
+def netspec_home() -> Path:
+    """Where per-user state lives: $NETSPEC_HOME, else ~/.config/netspec."""
+    return Path(os.environ.get("NETSPEC_HOME") or Path.home() / ".config" / "netspec")
+
+
+def default_key_file() -> Path:
+    return Path(os.environ.get("NETSPEC_KEY_FILE") or netspec_home() / "key")
+
+
+def load_or_create_key(path: Path | None = None) -> bytes:
+    """Return the shared key, creating it (mode 0600) on first use.
+
+    Raises:
+        ConfigError: the file is readable by others or is not a hex key.
+    """
+    path = Path(path or default_key_file())
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(KEY_BYTES) + "\n")
+    if path.stat().st_mode & 0o077:
+        raise ConfigError("key file is accessible by group or others; chmod 600 it", str(path))
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+    except ValueError as exc:
+        raise ConfigError("key file does not hold a hex key", str(path)) from exc
+    if len(key) < 16:
+        raise ConfigError("key is shorter than 16 bytes", str(path))
+    return key
+
+
+def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(key, b"netspec-" + role + first + second, hashlib.sha256).digest()
+
+
+async def server_handshake(channel: Channel, key: bytes) -> None:
+    """Authenticate the client on `channel`; raises AuthError (after telling the peer)."""
+    limit, channel.decoder.max_frame = channel.decoder.max_frame, HANDSHAKE_FRAME_LIMIT
+    nonce_s = os.urandom(NONCE_BYTES)
+    channel.send({"t": "challenge", "nonce": nonce_s, "proto": PROTOCOL_VERSION})
+    answer = await channel.recv()
+    if answer is None:
+        raise AuthError("closed during the handshake", channel.peer)
+    nonce_c, mac = answer.get("nonce"), answer.get("mac")
+    good = (answer["t"] == "auth" and isinstance(nonce_c, bytes) and isinstance(mac, bytes)
+            and len(nonce_c) == NONCE_BYTES
+            and hmac.compare_digest(mac, _mac(key, b"client", nonce_s, nonce_c)))
+    if not good:
+        channel.send({"t": "error", "error": {"type": "AuthError", "message": "authentication failed"}})
+        await channel.drain()
+        raise AuthError("authentication failed", channel.peer)
+    channel.send({"t": "welcome", "mac": _mac(key, b"server", nonce_c, nonce_s)})
+    await channel.drain()
+    channel.decoder.max_frame = limit
+
+
+async def client_handshake(channel: Channel, key: bytes) -> None:
+    """Prove the key to the daemon and check that the daemon knows it too."""
+    challenge = await channel.recv()
+    if challenge is None or challenge["t"] != "challenge":
+        raise AuthError("expected a challenge from the daemon", channel.peer)
+    if challenge.get("proto") != PROTOCOL_VERSION:
+        raise AuthError(f"daemon speaks protocol {challenge.get('proto')}, "
+                        f"this controller speaks {PROTOCOL_VERSION}", channel.peer)
+    nonce_s = challenge.get("nonce")
+    if not isinstance(nonce_s, bytes):
+        raise AuthError("malformed challenge", channel.peer)
+    nonce_c = os.urandom(NONCE_BYTES)
+    channel.send({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", nonce_s, nonce_c)})
+    await channel.drain()
+    reply = await channel.recv()
+    if reply is None or reply["t"] != "welcome":
+        raise AuthError("the daemon refused our key (do both sides share the same key file?)",
+                        channel.peer)
+    mac = reply.get("mac")
+    if not isinstance(mac, bytes) or not hmac.compare_digest(mac, _mac(key, b"server", nonce_c, nonce_s)):
+        raise AuthError("the daemon failed to prove it knows the key", channel.peer)

@@ -1,0 +1,114 @@
+"""The one error tree of netspec: every failure a user can meet is a NetspecError.
+
+Each error keeps its context (file and line, host, phase, component) as attributes and its
+message names that context, so the CLI can print a chain of causes that says who and where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class NetspecError(Exception):
+    """Base of every error netspec raises on purpose."""
+
+
+class ConfigError(NetspecError):
+    """An experiment file is invalid: names the file, the line and the key."""
+
+    def __init__(self, message: str, file: str = "", line: int | None = None, key: str = ""):
+        self.file, self.line, self.key, self.reason = file, line, key, message
+        where = file + (f":{line}" if line else "")
+        parts = [p for p in (where, key) if p]
+        super().__init__(": ".join([*parts, message]))
+
+
+class ProtocolError(NetspecError):
+    """A peer sent bytes that are not a valid frame or message."""
+
+    def __init__(self, message: str, peer: str = ""):
+        self.peer = peer
+        super().__init__(f"{peer}: {message}" if peer else message)
+
+
+class AuthError(ProtocolError):
+    """A peer failed the challenge-response handshake."""
+
+
+class ConnectionLost(NetspecError):
+    """A daemon or component connection closed while it was still needed."""
+
+    def __init__(self, host: str, phase: str = "", detail: str = ""):
+        self.host, self.phase = host, phase
+        where = f"phase '{phase}', host {host}" if phase else f"host {host}"
+        super().__init__(f"{where}: connection lost" + (f" ({detail})" if detail else ""))
+
+
+class RemoteError(NetspecError):
+    """A request failed on the daemon; carries the error map that crossed the wire."""
+
+    def __init__(self, host: str, error: Mapping[str, Any]):
+        self.host = host
+        self.error = dict(error)
+        self.remote_type = str(error.get("type", "Error"))
+        self.remote_traceback = str(error.get("traceback", ""))
+        super().__init__(f"host {host}: {self.remote_type}: {error.get('message', '')}")
+
+
+class DeadlineExceeded(NetspecError):
+    """A wait that had to finish did not finish before its deadline."""
+
+    def __init__(self, phase: str, waiting: Mapping[str, list[str]], seconds: float):
+        self.phase, self.waiting, self.seconds = phase, dict(waiting), seconds
+        who = "; ".join(f"host {h}: {', '.join(cs)}" for h, cs in sorted(waiting.items()))
+        super().__init__(f"phase '{phase}': deadline of {seconds:g} s passed, still waiting for {who}")
+
+
+class ComponentFailed(NetspecError):
+    """A component exited badly or acked a phase with an error; holds its whole result."""
+
+    def __init__(self, result: Any, phase: str = "", reason: str = ""):
+        self.result, self.phase, self.reason = result, phase, reason
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        r = self.result
+        head = f"phase '{self.phase}', host {r.host}: " if self.phase else f"host {r.host}: "
+        what = self.reason or r.describe_exit()
+        lines = [f"{head}component '{r.component}' {what}", f"  command: {r.command_line()}"]
+        tail = r.tail(10)
+        if tail:
+            lines.append("  last lines of output:")
+            lines.extend(f"  | {t}" for t in tail)
+        return "\n".join(lines)
+
+
+class StepFailed(NetspecError):
+    """A step failed on one or more hosts; `results` maps each host to its result or error."""
+
+    def __init__(self, phase: str, results: Mapping[str, Any]):
+        self.phase, self.results = phase, dict(results)
+        failed = sorted(h for h, r in self.results.items() if isinstance(r, BaseException))
+        super().__init__(f"phase '{phase}' failed on {', '.join(failed) or 'no host'}")
+
+    @property
+    def failed(self) -> dict[str, BaseException]:
+        return {h: r for h, r in self.results.items() if isinstance(r, BaseException)}
+
+    @property
+    def succeeded(self) -> dict[str, Any]:
+        return {h: r for h, r in self.results.items() if not isinstance(r, BaseException)}
+
+
+class Interrupted(NetspecError):
+    """The user interrupted the run (Ctrl-C or SIGTERM)."""
+
+
+class StreamError(NetspecError):
+    """A datastream file is damaged or of an unsupported version."""
+
+    def __init__(self, message: str, file: str = "", chunk: int | None = None):
+        self.file, self.chunk = file, chunk
+        where = file + (f" chunk {chunk}" if chunk is not None else "")
+        super().__init__(f"{where}: {message}" if where else message)

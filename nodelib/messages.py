@@ -1,0 +1,41 @@
+"""Message types of the control protocol and the shape errors take on the wire.
+
+Controller -> daemon requests carry an "id"; the daemon answers each with a "reply" or an
+"error" of the same id. Events ("output", "exit", "ack") flow daemon -> controller unasked.
+Daemon <-> component messages use the same framing over the inherited socketpair.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+# Version history:
+#   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
+PROTOCOL_VERSION = 1
+
+# The environment variable naming the socketpair fd a component talks to its daemon on.
+FD_ENV = "NETSPEC_FD"
+RUN_ENV = "NETSPEC_RUN"
+COMPONENT_ENV = "NETSPEC_COMPONENT"
+PARAMS_ENV = "NETSPEC_PARAMS"
+
+# Controller -> daemon requests.
+HELLO, SETUP, ENTER, RESET, FILES, READ, CLOCK, SHUTDOWN = (
+    "hello", "setup", "enter", "reset", "files", "read", "clock", "shutdown")
+# Daemon -> controller.
+REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
+# Component <-> daemon.
+REGISTER, WELCOME, STOP = "register", "welcome", "stop"
+
+ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
+
+
+def error_map(exc: BaseException, **context: Any) -> dict[str, Any]:
+    """An exception as a plain map that can cross the wire (never pickled)."""
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        **context,
+    }

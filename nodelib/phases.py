@@ -1,0 +1,134 @@
+"""The phase API for NETSPEC-aware applications (LibNETSPEC's role).
+
+An application registers one callback per phase, then hands control to `run()`, which
+talks to the local netspecd over the socketpair it inherited and calls each callback when
+the controller enters that phase. A callback's return or exception becomes the phase ack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import messages as m
+from .channel import BlockingChannel
+from .errors import NetspecError
+
+
+class PhaseWarning(Exception):
+    """Raise from a callback to ack its phase with a warning instead of an error."""
+
+
+@dataclass
+class PhaseContext:
+    """What a phase callback gets: its parameters and ways to report back."""
+
+    phase: str
+    component: str
+    run_id: str
+    params: dict[str, Any]
+    published: dict[str, dict[str, Any]]
+    workdir: Path
+    files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    publishes: dict[str, Any] = field(default_factory=dict)
+
+    def hand_back(self, path: str | os.PathLike[str]) -> None:
+        """Ask for a file to be collected into the run directory at collect."""
+        p = Path(path)
+        self.files.append(str(p if p.is_absolute() else self.workdir / p))
+
+    def warn(self, message: str) -> None:
+        """Ack this phase with a warning; the run goes on."""
+        self.warnings.append(message)
+
+    def publish(self, **values: Any) -> None:
+        """Make values visible to every component in later phases (e.g. a listening port)."""
+        self.publishes.update(values)
+
+    def lookup(self, component: str, key: str) -> Any:
+        """A value that `component` published in an earlier phase."""
+        try:
+            return self.published[component][key]
+        except KeyError:
+            raise NetspecError(f"component '{component}' has not published '{key}' "
+                               f"before phase '{self.phase}'") from None
+
+
+PhaseCallback = Callable[[PhaseContext], Any]
+
+
+class Application:
+    """A NETSPEC-aware program: phase callbacks plus the loop that runs them."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, PhaseCallback] = {}
+
+    def register(self, name: str, callback: PhaseCallback) -> None:
+        """Run `callback` when the controller enters phase `name`."""
+        if name in self.callbacks:
+            raise NetspecError(f"phase '{name}' is registered twice")
+        self.callbacks[name] = callback
+
+    def phase(self, name: str | None = None) -> Callable[[PhaseCallback], PhaseCallback]:
+        """Decorator form of `register`; the phase name defaults to the function's name."""
+        def decorate(callback: PhaseCallback) -> PhaseCallback:
+            self.register(name or callback.__name__, callback)
+            return callback
+        return decorate
+
+    def run(self) -> None:
+        """Hand control to netspec until the daemon says stop.
+
+        Raises:
+            NetspecError: the program was not started by netspecd.
+        """
+        fd = os.environ.get(m.FD_ENV)
+        if fd is None:
+            raise NetspecError(f"{m.FD_ENV} is not set: run this program from an experiment "
+                               "file with `ns_control run`")
+        channel = BlockingChannel(socket.socket(fileno=int(fd)))
+        try:
+            self._serve(channel)
+        finally:
+            channel.close()
+
+    def _serve(self, channel: BlockingChannel) -> None:
+        channel.send({"t": m.REGISTER, "phases": sorted(self.callbacks), "pid": os.getpid()})
+        welcome = channel.recv()
+        if welcome is None or welcome["t"] != m.WELCOME:
+            raise NetspecError("netspecd did not welcome this component")
+        component, run_id = welcome["component"], welcome["run"]
+        while (message := channel.recv()) is not None and message["t"] != m.STOP:
+            if message["t"] == m.ENTER:
+                ctx = PhaseContext(message["phase"], component, run_id, message.get("params", {}),
+                                   message.get("published", {}), Path.cwd())
+                channel.send({"t": m.ACK, "id": message["id"], **self._call(ctx)})
+
+    def _call(self, ctx: PhaseContext) -> dict[str, Any]:
+        started = time.time_ns()
+        status, text, tb = m.ACK_OK, "", ""
+        try:
+            value = self.callbacks[ctx.phase](ctx)
+            text = "" if value is None else str(value)
+        except PhaseWarning as exc:
+            status, text = m.ACK_WARNING, str(exc)
+        except Exception as exc:
+            err = m.error_map(exc)
+            status, text, tb = m.ACK_ERROR, f"{err['type']}: {err['message']}", err["traceback"]
+        if status == m.ACK_OK and ctx.warnings:
+            status = m.ACK_WARNING
+        text = "; ".join(t for t in [text, *ctx.warnings] if t)
+        return {"status": status, "message": text, "traceback": tb, "files": ctx.files,
+                "published": ctx.publishes, "started": started, "ended": time.time_ns()}
+
+
+def component_params() -> dict[str, Any]:
+    """The component's `params:` from the experiment file, for plain programs too."""
+    return json.loads(os.environ.get(m.PARAMS_ENV, "{}"))
