@@ -218,6 +218,7 @@ class Run:
         record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
                                   "hosts": {h: {"components": {}} for h in participants}}
         self.rundir.record["steps"].append(record)
+        self.rundir.save()
         self.progress(Progress("step", step.phase))
         if step.phase == "sync_clocks":
             await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(

@@ -111,6 +111,11 @@ def load_record(run_path: Path) -> dict[str, Any]:
 def find_run(runs_root: Path, ref: str) -> Path:
     """A run by path, by 'latest', or by (a unique suffix of) its id."""
     if ref == "latest":
+        if not (runs_root / "latest").exists():
+            runs = list_runs(runs_root)
+            if not runs:
+                raise NetspecError(f"no runs under {runs_root}")
+            return runs[-1][0]
         ref = str(runs_root / "latest")
     path = Path(ref)
     if (path / "run.json").is_file():

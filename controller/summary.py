@@ -74,9 +74,12 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
             for comp, ack in info.get("components", {}).items():
                 if ack.get("message"):
                     lines.append(f"  {'':<16} {host}/{comp}: {ack['message']}")
-    for host, info in record.get("hosts", {}).items():
+    reference = record.get("plan", {}).get("clock", {}).get("reference")
+    for host, info in sorted(record.get("hosts", {}).items()):
         clock = info.get("clock")
-        if clock:
+        if clock and host == reference:
+            lines.append(f"  clock {host}: reference")
+        elif clock:
             lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
                          f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['method']})")
     if record.get("components"):
@@ -88,7 +91,7 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
     if record.get("error"):
         lines.append(f"  stopped in phase '{record['error'].get('phase')}':")
         lines.extend(f"    {line}" for line in record["error"]["message"].splitlines())
-    return lines
+    return [line.rstrip() for line in lines]
 
 
 def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
@@ -98,5 +101,5 @@ def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     for _, r in runs:
         stopped = (r.get("error") or {}).get("phase", "")
         lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "
-                     f"{seconds(r.get('duration_s')):>8}  {stopped}")
+                     f"{seconds(r.get('duration_s')):>8}  {stopped}".rstrip())
     return lines

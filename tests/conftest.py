@@ -1,0 +1,62 @@
+"""Shared fixtures: an isolated NETSPEC_HOME, real daemons, experiment files, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from support import PROGRAMS
+
+from netspec.nodelib.auth import load_or_create_key
+
+
+@pytest.fixture(autouse=True)
+def netspec_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("NETSPEC_HOME", str(home))
+    monkeypatch.delenv("NETSPEC_KEY_FILE", raising=False)
+    return home
+
+
+@pytest.fixture
+def key(netspec_home: Path) -> bytes:
+    return load_or_create_key()
+
+
+class DaemonProcess:
+    def __init__(self, proc: subprocess.Popen[str], port: int):
+        self.proc, self.port = proc, port
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@pytest.fixture
+def daemon(key: bytes, tmp_path: Path) -> Iterator[DaemonProcess]:
+    """A real netspecd on a free loopback port."""
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.daemon.main", "--listen",
+                             "127.0.0.1:0", "--announce", "--root", str(tmp_path / "droot")],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    port = json.loads(proc.stdout.readline())["port"]
+    yield DaemonProcess(proc, port)
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Callable[[str], Path]:
+    """Write an experiment file; ACTOR in the text names the misbehaving test program."""
+    def write(text: str, name: str = "exp.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).replace("ACTOR", str(PROGRAMS / "actor.py")))
+        return path
+    return write
+
+

@@ -1,0 +1,67 @@
+"""The CLI's output as whole text blocks, against a stored run."""
+
+import shutil
+import textwrap
+
+from support import REPO, ns_control
+
+STORED = REPO / "tests" / "data" / "runs"
+RUN_ID = "20261121T181343Z-23d1a4"
+
+
+def test_show_summarises_a_stored_run(tmp_path):
+    shutil.copytree(STORED, tmp_path / "runs")
+    done = ns_control("show", "23d1a4", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == textwrap.dedent(f"""\
+        run {RUN_ID}  stimulus-response  ok  460 ms
+          dir: runs/stimulus-response/{RUN_ID}
+          step             status       time  hosts
+          launch           ok          81 ms  a ok 72 ms, b ok 80 ms
+          sync_clocks      ok          15 ms
+          start_logging    ok         609 us
+          listen           ok           2 ms  a ok 1 ms
+                           a/server: listening on 127.0.0.1:42483
+          run              ok         135 ms  b ok 134 ms
+                           b/client: 2000 round trips: median 65.2 us, p99 102.6 us
+          stop_logging     ok         883 us
+          collect          ok          37 ms  a ok 20 ms, b ok 31 ms
+                           a/server: answered 2000 stimuli
+          clock a: reference
+          clock b: offset +7.5 us ± 118.1 us (control-channel)
+          components:
+            a/server                 exit 0     246 ms
+            b/client                 exit 0     261 ms
+        """)
+
+
+def test_ls_lists_runs_with_their_status(tmp_path):
+    done = ns_control("ls", "--runs", str(STORED), cwd=tmp_path)
+    assert done.stdout == textwrap.dedent(f"""\
+        run                        experiment               status           time  stopped in
+        {RUN_ID}    stimulus-response        ok             460 ms
+        """)
+
+
+def test_check_describes_a_valid_file(tmp_path):
+    demo = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
+    done = ns_control("check", str(demo), cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout == textwrap.dedent(f"""\
+        {demo}: ok: experiment 'stimulus-response', 2 host(s), 2 component(s)
+          schedule: launch -> sync_clocks -> start_logging -> listen -> run -> stop_logging -> collect
+        """)
+
+
+def test_check_reports_a_typo_with_line_and_suggestion_and_exit_code_2(experiment, tmp_path):
+    path = experiment("experiment: x\ncomponents:\n  c: {comand: 'true'}\nschedule: [launch]\n")
+    done = ns_control("check", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {path}:3: components.c.comand: unknown key 'comand' "
+                           "(did you mean 'command'?)\n")
+
+
+def test_show_of_an_unknown_run_says_so(tmp_path):
+    done = ns_control("show", "nope", "--runs", str(STORED), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == f"error: no run 'nope' under {STORED}\n"

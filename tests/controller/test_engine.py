@@ -1,0 +1,199 @@
+"""End to end: the real CLI drives real daemons and real component processes."""
+
+import json
+import signal
+import subprocess
+import sys
+
+from support import REPO, latest_record, ns_control, run_processes, wait_for
+
+TWO_HOSTS = """\
+experiment: t
+hosts: {a: {}, b: {}}
+components:
+  one: {host: a, program: ACTOR, args: ["launch,prepare,work,collect"], params: PARAMS_ONE}
+  two: {host: b, program: ACTOR, args: ["launch,prepare,work,collect"], params: PARAMS_TWO}
+schedule:
+  - launch
+  - prepare
+  - {phase: work, deadline: DEADLINE}
+  - collect
+"""
+
+
+def two_hosts(experiment, one="{}", two="{}", deadline="30s"):
+    return experiment(TWO_HOSTS.replace("PARAMS_ONE", one).replace("PARAMS_TWO", two)
+                      .replace("DEADLINE", deadline))
+
+
+def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
+    demo = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
+    done = ns_control("run", str(demo), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "runs" / "latest"
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "ok"
+    assert [s["phase"] for s in record["steps"]] == [
+        "launch", "sync_clocks", "start_logging", "listen", "run", "stop_logging", "collect"]
+    assert all(s["status"] == "ok" for s in record["steps"])
+    rtts = (run / "hosts" / "b" / "client" / "files" / "rtt.csv").read_text().splitlines()
+    assert len(rtts) == 2001
+    assert "2000 round trips" in (run / "hosts" / "b" / "client" / "stdout").read_text()
+    assert json.loads((run / "hosts" / "a" / "server" / "exit.json").read_text())["returncode"] == 0
+    assert json.loads((run / "hosts" / "a" / "facts.json").read_text())["cpu_count"] > 0
+    assert (run / "experiment.yaml").read_text() == demo.read_text()
+    assert "b/client: 2000 round trips: median" in done.stdout
+    assert record["hosts"]["b"]["clock"]["bound_ns"] > 0
+    run_step = record["steps"][4]["hosts"]["b"]["components"]["client"]
+    assert run_step["entered_ns"] <= run_step["acked_ns"] <= run_step["received_ns"]
+    assert not run_processes(record["id"])
+
+
+def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(
+        experiment, tmp_path):
+    path = two_hosts(experiment, two="{fail_in: prepare, lines: 15}")
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "phase 'prepare', host b: component 'two' failed: RuntimeError: two fails in prepare" \
+        in done.stderr
+    assert "| two line 14" in done.stderr and "| stderr: two stderr in prepare" in done.stderr
+    assert "| two line 4" not in done.stderr  # only the last ten lines
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "failed" and record["error"]["phase"] == "prepare"
+    assert [s["phase"] for s in record["steps"]] == ["launch", "prepare"]
+    assert "RuntimeError" in record["steps"][1]["hosts"]["b"]["components"]["two"]["traceback"]
+    run = tmp_path / "runs" / "latest" / "hosts"
+    assert "two line 14" in (run / "b" / "two" / "stdout").read_text()
+    assert "one stderr in prepare" in (run / "a" / "one" / "stderr").read_text()
+    assert json.loads((run / "a" / "one" / "exit.json").read_text())["returncode"] < 0
+    assert not run_processes(record["id"])
+
+
+def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):
+    path = two_hosts(experiment, one="{hang_in: work}", deadline="1s")
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "phase 'work': deadline of 1 s passed, still waiting for host a: one" in done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["steps"][-1]["status"] == "failed"
+    assert record["steps"][-1]["hosts"]["b"]["components"]["two"]["status"] == "ok"
+    assert not run_processes(record["id"])
+
+
+def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, tmp_path):
+    path = two_hosts(experiment, one="{exit_in: prepare, exit_code: 7}")
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "component 'one'" in done.stderr and "exited 7" in done.stderr
+    assert latest_record(tmp_path / "runs")["components"]["a/one"]["returncode"] == 7
+
+
+def test_ctrl_c_stops_the_run_gathers_outputs_and_leaves_no_process(experiment, tmp_path):
+    path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def working():
+        latest = tmp_path / "runs" / "latest" / "run.json"
+        if latest.exists():
+            record = json.loads(latest.read_text())
+            return record["steps"] and record["steps"][-1]["phase"] == "work" and record
+        return None
+
+    record = wait_for(working, what="the run to reach phase 'work'")
+    wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted by the user in phase 'work'" in stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "interrupted"
+    assert (tmp_path / "runs" / "latest" / "hosts" / "a" / "one" / "stderr").exists()
+    assert not run_processes(record["id"])
+
+
+def test_plain_commands_start_and_stop_at_named_phases(experiment, tmp_path):
+    path = experiment("""\
+        experiment: plain
+        components:
+          actor: {program: ACTOR, args: ["work"]}
+          server: {command: "echo started; exec sleep 300", start: launch, stop: work}
+          oneshot: {command: [sh, -c, "echo params=$NETSPEC_PARAMS"], start: work, params: {n: 3}}
+        schedule: [launch, work, collect]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    comps = tmp_path / "runs" / "latest" / "hosts" / "local"
+    assert (comps / "server" / "stdout").read_text() == "started\n"
+    assert (comps / "oneshot" / "stdout").read_text() == 'params={"n": 3}\n'
+    record = latest_record(tmp_path / "runs")
+    assert record["components"]["local/server"]["returncode"] == -signal.SIGTERM
+    assert not run_processes(record["id"])
+
+
+def test_a_plain_command_that_fails_shows_its_output(experiment, tmp_path):
+    path = experiment("""\
+        experiment: plain
+        components:
+          bad: {command: "echo about to fail; echo oops >&2; exit 3", start: work}
+        schedule: [launch, work]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "component 'bad' failed: exited 3" in done.stderr
+    assert "| about to fail" in done.stderr and "| stderr: oops" in done.stderr
+
+
+def test_k_of_n_opens_the_barrier_when_enough_participants_acked(experiment, tmp_path):
+    path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{fail_in: work}")
+                      .replace("PARAMS_TWO", "{}")
+                      .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1}"))
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    step = latest_record(tmp_path / "runs")["steps"][2]
+    assert step["hosts"]["a"]["components"]["one"]["status"] == "error"
+
+
+def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
+    path = two_hosts(experiment, one="{publish_in: prepare, value: 42}",
+                     two="{echo_in: work, from: one}")
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "b/two: saw 42" in done.stdout
+    log = (tmp_path / "runs" / "latest" / "hosts" / "a" / "one" / "files" / "one.log").read_text()
+    assert "work [('publish_in', 'prepare'), ('value', 42)]" in log
+
+
+def test_a_warning_ack_lets_the_run_go_on(experiment, tmp_path):
+    done = ns_control("run", str(two_hosts(experiment, two="{warn_in: prepare}")), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "b WARN" in done.stdout and "something looks odd" in done.stdout
+
+
+def test_a_host_with_an_address_uses_the_daemon_already_running(daemon, experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: remote
+        hosts: {{there: {{address: "127.0.0.1:{daemon.port}"}}}}
+        components:
+          one: {{program: ACTOR, args: [work]}}
+        schedule: [launch, work, collect]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert daemon.alive
+    record = latest_record(tmp_path / "runs")
+    assert record["hosts"]["there"]["daemon_pid"] == daemon.proc.pid
+
+
+def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
+    path = experiment("""\
+        experiment: nowhere
+        hosts: {gone: {address: "127.0.0.1:1"}}
+        components:
+          one: {program: ACTOR, args: [work]}
+        schedule: [launch, work]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "host gone: connection lost (cannot connect to 127.0.0.1:1" in done.stderr
+    assert latest_record(tmp_path / "runs")["status"] == "failed"

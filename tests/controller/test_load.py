@@ -1,0 +1,95 @@
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from netspec.controller.load import load, parse_duration, schema
+from netspec.nodelib.errors import ConfigError
+
+REPO = Path(__file__).parents[2]
+
+GOOD = """\
+experiment: demo
+hosts:
+  a: {}
+  b: {address: "127.0.0.1:7420"}
+components:
+  server: {host: a, program: ACTOR, args: [launch]}
+  load: {host: b, command: [sleep, "5"], start: run, stop: collect}
+schedule:
+  - launch
+  - {phase: run, deadline: 500ms}
+"""
+
+
+def test_a_good_file_resolves_defaults_and_paths(experiment):
+    plan = load(experiment(GOOD))
+    assert [s.phase for s in plan.schedule] == ["launch", "run", "collect"]
+    assert plan.schedule[1].deadline_s == 0.5
+    assert plan.component("server").aware and Path(plan.component("server").program).is_absolute()
+    assert plan.component("load").command == ("sleep", "5")
+    assert plan.hosts[1].address == "127.0.0.1:7420"
+    assert len(plan.sha256) == 64
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (GOOD.replace("host: a,", "hots: a,"),
+     "exp.yaml:6: components.server.hots: unknown key 'hots' (did you mean 'host'?)"),
+    (GOOD.replace("schedule:", "schedul:"),
+     "exp.yaml:8: schedul: unknown key 'schedul' (did you mean 'schedule'?)"),
+    (GOOD.replace("{host: a,", "{host: c,"),
+     "exp.yaml:6: components.server.host: unknown host 'c'"),
+    (GOOD.replace("{host: a,", "{host: aa,"),
+     "exp.yaml:6: components.server.host: unknown host 'aa' (did you mean 'a'?)"),
+    (GOOD.replace("deadline: 500ms", "deadline: 5 minutes"),
+     "exp.yaml:10: schedule[1].deadline: '5 minutes' is not a valid duration"),
+    (GOOD.replace("deadline: 500ms", "deadline: -3"),
+     "exp.yaml:10: schedule[1].deadline: -3 is less than or equal to the minimum of 0"),
+    (GOOD + "  - {deadline: 5s}\n", "exp.yaml:11: schedule[2]: missing key 'phase'"),
+    (GOOD.replace("start: run", "start: rnu"),
+     "exp.yaml:7: components.load.start: start phase 'rnu' is not in the schedule (did you mean 'run'?)"),
+    (GOOD.replace("stop: collect", "stop: launch"),
+     "exp.yaml:7: components.load.stop: stop phase 'launch' does not come after start phase 'run'"),
+    (GOOD.replace("program: ACTOR", "program: nowhere.py"),
+     "exp.yaml:6: components.server.program: program 'nowhere.py' not found"),
+    (GOOD.replace("command: [sleep, \"5\"]", "program: ACTOR, command: [ls]"),
+     "exp.yaml:7: components.load: give exactly one of 'program' (NETSPEC-aware) or 'command'"),
+    (GOOD + "  - {phase: run, components: [sever]}\n",
+     "exp.yaml:11: schedule[2].components[0]: unknown component 'sever' (did you mean 'server'?)"),
+    (GOOD + "  - launch\n", "exp.yaml:11: schedule[2]: 'launch' must be the first step"),
+    (GOOD.replace("experiment: demo", "experiment: demo\nexperiment: again"),
+     "exp.yaml:2: experiment: key 'experiment' appears twice"),
+    (GOOD.replace("hosts:", "hosts: [oops"), "exp.yaml:3: not valid YAML: expected ',' or ']'"),
+    (GOOD.replace("experiment: demo\n", ""), "exp.yaml:1: missing key 'experiment'"),
+    (GOOD.replace("args: [launch]", "args: launch"),
+     "exp.yaml:6: components.server.args: expected array, got str 'launch'"),
+])
+def test_errors_name_the_file_line_and_key(experiment, tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text))
+    assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
+
+
+def test_a_single_host_is_implied_when_hosts_are_omitted(experiment):
+    plan = load(experiment("experiment: x\ncomponents:\n  c: {command: 'true'}\nschedule: [launch]\n"))
+    assert [h.name for h in plan.hosts] == ["local"]
+    assert plan.component("c").command == ("/bin/sh", "-c", "true")
+
+
+def test_durations_take_units():
+    assert [parse_duration(v) for v in (2, 1.5, "250ms", "3s", "2m", "1h")] == \
+        [2.0, 1.5, 0.25, 3.0, 120.0, 3600.0]
+
+
+def test_the_published_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(schema())
+    on_disk = json.loads((REPO / "controller" / "experiment.schema.json").read_text())
+    assert on_disk == schema()
+
+
+def test_every_shipped_experiment_is_valid():
+    files = sorted((REPO / "experiments").glob("*/*.yaml"))
+    assert files
+    for path in files:
+        load(path)

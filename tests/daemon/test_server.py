@@ -1,0 +1,100 @@
+"""netspecd as a real process: authentication, framing limits, error replies."""
+
+import asyncio
+import os
+import socket
+import struct
+
+import msgpack
+import pytest
+
+from netspec.controller.fleet import DaemonClient
+from netspec.nodelib.errors import AuthError, RemoteError
+from netspec.nodelib.wire import encode
+
+
+async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
+    client = await DaemonClient.connect("t", ("127.0.0.1", port), key,
+                                        events.append if events is not None else lambda h, e: None)
+    return client, asyncio.create_task(client.serve())
+
+
+async def _hello(port: int, key: bytes) -> dict:
+    client, serving = await _client(port, key)
+    try:
+        return await client.request("hello", asyncio.get_running_loop().time() + 10)
+    finally:
+        await client.close()
+        await serving
+
+
+def _raw(port: int, payload: bytes) -> bytes:
+    """Send raw bytes after reading the challenge; return all the daemon sends back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.recv(4096)
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+        return received
+
+
+def test_hello_reports_host_facts(daemon, key):
+    reply = asyncio.run(_hello(daemon.port, key))
+    assert reply["protocol"] == 1
+    assert reply["facts"]["kernel"] == os.uname().release
+    assert reply["facts"]["cpu_count"] == os.cpu_count()
+
+
+def test_a_client_with_the_wrong_key_is_refused_and_the_daemon_stays_up(daemon, key):
+    with pytest.raises(AuthError):
+        asyncio.run(_hello(daemon.port, os.urandom(32)))
+    assert daemon.alive
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+
+
+def test_a_command_without_authentication_is_refused(daemon, key):
+    answer = _raw(daemon.port, encode({"t": "hello", "id": 1}))
+    assert b"authentication failed" in answer
+    assert b"facts" not in answer
+    assert daemon.alive
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+
+
+@pytest.mark.parametrize("payload", [
+    struct.pack(">I", 1 << 30),                      # oversized before authentication
+    struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1",  # not msgpack
+    struct.pack(">I", 3) + msgpack.packb([1, 2]),    # msgpack, but not a message map
+    b"\x00\x00",                                     # a frame cut short
+])
+def test_malformed_and_oversized_frames_drop_the_connection_not_the_daemon(daemon, key, payload):
+    answer = _raw(daemon.port, payload)
+    assert b"facts" not in answer
+    assert daemon.alive
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+
+
+def test_an_oversized_frame_after_authentication_drops_only_that_connection(daemon, key):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        client.channel.writer.write(struct.pack(">I", 64 * 1024 * 1024) + b"x" * 1024)
+        await serving  # the daemon hangs up
+        return await _hello(daemon.port, key)
+    assert asyncio.run(scenario())["protocol"] == 1
+    assert daemon.alive
+
+
+def test_an_unknown_request_gets_an_error_reply_and_the_connection_lives_on(daemon, key):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        deadline = asyncio.get_running_loop().time() + 10
+        with pytest.raises(RemoteError, match="unknown request type 'frobnicate'"):
+            await client.request("frobnicate", deadline)
+        with pytest.raises(RemoteError, match="no run is set up"):
+            await client.request("files", deadline)
+        reply = await client.request("clock", deadline)
+        await client.close()
+        await serving
+        return reply
+    assert asyncio.run(scenario())["realtime_ns"] > 0

@@ -1,0 +1,47 @@
+import msgpack
+import pytest
+
+from netspec.nodelib.errors import ProtocolError
+from netspec.nodelib.wire import HEADER, MAX_FRAME, FrameDecoder, encode
+
+MESSAGES = [{"t": "hello", "id": 1}, {"t": "output", "data": b"\x00" * 300, "n": -5},
+            {"t": "x", "nested": {"a": [1, 2.5, "s", None, True]}}]
+
+
+def test_a_stream_split_at_every_byte_offset_decodes_the_same_messages():
+    stream = b"".join(encode(msg) for msg in MESSAGES)
+    for cut in range(len(stream) + 1):
+        decoder = FrameDecoder()
+        got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        assert got == MESSAGES, cut
+        assert decoder.pending == 0
+
+
+def test_a_stream_fed_one_byte_at_a_time_decodes():
+    decoder = FrameDecoder()
+    got = [msg for byte in b"".join(map(encode, MESSAGES)) for msg in decoder.feed(bytes([byte]))]
+    assert got == MESSAGES
+
+
+def test_an_oversized_frame_is_refused_from_its_header_alone():
+    decoder = FrameDecoder(max_frame=1000)
+    with pytest.raises(ProtocolError, match="1001 bytes exceeds the 1000-byte limit"):
+        decoder.feed(HEADER.pack(1001))
+
+
+def test_a_frame_at_the_limit_is_accepted():
+    body = msgpack.packb({"t": "x", "pad": b"a" * 100})
+    decoder = FrameDecoder(max_frame=len(body))
+    assert decoder.feed(HEADER.pack(len(body)) + body) == [{"t": "x", "pad": b"a" * 100}]
+
+
+@pytest.mark.parametrize("body", [b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"id": 1}),
+                                  msgpack.packb({"t": 5})])
+def test_a_body_that_is_not_a_message_map_is_a_protocol_error(body):
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(HEADER.pack(len(body)) + body)
+
+
+def test_encoding_a_message_over_the_limit_fails():
+    with pytest.raises(ProtocolError, match="exceeds"):
+        encode({"t": "x", "data": b"a" * (MAX_FRAME + 1)})

@@ -1,0 +1,48 @@
+"""A NETSPEC-aware test program that misbehaves on request, as babeltrace2's tests use
+deliberately failing components. Its params say what to do in which phase:
+
+    fail_in: PHASE     raise an exception in PHASE (after printing `lines` lines)
+    warn_in: PHASE     ack PHASE with a warning
+    hang_in: PHASE     never return from PHASE
+    exit_in: PHASE     exit the process with `exit_code` in PHASE
+    orphan: true       at launch, leave a grandchild in its own session (escapes the group)
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from netspec import nodelib
+
+
+def act(ctx: nodelib.PhaseContext) -> str:
+    p = ctx.params
+    with open(f"{ctx.component}.log", "a") as log:
+        log.write(f"{ctx.phase} {sorted(p.items())}\n")
+    if ctx.phase == "launch" and p.get("orphan"):
+        subprocess.Popen(["sleep", "300"], start_new_session=True)
+    if p.get("publish_in") == ctx.phase:
+        ctx.publish(value=p.get("value"))
+    if p.get("echo_in") == ctx.phase:
+        return f"saw {ctx.lookup(p['from'], 'value')}"
+    for i in range(int(p.get("lines", 0))):
+        print(f"{ctx.component} line {i}")
+    print(f"{ctx.component} stderr in {ctx.phase}", file=sys.stderr)
+    if p.get("fail_in") == ctx.phase:
+        raise RuntimeError(f"{ctx.component} fails in {ctx.phase} as asked")
+    if p.get("warn_in") == ctx.phase:
+        ctx.warn("something looks odd")
+    if p.get("exit_in") == ctx.phase:
+        sys.stdout.flush()
+        os._exit(int(p.get("exit_code", 3)))
+    if p.get("hang_in") == ctx.phase:
+        while True:
+            time.sleep(60)
+    ctx.hand_back(f"{ctx.component}.log")
+    return ""
+
+
+for phase in sys.argv[1].split(","):
+    nodelib.register(phase, act)
+nodelib.run()

@@ -1,0 +1,50 @@
+"""Helpers the tests share: waiting on conditions, the CLI, finding a run's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+REPO = Path(__file__).parent.parent
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
+    """Wait until `condition()` is truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+
+
+def ns_control(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes carrying the run's id in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if (proc.environ().get("NETSPEC_RUN") == run_id
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def latest_record(runs: Path) -> dict:
+    return json.loads((runs / "latest" / "run.json").read_text())
