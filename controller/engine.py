@@ -23,19 +23,21 @@ from netspec.nodelib.errors import (
     DeadlineExceeded,
     Interrupted,
     NetspecError,
+    RemoteError,
     StepFailed,
 )
 
 from . import clocks
 from .fetch import fetch_host
 from .fleet import DaemonClient, Host, make_host
-from .model import Plan, Step
+from .model import NODE_STEPS, Plan, Step
 from .results import ComponentResult
 from .rundir import RunDir
 
 CONNECT_DEADLINE_S = 30.0
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
+SAVE_INTERVAL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -61,23 +63,32 @@ class Barrier:
         self.expected = {(h, c) for h, cs in expected.items() for c in cs}
         self.need = step.need or len(self.expected)
         self.acks: dict[tuple[str, str], dict[str, Any]] = {}
+        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {h: [] for h in expected}
+        self.remaining = {h: len(cs) for h, cs in expected.items()}
+        self.good = self.bad = 0
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not self.expected:
             self.opened.set_result(None)
 
     def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
         """Record an ack; returns False if this error ack makes the step fail."""
+        if (host, component) not in self.expected or (host, component) in self.acks:
+            return True
         self.acks[(host, component)] = ack
-        bad = sum(a["status"] == m.ACK_ERROR for a in self.acks.values())
-        good = len(self.acks) - bad
-        if bad > len(self.expected) - self.need:
+        self.by_host[host].append((component, ack))
+        self.remaining[host] -= 1
+        if ack["status"] == m.ACK_ERROR:
+            self.bad += 1
+        else:
+            self.good += 1
+        if self.bad > len(self.expected) - self.need:
             return False
-        if good >= self.need and not self.opened.done():
+        if self.good >= self.need and not self.opened.done():
             self.opened.set_result(None)
         return True
 
     def host_done(self, host: str) -> bool:
-        return all((h, c) in self.acks for h, c in self.expected if h == host)
+        return self.remaining.get(host) == 0
 
     def waiting(self) -> dict[str, list[str]]:
         late: dict[str, list[str]] = {}
@@ -93,6 +104,7 @@ class Run:
         self.plan, self.rundir, self.key, self.progress = plan, rundir, key, progress
         self.hosts: dict[str, Host] = {h.name: make_host(h) for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
+        self.components = {c.name: c for c in plan.components}
         self.results = {c.name: ComponentResult(c.host, c.name, [c.command_line()])
                         for c in plan.components}
         self.registered: dict[str, list[str]] = {}
@@ -100,8 +112,28 @@ class Run:
         self.barrier: Barrier | None = None
         self.phase = "connect"
         self.collected = False
+        self._saved_at = self._save_cost = 0.0
+        self._save_timer: asyncio.TimerHandle | None = None
         self.failure: asyncio.Future[None]
         self.tg: asyncio.TaskGroup
+
+    def _save(self) -> None:
+        """Save run.json now, or soon if it was saved moments ago: a schedule of many short
+        steps must not rewrite a growing file twice per step. The interval grows with the
+        cost of a save so that saving takes at most a tenth of the controller's time."""
+        if self._save_timer is not None:
+            return
+        wait = self._saved_at + max(SAVE_INTERVAL_S, 10 * self._save_cost) - time.monotonic()
+        if wait <= 0:
+            self._flush()
+        else:
+            self._save_timer = asyncio.get_running_loop().call_later(wait, self._flush)
+
+    def _flush(self) -> None:
+        self._save_timer = None
+        self._saved_at = time.monotonic()
+        self.rundir.save()
+        self._save_cost = time.monotonic() - self._saved_at
 
     def interrupt(self) -> None:
         self._fail(Interrupted(f"interrupted by the user in phase '{self.phase}'"))
@@ -205,8 +237,11 @@ class Run:
             raise StepFailed(step.phase, {h: NetspecError(
                 f"no component registered phase '{step.phase}'") for h in self.hosts})
         by_host: dict[str, list[str]] = {}
+        if step.phase in NODE_STEPS and step.components is None:
+            # Every daemon takes part in node-wide steps: its node services act on them.
+            by_host = {h: [m.NODE] for h in self.hosts}
         for name in chosen:
-            by_host.setdefault(self.plan.component(name).host, []).append(name)
+            by_host.setdefault(self.components[name].host, []).append(name)
         return by_host
 
     async def _step(self, index: int, step: Step) -> None:
@@ -218,20 +253,19 @@ class Run:
         record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
                                   "hosts": {h: {"components": {}} for h in participants}}
         self.rundir.record["steps"].append(record)
-        self.rundir.save()
+        self._save()
         self.progress(Progress("step", step.phase))
         if step.phase == "sync_clocks":
             await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(
                 step.phase, {h: ["clock bound"] for h in self.hosts}, step.deadline_s))
         barrier = self.barrier = Barrier(index, step, participants)
         for host, names in participants.items():
+            components = [{"name": n, "params": {**self.components[n].params, **step.params}
+                           if n != m.NODE else step.params} for n in names]
             record["hosts"][host]["sent_ns"] = time.time_ns()
-            components = [{"name": n, "params": {**self.plan.component(n).params, **step.params}}
-                          for n in names]
-            await self._guard(
-                self.clients[host].request(m.ENTER, deadline, phase=step.phase, step=index,
-                                           components=components, published=self.published),
-                deadline, lambda: DeadlineExceeded(step.phase, participants, step.deadline_s))
+            # One-way: the acks that follow are the answer, one frame per component.
+            self.clients[host].notify(m.ENTER, phase=step.phase, step=index,
+                                      components=components, published=self.published)
         try:
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
@@ -244,7 +278,7 @@ class Run:
         finally:
             record["left_ns"] = time.time_ns()
             record["duration_s"] = (record["left_ns"] - started) / 1e9
-            self.rundir.save()
+            self._save()
         record["status"] = "ok"
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
 
@@ -294,6 +328,8 @@ class Run:
                 "argv": event["argv"], "ended_ns": event["ended_ns"]}
             if event["failed"]:
                 self._fail(ComponentFailed(result, self.phase))
+        elif kind == m.ERROR:
+            self._fail(RemoteError(host, event.get("error", {})))
         elif kind == "lost":
             self._fail(ConnectionLost(host, self.phase, str(event["error"])))
 
@@ -312,16 +348,19 @@ class Run:
         if barrier is None or barrier.index != ack["step"]:
             return
         if not barrier.add(host, name, ack):
-            self._fail(ComponentFailed(self.results[name], barrier.step.phase,
-                                       f"failed: {ack.get('message') or 'error'}"))
+            reason = f"failed: {ack.get('message') or 'error'}"
+            self._fail(RemoteError(host, {"type": "NodeError", "message": reason})
+                       if name == m.NODE else
+                       ComponentFailed(self.results[name], barrier.step.phase, reason))
         if barrier.host_done(host):
-            statuses = {a["status"] for (h, _), a in barrier.acks.items() if h == host}
+            acks = barrier.by_host[host]
+            statuses = {a["status"] for _, a in acks}
             worst = next(s for s in (m.ACK_ERROR, m.ACK_WARNING, m.ACK_OK) if s in statuses)
             sent = step["hosts"][host].get("sent_ns", step["entered_ns"])
             step["hosts"][host]["done_ns"] = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
-                                   "; ".join(f"{c}: {a['message']}" for (h, c), a in
-                                             barrier.acks.items() if h == host and a.get("message"))))
+                                   "; ".join(f"{c}: {a['message']}" for c, a in acks
+                                             if a.get("message"))))
 
     # -- the end ------------------------------------------------------------------------
 
@@ -348,6 +387,8 @@ class Run:
         await asyncio.gather(*(h.stop() for h in self.hosts.values()), return_exceptions=True)
         if self.failure.done():
             self.failure.exception()
+        if self._save_timer is not None:
+            self._save_timer.cancel()
         status = ("ok" if error is None else
                   "interrupted" if isinstance(error, Interrupted) else "failed")
         self.rundir.finish(status, None if error is None else {

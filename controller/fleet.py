@@ -111,6 +111,10 @@ class DaemonClient:
             raise RemoteError(self.host, reply.get("error", {}))
         return reply
 
+    def notify(self, kind: str, **fields: Any) -> None:
+        """Send a one-way command; the daemon answers with events, or an error event."""
+        self.channel.send({"t": kind, **fields})
+
     async def close(self) -> None:
         self.closing = True
         await self.channel.close()
@@ -162,7 +166,8 @@ class LocalHost(Host):
                 line = await self.proc.stdout.readline()  # type: ignore[union-attr]
         except TimeoutError:
             await self.stop()
-            raise ConnectionLost(self.name, detail=f"netspecd did not start within {DAEMON_START_S:g} s") from None
+            raise ConnectionLost(self.name, detail=f"netspecd did not start within "
+                                 f"{DAEMON_START_S:g} s") from None
         if not line:
             await self.proc.wait()
             raise ConnectionLost(self.name, detail=f"netspecd exited {self.proc.returncode} at start; "

@@ -21,8 +21,9 @@ from typing import Any
 import jsonschema
 import yaml
 from netspec.nodelib.errors import ConfigError
+from netspec.nodelib.messages import NODE
 
-from .model import BUILTIN_STEPS, DEFAULT_DEADLINE_S, ClockService, Component, Host, Plan, Step
+from .model import DEFAULT_DEADLINE_S, ClockService, Component, Host, Plan, Step
 
 Path_ = tuple[str | int, ...]
 DEFAULT_HOST = "local"
@@ -103,7 +104,8 @@ def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
         src.error(f"expected {wanted}, got {type(error.instance).__name__} "
                   f"{error.instance!r}", path)
     if error.validator == "pattern":
-        src.error(f"{error.instance!r} is not a valid {'duration' if 'ms|s' in error.validator_value else 'name'}"
+        what = "duration" if "ms|s" in error.validator_value else "name"
+        src.error(f"{error.instance!r} is not a valid {what}"
                   f" (expected {error.schema.get('description') or error.validator_value})", path)
     src.error(error.message, path)
 
@@ -157,6 +159,8 @@ def _hosts(data: dict[str, Any]) -> dict[str, Host]:
 def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, Host],
                base: Path) -> Component:
     where: Path_ = ("components", name)
+    if name == NODE:
+        src.error(f"'{NODE}' is the daemon's own name in node-wide steps; choose another", where)
     host = spec.get("host")
     if host is None:
         if len(hosts) > 1:
@@ -252,5 +256,3 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
                   ("services", "clksync", "reference"))
     return ClockService(reference, spec.get("until_bound_us"), spec.get("probes", 50))
 
-
-__all__ = ["BUILTIN_STEPS", "load", "parse", "parse_duration", "schema"]

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
+# Built-in steps in which every host's daemon is a participant besides the components.
+NODE_STEPS = ("sync_clocks", "start_logging", "stop_logging")
 DEFAULT_DEADLINE_S = 60.0
 
 

@@ -67,8 +67,10 @@ class RunDir:
         return path
 
     def write_json(self, path: Path, data: Any) -> None:
+        # No indent: json's C encoder only serves compact output, and run.json of a long
+        # run over many hosts is megabytes (`ns_control show` or jq are for reading it).
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        tmp.write_text(json.dumps(data, default=str) + "\n")
         os.replace(tmp, path)
 
     def save(self) -> None:

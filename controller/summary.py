@@ -56,7 +56,8 @@ def _step_hosts(step: dict[str, Any]) -> str:
             if c["status"] == "error" or (c["status"] == "warning" and worst == "ok"):
                 worst = c["status"]
         if "done_ns" in info and "sent_ns" in info:
-            parts.append(f"{host} {MARK.get(worst, worst)} {seconds((info['done_ns'] - info['sent_ns']) / 1e9)}")
+            took = seconds((info["done_ns"] - info["sent_ns"]) / 1e9)
+            parts.append(f"{host} {MARK.get(worst, worst)} {took}")
         elif comps or "sent_ns" in info:
             parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
     return ", ".join(parts)

@@ -47,7 +47,8 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Start the phase in each named component; each ack follows as its own event."""
     sup = _supervisor(session)
-    unknown = [c["name"] for c in request["components"] if c["name"] not in sup.components]
+    unknown = [c["name"] for c in request["components"]
+               if c["name"] not in sup.components and c["name"] != m.NODE]
     if unknown:
         raise NetspecError(f"unknown components {unknown}")
     for comp in request["components"]:
@@ -59,7 +60,10 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                      comp: dict[str, Any]) -> None:
     entered = time.time_ns()
     try:
-        ack = await sup.enter(comp["name"], request["phase"], comp.get("params", {}),
+        if comp["name"] == m.NODE:
+            ack = await node_phase(session, request["phase"])
+        else:
+            ack = await sup.enter(comp["name"], request["phase"], comp.get("params", {}),
                               request.get("published", {}))
     except Exception as exc:
         err = m.error_map(exc)
@@ -67,6 +71,12 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                "traceback": err["traceback"]}
     session.emit({**ack, "t": m.ACK, "step": request["step"], "component": comp["name"],
                   "entered": entered, "acked": time.time_ns()})
+
+
+async def node_phase(session: Session, phase: str) -> dict[str, Any]:
+    """The daemon's own part in a node-wide step: it has reached the barrier. Node
+    services (samplers, clock probes, stream logging) start and stop here."""
+    return {"status": m.ACK_OK}
 
 
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:

@@ -72,9 +72,12 @@ class Session:
             raise
         except Exception as exc:
             log.debug("request %s failed", request["t"], exc_info=True)
-            self.emit({"t": m.ERROR, "id": rid, "error": m.error_map(exc)})
+            # Without an id (a one-way command) the error is an event of its own.
+            error = {"t": m.ERROR, "error": m.error_map(exc)}
+            self.emit(error if rid is None else {**error, "id": rid})
         else:
-            self.emit({"t": m.REPLY, "id": rid, **reply})
+            if rid is not None:
+                self.emit({"t": m.REPLY, "id": rid, **reply})
 
 
 class Daemon:

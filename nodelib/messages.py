@@ -1,7 +1,8 @@
 """Message types of the control protocol and the shape errors take on the wire.
 
 Controller -> daemon requests carry an "id"; the daemon answers each with a "reply" or an
-"error" of the same id. Events ("output", "exit", "ack") flow daemon -> controller unasked.
+"error" of the same id. "enter" is one-way (no id): its answer is one "ack" per component,
+or an "error" event. Events ("output", "exit", "ack") flow daemon -> controller unasked.
 Daemon <-> component messages use the same framing over the inherited socketpair.
 """
 
@@ -29,6 +30,9 @@ REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
 REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 
 ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
+
+# The participant name of a daemon itself in node-wide steps; no component may take it.
+NODE = "netspecd"
 
 
 def error_map(exc: BaseException, **context: Any) -> dict[str, Any]:

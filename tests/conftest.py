@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import PROGRAMS
-
 from netspec.nodelib.auth import load_or_create_key
+from support import PROGRAMS
 
 
 @pytest.fixture(autouse=True)

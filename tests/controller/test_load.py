@@ -3,7 +3,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from netspec.controller.load import load, parse_duration, schema
 from netspec.nodelib.errors import ConfigError
 

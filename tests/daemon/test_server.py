@@ -7,7 +7,6 @@ import struct
 
 import msgpack
 import pytest
-
 from netspec.controller.fleet import DaemonClient
 from netspec.nodelib.errors import AuthError, RemoteError
 from netspec.nodelib.wire import encode

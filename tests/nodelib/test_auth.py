@@ -3,7 +3,6 @@ import os
 import stat
 
 import pytest
-
 from netspec.nodelib.auth import client_handshake, load_or_create_key, server_handshake
 from netspec.nodelib.channel import Channel
 from netspec.nodelib.errors import AuthError, ConfigError

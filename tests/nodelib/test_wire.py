@@ -1,6 +1,5 @@
 import msgpack
 import pytest
-
 from netspec.nodelib.errors import ProtocolError
 from netspec.nodelib.wire import HEADER, MAX_FRAME, FrameDecoder, encode
 

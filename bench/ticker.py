@@ -1,0 +1,6 @@
+"""The smallest NETSPEC-aware component: acks phase `tick` at once."""
+
+from netspec import nodelib
+
+nodelib.register("tick", lambda ctx: None)
+nodelib.run()
