@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(_run(run))
     except NetspecError as exc:
         if not args.quiet:
-            print()
+            print(flush=True)  # end the progress line before the error goes to stderr
         _print_lines(summary.error_lines(exc), sys.stderr)
         print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
         return EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED

@@ -105,7 +105,7 @@ class Run:
         self.hosts: dict[str, Host] = {h.name: make_host(h) for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.components = {c.name: c for c in plan.components}
-        self.results = {c.name: ComponentResult(c.host, c.name, [c.command_line()])
+        self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
         self.registered: dict[str, list[str]] = {}
         self.published: dict[str, dict[str, Any]] = {}
@@ -272,6 +272,9 @@ class Run:
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
+        except (ComponentFailed, RemoteError, ConnectionLost) as exc:
+            record["status"] = "failed"
+            raise StepFailed(step.phase, self._outcome(barrier, exc)) from exc
         except NetspecError:
             record["status"] = "failed"
             raise
@@ -281,6 +284,18 @@ class Run:
             self._save()
         record["status"] = "ok"
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
+
+    def _outcome(self, barrier: Barrier, first: NetspecError) -> dict[str, Any]:
+        """Each host's acks if it finished the step, or why it failed; `first` stopped it."""
+        outcome: dict[str, Any] = {h: [a for _, a in acks] for h, acks in barrier.by_host.items()
+                                   if barrier.host_done(h)}
+        for (host, name), ack in barrier.acks.items():
+            if ack["status"] == m.ACK_ERROR and name != m.NODE:
+                outcome[host] = ComponentFailed(self.results[name], barrier.step.phase,
+                                                f"failed: {ack.get('message') or 'error'}")
+        where = first.result.host if isinstance(first, ComponentFailed) else first.host
+        outcome[where] = first
+        return outcome
 
     async def _sync_clocks(self, step: Step, deadline: float) -> None:
         """Measure every host's clock against the reference until all are within bound."""
@@ -392,7 +407,9 @@ class Run:
         status = ("ok" if error is None else
                   "interrupted" if isinstance(error, Interrupted) else "failed")
         self.rundir.finish(status, None if error is None else {
-            "type": type(error).__name__, "message": str(error), "phase": self.phase})
+            "type": type(error).__name__, "message": str(error), "phase": self.phase,
+            "causes": [str(c) for c in error.failed.values()] if isinstance(error, StepFailed)
+            else []})
 
     async def _best_effort_collect(self, deadline: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,9 @@ class Component:
     def aware(self) -> bool:
         return self.program is not None
 
-    def command_line(self) -> str:
-        if self.program is not None:
-            return shlex.join([self.program, *self.args])
-        return shlex.join(self.command)
+    @property
+    def argv(self) -> list[str]:
+        return [self.program, *self.args] if self.program is not None else list(self.command)
 
     def wire(self) -> dict[str, Any]:
         """The component as the daemon's `setup` request takes it."""

@@ -37,13 +37,15 @@ def error_lines(exc: BaseException) -> list[str]:
     """The chain of causes, outermost first, root cause last."""
     lines = [f"error: {exc}"]
     if isinstance(exc, StepFailed):
-        for host, cause in sorted(exc.failed.items()):
-            lines.extend(f"  caused by (host {host}): {line}" if i == 0 else f"  {line}"
-                         for i, line in enumerate(str(cause).splitlines()))
-    cause = exc.__cause__
-    while cause is not None:
-        lines.append(f"  caused by: {cause}")
-        cause = cause.__cause__
+        causes = [cause for _, cause in sorted(exc.failed.items())]
+    else:
+        causes, cause = [], exc.__cause__
+        while cause is not None:
+            causes.append(cause)
+            cause = cause.__cause__
+    for cause in causes:
+        lines.extend(f"  caused by: {line}" if i == 0 else f"  {line}"
+                     for i, line in enumerate(str(cause).splitlines()))
     return lines
 
 
@@ -90,8 +92,10 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
             how = f"exit {code}" if code >= 0 else f"signal {-code}"
             lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
     if record.get("error"):
-        lines.append(f"  stopped in phase '{record['error'].get('phase')}':")
-        lines.extend(f"    {line}" for line in record["error"]["message"].splitlines())
+        error = record["error"]
+        lines.append(f"  stopped in phase '{error.get('phase')}':")
+        for text in [error["message"], *error.get("causes", [])]:
+            lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
 
 
