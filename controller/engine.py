@@ -399,7 +399,8 @@ class Run:
         await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=True), 20)
         for client in self.clients.values():
             await client.close()
-        await asyncio.gather(*(h.stop() for h in self.hosts.values()), return_exceptions=True)
+        await asyncio.gather(*(h.stop(self.rundir.id) for h in self.hosts.values()),
+                             return_exceptions=True)
         if self.failure.done():
             self.failure.exception()
         if self._save_timer is not None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from netspec.daemon.supervisor import kill_run_processes
 from netspec.nodelib import messages as m
 from netspec.nodelib.auth import client_handshake, netspec_home
 from netspec.nodelib.channel import Channel
@@ -46,6 +47,7 @@ class DaemonClient:
         self.host, self.channel, self.on_event = host, channel, on_event
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.closing = False
+        self.lost: NetspecError | None = None
         self._next_id = 0
 
     @classmethod
@@ -73,6 +75,7 @@ class DaemonClient:
                     self.on_event(self.host, message)
         except (ProtocolError, ConnectionError) as exc:
             lost = ConnectionLost(self.host, detail=str(exc))
+        self.lost = lost
         for waiter in self.pending.values():
             if not waiter.done():
                 waiter.set_exception(lost)
@@ -91,6 +94,8 @@ class DaemonClient:
             DeadlineExceeded: no answer before the deadline.
             ConnectionLost: the connection ended first.
         """
+        if self.lost is not None:
+            raise self.lost
         loop = asyncio.get_running_loop()
         self._next_id += 1
         rid = self._next_id
@@ -130,7 +135,7 @@ class Host:
     async def start(self, log_dir: Path) -> tuple[str, int]:
         raise NotImplementedError
 
-    async def stop(self) -> None:
+    async def stop(self, run_id: str = "") -> None:
         """End what `start` began; safe to call more than once."""
 
 
@@ -174,17 +179,22 @@ class LocalHost(Host):
                                  f"see {log_dir / 'netspecd.log'}")
         return "127.0.0.1", json.loads(line)["port"]
 
-    async def stop(self) -> None:
-        if self.proc is None or self.proc.returncode is not None:
+    async def stop(self, run_id: str = "") -> None:
+        if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(15):
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(15):
+                    await self.proc.wait()
+            except TimeoutError:
+                self.proc.kill()
                 await self.proc.wait()
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
+        if run_id:
+            # A daemon that died hard (SIGKILL, OOM) could not reset its run; this
+            # machine is its host, so what it left behind is ours to end.
+            kill_run_processes(run_id, [], signal.SIGKILL)
         _remove_empty_dirs(self.root)
 
 

@@ -161,10 +161,11 @@ class ComponentProcess:
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
                 "expected": self.stopping, "ended_ns": time.time_ns()}
         (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
-        why = f"{describe_returncode(code)}"
+        why = describe_returncode(code)
         for waiter in [self.registered, *self.pending.values()]:
             if not waiter.done():
                 waiter.set_exception(ComponentExited(why))
+                waiter.exception()  # whoever awaits it later still gets it; nobody may
         self.pending.clear()
         self.exited.set_result(info)
         if self.channel:
@@ -309,21 +310,30 @@ class Supervisor:
 
         Returns the number of processes that had to be signalled.
         """
+        victims = run_processes(self.run_id, self.pids())
         for comp in self.components.values():
             comp.stopping = True
             comp.signal_group(signal.SIGTERM)
-        killed = kill_run_processes(self.run_id, self.pids(), signal.SIGTERM)
+        kill_run_processes(self.run_id, self.pids(), signal.SIGTERM)
+        if not await self._all_gone(KILL_GRACE_S):
+            kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
+            await self._all_gone(KILL_GRACE_S)
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
-            _, still = await asyncio.wait(waits, timeout=KILL_GRACE_S)
-            if still or run_processes(self.run_id):
-                kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
-                await asyncio.wait(waits, timeout=KILL_GRACE_S)
-        elif killed:
-            kill_run_processes(self.run_id, [], signal.SIGKILL)
+            await asyncio.wait(waits, timeout=KILL_GRACE_S)
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
-        return killed
+        return len(victims)
+
+    async def _all_gone(self, timeout: float) -> bool:
+        """Wait until no process of the run is alive. Orphans are not our children and
+        cannot be waited for, so /proc is checked, briefly and under a bound."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while run_processes(self.run_id, self.pids()):
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     def collectable(self) -> list[dict[str, Any]]:
         """Every file the controller should gather: outputs, exit status, handed-back files."""

@@ -1,6 +1,7 @@
 """End to end: the real CLI drives real daemons and real component processes."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -197,3 +198,26 @@ def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
     assert done.returncode == 1
     assert "host gone: connection lost (cannot connect to 127.0.0.1:1" in done.stderr
     assert latest_record(tmp_path / "runs")["status"] == "failed"
+
+
+def test_a_daemon_killed_mid_run_fails_the_run_naming_its_host(experiment, tmp_path):
+    path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def daemon_of_a():
+        latest = tmp_path / "runs" / "latest" / "run.json"
+        record = json.loads(latest.read_text()) if latest.exists() else {}
+        working = record.get("steps") and record["steps"][-1]["phase"] == "work"
+        return working and record
+    record = wait_for(daemon_of_a, what="the run to reach phase 'work'")
+    wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
+    os.kill(record["hosts"]["a"]["daemon_pid"], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "phase 'work', host a: connection lost" in stderr
+    assert latest_record(tmp_path / "runs")["status"] == "failed"
+    hosts = tmp_path / "runs" / "latest" / "hosts"
+    assert "one stderr in prepare" in (hosts / "a" / "one" / "stderr").read_text()
+    assert (hosts / "b" / "two" / "exit.json").exists()
+    assert not run_processes(record["id"])

@@ -1,0 +1,111 @@
+"""The supervisor through a real daemon: spawn, exit reports, reset without orphans."""
+
+import asyncio
+from pathlib import Path
+
+from netspec.controller.fleet import DaemonClient
+from support import PROGRAMS, run_processes, wait_for
+
+
+class Session:
+    """A controller's view of one daemon: requests plus every event that arrived."""
+
+    def __init__(self, port: int, key: bytes):
+        self.port, self.key = port, key
+        self.events: list[dict] = []
+        self.arrived = asyncio.Event()
+
+    def on_event(self, host: str, event: dict) -> None:
+        self.events.append(event)
+        self.arrived.set()
+
+    async def __aenter__(self):
+        self.client = await DaemonClient.connect("t", ("127.0.0.1", self.port), self.key,
+                                                 self.on_event)
+        self.serving = asyncio.create_task(self.client.serve())
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.client.close()
+        await self.serving
+
+    async def request(self, kind: str, **fields):
+        return await self.client.request(kind, asyncio.get_running_loop().time() + 20, **fields)
+
+    async def event(self, kind: str, component: str) -> dict:
+        async with asyncio.timeout(20):
+            while True:
+                for e in self.events:
+                    if e["t"] == kind and e.get("component") == component:
+                        return e
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+ACTOR = {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}
+
+
+def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, key, tmp_path):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            setup = await s.request("setup", run="run-reset", components=[
+                ACTOR, {"name": "sleeper", "argv": ["sleep", "300"], "start": "launch",
+                        "stop": "work"}])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "actor", "params": {"orphan": True}},
+                                        {"name": "sleeper"}])
+            assert (await s.event("ack", "actor"))["status"] == "ok"
+            assert (await s.event("ack", "sleeper"))["status"] == "ok"
+            assert len(run_processes("run-reset")) == 3  # actor, its orphan, sleeper
+            killed = (await s.request("reset", clean=True))["killed"]
+            return killed, setup["root"]
+    killed, root = asyncio.run(scenario())
+    assert killed == 3
+    assert run_processes("run-reset") == []
+    assert not Path(root).exists()
+    assert daemon.alive
+
+
+def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run="run-exit", components=[
+                {"name": "crash", "argv": ["sh", "-c", "echo last words; exit 5"],
+                 "start": "launch", "stop": "work"}])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "crash"}])
+            exit_event = await s.event("exit", "crash")
+            output = b"".join(e["data"] for e in s.events if e["t"] == "output")
+            files = (await s.request("files"))["files"]
+            return exit_event, output, files
+    exit_event, output, files = asyncio.run(scenario())
+    assert exit_event["returncode"] == 5 and exit_event["failed"]
+    assert output == b"last words\n"
+    assert {f["name"] for f in files} == {"stdout", "stderr", "exit.json"}
+
+
+def test_a_program_that_cannot_start_acks_an_error(daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run="run-missing", components=[
+                {"name": "ghost", "argv": ["/nonexistent/program"]}])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "ghost"}])
+            return await s.event("ack", "ghost")
+    ack = asyncio.run(scenario())
+    assert ack["status"] == "error"
+    assert "cannot start '/nonexistent/program': No such file or directory" in ack["message"]
+
+
+def test_a_dropped_controller_connection_kills_the_run(daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run="run-drop", components=[
+                {"name": "sleeper", "argv": ["sleep", "300"], "stop": "work"}])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "sleeper"}])
+            await s.event("ack", "sleeper")
+            assert len(run_processes("run-drop")) == 1
+    asyncio.run(scenario())
+    wait_for(lambda: not run_processes("run-drop"), what="the daemon to kill the run")
+    assert daemon.alive

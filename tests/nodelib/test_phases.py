@@ -1,0 +1,94 @@
+"""The application API, driven over a real socketpair as netspecd drives it."""
+
+import os
+import socket
+import threading
+
+import pytest
+from netspec import nodelib
+from netspec.nodelib.channel import BlockingChannel
+from netspec.nodelib.errors import NetspecError
+from netspec.nodelib.phases import Application
+
+
+def test_the_public_surface_is_pinned():
+    assert sorted(nodelib.__all__) == ["Application", "PhaseContext", "PhaseWarning",
+                                       "component_params", "phase", "register", "run"]
+
+
+def test_a_phase_name_can_be_registered_only_once():
+    app = Application()
+    app.register("run", lambda ctx: None)
+    with pytest.raises(NetspecError, match="registered twice"):
+        app.register("run", lambda ctx: None)
+
+
+def test_run_outside_netspecd_says_how_to_start_it(monkeypatch):
+    monkeypatch.delenv("NETSPEC_FD", raising=False)
+    with pytest.raises(NetspecError, match="ns_control run"):
+        Application().run()
+
+
+def _drive(app: Application, monkeypatch, phases: list[tuple[str, dict]]) -> tuple[list, list]:
+    """Play the daemon: register, welcome, enter each phase, collect acks, stop."""
+    ours, theirs = socket.socketpair()
+    monkeypatch.setenv("NETSPEC_FD", str(theirs.fileno()))
+    runner = threading.Thread(target=app.run)
+    runner.start()
+    daemon = BlockingChannel(ours)
+    register = daemon.recv()
+    daemon.send({"t": "welcome", "component": "c", "run": "r"})
+    acks = []
+    for i, (phase, params) in enumerate(phases):
+        daemon.send({"t": "enter", "id": i, "phase": phase, "params": params,
+                     "published": {"other": {"port": 7}}})
+        acks.append(daemon.recv())
+    daemon.send({"t": "stop"})
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    with pytest.raises(OSError):
+        os.fstat(theirs.fileno())  # run() closed its end
+    return register, acks
+
+
+def test_callbacks_become_acks(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    app = Application()
+
+    @app.phase()
+    def listen(ctx):
+        ctx.publish(port=ctx.lookup("other", "port") + ctx.params["add"])
+        ctx.hand_back("out.csv")
+        return "listening"
+
+    @app.phase("run")
+    def misbehave(ctx):
+        raise ValueError("bad input")
+
+    @app.phase()
+    def check(ctx):
+        ctx.warn("odd")
+
+    @app.phase()
+    def soft(ctx):
+        raise nodelib.PhaseWarning("soft failure")
+
+    register, acks = _drive(app, monkeypatch, [("listen", {"add": 1}), ("run", {}),
+                                               ("check", {}), ("soft", {})])
+    assert register["phases"] == ["check", "listen", "run", "soft"]
+    ok, error, warning, softened = acks
+    assert (ok["status"], ok["message"], ok["published"]) == ("ok", "listening", {"port": 8})
+    assert ok["files"] == [str(tmp_path / "out.csv")]
+    assert ok["started"] <= ok["ended"]
+    assert (error["status"], error["message"]) == ("error", "ValueError: bad input")
+    assert "raise ValueError" in error["traceback"]
+    assert (warning["status"], warning["message"]) == ("warning", "odd")
+    assert (softened["status"], softened["message"]) == ("warning", "soft failure")
+
+
+def test_looking_up_a_value_nobody_published_is_a_clear_error(monkeypatch):
+    app = Application()
+    app.register("run", lambda ctx: ctx.lookup("server", "port"))
+    _, (ack,) = _drive(app, monkeypatch, [("run", {})])
+    assert ack["message"] == ("NetspecError: component 'server' has not published 'port' "
+                              "before phase 'run'")
