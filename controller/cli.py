@@ -70,6 +70,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress)
     try:
         asyncio.run(_run(run))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted twice: stopped without gathering; local daemons end their runs "
+              f"by themselves. Run directory: {rundir.path}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except NetspecError as exc:
         if not args.quiet:
             print(flush=True)  # end the progress line before the error goes to stderr

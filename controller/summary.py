@@ -77,6 +77,7 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
             for comp, ack in info.get("components", {}).items():
                 if ack.get("message"):
                     lines.append(f"  {'':<16} {host}/{comp}: {ack['message']}")
+                lines.extend(f"  {'':<16}   {t}" for t in ack.get("traceback", "").splitlines())
     reference = record.get("plan", {}).get("clock", {}).get("reference")
     for host, info in sorted(record.get("hosts", {}).items()):
         clock = info.get("clock")

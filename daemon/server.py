@@ -85,7 +85,7 @@ class Daemon:
 
     def __init__(self, key: bytes, root: Path):
         self.key, self.root = key, root
-        self.sessions: set[asyncio.Task[None]] = set()
+        self.sessions: dict[asyncio.Task[None], Channel] = {}
         self._stopped = asyncio.Event()
 
     def stop(self) -> None:
@@ -99,17 +99,20 @@ class Daemon:
             on_ready(server.sockets[0].getsockname()[1])
         async with server:
             await self._stopped.wait()
-        for task in self.sessions:
-            task.cancel()
+        # Hanging up ends each session the ordinary way, which resets its run.
+        for channel in self.sessions.values():
+            channel.writer.close()
         if self.sessions:
-            await asyncio.wait(self.sessions, timeout=CLOSE_TIMEOUT_S)
+            _, stuck = await asyncio.wait(self.sessions, timeout=CLOSE_TIMEOUT_S)
+            for task in stuck:
+                task.cancel()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
         channel = Channel(reader, writer, peer)
         task = asyncio.current_task()
         assert task is not None
-        self.sessions.add(task)
+        self.sessions[task] = channel
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 await server_handshake(channel, self.key)
@@ -124,5 +127,5 @@ class Daemon:
         except (NetspecError, ConnectionError, TimeoutError) as exc:
             log.warning("refused %s: %s", peer, exc)
         finally:
-            self.sessions.discard(task)
+            self.sessions.pop(task, None)
             await channel.close()
