@@ -1,0 +1,22 @@
+import signal
+
+from netspec.controller.results import ComponentResult
+
+
+def test_tail_joins_output_split_anywhere_and_marks_stderr():
+    result = ComponentResult("h", "c", ["prog", "--flag"])
+    for piece in [b"one\ntw", b"o\n", b"thr"]:
+        result.add_output("stdout", piece)
+    result.add_output("stderr", b"oops\n")
+    assert result.tail(10) == ["one", "two", "stderr: oops", "thr"]
+    assert result.tail(2) == ["stderr: oops", "thr"]
+
+
+def test_exit_descriptions():
+    result = ComponentResult("h", "c", ["prog", "a b"])
+    assert result.describe_exit() == "is still running" and result.ok
+    result.exit_status, result.duration_s = 3, 12.4
+    assert result.describe_exit() == "exited 3 after 12.4 s" and not result.ok
+    result.exit_status = -signal.SIGKILL
+    assert result.describe_exit() == "was killed by SIGKILL"
+    assert result.command_line() == "prog 'a b'"

@@ -1,0 +1,44 @@
+import json
+
+import pytest
+from netspec.controller.rundir import RUN_FORMAT, RunDir, find_run, list_runs, load_record
+from netspec.nodelib.errors import NetspecError
+
+
+def make_run(root, name="exp"):
+    return RunDir.create(root, name, "experiment: x\n", {"steps": []})
+
+
+def test_a_new_run_has_its_file_record_and_latest_link(tmp_path):
+    run = make_run(tmp_path)
+    assert (run.path / "experiment.yaml").read_text() == "experiment: x\n"
+    assert load_record(run.path)["status"] == "running"
+    assert (tmp_path / "latest").resolve() == run.path.resolve()
+    run.finish("ok")
+    record = load_record(run.path)
+    assert record["status"] == "ok" and record["duration_s"] >= 0 and record["format"] == RUN_FORMAT
+
+
+def test_runs_are_found_by_latest_by_id_suffix_and_by_path(tmp_path):
+    first, second = make_run(tmp_path), make_run(tmp_path, "other")
+    assert find_run(tmp_path, "latest") == second.path.resolve()
+    assert find_run(tmp_path, first.id[-6:]) == first.path
+    assert find_run(tmp_path, str(first.path)) == first.path.resolve()
+    assert [r["id"] for _, r in list_runs(tmp_path)] == [first.id, second.id]
+    with pytest.raises(NetspecError, match="no run 'zzz'"):
+        find_run(tmp_path, "zzz")
+
+
+def test_streamed_output_is_kept_as_it_arrives(tmp_path):
+    run = make_run(tmp_path)
+    run.append_output("h", "c", "stdout", b"a")
+    run.append_output("h", "c", "stdout", b"b\n")
+    assert (run.path / "hosts" / "h" / "c" / "stdout").read_bytes() == b"ab\n"
+    run.close_outputs()
+
+
+def test_a_record_of_a_newer_format_is_refused_by_name(tmp_path):
+    run = make_run(tmp_path)
+    (run.path / "run.json").write_text(json.dumps({"format": RUN_FORMAT + 1}))
+    with pytest.raises(NetspecError, match=f"has format {RUN_FORMAT + 1}; this netspec reads up to"):
+        load_record(run.path)
