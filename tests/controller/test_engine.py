@@ -89,20 +89,25 @@ def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, 
     assert latest_record(tmp_path / "runs")["components"]["a/one"]["returncode"] == 7
 
 
-def test_ctrl_c_stops_the_run_gathers_outputs_and_leaves_no_process(experiment, tmp_path):
+def start_run_hanging_in_work(experiment, tmp_path):
+    """Start `ns_control run` where host a's component hangs in phase 'work' after leaving
+    an orphan; return the process and the run's record once all that is under way."""
     path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
     proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def working():
         latest = tmp_path / "runs" / "latest" / "run.json"
-        if latest.exists():
-            record = json.loads(latest.read_text())
-            return record["steps"] and record["steps"][-1]["phase"] == "work" and record
-        return None
+        record = json.loads(latest.read_text()) if latest.exists() else {}
+        return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
 
     record = wait_for(working, what="the run to reach phase 'work'")
     wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
+    return proc, record
+
+
+def test_ctrl_c_stops_the_run_gathers_outputs_and_leaves_no_process(experiment, tmp_path):
+    proc, record = start_run_hanging_in_work(experiment, tmp_path)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
@@ -201,17 +206,7 @@ def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
 
 
 def test_a_daemon_killed_mid_run_fails_the_run_naming_its_host(experiment, tmp_path):
-    path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
-    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def daemon_of_a():
-        latest = tmp_path / "runs" / "latest" / "run.json"
-        record = json.loads(latest.read_text()) if latest.exists() else {}
-        working = record.get("steps") and record["steps"][-1]["phase"] == "work"
-        return working and record
-    record = wait_for(daemon_of_a, what="the run to reach phase 'work'")
-    wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
+    proc, record = start_run_hanging_in_work(experiment, tmp_path)
     os.kill(record["hosts"]["a"]["daemon_pid"], signal.SIGKILL)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
