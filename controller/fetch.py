@@ -8,6 +8,7 @@ from .fleet import DaemonClient
 from .rundir import RunDir
 
 CHUNK = 4 * 1024 * 1024
+STREAMED = ("stdout", "stderr")
 
 
 async def fetch_host(client: DaemonClient, run: RunDir,
@@ -25,6 +26,9 @@ async def fetch_host(client: DaemonClient, run: RunDir,
     for entry in listing["files"]:
         target = run.component_dir(client.host, entry["component"]) / entry["name"]
         target.parent.mkdir(parents=True, exist_ok=True)
+        if entry["name"] in STREAMED and target.is_file() and target.stat().st_size == entry["size"]:
+            written.append((entry["component"], target))  # it all arrived as it was written
+            continue
         if entry.get("missing"):
             target.with_name(target.name + ".missing").write_text(
                 f"handed back but not found on host {client.host}: {entry['path']}\n")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TAIL_LINES = 200
+LINE_LIMIT = 4096  # of a line still being written, the tail keeps its last characters
 
 
 @dataclass
@@ -34,7 +35,7 @@ class ComponentResult:
         prefix = "" if stream == "stdout" else "stderr: "
         self._lines.extend(prefix + line for line in lines)
         if rest:
-            self._partial[stream] = rest
+            self._partial[stream] = rest[-LINE_LIMIT:]
 
     def tail(self, n: int = 10) -> list[str]:
         lines = list(self._lines)

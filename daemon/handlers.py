@@ -39,7 +39,7 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if session.supervisor is not None:
         await session.supervisor.reset(clean=False)
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
-    session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session.emit,
+    session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
                                     session.tg)
     return {"root": str(session.supervisor.root)}
 

@@ -44,6 +44,10 @@ class Session:
         with contextlib.suppress(NetspecError, ConnectionError):
             self.channel.send(message)
 
+    async def drain(self) -> None:
+        with contextlib.suppress(NetspecError, ConnectionError):
+            await self.channel.drain()
+
     async def serve(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:

@@ -19,10 +19,9 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 from netspec.nodelib import messages as m
@@ -33,7 +32,13 @@ STOP_GRACE_S = 5.0
 KILL_GRACE_S = 2.0
 PR_SET_PDEATHSIG = 1
 
-Emit = Callable[[dict[str, Any]], None]
+class Outbox(Protocol):
+    """Where events for the controller go (the session's connection)."""
+
+    def emit(self, message: dict[str, Any]) -> None: ...
+
+    async def drain(self) -> None:
+        """Wait while the controller is behind; returns at once if it is gone."""
 
 
 class ComponentExited(NetspecError):
@@ -78,8 +83,8 @@ def describe_returncode(code: int | None) -> str:
 class ComponentProcess:
     """One spawned component: its process, its channel (if aware) and its output files."""
 
-    def __init__(self, spec: ComponentSpec, run_id: str, root: Path, emit: Emit):
-        self.spec, self.run_id, self.emit = spec, run_id, emit
+    def __init__(self, spec: ComponentSpec, run_id: str, root: Path, outbox: Outbox):
+        self.spec, self.run_id, self.outbox = spec, run_id, outbox
         self.dir = root / spec.name
         self.workdir = self.dir / "work"
         self.proc: asyncio.subprocess.Process | None = None
@@ -134,8 +139,11 @@ class ComponentProcess:
             while data := await pipe.read(65536):
                 f.write(data)
                 f.flush()
-                self.emit({"t": m.OUTPUT, "component": self.spec.name, "stream": stream,
-                           "data": data})
+                self.outbox.emit({"t": m.OUTPUT, "component": self.spec.name,
+                                  "stream": stream, "data": data})
+                # A component that writes faster than the controller reads is held back
+                # by its pipe, instead of growing this daemon's memory.
+                await self.outbox.drain()
 
     async def _read_channel(self) -> None:
         assert self.channel is not None
@@ -170,7 +178,7 @@ class ComponentProcess:
         self.exited.set_result(info)
         if self.channel:
             await self.channel.close()
-        self.emit({"t": m.EXIT, **info,
+        self.outbox.emit({"t": m.EXIT, **info,
                    "failed": code != 0 and not self.stopping})
 
     async def call(self, phase: str, params: dict[str, Any],
@@ -254,10 +262,10 @@ def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> int
 class Supervisor:
     """All components of one run on this host, owned by the connection that set them up."""
 
-    def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], emit: Emit,
+    def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup):
-        self.run_id, self.root, self.emit, self.tg = run_id, root / run_id, emit, tg
-        self.components = {s.name: ComponentProcess(s, run_id, self.root, emit) for s in specs}
+        self.run_id, self.root, self.tg = run_id, root / run_id, tg
+        self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
                     published: dict[str, Any]) -> dict[str, Any]:

@@ -216,3 +216,16 @@ def test_a_daemon_killed_mid_run_fails_the_run_naming_its_host(experiment, tmp_p
     assert "one stderr in prepare" in (hosts / "a" / "one" / "stderr").read_text()
     assert (hosts / "b" / "two" / "exit.json").exists()
     assert not run_processes(record["id"])
+
+
+def test_a_large_output_arrives_whole(experiment, tmp_path):
+    path = experiment("""\
+        experiment: chatty
+        components:
+          chatty: {command: [python3, -c, "import sys; sys.stdout.buffer.write(bytes(range(256)) * 81920)"]}
+        schedule: [launch]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = (tmp_path / "runs" / "latest" / "hosts" / "local" / "chatty" / "stdout").read_bytes()
+    assert out == bytes(range(256)) * 81920  # 20 MiB

@@ -20,3 +20,12 @@ def test_exit_descriptions():
     result.exit_status = -signal.SIGKILL
     assert result.describe_exit() == "was killed by SIGKILL"
     assert result.command_line() == "prog 'a b'"
+
+
+def test_an_endless_line_keeps_only_its_end():
+    result = ComponentResult("h", "c", ["prog"])
+    for _ in range(1000):
+        result.add_output("stdout", b"x" * 65536)
+    result.add_output("stdout", b"END")
+    (line,) = result.tail(1)
+    assert line.endswith("xEND") and len(line) <= 4096
