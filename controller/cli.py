@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
+    except OSError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

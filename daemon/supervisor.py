@@ -30,6 +30,7 @@ from netspec.nodelib.errors import NetspecError, ProtocolError
 
 STOP_GRACE_S = 5.0
 KILL_GRACE_S = 2.0
+OUTPUT_GRACE_S = 1.0
 PR_SET_PDEATHSIG = 1
 
 class Outbox(Protocol):
@@ -163,8 +164,9 @@ class ComponentProcess:
     async def _watch_exit(self, pumps: list[asyncio.Task[None]]) -> None:
         assert self.proc is not None
         code = await self.proc.wait()
-        # The exit is reported only once its output is complete, so its tail is too.
-        await asyncio.gather(*pumps, return_exceptions=True)
+        # The exit is reported once its output is complete, so its tail is too; but a
+        # background child may hold the pipes open long after, so not for ever.
+        await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
                 "expected": self.stopping, "ended_ns": time.time_ns()}
@@ -173,13 +175,12 @@ class ComponentProcess:
         for waiter in [self.registered, *self.pending.values()]:
             if not waiter.done():
                 waiter.set_exception(ComponentExited(why))
-                waiter.exception()  # whoever awaits it later still gets it; nobody may
+                waiter.exception()  # marks it retrieved: a plain command's has no waiter
         self.pending.clear()
         self.exited.set_result(info)
         if self.channel:
             await self.channel.close()
-        self.outbox.emit({"t": m.EXIT, **info,
-                   "failed": code != 0 and not self.stopping})
+        self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
 
     async def call(self, phase: str, params: dict[str, Any],
                    published: dict[str, Any]) -> dict[str, Any]:

@@ -229,3 +229,17 @@ def test_a_large_output_arrives_whole(experiment, tmp_path):
     assert done.returncode == 0, done.stderr
     out = (tmp_path / "runs" / "latest" / "hosts" / "local" / "chatty" / "stdout").read_bytes()
     assert out == bytes(range(256)) * 81920  # 20 MiB
+
+
+def test_a_plain_command_is_done_when_it_exits_even_if_its_child_holds_its_output(
+        experiment, tmp_path):
+    path = experiment("""\
+        experiment: background
+        components:
+          starter: {command: "sleep 300 & echo started", start: work}
+        schedule: [launch, {phase: work, deadline: 10s}]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert not run_processes(record["id"])
