@@ -28,6 +28,7 @@ from netspec.nodelib.errors import (
 )
 
 from . import clocks
+from .barrier import Barrier
 from .fetch import fetch_host
 from .fleet import DaemonClient, Host, make_host
 from .model import NODE_STEPS, Plan, Step
@@ -53,48 +54,6 @@ class Progress:
 
 
 ProgressSink = Callable[[Progress], None]
-
-
-class Barrier:
-    """The acks one step waits for; opens when `need` participants acked without error."""
-
-    def __init__(self, index: int, step: Step, expected: dict[str, list[str]]):
-        self.index, self.step = index, step
-        self.expected = {(h, c) for h, cs in expected.items() for c in cs}
-        self.need = step.need or len(self.expected)
-        self.acks: dict[tuple[str, str], dict[str, Any]] = {}
-        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {h: [] for h in expected}
-        self.remaining = {h: len(cs) for h, cs in expected.items()}
-        self.good = self.bad = 0
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not self.expected:
-            self.opened.set_result(None)
-
-    def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
-        """Record an ack; returns False if this error ack makes the step fail."""
-        if (host, component) not in self.expected or (host, component) in self.acks:
-            return True
-        self.acks[(host, component)] = ack
-        self.by_host[host].append((component, ack))
-        self.remaining[host] -= 1
-        if ack["status"] == m.ACK_ERROR:
-            self.bad += 1
-        else:
-            self.good += 1
-        if self.bad > len(self.expected) - self.need:
-            return False
-        if self.good >= self.need and not self.opened.done():
-            self.opened.set_result(None)
-        return True
-
-    def host_done(self, host: str) -> bool:
-        return self.remaining.get(host) == 0
-
-    def waiting(self) -> dict[str, list[str]]:
-        late: dict[str, list[str]] = {}
-        for h, c in sorted(self.expected - self.acks.keys()):
-            late.setdefault(h, []).append(c)
-        return late
 
 
 class Run:

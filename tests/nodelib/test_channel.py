@@ -1,0 +1,91 @@
+"""One transport suite, run over a socketpair and over loopback TCP (trio's
+check_two_way_stream; dask runs the same checks over each comm)."""
+
+import asyncio
+import socket
+import struct
+
+import pytest
+from netspec.nodelib.channel import BlockingChannel, Channel
+from netspec.nodelib.errors import ProtocolError
+
+
+async def socketpair_channels():
+    a, b = socket.socketpair()
+    return [Channel(*await asyncio.open_connection(sock=s), peer=n) for s, n in ((a, "a"), (b, "b"))]
+
+
+async def tcp_channels():
+    accepted = asyncio.get_running_loop().create_future()
+    server = await asyncio.start_server(lambda r, w: accepted.set_result(Channel(r, w, "b")),
+                                        "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    a = Channel(*await asyncio.open_connection("127.0.0.1", port), peer="a")
+    b = await accepted
+    server.close()
+    return [a, b]
+
+
+TRANSPORTS = {"socketpair": socketpair_channels, "tcp": tcp_channels}
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def transport(request):
+    return TRANSPORTS[request.param]
+
+
+def test_messages_arrive_in_order_both_ways(transport):
+    async def scenario():
+        a, b = await transport()
+        for i in range(500):
+            a.send({"t": "n", "i": i, "pad": b"x" * (i * 37 % 5000)})
+            b.send({"t": "m", "i": -i})
+        got_b = [(await b.recv())["i"] for _ in range(500)]
+        got_a = [(await a.recv())["i"] for _ in range(500)]
+        await a.close()
+        assert await b.recv() is None
+        await b.close()
+        return got_a, got_b
+    got_a, got_b = asyncio.run(scenario())
+    assert got_b == list(range(500)) and got_a == [-i for i in range(500)]
+
+
+def test_a_large_message_crosses_whole(transport):
+    async def scenario():
+        a, b = await transport()
+        blob = bytes(range(256)) * 40000  # 10 MB
+        a.send({"t": "blob", "data": blob})
+        drained = asyncio.create_task(a.drain())
+        message = await b.recv()
+        await drained
+        await a.close()
+        await b.close()
+        return message["data"] == blob
+    assert asyncio.run(scenario())
+
+
+def test_a_connection_closed_inside_a_frame_is_a_protocol_error(transport):
+    async def scenario():
+        a, b = await transport()
+        a.writer.write(struct.pack(">I", 100) + b"short")
+        await a.close()
+        with pytest.raises(ProtocolError, match="closed inside a frame"):
+            await b.recv()
+        await b.close()
+    asyncio.run(scenario())
+
+
+def test_the_blocking_channel_speaks_the_same_frames():
+    async def scenario():
+        ours, theirs = socket.socketpair()
+        channel = Channel(*await asyncio.open_connection(sock=ours), peer="daemon")
+        component = BlockingChannel(theirs)
+        channel.send({"t": "enter", "id": 1})
+        await channel.drain()
+        assert await asyncio.to_thread(component.recv) == {"t": "enter", "id": 1}
+        component.send({"t": "ack", "id": 1})
+        assert await channel.recv() == {"t": "ack", "id": 1}
+        component.close()
+        assert await channel.recv() is None
+        await channel.close()
+    asyncio.run(scenario())
