@@ -45,7 +45,7 @@ SAVE_INTERVAL_S = 0.2
 class Progress:
     """One thing worth telling the user while the run goes (see summary.progress_text)."""
 
-    kind: str  # "run", "step", "host", "step_done", "note"
+    kind: str  # "step" (begins), "host" (finished the step), "step_done"
     step: str = ""
     host: str = ""
     status: str = ""
@@ -207,25 +207,27 @@ class Run:
         loop = asyncio.get_running_loop()
         self.phase = step.phase
         deadline = loop.time() + step.deadline_s
-        participants = self._participants(step)
         started = time.time_ns()
         record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
-                                  "hosts": {h: {"components": {}} for h in participants}}
+                                  "hosts": {}}
         self.rundir.record["steps"].append(record)
         self._save()
         self.progress(Progress("step", step.phase))
-        if step.phase == "sync_clocks":
-            await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(
-                step.phase, {h: ["clock bound"] for h in self.hosts}, step.deadline_s))
-        barrier = self.barrier = Barrier(index, step, participants)
-        for host, names in participants.items():
-            components = [{"name": n, "params": {**self.components[n].params, **step.params}
-                           if n != m.NODE else step.params} for n in names]
-            record["hosts"][host]["sent_ns"] = time.time_ns()
-            # One-way: the acks that follow are the answer, one frame per component.
-            self.clients[host].notify(m.ENTER, phase=step.phase, step=index,
-                                      components=components, published=self.published)
+        barrier = None
         try:
+            participants = self._participants(step)
+            record["hosts"] = {h: {"components": {}} for h in participants}
+            if step.phase == "sync_clocks":
+                await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(
+                    step.phase, {h: ["clock bound"] for h in self.hosts}, step.deadline_s))
+            barrier = self.barrier = Barrier(index, step, participants)
+            for host, names in participants.items():
+                components = [{"name": n, "params": {**self.components[n].params, **step.params}
+                               if n != m.NODE else step.params} for n in names]
+                record["hosts"][host]["sent_ns"] = time.time_ns()
+                # One-way: the acks that follow are the answer, one frame per component.
+                self.clients[host].notify(m.ENTER, phase=step.phase, step=index,
+                                          components=components, published=self.published)
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if step.phase == "collect":
@@ -233,6 +235,8 @@ class Run:
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
         except (ComponentFailed, RemoteError, ConnectionLost) as exc:
             record["status"] = "failed"
+            if barrier is None:
+                raise
             raise StepFailed(step.phase, self._outcome(barrier, exc)) from exc
         except NetspecError:
             record["status"] = "failed"

@@ -28,9 +28,7 @@ def progress_text(event: Progress) -> tuple[str, bool]:
     if event.kind == "host":
         note = f" ({event.text})" if event.text and event.status != "ok" else ""
         return f" {event.host} {MARK.get(event.status, event.status)} {seconds(event.seconds)}{note} ", False
-    if event.kind == "step_done":
-        return f" [{seconds(event.seconds)}]", True
-    return event.text, True
+    return f" [{seconds(event.seconds)}]", True
 
 
 def error_lines(exc: BaseException) -> list[str]:

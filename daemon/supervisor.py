@@ -73,6 +73,22 @@ def _die_with_daemon() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Tells when the process exits. asyncio's `Process.wait()` (3.11) also waits until
+    the pipes close, which a background child can put off for as long as it lives."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        super().__init__(limit=2**16, loop=loop)
+        self.exit_code: asyncio.Future[int] = loop.create_future()
+
+    def process_exited(self) -> None:
+        # Read first: the base class drops the transport once the pipes are closed too.
+        code = self._transport.get_returncode()
+        super().process_exited()
+        if not self.exit_code.done():
+            self.exit_code.set_result(code)
+
+
 def describe_returncode(code: int | None) -> str:
     if code is None:
         return "is still running"
@@ -113,11 +129,12 @@ class ComponentProcess:
             ours, theirs = socket.socketpair()
             env[m.FD_ENV] = str(theirs.fileno())
             pass_fds = (theirs.fileno(),)
+        loop = asyncio.get_running_loop()
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=self.workdir, env=env, pass_fds=pass_fds,
-                start_new_session=True, preexec_fn=_die_with_daemon)
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitProtocol(loop), *self.spec.argv, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=self.workdir,
+                env=env, pass_fds=pass_fds, start_new_session=True, preexec_fn=_die_with_daemon)
         except OSError as exc:
             if ours:
                 ours.close()
@@ -125,6 +142,7 @@ class ComponentProcess:
         finally:
             if theirs:
                 theirs.close()
+        self.proc = asyncio.subprocess.Process(transport, protocol, loop)
         self.started_ns = time.time_ns()
         pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout")),
                  tg.create_task(self._pump(self.proc.stderr, "stderr"))]
@@ -132,7 +150,7 @@ class ComponentProcess:
             reader, writer = await asyncio.open_connection(sock=ours)
             self.channel = Channel(reader, writer, peer=f"component {self.spec.name}")
             tg.create_task(self._read_channel())
-        tg.create_task(self._watch_exit(pumps))
+        tg.create_task(self._watch_exit(protocol.exit_code, pumps))
 
     async def _pump(self, pipe: asyncio.StreamReader | None, stream: str) -> None:
         assert pipe is not None
@@ -161,9 +179,9 @@ class ComponentProcess:
         except (ProtocolError, ConnectionError):
             pass
 
-    async def _watch_exit(self, pumps: list[asyncio.Task[None]]) -> None:
-        assert self.proc is not None
-        code = await self.proc.wait()
+    async def _watch_exit(self, exit_code: asyncio.Future[int],
+                          pumps: list[asyncio.Task[None]]) -> None:
+        code = await exit_code
         # The exit is reported once its output is complete, so its tail is too; but a
         # background child may hold the pipes open long after, so not for ever.
         await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
