@@ -309,7 +309,7 @@ class Run:
         elif kind == m.ERROR:
             self._fail(RemoteError(host, event.get("error", {})))
         elif kind == "lost":
-            self._fail(ConnectionLost(host, self.phase, str(event["error"])))
+            self._fail(ConnectionLost(host, self.phase, event["error"].detail))
 
     def _on_ack(self, host: str, ack: dict[str, Any]) -> None:
         name = ack["component"]

@@ -8,6 +8,7 @@ authenticated connection: requests under deadlines, events pushed to a callback.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -125,17 +126,18 @@ class DaemonClient:
         await self.channel.close()
 
 
-class Host:
+class Host(abc.ABC):
     """A logical host of the experiment and the way to reach its daemon."""
 
     def __init__(self, spec: HostSpec):
         self.spec = spec
         self.name = spec.name
 
+    @abc.abstractmethod
     async def start(self, log_dir: Path) -> tuple[str, int]:
-        raise NotImplementedError
+        """Make sure a daemon runs for this host; return the address to connect to."""
 
-    async def stop(self, run_id: str = "") -> None:
+    async def stop(self, run_id: str = "") -> None:  # noqa: B027 - most hosts start nothing
         """End what `start` began; safe to call more than once."""
 
 

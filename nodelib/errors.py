@@ -40,7 +40,7 @@ class ConnectionLost(NetspecError):
     """A daemon or component connection closed while it was still needed."""
 
     def __init__(self, host: str, phase: str = "", detail: str = ""):
-        self.host, self.phase = host, phase
+        self.host, self.phase, self.detail = host, phase, detail
         where = f"phase '{phase}', host {host}" if phase else f"host {host}"
         super().__init__(f"{where}: connection lost" + (f" ({detail})" if detail else ""))
 

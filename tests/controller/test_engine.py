@@ -210,7 +210,7 @@ def test_a_daemon_killed_mid_run_fails_the_run_naming_its_host(experiment, tmp_p
     os.kill(record["hosts"]["a"]["daemon_pid"], signal.SIGKILL)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert "phase 'work', host a: connection lost" in stderr
+    assert "phase 'work', host a: connection lost (daemon closed the connection)" in stderr
     assert latest_record(tmp_path / "runs")["status"] == "failed"
     hosts = tmp_path / "runs" / "latest" / "hosts"
     assert "one stderr in prepare" in (hosts / "a" / "one" / "stderr").read_text()
