@@ -65,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
         "components": {}, "versions": {"netspec": netspec_version(),
                                        "python": sys.version.split()[0]}})
+    rundir.keep_programs([c.program for c in plan.components if c.program])
     if not args.quiet:
         print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
     run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress)

@@ -2,13 +2,15 @@
 
 Layout:
     runs/<experiment>/<UTC time>-<short id>/
-        experiment.yaml, run.json, hosts/<host>/facts.json, hosts/<host>/<component>/...
+        experiment.yaml, run.json, programs/ (copies of the programs started),
+        hosts/<host>/facts.json, hosts/<host>/<component>/...
     runs/latest -> the newest run
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -20,7 +22,8 @@ from typing import Any, BinaryIO
 from netspec.nodelib.errors import NetspecError
 
 # run.json version history:
-#   1: first format (id, experiment, status, plan, hosts, steps, components, error).
+#   1: first format (id, experiment, status, plan, programs, hosts, steps, components,
+#      error).
 RUN_FORMAT = 1
 
 
@@ -65,6 +68,19 @@ class RunDir:
         path = self.host_dir(host) / component
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def keep_programs(self, paths: list[str]) -> None:
+        """Copy each program the run starts, with its sha256, so the run can be repeated
+        with exactly the code it ran."""
+        kept = self.record.setdefault("programs", {})
+        for source in sorted(set(paths)):
+            data = Path(source).read_bytes()
+            target = self.path / "programs" / f"{len(kept)}-{Path(source).name}"
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(data)
+            kept[source] = {"sha256": hashlib.sha256(data).hexdigest(),
+                            "copy": str(target.relative_to(self.path))}
+        self.save()
 
     def write_json(self, path: Path, data: Any) -> None:
         # No indent: json's C encoder only serves compact output, and run.json of a long

@@ -1,5 +1,6 @@
 """End to end: the real CLI drives real daemons and real component processes."""
 
+import hashlib
 import json
 import os
 import signal
@@ -43,6 +44,10 @@ def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
     assert json.loads((run / "hosts" / "a" / "server" / "exit.json").read_text())["returncode"] == 0
     assert json.loads((run / "hosts" / "a" / "facts.json").read_text())["cpu_count"] > 0
     assert (run / "experiment.yaml").read_text() == demo.read_text()
+    program = demo.parent / "stimulus.py"
+    kept = record["programs"][str(program)]
+    assert (run / kept["copy"]).read_bytes() == program.read_bytes()
+    assert kept["sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
     assert "b/client: 2000 round trips: median" in done.stdout
     assert record["hosts"]["b"]["clock"]["bound_ns"] > 0
     run_step = record["steps"][4]["hosts"]["b"]["components"]["client"]
