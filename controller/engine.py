@@ -233,7 +233,7 @@ class Run:
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
-        except (ComponentFailed, RemoteError, ConnectionLost) as exc:
+        except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
             record["status"] = "failed"
             if barrier is None:
                 raise
@@ -250,14 +250,22 @@ class Run:
 
     def _outcome(self, barrier: Barrier, first: NetspecError) -> dict[str, Any]:
         """Each host's acks if it finished the step, or why it failed; `first` stopped it."""
+        phase = barrier.step.phase
         outcome: dict[str, Any] = {h: [a for _, a in acks] for h, acks in barrier.by_host.items()
                                    if barrier.host_done(h)}
         for (host, name), ack in barrier.acks.items():
             if ack["status"] == m.ACK_ERROR and name != m.NODE:
-                outcome[host] = ComponentFailed(self.results[name], barrier.step.phase,
+                outcome[host] = ComponentFailed(self.results[name], phase,
                                                 f"failed: {ack.get('message') or 'error'}")
-        where = first.result.host if isinstance(first, ComponentFailed) else first.host
-        outcome[where] = first
+        if isinstance(first, DeadlineExceeded):
+            late = f"did not finish within the deadline of {first.seconds:g} s"
+            for host, names in first.waiting.items():
+                outcome[host] = (ComponentFailed(self.results[names[0]], phase, late)
+                                 if names[0] != m.NODE else
+                                 RemoteError(host, {"type": "DeadlineExceeded", "message": late}))
+        else:
+            where = first.result.host if isinstance(first, ComponentFailed) else first.host
+            outcome[where] = first
         return outcome
 
     async def _sync_clocks(self, step: Step, deadline: float) -> None:

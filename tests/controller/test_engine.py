@@ -79,7 +79,10 @@ def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp
     path = two_hosts(experiment, one="{hang_in: work}", deadline="1s")
     done = ns_control("run", str(path), cwd=tmp_path)
     assert done.returncode == 1
-    assert "phase 'work': deadline of 1 s passed, still waiting for host a: one" in done.stderr
+    assert "error: phase 'work' failed on a\n" in done.stderr
+    assert ("caused by: phase 'work', host a: component 'one' did not finish within the "
+            "deadline of 1 s") in done.stderr
+    assert "| stderr: one stderr in work" in done.stderr
     record = latest_record(tmp_path / "runs")
     assert record["steps"][-1]["status"] == "failed"
     assert record["steps"][-1]["hosts"]["b"]["components"]["two"]["status"] == "ok"
