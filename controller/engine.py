@@ -242,6 +242,7 @@ class Run:
             record["status"] = "failed"
             raise
         finally:
+            self.barrier = None  # acks still arriving are recorded, not waited for
             record["left_ns"] = time.time_ns()
             record["duration_s"] = (record["left_ns"] - started) / 1e9
             self._save()
@@ -260,9 +261,15 @@ class Run:
         if isinstance(first, DeadlineExceeded):
             late = f"did not finish within the deadline of {first.seconds:g} s"
             for host, names in first.waiting.items():
-                outcome[host] = (ComponentFailed(self.results[names[0]], phase, late)
-                                 if names[0] != m.NODE else
-                                 RemoteError(host, {"type": "DeadlineExceeded", "message": late}))
+                name = names[0]
+                if name == m.NODE:
+                    outcome[host] = RemoteError(host, {"type": "DeadlineExceeded", "message": late})
+                    continue
+                why = late
+                if phase == "launch" and self.components[name].aware:
+                    why += (" and never registered its phases (a program that does not use "
+                            "netspec.nodelib must be given as `command:`)")
+                outcome[host] = ComponentFailed(self.results[name], phase, why)
         else:
             where = first.result.host if isinstance(first, ComponentFailed) else first.host
             outcome[where] = first

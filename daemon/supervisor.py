@@ -176,8 +176,11 @@ class ComponentProcess:
                     waiter = self.pending.pop(message.get("id"), None)
                     if waiter and not waiter.done():
                         waiter.set_result(message)
-        except (ProtocolError, ConnectionError):
-            pass
+        except (ProtocolError, ConnectionError) as exc:
+            # The stream cannot be trusted after a bad frame: drop it, and let everything
+            # waiting on this component know now rather than at its deadline.
+            self._fail_waiters(ComponentExited(f"broke the netspec protocol ({exc})"))
+            await self.channel.close()
 
     async def _watch_exit(self, exit_code: asyncio.Future[int],
                           pumps: list[asyncio.Task[None]]) -> None:
@@ -189,23 +192,25 @@ class ComponentProcess:
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
                 "expected": self.stopping, "ended_ns": time.time_ns()}
         (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
-        why = describe_returncode(code)
-        for waiter in [self.registered, *self.pending.values()]:
-            if not waiter.done():
-                waiter.set_exception(ComponentExited(why))
-                waiter.exception()  # marks it retrieved: a plain command's has no waiter
-        self.pending.clear()
+        self._fail_waiters(ComponentExited(describe_returncode(code)))
         self.exited.set_result(info)
         if self.channel:
             await self.channel.close()
         self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
 
+    def _fail_waiters(self, error: ComponentExited) -> None:
+        for waiter in [self.registered, *self.pending.values()]:
+            if not waiter.done():
+                waiter.set_exception(error)
+                waiter.exception()  # marks it retrieved: a plain command's has no waiter
+        self.pending.clear()
+
     async def call(self, phase: str, params: dict[str, Any],
                    published: dict[str, Any]) -> dict[str, Any]:
         """Enter `phase` in an aware component and return its ack."""
-        if self.channel is None or self.exited.done():
+        if self.channel is None or self.exited.done() or self.channel.writer.is_closing():
             raise ComponentExited(f"{describe_returncode(self.proc and self.proc.returncode)} "
-                                  "before the phase began")
+                                  "and cannot take part")
         self._next_id += 1
         waiter = asyncio.get_running_loop().create_future()
         self.pending[self._next_id] = waiter

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from support import REPO, latest_record, ns_control, run_processes, wait_for
+from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
 
 TWO_HOSTS = """\
 experiment: t
@@ -251,3 +251,28 @@ def test_a_plain_command_is_done_when_it_exits_even_if_its_child_holds_its_outpu
     assert done.returncode == 0, done.stderr
     record = latest_record(tmp_path / "runs")
     assert not run_processes(record["id"])
+
+
+def test_a_component_breaking_the_protocol_fails_its_phase_at_once(experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: garbage
+        components:
+          bad: {{program: {PROGRAMS / "garbage.py"}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert "broke the netspec protocol" in done.stderr
+    assert "exceeds the 16777216-byte limit" in done.stderr
+
+
+def test_a_plain_program_given_as_program_is_told_apart_at_launch(experiment, tmp_path):
+    path = experiment("""\
+        experiment: mislabelled
+        components:
+          sleeper: {program: /bin/sleep, args: ["300"]}
+        schedule: [{phase: launch, deadline: 1s}]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert "never registered its phases" in done.stderr and "`command:`" in done.stderr
