@@ -104,9 +104,9 @@ def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
         src.error(f"expected {wanted}, got {type(error.instance).__name__} "
                   f"{error.instance!r}", path)
     if error.validator == "pattern":
-        what = "duration" if "ms|s" in error.validator_value else "name"
-        src.error(f"{error.instance!r} is not a valid {what}"
-                  f" (expected {error.schema.get('description') or error.validator_value})", path)
+        what = error.schema.get("title", "value")
+        src.error(f"{error.instance!r} is not a valid {what} "
+                  f"({error.schema.get('description', error.validator_value)})", path)
     src.error(error.message, path)
 
 
