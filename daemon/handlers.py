@@ -5,6 +5,7 @@ and the request map and return the reply's fields, or raise to send an error rep
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,8 @@ from .supervisor import ComponentSpec, Supervisor
 
 if TYPE_CHECKING:
     from .server import Session
+
+log = logging.getLogger("netspecd")
 
 READ_LIMIT = 4 * 1024 * 1024
 
@@ -41,6 +44,7 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
                                     session.tg)
+    log.info("run %s: %s", request["run"], ", ".join(s.name for s in specs) or "no components")
     return {"root": str(session.supervisor.root)}
 
 
@@ -82,7 +86,10 @@ async def node_phase(session: Session, phase: str) -> dict[str, Any]:
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if session.supervisor is None:
         return {"killed": 0}
-    return {"killed": await session.supervisor.reset(clean=bool(request.get("clean")))}
+    killed = await session.supervisor.reset(clean=bool(request.get("clean")))
+    log.info("run %s: reset%s, %d process(es) ended", session.supervisor.run_id,
+             " and cleaned" if request.get("clean") else "", killed)
+    return {"killed": killed}
 
 
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:

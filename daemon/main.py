@@ -23,7 +23,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="netspecd", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="netspecd", description="The per-host netspec daemon: runs the components of "
+        "experiments for ns_control. Every connection must first prove the shared key.")
     parser.add_argument("--listen", default="127.0.0.1:7420", type=parse_listen,
                         help="address:port to listen on (port 0 picks a free one)")
     parser.add_argument("--root", type=Path, default=None,

@@ -120,6 +120,7 @@ class Daemon:
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 await server_handshake(channel, self.key)
+            log.info("controller %s authenticated", peer)
             session = Session(self, channel)
             try:
                 await session.serve()
@@ -131,5 +132,6 @@ class Daemon:
         except (NetspecError, ConnectionError, TimeoutError) as exc:
             log.warning("refused %s: %s", peer, exc)
         finally:
+            log.info("controller %s gone", peer)
             self.sessions.pop(task, None)
             await channel.close()

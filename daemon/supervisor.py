@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,8 @@ import psutil
 from netspec.nodelib import messages as m
 from netspec.nodelib.channel import Channel
 from netspec.nodelib.errors import NetspecError, ProtocolError
+
+log = logging.getLogger("netspecd")
 
 STOP_GRACE_S = 5.0
 KILL_GRACE_S = 2.0
@@ -194,6 +197,8 @@ class ComponentProcess:
         (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         self._fail_waiters(ComponentExited(describe_returncode(code)))
         self.exited.set_result(info)
+        log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,
+                 describe_returncode(code), info["duration_s"])
         if self.channel:
             await self.channel.close()
         self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
