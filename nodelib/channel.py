@@ -39,12 +39,6 @@ class Channel:
                 raise ProtocolError(str(exc), self.peer) from exc
         return self._ready.popleft()
 
-    async def recv_required(self, host: str = "", phase: str = "") -> dict[str, Any]:
-        message = await self.recv()
-        if message is None:
-            raise ConnectionLost(host or self.peer, phase, "peer closed the connection")
-        return message
-
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message; call `drain` where back-pressure matters."""
         if self.writer.is_closing():

@@ -51,9 +51,7 @@ class RemoteError(NetspecError):
     def __init__(self, host: str, error: Mapping[str, Any]):
         self.host = host
         self.error = dict(error)
-        self.remote_type = str(error.get("type", "Error"))
-        self.remote_traceback = str(error.get("traceback", ""))
-        super().__init__(f"host {host}: {self.remote_type}: {error.get('message', '')}")
+        super().__init__(f"host {host}: {error.get('type', 'Error')}: {error.get('message', '')}")
 
 
 class DeadlineExceeded(NetspecError):
@@ -103,12 +101,3 @@ class StepFailed(NetspecError):
 
 class Interrupted(NetspecError):
     """The user interrupted the run (Ctrl-C or SIGTERM)."""
-
-
-class StreamError(NetspecError):
-    """A datastream file is damaged or of an unsupported version."""
-
-    def __init__(self, message: str, file: str = "", chunk: int | None = None):
-        self.file, self.chunk = file, chunk
-        where = file + (f" chunk {chunk}" if chunk is not None else "")
-        super().__init__(f"{where}: {message}" if where else message)
