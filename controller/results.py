@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shlex
-import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from netspec.daemon.supervisor import describe_returncode, ended_well
 
 TAIL_LINES = 200
 LINE_LIMIT = 4096  # of a line still being written, the tail keeps its last characters
@@ -27,7 +28,7 @@ class ComponentResult:
 
     @property
     def ok(self) -> bool:
-        return self.exit_status in (None, 0, -signal.SIGTERM)
+        return ended_well(self.exit_status)
 
     def add_output(self, stream: str, data: bytes) -> None:
         text = self._partial.pop(stream, "") + data.decode(errors="replace")
@@ -46,9 +47,7 @@ class ComponentResult:
         return shlex.join(self.argv)
 
     def describe_exit(self) -> str:
-        code = self.exit_status
-        if code is None:
-            return "is still running"
-        if code < 0:
-            return f"was killed by {signal.Signals(-code).name}"
-        return f"exited {code}" + (f" after {self.duration_s:.1f} s" if self.duration_s else "")
+        text = describe_returncode(self.exit_status)
+        if self.exit_status is not None and self.exit_status >= 0 and self.duration_s:
+            text += f" after {self.duration_s:.1f} s"
+        return text

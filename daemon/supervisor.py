@@ -92,6 +92,11 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
             self.exit_code.set_result(code)
 
 
+def ended_well(code: int | None) -> bool:
+    """Still running, exited 0, or ended by the SIGTERM netspec sent it."""
+    return code in (None, 0, -signal.SIGTERM)
+
+
 def describe_returncode(code: int | None) -> str:
     if code is None:
         return "is still running"
@@ -238,7 +243,10 @@ class ComponentProcess:
                 self.signal_group(signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(asyncio.shield(self.exited), grace)
-            kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
+            # Only this component's processes: the rest of the run goes on.
+            pids = self.pids()
+            self.signal_group(signal.SIGKILL)
+            signal_pids(pids, signal.SIGKILL)
         return await self.exited
 
     def pids(self) -> list[int]:
@@ -280,12 +288,15 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> int:
-    victims = run_processes(run_id, also)
-    for proc in victims:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)
-    return len(victims)
+def signal_pids(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> None:
+    """Signal every live process of the run (see `run_processes`)."""
+    signal_pids([p.pid for p in run_processes(run_id, also)], sig)
 
 
 class Supervisor:
@@ -313,7 +324,7 @@ class Supervisor:
             if spec.aware and comp.started and "collect" in await comp.registered:
                 ack = await comp.call(phase, params, published)
             info = await comp.stop()
-            if info and info["returncode"] not in (0, -signal.SIGTERM):
+            if info and not ended_well(info["returncode"]):
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
             return ack
         if spec.aware:
@@ -350,8 +361,7 @@ class Supervisor:
         victims = run_processes(self.run_id, self.pids())
         for comp in self.components.values():
             comp.stopping = True
-            comp.signal_group(signal.SIGTERM)
-        kill_run_processes(self.run_id, self.pids(), signal.SIGTERM)
+        signal_pids([p.pid for p in victims], signal.SIGTERM)
         if not await self._all_gone(KILL_GRACE_S):
             kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
             await self._all_gone(KILL_GRACE_S)

@@ -276,3 +276,20 @@ def test_a_plain_program_given_as_program_is_told_apart_at_launch(experiment, tm
     done = ns_control("run", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "never registered its phases" in done.stderr and "`command:`" in done.stderr
+
+
+def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experiment, tmp_path):
+    path = experiment("""\
+        experiment: stubborn
+        components:
+          stubborn: {command: "trap '' TERM; while true; do sleep 0.1; done", stop: work}
+          actor: {program: ACTOR, args: [later]}
+        schedule: [launch, work, later, collect]
+        """)
+    ns_control("run", str(path), cwd=tmp_path)
+    record = latest_record(tmp_path / "runs")
+    work, later = record["steps"][1], record["steps"][2]
+    assert work["hosts"]["local"]["components"]["stubborn"]["status"] == "ok"
+    assert later["status"] == "ok"  # the actor was not killed with the stubborn command
+    assert later["hosts"]["local"]["components"]["actor"]["status"] == "ok"
+    assert record["components"]["local/stubborn"]["returncode"] == -signal.SIGKILL
