@@ -56,6 +56,17 @@ class Progress:
 ProgressSink = Callable[[Progress], None]
 
 
+def _raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
+    """`results` maps each host to its result or exception (asyncio.gather's
+    return_exceptions); any exception fails the step, naming every host."""
+    errors = [r for r in results.values() if isinstance(r, BaseException)]
+    for error in errors:
+        if not isinstance(error, Exception):
+            raise error  # cancellation is not a host's failure
+    if errors:
+        raise StepFailed(phase, results)
+
+
 class Run:
     """One run of a plan. Lifecycle: `execute()` once; `interrupt()` from a signal handler."""
 
@@ -164,12 +175,7 @@ class Run:
             asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, CONNECT_DEADLINE_S))
-        results = dict(zip(names, outcome, strict=True))
-        if any(isinstance(r, BaseException) for r in results.values()):
-            for r in results.values():
-                if isinstance(r, BaseException) and not isinstance(r, Exception):
-                    raise r
-            raise StepFailed("connect", results)
+        _raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
         self.rundir.save()
 
     # -- steps ------------------------------------------------------------------------
@@ -255,9 +261,8 @@ class Run:
         outcome: dict[str, Any] = {h: [a for _, a in acks] for h, acks in barrier.by_host.items()
                                    if barrier.host_done(h)}
         for (host, name), ack in barrier.acks.items():
-            if ack["status"] == m.ACK_ERROR and name != m.NODE:
-                outcome[host] = ComponentFailed(self.results[name], phase,
-                                                f"failed: {ack.get('message') or 'error'}")
+            if ack["status"] == m.ACK_ERROR:
+                outcome[host] = self._ack_failure(host, name, phase, ack)
         if isinstance(first, DeadlineExceeded):
             late = f"did not finish within the deadline of {first.seconds:g} s"
             for host, names in first.waiting.items():
@@ -274,6 +279,14 @@ class Run:
             where = first.result.host if isinstance(first, ComponentFailed) else first.host
             outcome[where] = first
         return outcome
+
+    def _ack_failure(self, host: str, name: str, phase: str,
+                     ack: dict[str, Any]) -> NetspecError:
+        """The error an error ack from participant `name` stands for."""
+        reason = f"failed: {ack.get('message') or 'error'}"
+        if name == m.NODE:
+            return RemoteError(host, {"type": "NodeError", "message": reason})
+        return ComponentFailed(self.results[name], phase, reason)
 
     async def _sync_clocks(self, step: Step, deadline: float) -> None:
         """Measure every host's clock against the reference until all are within bound."""
@@ -296,13 +309,11 @@ class Run:
         outcome = await asyncio.gather(*(fetch_host(self.clients[h], self.rundir, deadline)
                                          for h in hosts), return_exceptions=True)
         self.collected = True
-        failed = {h: r for h, r in zip(hosts, outcome, strict=True) if isinstance(r, BaseException)}
         for files in outcome:
             if not isinstance(files, BaseException):
                 for component, path in files:
                     self.results[component].files.append(path)
-        if failed:
-            raise StepFailed("collect", dict(zip(hosts, outcome, strict=True)))
+        _raise_if_any_failed("collect", dict(zip(hosts, outcome, strict=True)))
 
     # -- events from daemons ------------------------------------------------------------
 
@@ -341,14 +352,10 @@ class Run:
         if barrier is None or barrier.index != ack["step"]:
             return
         if not barrier.add(host, name, ack):
-            reason = f"failed: {ack.get('message') or 'error'}"
-            self._fail(RemoteError(host, {"type": "NodeError", "message": reason})
-                       if name == m.NODE else
-                       ComponentFailed(self.results[name], barrier.step.phase, reason))
+            self._fail(self._ack_failure(host, name, barrier.step.phase, ack))
         if barrier.host_done(host):
             acks = barrier.by_host[host]
-            statuses = {a["status"] for _, a in acks}
-            worst = next(s for s in (m.ACK_ERROR, m.ACK_WARNING, m.ACK_OK) if s in statuses)
+            worst = m.worst_status(a["status"] for _, a in acks)
             sent = step["hosts"][host].get("sent_ns", step["entered_ns"])
             step["hosts"][host]["done_ns"] = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
@@ -372,8 +379,9 @@ class Run:
         if error is not None:
             await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=False), 20)
             if not self.collected:
+                # Every request of the collect honours this deadline: a best effort.
                 with contextlib.suppress(NetspecError):
-                    await self._best_effort_collect(loop.time() + CLEANUP_DEADLINE_S)
+                    await self._collect(loop.time() + CLEANUP_DEADLINE_S)
         await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=True), 20)
         for client in self.clients.values():
             await client.close()
@@ -389,8 +397,3 @@ class Run:
             "type": type(error).__name__, "message": str(error), "phase": self.phase,
             "causes": [str(c) for c in error.failed.values()] if isinstance(error, StepFailed)
             else []})
-
-    async def _best_effort_collect(self, deadline: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout_at(deadline):
-                await self._collect(deadline)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.nodelib.errors import StepFailed
+from netspec.nodelib.messages import worst_status
 
 from .engine import Progress
 
@@ -51,10 +52,7 @@ def _step_hosts(step: dict[str, Any]) -> str:
     parts = []
     for host, info in step.get("hosts", {}).items():
         comps = info.get("components", {})
-        worst = "ok"
-        for c in comps.values():
-            if c["status"] == "error" or (c["status"] == "warning" and worst == "ok"):
-                worst = c["status"]
+        worst = worst_status(c["status"] for c in comps.values())
         if "done_ns" in info and "sent_ns" in info:
             took = seconds((info["done_ns"] - info["sent_ns"]) / 1e9)
             parts.append(f"{host} {MARK.get(worst, worst)} {took}")

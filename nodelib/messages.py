@@ -9,6 +9,7 @@ Daemon <-> component messages use the same framing over the inherited socketpair
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterable
 from typing import Any
 
 # Version history:
@@ -30,6 +31,12 @@ REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
 REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 
 ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
+
+
+def worst_status(statuses: Iterable[str]) -> str:
+    """error over warning over ok; ok when there is none."""
+    seen = set(statuses)
+    return next((s for s in (ACK_ERROR, ACK_WARNING) if s in seen), ACK_OK)
 
 # The participant name of a daemon itself in node-wide steps; no component may take it.
 NODE = "netspecd"
