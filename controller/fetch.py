@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from netspec.nodelib import messages as m
+
 from .fleet import DaemonClient
 from .rundir import RunDir
 
@@ -21,7 +23,7 @@ async def fetch_host(client: DaemonClient, run: RunDir,
     Raises:
         DeadlineExceeded, ConnectionLost, RemoteError: from the daemon requests.
     """
-    listing = await client.request("files", deadline, during="collect")
+    listing = await client.request(m.FILES, deadline, during="collect")
     written = []
     for entry in listing["files"]:
         target = run.component_dir(client.host, entry["component"]) / entry["name"]
@@ -33,15 +35,16 @@ async def fetch_host(client: DaemonClient, run: RunDir,
             target.with_name(target.name + ".missing").write_text(
                 f"handed back but not found on host {client.host}: {entry['path']}\n")
             continue
-        with open(target.with_name(target.name + ".part"), "wb") as f:
+        partial = target.with_name(target.name + ".part")
+        with open(partial, "wb") as f:
             offset = 0
             while True:
-                part = await client.request("read", deadline, during="collect",
+                part = await client.request(m.READ, deadline, during="collect",
                                             path=entry["path"], offset=offset, size=CHUNK)
                 f.write(part["data"])
                 offset += len(part["data"])
                 if part["eof"]:
                     break
-        target.with_name(target.name + ".part").replace(target)
+        partial.replace(target)
         written.append((entry["component"], target))
     return written
