@@ -99,5 +99,14 @@ class StepFailed(NetspecError):
         return {h: r for h, r in self.results.items() if not isinstance(r, BaseException)}
 
 
+class StreamError(NetspecError):
+    """A datastream file cannot be read at all (not a stream, or a newer format)."""
+
+    def __init__(self, file: str, message: str, chunk: int | None = None):
+        self.file, self.chunk = file, chunk
+        where = f"{file}, chunk {chunk}" if chunk is not None else file
+        super().__init__(f"{where}: {message}")
+
+
 class Interrupted(NetspecError):
     """The user interrupted the run (Ctrl-C or SIGTERM)."""

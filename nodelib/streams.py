@@ -1,0 +1,358 @@
+"""The datastream writer: one binary file per process and stream, written in framed chunks.
+
+A file is a sequence of MessagePack objects: a header map, then chunks. A chunk is the
+array [CHUNK_MAGIC, seq, count, crc32, body], where body is the MessagePack encoding of
+`count` records, so a reader checks every chunk and skips a damaged one. Records are arrays
+led by an entity id; ids below FIRST_ENTITY_ID are the stream's own (namespace, dropped,
+trigger, close). docs/stream-format.md is the reference for readers.
+
+Records are buffered as tuples and encoded a chunk at a time (msgspec encodes the same
+MessagePack bytes as the msgpack package about four times faster; bench/events.py). A
+chunk is written when full or by the flusher thread after `flush_ms`, so a killed process
+loses at most the records of one chunk. Ring streams keep their last chunks in memory and
+write them only when a trigger fires.
+"""
+
+# Format version history (readers accept every older minor version of their major):
+#   1.0: header map; chunks [magic, seq, count, crc32, body]; admin records 0-3.
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+import weakref
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+FORMAT_VERSION = (1, 0)
+HEADER_MAGIC = "netspec-datastream"
+CHUNK_MAGIC = b"NSDC"
+CLOCK = "CLOCK_REALTIME"
+
+# Admin record ids; application entities start at FIRST_ENTITY_ID.
+NAMESPACE, DROPPED, TRIGGER, CLOSE = 0, 1, 2, 3
+FIRST_ENTITY_ID = 16
+
+DEFAULT_CHUNK_RECORDS = 4096
+DEFAULT_FLUSH_MS = 100
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def chunk_crc(seq: int, count: int, body: bytes) -> int:
+    """CRC32 over the chunk's seq and count (8 and 4 bytes, big-endian), then its body."""
+    return zlib.crc32(body, zlib.crc32(struct.pack(">QI", seq, count)))
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One stream as the experiment file's `streams:` section describes it."""
+
+    name: str
+    enable: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    ring_chunks: int = 0
+    trigger: tuple[str, ...] = ()
+    chunk_records: int = DEFAULT_CHUNK_RECORDS
+    flush_ms: int = DEFAULT_FLUSH_MS
+    components: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_wire(cls, name: str, d: dict[str, Any]) -> StreamConfig:
+        comps = d.get("components")
+        return cls(name, tuple(d.get("enable", ())), tuple(d.get("disable", ())),
+                   int(d.get("ring_chunks", 0)), tuple(d.get("trigger", ())),
+                   int(d.get("chunk_records", DEFAULT_CHUNK_RECORDS)),
+                   int(d.get("flush_ms", DEFAULT_FLUSH_MS)),
+                   None if comps is None else tuple(comps))
+
+    def wire(self) -> dict[str, Any]:
+        return {"enable": list(self.enable), "disable": list(self.disable),
+                "ring_chunks": self.ring_chunks, "trigger": list(self.trigger),
+                "chunk_records": self.chunk_records, "flush_ms": self.flush_ms,
+                "components": None if self.components is None else list(self.components)}
+
+
+@dataclass
+class StreamInfo:
+    """Who writes a stream; goes into the header of every file."""
+
+    directory: Path
+    run: str = ""
+    host: str = ""
+    component: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Stream:
+    """One open stream file of this process.
+
+    Lifecycle: created open (header written), records are `put`, chunks leave by `flush`
+    (when full, by the flusher thread, at exit or on SIGTERM), `close` writes the clean
+    close record. After a fork the child reopens its own file (`_reopen_in_child`).
+    """
+
+    def __init__(self, config: StreamConfig, info: StreamInfo):
+        self.config, self.info = config, info
+        self.buf: list[tuple[Any, ...]] = []
+        self.limit = config.chunk_records
+        self.lock = threading.Lock()
+        self.ring: deque[tuple[int, bytes]] | None = (
+            deque(maxlen=config.ring_chunks) if config.ring_chunks else None)
+        self.declared: list[tuple[Any, ...]] = []
+        self.closed = False
+        self.fd: int | None = None
+        self.parent_pid: int | None = None
+        self._open()
+        _live_streams.add(self)
+        _flusher.ensure_running()
+
+    def _open(self) -> None:
+        self.pid = os.getpid()
+        self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
+        who = self.info.component or "process"
+        self.path = self.info.directory / f"{self.config.name}.{who}.{self.pid}.ds"
+        self.info.directory.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+                          | os.O_CLOEXEC, 0o644)
+        header = {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": self.config.name,
+                  "run": self.info.run, "host": self.info.host, "component": self.info.component,
+                  "pid": self.pid, "parent_pid": self.parent_pid, "clock": CLOCK,
+                  "created_ns": time.time_ns(), "mode": "ring" if self.ring is not None else "normal",
+                  "ring_chunks": self.config.ring_chunks, "chunk_records": self.limit,
+                  **self.info.extra}
+        self._write(_encode(header), 0)
+        if self.declared:
+            self._write_chunk(list(self.declared))
+
+    def put(self, record: tuple[Any, ...]) -> None:
+        """Append one record (the slow path; entities inline this)."""
+        self.buf.append(record)
+        if len(self.buf) >= self.limit:
+            self.flush()
+
+    def declare(self, records: list[tuple[Any, ...]]) -> None:
+        """Write namespace records now, ahead of any buffered use, bypassing the ring: a
+        ring that drops chunks must never drop what names its entities."""
+        with _flushing(self):
+            self.declared.extend(records)
+            self._write_chunk(records)
+
+    def flush(self) -> None:
+        """Turn buffered records into a chunk: written, or kept in the ring."""
+        with _flushing(self):
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        # Copy then delete the copied prefix: records appended meanwhile by other threads
+        # stay in the buffer for the next chunk.
+        records = self.buf[:]
+        del self.buf[:len(records)]
+        if not records or self.closed:
+            return
+        if self.ring is None:
+            self._write_chunk(records)
+        else:
+            if len(self.ring) == self.ring.maxlen:
+                self.ring_discarded += 1
+            self.ring.append((len(records), self._chunk(records)))
+
+    def trigger(self, reason: str) -> None:
+        """Write a ring stream's kept chunks, then a trigger record; the ring starts over."""
+        if self.ring is None:
+            return
+        with _flushing(self):
+            self._flush_locked()
+            for count, chunk in self.ring:
+                self._write(chunk, count)
+            self._write_chunk([(TRIGGER, time.time_ns(), reason, len(self.ring),
+                                self.ring_discarded)])
+            self.ring.clear()
+            self.ring_discarded = 0
+
+    def close(self) -> None:
+        """Flush, write the clean close record and close the file. Idempotent."""
+        _live_streams.discard(self)
+        with _flushing(self):
+            if self.closed:
+                return
+            if self.fd is None and not self.buf:
+                self.closed = True  # a forked child that logged nothing leaves no file
+                return
+            self._flush_locked()
+            kept = len(self.ring) if self.ring is not None else 0
+            self._write_chunk([(CLOSE, time.time_ns(), self.records, self.chunks,
+                                kept + self.ring_discarded)])
+            self.closed = True
+            if self.fd is not None:
+                os.close(self.fd)
+
+    def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
+        body = _encode(records)
+        self.seq += 1
+        return _encode((CHUNK_MAGIC, self.seq, len(records), chunk_crc(self.seq, len(records), body),
+                        body))
+
+    def _write_chunk(self, records: list[tuple[Any, ...]]) -> None:
+        if self.dropped:
+            # Said before anything else once the file takes writes again.
+            records = [(DROPPED, time.time_ns(), self.dropped, "write failed"), *records]
+            self.dropped = 0
+        self._write(self._chunk(records), len(records))
+
+    def _write(self, data: bytes, count: int) -> None:
+        if self.fd is None:
+            self._open()  # a forked child's first write
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            # Keep the process running; the loss is counted and written as a record later.
+            if not self.dropped:
+                print(f"netspec: stream {self.path}: {exc.strerror}; records are being dropped",
+                      file=sys.stderr)
+            self.dropped += count
+            return
+        if count:
+            self.records += count
+            self.chunks += 1
+
+    def _reopen_in_child(self) -> None:
+        """After fork: the parent writes what was buffered; the child gets its own file,
+        with the same namespace, at its first write, so a child that only execs (a
+        subprocess) leaves no empty file behind."""
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.parent_pid = None, self.pid
+        self.lock = threading.Lock()
+        self.buf.clear()
+        if self.ring is not None:
+            self.ring.clear()
+
+
+# Every open stream of this process, for the flusher, exit, SIGTERM and fork.
+_live_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+_in_flush = threading.local()
+_term_pending = False
+
+
+class _flushing:
+    """Hold a stream's lock; a SIGTERM arriving meanwhile in this thread is acted on
+    after the lock is released, so the handler never sees a half-taken buffer."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+
+    def __enter__(self) -> None:
+        self.stream.lock.acquire()
+        _in_flush.depth = getattr(_in_flush, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _in_flush.depth -= 1
+        self.stream.lock.release()
+        if _term_pending and _in_flush.depth == 0 and \
+                threading.current_thread() is threading.main_thread():
+            _terminate()
+
+
+class _Flusher:
+    """One daemon thread per process writes chunks that wait longer than `flush_ms`."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+
+    def ensure_running(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._loop, name="netspec-flusher", daemon=True)
+            self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            streams = list(_live_streams)
+            tick = min((s.config.flush_ms for s in streams), default=DEFAULT_FLUSH_MS) / 1000
+            time.sleep(tick)
+            for stream in list(_live_streams):
+                if stream.buf:
+                    stream.flush()
+
+    def forget(self) -> None:
+        self.thread = None
+
+
+_flusher = _Flusher()
+
+
+def close_all() -> None:
+    """Flush and close every stream of this process (at exit, on SIGTERM)."""
+    for stream in list(_live_streams):
+        stream.close()
+
+
+def _terminate() -> None:
+    global _term_pending
+    _term_pending = False
+    close_all()
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signal.SIGTERM, None)
+        return
+    # Die of SIGTERM as the process would have without us: its exit status says so.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _term_pending
+    if getattr(_in_flush, "depth", 0):
+        _term_pending = True
+        return
+    _terminate()
+
+
+_previous_sigterm: Any = None
+
+
+def install_exit_hooks() -> None:
+    """Flush at exit and on SIGTERM; reopen after fork. Called once, by the first stream.
+    SIGTERM is taken only in the main thread, and an application's own handler is chained."""
+    global _previous_sigterm
+    if getattr(install_exit_hooks, "done", False):
+        return
+    install_exit_hooks.done = True  # type: ignore[attr-defined]
+    atexit.register(close_all)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                        after_in_child=_after_fork_child)
+    if threading.current_thread() is threading.main_thread():
+        _previous_sigterm = signal.getsignal(signal.SIGTERM)
+        if _previous_sigterm is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _before_fork() -> None:
+    # No stream may be mid-flush in another thread when the child is cut off from it.
+    for stream in list(_live_streams):
+        stream.lock.acquire()
+
+
+def _after_fork_parent() -> None:
+    for stream in list(_live_streams):
+        stream.lock.release()
+
+
+def _after_fork_child() -> None:
+    _flusher.forget()
+    for stream in list(_live_streams):
+        stream._reopen_in_child()
+    if _live_streams:
+        _flusher.ensure_running()
