@@ -9,9 +9,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from netspec.analysis.narrate import narrate
+from netspec.analysis.read import StreamReader, read_streams
 from netspec.daemon.facts import netspec_version
 from netspec.nodelib.auth import load_or_create_key
 from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError
+from netspec.nodelib.instrument import selects
 
 from . import summary
 from .engine import Progress, Run
@@ -32,6 +35,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--quiet", "-q", action="store_true", help="print only errors")
     check = sub.add_parser("check", help="validate an experiment file")
     check.add_argument("file", type=Path)
+    dump = sub.add_parser("dump", help="narrate datastream files (a directory: every .ds in it)")
+    dump.add_argument("files", type=Path, nargs="+")
+    dump.add_argument("--match", action="append", default=[], metavar="PATTERN",
+                      help="only entities matching GROUP/name (wildcards; repeatable)")
     ls = sub.add_parser("ls", help="list runs")
     show = sub.add_parser("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
@@ -94,6 +101,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dump(args: argparse.Namespace) -> int:
+    paths = [p for f in args.files for p in (sorted(f.rglob("*.ds")) if f.is_dir() else [f])]
+    if not paths:
+        raise NetspecError(f"no .ds files in {', '.join(map(str, args.files))}")
+    readers: list[StreamReader] = []
+    records = read_streams(paths, readers)
+    if args.match:
+        # The stream's own records (losses above all) are never filtered out.
+        records = (r for r in records
+                   if r.entity.group == "DS" or selects(args.match, r.entity.full_name))
+    try:
+        for line in narrate(readers, records):
+            print(line)
+    except BrokenPipeError:  # `ns_control dump ... | head`
+        sys.stderr.close()
+        return EXIT_OK
+    warnings = [w for r in readers for w in r.warnings]
+    _print_lines([f"warning: {w}" for w in warnings], sys.stderr)
+    return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     _print_lines(summary.list_lines(list_runs(args.runs)))
     return EXIT_OK
@@ -109,7 +137,7 @@ def _print_lines(lines: list[str], stream=None) -> None:
     print("\n".join(lines), file=stream or sys.stdout)
 
 
-COMMANDS = {"run": cmd_run, "check": cmd_check, "ls": cmd_ls, "show": cmd_show}
+COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,7 +168,9 @@ class Run:
                 self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
                                                      "daemon_pid": hello["pid"]}
                 components = [c.wire() for c in self.plan.host_components(name)]
-                await client.request(m.SETUP, deadline, run=self.rundir.id, components=components)
+                await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
+                                     components=components,
+                                     streams={s.name: s.wire() for s in self.plan.streams})
 
         names = list(self.hosts)
         outcome = await self._guard(
@@ -309,9 +311,14 @@ class Run:
         outcome = await asyncio.gather(*(fetch_host(self.clients[h], self.rundir, deadline)
                                          for h in hosts), return_exceptions=True)
         self.collected = True
-        for files in outcome:
-            if not isinstance(files, BaseException):
-                for component, path in files:
+        for host, files in zip(hosts, outcome, strict=True):
+            if isinstance(files, BaseException):
+                continue
+            for component, path in files:
+                if component is None:
+                    self.rundir.record["hosts"][host].setdefault("streams", []).append(
+                        str(path.relative_to(self.rundir.path)))
+                else:
                     self.results[component].files.append(path)
         _raise_if_any_failed("collect", dict(zip(hosts, outcome, strict=True)))
 

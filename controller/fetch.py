@@ -1,4 +1,5 @@
-"""Gather a host's files (outputs, exit status, handed-back files) into the run directory."""
+"""Gather a host's files (outputs, exit status, handed-back files, streams) into the run
+directory."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ async def fetch_host(client: DaemonClient, run: RunDir,
     listing = await client.request(m.FILES, deadline, during="collect")
     written = []
     for entry in listing["files"]:
-        target = run.component_dir(client.host, entry["component"]) / entry["name"]
+        # Node-level files (streams) have no component: they go under the host.
+        base = (run.host_dir(client.host) if entry["component"] is None
+                else run.component_dir(client.host, entry["component"]))
+        target = base / entry["name"]
         target.parent.mkdir(parents=True, exist_ok=True)
         if entry["name"] in STREAMED and target.is_file() and target.stat().st_size == entry["size"]:
             written.append((entry["component"], target))  # it all arrived as it was written

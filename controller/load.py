@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 from netspec.nodelib.errors import ConfigError
 from netspec.nodelib.messages import NODE
+from netspec.nodelib.streams import StreamConfig
 
 from .model import DEFAULT_DEADLINE_S, ClockService, Component, Host, Plan, Step
 
@@ -146,9 +147,10 @@ def parse(text: str, path: Path) -> Plan:
     schedule = _schedule(src, data["schedule"], components)
     _check_plain_phases(src, components, schedule)
     clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
+    streams = _streams(src, data.get("streams") or {}, components)
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock)
+                schedule, clock, streams)
 
 
 def _hosts(data: dict[str, Any]) -> dict[str, Host]:
@@ -256,3 +258,17 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
                   ("services", "clksync", "reference"))
     return ClockService(reference, spec.get("until_bound_us"), spec.get("probes", 50))
 
+
+
+def _streams(src: _Source, spec: dict[str, Any],
+             components: tuple[Component, ...]) -> tuple[StreamConfig, ...]:
+    names = {c.name for c in components}
+    for name, stream in spec.items():
+        for i, comp in enumerate(stream.get("components", [])):
+            if comp not in names:
+                src.error(f"unknown component '{comp}'{suggest(comp, names)}",
+                          ("streams", name, "components", i))
+        if stream.get("trigger") and not stream.get("ring_chunks"):
+            src.error("a trigger writes a ring stream's chunks: give ring_chunks too",
+                      ("streams", name, "trigger"))
+    return tuple(StreamConfig.from_wire(name, stream) for name, stream in spec.items())

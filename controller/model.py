@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netspec.nodelib.streams import StreamConfig
+
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
 NODE_STEPS = ("sync_clocks", "start_logging", "stop_logging")
@@ -86,6 +88,7 @@ class Plan:
     components: tuple[Component, ...]
     schedule: tuple[Step, ...]
     clock: ClockService
+    streams: tuple[StreamConfig, ...] = ()
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -98,4 +101,5 @@ class Plan:
         return {"experiment": self.name, "source": str(self.path), "sha256": self.sha256,
                 "hosts": [asdict(h) for h in self.hosts],
                 "components": [asdict(c) for c in self.components],
-                "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock)}
+                "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
+                "streams": {s.name: s.wire() for s in self.streams}}

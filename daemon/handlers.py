@@ -43,7 +43,7 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
         await session.supervisor.reset(clean=False)
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
-                                    session.tg)
+                                    session.tg, request.get("host", ""), request.get("streams"))
     log.info("run %s: %s", request["run"], ", ".join(s.name for s in specs) or "no components")
     return {"root": str(session.supervisor.root)}
 
@@ -63,23 +63,29 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                      comp: dict[str, Any]) -> None:
     entered = time.time_ns()
+    phase, step, name = request["phase"], request["step"], comp["name"]
     try:
-        if comp["name"] == m.NODE:
-            ack = await node_phase(session, request["phase"])
+        if name == m.NODE:
+            ack = await node_phase(sup, phase)
         else:
-            ack = await sup.enter(comp["name"], request["phase"], comp.get("params", {}),
-                              request.get("published", {}))
+            sup.services.entered(step, phase, name)
+            ack = await sup.enter(name, phase, comp.get("params", {}), request.get("published", {}))
     except Exception as exc:
         err = m.error_map(exc)
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
                "traceback": err["traceback"]}
-    session.emit({**ack, "t": m.ACK, "step": request["step"], "component": comp["name"],
+    if name != m.NODE:
+        sup.services.acked(step, phase, name, ack["status"])
+    session.emit({**ack, "t": m.ACK, "step": step, "component": name,
                   "entered": entered, "acked": time.time_ns()})
 
 
-async def node_phase(session: Session, phase: str) -> dict[str, Any]:
-    """The daemon's own part in a node-wide step: it has reached the barrier. Node
-    services (samplers, clock probes, stream logging) start and stop here."""
+async def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
+    """The daemon's own part in a node-wide step: node services start and stop here."""
+    if phase == m.START_LOGGING:
+        sup.services.start_logging()
+    elif phase == m.STOP_LOGGING:
+        sup.services.stop_logging()
     return {"status": m.ACK_OK}
 
 
@@ -93,7 +99,9 @@ async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    found = _supervisor(session).collectable()
+    sup = _supervisor(session)
+    sup.services.close()  # collecting ends the logging window, stop_logging or not
+    found = sup.collectable()
     for f in found:
         f["size"] = Path(f["path"]).stat().st_size if not f.get("missing") else 0
     return {"files": found}

@@ -28,6 +28,9 @@ import psutil
 from netspec.nodelib import messages as m
 from netspec.nodelib.channel import Channel
 from netspec.nodelib.errors import NetspecError, ProtocolError
+from netspec.nodelib.streams import StreamConfig
+
+from .services import NodeServices
 
 log = logging.getLogger("netspecd")
 
@@ -215,9 +218,9 @@ class ComponentProcess:
                 waiter.exception()  # marks it retrieved: a plain command's has no waiter
         self.pending.clear()
 
-    async def call(self, phase: str, params: dict[str, Any],
-                   published: dict[str, Any]) -> dict[str, Any]:
-        """Enter `phase` in an aware component and return its ack."""
+    async def call(self, phase: str, params: dict[str, Any], published: dict[str, Any],
+                   **fields: Any) -> dict[str, Any]:
+        """Enter `phase` in an aware component and return its ack; `fields` go along."""
         if self.channel is None or self.exited.done() or self.channel.writer.is_closing():
             raise ComponentExited(f"{describe_returncode(self.proc and self.proc.returncode)} "
                                   "and cannot take part")
@@ -225,7 +228,7 @@ class ComponentProcess:
         waiter = asyncio.get_running_loop().create_future()
         self.pending[self._next_id] = waiter
         self.channel.send({"t": m.ENTER, "id": self._next_id, "phase": phase, "params": params,
-                           "published": published})
+                           "published": published, **fields})
         ack = await waiter
         self.handed_back.extend(ack.get("files", []))
         return ack
@@ -303,9 +306,18 @@ class Supervisor:
     """All components of one run on this host, owned by the connection that set them up."""
 
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
-                 tg: asyncio.TaskGroup):
-        self.run_id, self.root, self.tg = run_id, root / run_id, tg
+                 tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None):
+        self.run_id, self.root, self.tg, self.host = run_id, root / run_id, tg, host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
+        self.streams = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
+        self.services = NodeServices(run_id, host, self.root / "streams")
+
+    def logging_for(self, name: str) -> dict[str, Any]:
+        """What a component needs to open its streams at start_logging."""
+        chosen = {s.name: s.wire() for s in self.streams
+                  if s.components is None or name in s.components}
+        return {"streams": chosen, "dir": str(self.services.directory), "run": self.run_id,
+                "host": self.host}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
                     published: dict[str, Any]) -> dict[str, Any]:
@@ -328,6 +340,8 @@ class Supervisor:
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
             return ack
         if spec.aware:
+            if phase == m.START_LOGGING:
+                return await comp.call(phase, params, published, logging=self.logging_for(spec.name))
             if phase == "launch":
                 await comp.start(self.tg)
                 phases = await comp.registered
@@ -368,6 +382,7 @@ class Supervisor:
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
             await asyncio.wait(waits, timeout=KILL_GRACE_S)
+        self.services.close()
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
         return len(victims)
@@ -383,8 +398,9 @@ class Supervisor:
         return True
 
     def collectable(self) -> list[dict[str, Any]]:
-        """Every file the controller should gather: outputs, exit status, handed-back files."""
-        files = []
+        """Every file the controller should gather: outputs, exit status, handed-back files
+        and the run's streams on this host."""
+        files = self.services.collectable()
         for comp in self.components.values():
             for name in ("stdout", "stderr", "exit.json"):
                 path = comp.dir / name

@@ -32,6 +32,10 @@ REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 
 ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
 
+# Built-in steps that reach into every NETSPEC-aware component, whether or not it
+# registered a callback for them: nodelib opens and closes its streams there.
+START_LOGGING, STOP_LOGGING = "start_logging", "stop_logging"
+
 
 def worst_status(statuses: Iterable[str]) -> str:
     """error over warning over ok; ok when there is none."""

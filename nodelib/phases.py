@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import instrument
 from . import messages as m
 from .channel import BlockingChannel
 from .errors import NetspecError
+from .streams import StreamConfig, StreamInfo
 
 
 class PhaseWarning(Exception):
@@ -100,7 +102,10 @@ class Application:
             channel.close()
 
     def _serve(self, channel: BlockingChannel) -> None:
-        channel.send({"t": m.REGISTER, "phases": sorted(self.callbacks), "pid": os.getpid()})
+        # Every aware component takes part in the logging steps: nodelib opens and closes
+        # its streams there, around the application's own callback if it has one.
+        phases = sorted({*self.callbacks, m.START_LOGGING, m.STOP_LOGGING})
+        channel.send({"t": m.REGISTER, "phases": phases, "pid": os.getpid()})
         welcome = channel.recv()
         if welcome is None or welcome["t"] != m.WELCOME:
             raise NetspecError("netspecd did not welcome this component")
@@ -109,13 +114,26 @@ class Application:
             if message["t"] == m.ENTER:
                 ctx = PhaseContext(message["phase"], component, run_id, message.get("params", {}),
                                    message.get("published", {}), Path.cwd())
-                channel.send({"t": m.ACK, "id": message["id"], **self._call(ctx)})
+                channel.send({"t": m.ACK, "id": message["id"],
+                              **self._call(ctx, message.get("logging"))})
 
-    def _call(self, ctx: PhaseContext) -> dict[str, Any]:
+    def _enter(self, ctx: PhaseContext, logging: dict[str, Any] | None) -> Any:
+        if ctx.phase == m.START_LOGGING and logging is not None:
+            configs = [StreamConfig.from_wire(n, d) for n, d in logging["streams"].items()]
+            instrument.default.start(configs, StreamInfo(Path(logging["dir"]), run=ctx.run_id,
+                                                         host=logging["host"], component=ctx.component))
+        callback = self.callbacks.get(ctx.phase)
+        try:
+            return callback(ctx) if callback is not None else None
+        finally:
+            if ctx.phase == m.STOP_LOGGING:
+                instrument.default.stop()  # after the callback: it may log final states
+
+    def _call(self, ctx: PhaseContext, logging: dict[str, Any] | None = None) -> dict[str, Any]:
         started = time.time_ns()
         status, text, tb = m.ACK_OK, "", ""
         try:
-            value = self.callbacks[ctx.phase](ctx)
+            value = self._enter(ctx, logging)
             text = "" if value is None else str(value)
         except PhaseWarning as exc:
             status, text = m.ACK_WARNING, str(exc)

@@ -2,7 +2,10 @@
 
 The server listens in phase `listen` and publishes its address; the client sends `count`
 stimuli of `size` bytes in phase `run`, one at a time, and records each round trip to
-rtt.csv, which it hands back for collection.
+rtt.csv, which it hands back for collection. Each stimulus carries its sequence number,
+and both sides log it to their streams (group STIM) tagged with it: the client's send
+event and rtt interval, the server's stimulus and reply events, so analysis can pair a
+send on one host with its arrival on the other.
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ import threading
 import time
 
 from netspec import nodelib
+
+SEND = nodelib.event("STIM", "send", "the client sends a stimulus")
+STIMULUS = nodelib.event("STIM", "stimulus", "the server has read a whole stimulus")
+REPLY = nodelib.event("STIM", "reply", "the server has written its reply")
+RTT = nodelib.interval("STIM", "rtt", "from the client's send to the whole reply read back")
+RTT_US = nodelib.histogram("STIM", "rtt_us", lo=0, hi=1000, buckets=100,
+                           desc="round trips in microseconds")
+ANSWERED = nodelib.counter("STIM", "answered", "stimuli the server answered")
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:
@@ -49,10 +60,18 @@ class Server:
         with conn:
             while True:
                 try:
-                    conn.sendall(_recv_exactly(conn, size))
+                    stimulus = _recv_exactly(conn, size)
+                    seq = int.from_bytes(stimulus[:8], "big")
+                    STIMULUS.log(seq)
+                    conn.sendall(stimulus)
+                    REPLY.log(seq)
                 except ConnectionError:
                     return
                 self.answered += 1
+                ANSWERED.add()
+
+    def stop_logging(self, ctx: nodelib.PhaseContext) -> None:
+        ANSWERED.log()
 
     def collect(self, ctx: nodelib.PhaseContext) -> str:
         if self.thread is not None:
@@ -61,21 +80,26 @@ class Server:
 
 
 def client_run(ctx: nodelib.PhaseContext) -> str:
-    count, size = int(ctx.params.get("count", 1000)), int(ctx.params.get("size", 64))
+    count, size = int(ctx.params.get("count", 1000)), max(8, int(ctx.params.get("size", 64)))
     address = (ctx.lookup("server", "address"), ctx.lookup("server", "port"))
     rtts = []
     with socket.create_connection(address, timeout=10) as conn, open("rtt.csv", "w") as out:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         out.write("seq,sent_ns,rtt_ns\n")
-        payload = bytes(size)
+        padding = bytes(size - 8)
         for seq in range(count):
             sent = time.time_ns()
             t0 = time.perf_counter_ns()
-            conn.sendall(payload)
+            SEND.log(seq)
+            RTT.start()
+            conn.sendall(seq.to_bytes(8, "big") + padding)
             _recv_exactly(conn, size)
+            RTT.end(seq)
             rtt = time.perf_counter_ns() - t0
+            RTT_US.add(rtt / 1e3)
             rtts.append(rtt)
             out.write(f"{seq},{sent},{rtt}\n")
+    RTT_US.log()
     ctx.hand_back("rtt.csv")
     rtts.sort()
     p99 = rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))]
@@ -91,6 +115,7 @@ def main() -> None:
     if role == "server":
         server = Server()
         nodelib.register("listen", server.listen)
+        nodelib.register("stop_logging", server.stop_logging)
         nodelib.register("collect", server.collect)
     else:
         nodelib.register("run", client_run)

@@ -65,3 +65,40 @@ def test_show_of_an_unknown_run_says_so(tmp_path):
     done = ns_control("show", "nope", "--runs", str(STORED), cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr == f"error: no run 'nope' under {STORED}\n"
+
+
+STREAM = REPO / "tests" / "data" / "streams" / "stim-v1.0.ds"
+
+
+def test_dump_narrates_a_stored_format_1_0_stream(tmp_path):
+    done = ns_control("dump", str(STREAM), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == textwrap.dedent("""\
+        stim-v1.0.ds: stream 'stim' of client (pid 1617) on host b, run 20261121T000000Z-abcdef
+          format 1.0, CLOCK_REALTIME, normal, created 2026-11-21 19:03:42 UTC
+        22:26:40.000000000  STIM/send                tag 0
+        22:26:40.000064400  STIM/rtt                 tag 0  64.400 us  (from 22:26:40.000000000)
+        22:26:40.000070000  STIM/note                tag 1  'warm-up done'
+        22:26:40.000080000  STIM/answered            = 2000
+        22:26:40.000090000  STIM/rtt_us              n 16  mean 77.1562  below 0  above 1  [0,10):5 [10,20):10
+        22:26:40.000100000  CAMP/cpu                 user=12.5  system=3.0
+        19:03:42.959744838  DS/close                 clean close: 12 records in 2 chunks
+        """)
+
+
+def test_dump_of_a_damaged_stream_says_what_was_lost_and_exits_1(tmp_path):
+    damaged = tmp_path / "damaged.ds"
+    data = bytearray(STREAM.read_bytes())
+    data[-20] ^= 0xFF  # inside the last chunk: the close record
+    damaged.write_bytes(bytes(data))
+    done = ns_control("dump", str(damaged), "--match", "STIM/send", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[2:] == [
+        "22:26:40.000000000  STIM/send                tag 0",
+        "22:26:40.000100000  DS/lost                  LOST 1 records: chunk 3 fails its CRC; the rest "
+        "of the file (31 bytes) is unreadable"]
+    assert done.stderr.splitlines() == [
+        f"warning: {damaged}: lost 1 records: chunk 3 fails its CRC; the rest of the file (31 bytes) "
+        "is unreadable",
+        f"warning: {damaged}: no clean close record: the writer was killed or is still running "
+        "(records it still held in memory, at most one chunk, are not in the file)"]

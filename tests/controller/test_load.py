@@ -63,11 +63,28 @@ def test_a_good_file_resolves_defaults_and_paths(experiment):
     (GOOD.replace("experiment: demo\n", ""), "exp.yaml:1: missing key 'experiment'"),
     (GOOD.replace("args: [launch]", "args: launch"),
      "exp.yaml:6: components.server.args: expected array, got str 'launch'"),
+    (GOOD + "streams:\n  s: {enable: [STIM], components: [sevrer]}\n",
+     "exp.yaml:12: streams.s.components[0]: unknown component 'sevrer' (did you mean 'server'?)"),
+    (GOOD + "streams:\n  s: {enable: [STIM/a/b]}\n",
+     "exp.yaml:12: streams.s.enable[0]: 'STIM/a/b' is not a valid entity pattern"),
+    (GOOD + "streams:\n  s: {enable: [STIM], trigger: [STIM/fail]}\n",
+     "exp.yaml:12: streams.s.trigger: a trigger writes a ring stream's chunks: give ring_chunks too"),
+    (GOOD + "streams:\n  s: {enable: [STIM], ring_chunk: 5}\n",
+     "exp.yaml:12: streams.s.ring_chunk: unknown key 'ring_chunk' (did you mean 'ring_chunks'?)"),
 ])
 def test_errors_name_the_file_line_and_key(experiment, tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
         load(experiment(text))
     assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
+
+
+def test_streams_resolve_with_defaults(experiment):
+    plan = load(experiment(GOOD + "streams:\n  s: {enable: [STIM], ring_chunks: 4, trigger: [STIM/x]}\n"))
+    (stream,) = plan.streams
+    assert (stream.name, stream.enable, stream.ring_chunks) == ("s", ("STIM",), 4)
+    assert stream.trigger == ("STIM/x",)
+    assert stream.chunk_records == 4096 and stream.components is None
+    assert plan.resolved()["streams"]["s"]["flush_ms"] == 100
 
 
 def test_a_single_host_is_implied_when_hosts_are_omitted(experiment):

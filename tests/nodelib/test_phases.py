@@ -13,7 +13,8 @@ from netspec.nodelib.phases import Application
 
 def test_the_public_surface_is_pinned():
     assert sorted(nodelib.__all__) == ["Application", "PhaseContext", "PhaseWarning",
-                                       "component_params", "phase", "register", "run"]
+                                       "component_params", "counter", "event", "histogram",
+                                       "interval", "phase", "register", "run", "samples", "trigger"]
 
 
 def test_a_phase_name_can_be_registered_only_once():
@@ -75,7 +76,7 @@ def test_callbacks_become_acks(monkeypatch, tmp_path):
 
     register, acks = _drive(app, monkeypatch, [("listen", {"add": 1}), ("run", {}),
                                                ("check", {}), ("soft", {})])
-    assert register["phases"] == ["check", "listen", "run", "soft"]
+    assert register["phases"] == ["check", "listen", "run", "soft", "start_logging", "stop_logging"]
     ok, error, warning, softened = acks
     assert (ok["status"], ok["message"], ok["published"]) == ("ok", "listening", {"port": 8})
     assert ok["files"] == [str(tmp_path / "out.csv")]

@@ -6,6 +6,9 @@ deliberately failing components. Its params say what to do in which phase:
     hang_in: PHASE     never return from PHASE
     exit_in: PHASE     exit the process with `exit_code` in PHASE
     orphan: true       at launch, leave a grandchild in its own session (escapes the group)
+    ticks: N           log N PLAY/tick events in each phase it takes part in
+
+Every phase is also logged as a PLAY/phase event whose data is the phase's name.
 """
 
 import os
@@ -15,9 +18,15 @@ import time
 
 from netspec import nodelib
 
+PHASE = nodelib.event("PLAY", "phase", "the actor entered a phase", decoder="utf8")
+TICK = nodelib.event("PLAY", "tick")
+
 
 def act(ctx: nodelib.PhaseContext) -> str:
     p = ctx.params
+    PHASE.log(0, ctx.phase.encode())
+    for i in range(int(p.get("ticks", 0))):
+        TICK.log(i)
     with open(f"{ctx.component}.log", "a") as log:
         log.write(f"{ctx.phase} {sorted(p.items())}\n")
     if ctx.phase == "launch" and p.get("orphan"):

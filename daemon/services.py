@@ -1,0 +1,50 @@
+"""Node services: what netspecd itself records on its host during a run's logging window.
+
+Between start_logging and stop_logging the daemon writes its own `netspecd` stream: every
+phase it enters in a component and every ack, in this host's clock, so analysis can put
+each host's phase boundaries on the global timeline. Later services (the CAMP sampler, the
+clksync probe) start and stop at the same steps and write streams beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from netspec.nodelib.instrument import Datastreams
+from netspec.nodelib.streams import StreamConfig, StreamInfo
+
+NODE_STREAM = "netspecd"
+
+
+class NodeServices:
+    """The node services of one run. Lifecycle: `start_logging`, `stop_logging` (again
+    and again if the schedule says so), `close` at reset; files stay for collect."""
+
+    def __init__(self, run_id: str, host: str, directory: Path):
+        self.run_id, self.host, self.directory = run_id, host, directory
+        self.streams = Datastreams()
+        self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
+        self._ack = self.streams.event("NETSPECD", "ack", "a component acked a phase")
+
+    def start_logging(self) -> None:
+        self.streams.start([StreamConfig(NODE_STREAM, enable=("NETSPECD",))],
+                           StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                      component=NODE_STREAM), exit_hooks=False)
+
+    def stop_logging(self) -> None:
+        self.streams.stop()
+
+    def entered(self, step: int, phase: str, component: str) -> None:
+        self._enter.log(step, {"phase": phase, "component": component})
+
+    def acked(self, step: int, phase: str, component: str, status: str) -> None:
+        self._ack.log(step, {"phase": phase, "component": component, "status": status})
+
+    def close(self) -> None:
+        self.streams.stop()
+
+    def collectable(self) -> list[dict[str, Any]]:
+        """Every stream file of the run on this host: the node's and the components'."""
+        return [{"component": None, "name": f"streams/{p.name}", "path": str(p)}
+                for p in sorted(self.directory.glob("*.ds"))]
