@@ -21,6 +21,7 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 bench: setup
+	$(BIN)/python bench/events.py
 	$(BIN)/python bench/barrier.py
 
 lint: setup

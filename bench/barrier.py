@@ -1,10 +1,12 @@
 """One barrier step (enter + every ack) over 1, 10 and 100 local daemons, real processes.
 
-Each daemon runs one NETSPEC-aware component. Two kinds of step go through the real phase
-engine, `--steps` of each, and each step's time (enter sent -> last ack in) is read from
-the run's record:
-  node:      a node-wide step (start_logging) that every daemon acks itself;
-  component: an application phase (tick) that each daemon forwards to its component.
+Two kinds of step go through the real phase engine, `--steps` of each, and each step's
+time (enter sent -> last ack in) is read from the run's record:
+  node:      a node-wide step (start_logging) that every daemon acks itself, opening its
+             node stream; each daemon's one component is a plain command, so no
+             component takes part;
+  component: an application phase (tick) that each daemon forwards to its one
+             NETSPEC-aware component.
 Baseline, measured in the same run: the round trip of a bare asyncio TCP echo over
 loopback, client and server in separate processes as the controller and a daemon are.
 Prints figures for people, then one JSON object as the last line.
@@ -75,7 +77,11 @@ def experiment_text(daemons: int, steps: int, kind: str) -> str:
     lines = ["experiment: barrier-bench", "hosts:"]
     lines += [f"  h{i}: {{}}" for i in range(daemons)]
     lines.append("components:")
-    lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(daemons)]
+    if kind == "node":
+        lines += [f"  c{i}: {{host: h{i}, command: [sleep, '3600'], stop: collect}}"
+                  for i in range(daemons)]
+    else:
+        lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(daemons)]
     lines.append("schedule:\n  - launch")
     lines += [f"  - {STEP_OF_KIND[kind]}"] * steps
     return "\n".join(lines) + "\n"
@@ -97,7 +103,7 @@ def main() -> None:
     parser.add_argument("--daemons", default="1,10,100")
     parser.add_argument("--steps", type=int, default=220)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
         echo = asyncio.run(echo_round_trips(1000))
         echo_p50, echo_p99 = percentile(echo, 0.5), percentile(echo, 0.99)

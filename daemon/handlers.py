@@ -44,6 +44,7 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
                                     session.tg, request.get("host", ""), request.get("streams"))
+    session.supervisor.services.open()
     log.info("run %s: %s", request["run"], ", ".join(s.name for s in specs) or "no components")
     return {"root": str(session.supervisor.root)}
 

@@ -1,9 +1,11 @@
-"""Node services: what netspecd itself records on its host during a run's logging window.
+"""Node services: what netspecd itself records on its host during a run's logging windows.
 
 Between start_logging and stop_logging the daemon writes its own `netspecd` stream: every
 phase it enters in a component and every ack, in this host's clock, so analysis can put
-each host's phase boundaries on the global timeline. Later services (the CAMP sampler, the
-clksync probe) start and stop at the same steps and write streams beside it.
+each host's phase boundaries on the global timeline. The file is opened when the run is
+set up and only switched on and off by the logging steps, so a node-wide step costs no
+file creation. Later services (the CAMP sampler, the clksync probe) start and stop at the
+same steps and write streams beside it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ NODE_STREAM = "netspecd"
 
 
 class NodeServices:
-    """The node services of one run. Lifecycle: `start_logging`, `stop_logging` (again
-    and again if the schedule says so), `close` at reset; files stay for collect."""
+    """The node services of one run. Lifecycle: `open` at setup, `start_logging` and
+    `stop_logging` (again and again if the schedule says so), `close` at collect or
+    reset; the files stay for collect."""
 
     def __init__(self, run_id: str, host: str, directory: Path):
         self.run_id, self.host, self.directory = run_id, host, directory
@@ -27,13 +30,16 @@ class NodeServices:
         self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
         self._ack = self.streams.event("NETSPECD", "ack", "a component acked a phase")
 
-    def start_logging(self) -> None:
+    def open(self) -> None:
         self.streams.start([StreamConfig(NODE_STREAM, enable=("NETSPECD",))],
                            StreamInfo(self.directory, run=self.run_id, host=self.host,
-                                      component=NODE_STREAM), exit_hooks=False)
+                                      component=NODE_STREAM), exit_hooks=False, paused=True)
+
+    def start_logging(self) -> None:
+        self.streams.resume()
 
     def stop_logging(self) -> None:
-        self.streams.stop()
+        self.streams.pause()
 
     def entered(self, step: int, phase: str, component: str) -> None:
         self._enter.log(step, {"phase": phase, "component": component})

@@ -254,12 +254,14 @@ class Datastreams:
 
     Lifecycle: entities are declared at any time (disabled); `start` opens the configured
     streams and enables what their patterns select (entities declared later are matched
-    when declared); `stop` disables everything and closes the streams.
+    when declared); `pause` and `resume` disable and re-enable them with the files kept
+    open; `stop` disables everything and closes the streams.
     """
 
     def __init__(self) -> None:
         self.entities: dict[tuple[str, str], Entity] = {}
         self.streams: list[Stream] = []
+        self.paused = False
         self._next_id = FIRST_ENTITY_ID
         self._lock = threading.Lock()
 
@@ -301,17 +303,18 @@ class Datastreams:
             entity = cls(self._next_id, group, name, desc, decoder, spec)
             self._next_id += 1
             self.entities[(group, name)] = entity
-            if self.streams:
+            if self.streams and not self.paused:
                 self._enable([entity])
             return entity
 
     def start(self, configs: Sequence[StreamConfig], info: StreamInfo,
-              exit_hooks: bool = True) -> list[Path]:
+              exit_hooks: bool = True, paused: bool = False) -> list[Path]:
         """Open one stream per config and enable the entities each selects.
 
         Args:
             exit_hooks: flush on exit and SIGTERM and reopen after fork (application
                 processes; a daemon closes its streams itself).
+            paused: open the files but enable nothing until `resume`.
 
         Returns:
             The paths of the stream files.
@@ -321,17 +324,33 @@ class Datastreams:
             if exit_hooks and configs:
                 install_exit_hooks()
             self.streams = [Stream(c, info) for c in configs]
-            self._enable(list(self.entities.values()))
+            self.paused = paused
+            if not paused:
+                self._enable(list(self.entities.values()))
             return [s.path for s in self.streams]
+
+    def pause(self) -> None:
+        """Disable every entity; the streams stay open for `resume`."""
+        with self._lock:
+            self.paused = True
+            self._disable()
+
+    def resume(self) -> None:
+        with self._lock:
+            self.paused = False
+            self._enable(list(self.entities.values()))
 
     def stop(self) -> list[Path]:
         """Disable every entity and close every stream; returns the closed files."""
         with self._lock:
             return self._close()
 
-    def _close(self) -> list[Path]:
+    def _disable(self) -> None:
         for entity in self.entities.values():
             entity.bind([])
+
+    def _close(self) -> list[Path]:
+        self._disable()
         closed = [s.path for s in self.streams]
         for stream in self.streams:
             stream.close()

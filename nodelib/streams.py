@@ -19,6 +19,7 @@ write them only when a trigger fires.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import signal
 import struct
@@ -109,7 +110,7 @@ class Stream:
         self.lock = threading.Lock()
         self.ring: deque[tuple[int, bytes]] | None = (
             deque(maxlen=config.ring_chunks) if config.ring_chunks else None)
-        self.declared: list[tuple[Any, ...]] = []
+        self.declared: dict[int, tuple[Any, ...]] = {}  # entity id -> its namespace record
         self.closed = False
         self.fd: int | None = None
         self.parent_pid: int | None = None
@@ -121,10 +122,19 @@ class Stream:
         self.pid = os.getpid()
         self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
         who = self.info.component or "process"
-        self.path = self.info.directory / f"{self.config.name}.{who}.{self.pid}.ds"
         self.info.directory.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-                          | os.O_CLOEXEC, 0o644)
+        # A second logging window of the same process gets a file of its own, never the
+        # first one's: NAME.WHO.PID.ds, then NAME.WHO.PID-2.ds, ...
+        stem = self.info.directory / f"{self.config.name}.{who}.{self.pid}"
+        for n in itertools.count(_windows.get(stem, 0) + 1):
+            self.path = stem.with_name(stem.name + (f"-{n}" if n > 1 else "") + ".ds")
+            try:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                                  | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                continue
+            _windows[stem] = n
+            break
         header = {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": self.config.name,
                   "run": self.info.run, "host": self.info.host, "component": self.info.component,
                   "pid": self.pid, "parent_pid": self.parent_pid, "clock": CLOCK,
@@ -133,7 +143,7 @@ class Stream:
                   **self.info.extra}
         self._write(_encode(header), 0)
         if self.declared:
-            self._write_chunk(list(self.declared))
+            self._write_chunk(list(self.declared.values()))
 
     def put(self, record: tuple[Any, ...]) -> None:
         """Append one record (the slow path; entities inline this)."""
@@ -143,10 +153,13 @@ class Stream:
 
     def declare(self, records: list[tuple[Any, ...]]) -> None:
         """Write namespace records now, ahead of any buffered use, bypassing the ring: a
-        ring that drops chunks must never drop what names its entities."""
+        ring that drops chunks must never drop what names its entities. An entity already
+        declared in this file is not declared again."""
         with _flushing(self):
-            self.declared.extend(records)
-            self._write_chunk(records)
+            new = [r for r in records if r[2] not in self.declared]
+            if new:
+                self.declared.update((r[2], r) for r in new)
+                self._write_chunk(new)
 
     def flush(self) -> None:
         """Turn buffered records into a chunk: written, or kept in the ring."""
@@ -241,6 +254,8 @@ class Stream:
             self.ring.clear()
 
 
+# How many files each stream name has had in this process (logging windows).
+_windows: dict[Path, int] = {}
 # Every open stream of this process, for the flusher, exit, SIGTERM and fork.
 _live_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
 _in_flush = threading.local()

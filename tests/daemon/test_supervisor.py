@@ -81,7 +81,7 @@ def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
     exit_event, output, files = asyncio.run(scenario())
     assert exit_event["returncode"] == 5 and exit_event["failed"]
     assert output == b"last words\n"
-    assert {f["name"] for f in files} == {"stdout", "stderr", "exit.json"}
+    assert {f["name"] for f in files if f["component"] == "crash"} == {"stdout", "stderr", "exit.json"}
 
 
 def test_a_program_that_cannot_start_acks_an_error(daemon, key):

@@ -126,3 +126,36 @@ def test_redeclaring_an_entity_returns_it_unless_its_kind_differs() -> None:
         ds.event("G/x", "e")
     with pytest.raises(NetspecError, match="lo < hi"):
         ds.histogram("G", "h", lo=5, hi=5, buckets=3)
+
+
+def test_a_second_logging_window_writes_a_new_file_and_keeps_the_first(tmp_path: Path) -> None:
+    ds = Datastreams()
+    tick = ds.event("T", "tick")
+    config = StreamConfig("app", enable=("T",))
+    (first,) = start(ds, tmp_path, config)
+    tick.log(1)
+    ds.stop()
+    (second,) = start(ds, tmp_path, config)
+    tick.log(2)
+    ds.stop()
+    assert first != second and second.name.endswith("-2.ds")
+    assert [r.tag for r in records(first)] == [1]
+    assert [r.tag for r in records(second)] == [2]
+
+
+def test_pause_and_resume_keep_one_file_and_declare_each_entity_once(tmp_path: Path) -> None:
+    ds = Datastreams()
+    tick = ds.event("T", "tick")
+    (path,) = ds.start([StreamConfig("node", enable=("T",))], StreamInfo(tmp_path, component="n"),
+                       exit_hooks=False, paused=True)
+    tick.log(0)
+    ds.resume()
+    tick.log(1)
+    ds.pause()
+    tick.log(2)
+    ds.resume()
+    tick.log(3)
+    ds.stop()
+    assert [r.tag for r in records(path)] == [1, 3]
+    namespace_chunks = path.read_bytes().count(b"tick")
+    assert namespace_chunks == 1
