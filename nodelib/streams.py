@@ -112,6 +112,7 @@ class Stream:
             deque(maxlen=config.ring_chunks) if config.ring_chunks else None)
         self.declared: dict[int, tuple[Any, ...]] = {}  # entity id -> its namespace record
         self.closed = False
+        self.warned_encoding = False
         self.fd: int | None = None
         self.parent_pid: int | None = None
         self._open()
@@ -211,10 +212,32 @@ class Stream:
                 os.close(self.fd)
 
     def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
-        body = _encode(records)
+        try:
+            body = _encode(records)
+        except (TypeError, OverflowError):
+            records = self._encodable(records)
+            body = _encode(records)
         self.seq += 1
         return _encode((CHUNK_MAGIC, self.seq, len(records), chunk_crc(self.seq, len(records), body),
                         body))
+
+    def _encodable(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The records MessagePack can carry, and a dropped record counting the others: one
+        bad value (an object, an int over 64 bits) must not cost its whole chunk."""
+        good, bad = [], None
+        for record in records:
+            try:
+                _encode(record)
+                good.append(record)
+            except (TypeError, OverflowError) as exc:
+                bad = (bad[0] + 1, bad[1]) if bad else (1, f"{type(exc).__name__}: {exc}")
+        if bad is None:
+            return good
+        reason = f"not MessagePack data ({bad[1]})"
+        if not self.warned_encoding:
+            self.warned_encoding = True
+            print(f"netspec: stream {self.path}: records dropped: {reason}", file=sys.stderr)
+        return [(DROPPED, time.time_ns(), bad[0], reason), *good]
 
     def _write_chunk(self, records: list[tuple[Any, ...]]) -> None:
         if self.dropped:

@@ -118,3 +118,22 @@ def test_an_explicit_trigger_writes_the_ring(tmp_path: Path) -> None:
 
 def ticks_of(path: Path) -> list[int]:
     return [r.tag for r in StreamReader(path) if r.entity.full_name == "T/tick"]
+
+
+def test_a_value_msgpack_cannot_carry_costs_only_its_own_record(tmp_path: Path) -> None:
+    ds = Datastreams()
+    tick = ds.event("T", "tick")
+    (path,) = ds.start([StreamConfig("app", enable=("T",), chunk_records=10)],
+                       StreamInfo(tmp_path, component="c"), exit_hooks=False)
+    tick.log(1)
+    tick.log(2, object())
+    tick.log(3, 2**70)
+    tick.log(4, {"fine": [1]})
+    ds.stop()
+    reader = StreamReader(path)
+    records = list(reader)
+    assert [r.tag for r in records if r.entity.full_name == "T/tick"] == [1, 4]
+    (dropped,) = [r for r in records if r.entity.full_name == "DS/dropped"]
+    assert dropped.value["records"] == 2
+    assert "not MessagePack data (TypeError: Encoding objects of type object" in dropped.value["reason"]
+    assert reader.records_lost == 2
