@@ -82,6 +82,11 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
         elif clock:
             lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
                          f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['method']})")
+    streams = {h: len(info["streams"]) for h, info in sorted(record.get("hosts", {}).items())
+               if info.get("streams")}
+    if streams:
+        counts = ", ".join(f"{h} {n} file{'s' if n > 1 else ''}" for h, n in streams.items())
+        lines.append(f"  streams: {counts} (narrate: ns_control dump {path}/hosts)")
     if record.get("components"):
         lines.append("  components:")
         for name, info in sorted(record["components"].items()):

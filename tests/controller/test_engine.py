@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+from netspec.analysis.read import StreamReader
 from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
 
 TWO_HOSTS = """\
@@ -53,6 +54,12 @@ def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
     run_step = record["steps"][4]["hosts"]["b"]["components"]["client"]
     assert run_step["entered_ns"] <= run_step["acked_ns"] <= run_step["received_ns"]
     assert not run_processes(record["id"])
+    client = next((run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
+    server = next((run / "hosts" / "a" / "streams").glob("stim.server.*.ds"))
+    rtt = [r for r in StreamReader(client) if r.entity.full_name == "STIM/rtt"]
+    assert [r.tag for r in rtt] == list(range(2000)) and all(r.value > 0 for r in rtt)
+    assert sum(r.entity.full_name == "STIM/stimulus" for r in StreamReader(server)) == 2000
+    assert "streams: a 2 files, b 2 files" in done.stdout
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(
