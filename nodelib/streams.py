@@ -115,13 +115,13 @@ class Stream:
         self.warned_encoding = False
         self.fd: int | None = None
         self.parent_pid: int | None = None
+        self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
         self._open()
         _live_streams.add(self)
         _flusher.ensure_running()
 
     def _open(self) -> None:
         self.pid = os.getpid()
-        self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
         who = self.info.component or "process"
         self.info.directory.mkdir(parents=True, exist_ok=True)
         # A second logging window of the same process gets a file of its own, never the
@@ -212,6 +212,8 @@ class Stream:
                 os.close(self.fd)
 
     def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
+        if self.fd is None:
+            self._open()  # a forked child's first chunk: its file, header and namespace first
         try:
             body = _encode(records)
         except (TypeError, OverflowError):
@@ -247,8 +249,6 @@ class Stream:
         self._write(self._chunk(records), len(records))
 
     def _write(self, data: bytes, count: int) -> None:
-        if self.fd is None:
-            self._open()  # a forked child's first write
         view = memoryview(data)
         try:
             while view:
@@ -271,6 +271,7 @@ class Stream:
         if self.fd is not None:
             os.close(self.fd)
         self.fd, self.parent_pid = None, self.pid
+        self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
         self.lock = threading.Lock()
         self.buf.clear()
         if self.ring is not None:

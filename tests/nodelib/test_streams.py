@@ -80,6 +80,7 @@ def test_a_forked_child_writes_its_own_file_and_the_parent_loses_nothing(tmp_pat
     assert [r.tag for r in parent if r.entity.group == "TEST"] == [*range(250), -1]
     assert [r.tag for r in child if r.entity.group == "TEST"] == [1_000_000 + i for i in range(250)]
     assert parent.closed_cleanly and child.closed_cleanly
+    assert parent.warnings == child.warnings == []
 
 
 def test_a_ring_stream_writes_exactly_its_last_n_chunks_on_trigger(tmp_path: Path) -> None:
