@@ -19,6 +19,7 @@ from netspec.nodelib.instrument import selects
 from . import summary
 from .engine import Progress, Run
 from .load import load
+from .remote import for_each_host
 from .rundir import RunDir, find_run, list_runs, load_record
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -33,6 +34,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     run = sub.add_parser("run", help="run an experiment file")
     run.add_argument("file", type=Path)
     run.add_argument("--quiet", "-q", action="store_true", help="print only errors")
+    run.add_argument("--keep-daemons", action="store_true",
+                     help="leave the daemons of ssh hosts running (stop them with `down`)")
+    up = sub.add_parser("up", help="start the daemons of a file's ssh hosts, to outlive runs")
+    up.add_argument("file", type=Path)
+    down = sub.add_parser("down", help="stop the daemons `up` or --keep-daemons left")
+    down.add_argument("file", type=Path)
+    for p in (run, up, down):
+        p.add_argument("--accept-new-host-keys", action="store_true",
+                       help="trust ssh host keys seen for the first time (added to known_hosts)")
     check = sub.add_parser("check", help="validate an experiment file")
     check.add_argument("file", type=Path)
     dump = sub.add_parser("dump", help="narrate datastream files (a directory: every .ds in it)")
@@ -75,7 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     rundir.keep_programs([c.program for c in plan.components if c.program])
     if not args.quiet:
         print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
-    run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress)
+    run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress,
+              accept_new_host_keys=args.accept_new_host_keys, keep_daemons=args.keep_daemons)
     try:
         asyncio.run(_run(run))
     except KeyboardInterrupt:
@@ -122,6 +133,17 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK
 
 
+def cmd_up_down(args: argparse.Namespace) -> int:
+    plan = load(args.file)
+    ssh_hosts = [h for h in plan.hosts if h.ssh]
+    if not ssh_hosts:
+        print(f"{args.file}: no ssh hosts (local hosts get a daemon for each run)")
+        return EXIT_OK
+    outcome = for_each_host(ssh_hosts, args.command, args.accept_new_host_keys)
+    _print_lines(summary.host_lines(outcome))
+    return EXIT_FAILED if any(isinstance(r, BaseException) for r in outcome.values()) else EXIT_OK
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     _print_lines(summary.list_lines(list_runs(args.runs)))
     return EXIT_OK
@@ -137,7 +159,8 @@ def _print_lines(lines: list[str], stream=None) -> None:
     print("\n".join(lines), file=stream or sys.stdout)
 
 
-COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show}
+COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show,
+            "up": cmd_up_down, "down": cmd_up_down}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,8 +30,10 @@ from netspec.nodelib.errors import (
 from . import clocks
 from .barrier import Barrier
 from .fetch import fetch_host
-from .fleet import DaemonClient, Host, make_host
+from .fleet import AddressHost, DaemonClient, Host, LocalHost
 from .model import NODE_STEPS, Plan, Step
+from .model import Host as HostSpec
+from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
 
@@ -67,12 +69,22 @@ def _raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
         raise StepFailed(phase, results)
 
 
+def make_host(spec: HostSpec, accept_new: bool = False, keep_daemons: bool = False) -> Host:
+    """The Host for a spec. `accept_new` trusts unknown SSH host keys; `keep_daemons`
+    starts SSH hosts' daemons detached, to outlive the run."""
+    if spec.ssh:
+        return SSHHost(spec, accept_new, detached=keep_daemons)
+    return AddressHost(spec) if spec.address else LocalHost(spec)
+
+
 class Run:
     """One run of a plan. Lifecycle: `execute()` once; `interrupt()` from a signal handler."""
 
-    def __init__(self, plan: Plan, rundir: RunDir, key: bytes, progress: ProgressSink):
+    def __init__(self, plan: Plan, rundir: RunDir, key: bytes, progress: ProgressSink,
+                 accept_new_host_keys: bool = False, keep_daemons: bool = False):
         self.plan, self.rundir, self.key, self.progress = plan, rundir, key, progress
-        self.hosts: dict[str, Host] = {h.name: make_host(h) for h in plan.hosts}
+        self.hosts: dict[str, Host] = {h.name: make_host(h, accept_new_host_keys, keep_daemons)
+                                       for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.components = {c.name: c for c in plan.components}
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
@@ -154,7 +166,8 @@ class Run:
 
     async def _start_fleet(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CONNECT_DEADLINE_S
+        connect_s = max(h.start_deadline_s for h in self.hosts.values())
+        deadline = loop.time() + connect_s
         gate = asyncio.Semaphore(FAN_OUT)
 
         async def reach(name: str) -> None:
@@ -176,7 +189,7 @@ class Run:
         outcome = await self._guard(
             asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
-                                                 if n not in self.clients}, CONNECT_DEADLINE_S))
+                                                 if n not in self.clients}, connect_s))
         _raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
         self.rundir.save()
 

@@ -129,6 +129,8 @@ class DaemonClient:
 class Host(abc.ABC):
     """A logical host of the experiment and the way to reach its daemon."""
 
+    start_deadline_s = 30.0  # what `start` may take, installing included
+
     def __init__(self, spec: HostSpec):
         self.spec = spec
         self.name = spec.name
@@ -205,7 +207,3 @@ def _remove_empty_dirs(root: Path) -> None:
     for dirpath, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
         with contextlib.suppress(OSError):
             os.rmdir(dirpath)
-
-
-def make_host(spec: HostSpec) -> Host:
-    return AddressHost(spec) if spec.address else LocalHost(spec)

@@ -141,7 +141,7 @@ def parse(text: str, path: Path) -> Plan:
     errors = sorted(validator.iter_errors(data), key=lambda e: src.line(tuple(e.absolute_path)) or 0)
     if errors:
         _schema_error(src, errors[0])
-    hosts = _hosts(data)
+    hosts = _hosts(src, data)
     components = tuple(_component(src, name, spec, hosts, path.parent)
                        for name, spec in data["components"].items())
     schedule = _schedule(src, data["schedule"], components)
@@ -153,9 +153,13 @@ def parse(text: str, path: Path) -> Plan:
                 schedule, clock, streams)
 
 
-def _hosts(data: dict[str, Any]) -> dict[str, Host]:
+def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
     given = data.get("hosts") or {DEFAULT_HOST: {}}
-    return {name: Host(name, (spec or {}).get("address")) for name, spec in given.items()}
+    for name, spec in given.items():
+        if spec and "address" in spec and "ssh" in spec:
+            src.error("give 'address' (a running daemon) or 'ssh' (reached over SSH), not both",
+                      ("hosts", name))
+    return {name: Host(name, **(spec or {})) for name, spec in given.items()}
 
 
 def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, Host],

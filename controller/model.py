@@ -16,8 +16,13 @@ DEFAULT_DEADLINE_S = 60.0
 
 @dataclass(frozen=True)
 class Host:
+    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+
     name: str
     address: str | None = None
+    ssh: str | None = None
+    accept_new_host_key: bool = False
+    python: str = "python3"
 
 
 @dataclass(frozen=True)

@@ -110,3 +110,9 @@ def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "
                      f"{seconds(r.get('duration_s')):>8}  {stopped}".rstrip())
     return lines
+
+
+def host_lines(outcome: dict[str, Any]) -> list[str]:
+    """One line per host: what was done there, or why it failed."""
+    return [f"{host}: {'FAILED: ' if isinstance(r, BaseException) else ''}{r}"
+            for host, r in outcome.items()]

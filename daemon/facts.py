@@ -34,6 +34,13 @@ def netspec_version() -> str:
         return "unknown"
 
 
+def host_address() -> str:
+    """The address the controller reached this host at: the server side of the SSH
+    connection that started this daemon, or loopback for a local daemon."""
+    parts = os.environ.get("SSH_CONNECTION", "").split()
+    return parts[2] if len(parts) == 4 else "127.0.0.1"
+
+
 def host_facts() -> dict[str, Any]:
     """OS, kernel, CPU, memory, clock source, and the Python and netspec versions."""
     uname = os.uname()
@@ -49,4 +56,5 @@ def host_facts() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "netspec": netspec_version(),
+        "address": host_address(),
     }

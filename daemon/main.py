@@ -15,6 +15,7 @@ from netspec.nodelib.auth import load_or_create_key, netspec_home
 from netspec.nodelib.errors import NetspecError
 
 from .server import Daemon
+from .supervisor import kill_run_processes
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -35,6 +36,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="print one JSON line with the port once listening")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="stop (killing every component) when this process ends")
+    parser.add_argument("--lifeline", action="store_true",
+                        help="stop when stdin closes (started over SSH for one run)")
+    parser.add_argument("--state-file", type=Path, default=None,
+                        help="write {port, pid} here once listening; removed at exit")
+    parser.add_argument("--kill-run", metavar="RUN_ID", default=None,
+                        help="kill every process left by that run, then exit")
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
 
@@ -48,17 +55,35 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
         # A pidfd becomes readable when the process ends: no polling needed.
         pidfd = os.pidfd_open(args.parent_pid)
         loop.add_reader(pidfd, daemon.stop)
+    if args.lifeline:
+        def stdin_readable() -> None:
+            if not os.read(0, 4096):  # EOF: the SSH channel or connection is gone
+                loop.remove_reader(0)
+                daemon.stop()
+        loop.add_reader(0, stdin_readable)
 
     def ready(port: int) -> None:
+        state = {"port": port, "pid": os.getpid()}
         if args.announce:
-            print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+            print(json.dumps(state), flush=True)
+        if args.state_file:
+            partial = args.state_file.with_name(args.state_file.name + ".part")
+            partial.write_text(json.dumps(state))
+            partial.replace(args.state_file)
         logging.getLogger("netspecd").info("listening on %s:%d", args.listen[0], port)
 
-    await daemon.serve(args.listen[0], args.listen[1], ready)
+    try:
+        await daemon.serve(args.listen[0], args.listen[1], ready)
+    finally:
+        if args.state_file:
+            args.state_file.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.kill_run:
+        kill_run_processes(args.kill_run, [], signal.SIGKILL)
+        return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="netspecd[%(process)d] %(levelname)s %(message)s")
     try:

@@ -30,6 +30,7 @@ from netspec.nodelib.channel import Channel
 from netspec.nodelib.errors import NetspecError, ProtocolError
 from netspec.nodelib.streams import StreamConfig
 
+from .facts import host_address
 from .services import NodeServices
 
 log = logging.getLogger("netspecd")
@@ -133,6 +134,7 @@ class ComponentProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.spec.env, m.RUN_ENV: self.run_id,
                m.COMPONENT_ENV: self.spec.name, m.PARAMS_ENV: json.dumps(self.spec.params),
+               m.HOST_ADDRESS_ENV: host_address(),
                "PYTHONUNBUFFERED": "1"}
         pass_fds: tuple[int, ...] = ()
         ours = theirs = None

@@ -21,6 +21,9 @@ FD_ENV = "NETSPEC_FD"
 RUN_ENV = "NETSPEC_RUN"
 COMPONENT_ENV = "NETSPEC_COMPONENT"
 PARAMS_ENV = "NETSPEC_PARAMS"
+# The address other hosts reach this host at (the one the controller's SSH connection
+# came in on; 127.0.0.1 for local daemons).
+HOST_ADDRESS_ENV = "NETSPEC_HOST_ADDRESS"
 
 # Controller -> daemon requests.
 HELLO, SETUP, ENTER, RESET, FILES, READ, CLOCK, SHUTDOWN = (

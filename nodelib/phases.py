@@ -41,6 +41,11 @@ class PhaseContext:
     warnings: list[str] = field(default_factory=list)
     publishes: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def host_address(self) -> str:
+        """The address other hosts reach this one at: publish it with a listening port."""
+        return os.environ.get(m.HOST_ADDRESS_ENV, "127.0.0.1")
+
     def hand_back(self, path: str | os.PathLike[str]) -> None:
         """Ask for a file to be collected into the run directory at collect."""
         p = Path(path)

@@ -44,7 +44,8 @@ class Server:
         self.thread: threading.Thread | None = None
 
     def listen(self, ctx: nodelib.PhaseContext) -> str:
-        bind = ctx.params.get("bind", "127.0.0.1")
+        # Listen where the other hosts reach this one: loopback for local daemons.
+        bind = ctx.params.get("bind", ctx.host_address)
         self.sock = socket.create_server((bind, int(ctx.params.get("port", 0))))
         address, port = self.sock.getsockname()[:2]
         self.thread = threading.Thread(target=self._serve, args=(int(ctx.params.get("size", 64)),),

@@ -1,0 +1,298 @@
+"""A host reached over SSH: netspec installed there, netspecd started, the control channel
+tunnelled through the SSH connection.
+
+On the remote host everything lives under ~/.local/share/netspec: `venv/` (this build of
+netspec, installed from wheels copied over, recorded in venv/netspec.build), `keys/`,
+`work/<daemon>/` (the daemon's run directories) and `daemons/<daemon>.json` for a daemon
+started detached by `ns_control up` or `--keep-daemons`. A daemon started for one run is
+attached instead: its stdin is the SSH channel, and it stops (killing its run) when the
+channel or the connection ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+from netspec.nodelib.auth import load_or_create_key
+from netspec.nodelib.errors import ConnectionLost, NetspecError
+
+from .fleet import Host
+from .model import Host as HostSpec
+from .ssh import SSHConnection, Tunnel, resolve
+
+INSTALL_S = 300.0
+DAEMON_START_S = 20.0
+STOP_S = 15.0
+PACKAGES = ("controller", "daemon", "nodelib", "clksync", "analysis", "experiments")
+
+# Runs on the remote host with its own python3, before netspec is there: one installer at a
+# time per home directory (hosts may share one over NFS), the build marker written last.
+INSTALL_SCRIPT = """
+import fcntl, os, subprocess, sys, venv
+base, build, wheels = sys.argv[1:4]
+env = os.path.join(base, "venv")
+marker = os.path.join(env, "netspec.build")
+with open(os.path.join(base, "install.lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(marker) and open(marker).read() == build:
+        sys.exit(0)
+    venv.create(env, with_pip=True, clear=True)
+    pip = [os.path.join(env, "bin", "python"), "-m", "pip", "install", "--quiet",
+           "--disable-pip-version-check", "--find-links", wheels, "--no-index", "netspec"]
+    done = subprocess.run(pip)
+    if done.returncode:
+        sys.exit(done.returncode)
+    with open(marker, "w") as f:
+        f.write(build)
+"""
+
+# Prints {home, python} so that paths can be absolute and the Python checked.
+PROBE_SCRIPT = "import os, sys, json; print(json.dumps({'home': os.path.expanduser('~'), " \
+               "'python': list(sys.version_info[:2])}))"
+
+# Prints the state of a detached daemon if it is alive, or {} (and forgets a dead one).
+STATE_SCRIPT = """
+import json, os, sys
+try:
+    state = json.load(open(sys.argv[1]))
+    os.kill(state["pid"], 0)
+except (OSError, ValueError, KeyError):
+    state = {}
+print(json.dumps(state))
+"""
+
+
+def source_root() -> Path:
+    import netspec.controller
+    root = Path(netspec.controller.__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        raise NetspecError(f"netspec is not run from a source checkout ({root}); cannot build the "
+                           "wheel to install on remote hosts: install netspec there yourself")
+    return root
+
+
+def build_id() -> str:
+    """A digest of this netspec's source: a remote install of another build is replaced."""
+    root, digest = source_root(), hashlib.sha256()
+    for path in sorted([root / "pyproject.toml", *(p for pkg in PACKAGES for p in (root / pkg).rglob("*")
+                                                    if p.is_file() and "__pycache__" not in p.parts)]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def local_wheels(build: str) -> list[Path]:
+    """Wheels of this build of netspec and of everything it needs, built once and cached."""
+    cache = Path(os.environ.get("NETSPEC_CACHE", Path("~/.cache/netspec").expanduser())) / "wheels" / build
+    done = cache / ".complete"
+    if not done.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
+                                "--disable-pip-version-check", "-w", str(cache), str(source_root())],
+                               capture_output=True, text=True)
+        if built.returncode:
+            raise NetspecError(f"cannot build the wheels to install on remote hosts:\n{built.stderr[-2000:]}")
+        done.touch()
+    return sorted(cache.glob("*.whl"))
+
+
+class SSHHost(Host):
+    """A host with `ssh:` in the experiment file."""
+
+    start_deadline_s = INSTALL_S + DAEMON_START_S
+
+    def __init__(self, spec: HostSpec, accept_new: bool = False, detached: bool = False):
+        super().__init__(spec)
+        assert spec.ssh is not None
+        self.conn = SSHConnection(spec.name, resolve(spec.ssh), accept_new or spec.accept_new_host_key)
+        self.detached = detached
+        self.daemon: paramiko.Channel | None = None
+        self.tunnel: Tunnel | None = None
+        self.base = self.venv = ""
+        self.started_here = False
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        return await asyncio.to_thread(self._start, log_dir)
+
+    def _start(self, log_dir: Path) -> tuple[str, int]:
+        key_file = self.prepare()
+        port = self._running_daemon_port()
+        if port is None:
+            self.started_here = not self.detached
+            port = (self._start_detached(key_file) if self.detached
+                    else self._start_attached(key_file, log_dir))
+        self.tunnel = Tunnel(self.conn, ("127.0.0.1", port))
+        return "127.0.0.1", self.tunnel.open()
+
+    def prepare(self) -> str:
+        """Connect, install netspec if needed and copy the key; returns the key's path there."""
+        self.conn.open()
+        self.install()
+        return self._copy_key()
+
+    def up(self) -> str:
+        """Leave a detached daemon running (`ns_control up`); says what it did."""
+        key_file = self.prepare()
+        port = self._running_daemon_port()
+        if port is not None:
+            return f"netspecd already running (port {port} on its 127.0.0.1)"
+        return f"netspecd started (port {self._start_detached(key_file)} on its 127.0.0.1)"
+
+    def down(self) -> str:
+        """Stop the detached daemon (`ns_control down`); says what it did."""
+        self.conn.open()
+        status, out, _ = self.conn.run([self.spec.python, "-c", PROBE_SCRIPT])
+        self.base = f"{json.loads(out)['home']}/.local/share/netspec" if status == 0 else self.base
+        self.venv = f"{self.base}/venv"
+        return "netspecd stopped" if self.stop_detached() else "no netspecd was running"
+
+    def install(self) -> None:
+        """Make sure this build of netspec is installed on the host."""
+        status, out, err = self.conn.run([self.spec.python, "-c", PROBE_SCRIPT])
+        if status:
+            raise ConnectionLost(self.name, detail=f"cannot run {self.spec.python} there: {err.strip()}")
+        probe = json.loads(out)
+        if probe["python"] < [3, 11]:
+            raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
+                                 f"{'.'.join(map(str, probe['python']))}; netspec needs 3.11 or newer")
+        self.base = f"{probe['home']}/.local/share/netspec"
+        self.venv = f"{self.base}/venv"
+        build = build_id()
+        status, out, _ = self.conn.run(["cat", f"{self.venv}/netspec.build"])
+        if status == 0 and out == build:
+            return
+        wheels = local_wheels(build)
+        staging = f"{self.base}/wheels/{build}-{os.getpid()}-{self.name}"
+        self.conn.run(["mkdir", "-p", staging])
+        self.conn.put_files(wheels, staging)
+        status, out, err = self.conn.run([self.spec.python, "-c", INSTALL_SCRIPT, self.base, build, staging],
+                                         timeout=INSTALL_S)
+        self.conn.run(["rm", "-rf", staging])
+        if status:
+            raise ConnectionLost(self.name, detail=f"installing netspec failed:\n{(out + err)[-2000:]}")
+
+    def _copy_key(self) -> str:
+        key = load_or_create_key()
+        path = f"{self.base}/keys/{hashlib.sha256(key).hexdigest()[:16]}"
+        self.conn.run(["mkdir", "-p", "-m", "700", f"{self.base}/keys"])
+        self.conn.put(key.hex().encode() + b"\n", path, mode=0o600)
+        return path
+
+    @property
+    def daemon_id(self) -> str:
+        """One daemon per remote user and address (hosts sharing a home stay apart)."""
+        t = self.conn.target
+        return f"{t.user or 'user'}@{t.hostname}-{t.port}"
+
+    def _netspecd(self, key_file: str) -> list[str]:
+        return [f"{self.venv}/bin/netspecd", "--listen", "127.0.0.1:0", "--key", key_file,
+                "--root", f"{self.base}/work/{self.daemon_id}"]
+
+    def _running_daemon_port(self) -> int | None:
+        state = f"{self.base}/daemons/{self.daemon_id}.json"
+        _, out, _ = self.conn.run([f"{self.venv}/bin/python", "-c", STATE_SCRIPT, state])
+        return json.loads(out or "{}").get("port")
+
+    def _start_attached(self, key_file: str, log_dir: Path) -> int:
+        chan = self.daemon = self.conn.start([*self._netspecd(key_file), "--announce", "--lifeline"])
+        log_dir.mkdir(parents=True, exist_ok=True)
+        threading.Thread(target=_copy_stderr, args=(chan, log_dir / "netspecd.log"), daemon=True).start()
+        chan.settimeout(DAEMON_START_S)
+        try:
+            line = chan.makefile("r").readline()
+        except TimeoutError:
+            line = ""
+        if not line:
+            raise ConnectionLost(self.name, detail=f"netspecd did not start; see {log_dir / 'netspecd.log'}")
+        chan.settimeout(None)
+        return int(json.loads(line)["port"])
+
+    def _start_detached(self, key_file: str) -> int:
+        daemons = f"{self.base}/daemons"
+        state, log = f"{daemons}/{self.daemon_id}.json", f"{daemons}/{self.daemon_id}.log"
+        command = shlex.join([*self._netspecd(key_file), "--state-file", state])
+        self.conn.run(["mkdir", "-p", daemons])
+        self.conn.run(["sh", "-c", f"setsid {command} >>{shlex.quote(log)} 2>&1 </dev/null &"])
+        deadline = time.monotonic() + DAEMON_START_S
+        while (port := self._running_daemon_port()) is None:
+            if time.monotonic() > deadline:
+                _, tail, _ = self.conn.run(["tail", "-n", "20", log])
+                raise ConnectionLost(self.name, detail=f"netspecd did not start; {log} says:\n{tail}")
+            time.sleep(0.1)
+        return port
+
+    def stop_detached(self) -> bool:
+        """End a detached daemon (`ns_control down`); False if none was running."""
+        state = f"{self.base}/daemons/{self.daemon_id}.json"
+        _, out, _ = self.conn.run([f"{self.venv}/bin/python", "-c", STATE_SCRIPT, state])
+        pid = json.loads(out or "{}").get("pid")
+        if pid is None:
+            return False
+        self.conn.run(["kill", "-TERM", str(pid)])
+        deadline = time.monotonic() + STOP_S
+        while self._running_daemon_port() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return True
+
+    async def stop(self, run_id: str = "") -> None:
+        await asyncio.to_thread(self._stop, run_id)
+
+    def _stop(self, run_id: str) -> None:
+        if self.tunnel is not None:
+            self.tunnel.close()
+        if self.daemon is not None:
+            # EOF on its stdin: the daemon resets its runs and exits.
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                self.daemon.shutdown_write()
+                self.daemon.settimeout(STOP_S)
+                self.daemon.recv_exit_status()
+            self.daemon = None
+        if run_id and self.started_here and self.conn.client is not None:
+            # A daemon that died hard could not reset its run: end what it left behind.
+            with contextlib.suppress(NetspecError, OSError, paramiko.SSHException):
+                self.conn.run([f"{self.venv}/bin/netspecd", "--kill-run", run_id], timeout=STOP_S)
+        self.conn.close()
+
+
+def _copy_stderr(chan: paramiko.Channel, path: Path) -> None:
+    with open(path, "ab") as log:
+        while True:
+            try:
+                data = chan.recv_stderr(65536)
+            except TimeoutError:
+                continue  # the channel's start-up timeout; the daemon is still there
+            except (OSError, EOFError):
+                return
+            if not data:
+                return
+            log.write(data)
+            log.flush()
+
+
+def for_each_host(specs: list[HostSpec], action: str, accept_new: bool = False,
+                  fan_out: int = 16) -> dict[str, str | BaseException]:
+    """`up` or `down` on every SSH host at once (at most `fan_out` handshakes at a time):
+    each host's message, or the error that stopped it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(spec: HostSpec) -> str | BaseException:
+        host = SSHHost(spec, accept_new, detached=True)
+        try:
+            return host.up() if action == "up" else host.down()
+        except (NetspecError, OSError, paramiko.SSHException) as exc:
+            return exc
+        finally:
+            host.conn.close()
+
+    with ThreadPoolExecutor(max_workers=fan_out) as pool:
+        return dict(zip([s.name for s in specs], pool.map(one, specs), strict=True))
