@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -91,19 +94,38 @@ def build_id() -> str:
     return digest.hexdigest()[:16]
 
 
+_building = threading.Lock()
+
+
 def local_wheels(build: str) -> list[Path]:
-    """Wheels of this build of netspec and of everything it needs, built once and cached."""
+    """Wheels of this build of netspec and of everything it needs, built once and cached
+    (one builder at a time, threads and controllers alike)."""
     cache = Path(os.environ.get("NETSPEC_CACHE", Path("~/.cache/netspec").expanduser())) / "wheels" / build
-    done = cache / ".complete"
-    if not done.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
-                                "--disable-pip-version-check", "-w", str(cache), str(source_root())],
-                               capture_output=True, text=True)
-        if built.returncode:
-            raise NetspecError(f"cannot build the wheels to install on remote hosts:\n{built.stderr[-2000:]}")
-        done.touch()
+    cache.mkdir(parents=True, exist_ok=True)
+    with _building, open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cache / ".complete").exists():
+            _build_wheels(cache)
+            (cache / ".complete").touch()
     return sorted(cache.glob("*.whl"))
+
+
+def _build_wheels(into: Path) -> None:
+    # From a copy: building in the checkout would leave build/ and *.egg-info there.
+    root = source_root()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(root / name, src / name)
+        for pkg in PACKAGES:
+            shutil.copytree(root / pkg, src / pkg, ignore=ignore)
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
+                                "--disable-pip-version-check", "-w", str(into), str(src)],
+                               capture_output=True, text=True)
+    if built.returncode:
+        raise NetspecError(f"cannot build the wheels to install on remote hosts:\n{built.stderr[-2000:]}")
 
 
 class SSHHost(Host):

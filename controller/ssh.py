@@ -118,6 +118,9 @@ class SSHConnection:
                                  f"{', '.join(t.known_hosts)}); add it, or set accept_new_host_key: "
                                  "true for the host, or run with --accept-new-host-keys") from exc
             raise self._lost(f"ssh to {t.label}: {exc}") from exc
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            reasons = sorted({e.strerror or str(e) for e in exc.errors.values()})
+            raise self._lost(f"ssh to {t.label}: {'; '.join(reasons)}") from exc
         except (OSError, EOFError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "closed"
             raise self._lost(f"ssh to {t.label}: {reason}") from exc

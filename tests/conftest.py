@@ -59,3 +59,28 @@ def experiment(tmp_path: Path) -> Callable[[str], Path]:
     return write
 
 
+
+
+@pytest.fixture(scope="session")
+def nethosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
+    """Three real hosts in network namespaces, each with its own address and sshd."""
+    import nethosts as nh
+    reason = nh.why_unavailable()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("nethosts")
+    hosts = nh.up(3, state)
+    yield hosts
+    nh.down(state)
+
+
+@pytest.fixture
+def ssh_env(nethosts: list, monkeypatch: pytest.MonkeyPatch,
+            tmp_path_factory: pytest.TempPathFactory) -> list:
+    """The namespaced hosts as ssh aliases netspec-h1.., for this process and ns_control."""
+    monkeypatch.setenv("NETSPEC_SSH_CONFIG", str(nethosts[0].state / "ssh_config"))
+    monkeypatch.setenv("NETSPEC_CACHE", str(tmp_path_factory.getbasetemp() / "netspec-cache"))
+    for host in nethosts:
+        if not host.sshd_answers():
+            host.start_sshd()  # a test took it down
+    return nethosts

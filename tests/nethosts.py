@@ -59,6 +59,13 @@ class NetHost:
             return int((self.dir / "sshd.pid").read_text())
         return None
 
+    def sshd_answers(self) -> bool:
+        try:
+            socket.create_connection((self.address, 22), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
     def stop_sshd(self) -> None:
         pid = self.sshd_pid()
         if pid:
@@ -152,6 +159,8 @@ def down(state: Path = DEFAULT_STATE) -> None:
         name = netns.split(" ")[0]
         if name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
             NetHost(int(name[len(PREFIX):]), state).kill_everything()
+            # The veth goes with the namespace only once the kernel gets round to it.
+            subprocess.run(["ip", "link", "del", f"{name}v"], capture_output=True)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
     shutil.rmtree(state, ignore_errors=True)

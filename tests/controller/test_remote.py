@@ -1,0 +1,145 @@
+"""Experiments over SSH on real namespaced hosts: each has its own address and sshd."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from netspec.analysis.read import StreamReader
+from support import REPO, latest_record, ns_control, wait_for
+
+STIMULUS = REPO / "experiments" / "stimulus_response" / "stimulus.py"
+
+ACROSS = f"""\
+experiment: across
+hosts: {{a: {{ssh: netspec-h1}}, b: {{ssh: netspec-h2}}}}
+components:
+  server: {{host: a, program: {STIMULUS}, args: [--role, server]}}
+  client: {{host: b, program: {STIMULUS}, args: [--role, client], params: {{count: 200}}}}
+streams:
+  stim: {{enable: [STIM]}}
+schedule:
+  - launch
+  - start_logging
+  - {{phase: listen, components: [server]}}
+  - {{phase: run, components: [client]}}
+  - stop_logging
+  - collect
+"""
+
+
+def netns_pids(host) -> set[int]:
+    out = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def test_stimulus_response_runs_across_two_hosts_over_ssh(ssh_env, experiment, tmp_path):
+    done = ns_control("run", str(experiment(ACROSS)), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "runs" / "latest"
+    record = latest_record(tmp_path / "runs")
+    assert "a/server: listening on 10.199.0.11:" in done.stdout
+    assert json.loads((run / "hosts" / "b" / "facts.json").read_text())["address"] == "10.199.0.12"
+    client = next((run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
+    assert sum(r.entity.full_name == "STIM/rtt" for r in StreamReader(client)) == 200
+    assert (run / "hosts" / "a" / "server" / "stdout").exists()
+    assert "200 round trips" in (run / "hosts" / "b" / "client" / "stdout").read_text()
+    assert (run / "hosts" / "a" / "netspecd.log").exists()
+    # Only each host's sshd is left: the daemons and components ended with the run.
+    for host in ssh_env[:2]:
+        assert netns_pids(host) == {host.sshd_pid()}, record["id"]
+
+
+def test_a_host_whose_sshd_is_down_fails_with_its_name(ssh_env, experiment, tmp_path):
+    ssh_env[2].stop_sshd()
+    text = ACROSS.replace("netspec-h2", "netspec-h3")
+    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert "host b: connection lost (ssh to root@10.199.0.13:22: Connection refused)" in done.stderr
+
+
+def test_a_wrong_key_is_refused_naming_host_and_key(ssh_env, experiment, tmp_path):
+    wrong = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host wrong\n  HostName 10.199.0.11\n  User root\n  IdentityFile {wrong}\n"
+                      f"  UserKnownHostsFile {ssh_env[0].state / 'known_hosts'}\n")
+    env = {**os.environ, "NETSPEC_SSH_CONFIG": str(config)}
+    path = experiment("experiment: k\nhosts: {a: {ssh: wrong}}\n"
+                      "components: {x: {host: a, command: 'true'}}\nschedule: [launch]\n")
+    done = subprocess.run([sys.executable, "-m", "netspec.controller.cli", "up", str(path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"a: FAILED: host a: connection lost (authentication failed for root@10.199.0.11:22 " \
+           f"(keys tried: {wrong}" in done.stdout
+
+
+def test_an_unknown_host_key_is_refused_unless_accept_new_is_asked(ssh_env, experiment, tmp_path):
+    """Through ~/.ssh/config (an alias) and the default ~/.ssh/known_hosts, empty at first."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host box\n  HostName 10.199.0.12\n  User root\n  IdentityFile {ssh_env[0].state / 'id_ed25519'}\n")
+    env = {k: v for k, v in os.environ.items() if k != "NETSPEC_SSH_CONFIG"} | {"HOME": str(home)}
+    path = experiment(ACROSS.replace("netspec-h1", "box").replace("netspec-h2", "box"))
+
+    def run(*flags):
+        return subprocess.run([sys.executable, "-m", "netspec.controller.cli", "run", *flags, str(path)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    refused = run()
+    assert refused.returncode == 1
+    assert "host key of 10.199.0.12 is unknown" in refused.stderr
+    assert "--accept-new-host-keys" in refused.stderr
+    accepted = run("--accept-new-host-keys")
+    assert accepted.returncode == 0, accepted.stderr
+    known = (home / ".ssh" / "known_hosts").read_text()
+    assert known.startswith("10.199.0.12 ssh-ed25519 ")
+    assert run().returncode == 0  # known now
+
+
+def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, experiment, tmp_path):
+    text = textwrap.dedent("""\
+        experiment: lost
+        hosts: {a: {ssh: netspec-h1}, b: {ssh: netspec-h2}}
+        components:
+          one: {host: a, program: ACTOR, args: ["launch,work,collect"], params: {lines: 3}}
+          two: {host: b, program: ACTOR, args: ["launch,work,collect"], params: {hang_in: work}}
+        schedule: [launch, {phase: work, deadline: 5m}, collect]
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(experiment(text))],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def working():
+        latest = tmp_path / "runs" / "latest" / "run.json"
+        record = json.loads(latest.read_text()) if latest.exists() else {}
+        steps = record.get("steps") or [{}]
+        return steps[-1].get("phase") == "work" and steps[-1]["hosts"].get("a", {}).get("components")
+
+    wait_for(working, timeout=120, what="host a to finish phase 'work'")
+    ssh_env[1].kill_everything()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "host b: connection lost" in stderr
+    run = tmp_path / "runs" / "latest"
+    assert "one line 2" in (run / "hosts" / "a" / "one" / "stdout").read_text()
+    assert latest_record(tmp_path / "runs")["status"] == "failed"
+    assert netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}
+
+
+def test_up_leaves_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):
+    path = experiment(ACROSS)
+    up = ns_control("up", str(path), cwd=tmp_path, timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.splitlines()[0].startswith("a: netspecd started (port ")
+    daemons = netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}
+    assert len(daemons) == 1
+    assert ns_control("up", str(path), cwd=tmp_path).stdout.startswith("a: netspecd already running")
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()} == daemons  # the same daemon served it
+    down = ns_control("down", str(path), cwd=tmp_path)
+    assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
+    wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
+    assert os.kill(ssh_env[0].sshd_pid(), 0) is None and signal.SIGTERM
