@@ -181,6 +181,10 @@ class Run:
                 self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
                                                      "daemon_pid": hello["pid"]}
                 components = [c.wire() for c in self.plan.host_components(name)]
+                placed = await self.hosts[name].place([c["program"] for c in components if "program" in c])
+                for c in components:
+                    if "program" in c:
+                        c["program"] = placed[c["program"]]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
                                      components=components,
                                      streams={s.name: s.wire() for s in self.plan.streams})

@@ -142,6 +142,10 @@ class Host(abc.ABC):
     async def stop(self, run_id: str = "") -> None:  # noqa: B027 - most hosts start nothing
         """End what `start` began; safe to call more than once."""
 
+    async def place(self, programs: list[str]) -> dict[str, str]:
+        """Make the programs there; returns where each is on the host (here: where it is)."""
+        return {p: p for p in programs}
+
 
 class AddressHost(Host):
     """A daemon someone else started, at `address:`."""

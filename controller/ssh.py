@@ -11,6 +11,7 @@ the connection (what `ssh -L` does), so a daemon there can listen on its own 127
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import shlex
@@ -24,6 +25,11 @@ from netspec.nodelib.errors import ConnectionLost
 
 SSH_CONNECT_S = 10.0
 CONFIG_ENV = "NETSPEC_SSH_CONFIG"
+
+# paramiko logs every failed handshake with a traceback from its transport thread; the
+# failure reaches the user once, as the ConnectionLost that names the host.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 
 @dataclass(frozen=True)

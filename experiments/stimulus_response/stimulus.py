@@ -82,7 +82,9 @@ class Server:
 
 def client_run(ctx: nodelib.PhaseContext) -> str:
     count, size = int(ctx.params.get("count", 1000)), max(8, int(ctx.params.get("size", 64)))
-    address = (ctx.lookup("server", "address"), ctx.lookup("server", "port"))
+    # `server` names whom to reach: the server itself, or a link emulator in front of it.
+    server = ctx.params.get("server", "server")
+    address = (ctx.lookup(server, "address"), ctx.lookup(server, "port"))
     rtts = []
     with socket.create_connection(address, timeout=10) as conn, open("rtt.csv", "w") as out:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -143,3 +143,21 @@ def test_up_leaves_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experime
     assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
     wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
     assert os.kill(ssh_env[0].sshd_pid(), 0) is None and signal.SIGTERM
+
+
+def test_a_program_the_host_cannot_see_is_copied_there(ssh_env, experiment, tmp_path):
+    """The controller runs in a mount namespace of its own, with the program on a tmpfs
+    that the hosts' processes cannot see."""
+    private = tmp_path / "private"
+    private.mkdir()
+    text = ACROSS.replace(str(STIMULUS), str(private / "stimulus.py"))
+    path = experiment(text)
+    script = (f"mount -t tmpfs none {private} && cp {STIMULUS} {private}/ && "
+              f"exec {sys.executable} -m netspec.controller.cli run {path}")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (private / "stimulus.py").exists()  # not in this test's mount namespace
+    argv = json.loads((tmp_path / "runs" / "latest" / "hosts" / "a" / "server" / "exit.json")
+                      .read_text())["argv"]
+    assert "/.local/share/netspec/programs/" in argv[1] and argv[1].endswith("/stimulus.py")

@@ -1,0 +1,1 @@
+"""A user-space link emulator component (NIST Net's role)."""

@@ -1,0 +1,1 @@
+"""Competing load components: ettcp-style network traffic and CPU load."""

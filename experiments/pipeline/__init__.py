@@ -1,0 +1,1 @@
+"""The KU report's distributed pipeline (data_pipe) and its experiment files."""

@@ -1,0 +1,145 @@
+"""The shipped experiments and their programs, run for real: the link emulator, the load
+generators, and the multi-host experiments over SSH on namespaced hosts."""
+
+import re
+import statistics
+
+from netspec.analysis.read import read_streams
+from support import REPO, latest_record, ns_control
+
+EXPERIMENTS = REPO / "experiments"
+STIMULUS = EXPERIMENTS / "stimulus_response" / "stimulus.py"
+LINKEMU = EXPERIMENTS / "linkemu" / "linkemu.py"
+ETTCP = EXPERIMENTS / "loads" / "ettcp.py"
+CPULOAD = EXPERIMENTS / "loads" / "cpuload.py"
+
+
+def records(run, host=None, name=None):
+    hosts = [run / "hosts" / host] if host else sorted((run / "hosts").iterdir())
+    paths = [p for h in hosts for p in (h / "streams").glob("*.ds")]
+    return [r for r in read_streams(paths) if name is None or r.entity.full_name == name]
+
+
+def acks(record, phase):
+    step = next(s for s in record["steps"] if s["phase"] == phase)
+    return {f"{h}/{c}": a.get("message", "") for h, info in step["hosts"].items()
+            for c, a in info.get("components", {}).items()}
+
+
+def test_the_link_emulator_delays_both_ways_and_logs_each_packet(experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: link
+        components:
+          server: {{program: {STIMULUS}, args: [--role, server]}}
+          link: {{program: {LINKEMU}, params: {{to: server, delay_ms: 2, jitter_ms: 0.2, seed: 3}}}}
+          client: {{program: {STIMULUS}, args: [--role, client], params: {{server: link, count: 200}}}}
+        streams: {{s: {{enable: [LINK, STIM]}}}}
+        schedule: [launch, start_logging, {{phase: listen, components: [server]}},
+                   {{phase: connect, components: [link]}}, {{phase: run, components: [client]}},
+                   stop_logging]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "runs" / "latest"
+    rtts = [r.value for r in records(run, name="STIM/rtt")]
+    assert len(rtts) == 200
+    assert 4.0e6 <= statistics.median(rtts) < 5.5e6, "two crossings of 2 ms, plus the real path"
+    ins, outs = records(run, name="LINK/in"), records(run, name="LINK/out")
+    assert sum(r.value[1] > 0 for r in ins) == 400  # 200 stimuli and 200 replies
+    assert sum(r.value[0] == 1 for r in ins if r.value[1]) == 200
+    late = [r.ts - r.value for r in outs]
+    assert 0 <= statistics.median(late) < 1e6, "the relay sends each packet when it is due"
+    said = acks(latest_record(tmp_path / "runs"), "collect")["local/link"]
+    assert said.startswith("402 packets in, ") and said.endswith(" 0 dropped")  # 400 + two ends
+
+
+def test_udp_through_the_link_emulator_loses_what_loss_says(experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: lossy
+        components:
+          rx: {{program: {ETTCP}, args: [--role, receiver], params: {{proto: udp, stop_in: stop}}}}
+          link: {{program: {LINKEMU}, params: {{to: rx, proto: udp, loss: 0.25, seed: 11, stop_in: stop}}}}
+          tx: {{program: {ETTCP}, args: [--role, sender],
+               params: {{to: link, proto: udp, block: 1000, rate_kbps: 8000, duration_s: 1, start_in: run,
+                        stop_in: drain}}}}
+        streams: {{s: {{enable: [LINK]}}}}
+        schedule: [launch, start_logging, listen, connect, run, drain, stop]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = acks(latest_record(tmp_path / "runs"), "stop")["local/link"]
+    counts = re.match(r"(\d+) packets in, (\d+) relayed, (\d+) dropped", said)
+    arrived, relayed, dropped = map(int, counts.groups())
+    assert arrived == relayed + dropped and arrived > 100
+    assert 0.15 < dropped / arrived < 0.35
+    assert len(records(tmp_path / "runs" / "latest", name="LINK/drop")) == dropped
+
+
+def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: cpu
+        components:
+          cpu: {{program: {CPULOAD}, params: {{cpus: 1, percent: 30, period_ms: 10, start_in: load,
+                                                stop_in: unload}}}}
+          meanwhile: {{command: [sleep, "0.5"], start: run}}
+        streams: {{s: {{enable: [CPULOAD]}}}}
+        schedule: [launch, start_logging, load, run, unload, stop_logging]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = acks(latest_record(tmp_path / "runs"), "unload")["local/cpu"]
+    share = float(re.match(r"asked 30 % on 1 worker\(s\), got ([\d.]+) %", said).group(1))
+    assert 15 < share < 40
+    streams = list((tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("s.cpu.*.ds"))
+    assert len(streams) == 2  # the component's own file, and its forked worker's
+    busy = records(tmp_path / "runs" / "latest", name="CPULOAD/busy")
+    assert busy and all(2e6 < r.value < 6e6 for r in busy[1:-1]), "3 ms busy in every 10 ms"
+
+
+def run_shipped(name, tmp_path):
+    done = ns_control("run", str(EXPERIMENTS / name), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tmp_path / "runs" / "latest", latest_record(tmp_path / "runs")
+
+
+def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
+    run, record = run_shipped("pipeline/pipeline.yaml", tmp_path)
+    assert all(m == "2000 messages passed" for c, m in acks(record, "run").items() if "source" not in c)
+    e2e = records(run, "h1", "PIPE/e2e")
+    assert [r.tag for r in e2e] == list(range(2000))
+    sends = {h: len(records(run, h, "PIPE/send")) for h in ("h1", "h2", "h3")}
+    assert sends == {"h1": 2000, "h2": 4000, "h3": 2000}  # source; n1 and n3; n2
+    assert {r.source.host for r in records(run, name="PIPE/recv")} == {"h1", "h2", "h3"}
+    assert statistics.median(r.value for r in e2e) > 3 * 20e3, "three nodes of 20 us work each"
+
+
+def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
+    _, record = run_shipped("pipeline/pipeline_loaded.yaml", tmp_path)
+    said = acks(record, "unload")
+    rate = float(re.search(r"= ([\d.]+) Mbit/s", said["h3/traffic_rx"]).group(1))
+    assert 40 < rate <= 51
+    assert said["h3/cpu"].startswith("asked 60 % on 2 worker(s)")
+    assert acks(record, "run")["h1/sink"] == "1000 messages passed"
+
+
+def test_stimulus_response_across_an_emulated_link(ssh_env, tmp_path):
+    run, record = run_shipped("stimulus_response/across_a_link.yaml", tmp_path)
+    rtts = [r.value for r in records(run, "b", "STIM/rtt")]
+    assert len(rtts) == 500
+    assert 2.0e6 <= statistics.median(rtts) < 3.5e6
+    assert acks(record, "connect")["a/link"].startswith("relaying tcp 10.199.0.11:")
+
+
+def test_netem_mode_says_why_it_cannot_shape_where_the_kernel_lacks_netem(ssh_env, experiment, tmp_path):
+    path = experiment(f"""\
+        experiment: netem
+        hosts: {{a: {{ssh: netspec-h1}}}}
+        components:
+          server: {{host: a, program: {STIMULUS}, args: [--role, server]}}
+          link: {{host: a, program: {LINKEMU}, params: {{to: server, delay_ms: 1, mode: auto}}}}
+        schedule: [launch, {{phase: listen, components: [server]}}, {{phase: connect, components: [link]}}]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = acks(latest_record(tmp_path / "runs"), "connect")["a/link"]
+    assert "tc netem on eth0" in said or "(tc netem unavailable: " in said
