@@ -1,0 +1,139 @@
+"""The SSH fleet on 8 namespaced hosts: bringing daemons up, and a barrier step through SSH
+tunnels against the same step over direct TCP, in the same run.
+
+  up, fresh:      `ns_control up` on every host with netspec's remote venv removed. The
+                  hosts share this machine's home directory (like an NFS home), so one
+                  host installs while the others wait on its lock, then find it there.
+                  The local wheels are built beforehand (cached); their build is timed
+                  separately.
+  up, installed:  the same with netspec already there (connect, check, start a daemon).
+  step:           an application phase acked by one NETSPEC-aware component per host,
+                  `--steps` times after 20 warm-up steps, as the engine records it: once
+                  with the hosts reached over SSH (paramiko tunnels), once with daemons
+                  started in the same namespaces listening on the hosts' addresses and
+                  reached over plain TCP (the baseline).
+Needs root (network namespaces, sshd). Prints figures for people, then one JSON object.
+
+    python bench/fleet.py [--hosts 8] [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import nethosts  # noqa: E402
+from barrier import percentile  # noqa: E402
+from netspec.controller import remote  # noqa: E402
+from netspec.controller.engine import Run  # noqa: E402
+from netspec.controller.load import parse  # noqa: E402
+from netspec.controller.model import Host  # noqa: E402
+from netspec.controller.rundir import RunDir  # noqa: E402
+from netspec.nodelib.auth import load_or_create_key  # noqa: E402
+
+
+def up_seconds(hosts: list[nethosts.NetHost]) -> float:
+    specs = [Host(f"h{h.index}", ssh=h.alias) for h in hosts]
+    t0 = time.perf_counter()
+    outcome = remote.for_each_host(specs, "up")
+    seconds = time.perf_counter() - t0
+    failed = {h: r for h, r in outcome.items() if isinstance(r, BaseException)}
+    assert not failed, failed
+    remote.for_each_host(specs, "down")
+    return seconds
+
+
+def step_text(hosts: list[str], steps: int) -> str:
+    lines = ["experiment: fleet-bench", "hosts:", *hosts, "components:"]
+    lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(1, len(hosts) + 1)]
+    lines += ["schedule:", "  - launch", *["  - tick"] * steps]
+    return "\n".join(lines) + "\n"
+
+
+async def step_times(text: str, runs_root: Path) -> list[float]:
+    plan = parse(text, HERE / "fleet.yaml")
+    rundir = RunDir.create(runs_root, plan.name, plan.text, {
+        "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
+    await Run(plan, rundir, load_or_create_key(), lambda event: None).execute()
+    steps = [s for s in rundir.record["steps"] if s["phase"] == "tick"]
+    assert all(s["status"] == "ok" for s in rundir.record["steps"]), rundir.record.get("error")
+    return [s["duration_s"] for s in steps][20:]
+
+
+def direct_daemons(hosts: list[nethosts.NetHost], root: Path) -> tuple[list[str], list[subprocess.Popen]]:
+    """A netspecd in each namespace on the host's own address, as `address:` hosts."""
+    specs, procs = [], []
+    for h in hosts:
+        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, sys.executable, "-m", "netspec.daemon.main",
+                                 "--listen", f"{h.address}:0", "--announce", "--root", str(root / h.netns)],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        port = json.loads(proc.stdout.readline())["port"]  # type: ignore[union-attr]
+        specs.append(f"  h{h.index}: {{address: '{h.address}:{port}'}}")
+        procs.append(proc)
+    return specs, procs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    reason = nethosts.why_unavailable()
+    if reason:
+        sys.exit(f"fleet.py: {reason}")
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
+        os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
+        os.environ.setdefault("NETSPEC_CACHE", str(Path(tmp) / "cache"))
+        hosts = nethosts.up(args.hosts, Path(tmp) / "hosts")
+        os.environ["NETSPEC_SSH_CONFIG"] = str(Path(tmp) / "hosts" / "ssh_config")
+        try:
+            t0 = time.perf_counter()
+            remote.local_wheels(remote.build_id())
+            wheels_s = time.perf_counter() - t0
+            home = Path(os.path.expanduser("~")) / ".local" / "share" / "netspec" / "venv"
+            shutil.rmtree(home, ignore_errors=True)
+            fresh_s = up_seconds(hosts)
+            installed_s = up_seconds(hosts)
+            ssh = asyncio.run(step_times(step_text([f"  h{h.index}: {{ssh: {h.alias}}}" for h in hosts],
+                                                   args.steps + 20), Path(tmp) / "runs"))
+            specs, procs = direct_daemons(hosts, Path(tmp) / "direct")
+            try:
+                direct = asyncio.run(step_times(step_text(specs, args.steps + 20), Path(tmp) / "runs"))
+            finally:
+                for proc in procs:
+                    proc.terminate()
+                    proc.wait()
+        finally:
+            nethosts.down(Path(tmp) / "hosts")
+    n = len(hosts)
+    print(f"{n} namespaced hosts, each with its own sshd")
+    print(f"  local wheels built (once per netspec build, cached)   {wheels_s:6.2f} s")
+    print(f"  up, fresh install (one shared home)                   {fresh_s:6.2f} s")
+    print(f"  up, already installed                                 {installed_s:6.2f} s")
+    result = {"hosts": n, "wheels_s": round(wheels_s, 2), "up_fresh_s": round(fresh_s, 2),
+              "up_installed_s": round(installed_s, 2)}
+    for name, times in (("direct TCP (baseline)", direct), ("SSH tunnels", ssh)):
+        p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
+        print(f"  barrier step over {name:<22} p50 {p50 * 1e6:8.1f} us  p99 {p99 * 1e6:8.1f} us  "
+              f"(n={len(times)})")
+        key = "direct" if name.startswith("direct") else "ssh"
+        result.update({f"step_{key}_p50_us": round(p50 * 1e6, 1), f"step_{key}_p99_us": round(p99 * 1e6, 1)})
+    ratio = result["step_ssh_p50_us"] / result["step_direct_p50_us"]
+    print(f"  SSH tunnel / direct TCP, p50: {ratio:.2f}x")
+    result["ssh_over_direct_p50"] = round(ratio, 2)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
