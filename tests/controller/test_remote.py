@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -128,7 +127,7 @@ def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, ex
     assert netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}
 
 
-def test_up_leaves_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):
+def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):
     path = experiment(ACROSS)
     up = ns_control("up", str(path), cwd=tmp_path, timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
@@ -142,7 +141,10 @@ def test_up_leaves_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experime
     down = ns_control("down", str(path), cwd=tmp_path)
     assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
     wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
-    assert os.kill(ssh_env[0].sshd_pid(), 0) is None and signal.SIGTERM
+    kept = ns_control("run", "--keep-daemons", str(path), cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert len(netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}) == 1  # still there
+    assert ns_control("down", str(path), cwd=tmp_path).stdout.startswith("a: netspecd stopped")
 
 
 def test_a_program_the_host_cannot_see_is_copied_there(ssh_env, experiment, tmp_path):
