@@ -90,7 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_run(run))
     except KeyboardInterrupt:
-        print(f"\ninterrupted twice: stopped without gathering; local daemons end their runs "
+        rundir.finish("interrupted", {"type": "Interrupted", "phase": run.phase, "causes": [],
+                                      "message": "interrupted twice: stopped without gathering"})
+        print(f"\ninterrupted twice: stopped without gathering; daemons end their runs "
               f"by themselves. Run directory: {rundir.path}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except NetspecError as exc:

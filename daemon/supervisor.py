@@ -123,6 +123,7 @@ class ComponentProcess:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.handed_back: list[str] = []
         self.stopping = False
+        self.forced = False  # netspec had to SIGKILL it after the stop grace
         self.started_ns = 0
         self._next_id = 0
 
@@ -249,6 +250,7 @@ class ComponentProcess:
             with contextlib.suppress(TimeoutError):
                 return await asyncio.wait_for(asyncio.shield(self.exited), grace)
             # Only this component's processes: the rest of the run goes on.
+            self.forced = True
             pids = self.pids()
             self.signal_group(signal.SIGKILL)
             signal_pids(pids, signal.SIGKILL)
@@ -338,7 +340,7 @@ class Supervisor:
             if spec.aware and comp.started and "collect" in await comp.registered:
                 ack = await comp.call(phase, params, published)
             info = await comp.stop()
-            if info and not ended_well(info["returncode"]):
+            if info and not ended_well(info["returncode"]) and not comp.forced:
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
             return ack
         if spec.aware:
@@ -363,6 +365,10 @@ class Supervisor:
                     "message": describe_returncode(info["returncode"])}
         if phase == spec.stop:
             await comp.stop()
+            if comp.forced:
+                # Stopped all the same, as asked: worth a warning, not a failed run.
+                return {"status": m.ACK_WARNING, "message": f"ignored SIGTERM for {STOP_GRACE_S:g} s; "
+                        "killed"}
             return {"status": m.ACK_OK, "message": "stopped"}
         return {"status": m.ACK_ERROR, "message": f"plain command takes no part in '{phase}'"}
 

@@ -293,10 +293,41 @@ def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experime
           actor: {program: ACTOR, args: [later]}
         schedule: [launch, work, later, collect]
         """)
-    ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr  # stopped as asked, if by force: a warning
     record = latest_record(tmp_path / "runs")
     work, later = record["steps"][1], record["steps"][2]
-    assert work["hosts"]["local"]["components"]["stubborn"]["status"] == "ok"
+    stubborn = work["hosts"]["local"]["components"]["stubborn"]
+    assert (stubborn["status"], stubborn["message"]) == ("warning", "ignored SIGTERM for 5 s; killed")
     assert later["status"] == "ok"  # the actor was not killed with the stubborn command
     assert later["hosts"]["local"]["components"]["actor"]["status"] == "ok"
     assert record["components"]["local/stubborn"]["returncode"] == -signal.SIGKILL
+
+
+def test_a_second_ctrl_c_leaves_at_once_and_still_marks_the_run_interrupted(experiment, tmp_path):
+    marker = tmp_path / "got_term"
+    path = experiment(f"""\
+        experiment: impatient
+        components:
+          slow: {{command: "trap 'touch {marker}' TERM; while true; do sleep 0.1; done", stop: collect}}
+          actor: {{program: ACTOR, args: [work], params: {{hang_in: work}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def working():
+        latest = tmp_path / "runs" / "latest" / "run.json"
+        record = json.loads(latest.read_text()) if latest.exists() else {}
+        return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
+
+    run_id = wait_for(working, what="the run to reach phase 'work'")["id"]
+    proc.send_signal(signal.SIGINT)
+    # The command ignores the reset's SIGTERM: the controller waits on it, and is told again.
+    wait_for(marker.exists, what="the reset's SIGTERM")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted twice" in stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "interrupted" and record["error"]["message"].startswith("interrupted twice")
+    wait_for(lambda: not run_processes(run_id), what="the daemon to end the run by itself")
