@@ -104,10 +104,9 @@ def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, 
     assert latest_record(tmp_path / "runs")["components"]["a/one"]["returncode"] == 7
 
 
-def start_run_hanging_in_work(experiment, tmp_path):
-    """Start `ns_control run` where host a's component hangs in phase 'work' after leaving
-    an orphan; return the process and the run's record once all that is under way."""
-    path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
+def start_run_until_work(path, tmp_path):
+    """Start `ns_control run FILE`; return the process and the run's record once the run
+    has entered phase 'work'."""
     proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -116,7 +115,14 @@ def start_run_hanging_in_work(experiment, tmp_path):
         record = json.loads(latest.read_text()) if latest.exists() else {}
         return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
 
-    record = wait_for(working, what="the run to reach phase 'work'")
+    return proc, wait_for(working, what="the run to reach phase 'work'")
+
+
+def start_run_hanging_in_work(experiment, tmp_path):
+    """Start `ns_control run` where host a's component hangs in phase 'work' after leaving
+    an orphan; return the process and the run's record once all that is under way."""
+    path = two_hosts(experiment, one="{hang_in: work, orphan: true}", deadline="5m")
+    proc, record = start_run_until_work(path, tmp_path)
     wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
     return proc, record
 
@@ -313,15 +319,8 @@ def test_a_second_ctrl_c_leaves_at_once_and_still_marks_the_run_interrupted(expe
           actor: {{program: ACTOR, args: [work], params: {{hang_in: work}}}}
         schedule: [launch, {{phase: work, deadline: 5m}}, collect]
         """)
-    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def working():
-        latest = tmp_path / "runs" / "latest" / "run.json"
-        record = json.loads(latest.read_text()) if latest.exists() else {}
-        return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
-
-    run_id = wait_for(working, what="the run to reach phase 'work'")["id"]
+    proc, record = start_run_until_work(path, tmp_path)
+    run_id = record["id"]
     proc.send_signal(signal.SIGINT)
     # The command ignores the reset's SIGTERM: the controller waits on it, and is told again.
     wait_for(marker.exists, what="the reset's SIGTERM")
