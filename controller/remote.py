@@ -173,22 +173,25 @@ class SSHHost(Host):
     def down(self) -> str:
         """Stop the detached daemon (`ns_control down`); says what it did."""
         self.conn.open()
-        status, out, _ = self.conn.run([self.spec.python, "-c", PROBE_SCRIPT])
-        self.base = f"{json.loads(out)['home']}/.local/share/netspec" if status == 0 else self.base
-        self.venv = f"{self.base}/venv"
+        self._locate()
         return "netspecd stopped" if self.stop_detached() else "no netspecd was running"
 
-    def install(self) -> None:
-        """Make sure this build of netspec is installed on the host."""
+    def _locate(self) -> list[int]:
+        """Find netspec's place in the remote home; returns the host Python's version."""
         status, out, err = self.conn.run([self.spec.python, "-c", PROBE_SCRIPT])
         if status:
             raise ConnectionLost(self.name, detail=f"cannot run {self.spec.python} there: {err.strip()}")
         probe = json.loads(out)
-        if probe["python"] < [3, 11]:
-            raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
-                                 f"{'.'.join(map(str, probe['python']))}; netspec needs 3.11 or newer")
         self.base = f"{probe['home']}/.local/share/netspec"
         self.venv = f"{self.base}/venv"
+        return probe["python"]
+
+    def install(self) -> None:
+        """Make sure this build of netspec is installed on the host."""
+        python = self._locate()
+        if python < [3, 11]:
+            raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
+                                 f"{'.'.join(map(str, python))}; netspec needs 3.11 or newer")
         build = build_id()
         status, out, _ = self.conn.run(["cat", f"{self.venv}/netspec.build"])
         if status == 0 and out == build:
@@ -240,10 +243,14 @@ class SSHHost(Host):
         return [f"{self.venv}/bin/netspecd", "--listen", "127.0.0.1:0", "--key", key_file,
                 "--root", f"{self.base}/work/{self.daemon_id}"]
 
-    def _running_daemon_port(self) -> int | None:
+    def _daemon_state(self) -> dict[str, int]:
+        """{port, pid} of this host's detached daemon if it is alive, else {}."""
         state = f"{self.base}/daemons/{self.daemon_id}.json"
         _, out, _ = self.conn.run([f"{self.venv}/bin/python", "-c", STATE_SCRIPT, state])
-        return json.loads(out or "{}").get("port")
+        return json.loads(out or "{}")
+
+    def _running_daemon_port(self) -> int | None:
+        return self._daemon_state().get("port")
 
     def _start_attached(self, key_file: str, log_dir: Path) -> int:
         chan = self.daemon = self.conn.start([*self._netspecd(key_file), "--announce", "--lifeline"])
@@ -275,9 +282,7 @@ class SSHHost(Host):
 
     def stop_detached(self) -> bool:
         """End a detached daemon (`ns_control down`); False if none was running."""
-        state = f"{self.base}/daemons/{self.daemon_id}.json"
-        _, out, _ = self.conn.run([f"{self.venv}/bin/python", "-c", STATE_SCRIPT, state])
-        pid = json.loads(out or "{}").get("pid")
+        pid = self._daemon_state().get("pid")
         if pid is None:
             return False
         self.conn.run(["kill", "-TERM", str(pid)])
