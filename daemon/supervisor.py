@@ -313,15 +313,14 @@ class Supervisor:
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None):
         self.run_id, self.root, self.tg, self.host = run_id, root / run_id, tg, host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
-        self.streams = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
+        self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams")
 
     def logging_for(self, name: str) -> dict[str, Any]:
         """What a component needs to open its streams at start_logging."""
-        chosen = {s.name: s.wire() for s in self.streams
+        chosen = {s.name: s.wire() for s in self.stream_configs
                   if s.components is None or name in s.components}
-        return {"streams": chosen, "dir": str(self.services.directory), "run": self.run_id,
-                "host": self.host}
+        return {"streams": chosen, "dir": str(self.services.directory), "host": self.host}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
                     published: dict[str, Any]) -> dict[str, Any]:
