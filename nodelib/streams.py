@@ -360,15 +360,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 _previous_sigterm: Any = None
+_hooks_installed = False
 
 
 def install_exit_hooks() -> None:
     """Flush at exit and on SIGTERM; reopen after fork. Called once, by the first stream.
     SIGTERM is taken only in the main thread, and an application's own handler is chained."""
-    global _previous_sigterm
-    if getattr(install_exit_hooks, "done", False):
+    global _previous_sigterm, _hooks_installed
+    if _hooks_installed:
         return
-    install_exit_hooks.done = True  # type: ignore[attr-defined]
+    _hooks_installed = True
     atexit.register(close_all)
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
                         after_in_child=_after_fork_child)
