@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -163,3 +165,24 @@ def test_a_program_the_host_cannot_see_is_copied_there(ssh_env, experiment, tmp_
     argv = json.loads((tmp_path / "runs" / "latest" / "hosts" / "a" / "server" / "exit.json")
                       .read_text())["argv"]
     assert "/.local/share/netspec/programs/" in argv[1] and argv[1].endswith("/stimulus.py")
+
+
+def test_a_key_held_by_the_ssh_agent_is_used(ssh_env, experiment, tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(
+        f"Host agented\n  HostName 10.199.0.11\n  User root\n"
+        f"  UserKnownHostsFile {ssh_env[0].state / 'known_hosts'}\n")
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", agent))
+    env = {k: v for k, v in os.environ.items() if k != "NETSPEC_SSH_CONFIG"} | env | {"HOME": str(home)}
+    try:
+        subprocess.run(["ssh-add", "-q", str(ssh_env[0].state / "id_ed25519")], env=env, check=True,
+                       capture_output=True)
+        path = experiment("experiment: agent\nhosts: {a: {ssh: agented}}\n"
+                          "components: {x: {host: a, command: 'true'}}\nschedule: [launch]\n")
+        done = subprocess.run([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    finally:
+        os.kill(int(env["SSH_AGENT_PID"]), signal.SIGTERM)
