@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import paramiko
 from netspec.nodelib.auth import load_or_create_key
@@ -60,19 +61,33 @@ with open(os.path.join(base, "install.lock"), "w") as lock:
         f.write(build)
 """
 
-# Prints {home, python} so that paths can be absolute and the Python checked.
-PROBE_SCRIPT = "import os, sys, json; print(json.dumps({'home': os.path.expanduser('~'), " \
-               "'python': list(sys.version_info[:2])}))"
-
-# Prints the state of a detached daemon if it is alive, or {} (and forgets a dead one).
-STATE_SCRIPT = """
-import json, os, sys
+# One round trip before anything else (python3 only: netspec may not be there yet): where
+# netspec lives in this home, the Python's version, the build installed, this host's
+# detached daemon if alive; and, given a key on stdin, the key stored 0600.
+BOOTSTRAP_SCRIPT = """
+import hashlib, json, os, sys
+base = os.path.join(os.path.expanduser("~"), ".local", "share", "netspec")
+out = {"base": base, "python": list(sys.version_info[:2]), "build": "", "key_file": "", "daemon": {}}
 try:
-    state = json.load(open(sys.argv[1]))
+    out["build"] = open(os.path.join(base, "venv", "netspec.build")).read()
+except OSError:
+    pass
+key = sys.stdin.read().strip()
+if key:
+    keys = os.path.join(base, "keys")
+    os.makedirs(keys, mode=0o700, exist_ok=True)
+    path = os.path.join(keys, hashlib.sha256(bytes.fromhex(key)).hexdigest()[:16])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, (key + "\\n").encode())
+    os.close(fd)
+    out["key_file"] = path
+try:
+    state = json.load(open(os.path.join(base, "daemons", sys.argv[1] + ".json")))
     os.kill(state["pid"], 0)
+    out["daemon"] = state
 except (OSError, ValueError, KeyError):
-    state = {}
-print(json.dumps(state))
+    pass
+print(json.dumps(out))
 """
 
 
@@ -147,55 +162,59 @@ class SSHHost(Host):
         return await asyncio.to_thread(self._start, log_dir)
 
     def _start(self, log_dir: Path) -> tuple[str, int]:
-        key_file = self.prepare()
-        port = self._running_daemon_port()
+        found = self.prepare()
+        port = found["daemon"].get("port")
         if port is None:
             self.started_here = not self.detached
-            port = (self._start_detached(key_file) if self.detached
-                    else self._start_attached(key_file, log_dir))
+            port = (self._start_detached(found["key_file"]) if self.detached
+                    else self._start_attached(found["key_file"], log_dir))
         self.tunnel = Tunnel(self.conn, ("127.0.0.1", port))
         return "127.0.0.1", self.tunnel.open()
 
-    def prepare(self) -> str:
-        """Connect, install netspec if needed and copy the key; returns the key's path there."""
+    def prepare(self) -> dict[str, Any]:
+        """Connect, store the key, and install this build of netspec if it is not there;
+        returns what the bootstrap found (key_file, daemon)."""
         self.conn.open()
-        self.install()
-        return self._copy_key()
+        found = self._bootstrap(load_or_create_key().hex())
+        if found["python"] < [3, 11]:
+            raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
+                                 f"{'.'.join(map(str, found['python']))}; netspec needs 3.11 or newer")
+        build = build_id()
+        if found["build"] != build:
+            self._install(build)
+        return found
+
+    def _bootstrap(self, key_hex: str = "") -> dict[str, Any]:
+        status, out, err = self.conn.run([self.spec.python, "-c", BOOTSTRAP_SCRIPT, self.daemon_id],
+                                         stdin=key_hex.encode())
+        if status:
+            raise ConnectionLost(self.name, detail=f"cannot run {self.spec.python} there: "
+                                 f"{err.strip()[-500:]}")
+        found = json.loads(out)
+        self.base, self.venv = found["base"], f"{found['base']}/venv"
+        return found
 
     def up(self) -> str:
         """Leave a detached daemon running (`ns_control up`); says what it did."""
-        key_file = self.prepare()
-        port = self._running_daemon_port()
+        found = self.prepare()
+        port = found["daemon"].get("port")
         if port is not None:
             return f"netspecd already running (port {port} on its 127.0.0.1)"
-        return f"netspecd started (port {self._start_detached(key_file)} on its 127.0.0.1)"
+        return f"netspecd started (port {self._start_detached(found['key_file'])} on its 127.0.0.1)"
 
     def down(self) -> str:
         """Stop the detached daemon (`ns_control down`); says what it did."""
         self.conn.open()
-        self._locate()
-        return "netspecd stopped" if self.stop_detached() else "no netspecd was running"
+        pid = self._bootstrap()["daemon"].get("pid")
+        if pid is None:
+            return "no netspecd was running"
+        self.conn.run(["kill", "-TERM", str(pid)])
+        deadline = time.monotonic() + STOP_S
+        while self._bootstrap()["daemon"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return "netspecd stopped"
 
-    def _locate(self) -> list[int]:
-        """Find netspec's place in the remote home; returns the host Python's version."""
-        status, out, err = self.conn.run([self.spec.python, "-c", PROBE_SCRIPT])
-        if status:
-            raise ConnectionLost(self.name, detail=f"cannot run {self.spec.python} there: {err.strip()}")
-        probe = json.loads(out)
-        self.base = f"{probe['home']}/.local/share/netspec"
-        self.venv = f"{self.base}/venv"
-        return probe["python"]
-
-    def install(self) -> None:
-        """Make sure this build of netspec is installed on the host."""
-        python = self._locate()
-        if python < [3, 11]:
-            raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
-                                 f"{'.'.join(map(str, python))}; netspec needs 3.11 or newer")
-        build = build_id()
-        status, out, _ = self.conn.run(["cat", f"{self.venv}/netspec.build"])
-        if status == 0 and out == build:
-            return
+    def _install(self, build: str) -> None:
         wheels = local_wheels(build)
         staging = f"{self.base}/wheels/{build}-{os.getpid()}-{self.name}"
         self.conn.run(["mkdir", "-p", staging])
@@ -212,12 +231,15 @@ class SSHHost(Host):
     def _place(self, programs: list[str]) -> dict[str, str]:
         """A program already at the same path with the same content (a shared home, a
         deployed tree) is used as it is; any other is copied to programs/<digest>/."""
+        if not programs:
+            return {}
+        _, out, _ = self.conn.run(["sha256sum", *programs])
+        there = {line[66:]: line[:64] for line in out.splitlines()}
         placed = {}
         for program in programs:
             data = Path(program).read_bytes()
             digest = hashlib.sha256(data).hexdigest()
-            _, out, _ = self.conn.run(["sha256sum", program])
-            if out.split(" ")[0] == digest:
+            if there.get(program) == digest:
                 placed[program] = program
                 continue
             where = f"{self.base}/programs/{digest[:16]}"
@@ -225,13 +247,6 @@ class SSHHost(Host):
             placed[program] = f"{where}/{Path(program).name}"
             self.conn.put(data, placed[program], mode=0o755)
         return placed
-
-    def _copy_key(self) -> str:
-        key = load_or_create_key()
-        path = f"{self.base}/keys/{hashlib.sha256(key).hexdigest()[:16]}"
-        self.conn.run(["mkdir", "-p", "-m", "700", f"{self.base}/keys"])
-        self.conn.put(key.hex().encode() + b"\n", path, mode=0o600)
-        return path
 
     @property
     def daemon_id(self) -> str:
@@ -242,15 +257,6 @@ class SSHHost(Host):
     def _netspecd(self, key_file: str) -> list[str]:
         return [f"{self.venv}/bin/netspecd", "--listen", "127.0.0.1:0", "--key", key_file,
                 "--root", f"{self.base}/work/{self.daemon_id}"]
-
-    def _daemon_state(self) -> dict[str, int]:
-        """{port, pid} of this host's detached daemon if it is alive, else {}."""
-        state = f"{self.base}/daemons/{self.daemon_id}.json"
-        _, out, _ = self.conn.run([f"{self.venv}/bin/python", "-c", STATE_SCRIPT, state])
-        return json.loads(out or "{}")
-
-    def _running_daemon_port(self) -> int | None:
-        return self._daemon_state().get("port")
 
     def _start_attached(self, key_file: str, log_dir: Path) -> int:
         chan = self.daemon = self.conn.start([*self._netspecd(key_file), "--announce", "--lifeline"])
@@ -270,26 +276,15 @@ class SSHHost(Host):
         daemons = f"{self.base}/daemons"
         state, log = f"{daemons}/{self.daemon_id}.json", f"{daemons}/{self.daemon_id}.log"
         command = shlex.join([*self._netspecd(key_file), "--state-file", state])
-        self.conn.run(["mkdir", "-p", daemons])
-        self.conn.run(["sh", "-c", f"setsid {command} >>{shlex.quote(log)} 2>&1 </dev/null &"])
+        self.conn.run(["sh", "-c", f"mkdir -p {shlex.quote(daemons)} && "
+                       f"setsid {command} >>{shlex.quote(log)} 2>&1 </dev/null &"])
         deadline = time.monotonic() + DAEMON_START_S
-        while (port := self._running_daemon_port()) is None:
+        while (port := self._bootstrap()["daemon"].get("port")) is None:
             if time.monotonic() > deadline:
                 _, tail, _ = self.conn.run(["tail", "-n", "20", log])
                 raise ConnectionLost(self.name, detail=f"netspecd did not start; {log} says:\n{tail}")
             time.sleep(0.1)
         return port
-
-    def stop_detached(self) -> bool:
-        """End a detached daemon (`ns_control down`); False if none was running."""
-        pid = self._daemon_state().get("pid")
-        if pid is None:
-            return False
-        self.conn.run(["kill", "-TERM", str(pid)])
-        deadline = time.monotonic() + STOP_S
-        while self._running_daemon_port() is not None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return True
 
     async def stop(self, run_id: str = "") -> None:
         await asyncio.to_thread(self._stop, run_id)
@@ -297,14 +292,15 @@ class SSHHost(Host):
     def _stop(self, run_id: str) -> None:
         if self.tunnel is not None:
             self.tunnel.close()
+        clean = False
         if self.daemon is not None:
             # EOF on its stdin: the daemon resets its runs and exits.
             with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
                 self.daemon.shutdown_write()
                 self.daemon.settimeout(STOP_S)
-                self.daemon.recv_exit_status()
+                clean = self.daemon.recv_exit_status() == 0
             self.daemon = None
-        if run_id and self.started_here and self.conn.client is not None:
+        if run_id and self.started_here and not clean and self.conn.client is not None:
             # A daemon that died hard could not reset its run: end what it left behind.
             with contextlib.suppress(NetspecError, OSError, paramiko.SSHException):
                 self.conn.run([f"{self.venv}/bin/netspecd", "--kill-run", run_id], timeout=STOP_S)

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from netspec.nodelib.auth import load_or_create_key, netspec_home
@@ -56,11 +57,12 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
         pidfd = os.pidfd_open(args.parent_pid)
         loop.add_reader(pidfd, daemon.stop)
     if args.lifeline:
-        def stdin_readable() -> None:
-            if not os.read(0, 4096):  # EOF: the SSH channel or connection is gone
-                loop.remove_reader(0)
-                daemon.stop()
-        loop.add_reader(0, stdin_readable)
+        # A thread, not add_reader: stdin may be something epoll refuses, such as a file.
+        def watch_stdin() -> None:
+            while os.read(0, 4096):
+                pass
+            loop.call_soon_threadsafe(daemon.stop)  # EOF: the SSH channel or connection is gone
+        threading.Thread(target=watch_stdin, name="lifeline", daemon=True).start()
 
     def ready(port: int) -> None:
         state = {"port": port, "pid": os.getpid()}

@@ -1,0 +1,43 @@
+"""netspecd's command line: the lifeline, the state file, --kill-run."""
+
+import json
+import subprocess
+import sys
+
+from support import wait_for
+
+NETSPECD = [sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0"]
+
+
+def test_the_daemon_stops_when_its_lifeline_closes(key, tmp_path):
+    proc = subprocess.Popen([*NETSPECD, "--announce", "--lifeline", "--root", str(tmp_path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    assert json.loads(proc.stdout.readline())["pid"] == proc.pid
+    proc.stdin.close()  # what the end of the SSH channel looks like to it
+    assert proc.wait(timeout=10) == 0
+
+
+def test_the_state_file_says_where_the_daemon_listens_while_it_runs(key, tmp_path):
+    state = tmp_path / "daemon.json"
+    proc = subprocess.Popen([*NETSPECD, "--state-file", str(state), "--root", str(tmp_path)],
+                            stderr=subprocess.DEVNULL)
+    found = wait_for(lambda: state.exists() and json.loads(state.read_text()), what="the state file")
+    assert found["pid"] == proc.pid and found["port"] > 0
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0
+    assert not state.exists()
+
+
+def test_kill_run_ends_every_process_of_that_run(tmp_path):
+    leftover = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": "run-left", "PATH": "/usr/bin:/bin"},
+                                start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": "run-other", "PATH": "/usr/bin:/bin"})
+    try:
+        done = subprocess.run([*NETSPECD, "--kill-run", "run-left"], timeout=30)
+        assert done.returncode == 0
+        assert leftover.wait(timeout=10) < 0
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
