@@ -77,9 +77,12 @@ if key:
     keys = os.path.join(base, "keys")
     os.makedirs(keys, mode=0o700, exist_ok=True)
     path = os.path.join(keys, hashlib.sha256(bytes.fromhex(key)).hexdigest()[:16])
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # Written aside and renamed: hosts sharing this home may be reading it right now.
+    partial = "%s.%d" % (path, os.getpid())
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.write(fd, (key + "\\n").encode())
     os.close(fd)
+    os.replace(partial, path)
     out["key_file"] = path
 try:
     state = json.load(open(os.path.join(base, "daemons", sys.argv[1] + ".json")))
