@@ -124,6 +124,7 @@ class ComponentProcess:
         self.handed_back: list[str] = []
         self.stopping = False
         self.forced = False  # netspec had to SIGKILL it after the stop grace
+        self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self._next_id = 0
 
@@ -135,7 +136,7 @@ class ComponentProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.spec.env, m.RUN_ENV: self.run_id,
                m.COMPONENT_ENV: self.spec.name, m.PARAMS_ENV: json.dumps(self.spec.params),
-               m.HOST_ADDRESS_ENV: host_address(),
+               m.HOST_ADDRESS_ENV: host_address(), **self.env,
                "PYTHONUNBUFFERED": "1"}
         pass_fds: tuple[int, ...] = ()
         ours = theirs = None
@@ -315,6 +316,10 @@ class Supervisor:
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams")
+        for comp in self.components.values():
+            if not comp.spec.aware and self.stream_configs:
+                # No phases reach a plain program: it logs for as long as it runs.
+                comp.env[m.LOGGING_ENV] = json.dumps(self.logging_for(comp.spec.name))
 
     def logging_for(self, name: str) -> dict[str, Any]:
         """What a component needs to open its streams at start_logging."""

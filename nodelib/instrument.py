@@ -14,6 +14,8 @@ to its stream's buffer. No flag is tested on the hot path.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +23,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from . import messages as m
 from .errors import NetspecError
 from .streams import FIRST_ENTITY_ID, NAMESPACE, Stream, StreamConfig, StreamInfo, install_exit_hooks
 
@@ -387,5 +390,17 @@ class Datastreams:
             entity.bind(targets)
 
 
+def streams_from(logging: dict[str, Any], component: str, run: str) -> tuple[list[StreamConfig], StreamInfo]:
+    """The streams netspecd asks a component to open (at start_logging, or at start for a
+    plain command)."""
+    configs = [StreamConfig.from_wire(n, d) for n, d in logging["streams"].items()]
+    return configs, StreamInfo(Path(logging["dir"]), run=run, host=logging["host"], component=component)
+
+
 # The process's own entities and streams: what nodelib's functions and the phase loop use.
 default = Datastreams()
+if m.LOGGING_ENV in os.environ and m.FD_ENV not in os.environ:
+    # A plain command that uses nodelib's instrumentation: its streams open now and close
+    # when it exits; entities match as they are declared.
+    default.start(*streams_from(json.loads(os.environ[m.LOGGING_ENV]),
+                                os.environ.get(m.COMPONENT_ENV, ""), os.environ.get(m.RUN_ENV, "")))

@@ -24,6 +24,8 @@ PARAMS_ENV = "NETSPEC_PARAMS"
 # The address other hosts reach this host at (the one the controller's SSH connection
 # came in on; 127.0.0.1 for local daemons).
 HOST_ADDRESS_ENV = "NETSPEC_HOST_ADDRESS"
+# A plain command's streams (JSON, as start_logging would hand them to an aware one).
+LOGGING_ENV = "NETSPEC_LOGGING"
 
 # Controller -> daemon requests.
 HELLO, SETUP, ENTER, RESET, FILES, READ, CLOCK, SHUTDOWN = (

@@ -20,7 +20,6 @@ from . import instrument
 from . import messages as m
 from .channel import BlockingChannel
 from .errors import NetspecError
-from .streams import StreamConfig, StreamInfo
 
 
 class PhaseWarning(Exception):
@@ -124,9 +123,7 @@ class Application:
 
     def _enter(self, ctx: PhaseContext, logging: dict[str, Any] | None) -> Any:
         if ctx.phase == m.START_LOGGING and logging is not None:
-            configs = [StreamConfig.from_wire(n, d) for n, d in logging["streams"].items()]
-            instrument.default.start(configs, StreamInfo(Path(logging["dir"]), run=ctx.run_id,
-                                                         host=logging["host"], component=ctx.component))
+            instrument.default.start(*instrument.streams_from(logging, ctx.component, ctx.run_id))
         callback = self.callbacks.get(ctx.phase)
         try:
             return callback(ctx) if callback is not None else None

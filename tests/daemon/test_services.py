@@ -1,6 +1,7 @@
 """Logging end to end: start_logging and stop_logging reach every component and the
 daemon's node stream, and every stream lands in the run directory, failed runs included."""
 
+import sys
 from pathlib import Path
 
 from netspec.analysis.read import StreamReader
@@ -74,3 +75,24 @@ def test_a_failed_run_still_gathers_every_stream_with_what_was_logged(experiment
     assert [r.tag for r in one if r.entity.full_name == "PLAY/tick"] == list(range(5))
     # The component was ended by SIGTERM at reset: nodelib flushed and closed its stream.
     assert one.closed_cleanly
+
+
+def test_a_plain_command_using_nodelib_logs_for_as_long_as_it_runs(experiment, tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("from netspec import nodelib\n"
+                      "tick = nodelib.event('PLAIN', 'tick')\n"
+                      "for i in range(3):\n    tick.log(i)\n")
+    path = experiment(f"""\
+        experiment: plain
+        components:
+          plain: {{command: [{sys.executable}, {script}], start: work}}
+        streams:
+          s: {{enable: [PLAIN]}}
+        schedule: [launch, work]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (stream,) = (tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("s.plain.*.ds")
+    reader = StreamReader(stream)
+    assert [r.tag for r in reader if r.entity.group == "PLAIN"] == [0, 1, 2]
+    assert reader.closed_cleanly
