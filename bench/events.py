@@ -15,7 +15,8 @@ on disk, chunk encoding and writes included. Cases:
   logging, buffered   the same through a 1 MiB buffer that is not flushed per line: the
                   cost of logging's record and formatting alone
 The same enabled event is then measured with the msgpack package as the chunk encoder
-instead of msgspec (the bytes are checked to be identical).
+instead of msgspec (the bytes are checked to be identical), and the stream file written
+by the enabled cases is read back (records per second, raw chunks and Record tuples).
 Prints figures for people, then one JSON object as the last line.
 
     python bench/events.py [--calls 1000000] [--repeat 7]
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import msgpack
 import msgspec
+from netspec.analysis.read import StreamReader
 from netspec.nodelib import streams
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
@@ -98,7 +100,18 @@ def instrumentation_cases(directory: Path, calls: int, repeat: int) -> tuple[dic
         ("interval", intervals), ("counter add", adds)]}
     ds.stop()
     size = path.stat().st_size
-    return results, size // (calls * repeat * 3)  # the event, event+data and interval records
+    return results, size // (calls * repeat * 3), path  # the event, event+data and interval records
+
+
+def read_back(path: Path) -> tuple[float, float, int]:
+    """Records per second read back from the stream file: raw chunks (decoded, checked)
+    and whole Record tuples (what `ns_control dump` and analysis iterate)."""
+    t0 = time.perf_counter()
+    raw = sum(len(records) for seq, records in StreamReader(path).chunks() if seq is not None)
+    t1 = time.perf_counter()
+    count = sum(1 for _ in StreamReader(path))
+    t2 = time.perf_counter()
+    return raw / (t1 - t0), count / (t2 - t1), count
 
 
 class _UnflushedHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -162,7 +175,8 @@ def main() -> None:
         directory = Path(tmp)
         logging_ns = logging_case(directory, max(1, args.calls // 10), args.repeat)
         buffered_ns = logging_case(directory, max(1, args.calls // 10), args.repeat, buffered=True)
-        cases, record_bytes = instrumentation_cases(directory, args.calls, args.repeat)
+        cases, record_bytes, stream = instrumentation_cases(directory, args.calls, args.repeat)
+        raw_rate, record_rate, records = read_back(stream)
         msgpack_ns, same_bytes = msgpack_encoder_case(directory, args.calls, args.repeat)
     print(f"{args.calls} calls x {args.repeat} repeats; ns per call net of the empty loop "
           "(median over repeats)")
@@ -173,6 +187,8 @@ def main() -> None:
               f"({buffered_ns / ns:.1f} x buffered)")
     print(f"  {'event, msgpack encoder instead':<36} {msgpack_ns:8.1f} ns   "
           f"(msgspec: {cases['event']:.1f} ns; same bytes: {same_bytes})")
+    print(f"  read back ({records} records): {raw_rate / 1e6:.2f} M records/s as raw chunks, "
+          f"{record_rate / 1e6:.2f} M records/s as Records")
     print(f"  enabled event rate: {1e9 / cases['event'] / 1e6:.2f} M events/s; "
           f"{record_bytes} bytes per record on disk (mean of event, event+data, interval)")
     checks = [("enabled event", cases["event"] <= TARGET_EVENT_NS, f"<= {TARGET_EVENT_NS} ns"),
@@ -185,7 +201,8 @@ def main() -> None:
     result.update(logging_ns=round(logging_ns, 1), logging_buffered_ns=round(buffered_ns, 1),
                   event_msgpack_encoder_ns=round(msgpack_ns, 1),
                   encoders_same_bytes=same_bytes, event_over_logging=round(logging_ns / cases["event"], 1),
-                  mean_record_bytes=record_bytes)
+                  mean_record_bytes=record_bytes, read_raw_records_per_s=round(raw_rate),
+                  read_records_per_s=round(record_rate))
     print(json.dumps(result))
 
 
