@@ -1,17 +1,16 @@
 """The SSH fleet on 8 namespaced hosts: bringing daemons up, and a barrier step through SSH
 tunnels against the same step over direct TCP, in the same run.
 
-  up, fresh:      `ns_control up` on every host with netspec's remote venv removed. The
-                  hosts share this machine's home directory (like an NFS home), so one
-                  host installs while the others wait on its lock, then find it there.
-                  The local wheels are built beforehand (cached); their build is timed
-                  separately.
+  up, fresh:      `ns_control up` on every host, each logged into as a new user with an
+                  empty home of its own (tests/nethosts.py --own-homes), so every host
+                  installs netspec into its own venv, all at once. The local wheels are
+                  built beforehand (cached); their build is timed separately.
   up, installed:  the same with netspec already there (connect, check, start a daemon).
   step:           an application phase acked by one NETSPEC-aware component per host,
                   `--steps` times after 20 warm-up steps, as the engine records it: once
-                  with the hosts reached over SSH (paramiko tunnels), once with daemons
-                  started in the same namespaces listening on the hosts' addresses and
-                  reached over plain TCP (the baseline).
+                  with the hosts reached over SSH (paramiko tunnels), once with the same
+                  installed netspecd, run as the same user in the same namespace but
+                  listening on the host's address, reached over plain TCP (the baseline).
 Needs root (network namespaces, sshd). Prints figures for people, then one JSON object.
 
     python bench/fleet.py [--hosts 8] [--steps 200]
@@ -21,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,12 +70,17 @@ async def step_times(text: str, runs_root: Path) -> list[float]:
     return [s["duration_s"] for s in steps][20:]
 
 
-def direct_daemons(hosts: list[nethosts.NetHost], root: Path) -> tuple[list[str], list[subprocess.Popen]]:
-    """A netspecd in each namespace on the host's own address, as `address:` hosts."""
+def direct_daemons(hosts: list[nethosts.NetHost]) -> tuple[list[str], list[subprocess.Popen]]:
+    """In each namespace, the same netspecd the SSH runs used (the host user's venv and
+    copy of the key, run as that user), listening on the host's address instead of
+    127.0.0.1: reached over plain TCP as `address:` hosts."""
+    key_name = hashlib.sha256(load_or_create_key()).hexdigest()[:16]
     specs, procs = [], []
     for h in hosts:
-        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, sys.executable, "-m", "netspec.daemon.main",
-                                 "--listen", f"{h.address}:0", "--announce", "--root", str(root / h.netns)],
+        base = f"/home/{h.alias}/.local/share/netspec"
+        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, "runuser", "-u", h.alias, "--",
+                                 f"{base}/venv/bin/netspecd", "--listen", f"{h.address}:0", "--announce",
+                                 "--key", f"{base}/keys/{key_name}", "--root", f"{base}/work/direct"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         port = json.loads(proc.stdout.readline())["port"]  # type: ignore[union-attr]
         specs.append(f"  h{h.index}: {{address: '{h.address}:{port}'}}")
@@ -95,19 +99,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
         os.environ.setdefault("NETSPEC_CACHE", str(Path(tmp) / "cache"))
-        hosts = nethosts.up(args.hosts, Path(tmp) / "hosts")
+        hosts = nethosts.up(args.hosts, Path(tmp) / "hosts", own_homes=True)
         os.environ["NETSPEC_SSH_CONFIG"] = str(Path(tmp) / "hosts" / "ssh_config")
         try:
             t0 = time.perf_counter()
             remote.local_wheels(remote.build_id())
             wheels_s = time.perf_counter() - t0
-            home = Path(os.path.expanduser("~")) / ".local" / "share" / "netspec" / "venv"
-            shutil.rmtree(home, ignore_errors=True)
             fresh_s = up_seconds(hosts)
             installed_s = up_seconds(hosts)
             ssh = asyncio.run(step_times(step_text([f"  h{h.index}: {{ssh: {h.alias}}}" for h in hosts],
                                                    args.steps + 20), Path(tmp) / "runs"))
-            specs, procs = direct_daemons(hosts, Path(tmp) / "direct")
+            specs, procs = direct_daemons(hosts)
             try:
                 direct = asyncio.run(step_times(step_text(specs, args.steps + 20), Path(tmp) / "runs"))
             finally:
@@ -119,7 +121,7 @@ def main() -> None:
     n = len(hosts)
     print(f"{n} namespaced hosts, each with its own sshd")
     print(f"  local wheels built (once per netspec build, cached)   {wheels_s:6.2f} s")
-    print(f"  up, fresh install (one shared home)                   {fresh_s:6.2f} s")
+    print(f"  up, fresh install (a home per host, in parallel)      {fresh_s:6.2f} s")
     print(f"  up, already installed                                 {installed_s:6.2f} s")
     result = {"hosts": n, "wheels_s": round(wheels_s, 2), "up_fresh_s": round(fresh_s, 2),
               "up_installed_s": round(installed_s, 2)}

@@ -9,7 +9,8 @@ Needs root, `ip` (iproute2) and /usr/sbin/sshd. Host i lives in namespace nsh<i>
 holds the hosts' keys and sshd configs, a client key that every host accepts, a
 known_hosts file and an ssh_config naming the hosts netspec-h1.. (point
 NETSPEC_SSH_CONFIG at it). The hosts share this machine's file system, as hosts with an
-NFS home would.
+NFS home would; with --own-homes each host is reached as a user of its own
+(netspec-h<i>), so none shares a home with another.
 """
 
 from __future__ import annotations
@@ -110,9 +111,10 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def up(count: int, state: Path = DEFAULT_STATE) -> list[NetHost]:
+def up(count: int, state: Path = DEFAULT_STATE, own_homes: bool = False) -> list[NetHost]:
     """Build `count` hosts (tearing down any left over) and return them once their sshd
-    accepts connections."""
+    accepts connections. With `own_homes`, each host is logged into as a user of its own
+    (netspec-h<i>, created here, home in /home), so that no two hosts share a home."""
     down(state)
     state.mkdir(parents=True)
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
@@ -136,13 +138,25 @@ def up(count: int, state: Path = DEFAULT_STATE) -> list[NetHost]:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
         (h.dir / "sshd_config").write_text(
             f"ListenAddress {h.address}:22\nHostKey {key}\nPidFile {h.dir / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile {state / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+            f"AuthorizedKeysFile .ssh/authorized_keys {state / 'authorized_keys'}\n"
+            "PermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
             "MaxStartups 100\nLogLevel ERROR\n")
         known.append(f"{h.address} {Path(f'{key}.pub').read_text().split(' ', 2)[0]} "
                      f"{Path(f'{key}.pub').read_text().split()[1]}")
-        config.append(f"Host {h.alias}\n  HostName {h.address}\n  User root\n"
+        user = "root"
+        if own_homes:
+            user = h.alias
+            # "*": no password, yet not locked ("!"), which sshd would refuse without PAM.
+            _run("useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", user)
+            # In the user's own home: sshd reads the keys as the user, who may not be able
+            # to reach the state directory.
+            ssh_dir = Path("/home") / user / ".ssh"
+            ssh_dir.mkdir(mode=0o700)
+            shutil.copy(state / "authorized_keys", ssh_dir / "authorized_keys")
+            _run("chown", "-R", f"{user}:{user}", str(ssh_dir))
+        config.append(f"Host {h.alias}\n  HostName {h.address}\n  User {user}\n"
                       f"  IdentityFile {state / 'id_ed25519'}\n"
                       f"  UserKnownHostsFile {state / 'known_hosts'}\n")
     (state / "known_hosts").write_text("\n".join(known) + "\n")
@@ -153,7 +167,8 @@ def up(count: int, state: Path = DEFAULT_STATE) -> list[NetHost]:
 
 
 def down(state: Path = DEFAULT_STATE) -> None:
-    """Remove every host and the bridge; quiet about what is already gone."""
+    """Remove every host, its user if it had one, and the bridge; quiet about what is
+    already gone."""
     for netns in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                 text=True).stdout.split("\n"):
         name = netns.split(" ")[0]
@@ -163,6 +178,11 @@ def down(state: Path = DEFAULT_STATE) -> None:
             subprocess.run(["ip", "link", "del", f"{name}v"], capture_output=True)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+    for line in Path("/etc/passwd").read_text().splitlines():
+        user = line.split(":")[0]
+        if user.startswith("netspec-h") and user[len("netspec-h"):].isdigit():
+            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+            subprocess.run(["userdel", "--remove", user], capture_output=True)
     shutil.rmtree(state, ignore_errors=True)
 
 
@@ -171,6 +191,8 @@ def main() -> int:
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("count", type=int, nargs="?", default=3)
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE)
+    parser.add_argument("--own-homes", action="store_true",
+                        help="log into each host as a user of its own (no shared home)")
     args = parser.parse_args()
     reason = why_unavailable()
     if reason:
@@ -179,7 +201,7 @@ def main() -> int:
     if args.action == "down":
         down(args.state)
         return 0
-    hosts = up(args.count, args.state)
+    hosts = up(args.count, args.state, args.own_homes)
     for h in hosts:
         print(f"{h.alias}: {h.address} (namespace {h.netns})")
     print(f"export NETSPEC_SSH_CONFIG={args.state / 'ssh_config'}   # then use hosts: "
