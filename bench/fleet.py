@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import nethosts  # noqa: E402
 from barrier import percentile  # noqa: E402
-from netspec.controller import remote  # noqa: E402
+from netspec.controller import remote, wheels  # noqa: E402
 from netspec.controller.engine import Run  # noqa: E402
 from netspec.controller.load import parse  # noqa: E402
 from netspec.controller.model import Host  # noqa: E402
@@ -103,7 +103,7 @@ def main() -> None:
         os.environ["NETSPEC_SSH_CONFIG"] = str(Path(tmp) / "hosts" / "ssh_config")
         try:
             t0 = time.perf_counter()
-            remote.local_wheels(remote.build_id())
+            wheels.local_wheels(wheels.build_id())
             wheels_s = time.perf_counter() - t0
             fresh_s = up_seconds(hosts)
             installed_s = up_seconds(hosts)

@@ -13,15 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,11 +29,11 @@ from netspec.nodelib.errors import ConnectionLost, NetspecError
 from .fleet import Host
 from .model import Host as HostSpec
 from .ssh import SSHConnection, Tunnel, resolve
+from .wheels import build_id, local_wheels
 
 INSTALL_S = 300.0
 DAEMON_START_S = 20.0
 STOP_S = 15.0
-PACKAGES = ("controller", "daemon", "nodelib", "clksync", "analysis", "experiments")
 
 # Runs on the remote host with its own python3, before netspec is there: one installer at a
 # time per home directory (hosts may share one over NFS), the build marker written last.
@@ -92,58 +87,6 @@ except (OSError, ValueError, KeyError):
     pass
 print(json.dumps(out))
 """
-
-
-def source_root() -> Path:
-    import netspec.controller
-    root = Path(netspec.controller.__file__).resolve().parent.parent
-    if not (root / "pyproject.toml").is_file():
-        raise NetspecError(f"netspec is not run from a source checkout ({root}); cannot build the "
-                           "wheel to install on remote hosts: install netspec there yourself")
-    return root
-
-
-def build_id() -> str:
-    """A digest of this netspec's source: a remote install of another build is replaced."""
-    root, digest = source_root(), hashlib.sha256()
-    for path in sorted([root / "pyproject.toml", *(p for pkg in PACKAGES for p in (root / pkg).rglob("*")
-                                                    if p.is_file() and "__pycache__" not in p.parts)]):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-_building = threading.Lock()
-
-
-def local_wheels(build: str) -> list[Path]:
-    """Wheels of this build of netspec and of everything it needs, built once and cached
-    (one builder at a time, threads and controllers alike)."""
-    cache = Path(os.environ.get("NETSPEC_CACHE", Path("~/.cache/netspec").expanduser())) / "wheels" / build
-    cache.mkdir(parents=True, exist_ok=True)
-    with _building, open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (cache / ".complete").exists():
-            _build_wheels(cache)
-            (cache / ".complete").touch()
-    return sorted(cache.glob("*.whl"))
-
-
-def _build_wheels(into: Path) -> None:
-    # From a copy: building in the checkout would leave build/ and *.egg-info there.
-    root = source_root()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "src"
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        src.mkdir()
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(root / name, src / name)
-        for pkg in PACKAGES:
-            shutil.copytree(root / pkg, src / pkg, ignore=ignore)
-        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
-                                "--disable-pip-version-check", "-w", str(into), str(src)],
-                               capture_output=True, text=True)
-    if built.returncode:
-        raise NetspecError(f"cannot build the wheels to install on remote hosts:\n{built.stderr[-2000:]}")
 
 
 class SSHHost(Host):
