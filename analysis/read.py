@@ -139,7 +139,7 @@ class StreamReader:
         self.warnings: list[str] = []
         self.entities: dict[int, EntityInfo] = {}
         self.closed_cleanly: bool | None = None  # known once the records were read
-        self.records_read = self.records_lost = 0
+        self.records_lost = 0
         self._decoders: dict[int, Callable[[Any], Any] | None] = {}
         with open(self.path, "rb") as f:
             self._data: bytes | mmap.mmap = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -184,7 +184,7 @@ class StreamReader:
         ring = self.header.get("mode") == "ring"
         while o < len(buf):
             try:
-                seq, count, records, end = self._chunk_at(o)
+                seq, records, end = self._chunk_at(o)
             except _Damaged as exc:
                 o, loss, last_seq = self._resync(o, last_seq, ring, str(exc))
                 yield None, loss
@@ -192,10 +192,9 @@ class StreamReader:
             if not ring and seq > last_seq + 1:
                 yield None, self._lost(None, f"chunks {last_seq + 1}-{seq - 1} missing")
             last_seq, o = seq, end
-            self.records_read += count
             yield seq, records
 
-    def _chunk_at(self, o: int) -> tuple[int, int, list[Any], int]:
+    def _chunk_at(self, o: int) -> tuple[int, list[Any], int]:
         buf = self._data
         if buf[o:o + len(SYNC)] != SYNC:
             raise _Damaged("no chunk marker")
@@ -211,7 +210,7 @@ class StreamReader:
         records = _decode(body)
         if not isinstance(records, list) or len(records) != count:
             raise _Damaged(f"chunk {seq} holds other than its {count} records")
-        return seq, count, records, p + size
+        return seq, records, p + size
 
     def _resync(self, o: int, last_seq: int, ring: bool,
                 why: str) -> tuple[int, dict[str, Any], int]:

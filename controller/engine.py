@@ -37,7 +37,6 @@ from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
 
-CONNECT_DEADLINE_S = 30.0
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
 SAVE_INTERVAL_S = 0.2

@@ -36,7 +36,6 @@ logging.getLogger("paramiko").propagate = False
 class SSHTarget:
     """Where and as whom to log in, resolved from the experiment file and the SSH config."""
 
-    alias: str
     hostname: str
     port: int = 22
     user: str | None = None
@@ -61,7 +60,7 @@ def resolve(target: str) -> SSHTarget:
     known = found.get("userknownhostsfile")
     known_files = tuple(str(Path(p).expanduser()) for p in str(known).split()) if known else None
     return SSHTarget(
-        alias=target, hostname=str(found.get("hostname", name)),
+        hostname=str(found.get("hostname", name)),
         port=int(port or found.get("port", 22)),  # type: ignore[call-overload]
         user=user or found.get("user") or None,  # type: ignore[arg-type]
         identity_files=tuple(str(Path(p).expanduser()) for p in found.get("identityfile", [])),  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ the checkout would leave build/ and *.egg-info there) and cached in $NETSPEC_CAC
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -31,8 +32,10 @@ def source_root() -> Path:
     return root
 
 
+@functools.cache
 def build_id() -> str:
-    """A digest of this netspec's source: a remote install of another build is replaced."""
+    """A digest of this netspec's source: a remote install of another build is replaced.
+    Computed once per process: every SSH host asks for it."""
     root, digest = source_root(), hashlib.sha256()
     for path in sorted([root / "pyproject.toml", *(p for pkg in PACKAGES for p in (root / pkg).rglob("*")
                                                     if p.is_file() and "__pycache__" not in p.parts)]):

@@ -190,14 +190,14 @@ class Histogram(Entity):
     """Frequencies of a value over `buckets` equal bins of [lo, hi), with one bin below
     and one above: `add(v)`, `log()` writes (counts, sum), `reset()`."""
 
-    __slots__ = ("_counts", "_sum", "add", "log", "reset")
+    __slots__ = ("_counts", "add", "log", "reset")
     kind = "histogram"
 
     def _bind(self) -> None:
         lo, hi, n = self.spec["lo"], self.spec["hi"], self.spec["buckets"]
         scale = n / (hi - lo)
         self._counts = counts = [0] * (n + 2)
-        self._sum = total = [0]
+        total = [0]
         if not self.targets:
             self.add = self.log = self.reset = _off
             return
