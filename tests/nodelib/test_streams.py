@@ -21,8 +21,8 @@ def streamer(tmp_path: Path, count: int, then: str, *extra: str) -> subprocess.P
     return proc
 
 
-def ticks(path: Path) -> list[int]:
-    return [r.tag for r in StreamReader(path) if r.entity.full_name == "TEST/tick"]
+def ticks(path: Path, entity: str = "TEST/tick") -> list[int]:
+    return [r.tag for r in StreamReader(path) if r.entity.full_name == entity]
 
 
 def test_sigkill_loses_only_the_chunk_still_in_memory(tmp_path: Path) -> None:
@@ -114,11 +114,7 @@ def test_an_explicit_trigger_writes_the_ring(tmp_path: Path) -> None:
         tick.log(i)
     ds.trigger("operator asked")
     ds.stop()
-    assert ticks_of(path) == [4, 5, 6, 7, 8, 9]
-
-
-def ticks_of(path: Path) -> list[int]:
-    return [r.tag for r in StreamReader(path) if r.entity.full_name == "T/tick"]
+    assert ticks(path, "T/tick") == [4, 5, 6, 7, 8, 9]
 
 
 def test_a_value_msgpack_cannot_carry_costs_only_its_own_record(tmp_path: Path) -> None:
