@@ -27,7 +27,6 @@ from netspec.nodelib.errors import (
     StepFailed,
 )
 
-from . import clocks
 from .barrier import Barrier
 from .fetch import fetch_host
 from .fleet import AddressHost, DaemonClient, Host, LocalHost
@@ -85,6 +84,8 @@ class Run:
         self.hosts: dict[str, Host] = {h.name: make_host(h, accept_new_host_keys, keep_daemons)
                                        for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.addresses: dict[str, str] = {}
         self.components = {c.name: c for c in plan.components}
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
@@ -177,6 +178,8 @@ class Run:
                 self.tg.create_task(client.serve())
                 hello = await client.request(m.HELLO, deadline)
                 self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
+                self.facts[name] = hello["facts"]
+                self.addresses[name] = self.hosts[name].reachable_at(hello["facts"])
                 self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
                                                      "daemon_pid": hello["pid"]}
                 components = [c.wire() for c in self.plan.host_components(name)]
@@ -194,7 +197,32 @@ class Run:
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, connect_s))
         _raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
+        await self._start_clocks(deadline)
         self.rundir.save()
+
+    async def _start_clocks(self, deadline: float) -> None:
+        """clksync from here to collect: the reference host serves probes, every other
+        host probes it."""
+        service = self.plan.clock
+        if len(self.clients) < 2:
+            return
+        served = await self.clients[service.reference].request(
+            m.CLKSYNC, deadline, role="serve", timestamps=service.timestamps)
+        await asyncio.gather(*(
+            self.clients[h].request(m.CLKSYNC, deadline, role="probe", peer=service.reference,
+                                    address=self._reference_address(h), port=served["port"],
+                                    interval_ms=service.interval_ms, timestamps=service.timestamps)
+            for h in self.clients if h != service.reference))
+
+    def _reference_address(self, host: str) -> str:
+        """The address `host` reaches the reference host's probe server at."""
+        reference = self.plan.clock.reference
+        ref_address = self.addresses[reference]
+        if ref_address.startswith("127.") and not self.addresses[host].startswith("127."):
+            # The reference runs beside this controller: the host reaches it at the
+            # address its SSH connection came from.
+            return self.facts[host].get("ssh_client_address") or ref_address
+        return ref_address
 
     # -- steps ------------------------------------------------------------------------
 
@@ -241,13 +269,10 @@ class Run:
         try:
             participants = self._participants(step)
             record["hosts"] = {h: {"components": {}} for h in participants}
-            if step.phase == "sync_clocks":
-                await self._guard(self._sync_clocks(step, deadline), deadline, lambda: DeadlineExceeded(
-                    step.phase, {h: ["clock bound"] for h in self.hosts}, step.deadline_s))
             barrier = self.barrier = Barrier(index, step, participants)
             for host, names in participants.items():
                 components = [{"name": n, "params": {**self.components[n].params, **step.params}
-                               if n != m.NODE else step.params} for n in names]
+                               if n != m.NODE else self._node_params(step)} for n in names]
                 record["hosts"][host]["sent_ns"] = time.time_ns()
                 # One-way: the acks that follow are the answer, one frame per component.
                 self.clients[host].notify(m.ENTER, phase=step.phase, step=index,
@@ -306,20 +331,14 @@ class Run:
             return RemoteError(host, {"type": "NodeError", "message": reason})
         return ComponentFailed(self.results[name], phase, reason)
 
-    async def _sync_clocks(self, step: Step, deadline: float) -> None:
-        """Measure every host's clock against the reference until all are within bound."""
-        service = self.plan.clock
-        while True:
-            estimates = await clocks.measure(self.clients, service.reference, service.probes)
-            for host, est in estimates.items():
-                self.rundir.record["hosts"][host]["clock"] = est.as_dict()
-            limit = service.until_bound_us
-            if limit is None or all(e.bound_ns <= limit * 1000 for e in estimates.values()):
-                return
-            if asyncio.get_running_loop().time() >= deadline:
-                raise DeadlineExceeded(step.phase, {h: [f"bound {e.bound_ns / 1000:.1f} us"]
-                                                    for h, e in estimates.items()
-                                                    if e.bound_ns > limit * 1000}, step.deadline_s)
+    def _node_params(self, step: Step) -> dict[str, Any]:
+        if step.phase != m.SYNC_CLOCKS:
+            return step.params
+        bound = self.plan.clock.until_bound_us
+        # Each daemon gives up a little before the step's deadline, so that its ack says
+        # how far its clock got rather than the step only timing out.
+        return {**step.params, "until_bound_ns": None if bound is None else round(bound * 1000),
+                "wait_s": max(step.deadline_s - min(1.0, step.deadline_s / 10), 0.0)}
 
     async def _collect(self, deadline: float) -> None:
         self.rundir.close_outputs()
@@ -367,6 +386,8 @@ class Run:
         if ack.get("published"):
             self.published.setdefault(name, {}).update(ack["published"])
         step = self.rundir.record["steps"][ack["step"]]
+        if "clock" in ack:
+            self.rundir.record["hosts"][host]["clock"] = ack["clock"]
         step["hosts"].setdefault(host, {"components": {}})["components"][name] = {
             "status": ack["status"], "message": ack.get("message", ""),
             "entered_ns": ack["entered"], "acked_ns": ack["acked"], "received_ns": time.time_ns(),

@@ -146,6 +146,10 @@ class Host(abc.ABC):
         """Make the programs there; returns where each is on the host (here: where it is)."""
         return {p: p for p in programs}
 
+    def reachable_at(self, facts: dict[str, Any]) -> str:
+        """The address other hosts of the run reach this one at (its daemon's `facts`)."""
+        return "127.0.0.1"
+
 
 class AddressHost(Host):
     """A daemon someone else started, at `address:`."""
@@ -154,6 +158,10 @@ class AddressHost(Host):
         assert self.spec.address is not None
         addr, _, port = self.spec.address.rpartition(":")
         return addr, int(port)
+
+    def reachable_at(self, facts: dict[str, Any]) -> str:
+        assert self.spec.address is not None
+        return self.spec.address.rpartition(":")[0]
 
 
 class LocalHost(Host):

@@ -76,9 +76,13 @@ class Step:
 
 @dataclass(frozen=True)
 class ClockService:
+    """clksync: `reference` is the global timeline's clock; sync_clocks waits until every
+    host's bound is within `until_bound_us`; every other host probes every `interval_ms`."""
+
     reference: str
     until_bound_us: float | None = None
-    probes: int = 50
+    interval_ms: float = 50.0
+    timestamps: str = "kernel"  # or "user": user-space stamps only
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,9 @@ class SSHHost(Host):
     async def start(self, log_dir: Path) -> tuple[str, int]:
         return await asyncio.to_thread(self._start, log_dir)
 
+    def reachable_at(self, facts: dict[str, Any]) -> str:
+        return facts.get("address") or self.conn.target.hostname
+
     def _start(self, log_dir: Path) -> tuple[str, int]:
         found = self.prepare()
         port = found["daemon"].get("port")

@@ -81,7 +81,8 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
             lines.append(f"  clock {host}: reference")
         elif clock:
             lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
-                         f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['method']})")
+                         f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['source']} timestamps, "
+                         f"{clock['exchanges']} recent exchanges)")
     streams = {h: len(info["streams"]) for h, info in sorted(record.get("hosts", {}).items())
                if info.get("streams")}
     if streams:

@@ -41,6 +41,12 @@ def host_address() -> str:
     return parts[2] if len(parts) == 4 else "127.0.0.1"
 
 
+def ssh_client_address() -> str | None:
+    """The address the controller's SSH connection came from, which this host can reach."""
+    parts = os.environ.get("SSH_CONNECTION", "").split()
+    return parts[0] if len(parts) == 4 else None
+
+
 def host_facts() -> dict[str, Any]:
     """OS, kernel, CPU, memory, clock source, and the Python and netspec versions."""
     uname = os.uname()
@@ -57,4 +63,5 @@ def host_facts() -> dict[str, Any]:
         "python_executable": sys.executable,
         "netspec": netspec_version(),
         "address": host_address(),
+        "ssh_client_address": ssh_client_address(),
     }

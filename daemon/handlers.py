@@ -67,7 +67,7 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
     phase, step, name = request["phase"], request["step"], comp["name"]
     try:
         if name == m.NODE:
-            ack = await node_phase(sup, phase)
+            ack = await node_phase(sup, phase, comp.get("params", {}))
         else:
             sup.services.entered(step, phase, name)
             ack = await sup.enter(name, phase, comp.get("params", {}), request.get("published", {}))
@@ -81,8 +81,12 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                   "entered": entered, "acked": time.time_ns()})
 
 
-async def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
-    """The daemon's own part in a node-wide step: node services start and stop here."""
+async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's own part in a node-wide step: node services start and stop here, and
+    sync_clocks waits until this host's clock bound is within the asked one."""
+    if phase == m.SYNC_CLOCKS:
+        est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
+        return {"status": m.ACK_OK, "clock": est.as_dict()}
     if phase == m.START_LOGGING:
         sup.services.start_logging()
     elif phase == m.STOP_LOGGING:
@@ -120,8 +124,15 @@ async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "eof": len(data) < size}
 
 
-async def clock(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    return {"realtime_ns": time.time_ns()}
+async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """This host's part in clksync for the run: the probe server (role "serve", replies
+    with its port) or a probe client of the reference host's server."""
+    clock = _supervisor(session).services.clock
+    kernel = request.get("timestamps", "kernel") == "kernel"
+    if request["role"] == "serve":
+        return {"port": clock.serve(request.get("bind", "0.0.0.0"), kernel)}
+    clock.probe(request["peer"], request["address"], request["port"], request["interval_ms"] / 1000, kernel)
+    return {}
 
 
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -133,5 +144,5 @@ async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 HANDLERS: dict[str, Handler] = {
     m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.RESET: reset, m.FILES: files,
-    m.READ: read, m.CLOCK: clock, m.SHUTDOWN: shutdown,
+    m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown,
 }

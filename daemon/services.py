@@ -4,8 +4,10 @@ Between start_logging and stop_logging the daemon writes its own `netspecd` stre
 phase it enters in a component and every ack, in this host's clock, so analysis can put
 each host's phase boundaries on the global timeline. The file is opened when the run is
 set up and only switched on and off by the logging steps, so a node-wide step costs no
-file creation. Later services (the CAMP sampler, the clksync probe) start and stop at the
-same steps and write streams beside it.
+file creation.
+
+clksync (netspec.clksync.node) writes the `clksync` stream beside it from setup to collect,
+logging windows or not: the clock fit needs exchanges on both sides of every event.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from netspec.clksync.node import ClockService
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 NODE_STREAM = "netspecd"
+CLOCK_STREAM = "clksync"
 
 
 class NodeServices:
@@ -29,11 +33,16 @@ class NodeServices:
         self.streams = Datastreams()
         self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
         self._ack = self.streams.event("NETSPECD", "ack", "a component acked a phase")
+        self.clock_streams = Datastreams()
+        self.clock = ClockService(self.clock_streams)
 
     def open(self) -> None:
         self.streams.start([StreamConfig(NODE_STREAM, enable=("NETSPECD",))],
                            StreamInfo(self.directory, run=self.run_id, host=self.host,
                                       component=NODE_STREAM), exit_hooks=False, paused=True)
+        self.clock_streams.start([StreamConfig(CLOCK_STREAM, enable=("CLKSYNC",))],
+                                 StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                            component=CLOCK_STREAM), exit_hooks=False)
 
     def start_logging(self) -> None:
         self.streams.resume()
@@ -48,6 +57,8 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
+        self.clock.close()
+        self.clock_streams.stop()
         self.streams.stop()
 
     def collectable(self) -> list[dict[str, Any]]:

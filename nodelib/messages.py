@@ -28,8 +28,8 @@ HOST_ADDRESS_ENV = "NETSPEC_HOST_ADDRESS"
 LOGGING_ENV = "NETSPEC_LOGGING"
 
 # Controller -> daemon requests.
-HELLO, SETUP, ENTER, RESET, FILES, READ, CLOCK, SHUTDOWN = (
-    "hello", "setup", "enter", "reset", "files", "read", "clock", "shutdown")
+HELLO, SETUP, ENTER, RESET, FILES, READ, CLKSYNC, SHUTDOWN = (
+    "hello", "setup", "enter", "reset", "files", "read", "clksync", "shutdown")
 # Daemon -> controller.
 REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
 # Component <-> daemon.
@@ -40,6 +40,8 @@ ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
 # Built-in steps that reach into every NETSPEC-aware component, whether or not it
 # registered a callback for them: nodelib opens and closes its streams there.
 START_LOGGING, STOP_LOGGING = "start_logging", "stop_logging"
+# The node-wide step in which every daemon waits for its clock bound (netspec.clksync).
+SYNC_CLOCKS = "sync_clocks"
 
 
 def worst_status(statuses: Iterable[str]) -> str:

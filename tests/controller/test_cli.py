@@ -28,7 +28,7 @@ def test_show_summarises_a_stored_run(tmp_path):
           collect          ok          37 ms  a ok 20 ms, b ok 31 ms
                            a/server: answered 2000 stimuli
           clock a: reference
-          clock b: offset +7.5 us ± 118.1 us (control-channel)
+          clock b: offset -0.1 us ± 0.8 us (kernel timestamps, 21 recent exchanges)
           components:
             a/server                 exit 0     246 ms
             b/client                 exit 0     261 ms

@@ -59,7 +59,7 @@ def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
     rtt = [r for r in StreamReader(client) if r.entity.full_name == "STIM/rtt"]
     assert [r.tag for r in rtt] == list(range(2000)) and all(r.value > 0 for r in rtt)
     assert sum(r.entity.full_name == "STIM/stimulus" for r in StreamReader(server)) == 2000
-    assert "streams: a 2 files, b 2 files" in done.stdout
+    assert "streams: a 3 files, b 3 files" in done.stdout
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(

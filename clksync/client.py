@@ -1,0 +1,97 @@
+"""The probe client on every other host: one exchange is a request, the server's reply and
+follow-up, and four timestamps, kernel ones where the kernel gives them."""
+
+from __future__ import annotations
+
+import itertools
+import select
+import socket
+import time
+from dataclasses import dataclass
+
+from . import packets, stamps
+
+EXCHANGE_TIMEOUT_S = 0.25
+TX_STAMP_WAIT_S = 0.005
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """t1 request sent and t4 reply received (host clock), t2 request received and t3
+    reply sent (reference clock); kernel stamps if `kernel`, else the user-space u1..u4."""
+
+    seq: int
+    kernel: bool
+    t1: int
+    t2: int
+    t3: int
+    t4: int
+    u1: int
+    u2: int
+    u3: int
+    u4: int
+
+    @property
+    def half_width(self) -> int:
+        return ((self.t4 - self.t1) - (self.t3 - self.t2)) // 2
+
+    @property
+    def offset(self) -> int:
+        return ((self.t1 - self.t2) + (self.t4 - self.t3)) // 2
+
+
+class ProbeClient:
+    """Lifecycle: created with its socket, `exchange` from one thread, `close`."""
+
+    def __init__(self, address: str, port: int, kernel: bool = True):
+        self.server = (address, port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.connect(self.server)
+        self.kernel = kernel and stamps.enable(self.sock)
+        self.sent = 0
+        self.seqs = itertools.count(1)
+        self.lost = 0
+
+    def exchange(self, timeout_s: float = EXCHANGE_TIMEOUT_S) -> Exchange | None:
+        """One exchange, or None if the server's answers did not all come in time."""
+        seq = next(self.seqs) & 0xFFFFFFFF
+        u1 = time.time_ns()
+        self.sock.send(packets.request(seq))
+        request_id, self.sent = self.sent, self.sent + 1
+        t1 = reply = followup = None
+        t4 = u4 = None
+        deadline = time.monotonic() + timeout_s
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLERR)
+        while reply is None or followup is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                self.lost += 1
+                return None
+            if self.kernel and t1 is None:
+                t1 = stamps.tx_stamps(self.sock, 0).get(request_id)
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(packets.REQUEST_SIZE, stamps.ANCILLARY_SIZE,
+                                                          socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except ConnectionRefusedError:  # the server's port is closed: an ICMP came back
+                self.lost += 1
+                return None
+            now = time.time_ns()
+            answer = packets.parse(data)
+            if answer is None or answer.seq != seq:
+                continue  # late answers to an exchange already given up
+            if isinstance(answer, packets.Reply):
+                reply, u4, t4 = answer, now, stamps.rx_stamp(ancillary) if self.kernel else None
+            else:
+                followup = answer
+        if self.kernel and t1 is None:
+            t1 = stamps.tx_stamps(self.sock, TX_STAMP_WAIT_S).get(request_id)
+        kernel = None not in (t1, reply.t2, followup.t3, t4)
+        if kernel:
+            return Exchange(seq, True, t1, reply.t2, followup.t3, t4, u1, reply.u2, reply.u3, u4)
+        return Exchange(seq, False, u1, reply.u2, reply.u3, u4, u1, reply.u2, reply.u3, u4)
+
+    def close(self) -> None:
+        self.sock.close()

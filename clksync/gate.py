@@ -1,0 +1,57 @@
+"""The online estimate behind the `sync_clocks` gate: this host's current offset from the
+reference and a bound on it, from the last few seconds of exchanges, by the same linear
+programme as the offline fit, evaluated now."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+from .client import Exchange
+from .fit import Exchanges, hard_bounds
+
+WINDOW_NS = 4_000_000_000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    offset_ns: int
+    bound_ns: int
+    exchanges: int
+    source: str  # kernel or user
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Gate:
+    """Feed it every exchange with `add`; `estimate()` at any time; `reset()` after a clock
+    change, since exchanges from before it say nothing about the clock now."""
+
+    def __init__(self, window_ns: int = WINDOW_NS):
+        self.window_ns = window_ns
+        self.recent: deque[Exchange] = deque()
+
+    def add(self, ex: Exchange) -> None:
+        self.recent.append(ex)
+        while self.recent and self.recent[0].t4 < ex.t4 - self.window_ns:
+            self.recent.popleft()
+
+    def reset(self) -> None:
+        self.recent.clear()
+
+    def estimate(self, now_ns: int | None = None) -> Estimate | None:
+        """None before the first exchange."""
+        recent = list(self.recent)
+        kernel = [e for e in recent if e.kernel]
+        chosen = kernel if len(kernel) * 2 >= len(recent) else recent
+        if not chosen:
+            return None
+        ex = Exchanges.from_rows([(e.t1, e.t2, e.t3, e.t4, e.kernel) for e in chosen])
+        lp = hard_bounds(ex, time.time_ns() if now_ns is None else now_ns)
+        if lp is None:
+            return None
+        lo, hi = lp[:2]
+        return Estimate((lo + hi) // 2, (hi - lo + 1) // 2, len(chosen),
+                        "kernel" if chosen is kernel else "user")

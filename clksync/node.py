@@ -1,0 +1,144 @@
+"""clksync on one host during a run, as a node service of netspecd: the probe server on the
+reference host or the probe client elsewhere, in a thread of its own; the clock watch;
+and the records they leave in the host's `clksync` stream.
+
+Records (group CLKSYNC): `exchange` (a sample per exchange: peer, seq, kernel, t1..t4,
+u1..u4), `change` (a clock step or rate change, which starts a new fit segment),
+`estimate` (the online offset and bound, once a second) and `served` (the server's
+answered and refused counts, once a second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from netspec.nodelib.errors import NetspecError
+from netspec.nodelib.instrument import Datastreams
+
+from .client import Exchange, ProbeClient
+from .gate import Estimate, Gate
+from .server import ProbeServer
+from .watch import ClockChange, ClockWatch
+
+EXCHANGE_FIELDS = ("peer", "seq", "kernel", "t1", "t2", "t3", "t4", "u1", "u2", "u3", "u4")
+REPORT_EVERY_NS = 1_000_000_000
+SERVER_POLL_S = 0.05
+GATE_POLL_S = 0.05
+
+
+class ClockService:
+    """Lifecycle: `serve` or `probe` once, `estimate`/`within` at any time, `close`."""
+
+    def __init__(self, streams: Datastreams):
+        self._exchange = streams.samples("CLKSYNC", "exchange", EXCHANGE_FIELDS,
+                                         "one probe exchange; t1..t4 in ns, kernel or user stamps")
+        self._change = streams.event("CLKSYNC", "change", "CLOCK_REALTIME stepped or changed rate")
+        self._estimate = streams.samples("CLKSYNC", "estimate",
+                                         ("offset_ns", "bound_ns", "exchanges", "lost"),
+                                         "the online offset from the reference and its bound")
+        self._served = streams.samples("CLKSYNC", "served", ("answered", "refused"),
+                                       "the probe server's answers so far")
+        self.reference = False
+        self.gate = Gate()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.watch: ClockWatch | None = None
+
+    def _start(self, loop: Callable[[], None]) -> None:
+        if self.thread is not None:
+            raise NetspecError("clksync is already running on this host for this run")
+        self.watch = ClockWatch(self._on_change)
+        self.thread = threading.Thread(target=loop, name="clksync", daemon=True)
+        self.thread.start()
+
+    def _on_change(self, change: ClockChange) -> None:
+        self._change.log(0, {"kind": change.kind, "raw_ns": change.raw_ns, "jump_ns": change.jump_ns,
+                             "ppm_before": change.ppm_before, "ppm_after": change.ppm_after})
+        with self.lock:
+            self.gate.reset()
+
+    def serve(self, address: str, kernel: bool = True) -> int:
+        """Answer probes on `address`; the port they should go to."""
+        server = ProbeServer(address, kernel)
+        self.reference = True
+
+        def loop() -> None:
+            reported = 0
+            try:
+                while not self.stopping.is_set():
+                    server.handle(SERVER_POLL_S)
+                    self.watch.check()
+                    if time.time_ns() - reported > REPORT_EVERY_NS:
+                        reported = time.time_ns()
+                        self._served.log((server.answered, server.refused))
+            finally:
+                server.close()
+        self._start(loop)
+        return server.port
+
+    def probe(self, peer: str, address: str, port: int, interval_s: float, kernel: bool = True) -> None:
+        """Probe the server at (address, port) on host `peer` about every `interval_s`, at
+        random instants so that probing never keeps step with a periodic workload."""
+        client = ProbeClient(address, port, kernel)
+
+        def loop() -> None:
+            reported = 0
+            try:
+                while not self.stopping.wait(interval_s * random.uniform(0.5, 1.5)):
+                    ex = client.exchange()
+                    if self.watch.check() or ex is None:
+                        continue  # an exchange that spans a clock change says nothing
+                    self._log(peer, ex)
+                    if ex.t4 - reported > REPORT_EVERY_NS:
+                        reported = ex.t4
+                        est = self.estimate()
+                        if est is not None:
+                            self._estimate.log((est.offset_ns, est.bound_ns, est.exchanges, client.lost))
+            finally:
+                client.close()
+        self._start(loop)
+
+    def _log(self, peer: str, ex: Exchange) -> None:
+        self._exchange.log((peer, ex.seq, ex.kernel, ex.t1, ex.t2, ex.t3, ex.t4,
+                            ex.u1, ex.u2, ex.u3, ex.u4), ex.u4)
+        with self.lock:
+            self.gate.add(ex)
+
+    def estimate(self) -> Estimate | None:
+        """This host's offset from the reference now; None until enough exchanges came."""
+        if self.reference:
+            return Estimate(0, 0, 0, "reference")
+        with self.lock:
+            return self.gate.estimate()
+
+    async def within(self, bound_ns: int | None, wait_s: float) -> Estimate:
+        """Wait until the bound is at most `bound_ns` (or, with None, until there is any
+        estimate); fail after `wait_s` saying how far it got."""
+        if self.thread is None and not self.reference:
+            raise NetspecError("clksync is not running on this host")
+        give_up = time.monotonic() + wait_s
+        while True:
+            est = self.estimate()
+            if est is not None and (bound_ns is None or est.bound_ns <= bound_ns):
+                return est
+            if time.monotonic() >= give_up:
+                asked = f"the {bound_ns / 1e3:g} us asked for" if bound_ns is not None else "any bound"
+                if est is None:
+                    raise NetspecError(f"no clock estimate after {wait_s:.1f} s "
+                                       f"({len(self.gate.recent)} exchanges), short of {asked}")
+                raise NetspecError(f"clock bound {est.bound_ns / 1e3:.1f} us above {asked} after "
+                                   f"{wait_s:.1f} s (offset {est.offset_ns / 1e3:+.1f} us, "
+                                   f"{est.exchanges} recent exchanges, {est.source} timestamps)")
+            await asyncio.sleep(GATE_POLL_S)
+
+    def close(self) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=2 * SERVER_POLL_S + 1)
+        if self.watch is not None:
+            self.watch.close()

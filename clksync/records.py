@@ -1,0 +1,62 @@
+"""A run's clksync records, read back from its stream files and fitted per host."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from netspec.analysis.read import StreamReader
+
+from .fit import ClockFit, Exchanges, fit
+
+
+@dataclass
+class HostClock:
+    """One host's clksync records: its exchanges with the reference and its clock changes
+    (host times at which they were seen)."""
+
+    exchanges: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    changes: list[int] = field(default_factory=list)
+    peer: str | None = None
+
+
+def read_host(paths: list[Path]) -> HostClock:
+    host = HostClock()
+    for path in paths:
+        for rec in StreamReader(path):
+            name = rec.entity.full_name
+            if name == "CLKSYNC/exchange":
+                v = rec.value
+                host.peer = v["peer"]
+                host.exchanges.append((v["t1"], v["t2"], v["t3"], v["t4"], bool(v["kernel"])))
+            elif name == "CLKSYNC/change":
+                host.changes.append(rec.ts)
+    return host
+
+
+def _reference_changes_in(host: HostClock, reference_changes: list[int]) -> list[int]:
+    """The reference's clock changes in this host's time, through the exchange nearest each."""
+    if not host.exchanges or not reference_changes:
+        return []
+    rows = np.array([e[:4] for e in sorted(host.exchanges, key=lambda e: e[1])], dtype=np.int64)
+    at = np.clip(np.searchsorted(rows[:, 1], reference_changes), 0, len(rows) - 1)
+    return [int(c + rows[i, 0] - rows[i, 1]) for c, i in zip(reference_changes, at, strict=True)]
+
+
+def fit_run(run: Path) -> dict[str, ClockFit]:
+    """Every host's clock fit for the run directory `run`, the reference's included."""
+    record = json.loads((run / "run.json").read_text())
+    reference = record["plan"]["clock"]["reference"]
+    hosts = {d.name: read_host(sorted(d.glob("streams/clksync.*.ds")))
+             for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
+    ref_changes = hosts[reference].changes if reference in hosts else []
+    fits = {}
+    for name, host in hosts.items():
+        if name == reference:
+            fits[name] = ClockFit.identity(name)
+            continue
+        changes = host.changes + _reference_changes_in(host, ref_changes)
+        fits[name] = fit(name, reference, Exchanges.from_rows(host.exchanges), changes)
+    return fits

@@ -1,0 +1,76 @@
+"""The probe server on the reference host: answers each well-formed request with a reply
+(its kernel RX stamp) and a follow-up (the reply's kernel TX stamp), never with more bytes
+than the request had, and at most RATE_PER_PEER requests a second from any one address."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections import OrderedDict
+
+from . import packets, stamps
+
+RATE_PER_PEER = 500.0
+BURST = 50.0
+MAX_PEERS = 4096
+TX_STAMP_WAIT_S = 0.005
+
+
+class RateLimit:
+    """A token bucket per source address; the least recently seen address is forgotten
+    once MAX_PEERS are tracked."""
+
+    def __init__(self, rate: float = RATE_PER_PEER, burst: float = BURST):
+        self.rate, self.burst = rate, burst
+        self.peers: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def allow(self, peer: str, now: float) -> bool:
+        tokens, last = self.peers.pop(peer, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        allowed = tokens >= 1.0
+        self.peers[peer] = (tokens - 1.0 if allowed else tokens, now)
+        if len(self.peers) > MAX_PEERS:
+            self.peers.popitem(last=False)
+        return allowed
+
+
+class ProbeServer:
+    """Lifecycle: bound at creation, `handle` in a loop from one thread, `close`."""
+
+    def __init__(self, address: str, kernel: bool = True):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((address, 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.kernel = kernel and stamps.enable(self.sock)
+        self.sent = 0  # the kernel's OPT_ID count of datagrams sent, for matching TX stamps
+        self.limit = RateLimit()
+        self.poller = select.poll()
+        self.poller.register(self.sock, select.POLLIN)
+        self.answered = self.refused = 0
+
+    def handle(self, timeout_s: float) -> None:
+        """Answer the requests that arrive within `timeout_s`."""
+        if not self.poller.poll(timeout_s * 1000):
+            return
+        try:
+            data, ancillary, _, peer = self.sock.recvmsg(packets.REQUEST_SIZE + 1, stamps.ANCILLARY_SIZE,
+                                                         socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        u2 = time.time_ns()
+        seq = packets.request_seq(data)
+        if seq is None or not self.limit.allow(peer[0], time.monotonic()):
+            self.refused += 1
+            return
+        t2 = stamps.rx_stamp(ancillary) if self.kernel else None
+        u3 = time.time_ns()
+        self.sock.sendto(packets.reply(seq, t2, u2, u3), peer)
+        reply_id, self.sent = self.sent, self.sent + 1
+        t3 = stamps.tx_stamps(self.sock, TX_STAMP_WAIT_S).get(reply_id) if self.kernel else None
+        self.sock.sendto(packets.followup(seq, t3), peer)
+        self.sent += 1
+        self.answered += 1
+
+    def close(self) -> None:
+        self.sock.close()
