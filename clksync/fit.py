@@ -104,7 +104,9 @@ def line_bounds(lx: np.ndarray, ly: np.ndarray, ux: np.ndarray, uy: np.ndarray,
     if not feasible.any():
         return None
     a, b = a[feasible], b[feasible]
-    return base + int(np.floor(a.min())), base + int(np.ceil(a.max())), float(b.min()), float(b.max())
+    # Outward to whole ns, forgiving float noise far below one.
+    return (base + int(np.floor(a.min() + 1e-6)), base + int(np.ceil(a.max() - 1e-6)),
+            float(b.min()), float(b.max()))
 
 
 @dataclass

@@ -38,9 +38,9 @@ class RateLimit:
 class ProbeServer:
     """Lifecycle: bound at creation, `handle` in a loop from one thread, `close`."""
 
-    def __init__(self, address: str, kernel: bool = True):
+    def __init__(self, address: str, kernel: bool = True, port: int = 0):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((address, 0))
+        self.sock.bind((address, port))
         self.port: int = self.sock.getsockname()[1]
         self.kernel = kernel and stamps.enable(self.sock)
         self.sent = 0  # the kernel's OPT_ID count of datagrams sent, for matching TX stamps

@@ -328,7 +328,7 @@ class Run:
         """The error an error ack from participant `name` stands for."""
         reason = f"failed: {ack.get('message') or 'error'}"
         if name == m.NODE:
-            return RemoteError(host, {"type": "NodeError", "message": reason})
+            return RemoteError(host, {"type": "netspecd", "message": ack.get("message") or "error"})
         return ComponentFailed(self.results[name], phase, reason)
 
     def _node_params(self, step: Step) -> dict[str, Any]:

@@ -67,7 +67,10 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
     phase, step, name = request["phase"], request["step"], comp["name"]
     try:
         if name == m.NODE:
-            ack = await node_phase(sup, phase, comp.get("params", {}))
+            try:
+                ack = await node_phase(sup, phase, comp.get("params", {}))
+            except NetspecError as exc:  # the daemon's own words, e.g. why its clock is not in sync
+                ack = {"status": m.ACK_ERROR, "message": str(exc)}
         else:
             sup.services.entered(step, phase, name)
             ack = await sup.enter(name, phase, comp.get("params", {}), request.get("published", {}))

@@ -40,8 +40,8 @@ def test_streams_cover_the_logging_window_and_land_under_each_host(experiment, t
     assert done.returncode == 0, done.stderr
     run = tmp_path / "runs" / "latest"
     a, b = streams(run, "a"), streams(run, "b")
-    assert sorted(a) == ["main.one", "netspecd.netspecd"]
-    assert sorted(b) == ["main.two", "netspecd.netspecd", "ticks.two"]
+    assert sorted(a) == ["clksync.clksync", "main.one", "netspecd.netspecd"]
+    assert sorted(b) == ["clksync.clksync", "main.two", "netspecd.netspecd", "ticks.two"]
     # launch and collect lie outside the window; stop_logging's callback is still inside.
     assert phases(a["main.one"]) == ["work", "stop_logging"]
     assert phases(b["main.two"]) == ["work"]

@@ -1,0 +1,79 @@
+"""The offline clock fit on synthetic exchanges whose true offset is known."""
+
+import numpy as np
+from netspec.clksync.fit import ClockFit, Exchanges, fit, line_bounds
+
+EPOCH = 1_795_000_000_000_000_000  # late 2026: a float64 has 256 ns steps here
+
+
+def exchanges(theta, seconds=120.0, rate_hz=20, seed=1, one_way_ns=5_000, jitter_ns=2_000):
+    """Exchanges of a host whose clock reads true time + theta(true time); the reference
+    keeps true time. Returns the exchanges and the true span."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * rate_hz)
+    g1 = EPOCH + np.cumsum(rng.integers(int(0.5e9 / rate_hz), int(1.5e9 / rate_hz), n))
+    g2 = g1 + one_way_ns + rng.exponential(jitter_ns, n).astype(np.int64)
+    g3 = g2 + rng.integers(10_000, 80_000, n)
+    g4 = g3 + one_way_ns + rng.exponential(jitter_ns, n).astype(np.int64)
+    return Exchanges(g1 + theta(g1), g2, g3, g4 + theta(g4), np.ones(n, bool)), (int(g1[0]), int(g4[-1]))
+
+
+def warp(offset_ns=123_456_789, drift_ppm=50.0, wander_ppm=0.5, period_s=60.0):
+    def theta(g):
+        s = (g - EPOCH) / 1e9
+        amplitude_ns = wander_ppm * 1e-6 * period_s / (2 * np.pi) * 1e9
+        return np.round(offset_ns + drift_ppm * 1e-6 * (g - EPOCH)
+                        + amplitude_ns * np.sin(2 * np.pi * s / period_s)).astype(np.int64)
+    return theta
+
+
+def errors(result: ClockFit, theta, span, n=200_000, seed=2):
+    true = np.sort(np.random.default_rng(seed).integers(*span, n))
+    converted, bound = result.to_global(true + theta(true))
+    assert converted.dtype == np.int64 and bound.dtype == np.int64
+    return converted - true, bound
+
+
+def test_offset_drift_and_wander_are_recovered_and_the_bound_holds_everywhere():
+    theta = warp()
+    ex, span = exchanges(theta)
+    err, bound = errors(fit("b", "a", ex), theta, span)
+    assert np.all(np.abs(err) <= bound)
+    assert np.percentile(np.abs(err), 99) < 1_000
+    assert np.median(bound) < 8_000  # the one-way floor is 5 us: the bound is about that
+
+
+def test_a_clock_step_starts_a_new_segment():
+    step_at, jump = EPOCH + 60 * 10**9, 1_000_000
+
+    def theta(g):
+        return warp(drift_ppm=20.0)(g) + np.where(g >= step_at, jump, 0)
+    ex, span = exchanges(theta)
+    result = fit("b", "a", ex, changes=[step_at + int(theta(np.array([step_at]))[0])])
+    assert len(result.segments) == 2
+    err, bound = errors(result, theta, span)
+    assert np.all(np.abs(err) <= bound) and np.percentile(np.abs(err), 99) < 1_000
+
+
+def test_arithmetic_stays_exact_to_the_ns_at_todays_epoch():
+    def theta(g):
+        return np.full(len(g), 7, dtype=np.int64)
+    ex, span = exchanges(theta, seconds=10, jitter_ns=0)  # symmetric: the midpoint is exact
+    err, _ = errors(fit("b", "a", ex), theta, span, n=1000)
+    assert np.all(err == 0)
+
+
+def test_the_bound_is_the_range_of_lines_between_the_points():
+    # Lower points 10 us below zero and upper ones 10 us above, at 0 and 100 s: halfway,
+    # every line between them gives an offset within 10 us, and a drift within 0.2 ppm.
+    x = np.array([0, 100 * 10**9])
+    lo, hi, b_lo, b_hi = line_bounds(x, np.array([-10_000, -10_000]), x, np.array([10_000, 10_000]),
+                                     50 * 10**9)
+    assert (lo, hi) == (-10_000, 10_000) and np.isclose(b_lo, -2e-7) and np.isclose(b_hi, 2e-7)
+    assert line_bounds(np.array([0]), np.array([10]), np.array([0]), np.array([-10]), 0) is None
+
+
+def test_the_reference_converts_to_itself():
+    local = np.array([EPOCH, EPOCH + 1], dtype=np.int64)
+    converted, bound = ClockFit.identity("a").to_global(local)
+    assert list(converted) == list(local) and list(bound) == [0, 0]

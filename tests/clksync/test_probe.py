@@ -1,0 +1,90 @@
+"""Probe server and client on loopback with real kernel timestamps, and the clock watch."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from netspec.clksync import packets, watch
+from netspec.clksync.client import ProbeClient
+from netspec.clksync.server import BURST, ProbeServer, RateLimit
+
+
+@pytest.fixture
+def server():
+    srv = ProbeServer("127.0.0.1")
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [srv.handle(0.05) for _ in iter(stop.is_set, True)])
+    thread.start()
+    yield srv
+    stop.set()
+    thread.join()
+    srv.close()
+
+
+def run_exchanges(client, n=20):
+    found = []
+    for _ in range(n):
+        found.append(client.exchange())
+        time.sleep(0.005)
+    client.close()
+    return found
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_exchanges_carry_ordered_timestamps_from_the_kernel_or_marked_user_space(server, kernel):
+    found = run_exchanges(ProbeClient("127.0.0.1", server.port, kernel=kernel))
+    assert all(e is not None and e.kernel is kernel for e in found)
+    for e in found:
+        assert e.t1 < e.t2 <= e.t3 < e.t4 and e.u1 <= e.u4  # one clock: causality holds
+        assert e.u1 <= e.t1 if kernel else (e.t1, e.t4) == (e.u1, e.u4)
+        assert abs(e.offset) <= e.half_width + 1  # the true offset, 0, is within the exchange's bound
+    assert [e.seq for e in found] == list(range(1, 21))
+
+
+def test_the_server_answers_only_well_formed_requests_and_never_with_more_bytes(server):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(0.3)
+    for bad in (b"x" * 47, packets.request(1) + b"x", b"\0" * packets.REQUEST_SIZE, b"y" * 4000):
+        sock.sendto(bad, ("127.0.0.1", server.port))
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+    assert server.refused == 4
+    sock.sendto(packets.request(7), ("127.0.0.1", server.port))
+    answers = [sock.recv(65536) for _ in range(2)]
+    assert all(len(a) <= packets.REQUEST_SIZE for a in answers)
+    assert [type(packets.parse(a)).__name__ for a in answers] == ["Reply", "Followup"]
+    sock.close()
+
+
+def test_a_peer_gets_its_burst_then_the_rate():
+    limit = RateLimit(rate=100.0, burst=BURST)
+    assert sum(limit.allow("10.0.0.1", 0.0) for _ in range(200)) == BURST
+    assert limit.allow("10.0.0.2", 0.0)  # others are not held back
+    assert sum(limit.allow("10.0.0.1", 0.5) for _ in range(200)) == BURST  # refilled after 0.5 s
+
+
+def test_a_rate_change_is_seen_against_the_raw_clock(monkeypatch):
+    # realtime runs 20 ppm fast against raw from the first check on
+    readings = iter([(1_000, 0)] + [(1_000 + int(t * 1.00002), t) for t in range(10**9, 10 * 10**9, 10**9)])
+    monkeypatch.setattr(watch, "clock_pair", lambda: next(readings))
+    seen = []
+    w = watch.ClockWatch(seen.append)
+    while not seen:
+        w.check()
+    w.close()
+    assert seen[0].kind == "rate" and 19 < seen[0].ppm_after < 21
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setting CLOCK_REALTIME needs root")
+def test_a_clock_set_is_reported_as_a_step():
+    seen = []
+    w = watch.ClockWatch(seen.append)
+    assert not w.check()
+    # Set the clock to what it reads: the kernel reports a set all the same, and the
+    # machine's clock moves by the few us this line takes.
+    time.clock_settime_ns(time.CLOCK_REALTIME, time.clock_gettime_ns(time.CLOCK_REALTIME))
+    assert w.check()
+    w.close()
+    assert seen[0].kind == "step" and abs(seen[0].jump_ns) < 1_000_000
