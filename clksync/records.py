@@ -19,7 +19,6 @@ class HostClock:
 
     exchanges: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
     changes: list[int] = field(default_factory=list)
-    peer: str | None = None
 
 
 def read_host(paths: list[Path]) -> HostClock:
@@ -29,7 +28,6 @@ def read_host(paths: list[Path]) -> HostClock:
             name = rec.entity.full_name
             if name == "CLKSYNC/exchange":
                 v = rec.value
-                host.peer = v["peer"]
                 host.exchanges.append((v["t1"], v["t2"], v["t3"], v["t4"], bool(v["kernel"])))
             elif name == "CLKSYNC/change":
                 host.changes.append(rec.ts)

@@ -78,3 +78,10 @@ def test_sync_clocks_fails_at_its_deadline_naming_each_host_and_its_bound(experi
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "failed" and record["error"]["phase"] == "sync_clocks"
     assert any((tmp_path / "runs" / "latest" / "hosts" / "b" / "streams").glob("clksync.*.ds"))
+
+
+def test_a_run_of_one_host_passes_sync_clocks_as_its_own_reference(experiment, tmp_path):
+    text = CLOCKS.format(HOSTS="{b: {}}", SECONDS=0.1, CLKSYNC="until_bound_us: 1", DEADLINE="5s")
+    done = ns_control("run", str(experiment(text.replace("reference: a, ", ""))), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert latest_record(tmp_path / "runs")["hosts"]["b"]["clock"]["source"] == "reference"
