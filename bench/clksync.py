@@ -149,8 +149,8 @@ def evaluate(ex: Exchanges, spans: dict[str, tuple[int, int]]) -> dict[str, dict
     out = {}
     for phase, (start, end) in spans.items():
         grid = np.arange(start, end, 1_000_000, dtype=np.int64)
-        offset, lo, hi = result.offsets(grid)
-        out[phase] = figures(offset, np.maximum(hi - offset, offset - lo))
+        converted, bound = result.to_global(grid)  # one clock: the truth is grid itself
+        out[phase] = figures(converted - grid, bound)
     start, end = spans["idle"]
     idle = ex.select((ex.t1 >= start) & (ex.t4 < end))
     theta = warp(offset_ns=-2_500_000_000, drift_ppm=50.0, wander_ppm=0.5, period_s=20.0)

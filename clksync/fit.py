@@ -118,19 +118,12 @@ class Bins:
     half: np.ndarray
 
 
-def _first_per_group(groups: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Indices (into the original arrays) of the first element of each group in `order`."""
-    g = groups[order]
-    first = np.ones(len(g), dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    return order[first]
-
-
 def bin_exchanges(ex: Exchanges, bin_ns: int = BIN_NS) -> Bins:
     residence = ex.t3 - ex.t2
     rtt = ex.t4 - ex.t1 - residence
     groups = (ex.t1 - ex.t1[0]) // bin_ns
-    best = _first_per_group(groups, np.lexsort((rtt, groups)))
+    order = np.lexsort((rtt, groups))  # by bin, then round trip: each bin's first is its best
+    best = order[np.unique(groups[order], return_index=True)[1]]
     ly, uy = ex.t1[best] - ex.t2[best], ex.t4[best] - ex.t3[best]
     return Bins(mid=ex.t1[best] + (ex.t4[best] - ex.t1[best]) // 2,
                 offset=ly + (uy - ly) // 2, half=(uy - ly) // 2)
@@ -185,7 +178,7 @@ def _knot(ex: Exchanges, bins: Bins, k: int) -> Knot:
         window //= 2
     line = _weighted_fit(dx, y, w, 1)
     if line is None:
-        estimate, drift = float(0), 0.0
+        estimate, drift = 0.0, 0.0
     else:
         estimate, drift = float(line[0][0]), float(line[0][1]) / 1e9
     bend = abs(quad[0][2]) * (window / 1e9) ** 2 if quad is not None else 0.0
@@ -202,10 +195,9 @@ def _knot(ex: Exchanges, bins: Bins, k: int) -> Knot:
 
 @dataclass
 class Segment:
-    """The fit between two clock changes; `start`/`end` bound the host times it covers."""
+    """The fit from one clock change (`start`, host time) to the next."""
 
     start: int
-    end: int
     knots: list[Knot]
     at: np.ndarray = field(init=False)
     offset: np.ndarray = field(init=False)
@@ -291,7 +283,7 @@ def fit(host: str, reference: str, ex: Exchanges, changes: list[int] = (),
             continue
         bins = bin_exchanges(part, bin_ns)
         knots = [_knot(part, bins, k) for k in range(len(bins.mid))]
-        segments.append(Segment(int(start), int(end), knots))
+        segments.append(Segment(int(start), knots))
     kinds = set(ex.kernel.tolist())
     source = "mixed" if len(kinds) > 1 else "kernel" if kinds == {True} else "user"
     return ClockFit(host, reference, segments, len(ex), source)

@@ -65,8 +65,8 @@ class ClockChange:
 
 
 class ClockWatch:
-    """Call `check()` now and then (and whenever `fileno()` is readable); each change found
-    goes to `report`. Lifecycle: created armed, `close()` releases the timerfd."""
+    """Call `check()` now and then; each change found goes to `report`. Lifecycle: created
+    armed, `close()` releases the timerfd."""
 
     def __init__(self, report: Callable[[ClockChange], None]):
         self.report = report
@@ -84,16 +84,12 @@ class ClockWatch:
             return None
         # An absolute expiry far in the future: only the cancel-on-set ever wakes it.
         spec = _Itimerspec(_Timespec(0, 0), _Timespec(2**62 // 10**9, 0))
-        if libc.timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET,
-                                ctypes.byref(spec), None) != 0:
-            os.close(fd)
-            return None
         self._arm = lambda: libc.timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET,
                                                  ctypes.byref(spec), None)
+        if self._arm() != 0:
+            os.close(fd)
+            return None
         return fd
-
-    def fileno(self) -> int | None:
-        return self.fd
 
     def _was_set(self) -> bool:
         if self.fd is None:

@@ -133,7 +133,7 @@ async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     clock = _supervisor(session).services.clock
     kernel = request.get("timestamps", "kernel") == "kernel"
     if request["role"] == "serve":
-        return {"port": clock.serve(request.get("bind", "0.0.0.0"), kernel)}
+        return {"port": clock.serve("0.0.0.0", kernel)}
     clock.probe(request["peer"], request["address"], request["port"], request["interval_ms"] / 1000, kernel)
     return {}
 
