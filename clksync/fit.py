@@ -30,6 +30,9 @@ FEASIBLE_SLACK_NS = 1.0
 # keeps the bound finite where the exchanges alone do not pin the drift down.
 MAX_DRIFT = 500e-6
 CURVATURE_FLOOR_NS = 10.0
+GOOD_HALF_FACTOR = 4
+GOOD_HALF_SLACK_NS = 1000
+MIN_GOOD_BINS = 4  # on each side
 INT64 = np.int64
 
 
@@ -160,10 +163,23 @@ class Knot:
     window_ns: int
 
 
-def _knot(ex: Exchanges, bins: Bins, k: int) -> Knot:
+def _good(bins: Bins) -> np.ndarray:
+    """Bins whose best exchange came through about as fast as the segment's fastest; the
+    rest were queued somewhere, and their midpoints carry up to half the queueing as bias."""
+    return bins.half <= GOOD_HALF_FACTOR * np.percentile(bins.half, 10) + GOOD_HALF_SLACK_NS
+
+
+def _knot(ex: Exchanges, bins: Bins, good: np.ndarray, k: int) -> Knot:
     t = int(bins.mid[k])
     half_floor = 20.0
-    window = WINDOW_MAX_NS
+    # Through a long stretch of queued exchanges the window reaches out to fast ones on
+    # both sides: their constraints pin the line down where the queued ones cannot.
+    floor = WINDOW_MIN_NS
+    before, after = good & (bins.mid <= t), good & (bins.mid >= t)
+    for side in (np.sort(t - bins.mid[before]), np.sort(bins.mid[after] - t)):
+        if len(side):
+            floor = max(floor, int(side[min(MIN_GOOD_BINS, len(side)) - 1]))
+    window = max(WINDOW_MAX_NS, floor)
     while True:
         near = np.abs(bins.mid - t) <= window
         dx = (bins.mid[near] - t).astype(float)
@@ -173,9 +189,9 @@ def _knot(ex: Exchanges, bins: Bins, k: int) -> Knot:
         quad = _weighted_fit(dx, y, w, 2)
         curved = quad is not None and (abs(quad[0][2]) > 3 * quad[1][2]
                                        and abs(quad[0][2]) * (window / 1e9) ** 2 > CURVATURE_FLOOR_NS)
-        if window <= WINDOW_MIN_NS or (lp is not None and not curved):
+        if window <= floor or (lp is not None and not curved):
             break
-        window //= 2
+        window = max(window // 2, floor)
     line = _weighted_fit(dx, y, w, 1)
     if line is None:
         estimate, drift = 0.0, 0.0
@@ -282,7 +298,8 @@ def fit(host: str, reference: str, ex: Exchanges, changes: list[int] = (),
         if len(part) < 2:
             continue
         bins = bin_exchanges(part, bin_ns)
-        knots = [_knot(part, bins, k) for k in range(len(bins.mid))]
+        good = _good(bins)
+        knots = [_knot(part, bins, good, k) for k in range(len(bins.mid))]
         segments.append(Segment(int(start), knots))
     kinds = set(ex.kernel.tolist())
     source = "mixed" if len(kinds) > 1 else "kernel" if kinds == {True} else "user"

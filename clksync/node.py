@@ -82,20 +82,22 @@ class ClockService:
         return server.port
 
     def probe(self, peer: str, address: str, port: int, interval_s: float, kernel: bool = True) -> None:
-        """Probe the server at (address, port) on host `peer` about every `interval_s`, at
-        random instants so that probing never keeps step with a periodic workload."""
+        """Probe the server at (address, port) on host `peer` with a volley of exchanges
+        about every `interval_s`, at random instants so that probing never keeps step with
+        a periodic workload."""
         client = ProbeClient(address, port, kernel)
 
         def loop() -> None:
             reported = 0
             try:
                 while not self.stopping.wait(interval_s * random.uniform(0.5, 1.5)):
-                    ex = client.exchange()
-                    if self.watch.check() or ex is None:
-                        continue  # an exchange that spans a clock change says nothing
-                    self._log(peer, ex)
-                    if ex.t4 - reported > REPORT_EVERY_NS:
-                        reported = ex.t4
+                    volley = client.volley()
+                    if self.watch.check() or not volley:
+                        continue  # exchanges that may span a clock change say nothing
+                    for ex in volley:
+                        self._log(peer, ex)
+                    if volley[-1].t4 - reported > REPORT_EVERY_NS:
+                        reported = volley[-1].t4
                         est = self.estimate()
                         if est is not None:
                             self._estimate.log((est.offset_ns, est.bound_ns, est.exchanges, client.lost))

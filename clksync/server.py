@@ -51,8 +51,12 @@ class ProbeServer:
 
     def handle(self, timeout_s: float) -> None:
         """Answer the requests that arrive within `timeout_s`."""
-        if not self.poller.poll(timeout_s * 1000):
+        events = self.poller.poll(timeout_s * 1000)
+        if not events:
             return
+        if events[0][1] & select.POLLERR:
+            # The follow-ups' TX stamps, never needed: left queued they would end every poll.
+            stamps.tx_stamps(self.sock, 0)
         try:
             data, ancillary, _, peer = self.sock.recvmsg(packets.REQUEST_SIZE + 1, stamps.ANCILLARY_SIZE,
                                                          socket.MSG_DONTWAIT)

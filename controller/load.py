@@ -260,7 +260,7 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
     if reference not in hosts:
         src.error(f"unknown host '{reference}'{suggest(reference, hosts)}",
                   ("services", "clksync", "reference"))
-    return ClockService(reference, spec.get("until_bound_us"), spec.get("interval_ms", 50.0),
+    return ClockService(reference, spec.get("until_bound_us"), spec.get("interval_ms", 200.0),
                         spec.get("timestamps", "kernel"))
 
 

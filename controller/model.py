@@ -77,11 +77,12 @@ class Step:
 @dataclass(frozen=True)
 class ClockService:
     """clksync: `reference` is the global timeline's clock; sync_clocks waits until every
-    host's bound is within `until_bound_us`; every other host probes every `interval_ms`."""
+    host's bound is within `until_bound_us`; every other host sends a volley of probes about
+    every `interval_ms`."""
 
     reference: str
     until_bound_us: float | None = None
-    interval_ms: float = 50.0
+    interval_ms: float = 200.0
     timestamps: str = "kernel"  # or "user": user-space stamps only
 
 

@@ -43,6 +43,23 @@ def test_offset_drift_and_wander_are_recovered_and_the_bound_holds_everywhere():
     assert np.median(bound) < 8_000  # the one-way floor is 5 us: the bound is about that
 
 
+def test_a_long_stretch_of_queued_requests_is_bridged_by_the_fast_exchanges_around_it():
+    # From 40 s to 70 s every request waits 1 to 3 ms in a queue, the replies do not: each
+    # exchange there alone says the offset is about 1 ms off. The fit reaches past them;
+    # a line over 30 s follows the 5 us wander only roughly.
+    theta = warp()
+    ex, span = exchanges(theta)
+    true_t1 = ex.t1 - theta(ex.t1)
+    queued = (true_t1 >= EPOCH + 40 * 10**9) & (true_t1 < EPOCH + 70 * 10**9)
+    delay = np.random.default_rng(3).integers(1_000_000, 3_000_000, int(queued.sum()))
+    ex.t2[queued] += delay
+    ex.t3[queued] += delay
+    ex.t4[queued] += delay
+    err, bound = errors(fit("b", "a", ex), theta, span)
+    assert np.all(np.abs(err) <= bound)
+    assert np.percentile(np.abs(err), 99) < 10_000
+
+
 def test_a_clock_step_starts_a_new_segment():
     step_at, jump = EPOCH + 60 * 10**9, 1_000_000
 

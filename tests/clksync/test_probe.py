@@ -1,6 +1,8 @@
 """Probe server and client on loopback with real kernel timestamps, and the clock watch."""
 
+import itertools
 import os
+import select
 import socket
 import threading
 import time
@@ -41,6 +43,23 @@ def test_exchanges_carry_ordered_timestamps_from_the_kernel_or_marked_user_space
         assert e.u1 <= e.t1 if kernel else (e.t1, e.t4) == (e.u1, e.u4)
         assert abs(e.offset) <= e.half_width + 1  # the true offset, 0, is within the exchange's bound
     assert [e.seq for e in found] == list(range(1, 21))
+
+
+def test_a_volley_is_back_to_back_exchanges_and_leaves_the_server_nothing_to_wake_for():
+    srv = ProbeServer("127.0.0.1")
+    client = ProbeClient("127.0.0.1", srv.port)
+    thread = threading.Thread(target=lambda: [srv.handle(0.02) for _ in range(25)])
+    thread.start()
+    volley = client.volley(4)
+    thread.join()
+    assert [e.seq for e in volley] == [1, 2, 3, 4] and all(e.kernel for e in volley)
+    assert all(a.t4 < b.t1 for a, b in itertools.pairwise(volley))
+    # The follow-ups' TX stamps were taken off the error queue: a poll would sleep, not spin.
+    idle = select.poll()
+    idle.register(srv.sock, select.POLLIN)
+    assert idle.poll(0) == []
+    client.close()
+    srv.close()
 
 
 def test_the_server_answers_only_well_formed_requests_and_never_with_more_bytes(server):
