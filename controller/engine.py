@@ -189,7 +189,8 @@ class Run:
                         c["program"] = placed[c["program"]]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
                                      components=components,
-                                     streams={s.name: s.wire() for s in self.plan.streams})
+                                     streams={s.name: s.wire() for s in self.plan.streams},
+                                     camp=self.plan.camp.wire() if self.plan.camp else None)
 
         names = list(self.hosts)
         outcome = await self._guard(

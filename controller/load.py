@@ -24,7 +24,7 @@ from netspec.nodelib.errors import ConfigError
 from netspec.nodelib.messages import NODE
 from netspec.nodelib.streams import StreamConfig
 
-from .model import DEFAULT_DEADLINE_S, ClockService, Component, Host, Plan, Step
+from .model import DEFAULT_DEADLINE_S, CampService, ClockService, Component, Host, Plan, Step
 
 Path_ = tuple[str | int, ...]
 DEFAULT_HOST = "local"
@@ -148,9 +148,10 @@ def parse(text: str, path: Path) -> Plan:
     _check_plain_phases(src, components, schedule)
     clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
     streams = _streams(src, data.get("streams") or {}, components)
+    camp = _camp(src, data.get("services", {}).get("camp"), components)
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams)
+                schedule, clock, streams, camp)
 
 
 def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
@@ -263,6 +264,20 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
     return ClockService(reference, spec.get("until_bound_us"), spec.get("interval_ms", 200.0),
                         spec.get("timestamps", "kernel"))
 
+
+
+def _camp(src: _Source, spec: dict[str, Any] | None,
+          components: tuple[Component, ...]) -> CampService | None:
+    if spec is None:
+        return None
+    names = {c.name for c in components}
+    for i, comp in enumerate(spec.get("processes") or []):
+        if comp not in names:
+            src.error(f"unknown component '{comp}'{suggest(comp, names)}",
+                      ("services", "camp", "processes", i))
+    return CampService(spec.get("interval_ms", 100.0),
+                       *(tuple(spec[k]) if spec.get(k) is not None else None
+                         for k in ("interfaces", "disks", "processes")))
 
 
 def _streams(src: _Source, spec: dict[str, Any],

@@ -87,6 +87,20 @@ class ClockService:
 
 
 @dataclass(frozen=True)
+class CampService:
+    """CAMP: each host samples its counters at random instants, one in each `interval_ms`
+    slot, during logging windows; None means every interface, disk or component there is."""
+
+    interval_ms: float = 100.0
+    interfaces: tuple[str, ...] | None = None
+    disks: tuple[str, ...] | None = None
+    processes: tuple[str, ...] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -99,6 +113,7 @@ class Plan:
     schedule: tuple[Step, ...]
     clock: ClockService
     streams: tuple[StreamConfig, ...] = ()
+    camp: CampService | None = None
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -112,4 +127,5 @@ class Plan:
                 "hosts": [asdict(h) for h in self.hosts],
                 "components": [asdict(c) for c in self.components],
                 "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
-                "streams": {s.name: s.wire() for s in self.streams}}
+                "streams": {s.name: s.wire() for s in self.streams},
+                "camp": self.camp.wire() if self.camp else None}

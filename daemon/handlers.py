@@ -16,6 +16,7 @@ from netspec.nodelib import messages as m
 from netspec.nodelib.errors import NetspecError, ProtocolError
 
 from .facts import host_facts
+from .sampler import config_from_wire
 from .supervisor import ComponentSpec, Supervisor
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
         await session.supervisor.reset(clean=False)
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
-                                    session.tg, request.get("host", ""), request.get("streams"))
+                                    session.tg, request.get("host", ""), request.get("streams"),
+                                    config_from_wire(request.get("camp")))
     session.supervisor.services.open()
     log.info("run %s: %s", request["run"], ", ".join(s.name for s in specs) or "no components")
     return {"root": str(session.supervisor.root)}
@@ -91,7 +93,7 @@ async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dic
         est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
         return {"status": m.ACK_OK, "clock": est.as_dict()}
     if phase == m.START_LOGGING:
-        sup.services.start_logging()
+        sup.services.start_logging(sup.running_pids())
     elif phase == m.STOP_LOGGING:
         sup.services.stop_logging()
     return {"status": m.ACK_OK}

@@ -8,6 +8,9 @@ file creation.
 
 clksync (netspec.clksync.node) writes the `clksync` stream beside it from setup to collect,
 logging windows or not: the clock fit needs exchanges on both sides of every event.
+
+With `services: camp:` the CAMP sampler (daemon.sampler) writes the `camp` stream during
+the logging windows: the node's counters at randomized instants.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from netspec.clksync.node import ClockService
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
 
+from .sampler import CampConfig, CampSampler
+
 NODE_STREAM = "netspecd"
 CLOCK_STREAM = "clksync"
+CAMP_STREAM = "camp"
 
 
 class NodeServices:
@@ -28,13 +34,16 @@ class NodeServices:
     `stop_logging` (again and again if the schedule says so), `close` at collect or
     reset; the files stay for collect."""
 
-    def __init__(self, run_id: str, host: str, directory: Path):
+    def __init__(self, run_id: str, host: str, directory: Path, camp: CampConfig | None = None):
         self.run_id, self.host, self.directory = run_id, host, directory
         self.streams = Datastreams()
         self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
         self._ack = self.streams.event("NETSPECD", "ack", "a component acked a phase")
         self.clock_streams = Datastreams()
         self.clock = ClockService(self.clock_streams)
+        self.camp = camp
+        self.camp_streams = Datastreams()
+        self.sampler: CampSampler | None = None
 
     def open(self) -> None:
         self.streams.start([StreamConfig(NODE_STREAM, enable=("NETSPECD",))],
@@ -43,12 +52,25 @@ class NodeServices:
         self.clock_streams.start([StreamConfig(CLOCK_STREAM, enable=("CLKSYNC",))],
                                  StreamInfo(self.directory, run=self.run_id, host=self.host,
                                             component=CLOCK_STREAM), exit_hooks=False)
+        if self.camp is not None:
+            self.camp_streams.start([StreamConfig(CAMP_STREAM, enable=("CAMP",))],
+                                    StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                               component=CAMP_STREAM), exit_hooks=False)
 
-    def start_logging(self) -> None:
+    def start_logging(self, processes: dict[str, int]) -> None:
+        """`processes`: each running component's pid, for the sampler to pick from."""
         self.streams.resume()
+        if self.camp is not None and self.sampler is None:
+            chosen = {n: pid for n, pid in processes.items()
+                      if self.camp.processes is None or n in self.camp.processes}
+            self.sampler = CampSampler(self.camp_streams, self.camp, chosen)
+            self.sampler.start()
 
     def stop_logging(self) -> None:
         self.streams.pause()
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
 
     def entered(self, step: int, phase: str, component: str) -> None:
         self._enter.log(step, {"phase": phase, "component": component})
@@ -57,6 +79,8 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
+        self.stop_logging()
+        self.camp_streams.stop()
         self.clock.close()
         self.clock_streams.stop()
         self.streams.stop()

@@ -31,6 +31,7 @@ from netspec.nodelib.errors import NetspecError, ProtocolError
 from netspec.nodelib.streams import StreamConfig
 
 from .facts import host_address
+from .sampler import CampConfig
 from .services import NodeServices
 
 log = logging.getLogger("netspecd")
@@ -311,15 +312,21 @@ class Supervisor:
     """All components of one run on this host, owned by the connection that set them up."""
 
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
-                 tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None):
+                 tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
+                 camp: CampConfig | None = None):
         self.run_id, self.root, self.tg, self.host = run_id, root / run_id, tg, host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
-        self.services = NodeServices(run_id, host, self.root / "streams")
+        self.services = NodeServices(run_id, host, self.root / "streams", camp)
         for comp in self.components.values():
             if not comp.spec.aware and self.stream_configs:
                 # No phases reach a plain program: it logs for as long as it runs.
                 comp.env[m.LOGGING_ENV] = json.dumps(self.logging_for(comp.spec.name))
+
+    def running_pids(self) -> dict[str, int]:
+        """Each started component that has not exited: name -> pid."""
+        return {name: comp.proc.pid for name, comp in self.components.items()
+                if comp.started and not comp.exited.done()}
 
     def logging_for(self, name: str) -> dict[str, Any]:
         """What a component needs to open its streams at start_logging."""

@@ -1,0 +1,167 @@
+"""The CAMP sampler of netspecd: one random instant per slot, records in the camp stream,
+no aliasing with periodic workloads, and a warning where /proc/stat misses CPU time."""
+
+import gzip
+import itertools
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+from netspec.analysis.read import StreamReader
+from netspec.daemon.sampler import CampConfig, CampSampler, slot_instants
+from netspec.nodelib.camp import CampError
+from netspec.nodelib.instrument import Datastreams
+from netspec.nodelib.streams import StreamConfig, StreamInfo
+from support import PROGRAMS
+
+LOADGEN = str(PROGRAMS / "loadgen.py")
+
+
+def start(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, LOADGEN, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.fixture
+def camp_stream(tmp_path):
+    streams = Datastreams()
+    streams.start([StreamConfig("camp", enable=("CAMP",))],
+                  StreamInfo(tmp_path, run="r", host="h", component="camp"), exit_hooks=False)
+    yield streams, tmp_path
+    streams.stop()
+
+
+def read(streams, directory):
+    streams.stop()
+    return [r for p in directory.glob("*.ds") for r in StreamReader(p)]
+
+
+def schedstat_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def test_one_uniformly_random_instant_in_each_slot():
+    instants = list(itertools.islice(slot_instants(1_000, 100, random.Random(7)), 10_000))
+    assert all(1_000 + 100 * k <= t < 1_000 + 100 * (k + 1) for k, t in enumerate(instants))
+    positions = [(t - 1_000) % 100 for t in instants]
+    assert 45 < sum(positions) / len(positions) < 55 and min(positions) < 2 and max(positions) > 97
+
+
+def test_samples_every_counter_with_the_instant_it_was_read(camp_stream):
+    streams, directory = camp_stream
+    load = start("percent", "20")
+    try:
+        sampler = CampSampler(streams, CampConfig(interval_ms=20, interfaces=("lo",)), {"load": load.pid})
+        sampler.start()
+        time.sleep(1.0)
+        sampler.stop()
+    finally:
+        load.kill()
+        load.wait()
+    records = read(streams, directory)
+    by_name = {}
+    for r in records:
+        by_name.setdefault(r.entity.full_name, []).append(r)
+    assert {"CAMP/system", "CAMP/net.lo", "CAMP/proc.load"} <= set(by_name)
+    assert not any(name.startswith("CAMP/net.") and name != "CAMP/net.lo" for name in by_name)
+    system = by_name["CAMP/system"]
+    assert 40 <= len(system) <= 51  # one per 20 ms slot, none late on an idle machine
+    gaps = [b.ts - a.ts for a, b in itertools.pairwise(system)]
+    assert min(gaps) < 15e6 and max(gaps) > 25e6  # random instants, not a fixed period
+    first, last = by_name["CAMP/proc.load"][0], by_name["CAMP/proc.load"][-1]
+    load_share = (last.value["cpu_ns"] - first.value["cpu_ns"]) / (last.ts - first.ts)
+    assert abs(load_share - 0.20) < 0.03
+    assert all(r.value["pid"] == load.pid for r in by_name["CAMP/proc.load"])
+
+
+def test_an_unknown_interface_names_what_there_is(camp_stream):
+    streams, _ = camp_stream
+    with pytest.raises(CampError, match=r"no network interface 'eth99' .*lo"):
+        CampSampler(streams, CampConfig(interfaces=("eth99",)), {})
+
+
+def running_share(records, name):
+    values = [r.value["running"] for r in records if r.entity.full_name == name]
+    return 100.0 * sum(values) / len(values), len(values)
+
+
+def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(camp_stream, capsys):
+    # The isochronous process is busy 6.75 ms of every 22.5 ms (30 %); the adversary 11 ms
+    # of every 22.5 ms, from 8 ms in (49 %): neither runs 21 ms into any period, where a
+    # periodic sampler in step with them looks.
+    streams, directory = camp_stream
+    period_ns, epoch = 22_500_000, time.monotonic_ns()
+    iso = start("periodic", "22.5", "6.75", "0", str(epoch))
+    adversary = start("periodic", "22.5", "11", "8", str(epoch))
+    pids = {"iso": iso.pid, "adversary": adversary.pid}
+    try:
+        ran0 = {n: schedstat_ns(p) for n, p in pids.items()}
+        t0 = time.monotonic_ns()
+        sampler = CampSampler(streams, CampConfig(interval_ms=1, interfaces=("lo",), disks=()), pids)
+        sampler.start()
+        time.sleep(6.0)
+        sampler.stop()
+        elapsed = time.monotonic_ns() - t0
+        truth = {n: 100.0 * (schedstat_ns(p) - ran0[n]) / elapsed for n, p in pids.items()}
+        records = read(streams, directory)
+
+        periodic = Datastreams()
+        periodic.start([StreamConfig("camp", enable=("CAMP",))],
+                       StreamInfo(directory / "periodic", run="r", host="h", component="camp"),
+                       exit_hooks=False)
+        in_step = CampSampler(periodic, CampConfig(interfaces=("lo",), disks=()), pids)
+        k = (time.monotonic_ns() - epoch) // period_ns + 1
+        for _ in range(200):
+            time.sleep(max(0, epoch + k * period_ns + 21_000_000 - time.monotonic_ns()) / 1e9)
+            in_step.sample()
+            k = (time.monotonic_ns() - epoch) // period_ns + 1
+        periodic_records = read(periodic, directory / "periodic")
+    finally:
+        for p in (iso, adversary):
+            p.kill()
+            p.wait()
+    with capsys.disabled():
+        print()
+        for name in pids:
+            randomized, n = running_share(records, f"CAMP/proc.{name}")
+            fixed, m = running_share(periodic_records, f"CAMP/proc.{name}")
+            print(f"  {name}: truth {truth[name]:.1f} % (schedstat); randomized {randomized:.1f} % "
+                  f"({n} samples); periodic in step {fixed:.1f} % ({m} samples), "
+                  f"error {fixed - truth[name]:+.1f} points")
+            assert abs(randomized - truth[name]) <= 2.0
+            assert abs(fixed - truth[name]) > 20  # what the randomized instants are for
+
+
+def kernel_config() -> str:
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif("CONFIG_TICK_CPU_ACCOUNTING=y\nCONFIG_HZ=250\n" not in
+                    "".join(line + "\n" for line in kernel_config().splitlines()
+                            if line.startswith(("CONFIG_TICK_CPU_ACCOUNTING=", "CONFIG_HZ="))),
+                    reason="needs tick-based CPU accounting at HZ=250 (/proc/config.gz) to hide from")
+def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_says_so(camp_stream):
+    streams, directory = camp_stream
+    hog = start("tickhog")
+    try:
+        sampler = CampSampler(streams, CampConfig(interval_ms=50, interfaces=("lo",), disks=()),
+                              {"hog": hog.pid})
+        sampler.start()
+        time.sleep(2.5)
+        sampler.stop()
+    finally:
+        hog.kill()
+        hog.wait()
+    warnings = [r.value for r in read(streams, directory) if r.entity.full_name == "CAMP/warning"]
+    assert warnings and all(w["kind"] == "cpu_accounting" for w in warnings)
+    worst = max(warnings, key=lambda w: w["processes_ns"] - w["proc_stat_busy_ns"])
+    assert worst["processes_ns"] > 0.5 * worst["window_ns"] > worst["proc_stat_busy_ns"]
+    assert "run between the kernel's ticks" in worst["message"]

@@ -1,0 +1,159 @@
+"""CAMP validated as the paper did it: known loads on this machine, read back through the
+API (procfs backend, cross-checked against psutil)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from netspec.nodelib import camp
+from netspec.nodelib.camp import rates
+from netspec.nodelib.camp.procfs import ProcBackend
+from netspec.nodelib.camp.psutil_backend import PsutilBackend
+from support import PROGRAMS
+
+LOADGEN = str(PROGRAMS / "loadgen.py")
+
+
+def start(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, LOADGEN, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def step(proc: subprocess.Popen) -> None:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "done"
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield lambda *args: started.append(start(*args)) or started[-1]
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def cpu_share(ids, seconds=1.5):
+    before = [camp.backend().process(i) for i in ids]
+    t0 = time.monotonic_ns()
+    time.sleep(seconds)
+    after = [camp.backend().process(i) for i in ids]
+    elapsed = time.monotonic_ns() - t0
+    return [rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)]
+
+
+@pytest.mark.parametrize("loads", [[0], [50], [100], [30, 30]], ids=["idle", "50%", "100%", "2x30%"])
+def test_per_process_cpu_is_within_3_points_of_the_load(procs, loads):
+    ids = [camp.process_identifier(procs("percent", str(load)).pid) for load in loads]
+    for load, got in zip(loads, cpu_share(ids), strict=True):
+        assert abs(got - load) <= 3, f"asked {load} %, CAMP says {got:.1f} %"
+
+
+def test_100_mb_touched_grow_the_working_set_by_100_mb_within_5_percent(procs):
+    p = procs("memory", "100")
+    me = camp.process_identifier(p.pid)
+    before = camp.working_set(me)
+    step(p)
+    grown = camp.working_set(me) - before
+    assert abs(grown - (100 << 20)) <= 0.05 * (100 << 20), f"grew {grown / 2**20:.1f} MiB"
+    assert camp.vm_size(me) >= camp.working_set(me)
+    minor, major = camp.page_faults(me)
+    assert minor >= (100 << 20) // 4096 and major >= 0  # each page touched once faulted
+
+
+def test_one_new_thread_counts_one_more(procs):
+    p = procs("thread")
+    me = camp.process_identifier(p.pid)
+    before = camp.thread_count(me)
+    step(p)
+    assert camp.thread_count(me) == before + 1
+
+
+NETNS_COUNT = """
+import socket, sys
+from netspec.nodelib.camp import backend
+before = backend().net("lo")
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(("127.0.0.1", 0))
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(10_000):
+    tx.sendto(b"x" * 32, rx.getsockname()); rx.recv(64)
+after = backend().net("lo")
+print(after.packets_sent - before.packets_sent, after.packets_recv - before.packets_recv,
+      after.bytes_sent - before.bytes_sent)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare for a network namespace of its own")
+def test_10000_udp_datagrams_over_loopback_count_10000_packets_each_way():
+    # A namespace of its own: nothing else sends on this loopback meanwhile.
+    out = subprocess.run(["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"',
+                          sys.executable, NETNS_COUNT], capture_output=True, text=True, check=True)
+    out = out.stdout.split()
+    sent, received, sent_bytes = map(int, out)
+    assert (sent, received) == (10_000, 10_000)
+    assert sent_bytes == 10_000 * (32 + 8 + 20)  # payload, UDP and IPv4 headers
+
+
+def test_enumerations_are_what_sys_and_proc_partitions_list_and_each_is_a_valid_input():
+    assert camp.network_interfaces() == sorted(os.listdir("/sys/class/net"))
+    with open("/proc/partitions") as f:
+        listed = sorted(line.split()[3] for line in f.read().splitlines()[2:] if line.strip())
+    assert sorted(camp.physical_disks() + camp.disk_partitions()) == listed
+    assert camp.cpu_count() == os.cpu_count()
+    for i in camp.network_interfaces():
+        assert camp.net_packets_recv(i) >= 0 and camp.net_bytes_sent(i) >= 0
+    for d in camp.physical_disks():
+        assert camp.disk_reads(d) >= 0 and camp.disk_writes(d) >= 0
+    for p in camp.disk_partitions():
+        assert camp.partition_reads(p) >= 0 and camp.partition_writes(p) >= 0
+
+
+def test_bad_names_are_clear_errors_and_a_gone_process_says_so(procs):
+    with pytest.raises(camp.CampError, match=r"no network interface 'nope0' .*lo"):
+        camp.net_bytes_sent("nope0")
+    with pytest.raises(camp.CampError, match="no disk or partition 'nope'"):
+        camp.disk_reads("nope")
+    with pytest.raises(camp.CampError, match="no CPU 4096"):
+        camp.cpu_times(4096)
+    p = procs("thread")
+    me = camp.process_identifier(p.pid)
+    assert camp.thread_count(me) >= 1
+    p.kill()
+    p.wait()
+    with pytest.raises(camp.ProcessGone, match=f"process {p.pid}"):
+        camp.thread_count(me)
+
+
+def test_processes_are_found_by_executable_name(procs):
+    p = procs("thread")
+    found = camp.process_identifiers(os.path.basename(os.path.realpath(sys.executable)))
+    assert p.pid in [i.pid for i in found]
+
+
+def test_global_cpu_and_memory_are_sane():
+    assert 0.0 <= camp.percent_processor_time(interval_s=0.05) <= 100.0
+    assert 0.0 <= camp.percent_processor_time(0, interval_s=0.05) <= 100.0
+    assert 0 < camp.free_physical_memory() < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_the_procfs_backend_agrees_with_psutil(procs):
+    p = procs("percent", "50")
+    ours, theirs = ProcBackend(), PsutilBackend()
+    mine = ours.process(ours.process_identifier(p.pid))
+    its = theirs.process(theirs.process_identifier(p.pid))
+    assert mine.threads == its.threads and abs(mine.working_set - its.working_set) <= 1 << 20
+    assert mine.vm_size == its.vm_size
+    assert abs(mine.user_ns + mine.kernel_ns - its.cpu_ns) <= 20_000_000
+    assert ours.network_interfaces() == theirs.network_interfaces()
+    for i in ours.network_interfaces():
+        assert abs(ours.net(i).packets_recv - theirs.net(i).packets_recv) <= 1000
+    a, b = ours.cpu_times(), theirs.cpu_times()
+    assert abs(a.idle - b.idle) <= 0.05 * a.idle + 100_000_000
+    ours.close()
