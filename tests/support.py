@@ -48,3 +48,12 @@ def run_processes(run_id: str) -> list[psutil.Process]:
 
 def latest_record(runs: Path) -> dict:
     return json.loads((runs / "latest" / "run.json").read_text())
+
+
+def start_loadgen(*args: str) -> subprocess.Popen:
+    """tests/programs/loadgen.py in a mode, once it says it is in place (stdin and stdout
+    piped, text)."""
+    proc = subprocess.Popen([sys.executable, str(PROGRAMS / "loadgen.py"), *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc

@@ -4,8 +4,6 @@ no aliasing with periodic workloads, and a warning where /proc/stat misses CPU t
 import gzip
 import itertools
 import random
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,22 +12,19 @@ from netspec.daemon.sampler import CampConfig, CampSampler, slot_instants
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
-from support import PROGRAMS
-
-LOADGEN = str(PROGRAMS / "loadgen.py")
+from support import start_loadgen as start
 
 
-def start(*args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, LOADGEN, *args], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
+def open_camp(directory) -> Datastreams:
+    streams = Datastreams()
+    streams.start([StreamConfig("camp", enable=("CAMP",))],
+                  StreamInfo(directory, run="r", host="h", component="camp"), exit_hooks=False)
+    return streams
 
 
 @pytest.fixture
 def camp_stream(tmp_path):
-    streams = Datastreams()
-    streams.start([StreamConfig("camp", enable=("CAMP",))],
-                  StreamInfo(tmp_path, run="r", host="h", component="camp"), exit_hooks=False)
+    streams = open_camp(tmp_path)
     yield streams, tmp_path
     streams.stop()
 
@@ -109,10 +104,7 @@ def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(ca
         truth = {n: 100.0 * (schedstat_ns(p) - ran0[n]) / elapsed for n, p in pids.items()}
         records = read(streams, directory)
 
-        periodic = Datastreams()
-        periodic.start([StreamConfig("camp", enable=("CAMP",))],
-                       StreamInfo(directory / "periodic", run="r", host="h", component="camp"),
-                       exit_hooks=False)
+        periodic = open_camp(directory / "periodic")
         in_step = CampSampler(periodic, CampConfig(interfaces=("lo",), disks=()), pids)
         k = (time.monotonic_ns() - epoch) // period_ns + 1
         for _ in range(200):

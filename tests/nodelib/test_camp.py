@@ -12,16 +12,7 @@ from netspec.nodelib import camp
 from netspec.nodelib.camp import rates
 from netspec.nodelib.camp.procfs import ProcBackend
 from netspec.nodelib.camp.psutil_backend import PsutilBackend
-from support import PROGRAMS
-
-LOADGEN = str(PROGRAMS / "loadgen.py")
-
-
-def start(*args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, LOADGEN, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
+from support import start_loadgen
 
 
 def step(proc: subprocess.Popen) -> None:
@@ -33,7 +24,7 @@ def step(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def procs():
     started = []
-    yield lambda *args: started.append(start(*args)) or started[-1]
+    yield lambda *args: started.append(start_loadgen(*args)) or started[-1]
     for p in started:
         p.kill()
         p.wait()
