@@ -6,8 +6,11 @@ Instants follow McCanne and Torek: one uniformly random instant in each slot of
 average taken from the samples (of run state, memory, thread count) is unbiased. Each
 record carries the instant it was actually read.
 
-Records (group CAMP, sample groups): `system` (CPU times in ns and free memory),
-`net.<interface>`, `disk.<disk>`, `proc.<component>`; and `warning` events. The kernel
+Records (group CAMP): one `node` sample group per instant, its fields named by
+`sample_fields` (`cpu.user`... in ns, `mem_free`, `net.<if>.<counter>`, `disk.<disk>.<counter>`,
+`proc.<component>.<counter>`), a part that cannot be read being None; and `warning` events
+(a process gone, a part unreadable, CPU accounting). One record rather than one per part:
+the record is most of the sampler's own cost in Python. The kernel
 charges /proc/stat's CPU times to whatever runs at each tick, so a process that runs only
 between ticks is never seen there; its own CPU time comes from the scheduler, exactly.
 When the sampled processes alone ran for longer than /proc/stat says the whole node was
@@ -16,20 +19,35 @@ busy, a `warning` says by how much.
 
 from __future__ import annotations
 
+import os
 import random
+import select
 import threading
 import time
 from dataclasses import dataclass
 
-from netspec.nodelib.camp import Backend, CampError, ProcessGone, ProcessId, default_backend
+from netspec.nodelib.camp import (
+    Backend,
+    CampError,
+    CpuTimes,
+    DiskCounters,
+    NetCounters,
+    ProcessCounters,
+    ProcessGone,
+    ProcessId,
+    default_backend,
+)
 from netspec.nodelib.camp.procfs import TICK_NS
 from netspec.nodelib.instrument import Datastreams
+from netspec.nodelib.streams import StreamConfig
 
-SYSTEM_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "mem_free")
-NET_FIELDS = ("bytes_sent", "packets_sent", "bytes_recv", "packets_recv")
-DISK_FIELDS = ("reads", "writes")
-PROC_FIELDS = ("pid", "cpu_ns", "user_ns", "kernel_ns", "minor_faults", "major_faults",
-               "working_set", "vm_size", "threads", "running")
+NET_FIELDS = NetCounters._fields
+DISK_FIELDS = DiskCounters._fields
+PROC_FIELDS = ("pid", *ProcessCounters._fields)
+_NO_PROCESS = (None,) * len(PROC_FIELDS)
+# Samples are small and regular: a chunk a second costs a tenth of the writes of the
+# default, and a crash loses at most a second of them.
+STREAM = StreamConfig("camp", enable=("CAMP",), flush_ms=1000)
 CHECK_EVERY_NS = 1_000_000_000
 # /proc/stat counts in ticks of 10 ms: a disagreement has to be larger than its granularity.
 CHECK_SLACK_NS = 2 * TICK_NS
@@ -55,10 +73,10 @@ def slot_instants(start_ns: int, interval_ns: int, rng: random.Random):
 
 
 class CampSampler:
-    """Lifecycle: created at start_logging with the run's processes (component -> pid),
-    `start`, `stop`; `sample` takes one full sample (the thread calls it)."""
+    """Lifecycle: created at start_logging with the sampled components' pids (None for one
+    not running), `start`, `stop`; `sample` takes one full sample (the thread calls it)."""
 
-    def __init__(self, streams: Datastreams, config: CampConfig, processes: dict[str, int],
+    def __init__(self, streams: Datastreams, config: CampConfig, processes: dict[str, int | None],
                  backend: Backend | None = None, rng: random.Random | None = None):
         self.backend = backend or default_backend()
         self.config = config
@@ -68,50 +86,65 @@ class CampSampler:
         self.backend.nets(self.interfaces)  # an unknown name fails here, naming what exists
         for d in self.disks:
             self.backend.disk(d)
-        self._system = streams.samples("CAMP", "system", SYSTEM_FIELDS,
-                                       "CPU times (ns) and free memory (bytes)")
-        self._net = [streams.samples("CAMP", f"net.{i}", NET_FIELDS, f"interface {i}")
-                     for i in self.interfaces]
-        self._disk = [streams.samples("CAMP", f"disk.{d}", DISK_FIELDS, f"disk {d}") for d in self.disks]
-        self._warning = streams.event("CAMP", "warning", "counters that contradict each other")
-        self.processes: dict[str, tuple[ProcessId, object]] = {}
+        self._warning = streams.event("CAMP", "warning", "counters missing or contradicting each other")
+        self.processes: dict[str, ProcessId | None] = {}
         for name, pid in processes.items():
             try:
-                proc = self.backend.process_identifier(pid)
-                self.processes[name] = (proc, streams.samples("CAMP", f"proc.{name}", PROC_FIELDS,
-                                                              f"component {name}"))
+                self.processes[name] = None if pid is None else self.backend.process_identifier(pid)
             except ProcessGone:
-                self._warning.log(0, {"kind": "process_gone", "component": name, "pid": pid})
+                self.processes[name] = None
+                self.warn("process_gone", f"component {name}: process {pid} is gone")
+        fields = sample_fields(self.interfaces, self.disks, self.processes)
+        self._node = streams.samples("CAMP", "node", fields,
+                                     "one sample of the node: CPU times (ns), free memory, then each "
+                                     "interface, disk and component process")
         self.samples = self.late = 0
+        self._warned: set[str] = set()
         self._check: tuple[int, int, int] | None = None  # (at, /proc/stat busy, processes' ns)
-        self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None  # a pipe: a byte written stops the thread
+
+    def warn(self, kind: str, message: str, **detail: int) -> None:
+        self._warning.log(0, {"kind": kind, "message": message, **detail})
 
     def sample(self) -> None:
+        """One record: node-wide counters first (read within microseconds of each other),
+        then each process; a part that cannot be read is None, and said once."""
         b = self.backend
-        # One instant for the node-wide groups, read within microseconds of each other.
         now = time.time_ns()
         cpu = b.cpu_times()
-        self._system.log((*cpu, b.free_physical_memory()), now)
-        for entity, counters in zip(self._net, b.nets(self.interfaces), strict=True):
-            entity.log(counters, now)
-        for entity, name in zip(self._disk, self.disks, strict=True):
-            entity.log(b.disk(name), now)
+        values = [*cpu, b.free_physical_memory()]
+        values += self._part("nets", lambda: [x for c in b.nets(self.interfaces) for x in c],
+                             len(self.interfaces) * len(NET_FIELDS))
+        values += self._part("disks", lambda: [x for d in self.disks for x in b.disk(d)],
+                             len(self.disks) * len(DISK_FIELDS))
         processes_ns = 0
-        gone = []
-        for name, (proc, entity) in self.processes.items():
-            now = time.time_ns()
+        for name, proc in self.processes.items():
+            if proc is None:
+                values += _NO_PROCESS
+                continue
             try:
                 c = b.process(proc)
-            except ProcessGone:
-                gone.append(name)
+            except ProcessGone as e:
+                self.processes[name] = None
+                self.warn("process_gone", f"component {name}: {e}")
+                values += _NO_PROCESS
                 continue
             processes_ns += c[0]
-            entity.log((proc.pid, *c), now)
-        for name in gone:
-            del self.processes[name]
+            values.append(proc.pid)
+            values += c
+        self._node.log(values, now)
         self.samples += 1
         self._compare(now, cpu.busy, processes_ns)
+
+    def _part(self, what: str, read, width: int) -> list:
+        try:
+            return read()
+        except (CampError, OSError) as e:  # an interface or disk removed mid-run
+            if what not in self._warned:
+                self._warned.add(what)
+                self.warn("unreadable", f"{what}: {e}; recorded as missing from now on while it fails")
+            return [None] * width
 
     def _compare(self, now: int, busy: int, processes_ns: int) -> None:
         if self._check is None:
@@ -124,11 +157,11 @@ class CampSampler:
         self._check = (now, busy, processes_ns)
         seen, ran = busy - busy0, processes_ns - processes0
         if ran - seen > CHECK_SLACK_NS + CHECK_SLACK_SHARE * window:
-            self._warning.log(0, {"kind": "cpu_accounting", "window_ns": window, "proc_stat_busy_ns": seen,
-                                  "processes_ns": ran,
-                                  "message": f"/proc/stat saw the node busy for {seen / 1e6:.0f} ms of "
-                                             f"{window / 1e6:.0f} ms, but the sampled processes alone ran "
-                                             f"{ran / 1e6:.0f} ms: they run between the kernel's ticks"})
+            self.warn("cpu_accounting",
+                      f"/proc/stat saw the node busy for {seen / 1e6:.0f} ms of {window / 1e6:.0f} ms, "
+                      f"but the sampled processes alone ran {ran / 1e6:.0f} ms: they run between "
+                      f"the kernel's ticks",
+                      window_ns=window, proc_stat_busy_ns=seen, processes_ns=ran)
 
     def run(self) -> None:
         interval_ns = int(self.config.interval_ms * 1e6)
@@ -137,19 +170,33 @@ class CampSampler:
             if wait < 0:
                 self.late += 1  # the last sample overran this slot's instant: skip the slot
                 continue
-            if self.stopping.wait(wait):
+            # select on a pipe, not an Event: an Event's wait allocates and takes locks, and
+            # every wakeup's cost is the sampler's own overhead.
+            if select.select(self._wake[:1], (), (), wait)[0]:
                 return
             self.sample()
 
     def start(self) -> None:
+        self._wake = os.pipe()
         self.thread = threading.Thread(target=self.run, name="camp", daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
-        self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
-            self.thread = None
+        if self.thread is None:
+            return
+        os.write(self._wake[1], b"x")
+        self.thread.join(timeout=5)
+        self.thread = None
+        for fd in self._wake:
+            os.close(fd)
+
+
+def sample_fields(interfaces: list[str], disks: list[str], processes: dict[str, object]) -> list[str]:
+    """The field names of a `CAMP/node` record, in the order `CampSampler.sample` fills it."""
+    return [*(f"cpu.{f}" for f in CpuTimes._fields), "mem_free",
+            *(f"net.{i}.{f}" for i in interfaces for f in NET_FIELDS),
+            *(f"disk.{d}.{f}" for d in disks for f in DISK_FIELDS),
+            *(f"proc.{p}.{f}" for p in processes for f in PROC_FIELDS)]
 
 
 def config_from_wire(d: dict | None) -> CampConfig | None:

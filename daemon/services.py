@@ -22,11 +22,11 @@ from netspec.clksync.node import ClockService
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
 
+from .sampler import STREAM as CAMP_STREAM
 from .sampler import CampConfig, CampSampler
 
 NODE_STREAM = "netspecd"
 CLOCK_STREAM = "clksync"
-CAMP_STREAM = "camp"
 
 
 class NodeServices:
@@ -34,7 +34,8 @@ class NodeServices:
     `stop_logging` (again and again if the schedule says so), `close` at collect or
     reset; the files stay for collect."""
 
-    def __init__(self, run_id: str, host: str, directory: Path, camp: CampConfig | None = None):
+    def __init__(self, run_id: str, host: str, directory: Path, camp: CampConfig | None = None,
+                 components: tuple[str, ...] = ()):
         self.run_id, self.host, self.directory = run_id, host, directory
         self.streams = Datastreams()
         self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
@@ -42,6 +43,10 @@ class NodeServices:
         self.clock_streams = Datastreams()
         self.clock = ClockService(self.clock_streams)
         self.camp = camp
+        # The sampled components are fixed for the run, so every logging window's records
+        # have the same fields, whichever components are running then.
+        self.sampled = [n for n in components if camp is not None and
+                        (camp.processes is None or n in camp.processes)]
         self.camp_streams = Datastreams()
         self.sampler: CampSampler | None = None
 
@@ -53,17 +58,16 @@ class NodeServices:
                                  StreamInfo(self.directory, run=self.run_id, host=self.host,
                                             component=CLOCK_STREAM), exit_hooks=False)
         if self.camp is not None:
-            self.camp_streams.start([StreamConfig(CAMP_STREAM, enable=("CAMP",))],
+            self.camp_streams.start([CAMP_STREAM],
                                     StreamInfo(self.directory, run=self.run_id, host=self.host,
-                                               component=CAMP_STREAM), exit_hooks=False)
+                                               component=CAMP_STREAM.name), exit_hooks=False)
 
     def start_logging(self, processes: dict[str, int]) -> None:
         """`processes`: each running component's pid, for the sampler to pick from."""
         self.streams.resume()
         if self.camp is not None and self.sampler is None:
-            chosen = {n: pid for n, pid in processes.items()
-                      if self.camp.processes is None or n in self.camp.processes}
-            self.sampler = CampSampler(self.camp_streams, self.camp, chosen)
+            self.sampler = CampSampler(self.camp_streams, self.camp,
+                                       {n: processes.get(n) for n in self.sampled})
             self.sampler.start()
 
     def stop_logging(self) -> None:

@@ -317,7 +317,7 @@ class Supervisor:
         self.run_id, self.root, self.tg, self.host = run_id, root / run_id, tg, host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
-        self.services = NodeServices(run_id, host, self.root / "streams", camp)
+        self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
         for comp in self.components.values():
             if not comp.spec.aware and self.stream_configs:
                 # No phases reach a plain program: it logs for as long as it runs.

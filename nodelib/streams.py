@@ -116,6 +116,7 @@ class Stream:
         self.fd: int | None = None
         self.parent_pid: int | None = None
         self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
+        self.flushed_ns = time.monotonic_ns()
         self._open()
         _live_streams.add(self)
         _flusher.ensure_running()
@@ -170,6 +171,7 @@ class Stream:
     def _flush_locked(self) -> None:
         # Copy then delete the copied prefix: records appended meanwhile by other threads
         # stay in the buffer for the next chunk.
+        self.flushed_ns = time.monotonic_ns()
         records = self.buf[:]
         del self.buf[:len(records)]
         if not records or self.closed:
@@ -321,8 +323,12 @@ class _Flusher:
             streams = list(_live_streams)
             tick = min((s.config.flush_ms for s in streams), default=DEFAULT_FLUSH_MS) / 1000
             time.sleep(tick)
+            now = time.monotonic_ns()
             for stream in list(_live_streams):
-                if stream.buf:
+                # Each stream waits its own flush_ms (minus half a tick, so a tick never
+                # just misses it), whatever the tick other streams set.
+                due = stream.flushed_ns + (stream.config.flush_ms - tick * 500) * 1_000_000
+                if stream.buf and now >= due:
                     stream.flush()
 
     def forget(self) -> None:

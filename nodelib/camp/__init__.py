@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from netspec.nodelib.errors import NetspecError
@@ -35,8 +34,9 @@ class ProcessGone(CampError):
     """The process has exited (or its pid now belongs to another process)."""
 
 
-@dataclass(frozen=True)
-class ProcessId:
+class ProcessId(NamedTuple):
+    """A tuple, so that hashing it (a sampler does, per process, per sample) is C's."""
+
     pid: int
     name: str
     started: int  # the backend's start time of the process: tells a reused pid apart

@@ -15,6 +15,8 @@ TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 READ_SIZE = 65536
 CPUCLOCK_SCHED = 2  # the scheduler's exact runtime, summed over every thread of the process
+NET_DEV_HEADER_TOKENS = 20  # two header lines, split on white space
+NET_DEV_LINE_TOKENS = 17  # a name and its 16 counters
 
 
 class _Sysinfo(ctypes.Structure):
@@ -30,6 +32,14 @@ def process_clock(pid: int) -> int:
     return ((~pid) << 3) | CPUCLOCK_SCHED
 
 
+def _token(tokens: list[bytes], name: bytes, first: int, stride: int) -> int:
+    """Where `name` heads a row of `stride` tokens after `first` header tokens, or -1."""
+    for at in range(first, len(tokens), stride):
+        if tokens[at] == name:
+            return at
+    return -1
+
+
 def _stat_fields(data: bytes) -> list[bytes]:
     """/proc/PID/stat after the command name, which may itself hold spaces and parens:
     index 0 is field 3 (state) of proc(5); fields past rss (index 21) stay unsplit."""
@@ -41,6 +51,8 @@ class ProcBackend:
 
     def __init__(self, proc: str = "/proc", sys: str = "/sys"):
         self.proc, self.sys = proc, sys
+        self._stat, self._net_dev = f"{proc}/stat", f"{proc}/net/dev"
+        self._net_layout: dict[bytes, int] = {}  # interface -> its name's token in /proc/net/dev
         self.files: dict[str, int] = {}
         self.processes: dict[ProcessId, int] = {}
         self._libc = ctypes.CDLL(None, use_errno=True)
@@ -53,16 +65,16 @@ class ProcBackend:
         return os.pread(fd, READ_SIZE, 0)
 
     def cpu_times(self, cpu: int | None = None) -> CpuTimes:
-        data = self._read(f"{self.proc}/stat")
+        data = self._read(self._stat)
         prefix = b"cpu " if cpu is None else b"cpu%d " % cpu
         start = 0 if data.startswith(prefix) else data.find(b"\n" + prefix) + 1
         if start == 0 and cpu is not None:
             raise CampError(f"no CPU {cpu} in {self.proc}/stat ({self.cpu_count()} online)")
         fields = data[start:data.index(b"\n", start)].split()[1:9]
-        return CpuTimes(*(int(f) * TICK_NS for f in fields))
+        return CpuTimes._make([int(f) * TICK_NS for f in fields])
 
     def cpu_count(self) -> int:
-        return self._read(f"{self.proc}/stat").count(b"\ncpu")
+        return self._read(self._stat).count(b"\ncpu")
 
     def free_physical_memory(self) -> int:
         # sysinfo(2) is the same count as MemFree in /proc/meminfo, without formatting it all.
@@ -72,18 +84,19 @@ class ProcBackend:
 
     def nets(self, interfaces: list[str]) -> list[NetCounters]:
         """Several interfaces from one read of /proc/net/dev."""
-        data = self._read(f"{self.proc}/net/dev")
+        # One split of the whole file; each interface's counters follow its name's token,
+        # found once and checked at every read (an interface may come or go).
+        t = self._read(self._net_dev).replace(b":", b" ").split()
         found = []
         for name in interfaces:
-            key = name.encode() + b":"
-            at = data.find(b" " + key)
-            at = at + 1 if at >= 0 else data.find(b"\n" + key) + 1
-            if at <= 0:
-                raise CampError(f"no network interface '{name}' (interfaces: "
-                                f"{', '.join(self.network_interfaces())})")
-            f = data[at + len(key):data.index(b"\n", at)].split()
-            found.append(NetCounters(bytes_sent=int(f[8]), packets_sent=int(f[9]),
-                                     bytes_recv=int(f[0]), packets_recv=int(f[1])))
+            key = name.encode()
+            at = self._net_layout.get(key, 0)
+            if at >= len(t) or t[at] != key:
+                at = self._net_layout[key] = _token(t, key, NET_DEV_HEADER_TOKENS, NET_DEV_LINE_TOKENS)
+                if at < 0:
+                    raise CampError(f"no network interface '{name}' (interfaces: "
+                                    f"{', '.join(self.network_interfaces())})")
+            found.append(NetCounters(int(t[at + 9]), int(t[at + 10]), int(t[at + 1]), int(t[at + 2])))
         return found
 
     def net(self, interface: str) -> NetCounters:
@@ -130,7 +143,7 @@ class ProcBackend:
             os.close(fd)
 
     def network_interfaces(self) -> list[str]:
-        lines = self._read(f"{self.proc}/net/dev").decode().splitlines()[2:]
+        lines = self._read(self._net_dev).decode().splitlines()[2:]
         return sorted(line.split(":", 1)[0].strip() for line in lines)
 
     def _block_devices(self) -> list[str]:

@@ -8,16 +8,17 @@ import time
 
 import pytest
 from netspec.analysis.read import StreamReader
-from netspec.daemon.sampler import CampConfig, CampSampler, slot_instants
+from netspec.daemon.sampler import STREAM, CampConfig, CampSampler, slot_instants
+from netspec.daemon.services import NodeServices
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
+from netspec.nodelib.streams import StreamInfo
 from support import start_loadgen as start
 
 
 def open_camp(directory) -> Datastreams:
     streams = Datastreams()
-    streams.start([StreamConfig("camp", enable=("CAMP",))],
+    streams.start([STREAM],
                   StreamInfo(directory, run="r", host="h", component="camp"), exit_hooks=False)
     return streams
 
@@ -51,26 +52,46 @@ def test_samples_every_counter_with_the_instant_it_was_read(camp_stream):
     load = start("percent", "20")
     try:
         sampler = CampSampler(streams, CampConfig(interval_ms=20, interfaces=("lo",)), {"load": load.pid})
+        ran0, t0 = schedstat_ns(load.pid), time.monotonic_ns()
         sampler.start()
         time.sleep(1.0)
         sampler.stop()
+        truth = (schedstat_ns(load.pid) - ran0) / (time.monotonic_ns() - t0)
     finally:
         load.kill()
         load.wait()
-    records = read(streams, directory)
-    by_name = {}
-    for r in records:
-        by_name.setdefault(r.entity.full_name, []).append(r)
-    assert {"CAMP/system", "CAMP/net.lo", "CAMP/proc.load"} <= set(by_name)
-    assert not any(name.startswith("CAMP/net.") and name != "CAMP/net.lo" for name in by_name)
-    system = by_name["CAMP/system"]
-    assert 40 <= len(system) <= 51  # one per 20 ms slot, none late on an idle machine
-    gaps = [b.ts - a.ts for a, b in itertools.pairwise(system)]
+    samples = [r for r in read(streams, directory) if r.entity.full_name == "CAMP/node"]
+    fields = set(samples[0].value)
+    assert {"cpu.user", "cpu.idle", "mem_free", "net.lo.packets_recv", "proc.load.cpu_ns"} <= fields
+    assert not any(f.startswith("net.") and not f.startswith("net.lo.") for f in fields)
+    assert {f"disk.{d}.reads" for d in sampler.disks} <= fields
+    assert 40 <= len(samples) <= 51  # one per 20 ms slot, none late on an idle machine
+    gaps = [b.ts - a.ts for a, b in itertools.pairwise(samples)]
     assert min(gaps) < 15e6 and max(gaps) > 25e6  # random instants, not a fixed period
-    first, last = by_name["CAMP/proc.load"][0], by_name["CAMP/proc.load"][-1]
-    load_share = (last.value["cpu_ns"] - first.value["cpu_ns"]) / (last.ts - first.ts)
-    assert abs(load_share - 0.20) < 0.03
-    assert all(r.value["pid"] == load.pid for r in by_name["CAMP/proc.load"])
+    first, last = samples[0], samples[-1]
+    load_share = (last.value["proc.load.cpu_ns"] - first.value["proc.load.cpu_ns"]) / (last.ts - first.ts)
+    assert abs(load_share - truth) < 0.03 and load_share > 0.1
+    assert all(r.value["proc.load.pid"] == load.pid for r in samples)
+    assert last.value["mem_free"] > 0 and last.value["cpu.idle"] > first.value["cpu.idle"]
+
+
+def test_a_process_that_exits_is_recorded_as_missing_and_said_once(camp_stream):
+    streams, directory = camp_stream
+    load = start("percent", "0")
+    sampler = CampSampler(streams, CampConfig(interfaces=("lo",), disks=()), {"load": load.pid})
+    sampler.sample()
+    load.kill()
+    load.wait()
+    sampler.sample()
+    sampler.sample()
+    records = read(streams, directory)
+    samples = [r.value for r in records if r.entity.full_name == "CAMP/node"]
+    assert samples[0]["proc.load.pid"] == load.pid and samples[0]["proc.load.threads"] == 1
+    assert all(s[f"proc.load.{f}"] is None for s in samples[1:] for f in ("pid", "cpu_ns", "threads"))
+    assert all(s["net.lo.bytes_sent"] is not None for s in samples)
+    warnings = [r.value for r in records if r.entity.full_name == "CAMP/warning"]
+    assert [w["kind"] for w in warnings] == ["process_gone"]
+    assert f"process {load.pid}" in warnings[0]["message"] and "exited" in warnings[0]["message"]
 
 
 def test_an_unknown_interface_names_what_there_is(camp_stream):
@@ -80,7 +101,7 @@ def test_an_unknown_interface_names_what_there_is(camp_stream):
 
 
 def running_share(records, name):
-    values = [r.value["running"] for r in records if r.entity.full_name == name]
+    values = [r.value[f"proc.{name}.running"] for r in records if r.entity.full_name == "CAMP/node"]
     return 100.0 * sum(values) / len(values), len(values)
 
 
@@ -119,8 +140,8 @@ def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(ca
     with capsys.disabled():
         print()
         for name in pids:
-            randomized, n = running_share(records, f"CAMP/proc.{name}")
-            fixed, m = running_share(periodic_records, f"CAMP/proc.{name}")
+            randomized, n = running_share(records, name)
+            fixed, m = running_share(periodic_records, name)
             print(f"  {name}: truth {truth[name]:.1f} % (schedstat); randomized {randomized:.1f} % "
                   f"({n} samples); periodic in step {fixed:.1f} % ({m} samples), "
                   f"error {fixed - truth[name]:+.1f} points")
@@ -157,3 +178,24 @@ def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_
     worst = max(warnings, key=lambda w: w["processes_ns"] - w["proc_stat_busy_ns"])
     assert worst["processes_ns"] > 0.5 * worst["window_ns"] > worst["proc_stat_busy_ns"]
     assert "run between the kernel's ticks" in worst["message"]
+
+
+def test_every_logging_window_samples_the_same_fields_whichever_components_run(tmp_path):
+    services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=10, interfaces=("lo",), disks=()),
+                            components=("load", "idle"))
+    services.open()
+    load = start("percent", "0")
+    try:
+        services.start_logging({"load": load.pid})
+        time.sleep(0.2)
+        services.stop_logging()
+    finally:
+        load.kill()
+        load.wait()
+    services.start_logging({})
+    time.sleep(0.2)
+    services.close()
+    samples = [r.value for p in tmp_path.glob("camp.*.ds") for r in StreamReader(p)
+               if r.entity.full_name == "CAMP/node"]
+    assert {s["proc.load.pid"] for s in samples} == {load.pid, None}
+    assert all(s["proc.idle.pid"] is None for s in samples)

@@ -92,6 +92,32 @@ def test_10000_udp_datagrams_over_loopback_count_10000_packets_each_way():
     assert sent_bytes == 10_000 * (32 + 8 + 20)  # payload, UDP and IPv4 headers
 
 
+NETNS_COME_AND_GO = """
+import subprocess
+from netspec.nodelib.camp import CampError
+from netspec.nodelib.camp.procfs import ProcBackend
+b = ProcBackend()
+ip = lambda *a: subprocess.run(["ip", "link", *a], check=True)
+ip("add", "d0", "type", "veth", "peer", "name", "p0")
+ip("add", "d1", "type", "veth", "peer", "name", "p1")
+print(b.nets(["lo", "d0", "d1"])[2].packets_sent)
+ip("del", "d0")
+print(b.nets(["lo", "d1"])[1].packets_sent)
+try:
+    b.nets(["d0"])
+except CampError as e:
+    print(e)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare for a network namespace of its own")
+def test_interfaces_that_come_and_go_are_found_where_they_are_now():
+    out = subprocess.run(["unshare", "--net", sys.executable, "-c", NETNS_COME_AND_GO],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["0", "0", "no network interface 'd0' (interfaces: d1, lo, p1)"]
+
+
 def test_enumerations_are_what_sys_and_proc_partitions_list_and_each_is_a_valid_input():
     assert camp.network_interfaces() == sorted(os.listdir("/sys/class/net"))
     with open("/proc/partitions") as f:

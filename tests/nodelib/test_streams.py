@@ -68,6 +68,21 @@ def test_records_wait_no_longer_than_flush_ms_in_memory(tmp_path: Path) -> None:
         proc.wait()
 
 
+def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Path) -> None:
+    ds = Datastreams()
+    tick = ds.event("T", "tick")
+    fast, slow = ds.start([StreamConfig("fast", enable=("T",), flush_ms=20),
+                           StreamConfig("slow", enable=("T",), flush_ms=1500)],
+                          StreamInfo(tmp_path, run="r", host="h", component="c"), exit_hooks=False)
+    try:
+        tick.log(1)
+        wait_for(lambda: ticks(fast, "T/tick") == [1], what="the fast stream's chunk")
+        assert ticks(slow, "T/tick") == []
+        wait_for(lambda: ticks(slow, "T/tick") == [1], what="the slow stream's chunk")
+    finally:
+        ds.stop()
+
+
 def test_a_forked_child_writes_its_own_file_and_the_parent_loses_nothing(tmp_path: Path) -> None:
     proc = streamer(tmp_path, 250, "fork", "--chunk", "100")
     assert proc.wait(timeout=10) == 0
