@@ -126,6 +126,13 @@ def _decoder(name: str | None) -> Callable[[Any], Any] | None:
     return getattr(importlib.import_module(module), func)
 
 
+def _records_list(body: bytes, count: int) -> list[Any]:
+    records = _decode(body)
+    if not isinstance(records, list) or len(records) != count:
+        raise ValueError(f"not {count} records")
+    return records
+
+
 class StreamReader:
     """One stream file. Iterate it for its records, in the order they were logged.
 
@@ -174,19 +181,22 @@ class StreamReader:
                 yield record
         if not self.closed_cleanly:
             self.closed_cleanly = False
-            self._warn("no clean close record: the writer was killed or is still running "
+            self.warn("no clean close record: the writer was killed or is still running "
                        "(records it still held in memory, at most one chunk, are not in the file)")
 
-    def chunks(self) -> Iterator[tuple[int | None, Any]]:
-        """(seq, raw records) for every good chunk, in file order, and (None, {records,
-        reason}) where something was lost."""
+    def chunks(self, decode: Callable[[bytes, int], Any] | None = None) -> Iterator[tuple[int | None, Any]]:
+        """(seq, records) for every good chunk, in file order, and (None, {records,
+        reason}) where something was lost. `decode(body, count)` makes the records of a
+        chunk's body (default: a list of record lists); it raises ValueError if the body
+        does not hold `count` records."""
+        decode = decode or _records_list
         buf, o, last_seq = self._data, self._body_at, 0
         ring = self.header.get("mode") == "ring"
         while o < len(buf):
             try:
-                seq, records, end = self._chunk_at(o)
+                seq, records, end = self._chunk_at(o, decode)
             except _Damaged as exc:
-                o, loss, last_seq = self._resync(o, last_seq, ring, str(exc))
+                o, loss, last_seq = self._resync(o, last_seq, ring, str(exc), decode)
                 yield None, loss
                 continue
             if not ring and seq > last_seq + 1:
@@ -194,7 +204,7 @@ class StreamReader:
             last_seq, o = seq, end
             yield seq, records
 
-    def _chunk_at(self, o: int) -> tuple[int, list[Any], int]:
+    def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any]) -> tuple[int, Any, int]:
         buf = self._data
         if buf[o:o + len(SYNC)] != SYNC:
             raise _Damaged("no chunk marker")
@@ -207,19 +217,19 @@ class StreamReader:
         body = buf[p:p + size]
         if chunk_crc(seq, count, body) != crc:
             raise _Damaged(f"chunk {seq} fails its CRC")
-        records = _decode(body)
-        if not isinstance(records, list) or len(records) != count:
-            raise _Damaged(f"chunk {seq} holds other than its {count} records")
-        return seq, records, p + size
+        try:
+            return seq, decode(body, count), p + size
+        except ValueError:
+            raise _Damaged(f"chunk {seq} holds other than its {count} records") from None
 
-    def _resync(self, o: int, last_seq: int, ring: bool,
-                why: str) -> tuple[int, dict[str, Any], int]:
+    def _resync(self, o: int, last_seq: int, ring: bool, why: str,
+                decode: Callable[[bytes, int], Any]) -> tuple[int, dict[str, Any], int]:
         """Skip to the next chunk that reads whole. Returns where it is, what was lost, and
         the sequence number that chunk follows (so the gap is not counted twice)."""
         buf, at = self._data, o + 1
         while (at := buf.find(SYNC, at)) != -1:
             try:
-                seq, *_ = self._chunk_at(at)
+                seq, *_ = self._chunk_at(at, decode)
             except _Damaged:
                 at += 1
                 continue
@@ -245,10 +255,10 @@ class StreamReader:
     def _lost(self, records: int | None, reason: str) -> dict[str, Any]:
         self.records_lost += records or 0
         counted = f"lost {records} records" if records is not None else "lost an unknown number of records"
-        self._warn(f"{counted}: {reason}")
+        self.warn(f"{counted}: {reason}")
         return {"records": records, "reason": reason}
 
-    def _warn(self, text: str) -> None:
+    def warn(self, text: str) -> None:
         self.warnings.append(f"{self.path}: {text}")
 
     def _records(self, records: list[Any]) -> Iterator[Record]:
@@ -258,31 +268,33 @@ class StreamReader:
             if entity is not None:
                 yield self._entity_record(entity, r)
             elif eid == NAMESPACE:
-                self._declare(r)
+                self.declare(r)
             elif eid in ADMIN:
-                yield self._admin_record(r)
+                yield self.admin_record(r)
             else:
                 entity = self.entities[eid] = EntityInfo(eid, "unknown", "?", f"entity{eid}")
-                self._warn(f"records of entity id {eid} whose namespace record was lost")
+                self.warn(f"records of entity id {eid} whose namespace record was lost")
                 yield Record(ts, entity, None, r[2:], None, self.source)
 
-    def _declare(self, r: list[Any]) -> None:
+    def declare(self, r: list[Any]) -> None:
         _, _, eid, kind, group, name, desc, decoder, spec = r[:9]
         self.entities[eid] = EntityInfo(eid, kind, group, name, desc, decoder, spec or {})
         try:
             self._decoders[eid] = _decoder(decoder)
         except (ImportError, AttributeError, struct.error) as exc:
             self._decoders[eid] = None
-            self._warn(f"{group}/{name}: decoder {decoder!r} unavailable ({exc}); extra data kept raw")
+            self.warn(f"{group}/{name}: decoder {decoder!r} unavailable ({exc}); extra data kept raw")
+
+    def event_data(self, eid: int, data: Any) -> Any:
+        """An event's extra data, unpacked by its entity's decoder."""
+        decode = self._decoders.get(eid)
+        return decode(data) if data is not None and decode is not None else data
 
     def _entity_record(self, e: EntityInfo, r: list[Any]) -> Record:
         kind, ts = e.kind, r[1]
         if kind == "event":
-            data = r[3] if len(r) > 3 else None
-            decode = self._decoders.get(e.id)
-            if data is not None and decode is not None:
-                data = decode(data)
-            return Record(ts, e, r[2], data, None, self.source)
+            return Record(ts, e, r[2], self.event_data(e.id, r[3] if len(r) > 3 else None), None,
+                          self.source)
         if kind == "interval":
             return Record(ts, e, r[2], ts - r[3], r[3], self.source)
         if kind == "counter":
@@ -294,12 +306,12 @@ class StreamReader:
                           None, self.source)
         return Record(ts, e, None, r[2:], None, self.source)
 
-    def _admin_record(self, r: list[Any]) -> Record:
+    def admin_record(self, r: list[Any]) -> Record:
         eid, ts = r[0], r[1]
         if eid == DROPPED:
             value = {"records": r[2], "reason": r[3]}
             self.records_lost += r[2]
-            self._warn(f"the writer dropped {r[2]} records ({r[3]})")
+            self.warn(f"the writer dropped {r[2]} records ({r[3]})")
         elif eid == TRIGGER:
             value = {"reason": r[2], "chunks": r[3], "discarded_chunks": r[4]}
         else:

@@ -265,6 +265,11 @@ class ClockFit:
     def identity(cls, host: str) -> ClockFit:
         return cls(host, host, [], 0, "reference")
 
+    @property
+    def usable(self) -> bool:
+        """Whether `to_global` can convert this host's times."""
+        return self.source == "reference" or bool(self.segments)
+
     def offsets(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         local = np.asarray(local, dtype=INT64)
         zero = np.zeros(len(local), dtype=INT64)

@@ -9,11 +9,13 @@ import sys
 import traceback
 from pathlib import Path
 
+import duckdb
 from netspec.analysis.narrate import narrate
 from netspec.analysis.read import StreamReader, read_streams
+from netspec.analysis.resultset import merge_run
 from netspec.daemon.facts import netspec_version
 from netspec.nodelib.auth import load_or_create_key
-from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError
+from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError, StreamError
 from netspec.nodelib.instrument import selects
 
 from . import summary
@@ -52,7 +54,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ls = sub.add_parser("ls", help="list runs")
     show = sub.add_parser("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
-    for p in (run, ls, show):
+    fetch = sub.add_parser("fetch", help="merge a run's streams again into its merged/ result set")
+    fetch.add_argument("run", nargs="?", default="latest")
+    results = sub.add_parser("results", help="list merged result sets with their size and status")
+    for p in (run, ls, show, fetch, results):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -99,10 +104,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(flush=True)  # end the progress line before the error goes to stderr
         _print_lines(summary.error_lines(exc), sys.stderr)
+        _merge(rundir.path, sys.stderr)
         print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
         return EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
     if not args.quiet:
         _print_lines(summary.run_lines(rundir.path, rundir.record))
+    # The run went well even if its merge did not: that is said, and `fetch` tries again.
+    _merge(rundir.path, None if args.quiet else sys.stdout)
+    return EXIT_OK
+
+
+def _merge(run: Path, stream) -> bool:
+    """Merge a run's streams, gathered in full or not; the run's own files stay as they are
+    whatever happens here. What the merge made goes to `stream` (None: nowhere), a failure
+    to stderr."""
+    try:
+        result = merge_run(run)
+    except (OSError, ValueError, StreamError, duckdb.Error) as exc:
+        print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
+              file=sys.stderr)
+        return False
+    if stream is not None:
+        _print_lines(summary.merge_lines(result), stream)
+    return True
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    return EXIT_OK if _merge(find_run(args.runs, args.run), sys.stdout) else EXIT_FAILED
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    _print_lines(summary.results_lines(list_runs(args.runs)))
     return EXIT_OK
 
 
@@ -162,7 +194,7 @@ def _print_lines(lines: list[str], stream=None) -> None:
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show,
-            "up": cmd_up_down, "down": cmd_up_down}
+            "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch, "results": cmd_results}
 
 
 def main(argv: list[str] | None = None) -> int:

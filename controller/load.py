@@ -24,7 +24,7 @@ from netspec.nodelib.errors import ConfigError
 from netspec.nodelib.messages import NODE
 from netspec.nodelib.streams import StreamConfig
 
-from .model import DEFAULT_DEADLINE_S, CampService, ClockService, Component, Host, Plan, Step
+from .model import DEFAULT_DEADLINE_S, CampService, ClockService, Component, Host, Pair, Plan, Step
 
 Path_ = tuple[str | int, ...]
 DEFAULT_HOST = "local"
@@ -149,9 +149,11 @@ def parse(text: str, path: Path) -> Plan:
     clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
     streams = _streams(src, data.get("streams") or {}, components)
     camp = _camp(src, data.get("services", {}).get("camp"), components)
+    pairs = tuple(Pair(name, p["start"], p["end"])
+                  for name, p in (data.get("analysis") or {}).get("pairs", {}).items())
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp)
+                schedule, clock, streams, camp, pairs)
 
 
 def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:

@@ -101,6 +101,15 @@ class CampService:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """An interval from one entity's record to another's with the same tag, on any hosts."""
+
+    name: str
+    start: str
+    end: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -114,6 +123,7 @@ class Plan:
     clock: ClockService
     streams: tuple[StreamConfig, ...] = ()
     camp: CampService | None = None
+    pairs: tuple[Pair, ...] = ()
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -128,4 +138,5 @@ class Plan:
                 "components": [asdict(c) for c in self.components],
                 "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
                 "streams": {s.name: s.wire() for s in self.streams},
-                "camp": self.camp.wire() if self.camp else None}
+                "camp": self.camp.wire() if self.camp else None,
+                "analysis": {"pairs": {p.name: {"start": p.start, "end": p.end} for p in self.pairs}}}

@@ -3,9 +3,11 @@ only cli.py prints."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from netspec.analysis.resultset import MERGED, ResultSet
 from netspec.nodelib.errors import StepFailed
 from netspec.nodelib.messages import worst_status
 
@@ -117,3 +119,28 @@ def host_lines(outcome: dict[str, Any]) -> list[str]:
     """One line per host: what was done there, or why it failed."""
     return [f"{host}: {'FAILED: ' if isinstance(r, BaseException) else ''}{r}"
             for host, r in outcome.items()]
+
+
+def merge_lines(result: ResultSet) -> list[str]:
+    """What the merge made of a run: counts, the causality check, warnings."""
+    lines = [f"merged: {result.records} records, {result.samples} sample values, {result.intervals} "
+             f"intervals on one timeline -> {result.directory}"]
+    lines += [f"  causality {c.text()}" for c in result.causality]
+    lines += [f"  warning: {w}" for w in result.warnings]
+    return lines
+
+
+def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Each run with a merged result set: its size and the run's status."""
+    rows = []
+    for path, r in runs:
+        merged = path / MERGED
+        if not (merged / "summary.json").is_file():
+            continue
+        size = sum(f.stat().st_size for f in merged.iterdir() if f.is_file())
+        records = json.loads((merged / "summary.json").read_text()).get("records", 0)
+        rows.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} {records:>10} "
+                    f"{size / 1e6:>8.1f} MB  {merged}")
+    if not rows:
+        return ["no merged result sets (`ns_control fetch RUN` merges one)"]
+    return [f"{'run':<26} {'experiment':<24} {'status':<12} {'records':>10} {'size':>11}  where", *rows]

@@ -20,7 +20,7 @@ from netspec import nodelib
 
 SEND = nodelib.event("STIM", "send", "the client sends a stimulus")
 STIMULUS = nodelib.event("STIM", "stimulus", "the server has read a whole stimulus")
-REPLY = nodelib.event("STIM", "reply", "the server has written its reply")
+REPLY = nodelib.event("STIM", "reply", "the server writes its reply")
 RTT = nodelib.interval("STIM", "rtt", "from the client's send to the whole reply read back")
 RTT_US = nodelib.histogram("STIM", "rtt_us", lo=0, hi=1000, buckets=100,
                            desc="round trips in microseconds")
@@ -64,8 +64,8 @@ class Server:
                     stimulus = _recv_exactly(conn, size)
                     seq = int.from_bytes(stimulus[:8], "big")
                     STIMULUS.log(seq)
-                    conn.sendall(stimulus)
                     REPLY.log(seq)
+                    conn.sendall(stimulus)
                 except ConnectionError:
                     return
                 self.answered += 1

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import duckdb
+import pyarrow.parquet as pq
 from netspec.analysis.read import StreamReader
 from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
 
@@ -65,6 +67,31 @@ def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
     assert {"cpu.user", "net.lo.bytes_recv", "proc.client.cpu_ns"} <= set(samples[0])
     client = [(s["proc.client.cpu_ns"], s["proc.client.pid"]) for s in samples]
     assert client[-1][0] >= client[0][0] > 0 and len({pid for _, pid in client}) == 1
+    check_merged(run, done.stdout)
+    again = ns_control("fetch", cwd=tmp_path)
+    assert again.returncode == 0 and "merged: 80" in again.stdout
+    listed = ns_control("results", cwd=tmp_path).stdout
+    assert record["id"] in listed and "stimulus-response" in listed
+
+
+def check_merged(run, stdout):
+    """The run's result set: one timeline, both legs of each round trip, nothing acausal."""
+    out = run / "merged"
+    assert {p.name for p in out.iterdir()} == {"events.parquet", "samples.parquet", "intervals.parquet",
+                                               "clock.parquet", "phases.parquet", "summary.json"}
+    assert "causality to_server: 2000 matched, every end after its start" in stdout
+    assert "causality to_client: 2000 matched, every end after its start" in stdout
+    legs = duckdb.sql(f"SELECT name, count(*) FROM '{out}/intervals.parquet' WHERE source = 'pair' "
+                      "GROUP BY name ORDER BY name").fetchall()
+    assert legs == [("to_client", 2000), ("to_server", 2000)]
+    cpu = duckdb.sql(f"SELECT count(*) FROM '{out}/samples.parquet' WHERE field = 'proc.client.cpu_ns'")
+    assert cpu.fetchall()[0][0] > 0
+    phases = pq.read_table(out / "phases.parquet").to_pylist()
+    assert {p["phase"] for p in phases} >= {"launch", "run", "collect"}
+    assert all(p["acked"] >= p["entered"] for p in phases if p["acked"] and p["entered"])
+    events = pq.read_table(out / "events.parquet", columns=["ts", "entity"])
+    assert events.num_rows > 8000 and events.column("ts").to_numpy().tolist() == sorted(
+        events.column("ts").to_numpy().tolist())
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(

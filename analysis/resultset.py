@@ -1,0 +1,173 @@
+"""A run's result set: its directory's merged/ folder, made from the gathered streams.
+
+    events.parquet    every record on the global timeline, with its error bound
+    samples.parquet   sample groups (CAMP, clksync) in long form
+    intervals.parquet interval records, and the experiment's cross-host pairs
+    clock.parquet     each host's clock fit: offset and bounds at every knot
+    phases.parquet    when each component entered and finished each step, globally
+    summary.json      counts, warnings and the causality check
+
+DuckDB queries the Parquet files in place (intervals are derived that way); pandas and
+pyarrow read them as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from netspec.clksync.fit import ClockFit
+from netspec.clksync.records import fit_run
+
+from .timeline import merge_files
+
+MERGED = "merged"
+
+
+@dataclass
+class Causality:
+    """A pair's ends that land before their starts: each is a measured lower bound on how
+    far apart the two hosts' clocks are on the merged timeline."""
+
+    pair: str
+    matched: int
+    violations: int
+    worst_ns: int  # how far the worst end lands before its start (0 if none)
+    beyond_bound: int  # violations larger than the two records' bounds together
+
+    def text(self) -> str:
+        if not self.violations:
+            return f"{self.pair}: {self.matched} matched, every end after its start"
+        return (f"{self.pair}: {self.violations} of {self.matched} ends land before their starts, by up to "
+                f"{self.worst_ns / 1e3:.1f} us: the alignment error is at least that"
+                + (f"; {self.beyond_bound} beyond their error bounds" if self.beyond_bound else
+                   ", within the error bounds"))
+
+
+@dataclass
+class ResultSet:
+    run: Path
+    records: int = 0
+    samples: int = 0
+    intervals: int = 0
+    warnings: list[str] = field(default_factory=list)
+    causality: list[Causality] = field(default_factory=list)
+
+    @property
+    def directory(self) -> Path:
+        return self.run / MERGED
+
+
+def merge_run(run: Path) -> ResultSet:
+    """Merge the run directory `run` into run/merged/ (replacing what is there)."""
+    record = json.loads((run / "run.json").read_text())
+    result = ResultSet(run)
+    out = result.directory
+    out.mkdir(exist_ok=True)
+    try:
+        fits = fit_run(run)
+    except (OSError, ValueError, KeyError) as exc:
+        fits = {}
+        result.warnings.append(f"no clock fit ({exc}): times are each host's own")
+    files = {d.name: sorted(d.glob("streams/*.ds")) for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
+    counts = merge_files(files, fits, out)
+    result.records, result.samples = counts.records, counts.samples
+    result.warnings += counts.warnings
+    write_clock(out / "clock.parquet", fits)
+    write_phases(out / "phases.parquet", record.get("steps", []), fits)
+    pairs = record.get("plan", {}).get("analysis", {}).get("pairs", {})
+    result.intervals, result.causality = write_intervals(out, pairs)
+    (out / "summary.json").write_text(json.dumps({
+        "run": record.get("id"), "records": result.records, "samples": result.samples,
+        "intervals": result.intervals, "warnings": result.warnings,
+        "causality": [asdict(c) for c in result.causality]}, indent=1) + "\n")
+    return result
+
+
+def write_clock(path: Path, fits: dict[str, ClockFit]) -> None:
+    rows: dict[str, list[Any]] = {k: [] for k in ("host", "reference", "segment", "at_local", "at",
+                                                  "offset_ns", "lo_ns", "hi_ns", "bound_ns", "source")}
+    for host, fit in sorted(fits.items()):
+        for n, seg in enumerate(fit.segments):
+            for k in seg.knots:
+                for key, v in (("host", host), ("reference", fit.reference), ("segment", n),
+                               ("at_local", k.at), ("at", k.at - k.offset), ("offset_ns", k.offset),
+                               ("lo_ns", k.lo), ("hi_ns", k.hi),
+                               ("bound_ns", max(k.hi - k.offset, k.offset - k.lo)), ("source", fit.source)):
+                    rows[key].append(v)
+    pq.write_table(pa.table(rows, schema=pa.schema([
+        ("host", pa.string()), ("reference", pa.string()), ("segment", pa.int32()), ("at_local", pa.int64()),
+        ("at", pa.int64()), ("offset_ns", pa.int64()), ("lo_ns", pa.int64()), ("hi_ns", pa.int64()),
+        ("bound_ns", pa.int64()), ("source", pa.string())])), path)
+
+
+def _global(fits: dict[str, ClockFit], host: str, local: list[int | None]) -> list[int | None]:
+    fit = fits.get(host)
+    known = [t for t in local if t is not None]
+    if fit is None or not fit.usable or not known:
+        return local
+    converted = iter(fit.to_global(np.array(known, dtype=np.int64))[0].tolist())
+    return [None if t is None else next(converted) for t in local]
+
+
+def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockFit]) -> None:
+    """One row per step, host and component: entered and acked on the global timeline."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("step", "phase", "host", "component", "status",
+                                                  "entered", "acked")}
+    for i, step in enumerate(steps):
+        for host, h in sorted(step.get("hosts", {}).items()):
+            comps = sorted(h.get("components", {}).items())
+            entered = _global(fits, host, [c.get("entered_ns") for _, c in comps])
+            acked = _global(fits, host, [c.get("acked_ns") for _, c in comps])
+            for (name, c), e, a in zip(comps, entered, acked, strict=True):
+                for key, v in (("step", i), ("phase", step["phase"]), ("host", host), ("component", name),
+                               ("status", c.get("status")), ("entered", e), ("acked", a)):
+                    rows[key].append(v)
+    pq.write_table(pa.table(rows, schema=pa.schema([
+        ("step", pa.int32()), ("phase", pa.string()), ("host", pa.string()), ("component", pa.string()),
+        ("status", pa.string()), ("entered", pa.int64()), ("acked", pa.int64())])), path)
+
+
+INTERVALS_SQL = """
+SELECT entity AS name, host AS start_host, host AS end_host, tag, "start", ts AS "end",
+       CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source
+FROM events WHERE kind = 'interval'
+"""
+
+PAIR_SQL = """
+WITH s AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $start AND tag IS NOT NULL
+           QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1),
+     e AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $end AND tag IS NOT NULL
+           QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1)
+SELECT $name AS name, s.host AS start_host, e.host AS end_host, tag, s.ts AS "start", e.ts AS "end",
+       -- On one host the local clock is exact; across hosts both ends carry their bounds.
+       CASE WHEN s.host = e.host THEN e.ts_local - s.ts_local ELSE e.ts - s.ts END AS duration_ns,
+       CASE WHEN s.host = e.host THEN 0 ELSE s.bound_ns + e.bound_ns END AS bound_ns, 'pair' AS source
+FROM s JOIN e USING (tag)
+"""
+
+
+def write_intervals(out: Path, pairs: dict[str, dict[str, str]]) -> tuple[int, list[Causality]]:
+    """intervals.parquet from the interval records and each pair; the causality check."""
+    db = duckdb.connect()
+    db.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{out / 'events.parquet'}')")
+    db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
+    for name, p in pairs.items():
+        db.execute("INSERT INTO intervals " + PAIR_SQL, {"name": name, "start": p["start"], "end": p["end"]})
+    db.execute(f"""COPY (SELECT * FROM intervals ORDER BY "end") TO '{out / 'intervals.parquet'}'
+                   (FORMAT parquet)""")
+    total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]
+    checks = []
+    for name in pairs:
+        matched, bad, worst, beyond = db.execute(
+            "SELECT count(*), count(*) FILTER (duration_ns < 0), coalesce(-min(duration_ns) FILTER "
+            "(duration_ns < 0), 0), count(*) FILTER (duration_ns < 0 AND -duration_ns > bound_ns) "
+            "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchone()
+        checks.append(Causality(name, matched, bad, worst, beyond))
+    return total, checks

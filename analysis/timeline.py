@@ -1,0 +1,386 @@
+"""The merge: every stream file of a run, each host's timestamps converted to the reference
+host's clock by its clksync fit, onto one time-ordered timeline with an error bound on
+every event, written as Parquet (merged/events.parquet and merged/samples.parquet).
+
+A graph in the babeltrace2 manner: one source per stream file turns chunks into columnar
+batches in global time (`FileSource`); `merge` interleaves the sources by time with
+bounded memory; the sinks write Parquet row groups. Records inside a file are in the
+order they were logged, which is time order but for small slips (a thread preempted
+between reading the clock and appending); a record can be late by up to `SLACK_NS` and
+still take its place, and one later than that is counted in the merge's warnings.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from netspec.clksync.fit import ClockFit
+from netspec.nodelib.streams import NAMESPACE
+
+from .read import ADMIN, StreamReader
+from .scan import MISSING, Columns, scan
+
+SLACK_NS = 1_000_000_000
+EMIT_RECORDS = 1 << 16
+ROW_GROUP = 1 << 20
+KINDS = ("event", "interval", "counter", "histogram", "samples", "admin", "unknown")
+_KIND = {k: i for i, k in enumerate(KINDS)}
+_decode = msgspec.msgpack.decode
+_json = msgspec.json.encode
+
+EVENTS = pa.schema([
+    ("ts", pa.int64()), ("bound_ns", pa.int64()), ("host", pa.dictionary(pa.int32(), pa.string())),
+    ("component", pa.dictionary(pa.int32(), pa.string())), ("stream", pa.dictionary(pa.int32(), pa.string())),
+    ("entity", pa.dictionary(pa.int32(), pa.string())), ("kind", pa.dictionary(pa.int32(), pa.string())),
+    ("tag", pa.int64()), ("value", pa.float64()), ("start", pa.int64()), ("data", pa.string()),
+    ("ts_local", pa.int64())])
+SAMPLES = pa.schema([
+    ("ts", pa.int64()), ("bound_ns", pa.int64()), ("host", pa.string()), ("entity", pa.string()),
+    ("field", pa.string()), ("value", pa.float64()), ("text", pa.string())])
+
+
+class Names:
+    """A growing dictionary of strings: the codes a column's indices refer to."""
+
+    def __init__(self, fixed: tuple[str, ...] = ()):
+        self.codes: dict[str, int] = {n: i for i, n in enumerate(fixed)}
+        self.names: list[str] = list(fixed)
+
+    def code(self, name: str) -> int:
+        c = self.codes.get(name)
+        if c is None:
+            c = self.codes[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+    def array(self, indices: np.ndarray) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                              pa.array(self.names, pa.string()))
+
+
+@dataclass
+class Batch:
+    """Records in global time, as columns; string columns hold Names codes."""
+
+    ts: np.ndarray
+    bound: np.ndarray  # -1 where the host's clock could not be fitted
+    host: np.ndarray
+    component: np.ndarray
+    stream: np.ndarray
+    entity: np.ndarray
+    kind: np.ndarray
+    tag: np.ndarray  # MISSING where none
+    value: np.ndarray  # NaN where none
+    start: np.ndarray  # MISSING where none
+    data: np.ndarray  # object: JSON text or None
+    ts_local: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, index: np.ndarray) -> Batch:
+        return Batch(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+
+    @classmethod
+    def concat(cls, batches: list[Batch]) -> Batch:
+        return cls(*(np.concatenate([getattr(b, f) for b in batches]) for f in cls.__dataclass_fields__))
+
+
+@dataclass
+class Dictionaries:
+    """The string dictionaries every source shares."""
+
+    host: Names = field(default_factory=Names)
+    component: Names = field(default_factory=Names)
+    stream: Names = field(default_factory=Names)
+    entity: Names = field(default_factory=Names)
+    kind: Names = field(default_factory=lambda: Names(KINDS))
+
+
+@dataclass
+class Counts:
+    records: int = 0
+    samples: int = 0
+    late: int = 0
+    late_worst_ns: int = 0
+    unfitted_hosts: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+
+class FileSource:
+    """One stream file's records as Batches in global time, one per chunk, plus the
+    sample rows it holds (`samples`, drained by the caller)."""
+
+    def __init__(self, path: Path, host: str, fit: ClockFit | None, names: Dictionaries, counts: Counts):
+        self.reader = StreamReader(path)
+        self.host, self.names, self.counts = host, names, counts
+        self.fit = fit if fit is not None and fit.usable else None
+        h = self.reader.header
+        self.codes = (names.host.code(host), names.component.code(h.get("component") or ""),
+                      names.stream.code(h.get("stream") or ""))
+        self.samples: list[tuple[np.ndarray, list[dict[str, Any]], str]] = []  # (local ts, values, entity)
+        self._entity_code: dict[int, tuple[int, int]] = {}  # entity id -> (entity code, kind code)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for seq, item in self.reader.chunks(scan):
+            if seq is None:
+                yield self._lost(item)
+            elif len(item):
+                batch = self._batch(item)
+                if len(batch):
+                    yield batch
+        self.counts.warnings.extend(self.reader.warnings)
+
+    def to_global(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.fit is None:
+            self.counts.unfitted_hosts.add(self.host)
+            return local, np.full(len(local), -1, dtype=np.int64)
+        return self.fit.to_global(local)
+
+    def _codes(self, eid: int) -> tuple[int, int]:
+        codes = self._entity_code.get(eid)
+        if codes is None:
+            e = self.reader.entities.get(eid) or ADMIN.get(eid)
+            if e is None:  # its namespace record was lost with a damaged chunk
+                self.reader.warn(f"records of entity id {eid} whose namespace record was lost")
+                codes = (self.names.entity.code(f"?/entity{eid}"), _KIND["unknown"])
+            else:
+                codes = (self.names.entity.code(e.full_name), _KIND.get(e.kind, _KIND["unknown"]))
+            self._entity_code[eid] = codes
+        return codes
+
+    def _batch(self, cols: Columns) -> Batch:
+        ints = cols.ints
+        eid = ints[:, 0]
+        declared = np.flatnonzero(eid == NAMESPACE)
+        for i in declared:
+            self.reader.declare(self._record(cols, i))
+        keep = np.flatnonzero(eid != NAMESPACE)
+        eid, ts_local = eid[keep], ints[keep, 1]
+        a2, a3, items = ints[keep, 2], ints[keep, 3], cols.items[keep]
+        ids, inverse = np.unique(eid, return_inverse=True)
+        table = np.array([self._codes(int(i)) for i in ids], dtype=np.int32).reshape(-1, 2)
+        entity, kind = table[inverse, 0], table[inverse, 1]
+        n = len(keep)
+        tag = np.full(n, MISSING, dtype=np.int64)
+        value = np.full(n, np.nan)
+        start = np.full(n, MISSING, dtype=np.int64)
+        data = np.full(n, None, dtype=object)
+
+        ev = kind == _KIND["event"]
+        tag[ev] = a2[ev]
+        iv = kind == _KIND["interval"]
+        tag[iv], value[iv], start[iv] = a2[iv], (ts_local[iv] - a3[iv]).astype(float), a3[iv]
+        ct = (kind == _KIND["counter"]) & (a2 != MISSING)
+        value[ct] = a2[ct]
+        # The rest need their whole record decoded: event data, float counters,
+        # histograms, samples, admin and unknown records. They are few.
+        slow = np.flatnonzero((ev & (items > 3)) | ((kind == _KIND["counter"]) & (a2 == MISSING))
+                              | (kind >= _KIND["histogram"]))
+        is_sample = np.zeros(n, dtype=bool)
+        for j in slow:
+            r = self._record(cols, keep[j])
+            k = KINDS[kind[j]]
+            if k == "event":
+                value[j], data[j] = _event_data(self.reader, int(eid[j]), r[3])
+            elif k == "counter":
+                value[j] = r[2]
+            elif k == "histogram":
+                value[j], data[j] = r[3], _text({"counts": r[2], "sum": r[3]})
+            elif k == "samples":
+                is_sample[j] = True
+                spec = self.reader.entities[int(eid[j])].spec.get("fields", ())
+                self.samples.append((ts_local[j], dict(zip(spec, r[2], strict=False)),
+                                     self.names.entity.names[entity[j]]))
+            else:
+                data[j] = _text(_admin_value(self.reader, r))
+        rows = np.flatnonzero(~is_sample)
+        ts_local = ts_local[rows]
+        ts, bound = self.to_global(ts_local)
+        st = start[rows]
+        has_start = st != MISSING
+        if has_start.any():
+            st[has_start] = self.to_global(st[has_start])[0]
+        h, c, s = self.codes
+        return Batch(ts, bound, np.full(len(rows), h, np.int32), np.full(len(rows), c, np.int32),
+                     np.full(len(rows), s, np.int32), entity[rows], kind[rows], tag[rows], value[rows],
+                     st, data[rows], ts_local)
+
+    def _record(self, cols: Columns, i: int) -> list[Any]:
+        a, b = cols.spans[i]
+        return _decode(cols.body[a:b])
+
+    def _lost(self, loss: dict[str, Any]) -> Batch:
+        last = self.reader.header.get("created_ns", 0)
+        local = np.array([last], dtype=np.int64)
+        ts, bound = self.to_global(local)
+        h, c, s = self.codes
+        return Batch(ts, bound, np.array([h], np.int32), np.array([c], np.int32), np.array([s], np.int32),
+                     np.array([self.names.entity.code("DS/lost")], np.int32),
+                     np.array([_KIND["admin"]], np.int32), np.array([MISSING]), np.array([np.nan]),
+                     np.array([MISSING]), np.array([_text(loss)], dtype=object), local)
+
+
+def _text(value: Any) -> str:
+    return _json(value, enc_hook=_bytes_hex).decode()
+
+
+def _bytes_hex(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _event_data(reader: StreamReader, eid: int, raw: Any) -> tuple[float, str | None]:
+    """Numeric data goes to the value column, anything else to data as JSON."""
+    value = reader.event_data(eid, raw)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value), None
+    return np.nan, _text(value)
+
+
+def _admin_value(reader: StreamReader, r: list[Any]) -> Any:
+    return reader.admin_record(r).value if r[0] in ADMIN else r[2:]
+
+
+def merge(sources: list[FileSource], counts: Counts) -> Iterator[Batch]:
+    """The sources' batches as one time-ordered sequence of batches.
+
+    The source whose last batch ends earliest is read next; everything older than every
+    source's frontier minus SLACK_NS can no longer be overtaken and leaves, sorted.
+    """
+    iters = [iter(s) for s in sources]
+    frontier = [(np.iinfo(np.int64).min, i) for i in range(len(iters))]
+    heapq.heapify(frontier)
+    pending: list[Batch] = []
+    held = 0
+    emitted = np.iinfo(np.int64).min
+    while frontier:
+        _, i = heapq.heappop(frontier)
+        batch = next(iters[i], None)
+        if batch is None:
+            watermark = frontier[0][0] - SLACK_NS if frontier else np.iinfo(np.int64).max
+        else:
+            late = batch.ts < emitted
+            if late.any():
+                counts.late += int(late.sum())
+                counts.late_worst_ns = max(counts.late_worst_ns, int(emitted - batch.ts[late].min()))
+            pending.append(batch)
+            held += len(batch)
+            heapq.heappush(frontier, (int(batch.ts.max()), i))
+            watermark = frontier[0][0] - SLACK_NS
+        # Splitting copies what is held: do it once enough has gathered.
+        if held < EMIT_RECORDS and frontier:
+            continue
+        ready, pending = _split(pending, watermark)
+        held = sum(len(b) for b in pending)
+        if ready is not None:
+            emitted = max(emitted, int(ready.ts[-1]))
+            yield ready
+    if pending:
+        yield _sorted(Batch.concat(pending))
+
+
+def _sorted(batch: Batch) -> Batch:
+    return batch.take(np.argsort(batch.ts, kind="stable"))
+
+
+def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Batch]]:
+    """(the pending records at or before the watermark, sorted; the rest)."""
+    if all(b.ts.min() > watermark for b in pending):
+        return None, pending
+    both = Batch.concat(pending)
+    early = both.ts <= watermark
+    rest = both.take(np.flatnonzero(~early))
+    return _sorted(both.take(np.flatnonzero(early))), ([rest] if len(rest) else [])
+
+
+class EventsSink:
+    """Writes batches as row groups of about ROW_GROUP rows."""
+
+    def __init__(self, path: Path, names: Dictionaries):
+        self.writer = pq.ParquetWriter(path, EVENTS, compression="zstd")
+        self.names, self.buffered, self.rows = names, [], 0
+
+    def write(self, batch: Batch) -> None:
+        self.buffered.append(batch)
+        self.rows += len(batch)
+        if sum(len(b) for b in self.buffered) >= ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.buffered:
+            return
+        b, self.buffered = Batch.concat(self.buffered), []
+        n = self.names
+        self.writer.write_table(pa.table([
+            pa.array(b.ts), pa.array(b.bound, mask=b.bound < 0), n.host.array(b.host),
+            n.component.array(b.component), n.stream.array(b.stream), n.entity.array(b.entity),
+            n.kind.array(b.kind), pa.array(b.tag, mask=b.tag == MISSING), pa.array(b.value, from_pandas=True),
+            pa.array(b.start, mask=b.start == MISSING), pa.array(b.data, pa.string()), pa.array(b.ts_local)],
+            schema=EVENTS), row_group_size=ROW_GROUP)
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+
+
+def write_samples(path: Path, sources: list[FileSource]) -> int:
+    """Every sample group's values in long form: one row per field per sample; a value
+    that is not a number (a peer's name) is in `text`."""
+    columns: dict[str, list[Any]] = {f: [] for f in SAMPLES.names}
+    for s in sources:
+        if not s.samples:
+            continue
+        local = np.array([t for t, _, _ in s.samples], dtype=np.int64)
+        ts, bound = s.to_global(local)
+        for t, b, (_, values, entity) in zip(ts.tolist(), bound.tolist(), s.samples, strict=True):
+            for name, v in values.items():
+                columns["ts"].append(t)
+                columns["bound_ns"].append(b if b >= 0 else None)
+                columns["host"].append(s.host)
+                columns["entity"].append(entity)
+                columns["field"].append(name)
+                numeric = isinstance(v, (int, float))
+                columns["value"].append(float(v) if numeric else None)
+                columns["text"].append(None if numeric or v is None else str(v))
+        s.samples.clear()
+    table = pa.table(columns, schema=SAMPLES).sort_by([("ts", "ascending")])
+    pq.write_table(table, path, compression="zstd")
+    return len(table)
+
+
+def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Path) -> Counts:
+    """Merge `files` (host -> stream files) into out/events.parquet and out/samples.parquet."""
+    out.mkdir(parents=True, exist_ok=True)
+    names, counts = Dictionaries(), Counts()
+    sources = [FileSource(p, host, fits.get(host), names, counts)
+               for host, paths in sorted(files.items()) for p in sorted(paths)]
+    sink = EventsSink(out / "events.parquet", names)
+    for batch in merge(sources, counts):
+        sink.write(batch)
+    sink.close()
+    counts.records = sink.rows
+    counts.samples = write_samples(out / "samples.parquet", sources)
+    if counts.late:
+        counts.warnings.append(f"{counts.late} records came more than {SLACK_NS / 1e9:g} s after later "
+                               f"ones of their file (worst {counts.late_worst_ns / 1e6:.1f} ms): "
+                               "they are in events.parquet but out of time order")
+    for host in sorted(counts.unfitted_hosts):
+        counts.warnings.append(f"host {host}: no clock fit (no clksync exchanges with the reference): "
+                               "its times are its own clock's, bound_ns is null")
+    return counts
+
+
+def summary_json(counts: Counts) -> str:
+    return json.dumps({"records": counts.records, "samples": counts.samples, "late": counts.late,
+                       "warnings": counts.warnings}, indent=1)

@@ -1,0 +1,118 @@
+"""The merge's speed and memory: raw streams of 4 hosts x N events -> clock-corrected,
+merged Parquet (merged/events.parquet), in a child process whose peak RSS is measured;
+beside it, in the same run, reading the same files record by record (StreamReader, one
+Python object per record) as the baseline. Prints figures for people, then one JSON object.
+
+    python bench/merge.py [--events 5000000]   # per host
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from netspec.analysis.read import StreamReader
+from netspec.analysis.timeline import merge_files
+from netspec.clksync.fit import ClockFit, Exchanges, fit
+from netspec.nodelib.instrument import Datastreams
+from netspec.nodelib.streams import StreamConfig, StreamInfo
+
+HOSTS = ("a", "b", "c", "d")
+OFFSETS = {"a": 0, "b": 2_000_000, "c": -3_000_000, "d": 7_000_000}
+RATE_NS = 100_000
+START_NS = 1_700_000_000_000_000_000  # before now: each file's close record comes last
+
+
+def write_host(directory: Path, host: str, events: int, start_ns: int) -> Path:
+    """`events` events 100 us apart in this host's clock (10,000 a second, as a busy
+    application logs), through the real writer; the clock is the logging call's own
+    argument, so the run's time span is real without taking that long."""
+    ds = Datastreams()
+    tick, send = ds.event("B", "tick"), ds.event("B", "send")
+    (path,) = ds.start([StreamConfig("b", enable=("B",))],
+                       StreamInfo(directory, run="bench", host=host, component="app"), exit_hooks=False)
+    log_tick, log_send = tick.log, send.log
+    clock = itertools.count(start_ns + OFFSETS[host], RATE_NS).__next__
+    for i in range(events):
+        if i % 10:
+            log_tick(i, None, clock)
+        else:
+            log_send(i, i, clock)  # one in ten carries data
+    ds.stop()
+    return path
+
+
+def fits(span_ns: tuple[int, int]) -> dict[str, ClockFit]:
+    """Each host's fit from exchanges every 100 ms over the files' span, offsets as in OFFSETS."""
+    rng, out = random.Random(1), {"a": ClockFit.identity("a")}
+    for host in HOSTS[1:]:
+        rows = []
+        for g1 in range(span_ns[0] - 10**9, span_ns[1] + 10**9, 100_000_000):
+            g2 = g1 + rng.randint(20_000, 40_000)
+            g4 = g2 + 5_000 + rng.randint(20_000, 40_000)
+            rows.append((g1 + OFFSETS[host], g2, g2 + 5_000, g4 + OFFSETS[host], True))
+        out[host] = fit(host, "a", Exchanges.from_rows(rows))
+    return out
+
+
+def merge_child(directory: Path) -> None:
+    paths = sorted(directory.glob("*/*.ds"))
+    files = {p.parent.name: [p] for p in paths}
+    t0 = time.perf_counter()
+    events = int(directory.joinpath("events").read_text())
+    counts = merge_files(files, fits((START_NS, START_NS + events * RATE_NS)), directory / "merged")
+    elapsed = time.perf_counter() - t0
+    print(json.dumps({"records": counts.records, "seconds": elapsed,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "late": counts.late, "warnings": counts.warnings}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=5_000_000, help="per host")
+    parser.add_argument("--merge-child", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.merge_child:
+        merge_child(args.merge_child)
+        return
+    with tempfile.TemporaryDirectory(prefix="merge-bench-") as tmp:
+        directory = Path(tmp)
+        t0 = time.perf_counter()
+        paths = [write_host(directory / h, h, args.events, START_NS) for h in HOSTS]
+        directory.joinpath("events").write_text(str(args.events))
+        written = time.perf_counter() - t0
+        size = sum(p.stat().st_size for p in paths)
+        print(f"{len(HOSTS)} hosts x {args.events:,} events: {size / 1e6:.0f} MB of streams "
+              f"(written in {written:.1f} s)")
+        done = subprocess.run([sys.executable, __file__, "--merge-child", str(directory)],
+                              capture_output=True, text=True, check=True)
+        merged = json.loads(done.stdout.strip().splitlines()[-1])
+        rate = merged["records"] / merged["seconds"]
+        out = (directory / "merged" / "events.parquet").stat().st_size
+        print(f"  merge -> events.parquet: {merged['records']:,} records in {merged['seconds']:.1f} s = "
+              f"{rate / 1e6:.2f} M records/s, peak RSS {merged['peak_rss_mb']:.0f} MB, "
+              f"Parquet {out / 1e6:.0f} MB")
+        t0, n = time.perf_counter(), 0
+        for p in paths[:1]:  # one host's file is enough for a rate
+            for _ in StreamReader(p):
+                n += 1
+        baseline = n / (time.perf_counter() - t0)
+        print(f"  baseline, reading one host's file record by record: {baseline / 1e6:.2f} M records/s "
+              f"(the merge is {rate / baseline:.1f}x that, with clock conversion, ordering and Parquet)")
+    print(json.dumps({"bench": "merge", "hosts": len(HOSTS), "events_per_host": args.events,
+                      "records": merged["records"], "seconds": round(merged["seconds"], 2),
+                      "records_per_s": round(rate), "peak_rss_mb": round(merged["peak_rss_mb"]),
+                      "baseline_records_per_s": round(baseline), "speedup": round(rate / baseline, 2),
+                      "late": merged["late"]}))
+
+
+if __name__ == "__main__":
+    main()

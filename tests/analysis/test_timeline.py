@@ -1,0 +1,143 @@
+"""The merge: synthetic streams from hosts with known clock offsets and drift land on the
+true global time within their bounds, in time order; cross-host pairs and the causality
+check; the Parquet files read back with DuckDB and pyarrow."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from netspec.analysis.resultset import write_intervals
+from netspec.analysis.scan import scan
+from netspec.analysis.timeline import merge_files
+from netspec.clksync.fit import ClockFit, Exchanges, fit
+from netspec.nodelib.instrument import Datastreams
+from netspec.nodelib.streams import StreamConfig, StreamInfo
+
+T0 = 1_700_000_000_000_000_000  # before now: the files' own close records come last
+SECOND = 1_000_000_000
+# host -> (offset ns at T0, drift in ns per s): host time = global time + offset + drift * t
+CLOCKS = {"a": (0, 0.0), "b": (3_000_000, 20_000.0), "c": (-41_000_000, -7_500.0)}
+
+
+def host_time(host: str, global_ns: np.ndarray | int) -> np.ndarray | int:
+    offset, drift = CLOCKS[host]
+    return global_ns + offset + np.round(drift * (np.asarray(global_ns) - T0) / SECOND).astype(np.int64)
+
+
+def exchanges(host: str, seconds: int, rng: random.Random) -> Exchanges:
+    """Probe exchanges with reference a every 100 ms: 20-60 us each way."""
+    rows = []
+    for k in range(seconds * 10):
+        g1 = T0 + k * SECOND // 10
+        g2 = g1 + rng.randint(20_000, 60_000)
+        g3 = g2 + 5_000
+        g4 = g3 + rng.randint(20_000, 60_000)
+        rows.append((int(host_time(host, g1)), g2, g3, int(host_time(host, g4)), True))
+    return Exchanges.from_rows(rows)
+
+
+def write_stream(directory: Path, host: str, records: list[tuple[str, int, int]]) -> Path:
+    """A real stream file whose records carry the given host times: (entity, ts, tag)."""
+    ds = Datastreams()
+    entities = {name: ds.event("T", name) for name in {r[0] for r in records}}
+    (path,) = ds.start([StreamConfig("t", enable=("T",), chunk_records=500)],
+                       StreamInfo(directory, run="r", host=host, component=f"app_{host}"), exit_hooks=False)
+    stream = ds.streams[0]
+    for name, ts, tag in records:
+        stream.put((entities[name].id, ts, tag))
+    ds.stop()
+    return path
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    """Hosts a, b, c each log 3,000 events at known global times; b sends each to c."""
+    tmp = tmp_path_factory.mktemp("merge")
+    rng = random.Random(5)
+    fits = {"a": ClockFit.identity("a"),
+            **{h: fit(h, "a", exchanges(h, 40, rng)) for h in ("b", "c")}}
+    truth = {}
+    files = {}
+    for host in CLOCKS:
+        globals_ = np.sort(np.array([T0 + 5 * SECOND + rng.randrange(30 * SECOND) for _ in range(3000)]))
+        truth[host] = globals_
+        local = host_time(host, globals_)
+        records = [("tick", int(t), i) for i, t in enumerate(local)]
+        if host == "b":
+            records += [("send", int(host_time("b", g)), i) for i, g in enumerate(globals_[:1000])]
+        if host == "c":
+            sends = truth["b"][:1000]
+            records += [("recv", int(host_time("c", g + 50_000)), i) for i, g in enumerate(sends)]
+        records.sort(key=lambda r: r[1])
+        files[host] = [write_stream(tmp / host, host, records)]
+    counts = merge_files(files, fits, tmp / "merged")
+    return tmp / "merged", truth, counts
+
+
+def test_every_event_lands_on_its_true_global_time_within_its_bound(merged):
+    out, truth, counts = merged
+    events = pq.read_table(out / "events.parquet").to_pandas()
+    assert counts.warnings == [] and counts.late == 0
+    assert np.all(np.diff(events["ts"].to_numpy()) >= 0), "one time-ordered timeline"
+    for host in CLOCKS:
+        ticks = events[(events.host == host) & (events.entity == "T/tick")].sort_values("tag")
+        assert len(ticks) == 3000
+        error = np.abs(ticks["ts"].to_numpy() - truth[host])
+        assert np.all(error <= ticks["bound_ns"].to_numpy()), host
+        if host == "a":
+            assert error.max() == 0 and ticks["bound_ns"].max() == 0
+        else:
+            # Offsets of milliseconds and drifts of up to 20 ppm are taken out to within microseconds.
+            assert error.max() < 20_000 and np.median(ticks["bound_ns"]) < 30_000, host
+
+
+def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_check(merged):
+    out, _, _ = merged
+    total, (check,) = write_intervals(out, {"b_to_c": {"start": "T/send", "end": "T/recv"}})
+    assert total == 1000 and check.matched == 1000 and check.violations == 0
+    pairs = duckdb.sql(f"SELECT * FROM '{out / 'intervals.parquet'}' WHERE name = 'b_to_c'").df()
+    assert set(pairs.start_host) == {"b"} and set(pairs.end_host) == {"c"}
+    assert np.all(np.abs(pairs.duration_ns - 50_000) <= pairs.bound_ns)
+    assert abs(np.median(pairs.duration_ns) - 50_000) < 20_000
+
+
+def test_a_receive_before_its_send_is_reported_with_how_far(merged):
+    out, _, _ = merged
+    # Pairing backwards (each receive as the start) makes every "end" land before its "start".
+    _, (check,) = write_intervals(out, {"backwards": {"start": "T/recv", "end": "T/send"}})
+    assert check.violations == check.matched == 1000
+    assert 30_000 < check.worst_ns < 80_000
+    assert "1000 of 1000 ends land before their starts" in check.text()
+
+
+def test_the_scanner_reads_every_kind_of_value_the_writer_can_write():
+    import msgspec
+    records = [[16, T0, 1], [17, T0 + 1, None, {"k": [1.5, "s", b"\x00" * 70000, None, True]}],
+               [18, T0 + 2, -5, T0 - 9], [19, T0 + 3, [1, 2.5, "x" * 300]],
+               [0, 7, 20, "event", "G", "n", "", None, {}]]
+    body = msgspec.msgpack.encode(records)
+    cols = scan(body, len(records))
+    assert cols.ints[:, 0].tolist() == [16, 17, 18, 19, 0]
+    assert cols.ints[2, 2:].tolist() == [-5, T0 - 9]
+    assert [msgspec.msgpack.decode(body[a:b]) for a, b in cols.spans] == records
+    with pytest.raises(ValueError):
+        scan(body[:-3], len(records))
+
+
+def test_a_damaged_chunk_is_a_lost_record_on_the_timeline(tmp_path):
+    path = write_stream(tmp_path, "a", [("tick", T0 + i, i) for i in range(2000)])
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    counts = merge_files({"a": [path]}, {"a": ClockFit.identity("a")}, tmp_path / "merged")
+    events = pq.read_table(tmp_path / "merged" / "events.parquet").to_pandas()
+    lost = events[events.entity == "DS/lost"]
+    assert len(lost) == 1 and json.loads(lost.data.iloc[0])["records"] == 500
+    assert (events.entity == "T/tick").sum() == 1500
+    assert any("lost 500 records" in w for w in counts.warnings)
