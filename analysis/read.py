@@ -272,9 +272,14 @@ class StreamReader:
             elif eid in ADMIN:
                 yield self.admin_record(r)
             else:
-                entity = self.entities[eid] = EntityInfo(eid, "unknown", "?", f"entity{eid}")
-                self.warn(f"records of entity id {eid} whose namespace record was lost")
-                yield Record(ts, entity, None, r[2:], None, self.source)
+                yield Record(ts, self.undeclared(eid), None, r[2:], None, self.source)
+
+    def undeclared(self, eid: int) -> EntityInfo:
+        """A stand-in for an entity whose namespace record was lost with a damaged chunk;
+        said once, then known by it."""
+        entity = self.entities[eid] = EntityInfo(eid, "unknown", "?", f"entity{eid}")
+        self.warn(f"records of entity id {eid} whose namespace record was lost")
+        return entity
 
     def declare(self, r: list[Any]) -> None:
         _, _, eid, kind, group, name, desc, decoder, spec = r[:9]

@@ -90,21 +90,21 @@ def merge_run(run: Path) -> ResultSet:
     return result
 
 
+CLOCK = pa.schema([
+    ("host", pa.string()), ("reference", pa.string()), ("segment", pa.int32()), ("at_local", pa.int64()),
+    ("at", pa.int64()), ("offset_ns", pa.int64()), ("lo_ns", pa.int64()), ("hi_ns", pa.int64()),
+    ("bound_ns", pa.int64()), ("source", pa.string())])
+PHASES = pa.schema([
+    ("step", pa.int32()), ("phase", pa.string()), ("host", pa.string()), ("component", pa.string()),
+    ("status", pa.string()), ("entered", pa.int64()), ("acked", pa.int64())])
+
+
 def write_clock(path: Path, fits: dict[str, ClockFit]) -> None:
-    rows: dict[str, list[Any]] = {k: [] for k in ("host", "reference", "segment", "at_local", "at",
-                                                  "offset_ns", "lo_ns", "hi_ns", "bound_ns", "source")}
-    for host, fit in sorted(fits.items()):
-        for n, seg in enumerate(fit.segments):
-            for k in seg.knots:
-                for key, v in (("host", host), ("reference", fit.reference), ("segment", n),
-                               ("at_local", k.at), ("at", k.at - k.offset), ("offset_ns", k.offset),
-                               ("lo_ns", k.lo), ("hi_ns", k.hi),
-                               ("bound_ns", max(k.hi - k.offset, k.offset - k.lo)), ("source", fit.source)):
-                    rows[key].append(v)
-    pq.write_table(pa.table(rows, schema=pa.schema([
-        ("host", pa.string()), ("reference", pa.string()), ("segment", pa.int32()), ("at_local", pa.int64()),
-        ("at", pa.int64()), ("offset_ns", pa.int64()), ("lo_ns", pa.int64()), ("hi_ns", pa.int64()),
-        ("bound_ns", pa.int64()), ("source", pa.string())])), path)
+    rows = [{"host": host, "reference": fit.reference, "segment": n, "at_local": k.at, "at": k.at - k.offset,
+             "offset_ns": k.offset, "lo_ns": k.lo, "hi_ns": k.hi,
+             "bound_ns": max(k.hi - k.offset, k.offset - k.lo), "source": fit.source}
+            for host, fit in sorted(fits.items()) for n, seg in enumerate(fit.segments) for k in seg.knots]
+    pq.write_table(pa.Table.from_pylist(rows, schema=CLOCK), path)
 
 
 def _global(fits: dict[str, ClockFit], host: str, local: list[int | None]) -> list[int | None]:
@@ -118,20 +118,16 @@ def _global(fits: dict[str, ClockFit], host: str, local: list[int | None]) -> li
 
 def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockFit]) -> None:
     """One row per step, host and component: entered and acked on the global timeline."""
-    rows: dict[str, list[Any]] = {k: [] for k in ("step", "phase", "host", "component", "status",
-                                                  "entered", "acked")}
+    rows = []
     for i, step in enumerate(steps):
         for host, h in sorted(step.get("hosts", {}).items()):
             comps = sorted(h.get("components", {}).items())
             entered = _global(fits, host, [c.get("entered_ns") for _, c in comps])
             acked = _global(fits, host, [c.get("acked_ns") for _, c in comps])
-            for (name, c), e, a in zip(comps, entered, acked, strict=True):
-                for key, v in (("step", i), ("phase", step["phase"]), ("host", host), ("component", name),
-                               ("status", c.get("status")), ("entered", e), ("acked", a)):
-                    rows[key].append(v)
-    pq.write_table(pa.table(rows, schema=pa.schema([
-        ("step", pa.int32()), ("phase", pa.string()), ("host", pa.string()), ("component", pa.string()),
-        ("status", pa.string()), ("entered", pa.int64()), ("acked", pa.int64())])), path)
+            rows += [{"step": i, "phase": step["phase"], "host": host, "component": name,
+                      "status": c.get("status"), "entered": e, "acked": a}
+                     for (name, c), e, a in zip(comps, entered, acked, strict=True)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=PHASES), path)
 
 
 INTERVALS_SQL = """

@@ -13,7 +13,6 @@ still take its place, and one later than that is counted in the merge's warnings
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,12 +148,8 @@ class FileSource:
     def _codes(self, eid: int) -> tuple[int, int]:
         codes = self._entity_code.get(eid)
         if codes is None:
-            e = self.reader.entities.get(eid) or ADMIN.get(eid)
-            if e is None:  # its namespace record was lost with a damaged chunk
-                self.reader.warn(f"records of entity id {eid} whose namespace record was lost")
-                codes = (self.names.entity.code(f"?/entity{eid}"), _KIND["unknown"])
-            else:
-                codes = (self.names.entity.code(e.full_name), _KIND.get(e.kind, _KIND["unknown"]))
+            e = self.reader.entities.get(eid) or ADMIN.get(eid) or self.reader.undeclared(eid)
+            codes = (self.names.entity.code(e.full_name), _KIND.get(e.kind, _KIND["unknown"]))
             self._entity_code[eid] = codes
         return codes
 
@@ -379,8 +374,3 @@ def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Pa
         counts.warnings.append(f"host {host}: no clock fit (no clksync exchanges with the reference): "
                                "its times are its own clock's, bound_ns is null")
     return counts
-
-
-def summary_json(counts: Counts) -> str:
-    return json.dumps({"records": counts.records, "samples": counts.samples, "late": counts.late,
-                       "warnings": counts.warnings}, indent=1)

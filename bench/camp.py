@@ -24,10 +24,8 @@ import time
 from pathlib import Path
 
 import psutil
-from netspec.daemon.sampler import STREAM, CampConfig, CampSampler, slot_instants
+from netspec.daemon.sampler import CampConfig, CampSampler, open_stream, slot_instants
 from netspec.nodelib.camp.procfs import READ_SIZE, ProcBackend, process_clock
-from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamInfo
 
 PROCESSES = 4
 
@@ -60,14 +58,6 @@ def psutil_sample(handles: list[psutil.Process]) -> None:
 def ps_sample(pids: list[int]) -> None:
     subprocess.run(["ps", "-o", "pid,min_flt,maj_flt,time,rss,vsz,nlwp,stat", "-p",
                     ",".join(map(str, pids))], capture_output=True, check=True)
-
-
-def open_stream(directory: Path, name: str) -> Datastreams:
-    streams = Datastreams()
-    streams.start([STREAM],
-                  StreamInfo(directory / name, run="bench", host="h", component="camp"),
-                  exit_hooks=False)
-    return streams
 
 
 def kernel_reads(backend: ProcBackend):
@@ -105,7 +95,7 @@ def thread_cpu_percent(fn, hz: float, seconds: float) -> float:
 
 def sampler_cpu(directory: Path, pids: dict[str, int], hz: float, seconds: float) -> dict[str, float]:
     """The sampler thread's CPU %, the stream flusher's, and the whole process's."""
-    streams = open_stream(directory, f"{hz:g}hz")
+    streams = open_stream(directory / f"{hz:g}hz", "bench", "h")
     sampler = CampSampler(streams, CampConfig(interval_ms=1000 / hz), pids)
     sampler.start()
     flusher = next(t for t in threading.enumerate() if t.name == "netspec-flusher")
@@ -135,7 +125,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="camp-bench-") as tmp:
             directory = Path(tmp)
-            streams = open_stream(directory, "one")
+            streams = open_stream(directory / "one", "bench", "h")
             sampler = CampSampler(streams, CampConfig(), pids)
             ours = per_call_us(sampler.sample)
             bare = kernel_reads(sampler.backend)

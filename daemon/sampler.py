@@ -25,6 +25,7 @@ import select
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from netspec.nodelib.camp import (
     Backend,
@@ -39,7 +40,7 @@ from netspec.nodelib.camp import (
 )
 from netspec.nodelib.camp.procfs import TICK_NS
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig
+from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 NET_FIELDS = NetCounters._fields
 DISK_FIELDS = DiskCounters._fields
@@ -189,6 +190,14 @@ class CampSampler:
         self.thread = None
         for fd in self._wake:
             os.close(fd)
+
+
+def open_stream(directory: Path, run: str, host: str) -> Datastreams:
+    """The camp stream's file in `directory`, opened for a sampler's records."""
+    streams = Datastreams()
+    streams.start([STREAM], StreamInfo(directory, run=run, host=host, component=STREAM.name),
+                  exit_hooks=False)
+    return streams
 
 
 def sample_fields(interfaces: list[str], disks: list[str], processes: dict[str, object]) -> list[str]:

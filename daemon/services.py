@@ -22,7 +22,7 @@ from netspec.clksync.node import ClockService
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
 
-from .sampler import STREAM as CAMP_STREAM
+from . import sampler
 from .sampler import CampConfig, CampSampler
 
 NODE_STREAM = "netspecd"
@@ -58,9 +58,7 @@ class NodeServices:
                                  StreamInfo(self.directory, run=self.run_id, host=self.host,
                                             component=CLOCK_STREAM), exit_hooks=False)
         if self.camp is not None:
-            self.camp_streams.start([CAMP_STREAM],
-                                    StreamInfo(self.directory, run=self.run_id, host=self.host,
-                                               component=CAMP_STREAM.name), exit_hooks=False)
+            self.camp_streams = sampler.open_stream(self.directory, self.run_id, self.host)
 
     def start_logging(self, processes: dict[str, int]) -> None:
         """`processes`: each running component's pid, for the sampler to pick from."""

@@ -8,19 +8,15 @@ import time
 
 import pytest
 from netspec.analysis.read import StreamReader
-from netspec.daemon.sampler import STREAM, CampConfig, CampSampler, slot_instants
+from netspec.daemon.sampler import CampConfig, CampSampler, open_stream, slot_instants
 from netspec.daemon.services import NodeServices
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamInfo
 from support import start_loadgen as start
 
 
 def open_camp(directory) -> Datastreams:
-    streams = Datastreams()
-    streams.start([STREAM],
-                  StreamInfo(directory, run="r", host="h", component="camp"), exit_hooks=False)
-    return streams
+    return open_stream(directory, "r", "h")
 
 
 @pytest.fixture
