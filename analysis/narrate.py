@@ -1,10 +1,15 @@
-"""Narration sink: records as lines a person reads (`ns_control dump`)."""
+"""Narration sinks: records as lines a person reads, from stream files (`ns_control dump`)
+or from the merged timeline (merged/narration.txt)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from .read import Record, StreamReader
 
@@ -30,22 +35,26 @@ def header_lines(reader: StreamReader) -> list[str]:
 def record_line(r: Record, with_source: bool = False) -> str:
     who = f"{r.source.host}/{r.source.component or r.source.pid}" if with_source else ""
     who = f"{who:<16} " if who else ""
-    return f"{clock_text(r.ts)}  {who}{r.entity.full_name:<24} {_describe(r)}".rstrip()
+    what = describe(r.entity.kind, r.entity.name, r.tag, r.value, r.start, r.entity.spec)
+    return f"{clock_text(r.ts)}  {who}{r.entity.full_name:<24} {what}".rstrip()
 
 
-def _describe(r: Record) -> str:
-    kind, v = r.entity.kind, r.value
+def describe(kind: str, name: str, tag: int | None, v: Any, start: int | None,
+             spec: dict[str, Any] | None = None) -> str:
+    """A record's value in words; a histogram's bins need its entity's spec."""
     if kind == "event":
-        return f"tag {r.tag}" + ("" if v is None else f"  {v!r}")
+        return f"tag {tag}" + ("" if v is None else f"  {v!r}")
     if kind == "interval":
-        return f"tag {r.tag}  {v / 1e3:.3f} us  (from {clock_text(r.start or 0)})"
+        return f"tag {tag}  {v / 1e3:.3f} us  (from {clock_text(start or 0)})"
     if kind == "counter":
         return f"= {v}"
     if kind == "histogram":
-        return _histogram(r.entity.spec, v["counts"], v["sum"])
+        return _histogram(spec, v["counts"], v["sum"]) if spec else f"sum {v['sum']}  counts {v['counts']}"
     if kind == "samples":
         return "  ".join(f"{k}={x}" for k, x in v.items())
-    return _admin(r.entity.name, v)
+    if kind == "admin" and isinstance(v, dict):
+        return _admin(name, v)
+    return "" if v is None else json.dumps(v)
 
 
 def _histogram(spec: dict[str, Any], counts: list[int], total: float) -> str:
@@ -82,3 +91,36 @@ def narrate(readers: list[StreamReader], records: Iterable[Record]) -> Iterator[
     many = len(readers) > 1
     for r in records:
         yield record_line(r, many)
+
+
+NARRATION_LIMIT = 1_000_000  # lines; the Parquet tables hold everything
+
+
+def narrate_merged(db: duckdb.DuckDBPyConnection, limit: int = NARRATION_LIMIT,
+                   source: str = "events") -> Iterator[str]:
+    """The view `source` (events, or a selection of it) on the global timeline: time, error
+    bound, where, what."""
+    rows = db.execute(f"SELECT ts, bound_ns, host || '/' || component, entity, kind, tag, value, start, data "
+                      f"FROM {source} LIMIT {limit + 1}")
+    n = 0
+    while batch := rows.fetchmany(65536):
+        for ts, bound, who, entity, kind, tag, value, start, data in batch:
+            n += 1
+            if n > limit:
+                yield f"... more records than the {limit} narrated: query events.parquet for the rest"
+                return
+            pm = "        ?" if bound is None else f"{bound / 1e3:>9.1f}"
+            v = json.loads(data) if data is not None else _number(value)
+            what = describe(kind, entity.partition("/")[2], tag, v, start)
+            yield f"{clock_text(ts)} \u00b1{pm} us  {who:<20} {entity:<24} {what}"
+
+
+def _number(value: float | None) -> float | int | None:
+    """A value as it was logged: the events table holds every number as a double."""
+    return int(value) if value is not None and value.is_integer() else value
+
+
+def write_narration(db: duckdb.DuckDBPyConnection, path: Path) -> None:
+    with open(path, "w") as f:
+        for line in narrate_merged(db):
+            f.write(line + "\n")

@@ -290,6 +290,9 @@ class StreamReader:
             self._decoders[eid] = None
             self.warn(f"{group}/{name}: decoder {decoder!r} unavailable ({exc}); extra data kept raw")
 
+    def has_decoder(self, eid: int) -> bool:
+        return self._decoders.get(eid) is not None
+
     def event_data(self, eid: int, data: Any) -> Any:
         """An event's extra data, unpacked by its entity's decoder."""
         decode = self._decoders.get(eid)

@@ -5,7 +5,11 @@
     intervals.parquet interval records, and the experiment's cross-host pairs
     clock.parquet     each host's clock fit: offset and bounds at every knot
     phases.parquet    when each component entered and finished each step, globally
-    summary.json      counts, warnings and the causality check
+    rates.parquet, usage.parquet, workload.parquet   derived from CAMP (derive.py)
+    trace.json        the timeline for ui.perfetto.dev
+    narration.txt     the timeline in words
+    plots/*.png       intervals, clock offsets, CAMP per host
+    summary.json      counts, warnings, the causality check and the workloads
 
 DuckDB queries the Parquet files in place (intervals are derived that way); pandas and
 pyarrow read them as they are.
@@ -25,7 +29,12 @@ import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 
+from .derive import Workload, write_derived
+from .graph import run_graph
+from .narrate import write_narration
+from .plots import plot_all
 from .timeline import merge_files
+from .trace import TRACE_LIMIT, write_trace
 
 MERGED = "merged"
 
@@ -53,23 +62,23 @@ class Causality:
 @dataclass
 class ResultSet:
     run: Path
+    directory: Path
     records: int = 0
     samples: int = 0
     intervals: int = 0
     warnings: list[str] = field(default_factory=list)
     causality: list[Causality] = field(default_factory=list)
-
-    @property
-    def directory(self) -> Path:
-        return self.run / MERGED
+    workloads: list[Workload] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
 
 
-def merge_run(run: Path) -> ResultSet:
-    """Merge the run directory `run` into run/merged/ (replacing what is there)."""
+def merge_run(run: Path, out: Path | None = None) -> ResultSet:
+    """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
+    there."""
     record = json.loads((run / "run.json").read_text())
-    result = ResultSet(run)
-    out = result.directory
-    out.mkdir(exist_ok=True)
+    out = out or run / MERGED
+    result = ResultSet(run, out)
+    out.mkdir(parents=True, exist_ok=True)
     try:
         fits = fit_run(run)
     except (OSError, ValueError, KeyError) as exc:
@@ -82,12 +91,42 @@ def merge_run(run: Path) -> ResultSet:
     write_clock(out / "clock.parquet", fits)
     write_phases(out / "phases.parquet", record.get("steps", []), fits)
     pairs = record.get("plan", {}).get("analysis", {}).get("pairs", {})
-    result.intervals, result.causality = write_intervals(out, pairs)
+    db = open_tables(out)
+    result.intervals, result.causality = write_intervals(db, out, pairs)
+    result.workloads = write_derived(db, out)
+    db = open_tables(out)  # with the tables just written
+    trace = write_trace(db, out / "trace.json")
+    if trace.truncated:
+        result.warnings.append(f"trace.json holds the first {TRACE_LIMIT} events and intervals only")
+    write_narration(db, out / "narration.txt")
+    result.plots = plot_all(db, out / "plots")
+    graph = record.get("plan", {}).get("analysis", {}).get("graph", {})
+    if graph:
+        result.warnings += run_graph(db, graph, out, Path(record["plan"]["source"]).parent, *_bounds(db))
     (out / "summary.json").write_text(json.dumps({
         "run": record.get("id"), "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
-        "causality": [asdict(c) for c in result.causality]}, indent=1) + "\n")
+        "causality": [asdict(c) for c in result.causality],
+        "workload": [{**asdict(w), "kind": w.kind} for w in result.workloads]}, indent=1) + "\n")
     return result
+
+
+def _bounds(db: duckdb.DuckDBPyConnection) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The run's first instant, and each phase's global start and end."""
+    phases = {p: (s, e) for p, s, e in db.execute(
+        "SELECT phase, min(entered), max(acked) FROM phases GROUP BY phase").fetchall() if s is not None}
+    origin = min((s for s, _ in phases.values()), default=None)
+    if origin is None:
+        origin = db.execute("SELECT min(ts) FROM events").fetchone()[0] or 0
+    return origin, phases
+
+
+def open_tables(merged: Path) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view on each Parquet table in `merged`, named as its file."""
+    db = duckdb.connect()
+    for path in sorted(merged.glob("*.parquet")):
+        db.execute(f"CREATE VIEW \"{path.stem}\" AS SELECT * FROM read_parquet('{path}')")
+    return db
 
 
 CLOCK = pa.schema([
@@ -149,10 +188,10 @@ FROM s JOIN e USING (tag)
 """
 
 
-def write_intervals(out: Path, pairs: dict[str, dict[str, str]]) -> tuple[int, list[Causality]]:
+def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
+                    pairs: dict[str, dict[str, str]]) -> tuple[int, list[Causality]]:
     """intervals.parquet from the interval records and each pair; the causality check."""
-    db = duckdb.connect()
-    db.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{out / 'events.parquet'}')")
+    db.execute("DROP VIEW IF EXISTS intervals")
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
         db.execute("INSERT INTO intervals " + PAIR_SQL, {"name": name, "start": p["start"], "end": p["end"]})

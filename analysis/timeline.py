@@ -173,13 +173,17 @@ class FileSource:
 
         ev = kind == _KIND["event"]
         tag[ev] = a2[ev]
+        # Integer data of an entity without a decoder is the event's value as it stands.
+        decoded = np.array([self.reader.has_decoder(int(i)) for i in ids], dtype=bool)[inverse]
+        plain = ev & (items == 4) & (a3 != MISSING) & ~decoded
+        value[plain] = a3[plain]
         iv = kind == _KIND["interval"]
         tag[iv], value[iv], start[iv] = a2[iv], (ts_local[iv] - a3[iv]).astype(float), a3[iv]
         ct = (kind == _KIND["counter"]) & (a2 != MISSING)
         value[ct] = a2[ct]
         # The rest need their whole record decoded: event data, float counters,
         # histograms, samples, admin and unknown records. They are few.
-        slow = np.flatnonzero((ev & (items > 3)) | ((kind == _KIND["counter"]) & (a2 == MISSING))
+        slow = np.flatnonzero((ev & (items > 3) & ~plain) | ((kind == _KIND["counter"]) & (a2 == MISSING))
                               | (kind >= _KIND["histogram"]))
         is_sample = np.zeros(n, dtype=bool)
         for j in slow:

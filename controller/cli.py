@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 from netspec.analysis.narrate import narrate
 from netspec.analysis.read import StreamReader, read_streams
-from netspec.analysis.resultset import merge_run
+from netspec.analysis.resultset import MERGED, merge_run
 from netspec.daemon.facts import netspec_version
 from netspec.nodelib.auth import load_or_create_key
 from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError, StreamError
@@ -21,6 +21,7 @@ from netspec.nodelib.instrument import selects
 from . import summary
 from .engine import Progress, Run
 from .load import load
+from .pull import pull_run
 from .remote import for_each_host
 from .rundir import RunDir, find_run, list_runs, load_record
 
@@ -54,10 +55,20 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ls = sub.add_parser("ls", help="list runs")
     show = sub.add_parser("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
-    fetch = sub.add_parser("fetch", help="merge a run's streams again into its merged/ result set")
+    fetch = sub.add_parser("fetch", help="merge a run's streams (again) into a result set; --from "
+                                         "copies the run from another controller host first")
     fetch.add_argument("run", nargs="?", default="latest")
+    fetch.add_argument("--from", dest="source", metavar="[USER@]HOST[:RUNS]",
+                       help="the controller host that ran it (over SSH), and its runs directory")
+    fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
+    fetch.add_argument("--accept-new-host-keys", action="store_true",
+                       help="trust the --from host's ssh key if seen for the first time")
     results = sub.add_parser("results", help="list merged result sets with their size and status")
-    for p in (run, ls, show, fetch, results):
+    report = sub.add_parser("report", help="statistics of runs' metrics (Getstats); the first run is "
+                                           "the baseline of the others")
+    report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN")
+    report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
+    for p in (run, ls, show, fetch, results, report):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -87,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
         "components": {}, "versions": {"netspec": netspec_version(),
                                        "python": sys.version.split()[0]}})
-    rundir.keep_programs([c.program for c in plan.components if c.program])
+    rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
     if not args.quiet:
         print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
     run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress,
@@ -114,12 +125,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _merge(run: Path, stream) -> bool:
+def _merge(run: Path, stream, out: Path | None = None) -> bool:
     """Merge a run's streams, gathered in full or not; the run's own files stay as they are
     whatever happens here. What the merge made goes to `stream` (None: nowhere), a failure
     to stderr."""
     try:
-        result = merge_run(run)
+        result = merge_run(run, out)
     except (OSError, ValueError, StreamError, duckdb.Error) as exc:
         print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
               file=sys.stderr)
@@ -130,11 +141,37 @@ def _merge(run: Path, stream) -> bool:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    return EXIT_OK if _merge(find_run(args.runs, args.run), sys.stdout) else EXIT_FAILED
+    if args.source:
+        path = pull_run(args.source, args.run, args.runs, args.accept_new_host_keys)
+        print(f"fetched {path.name} from {args.source} into {path}")
+    else:
+        path = find_run(args.runs, args.run)
+    return EXIT_OK if _merge(path, sys.stdout, args.to) else EXIT_FAILED
 
 
 def cmd_results(args: argparse.Namespace) -> int:
     _print_lines(summary.results_lines(list_runs(args.runs)))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    # scipy takes half a second to import: only the command that needs it pays for it.
+    from netspec.analysis.metrics import run_metrics
+    from netspec.analysis.report import report_lines, write_csv
+
+    paths = [find_run(args.runs, ref) for ref in args.run_refs]
+    runs = {}
+    for path in paths:
+        if not (path / MERGED / "summary.json").is_file() and not _merge(path, None):
+            return EXIT_FAILED
+        runs[path.name] = run_metrics(path / MERGED)
+    if len(runs) < len(paths):
+        raise NetspecError("the same run is named twice")
+    _print_lines(report_lines(runs))
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            write_csv(runs, f)
+        print(f"written: {args.csv}")
     return EXIT_OK
 
 
@@ -194,7 +231,8 @@ def _print_lines(lines: list[str], stream=None) -> None:
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show,
-            "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch, "results": cmd_results}
+            "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch, "results": cmd_results,
+            "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+from netspec.analysis.graph import GraphError, check_node
 from netspec.nodelib.errors import ConfigError
 from netspec.nodelib.messages import NODE
 from netspec.nodelib.streams import StreamConfig
@@ -149,11 +150,28 @@ def parse(text: str, path: Path) -> Plan:
     clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
     streams = _streams(src, data.get("streams") or {}, components)
     camp = _camp(src, data.get("services", {}).get("camp"), components)
-    pairs = tuple(Pair(name, p["start"], p["end"])
-                  for name, p in (data.get("analysis") or {}).get("pairs", {}).items())
+    analysis = data.get("analysis") or {}
+    pairs = tuple(Pair(name, p["start"], p["end"]) for name, p in analysis.get("pairs", {}).items())
+    graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp, pairs)
+                schedule, clock, streams, camp, pairs, graph)
+
+
+def _graph(src: _Source, graph: dict[str, dict[str, Any]], schedule: tuple[Step, ...],
+           base: Path) -> dict[str, dict[str, Any]]:
+    """The analysis graph, every node checked; a filter file's path made absolute."""
+    resolved, phases = {}, [s.phase for s in schedule]
+    for name, spec in graph.items():
+        try:
+            check_node(name, spec, list(resolved), base, phases)
+        except GraphError as exc:
+            src.error(str(exc), ("analysis", "graph", name, *exc.key))
+        where, _, function = spec["filter"].rpartition(":")
+        if where.endswith(".py"):
+            spec = {**spec, "filter": f"{(base / where).resolve()}:{function}"}
+        resolved[name] = spec
+    return resolved
 
 
 def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:

@@ -124,6 +124,7 @@ class Plan:
     streams: tuple[StreamConfig, ...] = ()
     camp: CampService | None = None
     pairs: tuple[Pair, ...] = ()
+    graph: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -139,4 +140,10 @@ class Plan:
                 "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
                 "streams": {s.name: s.wire() for s in self.streams},
                 "camp": self.camp.wire() if self.camp else None,
-                "analysis": {"pairs": {p.name: {"start": p.start, "end": p.end} for p in self.pairs}}}
+                "analysis": {"pairs": {p.name: {"start": p.start, "end": p.end} for p in self.pairs},
+                             "graph": self.graph}}
+
+    def filter_files(self) -> list[str]:
+        """The user filter modules the analysis graph loads from files."""
+        return [spec["filter"].rpartition(":")[0] for spec in self.graph.values()
+                if spec["filter"].rpartition(":")[0].endswith(".py")]

@@ -126,6 +126,7 @@ def merge_lines(result: ResultSet) -> list[str]:
     lines = [f"merged: {result.records} records, {result.samples} sample values, {result.intervals} "
              f"intervals on one timeline -> {result.directory}"]
     lines += [f"  causality {c.text()}" for c in result.causality]
+    lines += [f"  workload {w.text()}" for w in result.workloads]
     lines += [f"  warning: {w}" for w in result.warnings]
     return lines
 

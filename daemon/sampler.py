@@ -165,6 +165,10 @@ class CampSampler:
                       window_ns=window, proc_stat_busy_ns=seen, processes_ns=ran)
 
     def run(self) -> None:
+        # The window's two ends are sampled as well as its random instants, so that a
+        # counter's change over the window, and over every phase inside it, is measured
+        # rather than cut short by up to an interval at each end.
+        self.sample()
         interval_ns = int(self.config.interval_ms * 1e6)
         for instant in slot_instants(time.monotonic_ns(), interval_ns, self.rng):
             wait = (instant - time.monotonic_ns()) / 1e9
@@ -174,8 +178,9 @@ class CampSampler:
             # select on a pipe, not an Event: an Event's wait allocates and takes locks, and
             # every wakeup's cost is the sampler's own overhead.
             if select.select(self._wake[:1], (), (), wait)[0]:
-                return
+                break
             self.sample()
+        self.sample()
 
     def start(self) -> None:
         self._wake = os.pipe()

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from netspec.analysis.resultset import write_intervals
+from netspec.analysis.resultset import open_tables, write_intervals
 from netspec.analysis.scan import scan
 from netspec.analysis.timeline import merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
@@ -99,7 +99,7 @@ def test_every_event_lands_on_its_true_global_time_within_its_bound(merged):
 
 def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_check(merged):
     out, _, _ = merged
-    total, (check,) = write_intervals(out, {"b_to_c": {"start": "T/send", "end": "T/recv"}})
+    total, (check,) = write_intervals(open_tables(out), out, {"b_to_c": {"start": "T/send", "end": "T/recv"}})
     assert total == 1000 and check.matched == 1000 and check.violations == 0
     pairs = duckdb.sql(f"SELECT * FROM '{out / 'intervals.parquet'}' WHERE name = 'b_to_c'").df()
     assert set(pairs.start_host) == {"b"} and set(pairs.end_host) == {"c"}
@@ -110,7 +110,7 @@ def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_c
 def test_a_receive_before_its_send_is_reported_with_how_far(merged):
     out, _, _ = merged
     # Pairing backwards (each receive as the start) makes every "end" land before its "start".
-    _, (check,) = write_intervals(out, {"backwards": {"start": "T/recv", "end": "T/send"}})
+    _, (check,) = write_intervals(open_tables(out), out, {"backwards": {"start": "T/recv", "end": "T/send"}})
     assert check.violations == check.matched == 1000
     assert 30_000 < check.worst_ns < 80_000
     assert "1000 of 1000 ends land before their starts" in check.text()

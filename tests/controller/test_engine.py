@@ -1,5 +1,6 @@
 """End to end: the real CLI drives real daemons and real component processes."""
 
+import csv
 import hashlib
 import json
 import os
@@ -72,13 +73,22 @@ def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
     assert again.returncode == 0 and "merged: 80" in again.stdout
     listed = ns_control("results", cwd=tmp_path).stdout
     assert record["id"] in listed and "stimulus-response" in listed
+    report = ns_control("report", "latest", "--csv", "report.csv", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    row = next(line.split() for line in report.stdout.splitlines() if "interval to_client (us)" in line)
+    assert row[3] == "2000" and float(row[5]) < float(row[4]) * 2  # count; median below twice the mean
+    table = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert {r["metric"] for r in table} >= {"interval to_client", "interval STIM/rtt", "cpu busy b"}
 
 
 def check_merged(run, stdout):
-    """The run's result set: one timeline, both legs of each round trip, nothing acausal."""
+    """The run's result set: one timeline, both legs of each round trip, nothing acausal; the
+    derived tables, the trace, the narration, the plots and the experiment's filter graph."""
     out = run / "merged"
-    assert {p.name for p in out.iterdir()} == {"events.parquet", "samples.parquet", "intervals.parquet",
-                                               "clock.parquet", "phases.parquet", "summary.json"}
+    assert {p.name for p in out.iterdir()} == {
+        "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
+        "rates.parquet", "usage.parquet", "workload.parquet", "trace.json", "narration.txt", "plots",
+        "summary.json", "rtt_csv.csv", "first_story.txt"}
     assert "causality to_server: 2000 matched, every end after its start" in stdout
     assert "causality to_client: 2000 matched, every end after its start" in stdout
     legs = duckdb.sql(f"SELECT name, count(*) FROM '{out}/intervals.parquet' WHERE source = 'pair' "
@@ -92,6 +102,28 @@ def check_merged(run, stdout):
     events = pq.read_table(out / "events.parquet", columns=["ts", "entity"])
     assert events.num_rows > 8000 and events.column("ts").to_numpy().tolist() == sorted(
         events.column("ts").to_numpy().tolist())
+    busy = duckdb.sql(f"SELECT min(rate), max(rate) FROM '{out}/rates.parquet' WHERE field = 'cpu.busy_pct'")
+    assert 0 <= busy.fetchall()[0][0] <= 100
+    usage = duckdb.sql(f"SELECT delta FROM '{out}/usage.parquet' WHERE phase = 'run' AND host = 'b' "
+                       "AND field = 'proc.client.cpu_ns'").fetchall()
+    assert usage and usage[0][0] > 0
+    assert {(w["host"], w["component"]) for w in pq.read_table(out / "workload.parquet").to_pylist()} == {
+        ("a", "server"), ("b", "client")}
+    trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {"host a", "host b"}
+    assert sum(e["ph"] == "b" and e["name"] == "to_client" for e in trace) == 2000
+    assert {e["name"] for e in trace if e["ph"] == "X"} >= {"launch", "run", "collect"}
+    assert any(e["ph"] == "C" and e["name"] == "cpu busy %" for e in trace)
+    narration = (out / "narration.txt").read_text().splitlines()
+    assert len(narration) == events.num_rows and "STIM/stimulus" in narration[100] + narration[101]
+    assert {p.name for p in (out / "plots").iterdir()} == {
+        "interval-STIM_rtt.png", "interval-to_client.png", "interval-to_server.png", "clock.png", "camp.png",
+        "rtt_histogram.png"}
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in (out / "plots").iterdir())
+    rtt = (out / "rtt_csv.csv").read_text().splitlines()
+    assert rtt[0].startswith("name,") and 1000 < len(rtt) < 2001 and all(",STIM/rtt," not in r for r in rtt)
+    assert len((out / "first_story.txt").read_text().splitlines()) == 12
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(

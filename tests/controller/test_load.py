@@ -71,6 +71,13 @@ def test_a_good_file_resolves_defaults_and_paths(experiment):
      "exp.yaml:12: streams.s.trigger: a trigger writes a ring stream's chunks: give ring_chunks too"),
     (GOOD + "streams:\n  s: {enable: [STIM], ring_chunk: 5}\n",
      "exp.yaml:12: streams.s.ring_chunk: unknown key 'ring_chunk' (did you mean 'ring_chunks'?)"),
+    (GOOD + "analysis:\n  graph:\n    n: {filter: select, input: events}\n    m: {filter: trim, input: n,\n"
+            "        warmpu: 2s}\n",
+     "exp.yaml:15: analysis.graph.m.warmpu: got an unexpected keyword argument 'warmpu'; trim takes warmup"),
+    (GOOD + "analysis:\n  graph:\n    n: {filter: select, input: events, since: rnu}\n",
+     "exp.yaml:13: analysis.graph.n.since: 'rnu' is neither a phase of the schedule (launch, run, collect)"),
+    (GOOD + "analysis:\n  graph:\n    n: {filter: mine.py:f, input: events}\n",
+     "exp.yaml:13: analysis.graph.n.filter: filter module mine.py not found"),
 ])
 def test_errors_name_the_file_line_and_key(experiment, tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

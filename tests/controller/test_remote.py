@@ -51,6 +51,19 @@ def test_stimulus_response_runs_across_two_hosts_over_ssh(ssh_env, experiment, t
     # Only each host's sshd is left: the daemons and components ended with the run.
     for host in ssh_env[:2]:
         assert netns_pids(host) == {host.sshd_pid()}, record["id"]
+    # Another controller fetches the run from this one over SSH and merges it there.
+    short = record["id"][-6:]
+    fetched = ns_control("fetch", short, "--from", f"netspec-h1:{tmp_path / 'runs'}", "--runs", "elsewhere",
+                         "--to", "result", cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    copy = tmp_path / "elsewhere" / "across" / record["id"]
+    assert f"fetched {record['id']} from netspec-h1" in fetched.stdout
+    original = {p.relative_to(run.resolve()): p.read_bytes() for p in run.resolve().rglob("*")
+                if p.is_file() and "merged" not in p.parts}
+    assert {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == original
+    assert (tmp_path / "result" / "events.parquet").is_file() and "merged: " in fetched.stdout
+    missing = ns_control("fetch", "nosuchrun", "--from", f"netspec-h1:{tmp_path / 'runs'}", cwd=tmp_path)
+    assert missing.returncode == 1 and "netspec-h1: no run 'nosuchrun' under" in missing.stderr
 
 
 def test_a_host_whose_sshd_is_down_fails_with_its_name(ssh_env, experiment, tmp_path):

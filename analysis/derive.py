@@ -1,0 +1,121 @@
+"""Data derived from the merged tables, in DuckDB over the Parquet files:
+
+    rates.parquet     CAMP counters as rates between consecutive samples, and each host's
+                      CPU busy %
+    usage.parquet     per step and host, every CAMP counter's change between the step's global
+                      boundaries (interpolated between the samples either side)
+    workload.parquet  per component, real against user and system time over its sampled
+                      window, and what that makes it: CPU-, kernel- or I/O-bound (Spinellis)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# CAMP/node fields that are levels, not running totals: they have no rate.
+GAUGES = r"^(mem_free|proc\..+\.(pid|running|threads|vm_size|working_set))$"
+# Real time a lot larger than CPU time: Spinellis's r >> u + s, taken as below half.
+IO_BOUND_BELOW = 0.5
+
+COUNTERS_SQL = f"""
+CREATE TEMP TABLE counters AS
+SELECT ts, bound_ns, host, field, value FROM samples
+WHERE entity = 'CAMP/node' AND value IS NOT NULL AND NOT regexp_matches(field, '{GAUGES}')
+"""
+
+# A counter that goes down was reset (its process restarted): that step has no rate.
+RATES_SQL = """
+WITH steps AS (
+  SELECT ts, bound_ns, host, field, value - lag(value) OVER w AS delta, ts - lag(ts) OVER w AS dt
+  FROM counters WINDOW w AS (PARTITION BY host, field ORDER BY ts)),
+busy AS (
+  SELECT ts, any_value(bound_ns) AS bound_ns, host, 'cpu.busy_pct' AS field,
+         100 * sum(delta) FILTER (field NOT IN ('cpu.idle', 'cpu.iowait')) / sum(delta) AS rate, '%' AS unit
+  FROM steps WHERE field LIKE 'cpu.%' AND delta >= 0 GROUP BY ts, host HAVING sum(delta) > 0)
+SELECT ts, bound_ns, host, field, delta * 1e9 / dt / (CASE WHEN field LIKE '%_ns' OR field LIKE 'cpu.%'
+       THEN 1e9 ELSE 1 END) AS rate,
+       CASE WHEN field LIKE '%_ns' OR field LIKE 'cpu.%' THEN 'cpus' ELSE '/s' END AS unit
+FROM steps WHERE delta >= 0 AND dt > 0
+UNION ALL SELECT * FROM busy
+ORDER BY ts, host, field
+"""
+
+# A counter's value at an instant, linearly between the samples either side; null where the
+# instant is outside the samples (CAMP samples only between start_logging and stop_logging).
+USAGE_SQL = """
+WITH bounds AS (SELECT step, any_value(phase) AS phase, min(entered) AS t0, max(acked) AS t1
+                FROM phases GROUP BY step),
+keys AS (SELECT DISTINCT host, field FROM counters),
+ends AS (SELECT step, phase, host, field, t0 AS t, 0 AS side FROM bounds, keys
+         UNION ALL SELECT step, phase, host, field, t1, 1 FROM bounds, keys),
+before AS (SELECT e.*, c.ts AS ts0, c.value AS v0 FROM ends e
+           ASOF LEFT JOIN counters c ON e.host = c.host AND e.field = c.field AND c.ts <= e.t),
+around AS (SELECT b.*, c.ts AS ts1, c.value AS v1 FROM before b
+           ASOF LEFT JOIN counters c
+           ON b.host = c.host AND b.field = c.field AND c.ts >= b.t),
+valued AS (SELECT step, phase, host, field, side, t,
+              CASE WHEN ts0 IS NULL OR ts1 IS NULL THEN NULL WHEN ts1 = ts0 THEN v0
+                   ELSE v0 + (v1 - v0) * (t - ts0) / (ts1 - ts0) END AS value FROM around)
+SELECT s.step, s.phase, s.host, s.field, s.t AS "start", e.t AS "end", e.value - s.value AS delta,
+       (e.value - s.value) * 1e9 / nullif(e.t - s.t, 0) AS per_s
+FROM valued s JOIN valued e USING (step, host, field)
+WHERE s.side = 0 AND e.side = 1
+ORDER BY step, host, field
+"""
+
+WORKLOAD_SQL = """
+WITH p AS (SELECT ts, host, regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 1) AS component,
+                  regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 2) AS part, value
+           FROM counters WHERE regexp_matches(field, '^proc\\..+\\.(user_ns|kernel_ns)$'))
+SELECT host, component, max(ts) - min(ts) AS real_ns,
+       arg_max(value, ts) FILTER (part = 'user_ns') - arg_min(value, ts) FILTER (part = 'user_ns') AS user_ns,
+       arg_max(value, ts) FILTER (part = 'kernel_ns') - arg_min(value, ts) FILTER (part = 'kernel_ns')
+         AS system_ns
+FROM p GROUP BY host, component HAVING count(*) > 2 ORDER BY host, component
+"""
+
+
+WORKLOAD = pa.schema([("host", pa.string()), ("component", pa.string()), ("real_ns", pa.int64()),
+                      ("user_ns", pa.int64()), ("system_ns", pa.int64()), ("kind", pa.string())])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One component's timing profile over the window CAMP sampled it in."""
+
+    host: str
+    component: str
+    real_ns: int
+    user_ns: int
+    system_ns: int
+
+    @property
+    def kind(self) -> str:
+        """Spinellis's table 4.1: r >> u + s is I/O-bound, s > u kernel-bound, else CPU-bound."""
+        if self.real_ns <= 0:
+            return "unknown"
+        if (self.user_ns + self.system_ns) < IO_BOUND_BELOW * self.real_ns:
+            return "I/O-bound"
+        return "kernel-bound" if self.system_ns > self.user_ns else "CPU-bound"
+
+    def text(self) -> str:
+        cpu = (self.user_ns + self.system_ns) / self.real_ns if self.real_ns > 0 else 0.0
+        return (f"{self.host}/{self.component}: {self.kind} (real {self.real_ns / 1e9:.2f} s, user "
+                f"{self.user_ns / 1e9:.2f} s, system {self.system_ns / 1e9:.2f} s: CPU {100 * cpu:.0f} %)")
+
+
+def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
+    """rates, usage and workload Parquet files in `out` from the views samples and phases."""
+    db.execute(COUNTERS_SQL)
+    db.execute(f"COPY ({RATES_SQL}) TO '{out / 'rates.parquet'}' (FORMAT parquet)")
+    db.execute(f"COPY ({USAGE_SQL}) TO '{out / 'usage.parquet'}' (FORMAT parquet)")
+    rows = db.execute(WORKLOAD_SQL).fetchall()
+    workloads = [Workload(h, c, int(r), int(u or 0), int(s or 0)) for h, c, r, u, s in rows]
+    pq.write_table(pa.Table.from_pylist([{**asdict(w), "kind": w.kind} for w in workloads], schema=WORKLOAD),
+                   out / "workload.parquet")
+    return workloads

@@ -1,0 +1,248 @@
+"""The filter graph of the experiment file's `analysis: graph:` section, run over a merged
+result set in DuckDB.
+
+Each node names a filter and its input (a merged table or an earlier node); its output is a
+view of that name for the nodes after it. A filter is a function
+`filter(rel, node, **params) -> DuckDBPyRelation | None` (None: a sink, which writes files
+into node.out); its keyword-only parameters are what the file may give it, so they are
+checked when the file is loaded. Built in: select, trim, pair, histogram, narrate, export.
+A user filter is `filter: module:function` or `filter: file.py:function` (beside the file).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .narrate import narrate_merged
+
+TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload")
+_DURATION = re.compile(r"([0-9.]+)(ns|us|ms|s|m)")
+_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
+
+
+class GraphError(ValueError):
+    """A node of the graph is wrong: `key` is where, inside analysis.graph."""
+
+    def __init__(self, message: str, *key: str):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass
+class Node:
+    """What a filter knows of where it runs."""
+
+    name: str
+    db: duckdb.DuckDBPyConnection
+    out: Path
+    origin_ns: int  # the run's first instant
+    phases: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> global (start, end)
+    input: str = ""  # the input's view name, quoted for SQL
+
+    def instant(self, when: str | float, end: bool = False) -> int:
+        """A phase's start (its end if `end`), or a time since the run started ('2s', 500 ms as 0.5)."""
+        if when in self.phases:
+            return self.phases[when][1 if end else 0]
+        return self.origin_ns + duration_ns(when)
+
+
+def duration_ns(value: str | float) -> int:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return round(value * 1e9)
+    m = _DURATION.fullmatch(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is neither a phase nor a duration (like 2s, 500ms)")
+    return round(float(m.group(1)) * _UNIT_NS[m.group(2)])
+
+
+def _quote(value: Any) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _time_column(rel: duckdb.DuckDBPyRelation) -> str:
+    for column in ("ts", "end", "entered"):
+        if column in rel.columns:
+            return f'"{column}"'
+    raise ValueError(f"the input has no time column (ts or end); it has {', '.join(rel.columns)}")
+
+
+def _globs(column: str, patterns: str | list[str]) -> str:
+    pats = [patterns] if isinstance(patterns, str) else patterns
+    return "(" + " OR ".join(f'"{column}" GLOB {_quote(p)}' for p in pats) + ")"
+
+
+def select(rel: duckdb.DuckDBPyRelation, node: Node, *, entity: str | list[str] | None = None,
+           host: str | list[str] | None = None, component: str | list[str] | None = None,
+           name: str | list[str] | None = None, kind: str | list[str] | None = None,
+           field: str | list[str] | None = None, since: str | float | None = None,
+           until: str | float | None = None, where: str | None = None) -> duckdb.DuckDBPyRelation:
+    """Rows whose columns match the given globs, within [since, until] (phases or times
+    since the run started), and the SQL condition `where`."""
+    conditions = []
+    for column, patterns in (("entity", entity), ("component", component), ("name", name), ("kind", kind),
+                             ("field", field), ("host", host)):
+        if patterns is None:
+            continue
+        if column == "host" and "host" not in rel.columns and "end_host" in rel.columns:
+            conditions.append(f"({_globs('start_host', patterns)} OR {_globs('end_host', patterns)})")
+        elif column not in rel.columns:
+            raise ValueError(f"'{column}' is not a column of the input ({', '.join(rel.columns)})")
+        else:
+            conditions.append(_globs(column, patterns))
+    if since is not None:
+        conditions.append(f"{_time_column(rel)} >= {node.instant(since)}")
+    if until is not None:
+        conditions.append(f"{_time_column(rel)} <= {node.instant(until, end=True)}")
+    if where:
+        conditions.append(f"({where})")
+    return rel.filter(" AND ".join(conditions)) if conditions else rel
+
+
+def trim(rel: duckdb.DuckDBPyRelation, node: Node, *, warmup: str | float = 0,
+         first: int = 0) -> duckdb.DuckDBPyRelation:
+    """Drops a warm-up: what came within `warmup` of the input's first row, then `first` rows."""
+    t = _time_column(rel)
+    return node.db.sql(f"""SELECT * EXCLUDE (_n) FROM (
+        SELECT *, row_number() OVER (ORDER BY {t}) AS _n FROM {node.input}
+        WHERE {t} >= (SELECT min({t}) FROM {node.input}) + {duration_ns(warmup)})
+        WHERE _n > {int(first)} ORDER BY {t}""")
+
+
+def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str) -> duckdb.DuckDBPyRelation:
+    """Intervals from `start` records to `end` records with the same tag (as analysis: pairs)."""
+    from .resultset import PAIR_SQL  # resultset runs graphs: imported late to avoid a cycle
+
+    sql = PAIR_SQL.replace("FROM events", f"FROM {node.input}")
+    for param, value in (("$name", node.name), ("$start", start), ("$end", end)):
+        sql = sql.replace(param, _quote(value))
+    return node.db.sql(sql)
+
+
+def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = None, bins: int = 50,
+              lo: float | None = None, hi: float | None = None) -> duckdb.DuckDBPyRelation:
+    """Counts of `column` (duration_ns or value by default) in equal bins; also plots/<node>.png."""
+    from .plots import plot_histogram  # matplotlib only when a graph asks for a picture
+
+    column = column or next((c for c in ("duration_ns", "value") if c in rel.columns), None)
+    if column not in rel.columns:
+        raise ValueError(f"no column {column!r} in the input ({', '.join(rel.columns)})")
+    x = rel.select(f'"{column}"').filter(f'"{column}" IS NOT NULL').fetchnumpy()[column].astype(float)
+    counts, edges = np.histogram(x, bins=int(bins), range=None if lo is None and hi is None else
+                                 (x.min() if lo is None else lo, x.max() if hi is None else hi))
+    plot_histogram(node.name, column, edges, counts, node.out / "plots" / f"{node.name}.png")
+    table = pa.table({"lo": edges[:-1], "hi": edges[1:], "count": counts})
+    return node.db.from_arrow(table)
+
+
+def narrate(rel: duckdb.DuckDBPyRelation, node: Node) -> None:
+    """<node>.txt: the input's records in words (the input has the events table's columns)."""
+    with open(node.out / f"{node.name}.txt", "w") as f:
+        for line in narrate_merged(node.db, source=node.input):
+            f.write(line + "\n")
+
+
+EXPORT_FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER)", "json": "(FORMAT json)"}
+
+
+def export(rel: duckdb.DuckDBPyRelation, node: Node, *, format: str = "parquet") -> None:
+    """<node>.parquet, .csv or .json: the input as it is."""
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"format {format!r}: one of {', '.join(EXPORT_FORMATS)}")
+    node.db.execute(f"COPY (SELECT * FROM {node.input}) TO {_quote(node.out / f'{node.name}.{format}')} "
+                    f"{EXPORT_FORMATS[format]}")
+
+
+BUILTIN: dict[str, Callable[..., duckdb.DuckDBPyRelation | None]] = {
+    f.__name__: f for f in (select, trim, pair, histogram, narrate, export)}
+
+
+def find_filter(spec: str, base: Path) -> Callable[..., Any]:
+    """A built-in filter by name, or a user's `module:function` / `file.py:function`."""
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if ":" not in spec:
+        raise GraphError(f"unknown filter '{spec}': built in are {', '.join(BUILTIN)}; a filter of your own "
+                         "is module:function or file.py:function", "filter")
+    where, function = spec.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            path = (base / where).resolve()
+            loader = importlib.util.spec_from_file_location(f"netspec_filter_{path.stem}", path)
+            if loader is None or not path.is_file():
+                raise GraphError(f"filter module {where} not found (looked at {path})", "filter")
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(where)
+    except (ImportError, SyntaxError) as exc:
+        raise GraphError(f"cannot load filter module {where}: {exc}", "filter") from exc
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise GraphError(f"{where} has no function {function}", "filter")
+    return fn
+
+
+def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
+               phases: Collection[str]) -> Callable[..., Any]:
+    """The node's filter, once its input exists, its parameters are ones the filter takes and
+    its times are phases of the schedule or durations."""
+    if spec["input"] not in (*TABLES, *earlier):
+        known = ", ".join((*TABLES, *earlier))
+        raise GraphError(f"unknown input '{spec['input']}': a merged table or an earlier node ({known})",
+                         "input")
+    if name in TABLES:
+        raise GraphError(f"'{name}' is a merged table's name; call the node something else")
+    fn = find_filter(spec["filter"], base)
+    params = {k: v for k, v in spec.items() if k not in ("filter", "input")}
+    signature = inspect.signature(fn)
+    takes = [p.name for p in list(signature.parameters.values())[2:]]
+    try:
+        signature.bind(None, None, **params)
+    except TypeError as exc:
+        unknown = sorted(set(params) - set(takes))
+        key = unknown[0] if unknown else "filter"
+        wanted = f"; {spec['filter']} takes {', '.join(takes)}" if takes else f"; {spec['filter']} takes none"
+        raise GraphError(f"{exc}{wanted}", key) from exc
+    for key in ("since", "until", "warmup"):
+        if key in params and not (key != "warmup" and params[key] in phases):
+            try:
+                duration_ns(params[key])
+            except ValueError:
+                raise GraphError(f"{params[key]!r} is neither a phase of the schedule ({', '.join(phases)}) "
+                                 "nor a duration (like 2s, 500ms)", key) from None
+    return fn
+
+
+def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], out: Path, base: Path,
+              origin_ns: int, phases: dict[str, tuple[int, int]]) -> list[str]:
+    """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped."""
+    warnings, failed, done = [], set(), []
+    for name, spec in graph.items():
+        if spec["input"] in failed:
+            failed.add(name)
+            warnings.append(f"analysis node {name}: skipped, its input {spec['input']} failed")
+            continue
+        node = Node(name, db, out, origin_ns, phases, f'"{spec["input"]}"')
+        try:
+            fn = check_node(name, spec, done, base, phases)
+            params = {k: v for k, v in spec.items() if k not in ("filter", "input")}
+            result = fn(db.sql(f"SELECT * FROM {node.input}"), node, **params)
+            if result is not None:
+                result.create_view(name, replace=True)
+        except Exception as exc:
+            failed.add(name)
+            warnings.append(f"analysis node {name} ({spec['filter']}): {exc}")
+            continue
+        done.append(name)
+    return warnings

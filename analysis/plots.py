@@ -1,0 +1,116 @@
+"""PNG plots of a merged result set (matplotlib, no display needed):
+
+    interval-<name>.png  the interval over time as a scatter, beside its histogram
+    clock.png            each host's offset from the reference with its bounds
+    camp.png             CPU busy % and network bytes/s per host, step boundaries marked
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+MAX_POINTS = 200_000  # a scatter beyond this shows every k-th point, and says so
+DPI = 110
+
+
+def file_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def plot_all(db: duckdb.DuckDBPyConnection, out: Path) -> list[Path]:
+    """Every plot the views intervals, clock, rates and phases allow, into `out`."""
+    out.mkdir(exist_ok=True)
+    origin = db.execute("SELECT min(entered) FROM phases").fetchone()[0]
+    if origin is None:
+        origin = db.execute("SELECT min(ts) FROM events").fetchone()[0] or 0
+    written = []
+    for (name,) in db.execute("SELECT DISTINCT name FROM intervals ORDER BY name").fetchall():
+        t, d = db.execute('SELECT list("end" ORDER BY "end"), list(duration_ns ORDER BY "end") '
+                          "FROM intervals "
+                          "WHERE name = ?", [name]).fetchone()
+        written.append(plot_interval(name, (np.array(t) - origin) / 1e9, np.array(d) / 1e3,
+                                     out / f"interval-{file_name(name)}.png"))
+    clock = db.execute("""SELECT host, list("at" ORDER BY "at"), list(offset_ns ORDER BY "at"),
+                                 list(lo_ns ORDER BY "at"), list(hi_ns ORDER BY "at")
+                          FROM clock WHERE source != 'reference' GROUP BY host ORDER BY host""").fetchall()
+    if clock:
+        written.append(plot_clock(clock, origin, out / "clock.png"))
+    hosts = [h for (h,) in db.execute("SELECT DISTINCT host FROM rates ORDER BY host").fetchall()]
+    if hosts:
+        written.append(plot_camp(db, hosts, origin, out / "camp.png"))
+    return written
+
+
+def plot_interval(name: str, t_s: np.ndarray, us: np.ndarray, path: Path) -> Path:
+    fig, (scatter, hist) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
+    step = max(1, len(us) // MAX_POINTS)
+    scatter.scatter(t_s[::step], us[::step], s=3, rasterized=True)
+    scatter.set(xlabel="time since the run started (s)", ylabel=f"{name} (us)",
+                title=f"{name}: {len(us)} intervals" + (f" (every {step}th shown)" if step > 1 else ""))
+    hi = np.percentile(us, 99.5) if len(us) else 1
+    hist.hist(us[us <= hi], bins=60)
+    hist.set(xlabel=f"{name} (us)", ylabel="count",
+             title=f"median {np.median(us):.4g} us (to the 99.5th pct)")
+    return _save(fig, path)
+
+
+def plot_histogram(name: str, column: str, edges: np.ndarray, counts: np.ndarray, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.stairs(counts, edges, fill=True)
+    ax.set(xlabel=column, ylabel="count", title=f"{name}: {int(counts.sum())} values")
+    return _save(fig, path)
+
+
+def plot_clock(rows: list[tuple], origin: int, path: Path) -> Path:
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 2.6 * len(rows)), squeeze=False, sharex=True)
+    for ax, (host, at, offset, lo, hi) in zip(axes[:, 0], rows, strict=True):
+        t = (np.array(at) - origin) / 1e9
+        ax.fill_between(t, np.array(lo) / 1e3, np.array(hi) / 1e3, alpha=0.3, label="bounds")
+        ax.plot(t, np.array(offset) / 1e3, marker=".", label="offset")
+        ax.set(ylabel="us", title=f"host {host}: offset from the reference")
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("time since the run started (s)")
+    return _save(fig, path)
+
+
+def plot_camp(db: duckdb.DuckDBPyConnection, hosts: list[str], origin: int, path: Path) -> Path:
+    steps = db.execute("SELECT phase, min(entered) FROM phases GROUP BY step, phase ORDER BY step").fetchall()
+    fig, axes = plt.subplots(len(hosts), 2, figsize=(12, 2.8 * len(hosts)), squeeze=False, sharex=True)
+    for (cpu, net), host in zip(axes, hosts, strict=True):
+        t, v = db.execute("SELECT list(ts ORDER BY ts), list(rate ORDER BY ts) FROM rates "
+                          "WHERE host = ? AND field = 'cpu.busy_pct'", [host]).fetchone()
+        cpu.plot((np.array(t or []) - origin) / 1e9, v or [], drawstyle="steps-pre", marker=".")
+        cpu.set(ylabel="%", title=f"host {host}: CPU busy", ylim=(0, 100))
+        for field, t, v in db.execute(
+                "SELECT field, list(ts ORDER BY ts), list(rate ORDER BY ts) FROM rates WHERE host = ? AND "
+                r"regexp_matches(field, '^net\.[^.]+\.bytes_(recv|sent)$') GROUP BY field "
+                "HAVING max(rate) > 0 ORDER BY field", [host]).fetchall():
+            net.plot((np.array(t) - origin) / 1e9, v, drawstyle="steps-pre", marker=".",
+                     label=field.removeprefix("net."))
+        net.set(ylabel="bytes/s", title=f"host {host}: network")
+        if net.lines:
+            net.legend(loc="upper right", fontsize="small")
+        for ax in (cpu, net):
+            for phase, at in steps:
+                if at is not None:
+                    ax.axvline((at - origin) / 1e9, color="grey", linewidth=0.6, linestyle=":")
+                    ax.annotate(phase, ((at - origin) / 1e9, 1), xycoords=("data", "axes fraction"),
+                                rotation=90, va="top", fontsize="x-small", color="grey")
+    for ax in axes[-1]:
+        ax.set_xlabel("time since the run started (s)")
+    return _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,109 @@
+"""Getstats's tabular report over one or more runs' metrics: a table per run, the first run
+the baseline of the others (O/H %), warnings before the tables, then each later run compared
+with the baseline. As text for people, or as CSV rows."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import IO
+
+from .metrics import Metric
+from .stats import Comparison, Summary, compare, outliers, summarize, trend
+
+MAX_OUTLIERS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Row:
+    run: str
+    metric: str
+    unit: str
+    summary: Summary
+    against: Comparison | None  # None for the baseline run, or a metric it lacks
+
+
+def rows(runs: dict[str, dict[str, Metric]]) -> list[Row]:
+    """A row per run and metric; runs after the first are compared with it."""
+    base_name, base = next(iter(runs.items()))
+    out = []
+    for run, metrics in runs.items():
+        for name, m in metrics.items():
+            vs = compare(base[name].values, m.values) if run != base_name and name in base else None
+            out.append(Row(run, name, m.unit, summarize(m.values), vs))
+    return out
+
+
+def warnings(runs: dict[str, dict[str, Metric]]) -> list[str]:
+    """High z-scores and significant trends, as Getstats prints them before its table."""
+    lines = []
+    for run, metrics in runs.items():
+        for name, m in metrics.items():
+            far = outliers(m.values)
+            if far:
+                worst = sorted(far, key=lambda o: -abs(o[2]))[:MAX_OUTLIERS_SHOWN]
+                shown = ", ".join(f"#{i} {v:.4g} (z {z:+.1f})" for i, v, z in worst)
+                lines.append(f"warning: {run}: {name}: {len(far)} of {len(m)} values beyond z 2: {shown}")
+            t = trend(m.values, m.at)
+            if t is not None and t.warns:
+                lines.append(f"warning: {run}: {name}: drifts {t.change_pct:+.1f} % of its mean across the "
+                             f"run (slope p {t.p_value:.2g}): a leak or a gradual degradation?")
+    return lines
+
+
+COLUMNS = ("COUNT", "MEAN", "MEDIAN", "LOW", "HIGH", "MIN", "MAX", "SDEV%", "HW%")
+
+
+def _number(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.4g}"
+
+
+def table_lines(table: list[Row]) -> list[str]:
+    """Getstats's layout: per run a block of NAME COUNT MEAN ... HW% [O/H%]."""
+    lines = []
+    width = max((len(f"{r.metric} ({r.unit})") for r in table), default=4)
+    for run in dict.fromkeys(r.run for r in table):
+        block = [r for r in table if r.run == run]
+        with_oh = any(r.against for r in block)
+        lines.append(run)
+        lines.append(f"  {'NAME':<{width}} " + " ".join(f"{c:>9}" for c in COLUMNS)
+                     + (f" {'O/H%':>9}" if with_oh else ""))
+        for r in block:
+            s = r.summary
+            cells = [str(s.count), *map(_number, (s.mean, s.median, s.low, s.high, s.min, s.max, s.sdev_pct,
+                                                  s.hw_pct))]
+            if with_oh:
+                cells.append(_number(r.against.overhead_pct) if r.against else "-")
+            lines.append(f"  {r.metric + ' (' + r.unit + ')':<{width}} " + " ".join(f"{c:>9}" for c in cells))
+    return lines
+
+
+def comparison_lines(table: list[Row]) -> list[str]:
+    base = table[0].run if table else ""
+    lines = []
+    for r in table:
+        if r.against is None:
+            continue
+        c = r.against
+        verdict = "differ" if c.differs else "are indistinguishable"
+        lines.append(f"{r.run} against {base}: {r.metric}: 95% CI of the difference "
+                     f"({_number(c.diff_low)}, {_number(c.diff_high)}) {r.unit}; Welch p {c.p_equal:.3g} "
+                     f"(b<=a: {c.p_less:.3g}, b>=a: {c.p_greater:.3g}): they {verdict}")
+    return lines
+
+
+def report_lines(runs: dict[str, dict[str, Metric]]) -> list[str]:
+    table = rows(runs)
+    return [*warnings(runs), *table_lines(table), *comparison_lines(table)]
+
+
+def write_csv(runs: dict[str, dict[str, Metric]], out: IO[str]) -> None:
+    names = [f.name for f in fields(Summary)]
+    diff = [f.name for f in fields(Comparison)]
+    w = csv.writer(out)
+    w.writerow(["run", "metric", "unit", *names, *diff])
+    for r in rows(runs):
+        against = asdict(r.against) if r.against else {}
+        w.writerow([r.run, r.metric, r.unit, *(getattr(r.summary, n) for n in names),
+                    *(against.get(n, "") for n in diff)])

@@ -1,0 +1,182 @@
+"""What comes out of a merged result set: Getstats statistics checked against scipy on fixed
+data, the report, the CAMP-derived tables on counters with known rates, and the filter graph
+with its errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from netspec.analysis.derive import Workload, write_derived
+from netspec.analysis.graph import GraphError, check_node, run_graph
+from netspec.analysis.metrics import Metric
+from netspec.analysis.report import report_lines, write_csv
+from netspec.analysis.resultset import open_tables
+from netspec.analysis.stats import compare, outliers, summarize, trend
+from scipy import stats
+
+# Auto-pilot's figure 2 shows Ext2 Postmark elapsed times like these (seconds).
+ELAPSED = np.array([38.2, 37.7, 40.4, 38.1, 39.0, 38.3, 37.9, 38.2, 39.1, 39.6])
+SECOND = 1_000_000_000
+T0 = 1_700_000_000 * SECOND
+
+
+def test_summary_matches_scipy():
+    s = summarize(ELAPSED)
+    low, high = stats.t.interval(0.95, len(ELAPSED) - 1, ELAPSED.mean(), stats.sem(ELAPSED))
+    assert (s.count, s.mean, s.median, s.min, s.max) == (10, pytest.approx(38.65), 38.25, 37.7, 40.4)
+    assert (s.low, s.high) == (pytest.approx(low), pytest.approx(high))
+    assert s.sdev_pct == pytest.approx(100 * ELAPSED.std(ddof=1) / ELAPSED.mean())
+    assert s.hw_pct == pytest.approx(100 * (high - low) / 2 / ELAPSED.mean())
+    one = summarize(np.array([5.0]))
+    assert one.count == 1 and one.mean == 5 and math.isnan(one.low) and math.isnan(one.sdev_pct)
+
+
+def test_comparison_is_welchs_test():
+    other = ELAPSED * 1.05 + np.linspace(-0.3, 0.3, 10)
+    c = compare(ELAPSED, other)
+    welch = stats.ttest_ind(other, ELAPSED, equal_var=False)
+    assert c.p_equal == pytest.approx(welch.pvalue) and c.differs
+    assert c.overhead_pct == pytest.approx(100 * (other.mean() / ELAPSED.mean() - 1))
+    assert c.diff_low < other.mean() - ELAPSED.mean() < c.diff_high
+    assert c.p_less == pytest.approx(welch.pvalue / 2) and c.p_greater == pytest.approx(1 - welch.pvalue / 2)
+    same = compare(ELAPSED, ELAPSED[::-1])
+    assert not same.differs and same.diff_low < 0 < same.diff_high
+    assert compare(ELAPSED, np.array([1.0])) is None
+
+
+def test_outliers_and_trends_are_warned():
+    values = np.r_[np.full(20, 10.0) + np.tile([0.1, -0.1], 10), 30.0]
+    (index, value, z), = outliers(values)
+    assert (index, value) == (20, 30.0) and z > 4
+    assert not trend(np.tile([1.0, 2.0], 20)).warns
+    leak = trend(np.linspace(100, 80, 50) + np.tile([0.5, -0.5], 25))
+    assert leak.warns and leak.change_pct == pytest.approx(-20 / 90 * 100, rel=0.05)
+
+
+def metric(name, values):
+    return Metric(name, "us", np.asarray(values, dtype=float), T0 + SECOND * np.arange(len(values)))
+
+
+def test_the_report_compares_later_runs_with_the_first():
+    runs = {"base": {"interval rtt": metric("interval rtt", ELAPSED)},
+            "slower": {"interval rtt": metric("interval rtt", ELAPSED * 1.1)}}
+    lines = report_lines(runs)
+    assert lines[:2] == [f"warning: {run}: interval rtt: 1 of 10 values beyond z 2: #2 {v} (z +2.0)"
+                         for run, v in (("base", 40.4), ("slower", 44.44))]
+    lines = lines[2:]
+    assert lines[0] == "base" and "O/H%" not in lines[1] and "O/H%" in lines[4]
+    row = lines[5].split()
+    assert row[:5] == ["interval", "rtt", "(us)", "10", "42.52"]
+    assert float(row[-1]) == pytest.approx(10, abs=0.01)
+    assert lines[-1].startswith("slower against base: interval rtt: 95% CI of the difference (")
+    assert lines[-1].endswith("they differ")
+    out = io.StringIO()
+    write_csv(runs, out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [r["run"] for r in rows] == ["base", "slower"] and rows[0]["overhead_pct"] == ""
+    assert float(rows[1]["overhead_pct"]) == pytest.approx(10) and float(rows[1]["p_equal"]) < 0.05
+
+
+@pytest.fixture
+def camp_set(tmp_path):
+    """Host h: a CPU busy 25 % of the time, a component using 0.2 CPUs in user and 0.05 in
+    the kernel, a NIC receiving 1 MB/s; samples every 100 ms for 10 s; phases 2-5 s and 5-9 s."""
+    rows = []
+    for k in range(101):
+        t, secs = T0 + k * SECOND // 10, k / 10
+        fields = {"cpu.user": 0.2 * secs * SECOND, "cpu.system": 0.05 * secs * SECOND,
+                  "cpu.idle": 0.75 * secs * SECOND, "cpu.iowait": 0.0, "mem_free": 5e9,
+                  "net.eth0.bytes_recv": 1e6 * secs, "proc.app.user_ns": 0.2 * secs * SECOND,
+                  "proc.app.kernel_ns": 0.05 * secs * SECOND, "proc.app.pid": 42.0}
+        rows += [{"ts": t, "bound_ns": 10, "host": "h", "entity": "CAMP/node", "field": f, "value": v,
+                  "text": None} for f, v in fields.items()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "samples.parquet")
+    phases = [{"step": 0, "phase": "warm", "host": "h", "component": "app", "status": "ok",
+               "entered": T0 + 2 * SECOND, "acked": T0 + 5 * SECOND},
+              {"step": 1, "phase": "work", "host": "h", "component": "app", "status": "ok",
+               "entered": T0 + 5 * SECOND + SECOND // 20, "acked": T0 + 9 * SECOND},
+              {"step": 2, "phase": "after", "host": "h", "component": "app", "status": "ok",
+               "entered": T0 + 11 * SECOND, "acked": T0 + 12 * SECOND}]
+    pq.write_table(pa.Table.from_pylist(phases), tmp_path / "phases.parquet")
+    return tmp_path
+
+
+def test_camp_counters_become_rates_phase_usage_and_a_workload(camp_set):
+    (workload,) = write_derived(open_tables(camp_set), camp_set)
+    db = open_tables(camp_set)
+    rates = dict(db.execute("SELECT field, avg(rate) FROM rates WHERE host = 'h' GROUP BY field").fetchall())
+    assert rates["cpu.busy_pct"] == pytest.approx(25) and rates["net.eth0.bytes_recv"] == pytest.approx(1e6)
+    assert rates["proc.app.user_ns"] == pytest.approx(0.2) and "mem_free" not in rates
+    usage = {(p, f): (d, r)
+             for p, f, d, r in db.execute("SELECT phase, field, delta, per_s FROM usage").fetchall()}
+    # 5.05 s falls between two samples: the counter is interpolated there.
+    assert usage["work", "net.eth0.bytes_recv"] == (pytest.approx(3.95e6), pytest.approx(1e6))
+    assert usage["warm", "proc.app.kernel_ns"][0] == pytest.approx(0.15 * SECOND)
+    assert usage["after", "cpu.user"] == (None, None)  # outside the sampled window: not guessed
+    assert workload == Workload("h", "app", 10 * SECOND, 2 * SECOND, SECOND // 2)
+    assert workload.kind == "I/O-bound"
+    assert Workload("h", "x", SECOND, SECOND // 5, SECOND // 2).kind == "kernel-bound"
+    assert Workload("h", "x", SECOND, SECOND * 9 // 10, 0).kind == "CPU-bound"
+
+
+PHASES = ["launch", "run", "collect"]
+
+
+@pytest.mark.parametrize(("spec", "key", "message"), [
+    ({"filter": "selct", "input": "events"}, ("filter",), "unknown filter 'selct': built in are select"),
+    ({"filter": "select", "input": "event"}, ("input",), "unknown input .event.: a merged table"),
+    ({"filter": "trim", "input": "events", "warmpu": "2s"}, ("warmpu",), "trim takes warmup, first"),
+    ({"filter": "select", "input": "events", "since": "rnu"}, ("since",), "neither a phase of the schedule"),
+    ({"filter": "pair", "input": "events", "start": "A/a"}, ("filter",), "missing a required argument"),
+    ({"filter": "nowhere:f", "input": "events"}, ("filter",), "cannot load filter module nowhere"),
+])
+def test_a_bad_node_is_named_with_the_key_at_fault(tmp_path, spec, key, message):
+    with pytest.raises(GraphError, match=message) as caught:
+        check_node("n", spec, [], tmp_path, PHASES)
+    assert caught.value.key == key
+
+
+def test_the_graph_selects_trims_pairs_exports_and_runs_a_users_filter(tmp_path):
+    events = [{"ts": T0 + k * SECOND // 100, "host": "a" if k % 2 == 0 else "b", "component": "c",
+               "entity": "T/send" if k % 2 == 0 else "T/recv", "kind": "event", "tag": k // 2,
+               "ts_local": T0 + k * SECOND // 100, "bound_ns": 5} for k in range(200)]
+    pq.write_table(pa.Table.from_pylist(events), tmp_path / "events.parquet")
+    (tmp_path / "mine.py").write_text(
+        "def tenfold(rel, node, *, by=10):\n    return rel.select(f'duration_ns * {by} AS big')\n")
+    graph = {"legs": {"filter": "pair", "input": "events", "start": "T/send", "end": "T/recv"},
+             "late": {"filter": "select", "input": "legs", "since": "1s", "host": "b"},
+             "calm": {"filter": "trim", "input": "late", "first": 10},
+             "big": {"filter": f"{tmp_path / 'mine.py'}:tenfold", "input": "calm"},
+             "out": {"filter": "export", "input": "big", "format": "csv"},
+             "broken": {"filter": "select", "input": "legs", "where": "no_such_column > 1"},
+             "after_broken": {"filter": "export", "input": "broken"}}
+    db = open_tables(tmp_path)
+    warnings = run_graph(db, graph, tmp_path, tmp_path, T0, {})
+    assert len(warnings) == 2 and "analysis node broken (select)" in warnings[0]
+    assert "no_such_column" in warnings[0]
+    assert warnings[1] == "analysis node after_broken: skipped, its input broken failed"
+    assert db.execute("SELECT count(*), min(duration_ns), max(duration_ns) FROM legs").fetchone() == (
+        100, SECOND // 100, SECOND // 100)
+    assert db.execute("SELECT count(*) FROM late").fetchone() == (50,)
+    big = (tmp_path / "out.csv").read_text().splitlines()
+    assert big[0] == "big" and len(big) == 41 and set(big[1:]) == {str(SECOND // 10)}
+
+
+def test_a_histogram_node_counts_and_draws(tmp_path):
+    rows = [{"name": "x", "duration_ns": v, "end": T0 + i}
+            for i, v in enumerate([1, 2, 2, 3, 3, 3, 4, 4, 4, 4])]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "intervals.parquet")
+    (tmp_path / "plots").mkdir()
+    db = open_tables(tmp_path)
+    assert run_graph(db, {"h": {"filter": "histogram", "input": "intervals", "bins": 4}}, tmp_path, tmp_path,
+                     T0, {}) == []
+    assert [c for (c,) in db.execute("SELECT count FROM h ORDER BY lo").fetchall()] == [1, 2, 3, 4]
+    assert (tmp_path / "plots" / "h.png").read_bytes()[:4] == b"\x89PNG"
+    assert duckdb.sql(f"SELECT 1 FROM '{tmp_path}/intervals.parquet' LIMIT 1").fetchall() == [(1,)]
