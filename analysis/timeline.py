@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ from .read import ADMIN, StreamReader
 from .scan import MISSING, Columns, scan
 
 SLACK_NS = 1_000_000_000
-EMIT_RECORDS = 1 << 16
+EMIT_RECORDS = 1 << 18
 ROW_GROUP = 1 << 20
+DISTINCT_TABLE_LIMIT = 1 << 16
 KINDS = ("event", "interval", "counter", "histogram", "samples", "admin", "unknown")
 _KIND = {k: i for i, k in enumerate(KINDS)}
 _decode = msgspec.msgpack.decode
@@ -42,6 +44,7 @@ EVENTS = pa.schema([
     ("entity", pa.dictionary(pa.int32(), pa.string())), ("kind", pa.dictionary(pa.int32(), pa.string())),
     ("tag", pa.int64()), ("value", pa.float64()), ("start", pa.int64()), ("data", pa.string()),
     ("ts_local", pa.int64())])
+DICTIONARY_COLUMNS = [f.name for f in EVENTS if pa.types.is_dictionary(f.type)]
 SAMPLES = pa.schema([
     ("ts", pa.int64()), ("bound_ns", pa.int64()), ("host", pa.string()), ("entity", pa.string()),
     ("field", pa.string()), ("value", pa.float64()), ("text", pa.string())])
@@ -80,18 +83,22 @@ class Batch:
     tag: np.ndarray  # MISSING where none
     value: np.ndarray  # NaN where none
     start: np.ndarray  # MISSING where none
-    data: np.ndarray  # object: JSON text or None
+    data: pa.StringArray  # JSON text or null; Arrow's, since numpy would hold Python objects
     ts_local: np.ndarray
 
     def __len__(self) -> int:
         return len(self.ts)
 
     def take(self, index: np.ndarray) -> Batch:
-        return Batch(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        return Batch(*(self.data.take(index) if f == "data" else getattr(self, f)[index] for f in _FIELDS))
 
     @classmethod
     def concat(cls, batches: list[Batch]) -> Batch:
-        return cls(*(np.concatenate([getattr(b, f) for b in batches]) for f in cls.__dataclass_fields__))
+        return cls(*(pa.concat_arrays([b.data for b in batches]) if f == "data"
+                     else np.concatenate([getattr(b, f) for b in batches]) for f in _FIELDS))
+
+
+_FIELDS = tuple(Batch.__dataclass_fields__)
 
 
 @dataclass
@@ -162,14 +169,14 @@ class FileSource:
         keep = np.flatnonzero(eid != NAMESPACE)
         eid, ts_local = eid[keep], ints[keep, 1]
         a2, a3, items = ints[keep, 2], ints[keep, 3], cols.items[keep]
-        ids, inverse = np.unique(eid, return_inverse=True)
+        ids, inverse = _distinct(eid)
         table = np.array([self._codes(int(i)) for i in ids], dtype=np.int32).reshape(-1, 2)
         entity, kind = table[inverse, 0], table[inverse, 1]
         n = len(keep)
         tag = np.full(n, MISSING, dtype=np.int64)
         value = np.full(n, np.nan)
         start = np.full(n, MISSING, dtype=np.int64)
-        data = np.full(n, None, dtype=object)
+        data: list[str | None] = [None] * n
 
         ev = kind == _KIND["event"]
         tag[ev] = a2[ev]
@@ -210,9 +217,10 @@ class FileSource:
         if has_start.any():
             st[has_start] = self.to_global(st[has_start])[0]
         h, c, s = self.codes
+        texts = pa.array(data, pa.string()).take(rows) if len(slow) else pa.nulls(len(rows), pa.string())
         return Batch(ts, bound, np.full(len(rows), h, np.int32), np.full(len(rows), c, np.int32),
                      np.full(len(rows), s, np.int32), entity[rows], kind[rows], tag[rows], value[rows],
-                     st, data[rows], ts_local)
+                     st, texts, ts_local)
 
     def _record(self, cols: Columns, i: int) -> list[Any]:
         a, b = cols.spans[i]
@@ -226,7 +234,16 @@ class FileSource:
         return Batch(ts, bound, np.array([h], np.int32), np.array([c], np.int32), np.array([s], np.int32),
                      np.array([self.names.entity.code("DS/lost")], np.int32),
                      np.array([_KIND["admin"]], np.int32), np.array([MISSING]), np.array([np.nan]),
-                     np.array([MISSING]), np.array([_text(loss)], dtype=object), local)
+                     np.array([MISSING]), pa.array([_text(loss)], pa.string()), local)
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, the index of each value among them), as np.unique gives; entity
+    ids are small, so a table indexed by id does it without sorting."""
+    if len(values) and values.min() >= 0 and values.max() < DISTINCT_TABLE_LIMIT:
+        present = np.bincount(values) > 0
+        return np.flatnonzero(present), (np.cumsum(present) - 1)[values]
+    return np.unique(values, return_inverse=True)
 
 
 def _text(value: Any) -> str:
@@ -297,40 +314,64 @@ def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Bat
     """(the pending records at or before the watermark, sorted; the rest)."""
     if all(b.ts.min() > watermark for b in pending):
         return None, pending
+    ts = np.concatenate([b.ts for b in pending])
+    early = np.flatnonzero(ts <= watermark)
+    rest = np.flatnonzero(ts > watermark)
+    # One copy of everything, then one gather each way: the order is found on ts alone.
     both = Batch.concat(pending)
-    early = both.ts <= watermark
-    rest = both.take(np.flatnonzero(~early))
-    return _sorted(both.take(np.flatnonzero(early))), ([rest] if len(rest) else [])
+    ready = both.take(early[np.argsort(ts[early], kind="stable")])
+    return ready, ([both.take(rest)] if len(rest) else [])
 
 
 class EventsSink:
-    """Writes batches as row groups of about ROW_GROUP rows."""
+    """Writes batches as row groups of about ROW_GROUP rows. Parquet encoding runs in a
+    thread of its own (pyarrow lets go of the GIL), beside the decoding of the next rows;
+    one row group at most waits for it, so memory stays bounded."""
 
     def __init__(self, path: Path, names: Dictionaries):
-        self.writer = pq.ParquetWriter(path, EVENTS, compression="zstd")
-        self.names, self.buffered, self.rows = names, [], 0
+        # Dictionaries only where the schema has them, and statistics only on what queries
+        # filter by: pyarrow's defaults try both on every column and double the write time.
+        self.writer = pq.ParquetWriter(path, EVENTS, compression="zstd", use_dictionary=DICTIONARY_COLUMNS,
+                                       write_statistics=["ts", "host", "entity", "kind", "tag"])
+        self.names, self.buffered, self.held, self.rows = names, [], 0, 0
+        self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet")
+        self.writing: Future[None] | None = None
 
     def write(self, batch: Batch) -> None:
         self.buffered.append(batch)
         self.rows += len(batch)
-        if sum(len(b) for b in self.buffered) >= ROW_GROUP:
+        self.held += len(batch)
+        if self.held >= ROW_GROUP:
             self._flush()
 
     def _flush(self) -> None:
         if not self.buffered:
             return
-        b, self.buffered = Batch.concat(self.buffered), []
         n = self.names
-        self.writer.write_table(pa.table([
+        # A table of one record batch per Batch: numpy's integers become Arrow's without a
+        # copy, where concatenating the batches first would copy every column.
+        table = pa.Table.from_batches([pa.record_batch([
             pa.array(b.ts), pa.array(b.bound, mask=b.bound < 0), n.host.array(b.host),
             n.component.array(b.component), n.stream.array(b.stream), n.entity.array(b.entity),
             n.kind.array(b.kind), pa.array(b.tag, mask=b.tag == MISSING), pa.array(b.value, from_pandas=True),
-            pa.array(b.start, mask=b.start == MISSING), pa.array(b.data, pa.string()), pa.array(b.ts_local)],
-            schema=EVENTS), row_group_size=ROW_GROUP)
+            pa.array(b.start, mask=b.start == MISSING), b.data, pa.array(b.ts_local)], schema=EVENTS)
+            for b in self.buffered], schema=EVENTS)
+        self.buffered, self.held = [], 0
+        self._wait()
+        self.writing = self.encoder.submit(self.writer.write_table, table, row_group_size=ROW_GROUP)
+
+    def _wait(self) -> None:
+        if self.writing is not None:
+            self.writing.result()  # a failed write raises here, in the merge's thread
+            self.writing = None
 
     def close(self) -> None:
-        self._flush()
-        self.writer.close()
+        try:
+            self._flush()
+            self._wait()
+        finally:
+            self.encoder.shutdown()
+            self.writer.close()
 
 
 def write_samples(path: Path, sources: list[FileSource]) -> int:
