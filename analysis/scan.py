@@ -169,6 +169,16 @@ class Columns:
     def __len__(self) -> int:
         return len(self.items)
 
+    @classmethod
+    def concat(cls, parts: list[Columns]) -> Columns:
+        """Several chunks' columns as one, their bodies end to end."""
+        if len(parts) == 1:
+            return parts[0]
+        shift = np.cumsum([0] + [len(p.body) for p in parts[:-1]])
+        return cls(np.concatenate([p.ints for p in parts]), np.concatenate([p.items for p in parts]),
+                   np.concatenate([p.spans + k for p, k in zip(parts, shift, strict=True)]),
+                   b"".join(p.body for p in parts))
+
 
 def scan(body: bytes, count: int) -> Columns:
     """The columns of a chunk body holding `count` records.
