@@ -119,13 +119,17 @@ def trim(rel: duckdb.DuckDBPyRelation, node: Node, *, warmup: str | float = 0,
         WHERE _n > {int(first)} ORDER BY {t}""")
 
 
-def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str) -> duckdb.DuckDBPyRelation:
-    """Intervals from `start` records to `end` records with the same tag (as analysis: pairs)."""
+def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str,
+         start_component: str | None = None, end_component: str | None = None) -> duckdb.DuckDBPyRelation:
+    """Intervals from `start` records to `end` records with the same tag (as analysis: pairs),
+    each side only of the given component if one is."""
     from .resultset import PAIR_SQL  # resultset runs graphs: imported late to avoid a cycle
 
     sql = PAIR_SQL.replace("FROM events", f"FROM {node.input}")
-    for param, value in (("$name", node.name), ("$start", start), ("$end", end)):
-        sql = sql.replace(param, _quote(value))
+    # The longer names first: $start_component begins with $start.
+    for param, value in (("$start_component", start_component), ("$end_component", end_component),
+                         ("$name", node.name), ("$start", start), ("$end", end)):
+        sql = sql.replace(param, "NULL" if value is None else _quote(value))
     return node.db.sql(sql)
 
 

@@ -49,14 +49,26 @@ class Causality:
     violations: int
     worst_ns: int  # how far the worst end lands before its start (0 if none)
     beyond_bound: int  # violations larger than the two records' bounds together
+    # Both ends on one host (KU's pipeline loop): the one-clock duration against the same
+    # pair on the global timeline; their largest difference is the merge's own error there.
+    one_clock: int = 0
+    one_clock_worst_ns: int = 0
+    one_clock_beyond_bound: int = 0
 
     def text(self) -> str:
         if not self.violations:
-            return f"{self.pair}: {self.matched} matched, every end after its start"
-        return (f"{self.pair}: {self.violations} of {self.matched} ends land before their starts, by up to "
-                f"{self.worst_ns / 1e3:.1f} us: the alignment error is at least that"
-                + (f"; {self.beyond_bound} beyond their error bounds" if self.beyond_bound else
-                   ", within the error bounds"))
+            text = f"{self.pair}: {self.matched} matched, every end after its start"
+        else:
+            text = (f"{self.pair}: {self.violations} of {self.matched} ends land before their starts, by up "
+                    f"to {self.worst_ns / 1e3:.1f} us: the alignment error is at least that"
+                    + (f"; {self.beyond_bound} beyond their error bounds" if self.beyond_bound else
+                       ", within the error bounds"))
+        if self.one_clock:
+            text += (f"; on one clock, the global timeline is within {self.one_clock_worst_ns / 1e3:.1f} us "
+                     "of it"
+                     + (f" ({self.one_clock_beyond_bound} beyond the bounds)" if self.one_clock_beyond_bound
+                        else ", within the bounds"))
+        return text
 
 
 @dataclass
@@ -171,19 +183,23 @@ def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockF
 
 INTERVALS_SQL = """
 SELECT entity AS name, host AS start_host, host AS end_host, tag, "start", ts AS "end",
-       CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source
+       CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source,
+       ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns
 FROM events WHERE kind = 'interval'
 """
 
 PAIR_SQL = """
 WITH s AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $start AND tag IS NOT NULL
+           AND ($start_component IS NULL OR component = $start_component)
            QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1),
      e AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $end AND tag IS NOT NULL
+           AND ($end_component IS NULL OR component = $end_component)
            QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1)
 SELECT $name AS name, s.host AS start_host, e.host AS end_host, tag, s.ts AS "start", e.ts AS "end",
        -- On one host the local clock is exact; across hosts both ends carry their bounds.
        CASE WHEN s.host = e.host THEN e.ts_local - s.ts_local ELSE e.ts - s.ts END AS duration_ns,
-       CASE WHEN s.host = e.host THEN 0 ELSE s.bound_ns + e.bound_ns END AS bound_ns, 'pair' AS source
+       CASE WHEN s.host = e.host THEN 0 ELSE s.bound_ns + e.bound_ns END AS bound_ns, 'pair' AS source,
+       e.ts - s.ts AS global_ns, s.bound_ns + e.bound_ns AS global_bound_ns
 FROM s JOIN e USING (tag)
 """
 
@@ -194,7 +210,9 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
     db.execute("DROP VIEW IF EXISTS intervals")
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
-        db.execute("INSERT INTO intervals " + PAIR_SQL, {"name": name, "start": p["start"], "end": p["end"]})
+        db.execute("INSERT INTO intervals " + PAIR_SQL, {"name": name, "start": p["start"], "end": p["end"],
+                                                         "start_component": p.get("start_component"),
+                                                         "end_component": p.get("end_component")})
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY "end") TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
     total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]
@@ -204,5 +222,9 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
             "SELECT count(*), count(*) FILTER (duration_ns < 0), coalesce(-min(duration_ns) FILTER "
             "(duration_ns < 0), 0), count(*) FILTER (duration_ns < 0 AND -duration_ns > bound_ns) "
             "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchone()
-        checks.append(Causality(name, matched, bad, worst, beyond))
+        one = db.execute(
+            "SELECT count(*), coalesce(max(abs(global_ns - duration_ns)), 0), "
+            "count(*) FILTER (abs(global_ns - duration_ns) > global_bound_ns) FROM intervals "
+            "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchone()
+        checks.append(Causality(name, matched, bad, worst, beyond, *one))
     return total, checks

@@ -151,11 +151,22 @@ def parse(text: str, path: Path) -> Plan:
     streams = _streams(src, data.get("streams") or {}, components)
     camp = _camp(src, data.get("services", {}).get("camp"), components)
     analysis = data.get("analysis") or {}
-    pairs = tuple(Pair(name, p["start"], p["end"]) for name, p in analysis.get("pairs", {}).items())
+    pairs = _pairs(src, analysis.get("pairs", {}), components)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph)
+
+
+def _pairs(src: _Source, pairs: dict[str, dict[str, str]],
+           components: tuple[Component, ...]) -> tuple[Pair, ...]:
+    names = {c.name for c in components}
+    for name, p in pairs.items():
+        for key in ("start_component", "end_component"):
+            if key in p and p[key] not in names:
+                src.error(f"unknown component '{p[key]}'{suggest(p[key], names)}",
+                          ("analysis", "pairs", name, key))
+    return tuple(Pair(name, **p) for name, p in pairs.items())
 
 
 def _graph(src: _Source, graph: dict[str, dict[str, Any]], schedule: tuple[Step, ...],

@@ -107,6 +107,8 @@ class Pair:
     name: str
     start: str
     end: str
+    start_component: str | None = None
+    end_component: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class Plan:
                 "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
                 "streams": {s.name: s.wire() for s in self.streams},
                 "camp": self.camp.wire() if self.camp else None,
-                "analysis": {"pairs": {p.name: {"start": p.start, "end": p.end} for p in self.pairs},
+                "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
+                                       for p in self.pairs},
                              "graph": self.graph}}
 
     def filter_files(self) -> list[str]:

@@ -1,9 +1,11 @@
 """The shipped experiments and their programs, run for real: the link emulator, the load
 generators, and the multi-host experiments over SSH on namespaced hosts."""
 
+import json
 import re
 import statistics
 
+import duckdb
 from netspec.analysis.read import read_streams
 from support import REPO, latest_record, ns_control
 
@@ -111,6 +113,27 @@ def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
     assert sends == {"h1": 2000, "h2": 4000, "h3": 2000}  # source; n1 and n3; n2
     assert {r.source.host for r in records(run, name="PIPE/recv")} == {"h1", "h2", "h3"}
     assert statistics.median(r.value for r in e2e) > 3 * 20e3, "three nodes of 20 us work each"
+    # The KU report's precision check, on the merged timeline (the reference is h2).
+    summary = json.loads((run / "merged" / "summary.json").read_text())
+    checks = {c["pair"]: c for c in summary["causality"]}
+    assert {name: c["matched"] for name, c in checks.items()} == {
+        "hop1": 2000, "hop2": 2000, "hop3": 2000, "hop4": 2000, "loop": 2000}
+    assert all(c["beyond_bound"] == 0 for c in checks.values()), checks
+    loop = checks["loop"]
+    assert loop["one_clock"] == 2000 and loop["one_clock_beyond_bound"] == 0
+    hops = duckdb.sql(f"""SELECT name, min(bound_ns), median(duration_ns), min(start_host), min(end_host)
+                          FROM '{run}/merged/intervals.parquet' WHERE name LIKE 'hop%' GROUP BY name
+                          ORDER BY name""").fetchall()
+    assert [(h[3], h[4]) for h in hops] == [("h1", "h2"), ("h2", "h3"), ("h3", "h2"), ("h2", "h1")]
+    assert all(h[1] > 0 for h in hops), "a hop across hosts carries both ends' bounds"
+    # The loop from its hops and each node's work on the global timeline is the loop itself.
+    legs = duckdb.sql(f"""SELECT sum(duration_ns) FILTER (name LIKE 'hop%') / 2000,
+                                 median(duration_ns) FILTER (name = 'loop'),
+                                 median(global_ns) FILTER (name = 'loop')
+                          FROM '{run}/merged/intervals.parquet'""").fetchall()[0]
+    assert legs[0] < legs[1] and abs(legs[2] - legs[1]) <= loop["one_clock_worst_ns"]
+    plots = {p.name for p in (run / "merged" / "plots").iterdir()}
+    assert {"interval-hop1.png", "interval-loop.png", "clock.png"} <= plots
 
 
 def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
