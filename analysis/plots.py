@@ -3,6 +3,9 @@
     interval-<name>.png  the interval over time as a scatter, beside its histogram
     clock.png            each host's offset from the reference with its bounds
     camp.png             CPU busy % and network bytes/s per host, step boundaries marked
+
+and a campaign's metrics per point, as bars and (over one numeric parameter) a line, with
+their confidence intervals as error bars.
 """
 
 from __future__ import annotations
@@ -107,6 +110,24 @@ def plot_camp(db: duckdb.DuckDBPyConnection, hosts: list[str], origin: int, path
     for ax in axes[-1]:
         ax.set_xlabel("time since the run started (s)")
     return _save(fig, path)
+
+
+def plot_campaign(metric: str, unit: str, labels: list[str], means: np.ndarray, lows: np.ndarray,
+                  highs: np.ndarray, out: Path, xs: list[float] | None = None,
+                  x_name: str = "") -> list[Path]:
+    """<metric>-bars.png, and <metric>-line.png when the points lie along one number `xs`."""
+    errors = np.nan_to_num(np.vstack([means - lows, highs - means]))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels)), 4))
+    ax.bar(range(len(labels)), means, yerr=errors, capsize=4)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize="small")
+    ax.set(ylabel=f"{metric} ({unit})", title=f"{metric}: mean and 95% interval per point")
+    written = [_save(fig, out / f"{file_name(metric)}-bars.png")]
+    if xs is not None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.errorbar(xs, means, yerr=errors, marker="o", capsize=4)
+        ax.set(xlabel=x_name, ylabel=f"{metric} ({unit})", title=f"{metric} against {x_name}")
+        written.append(_save(fig, out / f"{file_name(metric)}-line.png"))
+    return written
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

@@ -114,3 +114,4 @@ def compare(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> Com
     return Comparison(_pct(mb - ma, ma), float(ci.low), float(ci.high), float(test.pvalue),
                       float(stats.ttest_ind(b, a, equal_var=False, alternative="greater").pvalue),
                       float(stats.ttest_ind(b, a, equal_var=False, alternative="less").pvalue))
+

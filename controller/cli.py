@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 import traceback
 from pathlib import Path
 
-import duckdb
+from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
 from netspec.analysis.read import StreamReader, read_streams
-from netspec.analysis.resultset import MERGED, merge_run
+from netspec.analysis.resultset import MERGED
 from netspec.daemon.facts import netspec_version
-from netspec.nodelib.auth import load_or_create_key
-from netspec.nodelib.errors import ConfigError, Interrupted, NetspecError, StreamError
+from netspec.nodelib.errors import ConfigError, NetspecError
 from netspec.nodelib.instrument import selects
 
 from . import summary
-from .engine import Progress, Run
-from .load import load
+from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
+from .load import load, parse
 from .pull import pull_run
 from .remote import for_each_host
-from .rundir import RunDir, find_run, list_runs, load_record
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from .rundir import find_run, list_runs, load_record
+from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -64,80 +60,35 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     fetch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust the --from host's ssh key if seen for the first time")
     results = sub.add_parser("results", help="list merged result sets with their size and status")
-    report = sub.add_parser("report", help="statistics of runs' metrics (Getstats); the first run is "
-                                           "the baseline of the others")
-    report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN")
+    report = sub.add_parser("report", help="statistics of runs' metrics (Getstats), the first run the "
+                                           "baseline of the others; or of a campaign's points, with plots")
+    report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN")
     report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
-    for p in (run, ls, show, fetch, results, report):
+    resume = sub.add_parser("resume", help="go on with a campaign that was stopped or killed")
+    resume.add_argument("campaign")
+    rerun = sub.add_parser("rerun", help="run a past run again from its run directory alone")
+    rerun.add_argument("run")
+    for p in (resume, rerun):
+        p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
+        p.add_argument("--accept-new-host-keys", action="store_true",
+                       help="trust ssh host keys seen for the first time (added to known_hosts)")
+    for p in (run, resume, report):
+        p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
+    for p in (run, ls, show, fetch, results, report, resume, rerun):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
 
-def _print_progress(event: Progress) -> None:
-    text, end = summary.progress_text(event)
-    print(text, end="\n" if end else "", flush=True)
-
-
-async def _run(run: Run) -> None:
-    loop = asyncio.get_running_loop()
-
-    def interrupt() -> None:
-        run.interrupt()
-        # A second Ctrl-C falls through to Python's default and ends the controller.
-        loop.remove_signal_handler(signal.SIGINT)
-
-    loop.add_signal_handler(signal.SIGINT, interrupt)
-    loop.add_signal_handler(signal.SIGTERM, run.interrupt)
-    await run.execute()
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     plan = load(args.file)
-    key = load_or_create_key()
-    rundir = RunDir.create(args.runs, plan.name, plan.text, {
-        "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
-        "components": {}, "versions": {"netspec": netspec_version(),
-                                       "python": sys.version.split()[0]}})
-    rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
-    if not args.quiet:
-        print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
-    run = Run(plan, rundir, key, (lambda e: None) if args.quiet else _print_progress,
-              accept_new_host_keys=args.accept_new_host_keys, keep_daemons=args.keep_daemons)
-    try:
-        asyncio.run(_run(run))
-    except KeyboardInterrupt:
-        rundir.finish("interrupted", {"type": "Interrupted", "phase": run.phase, "causes": [],
-                                      "message": "interrupted twice: stopped without gathering"})
-        print(f"\ninterrupted twice: stopped without gathering; daemons end their runs "
-              f"by themselves. Run directory: {rundir.path}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except NetspecError as exc:
-        if not args.quiet:
-            print(flush=True)  # end the progress line before the error goes to stderr
-        _print_lines(summary.error_lines(exc), sys.stderr)
-        _merge(rundir.path, sys.stderr)
-        print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
-        return EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
-    if not args.quiet:
-        _print_lines(summary.run_lines(rundir.path, rundir.record))
-    # The run went well even if its merge did not: that is said, and `fetch` tries again.
-    _merge(rundir.path, None if args.quiet else sys.stdout)
-    return EXIT_OK
+    if plan.campaign is not None:
+        return Campaigner(CampaignDir.create(args.campaigns, plan), _options(args)).run()
+    _, code = run_plan(plan, _options(args))
+    return code
 
 
-def _merge(run: Path, stream, out: Path | None = None) -> bool:
-    """Merge a run's streams, gathered in full or not; the run's own files stay as they are
-    whatever happens here. What the merge made goes to `stream` (None: nowhere), a failure
-    to stderr."""
-    try:
-        result = merge_run(run, out)
-    except (OSError, ValueError, StreamError, duckdb.Error) as exc:
-        print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
-              file=sys.stderr)
-        return False
-    if stream is not None:
-        _print_lines(summary.merge_lines(result), stream)
-    return True
+def _options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(args.runs, args.quiet, args.accept_new_host_keys, getattr(args, "keep_daemons", False))
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -146,33 +97,67 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"fetched {path.name} from {args.source} into {path}")
     else:
         path = find_run(args.runs, args.run)
-    return EXIT_OK if _merge(path, sys.stdout, args.to) else EXIT_FAILED
+    return EXIT_OK if merge(path, sys.stdout, args.to) else EXIT_FAILED
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    _print_lines(summary.results_lines(list_runs(args.runs)))
+    summary.print_lines(summary.results_lines(list_runs(args.runs)))
     return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
-    from netspec.analysis.metrics import run_metrics
     from netspec.analysis.report import report_lines, write_csv
 
-    paths = [find_run(args.runs, ref) for ref in args.run_refs]
-    runs = {}
-    for path in paths:
-        if not (path / MERGED / "summary.json").is_file() and not _merge(path, None):
-            return EXIT_FAILED
-        runs[path.name] = run_metrics(path / MERGED)
-    if len(runs) < len(paths):
-        raise NetspecError("the same run is named twice")
-    _print_lines(report_lines(runs))
+    if len(args.run_refs) == 1 and _is_campaign(args, args.run_refs[0]):
+        cdir = CampaignDir.open(find_campaign(args.campaigns, args.run_refs[0]))
+        table = campaign_metrics(cdir)
+        plots = plot_points(cdir, table)
+        empty = [f"{p['label']}: no counted runs ({len(p['runs'])} run, {p['done'] or 'not done'})"
+                 for p in cdir.state["points"] if not table[p["label"]]]
+        summary.print_lines([*empty, *report_lines(table), f"plots: {', '.join(str(p) for p in plots)}"])
+    else:
+        paths = [find_run(args.runs, ref) for ref in args.run_refs]
+        table = {}
+        for path in paths:
+            if not (path / MERGED / "summary.json").is_file() and not merge(path, None):
+                return EXIT_FAILED
+            table[path.name] = run_metrics(path / MERGED)
+        if len(table) < len(paths):
+            raise NetspecError("the same run is named twice")
+        summary.print_lines(report_lines(table))
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            write_csv(runs, f)
+            write_csv(table, f)
         print(f"written: {args.csv}")
     return EXIT_OK
+
+
+def _is_campaign(args: argparse.Namespace, ref: str) -> bool:
+    try:
+        find_campaign(args.campaigns, ref)
+    except CampaignError:
+        return False
+    return True
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    cdir = CampaignDir.open(find_campaign(args.campaigns, args.campaign))
+    if cdir.state["status"] == "done":
+        print(f"campaign {cdir.state['id']} is done: nothing to resume")
+        return EXIT_OK
+    return Campaigner(cdir, _options(args)).run()
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    path = find_run(args.runs, args.run)
+    record = load_record(path)
+    # The run's own copies of its programs stand in for the originals, wherever those are now.
+    copies = {source: str((path / kept["copy"]).resolve())
+              for source, kept in record.get("programs", {}).items()}
+    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies)
+    _, code = run_plan(plan, _options(args), {"rerun_of": record["id"]})
+    return code
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -200,7 +185,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         sys.stderr.close()
         return EXIT_OK
     warnings = [w for r in readers for w in r.warnings]
-    _print_lines([f"warning: {w}" for w in warnings], sys.stderr)
+    summary.print_lines([f"warning: {w}" for w in warnings], sys.stderr)
     return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK
 
 
@@ -211,28 +196,24 @@ def cmd_up_down(args: argparse.Namespace) -> int:
         print(f"{args.file}: no ssh hosts (local hosts get a daemon for each run)")
         return EXIT_OK
     outcome = for_each_host(ssh_hosts, args.command, args.accept_new_host_keys)
-    _print_lines(summary.host_lines(outcome))
+    summary.print_lines(summary.host_lines(outcome))
     return EXIT_FAILED if any(isinstance(r, BaseException) for r in outcome.values()) else EXIT_OK
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    _print_lines(summary.list_lines(list_runs(args.runs)))
+    summary.print_lines(summary.list_lines(list_runs(args.runs)))
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    _print_lines(summary.run_lines(path, load_record(path)))
+    summary.print_lines(summary.run_lines(path, load_record(path)))
     return EXIT_OK
-
-
-def _print_lines(lines: list[str], stream=None) -> None:
-    print("\n".join(lines), file=stream or sys.stdout)
 
 
 COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show,
             "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch, "results": cmd_results,
-            "report": cmd_report}
+            "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     except NetspecError as exc:
         if args.debug:
             traceback.print_exc()
-        _print_lines(summary.error_lines(exc), sys.stderr)
+        summary.print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
     except OSError as exc:
         if args.debug:

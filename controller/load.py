@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import re
 import shlex
@@ -21,11 +22,23 @@ from typing import Any
 import jsonschema
 import yaml
 from netspec.analysis.graph import GraphError, check_node
+from netspec.analysis.predicate import check_predicate
 from netspec.nodelib.errors import ConfigError
 from netspec.nodelib.messages import NODE
 from netspec.nodelib.streams import StreamConfig
 
-from .model import DEFAULT_DEADLINE_S, CampService, ClockService, Component, Host, Pair, Plan, Step
+from .model import (
+    DEFAULT_DEADLINE_S,
+    Campaign,
+    CampService,
+    ClockService,
+    Component,
+    Hook,
+    Host,
+    Pair,
+    Plan,
+    Step,
+)
 
 Path_ = tuple[str | int, ...]
 DEFAULT_HOST = "local"
@@ -133,7 +146,10 @@ def load(path: str | Path) -> Plan:
     return parse(text, path)
 
 
-def parse(text: str, path: Path) -> Plan:
+def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan:
+    """The plan of `text`, as if read from `path` (relative paths start at its folder).
+    `programs` maps a program's resolved path to the file to run instead: a run
+    directory's copy, when a run is repeated from it alone."""
     src = _Source(path, text)
     data = src.data
     if not isinstance(data, dict):
@@ -143,7 +159,7 @@ def parse(text: str, path: Path) -> Plan:
     if errors:
         _schema_error(src, errors[0])
     hosts = _hosts(src, data)
-    components = tuple(_component(src, name, spec, hosts, path.parent)
+    components = tuple(_component(src, name, spec, hosts, path.parent, programs or {})
                        for name, spec in data["components"].items())
     schedule = _schedule(src, data["schedule"], components)
     _check_plain_phases(src, components, schedule)
@@ -153,9 +169,79 @@ def parse(text: str, path: Path) -> Plan:
     analysis = data.get("analysis") or {}
     pairs = _pairs(src, analysis.get("pairs", {}), components)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
+    campaign = _campaign(src, data, components, hosts) if CAMPAIGN_KEYS & set(data) else None
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp, pairs, graph)
+                schedule, clock, streams, camp, pairs, graph, campaign)
+
+
+CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}
+HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
+
+
+def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:
+    """A list as it is; {from, to, step} or {from, to, factor} with both ends included."""
+    if isinstance(spec, list):
+        return spec
+    start, stop = spec["from"], spec["to"]
+    values, v, k = [], start, 0
+    while v <= stop * (1 + 1e-9) + 1e-12:
+        values.append(int(v) if float(v).is_integer() and all(
+            isinstance(x, int) for x in spec.values()) else v)
+        k += 1
+        v = start * spec["factor"] ** k if "factor" in spec else start + spec["step"] * k
+    return values
+
+
+def _campaign(src: _Source, data: dict[str, Any], components: tuple[Component, ...],
+              hosts: dict[str, Host]) -> Campaign:
+    names = {c.name for c in components}
+    sweep = data.get("sweep") or {"params": {}}
+    axes = {}
+    for key, spec in sweep["params"].items():
+        where: Path_ = ("sweep", "params", key)
+        component = key.rpartition(".")[0]
+        if component not in names:
+            src.error(f"unknown component '{component}'{suggest(component, names)}", where)
+        if isinstance(spec, dict) and ("step" in spec) == ("factor" in spec):
+            src.error("a range takes one of 'step' or 'factor'", where)
+        axes[key] = sweep_values(spec)
+        if not axes[key]:
+            src.error(f"the range from {spec['from']} to {spec['to']} holds no value", where)
+    if sweep.get("mode") == "zip" and len({len(v) for v in axes.values()}) > 1:
+        lengths = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
+        src.error(f"zip takes lists of one length ({lengths})", ("sweep", "mode"))
+    combine = zip if sweep.get("mode") == "zip" else itertools.product
+    points = tuple(dict(zip(axes, values, strict=True)) for values in combine(*axes.values()))
+    repeat = data.get("repeat") or {}
+    if "until" in repeat:
+        if "metric" not in repeat:
+            src.error("'until' needs the 'metric' its statistics are of", ("repeat", "until"))
+        try:
+            check_predicate(repeat["until"])
+        except ValueError as exc:
+            src.error(str(exc), ("repeat", "until"))
+    if repeat.get("max", 1 << 30) < repeat.get("runs", 1):
+        src.error(f"max {repeat['max']} is below runs {repeat['runs']}", ("repeat", "max"))
+    spec = data.get("hooks") or {}
+    hooks = {stage: tuple(_hook(src, h, hosts, ("hooks", stage, i))
+                          for i, h in enumerate(spec.get(stage, ()))) for stage in HOOK_STAGES}
+    notify = _hook(src, spec["notify"], hosts, ("hooks", "notify")) if "notify" in spec else None
+    return Campaign(points or ({},), repeat.get("runs", 1), repeat.get("max"), repeat.get("until"),
+                    repeat.get("metric"), repeat.get("statistic", "median"), repeat.get("warmup", 0),
+                    hooks, spec.get("fastfail", False), notify)
+
+
+def _hook(src: _Source, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host], where: Path_) -> Hook:
+    command = spec["command"] if isinstance(spec, dict) else spec
+    on = tuple(spec.get("hosts", ())) if isinstance(spec, dict) else ()
+    for i, host in enumerate(on):
+        if host not in hosts:
+            src.error(f"unknown host '{host}'{suggest(host, hosts)}", (*where, "hosts", i))
+        if hosts[host].address:
+            src.error(f"host '{host}' is reached by its daemon's address: a hook runs on the controller, "
+                      "over ssh, or on a local host", (*where, "hosts", i))
+    return Hook(("/bin/sh", "-c", command) if isinstance(command, str) else tuple(command), on)
 
 
 def _pairs(src: _Source, pairs: dict[str, dict[str, str]],
@@ -195,7 +281,7 @@ def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
 
 
 def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, Host],
-               base: Path) -> Component:
+               base: Path, programs: dict[str, str]) -> Component:
     where: Path_ = ("components", name)
     if name == NODE:
         src.error(f"'{NODE}' is the daemon's own name in node-wide steps; choose another", where)
@@ -211,6 +297,7 @@ def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, H
     program, command = None, ()
     if "program" in spec:
         program_path = (base / spec["program"]).resolve()
+        program_path = Path(programs.get(str(program_path), program_path))
         if not program_path.is_file():
             src.error(f"program '{spec['program']}' not found (looked at {program_path})",
                       (*where, "program"))

@@ -112,6 +112,30 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class Hook:
+    """A command around a campaign's runs, on the controller or on named hosts."""
+
+    command: tuple[str, ...]
+    hosts: tuple[str, ...] = ()  # none: on the controller
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """The sweep's points and how each is repeated (Auto-pilot's FOREACH/FOR and TEST)."""
+
+    points: tuple[dict[str, Any], ...]  # "component.param" -> value, one dict per point
+    runs: int = 1
+    max_runs: int | None = None
+    until: str | None = None  # Getstats predicate over the metric's values across runs
+    metric: str | None = None
+    statistic: str = "median"
+    warmup: int = 0
+    hooks: dict[str, tuple[Hook, ...]] = field(default_factory=dict)  # presetup, setup, cleanup, postcleanup
+    fastfail: bool = False
+    notify: Hook | None = None
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -127,6 +151,7 @@ class Plan:
     camp: CampService | None = None
     pairs: tuple[Pair, ...] = ()
     graph: dict[str, dict[str, Any]] = field(default_factory=dict)
+    campaign: Campaign | None = None  # a file with sweep:, repeat: or hooks: runs as a campaign
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]

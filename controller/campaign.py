@@ -1,0 +1,303 @@
+"""Campaigns (Auto-pilot's FOREACH/FOR, TEST with a stop predicate, SETUP/CLEANUP, FASTFAIL
+and CHECKPOINT): every point of an experiment file's sweep is run at least `repeat.runs`
+times, then until `repeat.until` holds on the metric's statistics across its runs, at most
+`repeat.max` times.
+
+campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
+directory and outcome, and the run under way; it is rewritten after every step, so that a
+campaign killed at any moment resumes (`ns_control resume`) with the run it lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from netspec.analysis.metrics import Metric, run_metrics
+from netspec.analysis.predicate import holds
+from netspec.analysis.resultset import MERGED
+from netspec.nodelib.errors import NetspecError
+
+from . import summary
+from .hooks import HookFailed, run_hook
+from .load import CAMPAIGN_KEYS, parse
+from .model import Campaign, Plan
+from .rundir import RunDir, load_record
+from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, run_plan
+
+CAMPAIGN_FILE = "campaign.json"
+HOOKS_LOG = "hooks.log"
+STATISTICS = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max, "count": len,
+              "p95": lambda v: np.percentile(v, 95), "p99": lambda v: np.percentile(v, 99)}
+
+
+class CampaignError(NetspecError):
+    """A campaign cannot go on: a metric that no run has, a missing directory."""
+
+
+def point_text(text: str, point: dict[str, Any]) -> str:
+    """The experiment file of one point: the campaign's sections gone, the point's values in
+    its components' params. It is what the run directory keeps, and reruns."""
+    data = yaml.safe_load(text)
+    for key in CAMPAIGN_KEYS:
+        data.pop(key, None)
+    for key, value in point.items():
+        component, _, param = key.rpartition(".")
+        data["components"][component].setdefault("params", {})[param] = value
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def point_label(point: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items()) or "(one point)"
+
+
+class CampaignDir:
+    """The campaign's directory and its checkpoint."""
+
+    def __init__(self, path: Path, state: dict[str, Any]):
+        self.path, self.state = path, state
+
+    @classmethod
+    def create(cls, root: Path, plan: Plan) -> CampaignDir:
+        assert plan.campaign is not None
+        now = time.time_ns()
+        cid = f"{datetime.fromtimestamp(now / 1e9, UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        path = root / plan.name / cid
+        path.mkdir(parents=True)
+        state = {"id": cid, "experiment": plan.name, "file": str(plan.path), "text": plan.text,
+                 "sha256": plan.sha256, "status": "running", "started_ns": now, "presetup_done": False,
+                 "current": None, "points": [{"params": p, "label": point_label(p), "runs": [], "done": None}
+                                             for p in plan.campaign.points]}
+        campaign = cls(path, state)
+        campaign.save()
+        return campaign
+
+    @classmethod
+    def open(cls, path: Path) -> CampaignDir:
+        try:
+            return cls(path, json.loads((path / CAMPAIGN_FILE).read_text()))
+        except (OSError, ValueError) as exc:
+            raise CampaignError(f"{path}: not a campaign ({exc})") from exc
+
+    @property
+    def plan(self) -> Plan:
+        return parse(self.state["text"], Path(self.state["file"]))
+
+    def save(self) -> None:
+        tmp = self.path / f".{CAMPAIGN_FILE}.tmp"
+        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
+        os.replace(tmp, self.path / CAMPAIGN_FILE)
+
+
+def find_campaign(root: Path, ref: str) -> Path:
+    """A campaign by path, or by (a unique suffix of) its id under `root`."""
+    if (Path(ref) / CAMPAIGN_FILE).is_file():
+        return Path(ref).resolve()
+    matches = [p.parent for p in root.glob(f"*/*/{CAMPAIGN_FILE}") if p.parent.name.endswith(ref)]
+    if len(matches) != 1:
+        raise CampaignError(f"{'no' if not matches else len(matches)} campaign(s) '{ref}' under {root}")
+    return matches[0]
+
+
+def run_value(run: Path, metric: str | None, statistic: str) -> float | None:
+    """The one number a run gives its point: `statistic` of `metric`'s samples in it."""
+    if metric is None:
+        return None
+    metrics = run_metrics(run / MERGED)
+    if metric not in metrics:
+        raise CampaignError(f"run {run.name} has no metric '{metric}' (it has: {', '.join(metrics)})")
+    return float(STATISTICS[statistic](metrics[metric].values))
+
+
+def _decide(point: dict[str, Any], c: Campaign) -> str | None:
+    """Why the point is done (runs, until, max, failures), or None if it needs another run."""
+    counted = [r["value"] for r in point["runs"] if r["counted"]]
+    failed = sum(r["status"] != "ok" for r in point["runs"])
+    limit = c.max_runs or c.runs
+    if failed > limit:
+        return "failures"
+    if len(counted) < c.runs:
+        return None
+    if c.until is None:
+        return "runs"
+    from netspec.analysis.stats import summarize  # scipy: only for a stop predicate
+
+    if holds(c.until, asdict(summarize(np.array(counted)))):
+        return "until"
+    return "max" if len(counted) >= limit else None
+
+
+class Campaigner:
+    """Runs a campaign's points from its checkpoint to the end."""
+
+    def __init__(self, cdir: CampaignDir, options: RunOptions):
+        self.cdir, self.options = cdir, options
+        self.plan = cdir.plan
+        assert self.plan.campaign is not None
+        self.c: Campaign = self.plan.campaign
+
+    def _hooks(self, stage: str, env: dict[str, str]) -> None:
+        for hook in self.c.hooks.get(stage, ()):
+            run_hook(hook, stage, self.plan, {"NETSPEC_CAMPAIGN": self.cdir.state["id"], **env},
+                     self.cdir.path / HOOKS_LOG, self.options.accept_new_host_keys)
+
+    def run(self) -> int:
+        state = self.cdir.state
+        state["status"] = "running"
+        self.cdir.save()
+        try:
+            if not state["presetup_done"]:
+                self._hooks("presetup", {})
+                state["presetup_done"] = True
+                self.cdir.save()
+            self._recover()
+            for point in state["points"]:
+                while point["done"] is None:
+                    code = self._one_run(point)
+                    if code == EXIT_INTERRUPTED:
+                        return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
+                                         f"{self.cdir.path}` goes on from here")
+                    if code != EXIT_OK and self.c.fastfail:
+                        return self._fail(f"fastfail: a run of {point['label']} failed")
+                    point["done"] = _decide(point, self.c)
+                    self.cdir.save()
+            self._hooks("postcleanup", {})
+        except (HookFailed, CampaignError) as exc:
+            return self._fail(str(exc))
+        except KeyboardInterrupt:
+            return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
+                             f"{self.cdir.path}` goes on from here")
+        return self._end("done", EXIT_OK, f"campaign {state['id']}: done, {self._counts()}")
+
+    def _one_run(self, point: dict[str, Any]) -> int:
+        state = self.cdir.state
+        index = state["points"].index(point)
+        env = {"NETSPEC_POINT": json.dumps(point["params"]), "NETSPEC_REPETITION": str(len(point["runs"]))}
+        state["current"] = {"point": index, "run": None}
+        self.cdir.save()
+        try:
+            self._hooks("setup", env)
+        except HookFailed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            point["runs"].append({"id": None, "path": None, "status": "setup failed", "value": None,
+                                  "counted": False})
+            state["current"] = None
+            self.cdir.save()
+            return EXIT_FAILED
+
+        def created(rundir: RunDir) -> None:
+            state["current"]["run"] = str(rundir.path)
+            self.cdir.save()
+
+        plan = parse(point_text(state["text"], point["params"]), Path(state["file"]))
+        print(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}", flush=True)
+        rundir, code = run_plan(plan, self.options, {"campaign": {
+            "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
+        try:
+            self._hooks("cleanup", env)
+        finally:
+            self._record(point, rundir.path, rundir.record.get("status", "failed"))
+        return code
+
+    def _record(self, point: dict[str, Any], path: Path, status: str) -> None:
+        value = run_value(path, self.c.metric, self.c.statistic) if status == "ok" else None
+        warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
+        point["runs"].append({"id": path.name, "path": str(path), "status": status, "value": value,
+                              "counted": status == "ok" and not warm, "warmup": warm})
+        self.cdir.state["current"] = None
+        self.cdir.save()
+
+    def _recover(self) -> None:
+        """The run the last controller lost: kept if it ended, marked interrupted if not."""
+        current = self.cdir.state["current"]
+        if current is None:
+            return
+        point = self.cdir.state["points"][current["point"]]
+        path = Path(current["run"]) if current["run"] else None
+        if path is None or not (path / "run.json").is_file():
+            self.cdir.state["current"] = None
+            self.cdir.save()
+            return
+        record = load_record(path)
+        if record["status"] == "running":
+            RunDir(path, record).finish("interrupted", {
+                "type": "Interrupted", "phase": None, "causes": [],
+                "message": "its controller was killed; the campaign resumed and runs it again"})
+            record["status"] = "interrupted"
+        elif not (path / MERGED / "summary.json").is_file():
+            merge(path, None)
+        self._record(point, path, record["status"])
+        point["done"] = _decide(point, self.c)
+        self.cdir.save()
+
+    def _counts(self) -> str:
+        runs = [r for p in self.cdir.state["points"] for r in p["runs"]]
+        counted = sum(r["counted"] for r in runs)
+        return f"{len(self.cdir.state['points'])} point(s), {counted} counted runs of {len(runs)}"
+
+    def _fail(self, why: str) -> int:
+        if self.c.notify is not None:
+            try:
+                run_hook(self.c.notify, "notify", self.plan, {"NETSPEC_CAMPAIGN": self.cdir.state["id"],
+                                                               "NETSPEC_FAILURE": why},
+                         self.cdir.path / HOOKS_LOG, self.options.accept_new_host_keys)
+            except HookFailed as exc:
+                print(f"error: {exc}", file=sys.stderr)
+        return self._end("failed", EXIT_FAILED, f"campaign {self.cdir.state['id']}: stopped: {why}")
+
+    def _end(self, status: str, code: int, text: str) -> int:
+        self.cdir.state["status"] = status
+        self.cdir.save()
+        summary.print_lines([text, f"campaign directory: {self.cdir.path}"],
+                            sys.stderr if code else sys.stdout)
+        return code
+
+
+def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
+    """Per point (by label), every metric as one value per counted run: the campaign's
+    statistic of the metric's samples in that run."""
+    statistic = STATISTICS[cdir.plan.campaign.statistic if cdir.plan.campaign else "median"]
+    points: dict[str, dict[str, Metric]] = {}
+    for point in cdir.state["points"]:
+        runs = [r for r in point["runs"] if r["counted"]]
+        values: dict[str, list[float]] = {}
+        units: dict[str, str] = {}
+        for r in runs:
+            for name, m in run_metrics(Path(r["path"]) / MERGED).items():
+                values.setdefault(name, []).append(float(statistic(m.values)))
+                units[name] = m.unit
+        points[point["label"]] = {name: Metric(name, units[name], np.array(v), np.arange(len(v)))
+                                  for name, v in values.items()}
+    return points
+
+
+def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:
+    """Each metric's bars (and line, over a single numeric parameter) into the campaign's plots/."""
+    from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
+    from netspec.analysis.stats import summarize
+
+    (cdir.path / "plots").mkdir(exist_ok=True)
+    params = [p["params"] for p in cdir.state["points"]]
+    keys = {k for p in params for k in p}
+    axis = next(iter(keys)) if len(keys) == 1 else None
+    numeric = axis is not None and all(isinstance(p.get(axis), int | float) for p in params)
+    written = []
+    for metric in dict.fromkeys(m for ms in points.values() for m in ms):
+        labels = [label for label, ms in points.items() if metric in ms]
+        rows = [summarize(points[label][metric].values) for label in labels]
+        xs = ([p[axis] for p, label in zip(params, points, strict=True) if label in labels]
+              if numeric else None)
+        unit = points[labels[0]][metric].unit
+        written += plot_campaign(metric, unit, labels, *(np.array([getattr(r, f) for r in rows])
+                                                         for f in ("mean", "low", "high")),
+                                 cdir.path / "plots", xs, axis or "")
+    return written

@@ -1,0 +1,104 @@
+"""One run of a plan as ns_control shows it: its run directory, the phase engine under
+Ctrl-C and SIGTERM, the summary, and the merge at the end; the exit code says how it went."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import duckdb
+from netspec.analysis.resultset import merge_run
+from netspec.daemon.facts import netspec_version
+from netspec.nodelib.auth import load_or_create_key
+from netspec.nodelib.errors import Interrupted, NetspecError, StreamError
+
+from . import summary
+from .engine import Progress, Run
+from .model import Plan
+from .rundir import RunDir
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    runs: Path
+    quiet: bool = False
+    accept_new_host_keys: bool = False
+    keep_daemons: bool = False
+
+
+def _print_progress(event: Progress) -> None:
+    text, end = summary.progress_text(event)
+    print(text, end="\n" if end else "", flush=True)
+
+
+async def _run(run: Run) -> None:
+    loop = asyncio.get_running_loop()
+
+    def interrupt() -> None:
+        run.interrupt()
+        # A second Ctrl-C falls through to Python's default and ends the controller.
+        loop.remove_signal_handler(signal.SIGINT)
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    loop.add_signal_handler(signal.SIGTERM, run.interrupt)
+    await run.execute()
+
+
+def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = None,
+             created: Callable[[RunDir], None] | None = None) -> tuple[RunDir, int]:
+    """Run `plan` into a new run directory under options.runs, with `record` added to its
+    run.json; `created` is told the directory before anything starts."""
+    key = load_or_create_key()
+    rundir = RunDir.create(options.runs, plan.name, plan.text, {
+        "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
+        "components": {}, "versions": {"netspec": netspec_version(),
+                                       "python": sys.version.split()[0]}, **(record or {})})
+    rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
+    if created is not None:
+        created(rundir)
+    if not options.quiet:
+        print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
+    run = Run(plan, rundir, key, (lambda e: None) if options.quiet else _print_progress,
+              accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons)
+    try:
+        asyncio.run(_run(run))
+    except KeyboardInterrupt:
+        rundir.finish("interrupted", {"type": "Interrupted", "phase": run.phase, "causes": [],
+                                      "message": "interrupted twice: stopped without gathering"})
+        print(f"\ninterrupted twice: stopped without gathering; daemons end their runs "
+              f"by themselves. Run directory: {rundir.path}", file=sys.stderr)
+        return rundir, EXIT_INTERRUPTED
+    except NetspecError as exc:
+        if not options.quiet:
+            print(flush=True)  # end the progress line before the error goes to stderr
+        summary.print_lines(summary.error_lines(exc), sys.stderr)
+        merge(rundir.path, sys.stderr)
+        print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
+        return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
+    if not options.quiet:
+        summary.print_lines(summary.run_lines(rundir.path, rundir.record))
+    # The run went well even if its merge did not: that is said, and `fetch` tries again.
+    merge(rundir.path, None if options.quiet else sys.stdout)
+    return rundir, EXIT_OK
+
+
+def merge(run: Path, stream: IO[str] | None, out: Path | None = None) -> bool:
+    """Merge a run's streams, gathered in full or not; the run's own files stay as they are
+    whatever happens here. What the merge made goes to `stream` (None: nowhere), a failure
+    to stderr."""
+    try:
+        result = merge_run(run, out)
+    except (OSError, ValueError, StreamError, duckdb.Error) as exc:
+        print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
+              file=sys.stderr)
+        return False
+    if stream is not None:
+        summary.print_lines(summary.merge_lines(result), stream)
+    return True
