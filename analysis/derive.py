@@ -6,6 +6,8 @@
                       boundaries (interpolated between the samples either side)
     workload.parquet  per component, real against user and system time over its sampled
                       window, and what that makes it: CPU-, kernel- or I/O-bound (Spinellis)
+    states.parquet    every counter's and histogram's last state, and how often it changed
+                      (each state over time is a row of events.parquet)
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ WHERE s.side = 0 AND e.side = 1
 ORDER BY step, host, field
 """
 
+STATES_SQL = """
+SELECT host, component, entity, kind, count(*) AS updates, max(ts) AS "at", arg_max(value, ts) AS value,
+       arg_max(data, ts) AS data
+FROM events WHERE kind IN ('counter', 'histogram') GROUP BY ALL ORDER BY host, component, entity
+"""
+
 WORKLOAD_SQL = """
 WITH p AS (SELECT ts, host, regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 1) AS component,
                   regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 2) AS part, value
@@ -110,7 +118,9 @@ class Workload:
 
 
 def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
-    """rates, usage and workload Parquet files in `out` from the views samples and phases."""
+    """rates, usage, workload and states Parquet files in `out` from the views events,
+    samples and phases."""
+    db.execute(f"COPY ({STATES_SQL}) TO '{out / 'states.parquet'}' (FORMAT parquet)")
     db.execute(COUNTERS_SQL)
     db.execute(f"COPY ({RATES_SQL}) TO '{out / 'rates.parquet'}' (FORMAT parquet)")
     db.execute(f"COPY ({USAGE_SQL}) TO '{out / 'usage.parquet'}' (FORMAT parquet)")

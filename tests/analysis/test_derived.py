@@ -105,6 +105,9 @@ def camp_set(tmp_path):
               {"step": 2, "phase": "after", "host": "h", "component": "app", "status": "ok",
                "entered": T0 + 11 * SECOND, "acked": T0 + 12 * SECOND}]
     pq.write_table(pa.Table.from_pylist(phases), tmp_path / "phases.parquet")
+    events = [{"ts": T0 + k, "host": "h", "component": "app", "entity": "A/done", "kind": "counter",
+               "value": float(k), "data": None} for k in range(1, 4)]
+    pq.write_table(pa.Table.from_pylist(events), tmp_path / "events.parquet")
     return tmp_path
 
 
@@ -124,6 +127,7 @@ def test_camp_counters_become_rates_phase_usage_and_a_workload(camp_set):
     assert workload.kind == "I/O-bound"
     assert Workload("h", "x", SECOND, SECOND // 5, SECOND // 2).kind == "kernel-bound"
     assert Workload("h", "x", SECOND, SECOND * 9 // 10, 0).kind == "CPU-bound"
+    assert db.execute("SELECT entity, updates, value FROM states").fetchall() == [("A/done", 3, 3.0)]
 
 
 PHASES = ["launch", "run", "collect"]

@@ -87,7 +87,8 @@ def check_merged(run, stdout):
     out = run / "merged"
     assert {p.name for p in out.iterdir()} == {
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
-        "rates.parquet", "usage.parquet", "workload.parquet", "trace.json", "narration.txt", "plots",
+        "rates.parquet", "usage.parquet", "workload.parquet", "states.parquet", "trace.json", "narration.txt",
+        "plots",
         "summary.json", "rtt_csv.csv", "first_story.txt"}
     assert "causality to_server: 2000 matched, every end after its start" in stdout
     assert "causality to_client: 2000 matched, every end after its start" in stdout
@@ -109,6 +110,9 @@ def check_merged(run, stdout):
     assert usage and usage[0][0] > 0
     assert {(w["host"], w["component"]) for w in pq.read_table(out / "workload.parquet").to_pylist()} == {
         ("a", "server"), ("b", "client")}
+    states = duckdb.sql(f"SELECT entity, value, data FROM '{out}/states.parquet' ORDER BY entity").fetchall()
+    assert [s[:2] for s in states[:1]] == [("STIM/answered", 2000.0)] and states[1][0] == "STIM/rtt_us"
+    assert sum(json.loads(states[1][2])["counts"]) == 2000 and states[1][1] > 2000 * 5  # sum of us
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {"host a", "host b"}
