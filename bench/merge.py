@@ -1,7 +1,8 @@
 """The merge's speed and memory: raw streams of 4 hosts x N events -> clock-corrected,
 merged Parquet (merged/events.parquet), in a child process whose peak RSS is measured;
 beside it, in the same run, reading the same files record by record (StreamReader, one
-Python object per record) as the baseline. Prints figures for people, then one JSON object.
+Python object per record) as the baseline, and the merge's two stages apart (decoding and
+merging; Parquet encoding). Prints figures for people, then one JSON object.
 
     python bench/merge.py [--events 5000000]   # per host
 """
@@ -17,10 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from netspec.analysis.read import StreamReader
-from netspec.analysis.timeline import merge_files
+from netspec.analysis.timeline import Batch, Counts, Dictionaries, EventsSink, FileSource, merge, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
@@ -77,13 +79,46 @@ def merge_child(directory: Path) -> None:
                       "late": counts.late, "warnings": counts.warnings}))
 
 
+def stages_child(directory: Path) -> None:
+    """The merge's two stages apart on the same files, each streaming as in the merge:
+    decoding and merging with nothing written, then Parquet encoding of batches merged
+    beforehand. Both after a first pass, so numba's loading of the scanner is not in them."""
+    files = {p.parent.name: [p] for p in sorted(directory.glob("*/*.ds"))}
+    events = int(directory.joinpath("events").read_text())
+    clock = fits((START_NS, START_NS + events * RATE_NS))
+
+    def merged() -> tuple[Dictionaries, Iterator[Batch]]:
+        names, counts = Dictionaries(), Counts()
+        sources = [FileSource(p, h, clock.get(h), names, counts) for h, ps in files.items() for p in ps]
+        return names, merge(sources, counts)
+
+    for _ in merged()[1]:
+        break
+    t0 = time.perf_counter()
+    records = sum(len(b) for b in merged()[1])
+    decode = time.perf_counter() - t0
+    names, batches = merged()
+    kept = list(batches)
+    t0 = time.perf_counter()
+    sink = EventsSink(directory / "stages.parquet", names)
+    for batch in kept:
+        sink.write(batch)
+    sink.close()
+    encode = time.perf_counter() - t0
+    print(json.dumps({"decode_merge_per_s": records / decode, "parquet_per_s": records / encode}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=5_000_000, help="per host")
     parser.add_argument("--merge-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--stages-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.merge_child:
         merge_child(args.merge_child)
+        return
+    if args.stages_child:
+        stages_child(args.stages_child)
         return
     with tempfile.TemporaryDirectory(prefix="merge-bench-") as tmp:
         directory = Path(tmp)
@@ -103,6 +138,11 @@ def main() -> None:
         print(f"  merge -> events.parquet: {merged['records']:,} records in {merged['seconds']:.1f} s = "
               f"{rate / 1e6:.2f} M records/s, peak RSS {merged['peak_rss_mb']:.0f} MB, "
               f"Parquet {out / 1e6:.0f} MB")
+        done = subprocess.run([sys.executable, __file__, "--stages-child", str(directory)],
+                              capture_output=True, text=True, check=True)
+        stages = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"  stages apart: decoding and merging {stages['decode_merge_per_s'] / 1e6:.2f} M records/s, "
+              f"Parquet encoding {stages['parquet_per_s'] / 1e6:.2f} M records/s")
         t0, n = time.perf_counter(), 0
         for p in paths[:1]:  # one host's file is enough for a rate
             for _ in StreamReader(p):
@@ -115,7 +155,8 @@ def main() -> None:
                       "fit_seconds": round(merged["fit_seconds"], 2),
                       "records_per_s": round(rate), "peak_rss_mb": round(merged["peak_rss_mb"]),
                       "baseline_records_per_s": round(baseline), "speedup": round(rate / baseline, 2),
-                      "late": merged["late"]}))
+                      "late": merged["late"], "decode_merge_per_s": round(stages["decode_merge_per_s"]),
+                      "parquet_per_s": round(stages["parquet_per_s"])}))
 
 
 if __name__ == "__main__":
