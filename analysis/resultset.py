@@ -32,7 +32,6 @@ from netspec.clksync.records import fit_run
 from .derive import Workload, write_derived
 from .graph import run_graph
 from .narrate import write_narration
-from .plots import plot_all
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 
@@ -111,7 +110,11 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     if trace.truncated:
         result.warnings.append(f"trace.json holds the first {TRACE_LIMIT} events and intervals only")
     write_narration(db, out / "narration.txt")
-    result.plots = plot_all(db, out / "plots")
+    if db.execute(PLOTTABLE_SQL).fetchone()[0]:
+        # matplotlib takes half a second to import: a run with nothing to draw does not pay it.
+        from .plots import plot_all
+
+        result.plots = plot_all(db, out / "plots")
     graph = record.get("plan", {}).get("analysis", {}).get("graph", {})
     if graph:
         result.warnings += run_graph(db, graph, out, Path(record["plan"]["source"]).parent, *_bounds(db))
@@ -121,6 +124,10 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         "causality": [asdict(c) for c in result.causality],
         "workload": [{**asdict(w), "kind": w.kind} for w in result.workloads]}, indent=1) + "\n")
     return result
+
+
+PLOTTABLE_SQL = """SELECT EXISTS (FROM intervals) OR EXISTS (FROM rates)
+                         OR EXISTS (FROM clock WHERE source != 'reference')"""
 
 
 def _bounds(db: duckdb.DuckDBPyConnection) -> tuple[int, dict[str, tuple[int, int]]]:

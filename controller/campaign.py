@@ -121,7 +121,7 @@ def run_value(run: Path, metric: str | None, statistic: str) -> float | None:
 def _decide(point: dict[str, Any], c: Campaign) -> str | None:
     """Why the point is done (runs, until, max, failures), or None if it needs another run."""
     counted = [r["value"] for r in point["runs"] if r["counted"]]
-    failed = sum(r["status"] != "ok" for r in point["runs"])
+    failed = sum(r["status"] not in ("ok", "interrupted") for r in point["runs"])
     limit = c.max_runs or c.runs
     if failed > limit:
         return "failures"
@@ -195,7 +195,7 @@ class Campaigner:
             return EXIT_FAILED
 
         def created(rundir: RunDir) -> None:
-            state["current"]["run"] = str(rundir.path)
+            state["current"]["run"] = str(rundir.path.resolve())
             self.cdir.save()
 
         plan = parse(point_text(state["text"], point["params"]), Path(state["file"]))
@@ -211,7 +211,7 @@ class Campaigner:
     def _record(self, point: dict[str, Any], path: Path, status: str) -> None:
         value = run_value(path, self.c.metric, self.c.statistic) if status == "ok" else None
         warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
-        point["runs"].append({"id": path.name, "path": str(path), "status": status, "value": value,
+        point["runs"].append({"id": path.name, "path": str(path.resolve()), "status": status, "value": value,
                               "counted": status == "ok" and not warm, "warmup": warm})
         self.cdir.state["current"] = None
         self.cdir.save()

@@ -165,6 +165,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     steps = " -> ".join(s.phase for s in plan.schedule)
     print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
           f"{len(plan.components)} component(s)\n  schedule: {steps}")
+    if plan.campaign is not None:
+        c = plan.campaign
+        until = f", then until {c.until} (at most {c.max_runs or c.runs})" if c.until else ""
+        print(f"  campaign: {len(c.points)} point(s), {c.runs} run(s) each{until}"
+              + (f", after {c.warmup} warm-up run(s)" if c.warmup else ""))
     return EXIT_OK
 
 
