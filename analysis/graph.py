@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from .narrate import narrate_merged
 
-TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload")
+TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload", "states")
 _DURATION = re.compile(r"([0-9.]+)(ns|us|ms|s|m)")
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
 
@@ -197,6 +197,11 @@ def find_filter(spec: str, base: Path) -> Callable[..., Any]:
     return fn
 
 
+def parameters(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a node gives its filter: everything but `filter` and `input`."""
+    return {k: v for k, v in spec.items() if k not in ("filter", "input")}
+
+
 def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
                phases: Collection[str]) -> Callable[..., Any]:
     """The node's filter, once its input exists, its parameters are ones the filter takes and
@@ -208,7 +213,7 @@ def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
     if name in TABLES:
         raise GraphError(f"'{name}' is a merged table's name; call the node something else")
     fn = find_filter(spec["filter"], base)
-    params = {k: v for k, v in spec.items() if k not in ("filter", "input")}
+    params = parameters(spec)
     signature = inspect.signature(fn)
     takes = [p.name for p in list(signature.parameters.values())[2:]]
     try:
@@ -240,8 +245,7 @@ def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], o
         node = Node(name, db, out, origin_ns, phases, f'"{spec["input"]}"')
         try:
             fn = check_node(name, spec, done, base, phases)
-            params = {k: v for k, v in spec.items() if k not in ("filter", "input")}
-            result = fn(db.sql(f"SELECT * FROM {node.input}"), node, **params)
+            result = fn(db.sql(f"SELECT * FROM {node.input}"), node, **parameters(spec))
             if result is not None:
                 result.create_view(name, replace=True)
         except Exception as exc:

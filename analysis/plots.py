@@ -28,12 +28,10 @@ def file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def plot_all(db: duckdb.DuckDBPyConnection, out: Path) -> list[Path]:
-    """Every plot the views intervals, clock, rates and phases allow, into `out`."""
+def plot_all(db: duckdb.DuckDBPyConnection, out: Path, origin: int) -> list[Path]:
+    """Every plot the views intervals, clock, rates and phases allow, into `out`; times are
+    seconds since `origin`, the run's start."""
     out.mkdir(exist_ok=True)
-    origin = db.execute("SELECT min(entered) FROM phases").fetchone()[0]
-    if origin is None:
-        origin = db.execute("SELECT min(ts) FROM events").fetchone()[0] or 0
     written = []
     for (name,) in db.execute("SELECT DISTINCT name FROM intervals ORDER BY name").fetchall():
         t, d = db.execute('SELECT list("end" ORDER BY "end"), list(duration_ns ORDER BY "end") '

@@ -106,6 +106,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     result.intervals, result.causality = write_intervals(db, out, pairs)
     result.workloads = write_derived(db, out)
     db = open_tables(out)  # with the tables just written
+    origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
     if trace.truncated:
         result.warnings.append(f"trace.json holds the first {TRACE_LIMIT} events and intervals only")
@@ -114,10 +115,10 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         # matplotlib takes half a second to import: a run with nothing to draw does not pay it.
         from .plots import plot_all
 
-        result.plots = plot_all(db, out / "plots")
+        result.plots = plot_all(db, out / "plots", origin)
     graph = record.get("plan", {}).get("analysis", {}).get("graph", {})
     if graph:
-        result.warnings += run_graph(db, graph, out, Path(record["plan"]["source"]).parent, *_bounds(db))
+        result.warnings += run_graph(db, graph, out, Path(record["plan"]["source"]).parent, origin, phases)
     (out / "summary.json").write_text(json.dumps({
         "run": record.get("id"), "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
