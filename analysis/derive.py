@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -111,6 +112,10 @@ class Workload:
             return "I/O-bound"
         return "kernel-bound" if self.system_ns > self.user_ns else "CPU-bound"
 
+    def row(self) -> dict[str, Any]:
+        """Its fields and its kind, as workload.parquet and summary.json hold them."""
+        return {**asdict(self), "kind": self.kind}
+
     def text(self) -> str:
         cpu = (self.user_ns + self.system_ns) / self.real_ns if self.real_ns > 0 else 0.0
         return (f"{self.host}/{self.component}: {self.kind} (real {self.real_ns / 1e9:.2f} s, user "
@@ -126,6 +131,6 @@ def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
     db.execute(f"COPY ({USAGE_SQL}) TO '{out / 'usage.parquet'}' (FORMAT parquet)")
     rows = db.execute(WORKLOAD_SQL).fetchall()
     workloads = [Workload(h, c, int(r), int(u or 0), int(s or 0)) for h, c, r, u, s in rows]
-    pq.write_table(pa.Table.from_pylist([{**asdict(w), "kind": w.kind} for w in workloads], schema=WORKLOAD),
+    pq.write_table(pa.Table.from_pylist([w.row() for w in workloads], schema=WORKLOAD),
                    out / "workload.parquet")
     return workloads

@@ -5,7 +5,7 @@
     intervals.parquet interval records, and the experiment's cross-host pairs
     clock.parquet     each host's clock fit: offset and bounds at every knot
     phases.parquet    when each component entered and finished each step, globally
-    rates.parquet, usage.parquet, workload.parquet   derived from CAMP (derive.py)
+    rates.parquet, usage.parquet, workload.parquet, states.parquet   derived (derive.py)
     trace.json        the timeline for ui.perfetto.dev
     narration.txt     the timeline in words
     plots/*.png       intervals, clock offsets, CAMP per host
@@ -123,7 +123,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         "run": record.get("id"), "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
-        "workload": [{**asdict(w), "kind": w.kind} for w in result.workloads]}, indent=1) + "\n")
+        "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")
     return result
 
 

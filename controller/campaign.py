@@ -265,7 +265,8 @@ class Campaigner:
 def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
     """Per point (by label), every metric as one value per counted run: the campaign's
     statistic of the metric's samples in that run."""
-    statistic = STATISTICS[cdir.plan.campaign.statistic if cdir.plan.campaign else "median"]
+    campaign = cdir.plan.campaign
+    statistic = STATISTICS[campaign.statistic if campaign else "median"]
     points: dict[str, dict[str, Metric]] = {}
     for point in cdir.state["points"]:
         runs = [r for r in point["runs"] if r["counted"]]

@@ -109,8 +109,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
     from netspec.analysis.report import report_lines, write_csv
 
-    if len(args.run_refs) == 1 and _is_campaign(args, args.run_refs[0]):
-        cdir = CampaignDir.open(find_campaign(args.campaigns, args.run_refs[0]))
+    campaign = _campaign(args, args.run_refs[0]) if len(args.run_refs) == 1 else None
+    if campaign is not None:
+        cdir = CampaignDir.open(campaign)
         table = campaign_metrics(cdir)
         plots = plot_points(cdir, table)
         empty = [f"{p['label']}: no counted runs ({len(p['runs'])} run, {p['done'] or 'not done'})"
@@ -133,12 +134,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _is_campaign(args: argparse.Namespace, ref: str) -> bool:
+def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
+    """The campaign `ref` names, or None if it names none (then it is a run)."""
     try:
-        find_campaign(args.campaigns, ref)
+        return find_campaign(args.campaigns, ref)
     except CampaignError:
-        return False
-    return True
+        return None
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
