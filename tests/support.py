@@ -57,3 +57,26 @@ def start_loadgen(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
+
+
+USER_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def stolen_ticks() -> int:
+    """What the hypervisor took from this machine's CPUs (/proc/stat's steal), in USER_HZ ticks."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8])
+
+
+class Steal:
+    """The share of one CPU the hypervisor took from this machine while the block ran: time a
+    guest cannot see, in which its busy loops stand still and its processes stay runnable."""
+
+    def __enter__(self) -> Steal:
+        self.share = 0.0
+        self._ticks, self._t0 = stolen_ticks(), time.monotonic_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = (time.monotonic_ns() - self._t0) / 1e9
+        self.share = (stolen_ticks() - self._ticks) / USER_HZ / elapsed

@@ -3,6 +3,7 @@ no aliasing with periodic workloads, and a warning where /proc/stat misses CPU t
 
 import gzip
 import itertools
+import math
 import random
 import time
 
@@ -10,8 +11,10 @@ import pytest
 from netspec.analysis.read import StreamReader
 from netspec.daemon.sampler import CampConfig, CampSampler, open_stream, slot_instants
 from netspec.daemon.services import NodeServices
+from netspec.nodelib import camp
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
+from support import Steal
 from support import start_loadgen as start
 
 
@@ -32,8 +35,15 @@ def read(streams, directory):
 
 
 def schedstat_ns(pid: int) -> int:
+    """The process's time on a CPU."""
+    return schedstat(pid)[0]
+
+
+def schedstat(pid: int) -> tuple[int, int]:
+    """The process's time on a CPU, and its time runnable in a run queue, waiting for one."""
     with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
+        ran, waited, _ = map(int, f.read().split())
+    return ran, waited
 
 
 def test_one_uniformly_random_instant_in_each_slot():
@@ -111,14 +121,15 @@ def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(ca
     adversary = start("periodic", "22.5", "11", "8", str(epoch))
     pids = {"iso": iso.pid, "adversary": adversary.pid}
     try:
-        ran0 = {n: schedstat_ns(p) for n, p in pids.items()}
-        t0 = time.monotonic_ns()
-        sampler = CampSampler(streams, CampConfig(interval_ms=1, interfaces=("lo",), disks=()), pids)
-        sampler.start()
-        time.sleep(6.0)
-        sampler.stop()
-        elapsed = time.monotonic_ns() - t0
-        truth = {n: 100.0 * (schedstat_ns(p) - ran0[n]) / elapsed for n, p in pids.items()}
+        before = {n: schedstat(p) for n, p in pids.items()}
+        with Steal() as steal:
+            t0 = time.monotonic_ns()
+            sampler = CampSampler(streams, CampConfig(interval_ms=1, interfaces=("lo",), disks=()), pids)
+            sampler.start()
+            time.sleep(6.0)
+            sampler.stop()
+            elapsed = time.monotonic_ns() - t0
+        after = {n: schedstat(p) for n, p in pids.items()}
         records = read(streams, directory)
 
         periodic = open_camp(directory / "periodic")
@@ -136,13 +147,19 @@ def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(ca
     with capsys.disabled():
         print()
         for name in pids:
+            # A process is runnable ('R') while on a CPU, while waiting for one, and while the
+            # hypervisor stands its CPU still, which schedstat counts as neither.
+            ran, waited = (a - b for a, b in zip(after[name], before[name], strict=True))
+            low, high = 100 * ran / elapsed, 100 * (ran + waited) / elapsed + 100 * steal.share
             randomized, n = running_share(records, name)
             fixed, m = running_share(periodic_records, name)
-            print(f"  {name}: truth {truth[name]:.1f} % (schedstat); randomized {randomized:.1f} % "
-                  f"({n} samples); periodic in step {fixed:.1f} % ({m} samples), "
-                  f"error {fixed - truth[name]:+.1f} points")
-            assert abs(randomized - truth[name]) <= 2.0
-            assert abs(fixed - truth[name]) > 20  # what the randomized instants are for
+            print(f"  {name}: truth {low:.1f}-{high:.1f} % (schedstat, steal); randomized "
+                  f"{randomized:.1f} % ({n} samples); periodic in step {fixed:.1f} % ({m} samples)")
+            # Random instants estimate the share as a binomial proportion does: within four
+            # standard errors of it, or one point where those are smaller.
+            error = max(1.0, 4 * 100 * math.sqrt(randomized / 100 * (1 - randomized / 100) / n))
+            assert low - error <= randomized <= high + error
+            assert fixed < randomized - 20  # what the randomized instants are for
 
 
 def kernel_config() -> str:
@@ -163,13 +180,20 @@ def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_
     try:
         sampler = CampSampler(streams, CampConfig(interval_ms=50, interfaces=("lo",), disks=()),
                               {"hog": hog.pid})
+        ran, seen, t0 = schedstat_ns(hog.pid), camp.cpu_times().busy, time.monotonic_ns()
         sampler.start()
         time.sleep(4.0)  # about four windows of a second: the hog dodges the ticks in most
         sampler.stop()
+        ran, seen = schedstat_ns(hog.pid) - ran, camp.cpu_times().busy - seen
+        elapsed = time.monotonic_ns() - t0
     finally:
         hog.kill()
         hog.wait()
     warnings = [r.value for r in read(streams, directory) if r.entity.full_name == "CAMP/warning"]
+    if not warnings and ran - seen < 0.25 * elapsed:
+        # What the hog hides is hidden behind what the machine's other work shows.
+        pytest.skip(f"the machine was busy: /proc/stat saw {seen / 1e6:.0f} ms busy against the hog's "
+                    f"{ran / 1e6:.0f} ms in {elapsed / 1e6:.0f} ms")
     assert warnings and all(w["kind"] == "cpu_accounting" for w in warnings)
     worst = max(warnings, key=lambda w: w["processes_ns"] - w["proc_stat_busy_ns"])
     assert worst["processes_ns"] > 0.5 * worst["window_ns"] > worst["proc_stat_busy_ns"]

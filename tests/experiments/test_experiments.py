@@ -7,7 +7,7 @@ import statistics
 
 import duckdb
 from netspec.analysis.read import read_streams
-from support import REPO, latest_record, ns_control
+from support import REPO, Steal, latest_record, ns_control
 
 EXPERIMENTS = REPO / "experiments"
 STIMULUS = EXPERIMENTS / "stimulus_response" / "stimulus.py"
@@ -87,7 +87,8 @@ def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experi
         streams: {{s: {{enable: [CPULOAD]}}}}
         schedule: [launch, start_logging, load, run, unload, stop_logging]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    with Steal() as steal:
+        done = ns_control("run", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     said = acks(latest_record(tmp_path / "runs"), "unload")["local/cpu"]
     share = float(re.match(r"asked 30 % on 1 worker\(s\), got ([\d.]+) %", said).group(1))
@@ -95,7 +96,10 @@ def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experi
     streams = list((tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("s.cpu.*.ds"))
     assert len(streams) == 2  # the component's own file, and its forked worker's
     busy = records(tmp_path / "runs" / "latest", name="CPULOAD/busy")
-    assert busy and all(2e6 < r.value < 6e6 for r in busy[1:-1]), "3 ms busy in every 10 ms"
+    slices = [r.value for r in busy[1:-1]]
+    assert len(slices) > 20 and min(slices) > 2.99e6, "busy until 3 ms have passed (on a slewed clock)"
+    # A slice stands still while the hypervisor takes its CPU: at worst, all it took this run.
+    assert statistics.median(slices) < 3e6 / max(0.1, 1 - steal.share) + 1e6
 
 
 def run_shipped(name, tmp_path):

@@ -12,7 +12,7 @@ from netspec.nodelib import camp
 from netspec.nodelib.camp import rates
 from netspec.nodelib.camp.procfs import ProcBackend
 from netspec.nodelib.camp.psutil_backend import PsutilBackend
-from support import start_loadgen
+from support import Steal, start_loadgen
 
 
 def step(proc: subprocess.Popen) -> None:
@@ -30,32 +30,24 @@ def procs():
         p.wait()
 
 
-USER_HZ = os.sysconf("SC_CLK_TCK")
-STOLEN_MAX = 0.02  # of one CPU: beyond it, a load of 100 % cannot be within 3 points
-
-
-def stolen_ticks() -> int:
-    """What the hypervisor took from this machine's CPUs (/proc/stat's steal), in USER_HZ ticks."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])
-
-
 def cpu_share(ids, seconds=1.5):
     """Each process's CPU %, and the share of one CPU the host stole meanwhile."""
-    before, steal = [camp.backend().process(i) for i in ids], stolen_ticks()
-    t0 = time.monotonic_ns()
-    time.sleep(seconds)
-    after, steal = [camp.backend().process(i) for i in ids], stolen_ticks() - steal
-    elapsed = time.monotonic_ns() - t0
-    return ([rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)],
-            steal / USER_HZ / (elapsed / 1e9))
+    before = [camp.backend().process(i) for i in ids]
+    with Steal() as steal:
+        t0 = time.monotonic_ns()
+        time.sleep(seconds)
+        after = [camp.backend().process(i) for i in ids]
+        elapsed = time.monotonic_ns() - t0
+    return [rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)], steal.share
 
 
 @pytest.mark.parametrize("loads", [[0], [50], [100], [30, 30]], ids=["idle", "50%", "100%", "2x30%"])
 def test_per_process_cpu_is_within_3_points_of_the_load(procs, loads):
     ids = [camp.process_identifier(procs("percent", str(load)).pid) for load in loads]
     shares, stolen = cpu_share(ids)
-    if stolen > STOLEN_MAX:
+    # The loads count their busy time in CPU time, so they get it while their CPU has room for
+    # it besides what the hypervisor takes; at worst, all of that falls on one CPU.
+    if sum(loads) + 100 * stolen > 102:
         pytest.skip(f"the hypervisor took {stolen:.1%} of a CPU during the measurement: the loads "
                     "could not get what they asked")
     for load, got in zip(loads, shares, strict=True):
