@@ -5,11 +5,12 @@ import socket
 import struct
 
 from netspec.nodelib import messages
-from netspec.nodelib.wire import encode
+from netspec.nodelib.wire import FrameDecoder, encode
 
 sock = socket.socket(fileno=int(os.environ[messages.FD_ENV]))
 sock.sendall(encode({"t": "register", "phases": ["work"], "pid": os.getpid()}))
-sock.recv(4096)  # welcome
-sock.recv(4096)  # enter work
+decoder, received = FrameDecoder(), []
+while len(received) < 2:  # welcome, then enter work: one read may bring both
+    received += decoder.feed(sock.recv(4096))
 sock.sendall(struct.pack(">I", 1 << 31))
 sock.recv(1)
