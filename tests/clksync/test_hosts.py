@@ -2,6 +2,7 @@
 machine's clock, so the true offset is exactly 0 and every estimate is pure error."""
 
 import numpy as np
+import pytest
 from netspec.clksync.fit import Exchanges, fit
 from netspec.clksync.records import fit_run, read_host
 from support import latest_record, ns_control
@@ -42,6 +43,7 @@ def check_truth_zero(run, source):
     return ex, offset
 
 
+@pytest.mark.timing
 def test_hosts_over_veth_agree_with_the_truth_within_the_bound(ssh_env, experiment, tmp_path):
     done = run_clocks(experiment, tmp_path, OVER_SSH, seconds=8)
     assert done.returncode == 0, done.stdout + done.stderr

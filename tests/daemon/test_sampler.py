@@ -53,6 +53,7 @@ def test_one_uniformly_random_instant_in_each_slot():
     assert 45 < sum(positions) / len(positions) < 55 and min(positions) < 2 and max(positions) > 97
 
 
+@pytest.mark.timing
 def test_samples_every_counter_with_the_instant_it_was_read(camp_stream):
     streams, directory = camp_stream
     load = start("percent", "20")
@@ -111,6 +112,7 @@ def running_share(records, name):
     return 100.0 * sum(values) / len(values), len(values)
 
 
+@pytest.mark.timing
 def test_randomized_instants_see_periodic_and_adversary_processes_as_they_are(camp_stream, capsys):
     # The isochronous process is busy 6.75 ms of every 22.5 ms (30 %); the adversary 11 ms
     # of every 22.5 ms, from 8 ms in (49 %): neither runs 21 ms into any period, where a
@@ -170,6 +172,7 @@ def kernel_config() -> str:
         return ""
 
 
+@pytest.mark.timing
 @pytest.mark.skipif("CONFIG_TICK_CPU_ACCOUNTING=y\nCONFIG_HZ=250\n" not in
                     "".join(line + "\n" for line in kernel_config().splitlines()
                             if line.startswith(("CONFIG_TICK_CPU_ACCOUNTING=", "CONFIG_HZ="))),

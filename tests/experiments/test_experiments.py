@@ -6,6 +6,7 @@ import re
 import statistics
 
 import duckdb
+import pytest
 from netspec.analysis.read import read_streams
 from support import REPO, Steal, latest_record, ns_control
 
@@ -28,6 +29,7 @@ def acks(record, phase):
             for c, a in info.get("components", {}).items()}
 
 
+@pytest.mark.timing
 def test_the_link_emulator_delays_both_ways_and_logs_each_packet(experiment, tmp_path):
     path = experiment(f"""\
         experiment: link
@@ -77,6 +79,7 @@ def test_udp_through_the_link_emulator_loses_what_loss_says(experiment, tmp_path
     assert len(records(tmp_path / "runs" / "latest", name="LINK/drop")) == dropped
 
 
+@pytest.mark.timing
 def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experiment, tmp_path):
     path = experiment(f"""\
         experiment: cpu
@@ -143,6 +146,7 @@ def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
     assert {"interval-hop1.png", "interval-loop.png", "clock.png"} <= plots
 
 
+@pytest.mark.timing
 def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
     _, record = run_shipped("pipeline/pipeline_loaded.yaml", tmp_path)
     said = acks(record, "unload")
@@ -152,6 +156,7 @@ def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
     assert acks(record, "run")["h1/sink"] == "1000 messages passed"
 
 
+@pytest.mark.timing
 def test_stimulus_response_across_an_emulated_link(ssh_env, tmp_path):
     run, record = run_shipped("stimulus_response/across_a_link.yaml", tmp_path)
     rtts = [r.value for r in records(run, "b", "STIM/rtt")]

@@ -41,6 +41,7 @@ def cpu_share(ids, seconds=1.5):
     return [rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)], steal.share
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("loads", [[0], [50], [100], [30, 30]], ids=["idle", "50%", "100%", "2x30%"])
 def test_per_process_cpu_is_within_3_points_of_the_load(procs, loads):
     ids = [camp.process_identifier(procs("percent", str(load)).pid) for load in loads]
