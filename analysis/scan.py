@@ -44,26 +44,32 @@ def _container(buf, p):
 
 @numba.njit(cache=True, nogil=True)
 def _int(buf, p):
-    """The integer at p, or MISSING for any other value."""
+    """(the integer at p, the offset past it), or (MISSING, -1) for any other value."""
+    if p >= buf.shape[0]:
+        return MISSING, -1
     b = buf[p]
     if b <= 0x7F:
-        return np.int64(b)
+        return np.int64(b), p + 1
     if b >= 0xE0:
-        return np.int64(b) - 256
+        return np.int64(b) - 256, p + 1
     if 0xCC <= b <= 0xCF:
         n = 1 << (b - 0xCC)
+        if p + 1 + n > buf.shape[0]:
+            return MISSING, -1
         v = _be(buf, p + 1, n)
         if v > np.uint64(0x7FFFFFFFFFFFFFFF):
-            return np.int64(-9223372036854775808)
-        return np.int64(v)
+            return MISSING, p + 1 + n
+        return np.int64(v), p + 1 + n
     if 0xD0 <= b <= 0xD3:
         n = 1 << (b - 0xD0)
+        if p + 1 + n > buf.shape[0]:
+            return MISSING, -1
         v = np.int64(_be(buf, p + 1, n))
         bits = 8 * n
         if bits < 64 and v >= (np.int64(1) << (bits - 1)):
             v -= np.int64(1) << bits
-        return v
-    return np.int64(-9223372036854775808)
+        return v, p + 1 + n
+    return MISSING, -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -141,8 +147,8 @@ def _scan(buf, out, offsets):
         out[i, 4] = items
         for k in range(4):
             if k < items:
-                out[i, k] = _int(buf, p)
-                p = _skip(buf, p)
+                out[i, k], end = _int(buf, p)
+                p = end if end >= 0 else _skip(buf, p)
                 if p < 0 or p > buf.shape[0]:
                     return -1
             else:

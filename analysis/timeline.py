@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.nodelib.streams import NAMESPACE
 
+from .convert import CompiledFit
 from .read import ADMIN, StreamReader
 from .scan import MISSING, Columns, scan
 
@@ -151,6 +153,7 @@ class FileSource:
         self.reader = StreamReader(path)
         self.host, self.names, self.counts = host, names, counts
         self.fit = fit if fit is not None and fit.usable else None
+        self.clock = CompiledFit.of(self.fit) if self.fit is not None else None
         h = self.reader.header
         self.codes = (names.host.code(host), names.component.code(h.get("component") or ""),
                       names.stream.code(h.get("stream") or ""))
@@ -185,7 +188,9 @@ class FileSource:
         if self.fit is None:
             self.counts.unfitted_hosts.add(self.host)
             return local, np.full(len(local), -1, dtype=np.int64)
-        return self.fit.to_global(local)
+        if self.clock is None:  # the reference host: its clock is the timeline's
+            return local, np.zeros(len(local), dtype=np.int64)
+        return self.clock.to_global(local)
 
     def _codes(self, eid: int) -> tuple[int, int]:
         codes = self._entity_code.get(eid)
@@ -201,13 +206,15 @@ class FileSource:
         declared = np.flatnonzero(eid == NAMESPACE)
         for i in declared:
             self.reader.declare(self._record(cols, i))
-        keep = np.flatnonzero(eid != NAMESPACE)
-        eid, ts_local = eid[keep], ints[keep, 1]
+        # Most batches hold no namespace records and no samples: their rows are all kept,
+        # by slices, which copy nothing.
+        keep = np.flatnonzero(eid != NAMESPACE) if len(declared) else slice(None)
+        eid, ts_local = eid[keep], np.ascontiguousarray(ints[keep, 1])
         a2, a3, items = ints[keep, 2], ints[keep, 3], cols.items[keep]
         ids, inverse = _distinct(eid)
         table = np.array([self._codes(int(i)) for i in ids], dtype=np.int32).reshape(-1, 2)
         entity, kind = table[inverse, 0], table[inverse, 1]
-        n = len(keep)
+        n = len(eid)
         tag = np.full(n, MISSING, dtype=np.int64)
         value = np.full(n, np.nan)
         start = np.full(n, MISSING, dtype=np.int64)
@@ -229,7 +236,7 @@ class FileSource:
                               | (kind >= _KIND["histogram"]))
         is_sample = np.zeros(n, dtype=bool)
         for j in slow:
-            r = self._record(cols, keep[j])
+            r = self._record(cols, keep[j] if len(declared) else j)
             k = KINDS[kind[j]]
             if k == "event":
                 value[j], data[j] = _event_data(self.reader, int(eid[j]), r[3])
@@ -244,7 +251,7 @@ class FileSource:
                                      self.names.entity.names[entity[j]]))
             else:
                 data[j] = _text(_admin_value(self.reader, r))
-        rows = np.flatnonzero(~is_sample)
+        rows = np.flatnonzero(~is_sample) if is_sample.any() else slice(None)
         ts_local = ts_local[rows]
         ts, bound = self.to_global(ts_local)
         st = start[rows]
@@ -252,10 +259,14 @@ class FileSource:
         if has_start.any():
             st[has_start] = self.to_global(st[has_start])[0]
         h, c, s = self.codes
-        texts = pa.array(data, pa.string()).take(rows) if len(slow) else pa.nulls(len(rows), pa.string())
-        return Batch(ts, bound, np.full(len(rows), h, np.int32), np.full(len(rows), c, np.int32),
-                     np.full(len(rows), s, np.int32), entity[rows], kind[rows], tag[rows], value[rows],
-                     st, texts, ts_local)
+        m = len(ts_local)
+        if not len(slow):
+            texts = pa.nulls(m, pa.string())
+        else:
+            texts = pa.array(data, pa.string())
+            texts = texts.take(rows) if m < n else texts
+        return Batch(ts, bound, np.full(m, h, np.int32), np.full(m, c, np.int32), np.full(m, s, np.int32),
+                     entity[rows], kind[rows], tag[rows], value[rows], st, texts, ts_local)
 
     def _record(self, cols: Columns, i: int) -> list[Any]:
         a, b = cols.spans[i]
@@ -349,11 +360,67 @@ def _merge(iters: list[Iterator[Batch]], ahead: list[Future[Batch | None]], pool
             emitted = max(emitted, int(ready.ts[-1]))
             yield ready
     if pending:
-        yield _sorted(Batch.concat(pending))
+        yield _sorted(pending)
 
 
-def _sorted(batch: Batch) -> Batch:
-    return batch.take(np.argsort(batch.ts, kind="stable"))
+def _sorted(parts: list[Batch]) -> Batch:
+    """The parts' records as one batch in time order; records of equal times keep the order
+    they had, part after part, as a stable sort of the parts end to end would give."""
+    runs = [p if p.in_order() else p.take(np.argsort(p.ts, kind="stable")) for p in parts]
+    if len(runs) == 1:
+        return runs[0]
+    batch = Batch.concat(runs)
+    return batch.take(_merge_order(batch.ts, np.cumsum([len(r) for r in runs])))
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_order(ts, ends):
+    """The order that merges the sorted runs of `ts` ending at `ends`: a k-way merge on a
+    binary heap of runs, the earlier run first among equal times. Sorting the whole again
+    would cost several times as much."""
+    k = len(ends)
+    at = np.empty(k, np.int64)  # each run's next record
+    heap = np.empty(k, np.int64)
+    size = 0
+    for r in range(k):
+        at[r] = ends[r - 1] if r else 0
+        if at[r] == ends[r]:
+            continue
+        i = size
+        size += 1
+        while i > 0:  # sift up
+            parent = (i - 1) // 2
+            q = heap[parent]
+            if ts[at[q]] < ts[at[r]] or (ts[at[q]] == ts[at[r]] and q < r):
+                break
+            heap[i] = q
+            i = parent
+        heap[i] = r
+    order = np.empty(len(ts), np.int64)
+    for o in range(len(ts)):
+        r = heap[0]
+        order[o] = at[r]
+        at[r] += 1
+        if at[r] == ends[r]:
+            size -= 1
+            r = heap[size]
+        i = 0
+        while True:  # sift r down from the top
+            child = 2 * i + 1
+            if child >= size:
+                break
+            if child + 1 < size:
+                a, b = heap[child], heap[child + 1]
+                if ts[at[b]] < ts[at[a]] or (ts[at[b]] == ts[at[a]] and b < a):
+                    child += 1
+            c = heap[child]
+            if ts[at[r]] < ts[at[c]] or (ts[at[r]] == ts[at[c]] and r < c):
+                break
+            heap[i] = c
+            i = child
+        if size:
+            heap[i] = r
+    return order
 
 
 def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Batch]]:
@@ -370,7 +437,7 @@ def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Bat
         rest += [parts[1]] if len(parts[1]) else []
     if not early:
         return None, rest
-    return _sorted(Batch.concat(early)), rest
+    return _sorted(early), rest
 
 
 class EventsSink:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from netspec.analysis.resultset import open_tables, write_intervals
 from netspec.analysis.scan import scan
-from netspec.analysis.timeline import merge_files
+from netspec.analysis.timeline import _merge_order, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
 from netspec.nodelib.instrument import Datastreams
 from netspec.nodelib.streams import StreamConfig, StreamInfo
@@ -114,6 +114,17 @@ def test_a_receive_before_its_send_is_reported_with_how_far(merged):
     assert check.violations == check.matched == 1000
     assert 30_000 < check.worst_ns < 80_000
     assert "1000 of 1000 ends land before their starts" in check.text()
+
+
+@pytest.mark.parametrize("runs", [1, 2, 4, 9])
+def test_the_merge_of_sorted_runs_is_a_stable_sort(runs):
+    rng = np.random.default_rng(runs)
+    sizes = rng.integers(0, 3000, runs)
+    sizes[rng.integers(0, runs)] = 0  # an empty run
+    # Few distinct times: many equal ones, within a run and across runs.
+    ts = np.concatenate([np.sort(rng.integers(0, 500, n)) for n in sizes]).astype(np.int64)
+    order = _merge_order(ts, np.cumsum(sizes))
+    np.testing.assert_array_equal(order, np.argsort(ts, kind="stable"))
 
 
 def test_the_scanner_reads_every_kind_of_value_the_writer_can_write():

@@ -1,6 +1,7 @@
 """The offline clock fit on synthetic exchanges whose true offset is known."""
 
 import numpy as np
+from netspec.analysis.convert import CompiledFit
 from netspec.clksync.fit import ClockFit, Exchanges, fit, line_bounds
 
 EPOCH = 1_795_000_000_000_000_000  # late 2026: a float64 has 256 ns steps here
@@ -94,3 +95,24 @@ def test_the_reference_converts_to_itself():
     local = np.array([EPOCH, EPOCH + 1], dtype=np.int64)
     converted, bound = ClockFit.identity("a").to_global(local)
     assert list(converted) == list(local) and list(bound) == [0, 0]
+
+
+def test_the_merge_s_compiled_conversion_is_the_fit_s_record_for_record():
+    step_at = EPOCH + 60 * 10**9
+
+    def theta(g):
+        return warp(drift_ppm=20.0)(g) + np.where(g >= step_at, 1_000_000, 0)
+    ex, (lo, hi) = exchanges(theta)
+    stepped = fit("b", "a", ex, changes=[step_at + int(theta(np.array([step_at]))[0])])
+    short = fit("c", "a", exchanges(warp(), seconds=0.2)[0])  # one knot: all drift, on both sides
+    rng = np.random.default_rng(5)
+    margin = 30 * 10**9  # before the first exchange and after the last: the edge knots' drift
+    shuffled = rng.integers(lo - margin, hi + margin, 200_000)
+    ordered = np.sort(shuffled)  # the merge's usual order, where the last knot found is tried first
+    for result in (stepped, short, fit("d", "a", ex)):
+        compiled = CompiledFit.of(result)
+        for local in (shuffled, ordered, result.segments[0].at, np.array([], dtype=np.int64)):
+            for got, want in zip(compiled.to_global(local), result.to_global(local), strict=True):
+                np.testing.assert_array_equal(got, want)
+    assert len(stepped.segments) == 2 and len(short.segments[0].knots) == 1
+    assert CompiledFit.of(ClockFit.identity("a")) is None
