@@ -12,6 +12,7 @@ still take its place, and one later than that is counted in the merge's warnings
 
 from __future__ import annotations
 
+import collections
 import heapq
 import threading
 from collections.abc import Iterator
@@ -36,7 +37,8 @@ SLACK_NS = 1_000_000_000
 EMIT_RECORDS = 1 << 18
 BATCH_RECORDS = 1 << 16
 DECODERS = 2
-ROW_GROUP = 1 << 20
+ROW_GROUP = 1 << 19
+WRITES_AHEAD = 2
 DISTINCT_TABLE_LIMIT = 1 << 16
 KINDS = ("event", "interval", "counter", "histogram", "samples", "admin", "unknown")
 _KIND = {k: i for i, k in enumerate(KINDS)}
@@ -50,7 +52,7 @@ EVENTS = pa.schema([
     ("tag", pa.int64()), ("value", pa.float64()), ("start", pa.int64()), ("data", pa.string()),
     ("ts_local", pa.int64())])
 DICTIONARY_COLUMNS = [f.name for f in EVENTS if pa.types.is_dictionary(f.type)]
-DELTA_COLUMNS = ("ts", "ts_local", "tag", "bound_ns", "start")
+DELTA_COLUMNS = ("ts", "ts_local", "tag", "start")
 SAMPLES = pa.schema([
     ("ts", pa.int64()), ("bound_ns", pa.int64()), ("host", pa.string()), ("entity", pa.string()),
     ("field", pa.string()), ("value", pa.float64()), ("text", pa.string())])
@@ -442,20 +444,22 @@ def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Bat
 
 class EventsSink:
     """Writes batches as row groups of about ROW_GROUP rows. Parquet encoding runs in a
-    thread of its own (pyarrow lets go of the GIL), beside the decoding of the next rows;
-    one row group at most waits for it, so memory stays bounded."""
+    thread of its own (pyarrow lets go of the GIL), beside the decoding of the next rows.
+    Up to WRITES_AHEAD row groups wait for it, so memory stays bounded; with only one, the
+    merge stood still whenever the encoder lagged, and the decoders with it: one core idle."""
 
     def __init__(self, path: Path, names: Dictionaries):
         # Dictionaries only where the schema has them, and statistics only on ts: rows are in
         # time order, so every row group holds every host and entity and only ts's ranges
         # let a query skip one. pyarrow's defaults try both on every column: twice the time.
-        # Delta encoding suits the times and tags, which rise: half the size, half the time.
+        # Delta encoding suits the times and tags, which rise: half the size, half the time;
+        # not the bounds, which wander.
         self.writer = pq.ParquetWriter(path, EVENTS, compression="zstd", use_dictionary=DICTIONARY_COLUMNS,
                                        write_statistics=["ts"],
                                        column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS})
         self.names, self.buffered, self.held, self.rows = names, [], 0, 0
         self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet")
-        self.writing: Future[None] | None = None
+        self.writing: collections.deque[Future[None]] = collections.deque()
 
     def write(self, batch: Batch) -> None:
         self.buffered.append(batch)
@@ -477,13 +481,13 @@ class EventsSink:
             pa.array(b.start, mask=b.start == MISSING), b.data, pa.array(b.ts_local)], schema=EVENTS)
             for b in self.buffered], schema=EVENTS)
         self.buffered, self.held = [], 0
-        self._wait()
-        self.writing = self.encoder.submit(self.writer.write_table, table, row_group_size=ROW_GROUP)
+        self._wait(WRITES_AHEAD - 1)
+        self.writing.append(self.encoder.submit(self.writer.write_table, table, row_group_size=ROW_GROUP))
 
-    def _wait(self) -> None:
-        if self.writing is not None:
-            self.writing.result()  # a failed write raises here, in the merge's thread
-            self.writing = None
+    def _wait(self, left: int = 0) -> None:
+        """Until at most `left` row groups are still being written."""
+        while len(self.writing) > left:
+            self.writing.popleft().result()  # a failed write raises here, in the merge's thread
 
     def close(self) -> None:
         try:
