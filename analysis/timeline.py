@@ -349,6 +349,8 @@ def _merge(iters: list[Iterator[Batch]], ahead: list[Future[Batch | None]], pool
             if late.any():
                 counts.late += int(late.sum())
                 counts.late_worst_ns = max(counts.late_worst_ns, int(emitted - batch.ts[late].min()))
+            if not batch.in_order():  # a slip inside a file: sorted once, so each pending batch is a run
+                batch = batch.take(np.argsort(batch.ts, kind="stable"))
             pending.append(batch)
             held += len(batch)
             heapq.heappush(frontier, (int(batch.ts.max()), i))
@@ -365,10 +367,9 @@ def _merge(iters: list[Iterator[Batch]], ahead: list[Future[Batch | None]], pool
         yield _sorted(pending)
 
 
-def _sorted(parts: list[Batch]) -> Batch:
-    """The parts' records as one batch in time order; records of equal times keep the order
-    they had, part after part, as a stable sort of the parts end to end would give."""
-    runs = [p if p.in_order() else p.take(np.argsort(p.ts, kind="stable")) for p in parts]
+def _sorted(runs: list[Batch]) -> Batch:
+    """The runs' records as one batch in time order; records of equal times keep the order
+    they had, run after run, as a stable sort of the runs end to end would give."""
     if len(runs) == 1:
         return runs[0]
     batch = Batch.concat(runs)
@@ -426,17 +427,13 @@ def _merge_order(ts, ends):
 
 
 def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Batch]]:
-    """(the pending records at or before the watermark, sorted; the rest)."""
+    """(the pending records at or before the watermark, sorted; the rest). Each pending
+    batch is in time order, so it is cut at the watermark without a copy."""
     early, rest = [], []
     for b in pending:
-        if b.in_order():  # as a file's records nearly always are: cut it without copying
-            k = int(np.searchsorted(b.ts, watermark, side="right"))
-            parts = (b.slice(0, k), b.slice(k))
-        else:
-            before = b.ts <= watermark
-            parts = (b.take(np.flatnonzero(before)), b.take(np.flatnonzero(~before)))
-        early += [parts[0]] if len(parts[0]) else []
-        rest += [parts[1]] if len(parts[1]) else []
+        k = int(np.searchsorted(b.ts, watermark, side="right"))
+        early += [b.slice(0, k)] if k else []
+        rest += [b.slice(k)] if k < len(b) else []
     if not early:
         return None, rest
     return _sorted(early), rest
