@@ -154,8 +154,8 @@ class FileSource:
     def __init__(self, path: Path, host: str, fit: ClockFit | None, names: Dictionaries, counts: Counts):
         self.reader = StreamReader(path)
         self.host, self.names, self.counts = host, names, counts
-        self.fit = fit if fit is not None and fit.usable else None
-        self.clock = CompiledFit.of(self.fit) if self.fit is not None else None
+        self.fitted = fit is not None and fit.usable
+        self.clock = CompiledFit.of(fit) if self.fitted else None  # None too for the reference
         h = self.reader.header
         self.codes = (names.host.code(host), names.component.code(h.get("component") or ""),
                       names.stream.code(h.get("stream") or ""))
@@ -187,7 +187,7 @@ class FileSource:
                 yield batch
 
     def to_global(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.fit is None:
+        if not self.fitted:
             self.counts.unfitted_hosts.add(self.host)
             return local, np.full(len(local), -1, dtype=np.int64)
         if self.clock is None:  # the reference host: its clock is the timeline's

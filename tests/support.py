@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from netspec.nodelib import camp
 
 PROGRAMS = Path(__file__).parent / "programs"
 REPO = Path(__file__).parent.parent
@@ -59,14 +60,6 @@ def start_loadgen(*args: str) -> subprocess.Popen:
     return proc
 
 
-USER_HZ = os.sysconf("SC_CLK_TCK")
-
-
-def stolen_ticks() -> int:
-    """What the hypervisor took from this machine's CPUs (/proc/stat's steal), in USER_HZ ticks."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])
-
 
 class Steal:
     """The share of one CPU the hypervisor took from this machine while the block ran: time a
@@ -74,9 +67,8 @@ class Steal:
 
     def __enter__(self) -> Steal:
         self.share = 0.0
-        self._ticks, self._t0 = stolen_ticks(), time.monotonic_ns()
+        self._stolen, self._t0 = camp.cpu_times().steal, time.monotonic_ns()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        elapsed = (time.monotonic_ns() - self._t0) / 1e9
-        self.share = (stolen_ticks() - self._ticks) / USER_HZ / elapsed
+        self.share = (camp.cpu_times().steal - self._stolen) / (time.monotonic_ns() - self._t0)
