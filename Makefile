@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test test-quick bench lint clean
 
 setup: $(STAMP)
 
@@ -17,8 +17,14 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ns_control run experiments/stimulus_response/stimulus_response.yaml
 
+# Two workers (this project's machines have two cores); the namespaced-host tests share one
+# worker, and a `timing` test has the machine to itself (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+# Unit tests: no namespaced hosts, no end-to-end runs, no timing bounds.
+test-quick: setup
+	$(BIN)/python -m pytest -q -n 2 -m "not nethosts and not e2e and not timing"
 
 bench: setup
 	$(BIN)/python bench/events.py

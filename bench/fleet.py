@@ -77,8 +77,8 @@ def direct_daemons(hosts: list[nethosts.NetHost]) -> tuple[list[str], list[subpr
     key_name = hashlib.sha256(load_or_create_key()).hexdigest()[:16]
     specs, procs = [], []
     for h in hosts:
-        base = f"/home/{h.alias}/.local/share/netspec"
-        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, "runuser", "-u", h.alias, "--",
+        base = f"{h.home}/.local/share/netspec"
+        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, "runuser", "-u", h.user, "--",
                                  f"{base}/venv/bin/netspecd", "--listen", f"{h.address}:0", "--announce",
                                  "--key", f"{base}/keys/{key_name}", "--root", f"{base}/work/direct"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -99,7 +99,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
         os.environ.setdefault("NETSPEC_CACHE", str(Path(tmp) / "cache"))
-        hosts = nethosts.up(args.hosts, Path(tmp) / "hosts", own_homes=True)
+        hosts = nethosts.up(args.hosts, state=Path(tmp) / "hosts", own_homes=True, owner=os.getpid())
         os.environ["NETSPEC_SSH_CONFIG"] = str(Path(tmp) / "hosts" / "ssh_config")
         try:
             t0 = time.perf_counter()
@@ -117,7 +117,7 @@ def main() -> None:
                     proc.terminate()
                     proc.wait()
         finally:
-            nethosts.down(Path(tmp) / "hosts")
+            nethosts.down(hosts[0].set.prefix, hosts[0].state)
     n = len(hosts)
     print(f"{n} namespaced hosts, each with its own sshd")
     print(f"  local wheels built (once per netspec build, cached)   {wheels_s:6.2f} s")

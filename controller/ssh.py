@@ -55,6 +55,8 @@ def resolve(target: str) -> SSHTarget:
     found: dict[str, object] = {}
     for path in _config_files():
         looked = paramiko.SSHConfig.from_path(str(path)).lookup(name)
+        if looked.get("hostname") == name:
+            del looked["hostname"]  # paramiko's default, not this file's: a later file may name it
         for key, value in looked.items():
             found.setdefault(key, value)
     known = found.get("userknownhostsfile")

@@ -1,10 +1,17 @@
-"""Shared fixtures: an isolated NETSPEC_HOME, real daemons, experiment files, the CLI."""
+"""Shared fixtures: an isolated NETSPEC_HOME, real daemons, experiment files, namespaced
+hosts named for this test session, and the machine shared between xdist workers."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import itertools
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,14 +20,71 @@ import pytest
 from netspec.nodelib.auth import load_or_create_key
 from support import PROGRAMS
 
+SESSION_ENV = "NETSPEC_TEST_SESSION"
+HOST_FIXTURES = {"nethosts", "ssh_env", "own_host"}
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "timing: measures real time against a bound; runs with the "
+                                       "machine to itself (no other test of this session beside it)")
+    config.addinivalue_line("markers", "nethosts: uses namespaced hosts with sshd (root)")
+    # The session's directory: the xdist controller makes it before its workers start, and
+    # they find it in the environment they inherit.
+    if not hasattr(config, "workerinput") and SESSION_ENV not in os.environ:
+        session = tempfile.mkdtemp(prefix="netspec-tests-")
+        os.environ[SESSION_ENV] = session
+        config.stash[_OWN_SESSION] = Path(session)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_OWN_SESSION, None)
+    if session is not None:
+        shutil.rmtree(session, ignore_errors=True)
+        os.environ.pop(SESSION_ENV, None)
+
+
+_OWN_SESSION = pytest.StashKey[Path]()
+# Own hosts take indexes no other host of the session had: a removed host's address and
+# host key stay in caches (ARP, known_hosts) for a while.
+_own_indexes = itertools.count(10)
+
+
+def session_dir() -> Path:
+    return Path(os.environ[SESSION_ENV])
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A VM's hypervisor can stand a CPU still for milliseconds at any moment (/proc/stat's
-    # steal); a bound on real time then fails for the machine, not for the code. Such tests
-    # run again, and fail when they fail three times; the report lists each rerun.
+    # Tests on namespaced hosts share one set of them: one xdist worker runs them all.
     for item in items:
-        if item.get_closest_marker("timing"):
-            item.add_marker(pytest.mark.flaky(reruns=2, reruns_delay=1))
+        if HOST_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.nethosts)
+            item.add_marker(pytest.mark.xdist_group("nethosts"))
+
+
+@contextlib.contextmanager
+def machine_share(exclusive: bool) -> Iterator[None]:
+    """A readers-writer lock over this session's workers: a `timing` test measures real time,
+    so it runs alone; every other test shares the machine. A turnstile taken before either
+    lock keeps a waiting timing test from being starved by a stream of shared ones."""
+    with open(session_dir() / "turnstile", "a") as turnstile, open(session_dir() / "machine", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with machine_share(exclusive=item.get_closest_marker("timing") is not None):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +92,8 @@ def netspec_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("NETSPEC_HOME", str(home))
     monkeypatch.delenv("NETSPEC_KEY_FILE", raising=False)
+    # Wheels for remote hosts are built once per session, shared by its workers.
+    monkeypatch.setenv("NETSPEC_CACHE", str(session_dir() / "cache"))
     return home
 
 
@@ -68,28 +134,47 @@ def experiment(tmp_path: Path) -> Callable[[str], Path]:
     return write
 
 
-
-
 @pytest.fixture(scope="session")
-def nethosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list]:
-    """Three real hosts in network namespaces, each with its own address and sshd."""
+def nethosts() -> Iterator[list]:
+    """Three real hosts in network namespaces, each with its own address and sshd, named
+    for this session (two suites on one machine each have their own), removed at the end;
+    if this process dies unseen, the next set built on the machine removes them."""
     import nethosts as nh
     reason = nh.why_unavailable()
     if reason:
         pytest.skip(reason)
-    state = tmp_path_factory.mktemp("nethosts")
-    hosts = nh.up(3, state)
+    prefix = nh.random_prefix()
+    hosts = nh.up(3, prefix, session_dir() / f"hosts-{prefix}", owner=os.getpid())
     yield hosts
-    nh.down(state)
+    nh.down(prefix, hosts[0].state)
 
 
 @pytest.fixture
-def ssh_env(nethosts: list, monkeypatch: pytest.MonkeyPatch,
-            tmp_path_factory: pytest.TempPathFactory) -> list:
-    """The namespaced hosts as ssh aliases netspec-h1.., for this process and ns_control."""
-    monkeypatch.setenv("NETSPEC_SSH_CONFIG", str(nethosts[0].state / "ssh_config"))
-    monkeypatch.setenv("NETSPEC_CACHE", str(tmp_path_factory.getbasetemp() / "netspec-cache"))
+def ssh_env(nethosts: list, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The session's namespaced hosts as ssh aliases netspec-h1.., for this process and
+    ns_control; each checked with a real SSH session before it is handed out. Tests leave
+    them as they found them: a test that breaks a host takes an `own_host`."""
+    monkeypatch.setenv("NETSPEC_SSH_CONFIG", str(nethosts[0].set.ssh_config))
     for host in nethosts:
         if not host.sshd_answers():
-            host.start_sshd()  # a test took it down
+            raise AssertionError(f"{host.alias} ({host.address}): the shared host's sshd serves no "
+                                 f"SSH session; an earlier test broke it")
     return nethosts
+
+
+@pytest.fixture
+def own_host(ssh_env: list, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator:
+    """One more host on the session's bridge for this test alone (alias netspec-h<n>, in an
+    ssh_config of its own added to NETSPEC_SSH_CONFIG), removed after: for tests that stop
+    its sshd or kill everything on it."""
+    import nethosts as nh
+    host = ssh_env[0].set.host(next(_own_indexes))
+    nh.add(host)
+    try:
+        config = tmp_path / "own_ssh_config"
+        config.write_text(host.ssh_config_entry(host.dir / "known_hosts"))
+        monkeypatch.setenv("NETSPEC_SSH_CONFIG", os.pathsep.join([str(host.set.ssh_config), str(config)]))
+        nh.start_and_check(host)
+        yield host
+    finally:
+        nh.remove(host)

@@ -1,59 +1,121 @@
 """Real hosts on one machine: network namespaces on a bridge, each with its own address and
 its own sshd (Debian's openssh-server), for netspec's multi-host tests and benchmarks.
 
-    python tests/nethosts.py up 3 [--state DIR]     # build netspec-h1..h3, print how to use them
-    python tests/nethosts.py down [--state DIR]     # tear everything down
+    python tests/nethosts.py up 3 [--prefix P] [--state DIR] [--own-homes]
+    python tests/nethosts.py down [--prefix P] [--state DIR]
 
-Needs root, `ip` (iproute2) and /usr/sbin/sshd. Host i lives in namespace nsh<i> at
-10.199.0.<10+i>, behind veth nsh<i>v on bridge nshbr (10.199.0.1). The state directory
-holds the hosts' keys and sshd configs, a client key that every host accepts, a
-known_hosts file and an ssh_config naming the hosts netspec-h1.. (point
-NETSPEC_SSH_CONFIG at it). The hosts share this machine's file system, as hosts with an
-NFS home would; with --own-homes each host is reached as a user of its own
-(netspec-h<i>), so none shares a home with another.
+Needs root, `ip` (iproute2) and /usr/sbin/sshd. Every name a set of hosts takes from the
+machine carries its prefix P (default "nsh"; the tests use a random one per session), so
+sets built by different people or test suites live side by side: host i lives in namespace
+Ph<i>, behind veth Ph<i>v on bridge Pbr, at address .(10+i) of a /24 subnet that no interface
+or route of this machine uses when the set is built (the bridge takes .1). Building and
+choosing a subnet happen under one lock, and every set is listed in /run/netspec-nethosts/
+with its owner's pid: a set whose owner died (a test suite killed by SIGKILL) is removed by
+the next `up`. A set built from the command line has no owner and stays until `down`.
+
+The state directory (default /tmp/netspec-hosts-P) holds the hosts' keys and sshd configs,
+a client key that every host accepts, a known_hosts file, an ssh_config naming the hosts
+netspec-h1.. (point NETSPEC_SSH_CONFIG at it) and home/, the home directory of the set's
+logins: the hosts share it, as hosts with an NFS home would, and no other set sees it.
+With --own-homes each host is reached as a user of its own (P-h<i>, home in /home), so
+none shares a home with another.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import ipaddress
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-PREFIX = "nsh"
-BRIDGE = f"{PREFIX}br"
-SUBNET = "10.199.0"
 SSHD = "/usr/sbin/sshd"
-DEFAULT_STATE = Path("/tmp/netspec-hosts")
+REGISTRY = Path("/run/netspec-nethosts")
+# Candidate subnets: 10.(200..249).x.0/24, tried in a random order.
+SUBNET_SECOND = range(200, 250)
+MAX_PREFIX = 8  # an interface name is at most 15 bytes: P + "h" + host index + "v"
+
+
+@dataclass(frozen=True)
+class HostSet:
+    """The names one set of hosts takes from the machine."""
+
+    prefix: str
+    subnet: str  # the first three octets of its /24
+    state: Path
+    own_homes: bool = False
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.prefix}br"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state / "ssh_config"
+
+    @property
+    def home(self) -> Path:
+        return self.state / "home"
+
+    def host(self, index: int) -> NetHost:
+        return NetHost(index, self)
 
 
 @dataclass(frozen=True)
 class NetHost:
     index: int
-    state: Path
+    set: HostSet
+
+    @property
+    def state(self) -> Path:
+        return self.set.state
 
     @property
     def alias(self) -> str:
+        """Its name in the set's ssh_config."""
         return f"netspec-h{self.index}"
 
     @property
     def netns(self) -> str:
-        return f"{PREFIX}{self.index}"
+        return f"{self.set.prefix}h{self.index}"
 
     @property
     def address(self) -> str:
-        return f"{SUBNET}.{10 + self.index}"
+        return f"{self.set.subnet}.{10 + self.index}"
+
+    @property
+    def user(self) -> str:
+        return f"{self.set.prefix}-h{self.index}" if self.set.own_homes else "root"
+
+    @property
+    def home(self) -> Path:
+        return Path("/home") / self.user if self.set.own_homes else self.set.home
 
     @property
     def dir(self) -> Path:
         return self.state / f"h{self.index}"
+
+    @property
+    def known_hosts_line(self) -> str:
+        algorithm, key = (self.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        return f"{self.address} {algorithm} {key}"
+
+    def ssh_config_entry(self, known_hosts: Path | None = None) -> str:
+        """Its entry for an ssh_config, with the set's known_hosts or the one given."""
+        return (f"Host {self.alias}\n  HostName {self.address}\n  User {self.user}\n"
+                f"  IdentityFile {self.state / 'id_ed25519'}\n"
+                f"  UserKnownHostsFile {known_hosts or self.state / 'known_hosts'}\n")
 
     def sshd_pid(self) -> int | None:
         with contextlib.suppress(OSError, ValueError):
@@ -61,11 +123,22 @@ class NetHost:
         return None
 
     def sshd_answers(self) -> bool:
+        """A real SSH session: handshake, host key, the client key, and a command run."""
+        import paramiko
+
+        client = paramiko.SSHClient()
         try:
-            socket.create_connection((self.address, 22), timeout=1).close()
-        except OSError:
+            client.load_host_keys(str(self.dir / "known_hosts"))
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            client.connect(self.address, username=self.user, key_filename=str(self.state / "id_ed25519"),
+                           timeout=5, banner_timeout=5, auth_timeout=5, allow_agent=False,
+                           look_for_keys=False)
+            _, stdout, _ = client.exec_command("true", timeout=5)
+            return stdout.channel.recv_exit_status() == 0
+        except (OSError, paramiko.SSHException):
             return False
-        return True
+        finally:
+            client.close()
 
     def stop_sshd(self) -> None:
         pid = self.sshd_pid()
@@ -80,11 +153,9 @@ class NetHost:
 
     def kill_everything(self) -> None:
         """Kill every process in the namespace: the host is lost."""
-        pids = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:
+        for pid in _netns_pids(self.netns):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def why_unavailable() -> str | None:
@@ -97,8 +168,23 @@ def why_unavailable() -> str | None:
     return None
 
 
+def random_prefix() -> str:
+    return "nt" + secrets.token_hex(3)[:5]
+
+
+def default_state(prefix: str) -> Path:
+    return Path(f"/tmp/netspec-hosts-{prefix}")
+
+
 def _run(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+
+
+def _netns_pids(netns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
 
 
 def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
@@ -111,86 +197,197 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def up(count: int, state: Path = DEFAULT_STATE, own_homes: bool = False) -> list[NetHost]:
-    """Build `count` hosts (tearing down any left over) and return them once their sshd
-    accepts connections. With `own_homes`, each host is logged into as a user of its own
-    (netspec-h<i>, created here, home in /home), so that no two hosts share a home."""
-    down(state)
-    state.mkdir(parents=True)
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "netspec-test", "-f", str(state / "id_ed25519"))
-    shutil.copy(state / "id_ed25519.pub", state / "authorized_keys")
-    _run("ip", "link", "add", BRIDGE, "type", "bridge")
-    _run("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-    _run("ip", "link", "set", BRIDGE, "up")
-    hosts = [NetHost(i, state) for i in range(1, count + 1)]
-    known, config = [], []
-    for h in hosts:
-        h.dir.mkdir()
-        _run("ip", "netns", "add", h.netns)
-        _run("ip", "link", "add", f"{h.netns}v", "type", "veth", "peer", "name", "eth0", "netns", h.netns)
-        _run("ip", "link", "set", f"{h.netns}v", "master", BRIDGE, "up")
-        _run("ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", "eth0")
-        _run("ip", "-n", h.netns, "link", "set", "eth0", "up")
-        _run("ip", "-n", h.netns, "link", "set", "lo", "up")
-        _run("ip", "-n", h.netns, "route", "add", "default", "via", f"{SUBNET}.1")
-        key = h.dir / "ssh_host_ed25519_key"
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
-        (h.dir / "sshd_config").write_text(
-            f"ListenAddress {h.address}:22\nHostKey {key}\nPidFile {h.dir / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile .ssh/authorized_keys {state / 'authorized_keys'}\n"
-            "PermitRootLogin prohibit-password\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-            "StrictModes no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
-            "MaxStartups 100\nLogLevel ERROR\n")
-        known.append(f"{h.address} {Path(f'{key}.pub').read_text().split(' ', 2)[0]} "
-                     f"{Path(f'{key}.pub').read_text().split()[1]}")
-        user = "root"
-        if own_homes:
-            user = h.alias
-            # "*": no password, yet not locked ("!"), which sshd would refuse without PAM.
-            _run("useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", user)
-            # In the user's own home: sshd reads the keys as the user, who may not be able
-            # to reach the state directory.
-            ssh_dir = Path("/home") / user / ".ssh"
-            ssh_dir.mkdir(mode=0o700)
-            shutil.copy(state / "authorized_keys", ssh_dir / "authorized_keys")
-            _run("chown", "-R", f"{user}:{user}", str(ssh_dir))
-        config.append(f"Host {h.alias}\n  HostName {h.address}\n  User {user}\n"
-                      f"  IdentityFile {state / 'id_ed25519'}\n"
-                      f"  UserKnownHostsFile {state / 'known_hosts'}\n")
-    (state / "known_hosts").write_text("\n".join(known) + "\n")
-    (state / "ssh_config").write_text("\n".join(config))
-    for h in hosts:
-        h.start_sshd()
+@contextlib.contextmanager
+def _registry_lock() -> Iterator[None]:
+    REGISTRY.mkdir(mode=0o755, exist_ok=True)
+    with open(REGISTRY / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return True  # built by hand: kept until `down`
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _registered() -> list[dict]:
+    found = []
+    for path in REGISTRY.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            found.append(json.loads(path.read_text()))
+    return found
+
+
+def _subnets_in_use() -> set[ipaddress.IPv4Network]:
+    used = set()
+    for argv in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
+        for word in subprocess.run(argv, capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(ValueError):
+                if "/" in word or word.count(".") == 3:
+                    used.add(ipaddress.ip_network(word, strict=False))
+    return used
+
+
+def _free_subnet(taken: set[str]) -> str:
+    used = _subnets_in_use()
+    candidates = [f"10.{b}.{c}" for b in SUBNET_SECOND for c in range(256)]
+    secrets.SystemRandom().shuffle(candidates)
+    for subnet in candidates:
+        net = ipaddress.ip_network(f"{subnet}.0/24")
+        if subnet not in taken and not any(net.overlaps(u) for u in used if u.prefixlen > 0):
+            return subnet
+    raise RuntimeError("no free /24 in 10.200.0.0-10.249.255.0 for test hosts")
+
+
+def up(count: int, prefix: str | None = None, state: Path | None = None, own_homes: bool = False,
+       owner: int | None = None) -> list[NetHost]:
+    """Build `count` hosts (tearing down a set of the same prefix left over) and return them
+    once each sshd serves a real SSH session.
+
+    Args:
+        prefix: what every name taken from the machine starts with; random when None.
+        state: the state directory; /tmp/netspec-hosts-<prefix> when None.
+        own_homes: log into each host as a user of its own (<prefix>-h<i>, home in /home).
+        owner: the pid whose death lets the next `up` remove the set (None: only `down` does).
+    """
+    prefix = prefix or random_prefix()
+    if len(prefix) > MAX_PREFIX or not prefix.isalnum():
+        raise ValueError(f"prefix {prefix!r}: at most {MAX_PREFIX} letters and digits")
+    with _registry_lock():
+        for entry in _registered():
+            if entry["prefix"] == prefix or not _alive(entry.get("owner")):
+                _down_locked(entry["prefix"], Path(entry["state"]))
+        hosts_set = HostSet(prefix, _free_subnet({e["subnet"] for e in _registered()}),
+                            state or default_state(prefix), own_homes)
+        (REGISTRY / f"{prefix}.json").write_text(json.dumps(
+            {"prefix": prefix, "subnet": hosts_set.subnet, "state": str(hosts_set.state), "owner": owner,
+             "count": count, "own_homes": own_homes}))
+        try:
+            hosts = _build(hosts_set, count)
+        except BaseException:
+            _down_locked(prefix, hosts_set.state)
+            raise
     return hosts
 
 
-def down(state: Path = DEFAULT_STATE) -> None:
-    """Remove every host, its user if it had one, and the bridge; quiet about what is
-    already gone."""
-    for netns in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                text=True).stdout.split("\n"):
+def _build(hs: HostSet, count: int) -> list[NetHost]:
+    shutil.rmtree(hs.state, ignore_errors=True)
+    hs.state.mkdir(parents=True)
+    hs.home.mkdir(mode=0o700)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"netspec-test-{hs.prefix}",
+         "-f", str(hs.state / "id_ed25519"))
+    shutil.copy(hs.state / "id_ed25519.pub", hs.state / "authorized_keys")
+    _run("ip", "link", "add", hs.bridge, "type", "bridge")
+    _run("ip", "addr", "add", f"{hs.subnet}.1/24", "dev", hs.bridge)
+    _run("ip", "link", "set", hs.bridge, "up")
+    hosts = [hs.host(i) for i in range(1, count + 1)]
+    for h in hosts:
+        add(h)
+    (hs.state / "known_hosts").write_text("".join(h.known_hosts_line + "\n" for h in hosts))
+    hs.ssh_config.write_text("\n".join(h.ssh_config_entry() for h in hosts))
+    for h in hosts:
+        start_and_check(h)
+    return hosts
+
+
+def add(h: NetHost) -> None:
+    """Build one host of a set whose bridge exists: its namespace, veth, sshd config and,
+    with own homes, its user. Its sshd is not started yet."""
+    hs = h.set
+    h.dir.mkdir()
+    _run("ip", "netns", "add", h.netns)
+    _run("ip", "link", "add", f"{h.netns}v", "type", "veth", "peer", "name", "eth0", "netns", h.netns)
+    _run("ip", "link", "set", f"{h.netns}v", "master", hs.bridge, "up")
+    _run("ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", "eth0")
+    _run("ip", "-n", h.netns, "link", "set", "eth0", "up")
+    _run("ip", "-n", h.netns, "link", "set", "lo", "up")
+    _run("ip", "-n", h.netns, "route", "add", "default", "via", f"{hs.subnet}.1")
+    key = h.dir / "ssh_host_ed25519_key"
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+    (h.dir / "known_hosts").write_text(h.known_hosts_line + "\n")
+    # SetEnv HOME: the set's logins share a home of their own, not root's real one, so
+    # that what netspec installs and leaves there stays with the set.
+    home = "" if hs.own_homes else f"SetEnv HOME={hs.home}\n"
+    (h.dir / "sshd_config").write_text(
+        f"ListenAddress {h.address}:22\nHostKey {key}\nPidFile {h.dir / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile .ssh/authorized_keys {hs.state / 'authorized_keys'}\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        "StrictModes no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
+        f"MaxStartups 100\nLogLevel ERROR\n{home}")
+    if hs.own_homes:
+        # "*": no password, yet not locked ("!"), which sshd would refuse without PAM.
+        _run("useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", h.user)
+        # In the user's own home: sshd reads the keys as the user, who may not be able
+        # to reach the state directory.
+        ssh_dir = h.home / ".ssh"
+        ssh_dir.mkdir(mode=0o700)
+        shutil.copy(hs.state / "authorized_keys", ssh_dir / "authorized_keys")
+        _run("chown", "-R", f"{h.user}:{h.user}", str(ssh_dir))
+
+
+def start_and_check(h: NetHost, timeout: float = 20.0) -> None:
+    """Start the host's sshd and wait until it serves a real SSH session."""
+    h.start_sshd()
+    deadline = time.monotonic() + timeout
+    while not h.sshd_answers():
+        if time.monotonic() > deadline:
+            log = (h.dir / "sshd.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{h.alias} ({h.address}): sshd serves no SSH session after "
+                               f"{timeout:g} s; sshd.log:\n{log}")
+        time.sleep(0.1)
+
+
+def remove(h: NetHost) -> None:
+    """Remove one host: its processes, veth, namespace and, with own homes, its user."""
+    h.kill_everything()
+    # The veth goes with the namespace only once the kernel gets round to it.
+    subprocess.run(["ip", "link", "del", f"{h.netns}v"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", h.netns], capture_output=True)
+    if h.set.own_homes:
+        subprocess.run(["pkill", "-KILL", "-u", h.user], capture_output=True)
+        subprocess.run(["userdel", "--remove", h.user], capture_output=True)
+    shutil.rmtree(h.dir, ignore_errors=True)
+
+
+def down(prefix: str, state: Path | None = None) -> None:
+    """Remove every host of the set, their users if they had them, the bridge and the
+    state directory; quiet about what is already gone."""
+    with _registry_lock():
+        _down_locked(prefix, state or default_state(prefix))
+
+
+def _down_locked(prefix: str, state: Path) -> None:
+    own = {e["prefix"]: e.get("own_homes", False) for e in _registered()}.get(prefix, False)
+    hs = HostSet(prefix, "0.0.0", state, own)
+    for netns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines():
         name = netns.split(" ")[0]
-        if name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
-            NetHost(int(name[len(PREFIX):]), state).kill_everything()
-            # The veth goes with the namespace only once the kernel gets round to it.
-            subprocess.run(["ip", "link", "del", f"{name}v"], capture_output=True)
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
-    for line in Path("/etc/passwd").read_text().splitlines():
-        user = line.split(":")[0]
-        if user.startswith("netspec-h") and user[len("netspec-h"):].isdigit():
-            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
-            subprocess.run(["userdel", "--remove", user], capture_output=True)
+        if name.startswith(f"{prefix}h") and name[len(prefix) + 1:].isdigit():
+            remove(hs.host(int(name[len(prefix) + 1:])))
+    subprocess.run(["ip", "link", "del", hs.bridge], capture_output=True)
     shutil.rmtree(state, ignore_errors=True)
+    (REGISTRY / f"{prefix}.json").unlink(missing_ok=True)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Build (up) or remove (down) real test hosts: network namespaces on a bridge, "
+                    "each with its own address and sshd. Needs root.",
+        epilog="After `up`, point NETSPEC_SSH_CONFIG at the ssh_config it prints and name the hosts "
+               "netspec-h1.. in an experiment file.")
     parser.add_argument("action", choices=["up", "down"])
-    parser.add_argument("count", type=int, nargs="?", default=3)
-    parser.add_argument("--state", type=Path, default=DEFAULT_STATE)
+    parser.add_argument("count", type=int, nargs="?", default=3, help="how many hosts (up; default 3)")
+    parser.add_argument("--prefix", default="nsh",
+                        help="what every namespace, veth, bridge and user name starts with (default nsh)")
+    parser.add_argument("--state", type=Path, help="the state directory (default /tmp/netspec-hosts-PREFIX)")
     parser.add_argument("--own-homes", action="store_true",
                         help="log into each host as a user of its own (no shared home)")
     args = parser.parse_args()
@@ -199,12 +396,12 @@ def main() -> int:
         print(f"nethosts: {reason}", file=sys.stderr)
         return 2
     if args.action == "down":
-        down(args.state)
+        down(args.prefix, args.state)
         return 0
-    hosts = up(args.count, args.state, args.own_homes)
+    hosts = up(args.count, args.prefix, args.state, args.own_homes)
     for h in hosts:
-        print(f"{h.alias}: {h.address} (namespace {h.netns})")
-    print(f"export NETSPEC_SSH_CONFIG={args.state / 'ssh_config'}   # then use hosts: "
+        print(f"{h.alias}: {h.address} (namespace {h.netns}, user {h.user})")
+    print(f"export NETSPEC_SSH_CONFIG={hosts[0].set.ssh_config}   # then use hosts: "
           f"{{h1: {{ssh: {hosts[0].alias}}}}}")
     return 0
 

@@ -29,9 +29,10 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str =
     pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
 
 
-def ns_control(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def ns_control(*args: str, cwd: Path, timeout: float = 120,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+                          capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy())
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
@@ -59,6 +60,22 @@ def start_loadgen(*args: str) -> subprocess.Popen:
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
+
+
+def schedstat(pid: int) -> tuple[int, int]:
+    """The process's time on a CPU, and its time runnable in a run queue, waiting for one,
+    summed over its threads: the scheduler's own account, in ns."""
+    ran = waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with open(task / "schedstat") as f:
+            r, w, _ = map(int, f.read().split())
+        ran, waited = ran + r, waited + w
+    return ran, waited
+
+
+def schedstat_ns(pid: int) -> int:
+    """The process's time on a CPU (all its threads)."""
+    return schedstat(pid)[0]
 
 
 class Steal:

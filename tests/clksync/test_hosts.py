@@ -8,6 +8,8 @@ from netspec.clksync.records import fit_run, read_host
 from support import latest_record, ns_control
 from test_fit import warp
 
+pytestmark = pytest.mark.e2e
+
 CLOCKS = """\
 experiment: clocks
 hosts: {HOSTS}

@@ -16,6 +16,8 @@ from netspec.controller.model import Campaign
 from netspec.nodelib.errors import ConfigError
 from support import REPO, latest_record, ns_control, run_processes, wait_for
 
+pytestmark = pytest.mark.e2e
+
 STIMULUS = REPO / "experiments" / "stimulus_response" / "stimulus.py"
 
 BASE = f"""\

@@ -7,11 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+import pytest
 from netspec.analysis.read import StreamReader
 from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
+
+pytestmark = pytest.mark.e2e
 
 TWO_HOSTS = """\
 experiment: t
@@ -32,77 +37,135 @@ def two_hosts(experiment, one="{}", two="{}", deadline="30s"):
                       .replace("DEADLINE", deadline))
 
 
-def test_the_demo_runs_every_phase_and_gathers_every_output(tmp_path):
-    demo = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
-    done = ns_control("run", str(demo), cwd=tmp_path)
+DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
+
+
+@dataclass(frozen=True)
+class Demo:
+    where: Path
+    run: Path
+    record: dict
+    stdout: str
+    env: dict
+
+    @property
+    def merged(self) -> Path:
+        return self.run / "merged"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Demo:
+    """The demo, run once for the tests that each check one thing about it."""
+    where = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "NETSPEC_HOME": str(where / "home")}
+    done = ns_control("run", str(DEMO), cwd=where, env=env)
     assert done.returncode == 0, done.stderr
-    run = tmp_path / "runs" / "latest"
-    record = latest_record(tmp_path / "runs")
-    assert record["status"] == "ok"
-    assert [s["phase"] for s in record["steps"]] == [
+    return Demo(where, where / "runs" / "latest", latest_record(where / "runs"), done.stdout, env)
+
+
+def demo_test(test):
+    """One worker runs the demo's tests, so it runs the demo once."""
+    return pytest.mark.xdist_group("demo")(test)
+
+
+@demo_test
+def test_the_demo_runs_every_phase_in_order_and_ends_ok(demo):
+    assert demo.record["status"] == "ok"
+    assert [s["phase"] for s in demo.record["steps"]] == [
         "launch", "sync_clocks", "start_logging", "listen", "run", "stop_logging", "collect"]
-    assert all(s["status"] == "ok" for s in record["steps"])
-    rtts = (run / "hosts" / "b" / "client" / "files" / "rtt.csv").read_text().splitlines()
+    assert all(s["status"] == "ok" for s in demo.record["steps"])
+
+
+@demo_test
+def test_the_demo_gathers_every_components_files_output_and_exit(demo):
+    rtts = (demo.run / "hosts" / "b" / "client" / "files" / "rtt.csv").read_text().splitlines()
     assert len(rtts) == 2001
-    assert "2000 round trips" in (run / "hosts" / "b" / "client" / "stdout").read_text()
-    assert json.loads((run / "hosts" / "a" / "server" / "exit.json").read_text())["returncode"] == 0
-    assert json.loads((run / "hosts" / "a" / "facts.json").read_text())["cpu_count"] > 0
-    assert (run / "experiment.yaml").read_text() == demo.read_text()
-    program = demo.parent / "stimulus.py"
-    kept = record["programs"][str(program)]
-    assert (run / kept["copy"]).read_bytes() == program.read_bytes()
+    assert "2000 round trips" in (demo.run / "hosts" / "b" / "client" / "stdout").read_text()
+    assert json.loads((demo.run / "hosts" / "a" / "server" / "exit.json").read_text())["returncode"] == 0
+    assert json.loads((demo.run / "hosts" / "a" / "facts.json").read_text())["cpu_count"] > 0
+
+
+@demo_test
+def test_the_demo_keeps_its_experiment_and_a_copy_of_each_program(demo):
+    assert (demo.run / "experiment.yaml").read_text() == DEMO.read_text()
+    program = DEMO.parent / "stimulus.py"
+    kept = demo.record["programs"][str(program)]
+    assert (demo.run / kept["copy"]).read_bytes() == program.read_bytes()
     assert kept["sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
-    assert "b/client: 2000 round trips: median" in done.stdout
-    assert record["hosts"]["b"]["clock"]["bound_ns"] > 0
-    run_step = record["steps"][4]["hosts"]["b"]["components"]["client"]
+
+
+@demo_test
+def test_the_demo_summary_shows_the_clients_result_and_the_streams_gathered(demo):
+    assert "b/client: 2000 round trips: median" in demo.stdout
+    assert "streams: a 4 files, b 4 files" in demo.stdout
+
+
+@demo_test
+def test_the_demo_records_each_hosts_clock_bound_and_each_ack_in_order(demo):
+    assert demo.record["hosts"]["b"]["clock"]["bound_ns"] > 0
+    run_step = demo.record["steps"][4]["hosts"]["b"]["components"]["client"]
     assert run_step["entered_ns"] <= run_step["acked_ns"] <= run_step["received_ns"]
-    assert not run_processes(record["id"])
-    client = next((run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
-    server = next((run / "hosts" / "a" / "streams").glob("stim.server.*.ds"))
+
+
+@demo_test
+def test_the_demo_leaves_no_process(demo):
+    assert not run_processes(demo.record["id"])
+
+
+@demo_test
+def test_the_demo_streams_hold_every_stimulus_and_round_trip(demo):
+    client = next((demo.run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
+    server = next((demo.run / "hosts" / "a" / "streams").glob("stim.server.*.ds"))
     rtt = [r for r in StreamReader(client) if r.entity.full_name == "STIM/rtt"]
     assert [r.tag for r in rtt] == list(range(2000)) and all(r.value > 0 for r in rtt)
     assert sum(r.entity.full_name == "STIM/stimulus" for r in StreamReader(server)) == 2000
-    assert "streams: a 4 files, b 4 files" in done.stdout
-    camp = list(StreamReader(next((run / "hosts" / "b" / "streams").glob("camp.camp.*.ds"))))
+
+
+@demo_test
+def test_the_demo_camp_stream_samples_the_node_and_the_client_process(demo):
+    camp = list(StreamReader(next((demo.run / "hosts" / "b" / "streams").glob("camp.camp.*.ds"))))
     samples = [r.value for r in camp if r.entity.full_name == "CAMP/node"]
     assert {"cpu.user", "net.lo.bytes_recv", "proc.client.cpu_ns"} <= set(samples[0])
     client = [(s["proc.client.cpu_ns"], s["proc.client.pid"]) for s in samples]
     assert client[-1][0] >= client[0][0] > 0 and len({pid for _, pid in client}) == 1
-    check_merged(run, done.stdout)
-    again = ns_control("fetch", cwd=tmp_path)
-    assert again.returncode == 0 and "merged: 80" in again.stdout
-    listed = ns_control("results", cwd=tmp_path).stdout
-    assert record["id"] in listed and "stimulus-response" in listed
-    report = ns_control("report", "latest", "--csv", "report.csv", cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    row = next(line.split() for line in report.stdout.splitlines() if "interval to_client (us)" in line)
-    assert row[3] == "2000" and float(row[5]) < float(row[4]) * 2  # count; median below twice the mean
-    table = list(csv.DictReader((tmp_path / "report.csv").open()))
-    assert {r["metric"] for r in table} >= {"interval to_client", "interval STIM/rtt", "cpu busy b"}
 
 
-def check_merged(run, stdout):
-    """The run's result set: one timeline, both legs of each round trip, nothing acausal; the
-    derived tables, the trace, the narration, the plots and the experiment's filter graph."""
-    out = run / "merged"
-    assert {p.name for p in out.iterdir()} == {
+@demo_test
+def test_the_demo_result_set_holds_every_table_and_product(demo):
+    assert {p.name for p in demo.merged.iterdir()} == {
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
         "rates.parquet", "usage.parquet", "workload.parquet", "states.parquet", "trace.json", "narration.txt",
-        "plots",
-        "summary.json", "rtt_csv.csv", "first_story.txt"}
-    assert "causality to_server: 2000 matched, every end after its start" in stdout
-    assert "causality to_client: 2000 matched, every end after its start" in stdout
-    legs = duckdb.sql(f"SELECT name, count(*) FROM '{out}/intervals.parquet' WHERE source = 'pair' "
+        "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
+
+
+@demo_test
+def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
+    assert "causality to_server: 2000 matched, every end after its start" in demo.stdout
+    assert "causality to_client: 2000 matched, every end after its start" in demo.stdout
+    legs = duckdb.sql(f"SELECT name, count(*) FROM '{demo.merged}/intervals.parquet' WHERE source = 'pair' "
                       "GROUP BY name ORDER BY name").fetchall()
     assert legs == [("to_client", 2000), ("to_server", 2000)]
-    cpu = duckdb.sql(f"SELECT count(*) FROM '{out}/samples.parquet' WHERE field = 'proc.client.cpu_ns'")
-    assert cpu.fetchall()[0][0] > 0
-    phases = pq.read_table(out / "phases.parquet").to_pylist()
+
+
+@demo_test
+def test_the_demo_events_are_on_one_timeline_in_time_order(demo):
+    events = pq.read_table(demo.merged / "events.parquet", columns=["ts", "entity"])
+    ts = events.column("ts").to_numpy().tolist()
+    assert events.num_rows > 8000 and ts == sorted(ts)
+
+
+@demo_test
+def test_the_demo_phases_table_has_each_step_entered_before_acked(demo):
+    phases = pq.read_table(demo.merged / "phases.parquet").to_pylist()
     assert {p["phase"] for p in phases} >= {"launch", "run", "collect"}
     assert all(p["acked"] >= p["entered"] for p in phases if p["acked"] and p["entered"])
-    events = pq.read_table(out / "events.parquet", columns=["ts", "entity"])
-    assert events.num_rows > 8000 and events.column("ts").to_numpy().tolist() == sorted(
-        events.column("ts").to_numpy().tolist())
+
+
+@demo_test
+def test_the_demo_camp_tables_give_samples_rates_usage_and_workload(demo):
+    out = demo.merged
+    cpu = duckdb.sql(f"SELECT count(*) FROM '{out}/samples.parquet' WHERE field = 'proc.client.cpu_ns'")
+    assert cpu.fetchall()[0][0] > 0
     busy = duckdb.sql(f"SELECT min(rate), max(rate) FROM '{out}/rates.parquet' WHERE field = 'cpu.busy_pct'")
     assert 0 <= busy.fetchall()[0][0] <= 100
     usage = duckdb.sql(f"SELECT delta FROM '{out}/usage.parquet' WHERE phase = 'run' AND host = 'b' "
@@ -110,24 +173,66 @@ def check_merged(run, stdout):
     assert usage and usage[0][0] > 0
     assert {(w["host"], w["component"]) for w in pq.read_table(out / "workload.parquet").to_pylist()} == {
         ("a", "server"), ("b", "client")}
-    states = duckdb.sql(f"SELECT entity, value, data FROM '{out}/states.parquet' ORDER BY entity").fetchall()
+
+
+@demo_test
+def test_the_demo_states_table_keeps_each_counters_and_histograms_last_state(demo):
+    states = duckdb.sql(f"SELECT entity, value, data FROM '{demo.merged}/states.parquet' "
+                        "ORDER BY entity").fetchall()
     assert [s[:2] for s in states[:1]] == [("STIM/answered", 2000.0)] and states[1][0] == "STIM/rtt_us"
     assert sum(json.loads(states[1][2])["counts"]) == 2000 and states[1][1] > 2000 * 5  # sum of us
-    trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
+@demo_test
+def test_the_demo_trace_has_both_hosts_every_pair_the_steps_and_cpu(demo):
+    trace = json.loads((demo.merged / "trace.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {"host a", "host b"}
     assert sum(e["ph"] == "b" and e["name"] == "to_client" for e in trace) == 2000
     assert {e["name"] for e in trace if e["ph"] == "X"} >= {"launch", "run", "collect"}
     assert any(e["ph"] == "C" and e["name"] == "cpu busy %" for e in trace)
-    narration = (out / "narration.txt").read_text().splitlines()
-    assert len(narration) == events.num_rows and "STIM/stimulus" in narration[100] + narration[101]
-    assert {p.name for p in (out / "plots").iterdir()} == {
+
+
+@demo_test
+def test_the_demo_narration_tells_every_event(demo):
+    rows = pq.read_metadata(demo.merged / "events.parquet").num_rows
+    narration = (demo.merged / "narration.txt").read_text().splitlines()
+    assert len(narration) == rows and "STIM/stimulus" in narration[100] + narration[101]
+
+
+@demo_test
+def test_the_demo_plots_are_pngs_of_each_interval_the_clock_and_camp(demo):
+    plots = demo.merged / "plots"
+    assert {p.name for p in plots.iterdir()} == {
         "interval-STIM_rtt.png", "interval-to_client.png", "interval-to_server.png", "clock.png", "camp.png",
         "rtt_histogram.png"}
-    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in (out / "plots").iterdir())
-    rtt = (out / "rtt_csv.csv").read_text().splitlines()
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in plots.iterdir())
+
+
+@demo_test
+def test_the_demo_graph_filters_write_their_outputs(demo):
+    rtt = (demo.merged / "rtt_csv.csv").read_text().splitlines()
     assert rtt[0].startswith("name,") and 1000 < len(rtt) < 2001 and all(",STIM/rtt," not in r for r in rtt)
-    assert len((out / "first_story.txt").read_text().splitlines()) == 12
+    assert len((demo.merged / "first_story.txt").read_text().splitlines()) == 12
+
+
+@demo_test
+def test_results_lists_the_demo_and_report_gives_its_statistics(demo):
+    listed = ns_control("results", cwd=demo.where, env=demo.env).stdout
+    assert demo.record["id"] in listed and "stimulus-response" in listed
+    report = ns_control("report", "latest", "--csv", "report.csv", cwd=demo.where, env=demo.env)
+    assert report.returncode == 0, report.stderr
+    row = next(line.split() for line in report.stdout.splitlines() if "interval to_client (us)" in line)
+    assert row[3] == "2000" and float(row[5]) < float(row[4]) * 2  # count; median below twice the mean
+    table = list(csv.DictReader((demo.where / "report.csv").open()))
+    assert {r["metric"] for r in table} >= {"interval to_client", "interval STIM/rtt", "cpu busy b"}
+
+
+@demo_test
+def test_fetch_merges_the_demo_again_into_elsewhere(demo):
+    again = ns_control("fetch", "--to", str(demo.where / "again"), cwd=demo.where, env=demo.env)
+    assert again.returncode == 0 and "merged: 80" in again.stdout
+    assert (demo.where / "again" / "events.parquet").is_file()
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(

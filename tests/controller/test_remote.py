@@ -8,8 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from netspec.analysis.read import StreamReader
 from support import REPO, latest_record, ns_control, wait_for
+
+pytestmark = pytest.mark.e2e
 
 STIMULUS = REPO / "experiments" / "stimulus_response" / "stimulus.py"
 
@@ -41,8 +44,8 @@ def test_stimulus_response_runs_across_two_hosts_over_ssh(ssh_env, experiment, t
     assert done.returncode == 0, done.stdout + done.stderr
     run = tmp_path / "runs" / "latest"
     record = latest_record(tmp_path / "runs")
-    assert "a/server: listening on 10.199.0.11:" in done.stdout
-    assert json.loads((run / "hosts" / "b" / "facts.json").read_text())["address"] == "10.199.0.12"
+    assert f"a/server: listening on {ssh_env[0].address}:" in done.stdout
+    assert json.loads((run / "hosts" / "b" / "facts.json").read_text())["address"] == ssh_env[1].address
     client = next((run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
     assert sum(r.entity.full_name == "STIM/rtt" for r in StreamReader(client)) == 200
     assert (run / "hosts" / "a" / "server" / "stdout").exists()
@@ -66,19 +69,19 @@ def test_stimulus_response_runs_across_two_hosts_over_ssh(ssh_env, experiment, t
     assert missing.returncode == 1 and "netspec-h1: no run 'nosuchrun' under" in missing.stderr
 
 
-def test_a_host_whose_sshd_is_down_fails_with_its_name(ssh_env, experiment, tmp_path):
-    ssh_env[2].stop_sshd()
-    text = ACROSS.replace("netspec-h2", "netspec-h3")
+def test_a_host_whose_sshd_is_down_fails_with_its_name(own_host, experiment, tmp_path):
+    own_host.stop_sshd()
+    text = ACROSS.replace("netspec-h2", own_host.alias)
     done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
-    assert "host b: connection lost (ssh to root@10.199.0.13:22: Connection refused)" in done.stderr
+    assert f"host b: connection lost (ssh to root@{own_host.address}:22: Connection refused)" in done.stderr
 
 
 def test_a_wrong_key_is_refused_naming_host_and_key(ssh_env, experiment, tmp_path):
     wrong = tmp_path / "wrong_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
     config = tmp_path / "ssh_config"
-    config.write_text(f"Host wrong\n  HostName 10.199.0.11\n  User root\n  IdentityFile {wrong}\n"
+    config.write_text(f"Host wrong\n  HostName {ssh_env[0].address}\n  User root\n  IdentityFile {wrong}\n"
                       f"  UserKnownHostsFile {ssh_env[0].state / 'known_hosts'}\n")
     env = {**os.environ, "NETSPEC_SSH_CONFIG": str(config)}
     path = experiment("experiment: k\nhosts: {a: {ssh: wrong}}\n"
@@ -86,7 +89,7 @@ def test_a_wrong_key_is_refused_naming_host_and_key(ssh_env, experiment, tmp_pat
     done = subprocess.run([sys.executable, "-m", "netspec.controller.cli", "up", str(path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert f"a: FAILED: host a: connection lost (authentication failed for root@10.199.0.11:22 " \
+    assert f"a: FAILED: host a: connection lost (authentication failed for root@{ssh_env[0].address}:22 " \
            f"(keys tried: {wrong}" in done.stdout
 
 
@@ -95,7 +98,8 @@ def test_an_unknown_host_key_is_refused_unless_accept_new_is_asked(ssh_env, expe
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "config").write_text(
-        f"Host box\n  HostName 10.199.0.12\n  User root\n  IdentityFile {ssh_env[0].state / 'id_ed25519'}\n")
+        f"Host box\n  HostName {ssh_env[1].address}\n  User root\n"
+        f"  IdentityFile {ssh_env[0].state / 'id_ed25519'}\n")
     env = {k: v for k, v in os.environ.items() if k != "NETSPEC_SSH_CONFIG"} | {"HOME": str(home)}
     path = experiment(ACROSS.replace("netspec-h1", "box").replace("netspec-h2", "box"))
 
@@ -104,23 +108,23 @@ def test_an_unknown_host_key_is_refused_unless_accept_new_is_asked(ssh_env, expe
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     refused = run()
     assert refused.returncode == 1
-    assert "host key of 10.199.0.12 is unknown" in refused.stderr
+    assert f"host key of {ssh_env[1].address} is unknown" in refused.stderr
     assert "--accept-new-host-keys" in refused.stderr
     accepted = run("--accept-new-host-keys")
     assert accepted.returncode == 0, accepted.stderr
     known = (home / ".ssh" / "known_hosts").read_text()
-    assert known.startswith("10.199.0.12 ssh-ed25519 ")
+    assert known.startswith(f"{ssh_env[1].address} ssh-ed25519 ")
     assert run().returncode == 0  # known now
 
 
-def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, experiment, tmp_path):
-    text = textwrap.dedent("""\
+def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, own_host, experiment, tmp_path):
+    text = textwrap.dedent(f"""\
         experiment: lost
-        hosts: {a: {ssh: netspec-h1}, b: {ssh: netspec-h2}}
+        hosts: {{a: {{ssh: netspec-h1}}, b: {{ssh: {own_host.alias}}}}}
         components:
-          one: {host: a, program: ACTOR, args: ["launch,work,collect"], params: {lines: 3}}
-          two: {host: b, program: ACTOR, args: ["launch,work,collect"], params: {hang_in: work}}
-        schedule: [launch, {phase: work, deadline: 5m}, collect]
+          one: {{host: a, program: ACTOR, args: ["launch,work,collect"], params: {{lines: 3}}}}
+          two: {{host: b, program: ACTOR, args: ["launch,work,collect"], params: {{hang_in: work}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
         """)
     proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(experiment(text))],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -132,7 +136,7 @@ def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, ex
         return steps[-1].get("phase") == "work" and steps[-1]["hosts"].get("a", {}).get("components")
 
     wait_for(working, timeout=120, what="host a to finish phase 'work'")
-    ssh_env[1].kill_everything()
+    own_host.kill_everything()
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "host b: connection lost" in stderr
@@ -184,7 +188,7 @@ def test_a_key_held_by_the_ssh_agent_is_used(ssh_env, experiment, tmp_path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "config").write_text(
-        f"Host agented\n  HostName 10.199.0.11\n  User root\n"
+        f"Host agented\n  HostName {ssh_env[0].address}\n  User root\n"
         f"  UserKnownHostsFile {ssh_env[0].state / 'known_hosts'}\n")
     agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
     env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", agent))

@@ -9,12 +9,12 @@ import time
 
 import pytest
 from netspec.analysis.read import StreamReader
-from netspec.daemon.sampler import CampConfig, CampSampler, open_stream, slot_instants
+from netspec.daemon.sampler import CHECK_SLACK_NS, CampConfig, CampSampler, open_stream, slot_instants
 from netspec.daemon.services import NodeServices
 from netspec.nodelib import camp
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
-from support import Steal
+from support import Steal, schedstat, schedstat_ns
 from support import start_loadgen as start
 
 
@@ -32,18 +32,6 @@ def camp_stream(tmp_path):
 def read(streams, directory):
     streams.stop()
     return [r for p in directory.glob("*.ds") for r in StreamReader(p)]
-
-
-def schedstat_ns(pid: int) -> int:
-    """The process's time on a CPU."""
-    return schedstat(pid)[0]
-
-
-def schedstat(pid: int) -> tuple[int, int]:
-    """The process's time on a CPU, and its time runnable in a run queue, waiting for one."""
-    with open(f"/proc/{pid}/schedstat") as f:
-        ran, waited, _ = map(int, f.read().split())
-    return ran, waited
 
 
 def test_one_uniformly_random_instant_in_each_slot():
@@ -198,9 +186,12 @@ def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_
         pytest.skip(f"the machine was busy: /proc/stat saw {seen / 1e6:.0f} ms busy against the hog's "
                     f"{ran / 1e6:.0f} ms in {elapsed / 1e6:.0f} ms")
     assert warnings and all(w["kind"] == "cpu_accounting" for w in warnings)
-    worst = max(warnings, key=lambda w: w["processes_ns"] - w["proc_stat_busy_ns"])
-    assert worst["processes_ns"] > 0.5 * worst["window_ns"] > worst["proc_stat_busy_ns"]
-    assert "run between the kernel's ticks" in worst["message"]
+    # Each warning's figures against the truth of the same run: the hog's CPU clock is the
+    # scheduler's own account (schedstat), so no window can hold more of it than the run.
+    for w in warnings:
+        assert w["processes_ns"] - w["proc_stat_busy_ns"] > CHECK_SLACK_NS
+        assert 0 < w["processes_ns"] <= ran and w["window_ns"] <= elapsed
+        assert "run between the kernel's ticks" in w["message"]
 
 
 def test_every_logging_window_samples_the_same_fields_whichever_components_run(tmp_path):

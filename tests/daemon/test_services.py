@@ -4,8 +4,11 @@ daemon's node stream, and every stream lands in the run directory, failed runs i
 import sys
 from pathlib import Path
 
+import pytest
 from netspec.analysis.read import StreamReader
 from support import latest_record, ns_control
+
+pytestmark = pytest.mark.e2e
 
 LOGGED = """\
 experiment: t

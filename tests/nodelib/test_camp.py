@@ -12,7 +12,7 @@ from netspec.nodelib import camp
 from netspec.nodelib.camp import rates
 from netspec.nodelib.camp.procfs import ProcBackend
 from netspec.nodelib.camp.psutil_backend import PsutilBackend
-from support import Steal, start_loadgen
+from support import schedstat_ns, start_loadgen
 
 
 def step(proc: subprocess.Popen) -> None:
@@ -30,29 +30,29 @@ def procs():
         p.wait()
 
 
-def cpu_share(ids, seconds=1.5):
-    """Each process's CPU %, and the share of one CPU the host stole meanwhile."""
-    before = [camp.backend().process(i) for i in ids]
-    with Steal() as steal:
-        t0 = time.monotonic_ns()
-        time.sleep(seconds)
-        after = [camp.backend().process(i) for i in ids]
-        elapsed = time.monotonic_ns() - t0
-    return [rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)], steal.share
+def cpu_share(pids, seconds=1.5):
+    """Each process's CPU % as CAMP reads it, and as the scheduler accounted it (schedstat)
+    over the same window: what the machine delivered."""
+    ids = [camp.process_identifier(pid) for pid in pids]
+    before, truth0 = [camp.backend().process(i) for i in ids], [schedstat_ns(p) for p in pids]
+    t0 = time.monotonic_ns()
+    time.sleep(seconds)
+    after, truth1 = [camp.backend().process(i) for i in ids], [schedstat_ns(p) for p in pids]
+    elapsed = time.monotonic_ns() - t0
+    return ([rates.process_cpu_percent(b, a, elapsed) for b, a in zip(before, after, strict=True)],
+            [100 * (b - a) / elapsed for a, b in zip(truth0, truth1, strict=True)])
 
 
 @pytest.mark.timing
 @pytest.mark.parametrize("loads", [[0], [50], [100], [30, 30]], ids=["idle", "50%", "100%", "2x30%"])
 def test_per_process_cpu_is_within_3_points_of_the_load(procs, loads):
-    ids = [camp.process_identifier(procs("percent", str(load)).pid) for load in loads]
-    shares, stolen = cpu_share(ids)
-    # The loads count their busy time in CPU time, so they get it while their CPU has room for
-    # it besides what the hypervisor takes; at worst, all of that falls on one CPU.
-    if sum(loads) + 100 * stolen > 102:
-        pytest.skip(f"the hypervisor took {stolen:.1%} of a CPU during the measurement: the loads "
-                    "could not get what they asked")
-    for load, got in zip(loads, shares, strict=True):
-        assert abs(got - load) <= 3, f"asked {load} %, CAMP says {got:.1f} %"
+    shares, delivered = cpu_share([procs("percent", str(load)).pid for load in loads])
+    for load, got in zip(loads, delivered, strict=True):
+        if got < 0.9 * load:
+            pytest.skip(f"the machine gave a load that asked {load} % of a CPU only {got:.1f} %: "
+                        f"busy with other work")
+    for load, got, truth in zip(loads, shares, delivered, strict=True):
+        assert abs(got - truth) <= 3, f"asked {load} %, scheduler gave {truth:.1f} %, CAMP says {got:.1f} %"
 
 
 def test_100_mb_touched_grow_the_working_set_by_100_mb_within_5_percent(procs):
