@@ -55,11 +55,9 @@ def session_dir() -> Path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Tests on namespaced hosts share one set of them: one xdist worker runs them all.
     for item in items:
         if HOST_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.nethosts)
-            item.add_marker(pytest.mark.xdist_group("nethosts"))
 
 
 @contextlib.contextmanager
@@ -137,14 +135,16 @@ def experiment(tmp_path: Path) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def nethosts() -> Iterator[list]:
     """Three real hosts in network namespaces, each with its own address and sshd, named
-    for this session (two suites on one machine each have their own), removed at the end;
-    if this process dies unseen, the next set built on the machine removes them."""
+    for this worker of this session (two suites on one machine each have their own),
+    removed at the end; if this process dies unseen, the next set built on the machine
+    removes them. The session's sets share one home, so netspec is installed there once."""
     import nethosts as nh
     reason = nh.why_unavailable()
     if reason:
         pytest.skip(reason)
     prefix = nh.random_prefix()
-    hosts = nh.up(3, prefix, session_dir() / f"hosts-{prefix}", owner=os.getpid())
+    hosts = nh.up(3, prefix, session_dir() / f"hosts-{prefix}", owner=os.getpid(),
+                  home=session_dir() / "home")
     yield hosts
     nh.down(prefix, hosts[0].state)
 

@@ -55,6 +55,7 @@ class HostSet:
     subnet: str  # the first three octets of its /24
     state: Path
     own_homes: bool = False
+    shared_home: Path | None = None  # the logins' home; state/home when None
 
     @property
     def bridge(self) -> str:
@@ -66,7 +67,7 @@ class HostSet:
 
     @property
     def home(self) -> Path:
-        return self.state / "home"
+        return self.shared_home or self.state / "home"
 
     def host(self, index: int) -> NetHost:
         return NetHost(index, self)
@@ -247,7 +248,7 @@ def _free_subnet(taken: set[str]) -> str:
 
 
 def up(count: int, prefix: str | None = None, state: Path | None = None, own_homes: bool = False,
-       owner: int | None = None) -> list[NetHost]:
+       owner: int | None = None, home: Path | None = None) -> list[NetHost]:
     """Build `count` hosts (tearing down a set of the same prefix left over) and return them
     once each sshd serves a real SSH session.
 
@@ -256,6 +257,8 @@ def up(count: int, prefix: str | None = None, state: Path | None = None, own_hom
         state: the state directory; /tmp/netspec-hosts-<prefix> when None.
         own_homes: log into each host as a user of its own (<prefix>-h<i>, home in /home).
         owner: the pid whose death lets the next `up` remove the set (None: only `down` does).
+        home: the home of the set's logins, which sets may share (what netspec installs
+            there is installed once); the state directory's home/ when None.
     """
     prefix = prefix or random_prefix()
     if len(prefix) > MAX_PREFIX or not prefix.isalnum():
@@ -265,7 +268,7 @@ def up(count: int, prefix: str | None = None, state: Path | None = None, own_hom
             if entry["prefix"] == prefix or not _alive(entry.get("owner")):
                 _down_locked(entry["prefix"], Path(entry["state"]))
         hosts_set = HostSet(prefix, _free_subnet({e["subnet"] for e in _registered()}),
-                            state or default_state(prefix), own_homes)
+                            state or default_state(prefix), own_homes, home)
         (REGISTRY / f"{prefix}.json").write_text(json.dumps(
             {"prefix": prefix, "subnet": hosts_set.subnet, "state": str(hosts_set.state), "owner": owner,
              "count": count, "own_homes": own_homes}))
@@ -280,7 +283,7 @@ def up(count: int, prefix: str | None = None, state: Path | None = None, own_hom
 def _build(hs: HostSet, count: int) -> list[NetHost]:
     shutil.rmtree(hs.state, ignore_errors=True)
     hs.state.mkdir(parents=True)
-    hs.home.mkdir(mode=0o700)
+    hs.home.mkdir(mode=0o700, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"netspec-test-{hs.prefix}",
          "-f", str(hs.state / "id_ed25519"))

@@ -49,12 +49,16 @@ def test_the_link_emulator_delays_both_ways_and_logs_each_packet(experiment, tmp
     run = tmp_path / "runs" / "latest"
     rtts = [r.value for r in records(run, name="STIM/rtt")]
     assert len(rtts) == 200
-    assert 4.0e6 <= statistics.median(rtts) < 5.5e6, "two crossings of 2 ms, plus the real path"
     ins, outs = records(run, name="LINK/in"), records(run, name="LINK/out")
     assert sum(r.value[1] > 0 for r in ins) == 400  # 200 stimuli and 200 replies
     assert sum(r.value[0] == 1 for r in ins if r.value[1]) == 200
-    late = [r.ts - r.value for r in outs]
-    assert 0 <= statistics.median(late) < 1e6, "the relay sends each packet when it is due"
+    # The relay logs when each packet was due and when it went: how late this machine let
+    # it be is measured in the same run, not assumed.
+    late = sorted(r.ts - r.value for r in outs)
+    assert statistics.median(late) < 1e6, "the relay sends each packet when it is due"
+    # Two crossings of 2 ms, each as late as the relay was, plus the real path (< 1 ms).
+    worst_two = 2 * late[int(0.9 * len(late))]
+    assert 4.0e6 <= statistics.median(rtts) < 4.0e6 + worst_two + 1e6, (statistics.median(rtts), worst_two)
     said = acks(latest_record(tmp_path / "runs"), "collect")["local/link"]
     assert said.startswith("402 packets in, ") and said.endswith(" 0 dropped")  # 400 + two ends
 
