@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-
-from .read import Record, StreamReader
+from netspec.datastream.reader import Record, StreamReader
 
 MAX_BINS_SHOWN = 8
 

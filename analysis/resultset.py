@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
+from netspec.protocol.runrecord import RunRecord
 
 from .derive import Workload, write_derived
 from .graph import run_graph
@@ -86,12 +87,12 @@ class ResultSet:
 def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
     there."""
-    record = json.loads((run / "run.json").read_text())
+    record = RunRecord.load(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        fits = fit_run(run)
+        fits = fit_run(record)
     except (OSError, ValueError, KeyError) as exc:
         fits = {}
         result.warnings.append(f"no clock fit ({exc}): times are each host's own")
@@ -100,10 +101,9 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     result.records, result.samples = counts.records, counts.samples
     result.warnings += counts.warnings
     write_clock(out / "clock.parquet", fits)
-    write_phases(out / "phases.parquet", record.get("steps", []), fits)
-    pairs = record.get("plan", {}).get("analysis", {}).get("pairs", {})
+    write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
-    result.intervals, result.causality = write_intervals(db, out, pairs)
+    result.intervals, result.causality = write_intervals(db, out, record.pairs)
     result.workloads = write_derived(db, out)
     db = open_tables(out)  # with the tables just written
     origin, phases = _bounds(db)
@@ -116,11 +116,10 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         from .plots import plot_all
 
         result.plots = plot_all(db, out / "plots", origin)
-    graph = record.get("plan", {}).get("analysis", {}).get("graph", {})
-    if graph:
-        result.warnings += run_graph(db, graph, out, Path(record["plan"]["source"]).parent, origin, phases)
+    if record.graph:
+        result.warnings += run_graph(db, record.graph, out, record.experiment_dir, origin, phases)
     (out / "summary.json").write_text(json.dumps({
-        "run": record.get("id"), "records": result.records, "samples": result.samples,
+        "run": record.id, "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
         "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")

@@ -27,11 +27,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
-from netspec.nodelib.streams import NAMESPACE
+from netspec.datastream.columns import MISSING, Columns
+from netspec.datastream.format import NAMESPACE
+from netspec.datastream.reader import ADMIN, StreamReader
 
 from .convert import CompiledFit
-from .read import ADMIN, StreamReader
-from .scan import MISSING, Columns, scan
 
 SLACK_NS = 1_000_000_000
 EMIT_RECORDS = 1 << 18
@@ -166,7 +166,7 @@ class FileSource:
         # Chunks are gathered into batches of about BATCH_RECORDS: what a batch costs is
         # mostly per call, and a chunk holds a few thousand records.
         held: list[Columns] = []
-        for seq, item in self.reader.chunks(scan):
+        for seq, item in self.reader.columns():
             if seq is not None:
                 held.append(item)
                 if sum(map(len, held)) < BATCH_RECORDS:

@@ -30,7 +30,7 @@ from pathlib import Path
 from netspec.controller.engine import Run
 from netspec.controller.load import parse
 from netspec.controller.rundir import RunDir
-from netspec.nodelib.auth import load_or_create_key
+from netspec.protocol.auth import load_or_create_key
 
 HERE = Path(__file__).resolve().parent
 ECHO_SERVER = """

@@ -35,10 +35,10 @@ from pathlib import Path
 
 import msgpack
 import msgspec
-from netspec.analysis.read import StreamReader
-from netspec.nodelib import streams
+from netspec.datastream import writer as streams
+from netspec.datastream.reader import StreamReader
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 TARGET_EVENT_NS, TARGET_DISABLED_NS, TARGET_OVER_LOGGING = 300, 60, 10
 

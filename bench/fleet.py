@@ -39,7 +39,7 @@ from netspec.controller.engine import Run  # noqa: E402
 from netspec.controller.load import parse  # noqa: E402
 from netspec.controller.model import Host  # noqa: E402
 from netspec.controller.rundir import RunDir  # noqa: E402
-from netspec.nodelib.auth import load_or_create_key  # noqa: E402
+from netspec.protocol.auth import load_or_create_key  # noqa: E402
 
 
 def up_seconds(hosts: list[nethosts.NetHost]) -> float:

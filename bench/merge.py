@@ -22,11 +22,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from netspec.analysis.read import StreamReader
 from netspec.analysis.timeline import Batch, Counts, Dictionaries, EventsSink, FileSource, merge, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
+from netspec.datastream.reader import StreamReader
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 HOSTS = ("a", "b", "c", "d")
 OFFSETS = {"a": 0, "b": 2_000_000, "c": -3_000_000, "d": 7_000_000}

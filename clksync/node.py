@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from netspec.nodelib.errors import NetspecError
 from netspec.nodelib.instrument import Datastreams
+from netspec.protocol.errors import NetspecError
 
 from .client import Exchange, ProbeClient
 from .gate import Estimate, Gate

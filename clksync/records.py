@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from netspec.analysis.read import StreamReader
+from netspec.datastream.reader import StreamReader
+from netspec.protocol.runrecord import RunRecord
 
 from .fit import ClockFit, Exchanges, fit
 
@@ -43,12 +43,17 @@ def _reference_changes_in(host: HostClock, reference_changes: list[int]) -> list
     return [int(c + rows[i, 0] - rows[i, 1]) for c, i in zip(reference_changes, at, strict=True)]
 
 
-def fit_run(run: Path) -> dict[str, ClockFit]:
-    """Every host's clock fit for the run directory `run`, the reference's included."""
-    record = json.loads((run / "run.json").read_text())
-    reference = record["plan"]["clock"]["reference"]
+def fit_run(record: RunRecord) -> dict[str, ClockFit]:
+    """Every host's clock fit for the run whose record is given, the reference's included.
+
+    Raises:
+        ValueError: the run names no clock reference.
+    """
+    reference = record.clock_reference
+    if reference is None:
+        raise ValueError("the run names no clock reference")
     hosts = {d.name: read_host(sorted(d.glob("streams/clksync.*.ds")))
-             for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
+             for d in sorted((record.path / "hosts").iterdir()) if d.is_dir()}
     ref_changes = hosts[reference].changes if reference in hosts else []
     fits = {}
     for name, host in hosts.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from netspec.nodelib import messages as m
+from netspec.protocol import messages as m
 
 from .model import Step
 

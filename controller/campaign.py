@@ -25,13 +25,14 @@ import yaml
 from netspec.analysis.metrics import Metric, run_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.resultset import MERGED
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import load_record
 
 from . import summary
 from .hooks import HookFailed, run_hook
 from .load import CAMPAIGN_KEYS, parse
 from .model import Campaign, Plan
-from .rundir import RunDir, load_record
+from .rundir import RunDir
 from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, run_plan
 
 CAMPAIGN_FILE = "campaign.json"

@@ -9,18 +9,19 @@ from pathlib import Path
 
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
-from netspec.analysis.read import StreamReader, read_streams
 from netspec.analysis.resultset import MERGED
-from netspec.daemon.facts import netspec_version
-from netspec.nodelib.errors import ConfigError, NetspecError
+from netspec.datastream.reader import StreamReader, read_streams
 from netspec.nodelib.instrument import selects
+from netspec.protocol.errors import ConfigError, NetspecError
+from netspec.protocol.messages import netspec_version
+from netspec.protocol.runrecord import load_record
 
 from . import summary
 from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
 from .load import load, parse
 from .pull import pull_run
 from .remote import for_each_host
-from .rundir import find_run, list_runs, load_record
+from .rundir import find_run, list_runs
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
 
 

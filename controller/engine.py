@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from netspec.nodelib import messages as m
-from netspec.nodelib.errors import (
+from netspec.protocol import messages as m
+from netspec.protocol.errors import (
     ComponentFailed,
     ConnectionLost,
     DeadlineExceeded,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netspec.nodelib import messages as m
+from netspec.protocol import messages as m
 
 from .fleet import DaemonClient
 from .rundir import RunDir

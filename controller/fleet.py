@@ -19,17 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from netspec.daemon.supervisor import kill_run_processes
-from netspec.nodelib import messages as m
-from netspec.nodelib.auth import client_handshake, netspec_home
-from netspec.nodelib.channel import Channel
-from netspec.nodelib.errors import (
+from netspec.protocol import messages as m
+from netspec.protocol.auth import client_handshake, netspec_home
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import (
     ConnectionLost,
     DeadlineExceeded,
     NetspecError,
     ProtocolError,
     RemoteError,
 )
+from netspec.protocol.exits import kill_run_processes
 
 from .model import Host as HostSpec
 

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.errors import NetspecError
 
 from .model import Hook, Plan
 from .ssh import SSHConnection, resolve

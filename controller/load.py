@@ -23,9 +23,9 @@ import jsonschema
 import yaml
 from netspec.analysis.graph import GraphError, check_node
 from netspec.analysis.predicate import check_predicate
-from netspec.nodelib.errors import ConfigError
-from netspec.nodelib.messages import NODE
-from netspec.nodelib.streams import StreamConfig
+from netspec.datastream.writer import StreamConfig
+from netspec.protocol.errors import ConfigError
+from netspec.protocol.messages import NODE
 
 from .model import (
     DEFAULT_DEADLINE_S,

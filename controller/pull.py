@@ -14,7 +14,7 @@ from pathlib import Path
 
 import paramiko
 from netspec.analysis.resultset import MERGED
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.errors import NetspecError
 
 from .ssh import SSHConnection, resolve
 

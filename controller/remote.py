@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
-from netspec.nodelib.auth import load_or_create_key
-from netspec.nodelib.errors import ConnectionLost, NetspecError
+from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.errors import ConnectionLost, NetspecError
 
 from .fleet import Host
 from .model import Host as HostSpec

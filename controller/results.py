@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netspec.daemon.supervisor import describe_returncode, ended_well
+from netspec.protocol.exits import describe_returncode, ended_well
 
 TAIL_LINES = 200
 LINE_LIMIT = 4096  # of a line still being written, the tail keeps its last characters

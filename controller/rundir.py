@@ -1,4 +1,5 @@
-"""The run directory: everything one run produced, and run.json, its record.
+"""The run directory: everything one run produced, and run.json, its record (its format
+and reader: protocol/runrecord.py).
 
 Layout:
     runs/<experiment>/<UTC time>-<short id>/
@@ -19,12 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from netspec.nodelib.errors import NetspecError
-
-# run.json version history:
-#   1: first format (id, experiment, status, plan, programs, hosts, steps, components,
-#      error).
-RUN_FORMAT = 1
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import RUN_FORMAT, load_record
 
 
 def utc_iso(ns: int) -> str:
@@ -112,18 +109,6 @@ class RunDir:
         self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
                            duration_s=(now - self.record["started_ns"]) / 1e9, error=error)
         self.save()
-
-
-def load_record(run_path: Path) -> dict[str, Any]:
-    """Read run.json; older formats are accepted, newer ones refused with a clear message."""
-    try:
-        record = json.loads((run_path / "run.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise NetspecError(f"{run_path}: no readable run.json ({exc})") from exc
-    if record.get("format", 1) > RUN_FORMAT:
-        raise NetspecError(f"{run_path}/run.json has format {record['format']}; this netspec "
-                           f"reads up to {RUN_FORMAT}: upgrade netspec")
-    return record
 
 
 def find_run(runs_root: Path, ref: str) -> Path:

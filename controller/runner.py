@@ -13,9 +13,9 @@ from typing import IO, Any
 
 import duckdb
 from netspec.analysis.resultset import merge_run
-from netspec.daemon.facts import netspec_version
-from netspec.nodelib.auth import load_or_create_key
-from netspec.nodelib.errors import Interrupted, NetspecError, StreamError
+from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.errors import Interrupted, NetspecError
+from netspec.protocol.messages import netspec_version
 
 from . import summary
 from .engine import Progress, Run
@@ -95,7 +95,7 @@ def merge(run: Path, stream: IO[str] | None, out: Path | None = None) -> bool:
     to stderr."""
     try:
         result = merge_run(run, out)
-    except (OSError, ValueError, StreamError, duckdb.Error) as exc:
+    except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
         print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
               file=sys.stderr)
         return False

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
-from netspec.nodelib.errors import ConnectionLost
+from netspec.protocol.errors import ConnectionLost
 
 SSH_CONNECT_S = 10.0
 CONFIG_ENV = "NETSPEC_SSH_CONFIG"

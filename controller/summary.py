@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from netspec.analysis.resultset import MERGED, ResultSet
-from netspec.nodelib.errors import StepFailed
-from netspec.nodelib.messages import worst_status
+from netspec.protocol.errors import StepFailed
+from netspec.protocol.messages import worst_status
 
 from .engine import Progress
 

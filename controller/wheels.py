@@ -19,9 +19,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.errors import NetspecError
 
-PACKAGES = ("controller", "daemon", "nodelib", "clksync", "analysis", "experiments")
+PACKAGES = ("protocol", "datastream", "controller", "daemon", "nodelib", "clksync", "analysis", "experiments")
 
 
 def source_root() -> Path:

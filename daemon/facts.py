@@ -6,11 +6,11 @@ import os
 import platform
 import socket
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
+from netspec.protocol.messages import netspec_version
 
 
 def _read(path: str) -> str:
@@ -25,13 +25,6 @@ def _cpu_model() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor()
-
-
-def netspec_version() -> str:
-    try:
-        return metadata.version("netspec")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def host_address() -> str:

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netspec.nodelib import messages as m
-from netspec.nodelib.errors import NetspecError, ProtocolError
+from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError, ProtocolError
 
 from .facts import host_facts
 from .sampler import config_from_wire

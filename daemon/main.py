@@ -12,11 +12,11 @@ import sys
 import threading
 from pathlib import Path
 
-from netspec.nodelib.auth import load_or_create_key, netspec_home
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.auth import load_or_create_key, netspec_home
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.exits import kill_run_processes
 
 from .server import Daemon
-from .supervisor import kill_run_processes
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.camp import (
     Backend,
     CampError,
@@ -40,7 +41,6 @@ from netspec.nodelib.camp import (
 )
 from netspec.nodelib.camp.procfs import TICK_NS
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 NET_FIELDS = NetCounters._fields
 DISK_FIELDS = DiskCounters._fields

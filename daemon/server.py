@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from netspec.nodelib import messages as m
-from netspec.nodelib.auth import server_handshake
-from netspec.nodelib.channel import Channel
-from netspec.nodelib.errors import NetspecError, ProtocolError
+from netspec.protocol import messages as m
+from netspec.protocol.auth import server_handshake
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import NetspecError, ProtocolError
 
 from .handlers import HANDLERS
 from .supervisor import Supervisor

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from netspec.clksync.node import ClockService
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 from . import sampler
 from .sampler import CampConfig, CampSampler

@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
-from netspec.nodelib import messages as m
-from netspec.nodelib.channel import Channel
-from netspec.nodelib.errors import NetspecError, ProtocolError
-from netspec.nodelib.streams import StreamConfig
+from netspec.datastream.writer import StreamConfig
+from netspec.protocol import messages as m
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import NetspecError, ProtocolError
+from netspec.protocol.exits import (
+    describe_returncode,
+    ended_well,
+    kill_run_processes,
+    run_processes,
+    signal_pids,
+)
 
 from .facts import host_address
 from .sampler import CampConfig
@@ -95,19 +102,6 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         super().process_exited()
         if not self.exit_code.done():
             self.exit_code.set_result(code)
-
-
-def ended_well(code: int | None) -> bool:
-    """Still running, exited 0, or ended by the SIGTERM netspec sent it."""
-    return code in (None, 0, -signal.SIGTERM)
-
-
-def describe_returncode(code: int | None) -> str:
-    if code is None:
-        return "is still running"
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited {code}"
 
 
 class ComponentProcess:
@@ -272,40 +266,6 @@ class ComponentProcess:
         if self.proc is not None and not self.exited.done():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
-
-
-def run_processes(run_id: str, also: list[int] = ()) -> list[psutil.Process]:
-    """Every live process of this run: the given pids plus all carrying the run's id."""
-    found: dict[int, psutil.Process] = {}
-    for pid in also:
-        with contextlib.suppress(psutil.Error):
-            found[pid] = psutil.Process(pid)
-    me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid == me or proc.pid in found:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.environ().get(m.RUN_ENV) == run_id:
-                found[proc.pid] = proc
-    return [p for p in found.values() if _alive(p)]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def signal_pids(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> None:
-    """Signal every live process of the run (see `run_processes`)."""
-    signal_pids([p.pid for p in run_processes(run_id, also)], sig)
 
 
 class Supervisor:

@@ -1,8 +1,9 @@
 """What runs inside a node's processes: the phase API and the instrumentation API
-applications call, the datastream writer, and the wire framing, authentication and
-messages shared with the daemon and the controller.
+applications call, the datastream writer and CAMP's counters. The wire protocol it speaks
+with netspecd lives in netspec.protocol, which applications do not use.
 
-Applications use only the names in `__all__`:
+Applications use only the names in `__all__`; importing this package starts nothing and
+opens no file:
 
     from netspec import nodelib
 
@@ -14,6 +15,8 @@ Applications use only the names in `__all__`:
 
     nodelib.run()
 """
+
+from netspec.protocol.errors import ConnectionLost, NetspecError, ProtocolError
 
 from .instrument import default as _streams
 from .phases import Application, PhaseContext, PhaseWarning, component_params
@@ -30,5 +33,6 @@ histogram = _streams.histogram
 samples = _streams.samples
 trigger = _streams.trigger
 
-__all__ = ["Application", "PhaseContext", "PhaseWarning", "component_params", "counter", "event",
-           "histogram", "interval", "phase", "register", "run", "samples", "trigger"]
+__all__ = ["Application", "ConnectionLost", "NetspecError", "PhaseContext", "PhaseWarning", "ProtocolError",
+           "component_params", "counter", "event", "histogram", "interval", "phase", "register", "run",
+           "samples", "trigger"]

@@ -23,9 +23,10 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from . import messages as m
-from .errors import NetspecError
-from .streams import FIRST_ENTITY_ID, NAMESPACE, Stream, StreamConfig, StreamInfo, install_exit_hooks
+from netspec.datastream.format import FIRST_ENTITY_ID, NAMESPACE
+from netspec.datastream.writer import Stream, StreamConfig, StreamInfo, install_exit_hooks
+from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError
 
 _clock = time.time_ns
 
@@ -274,13 +275,17 @@ class Datastreams:
         return self._declare(Event, group, name, desc, decoder, {})
 
     def interval(self, group: str, name: str, desc: str = "") -> Interval:
+        """Declare an interval: `start()` then `end(tag)` logs its duration in ns."""
         return self._declare(Interval, group, name, desc, None, {})
 
     def counter(self, group: str, name: str, desc: str = "") -> Counter:
+        """Declare a counter: `add(n)` logs its running total."""
         return self._declare(Counter, group, name, desc, None, {})
 
     def histogram(self, group: str, name: str, lo: float, hi: float, buckets: int,
                   desc: str = "") -> Histogram:
+        """Declare a histogram of `buckets` equal bins over [lo, hi); `add(value)` counts a
+        value and the bins are logged when the stream flushes or closes."""
         if not hi > lo or buckets < 1:
             raise NetspecError(f"histogram {group}/{name}: needs lo < hi and buckets >= 1 "
                                f"(got lo={lo}, hi={hi}, buckets={buckets})")
@@ -288,6 +293,7 @@ class Datastreams:
                              {"lo": lo, "hi": hi, "buckets": buckets})
 
     def samples(self, group: str, name: str, fields: Sequence[str], desc: str = "") -> SampleGroup:
+        """Declare a sample group: `log(values)` logs one value per field at one instant."""
         return self._declare(SampleGroup, group, name, desc, None, {"fields": list(fields)})
 
     def _declare(self, cls: type[Any], group: str, name: str, desc: str, decoder: str | None,
@@ -397,10 +403,24 @@ def streams_from(logging: dict[str, Any], component: str, run: str) -> tuple[lis
     return configs, StreamInfo(Path(logging["dir"]), run=run, host=logging["host"], component=component)
 
 
-# The process's own entities and streams: what nodelib's functions and the phase loop use.
-default = Datastreams()
-if m.LOGGING_ENV in os.environ and m.FD_ENV not in os.environ:
-    # A plain command that uses nodelib's instrumentation: its streams open now and close
-    # when it exits; entities match as they are declared.
-    default.start(*streams_from(json.loads(os.environ[m.LOGGING_ENV]),
-                                os.environ.get(m.COMPONENT_ENV, ""), os.environ.get(m.RUN_ENV, "")))
+class ProcessStreams(Datastreams):
+    """The process's own entities and streams: what nodelib's functions and the phase loop
+    use. A plain command that netspecd started with streams (NETSPEC_LOGGING set, no
+    NETSPEC_FD) opens them when it declares its first entity and closes them when it exits:
+    importing nodelib opens nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._environment_read = False
+
+    def _declare(self, cls: type[Any], group: str, name: str, desc: str, decoder: str | None,
+                 spec: dict[str, Any]) -> Any:
+        if not self._environment_read:
+            self._environment_read = True
+            if m.LOGGING_ENV in os.environ and m.FD_ENV not in os.environ:
+                self.start(*streams_from(json.loads(os.environ[m.LOGGING_ENV]),
+                                         os.environ.get(m.COMPONENT_ENV, ""), os.environ.get(m.RUN_ENV, "")))
+        return super()._declare(cls, group, name, desc, decoder, spec)
+
+
+default = ProcessStreams()

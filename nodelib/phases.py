@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netspec.protocol import messages as m
+from netspec.protocol.channel import BlockingChannel
+from netspec.protocol.errors import NetspecError
+
 from . import instrument
-from . import messages as m
-from .channel import BlockingChannel
-from .errors import NetspecError
 
 
 class PhaseWarning(Exception):

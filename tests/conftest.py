@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from netspec.nodelib.auth import load_or_create_key
+from netspec.protocol.auth import load_or_create_key
 from support import PROGRAMS
 
 SESSION_ENV = "NETSPEC_TEST_SESSION"

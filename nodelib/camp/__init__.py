@@ -23,7 +23,7 @@ import os
 import time
 from typing import NamedTuple, Protocol
 
-from netspec.nodelib.errors import NetspecError
+from netspec.protocol.errors import NetspecError
 
 
 class CampError(NetspecError):

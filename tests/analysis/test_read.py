@@ -6,10 +6,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from netspec.analysis.read import SYNC, StreamReader, read_streams
-from netspec.nodelib.errors import StreamError
+from netspec.datastream.reader import SYNC, StreamReader, read_streams
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
+from netspec.protocol.errors import StreamError
 
 
 def write_ticks(directory: Path, count: int, chunk: int = 10, name: str = "app") -> Path:

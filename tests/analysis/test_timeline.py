@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from netspec.analysis.resultset import open_tables, write_intervals
-from netspec.analysis.scan import scan
 from netspec.analysis.timeline import _merge_order, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
+from netspec.datastream.columns import scan
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 T0 = 1_700_000_000_000_000_000  # before now: the files' own close records come last
 SECOND = 1_000_000_000

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from netspec.clksync.fit import Exchanges, fit
 from netspec.clksync.records import fit_run, read_host
+from netspec.protocol.runrecord import RunRecord
 from support import latest_record, ns_control
 from test_fit import warp
 
@@ -37,7 +38,7 @@ def grid(ex: Exchanges, n=5000) -> np.ndarray:
 
 
 def check_truth_zero(run, source):
-    fits = fit_run(run)
+    fits = fit_run(RunRecord.load(run))
     assert fits["a"].source == "reference" and fits["b"].source == source
     ex = Exchanges.from_rows(read_host(sorted((run / "hosts" / "b").glob("streams/clksync.*.ds"))).exchanges)
     offset, lo, hi = fits["b"].offsets(grid(ex))

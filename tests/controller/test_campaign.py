@@ -13,7 +13,7 @@ import pytest
 from netspec.controller.campaign import _decide
 from netspec.controller.load import load
 from netspec.controller.model import Campaign
-from netspec.nodelib.errors import ConfigError
+from netspec.protocol.errors import ConfigError
 from support import REPO, latest_record, ns_control, run_processes, wait_for
 
 pytestmark = pytest.mark.e2e

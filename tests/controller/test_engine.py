@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from netspec.analysis.read import StreamReader
+from netspec.datastream.reader import StreamReader
 from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -4,7 +4,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from netspec.controller.load import load, parse_duration, schema
-from netspec.nodelib.errors import ConfigError
+from netspec.protocol.errors import ConfigError
 
 REPO = Path(__file__).parents[2]
 

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from netspec.analysis.read import StreamReader
+from netspec.datastream.reader import StreamReader
 from support import REPO, latest_record, ns_control, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -1,8 +1,9 @@
 import json
 
 import pytest
-from netspec.controller.rundir import RUN_FORMAT, RunDir, find_run, list_runs, load_record
-from netspec.nodelib.errors import NetspecError
+from netspec.controller.rundir import RunDir, find_run, list_runs
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import RUN_FORMAT, load_record
 
 
 def make_run(root, name="exp"):

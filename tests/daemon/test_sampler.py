@@ -8,9 +8,9 @@ import random
 import time
 
 import pytest
-from netspec.analysis.read import StreamReader
 from netspec.daemon.sampler import CHECK_SLACK_NS, CampConfig, CampSampler, open_stream, slot_instants
 from netspec.daemon.services import NodeServices
+from netspec.datastream.reader import StreamReader
 from netspec.nodelib import camp
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams

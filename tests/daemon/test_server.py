@@ -8,8 +8,8 @@ import struct
 import msgpack
 import pytest
 from netspec.controller.fleet import DaemonClient
-from netspec.nodelib.errors import AuthError, RemoteError
-from netspec.nodelib.wire import encode
+from netspec.protocol.errors import AuthError, RemoteError
+from netspec.protocol.wire import encode
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from netspec.analysis.read import StreamReader
+from netspec.datastream.reader import StreamReader
 from support import latest_record, ns_control
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import statistics
 
 import duckdb
 import pytest
-from netspec.analysis.read import read_streams
+from netspec.datastream.reader import read_streams
 from support import REPO, Steal, latest_record, ns_control
 
 pytestmark = pytest.mark.e2e

@@ -3,9 +3,9 @@ import os
 import stat
 
 import pytest
-from netspec.nodelib.auth import client_handshake, load_or_create_key, server_handshake
-from netspec.nodelib.channel import Channel
-from netspec.nodelib.errors import AuthError, ConfigError
+from netspec.protocol.auth import client_handshake, load_or_create_key, server_handshake
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import AuthError, ConfigError
 
 
 async def _pair() -> tuple[Channel, Channel]:

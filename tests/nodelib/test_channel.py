@@ -6,8 +6,8 @@ import socket
 import struct
 
 import pytest
-from netspec.nodelib.channel import BlockingChannel, Channel
-from netspec.nodelib.errors import ProtocolError
+from netspec.protocol.channel import BlockingChannel, Channel
+from netspec.protocol.errors import ProtocolError
 
 
 async def socketpair_channels():

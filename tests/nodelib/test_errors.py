@@ -1,5 +1,5 @@
 from netspec.controller.results import ComponentResult
-from netspec.nodelib.errors import (
+from netspec.protocol.errors import (
     ComponentFailed,
     ConfigError,
     ConnectionLost,

@@ -6,10 +6,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from netspec.analysis.read import StreamReader
-from netspec.nodelib.errors import NetspecError
+from netspec.datastream.reader import StreamReader
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from netspec.nodelib.streams import StreamConfig, StreamInfo
+from netspec.protocol.errors import NetspecError
 
 
 def start(ds: Datastreams, tmp_path: Path, *configs: StreamConfig) -> list[Path]:

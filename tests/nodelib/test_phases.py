@@ -1,20 +1,38 @@
 """The application API, driven over a real socketpair as netspecd drives it."""
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
 from netspec import nodelib
-from netspec.nodelib.channel import BlockingChannel
-from netspec.nodelib.errors import NetspecError
 from netspec.nodelib.phases import Application
+from netspec.protocol.channel import BlockingChannel
+from netspec.protocol.errors import NetspecError
 
 
-def test_the_public_surface_is_pinned():
-    assert sorted(nodelib.__all__) == ["Application", "PhaseContext", "PhaseWarning",
-                                       "component_params", "counter", "event", "histogram",
-                                       "interval", "phase", "register", "run", "samples", "trigger"]
+def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
+    assert sorted(nodelib.__all__) == ["Application", "ConnectionLost", "NetspecError", "PhaseContext",
+                                       "PhaseWarning", "ProtocolError", "component_params", "counter",
+                                       "event", "histogram", "interval", "phase", "register", "run",
+                                       "samples", "trigger"]
+    assert [n for n in nodelib.__all__ if not (getattr(nodelib, n).__doc__ or "").strip()] == []
+    assert issubclass(nodelib.ConnectionLost, nodelib.NetspecError)
+
+
+def test_importing_nodelib_opens_nothing_even_where_a_plain_command_logs(tmp_path):
+    """A plain command's streams open at its first entity, not at import."""
+    env = {**os.environ, "NETSPEC_LOGGING": json.dumps({"dir": str(tmp_path), "host": "h", "streams": {
+        "s": {"enable": ["*"]}}}), "NETSPEC_COMPONENT": "c", "NETSPEC_RUN": "r"}
+    env.pop("NETSPEC_FD", None)
+    code = ("import os, sys; from netspec import nodelib; print(len(os.listdir(sys.argv[1])));"
+            "nodelib.event('G', 'e').log(1); print(len(os.listdir(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True,
+                          text=True)
+    assert done.stdout.split() == ["0", "1"], done.stderr
 
 
 def test_a_phase_name_can_be_registered_only_once():

@@ -1,7 +1,7 @@
 import msgpack
 import pytest
-from netspec.nodelib.errors import ProtocolError
-from netspec.nodelib.wire import HEADER, MAX_FRAME, FrameDecoder, encode
+from netspec.protocol.errors import ProtocolError
+from netspec.protocol.wire import HEADER, MAX_FRAME, FrameDecoder, encode
 
 MESSAGES = [{"t": "hello", "id": 1}, {"t": "output", "data": b"\x00" * 300, "n": -5},
             {"t": "x", "nested": {"a": [1, 2.5, "s", None, True]}}]

@@ -4,8 +4,8 @@ import os
 import socket
 import struct
 
-from netspec.nodelib import messages
-from netspec.nodelib.wire import FrameDecoder, encode
+from netspec.protocol import messages
+from netspec.protocol.wire import FrameDecoder, encode
 
 sock = socket.socket(fileno=int(os.environ[messages.FD_ENV]))
 sock.sendall(encode({"t": "register", "phases": ["work"], "pid": os.getpid()}))

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib import instrument
-from netspec.nodelib.streams import StreamConfig, StreamInfo
 
 parser = argparse.ArgumentParser()
 parser.add_argument("dir", type=Path)

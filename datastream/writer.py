@@ -1,10 +1,7 @@
 """The datastream writer: one binary file per process and stream, written in framed chunks.
 
-A file is a sequence of MessagePack objects: a header map, then chunks. A chunk is the
-array [CHUNK_MAGIC, seq, count, crc32, body], where body is the MessagePack encoding of
-`count` records, so a reader checks every chunk and skips a damaged one. Records are arrays
-led by an entity id; ids below FIRST_ENTITY_ID are the stream's own (namespace, dropped,
-trigger, close). docs/stream-format.md is the reference for readers.
+The format (a header map, then framed and checksummed chunks of records) is format.py's;
+a reader checks every chunk and skips a damaged one.
 
 Records are buffered as tuples and encoded a chunk at a time (msgspec encodes the same
 MessagePack bytes as the msgpack package about four times faster; bench/events.py). A
@@ -13,21 +10,16 @@ loses at most the records of one chunk. Ring streams keep their last chunks in m
 write them only when a trigger fires.
 """
 
-# Format version history (readers accept every older minor version of their major):
-#   1.0: header map; chunks [magic, seq, count, crc32, body]; admin records 0-3.
-
 from __future__ import annotations
 
 import atexit
 import itertools
 import os
 import signal
-import struct
 import sys
 import threading
 import time
 import weakref
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,24 +27,20 @@ from typing import Any
 
 import msgspec
 
-FORMAT_VERSION = (1, 0)
-HEADER_MAGIC = "netspec-datastream"
-CHUNK_MAGIC = b"NSDC"
-CLOCK = "CLOCK_REALTIME"
-
-# Admin record ids; application entities start at FIRST_ENTITY_ID.
-NAMESPACE, DROPPED, TRIGGER, CLOSE = 0, 1, 2, 3
-FIRST_ENTITY_ID = 16
-
-DEFAULT_CHUNK_RECORDS = 4096
-DEFAULT_FLUSH_MS = 100
+from .format import (
+    CHUNK_MAGIC,
+    CLOCK,
+    CLOSE,
+    DEFAULT_CHUNK_RECORDS,
+    DEFAULT_FLUSH_MS,
+    DROPPED,
+    FORMAT_VERSION,
+    HEADER_MAGIC,
+    TRIGGER,
+    chunk_crc,
+)
 
 _encode = msgspec.msgpack.Encoder().encode
-
-
-def chunk_crc(seq: int, count: int, body: bytes) -> int:
-    """CRC32 over the chunk's seq and count (8 and 4 bytes, big-endian), then its body."""
-    return zlib.crc32(body, zlib.crc32(struct.pack(">QI", seq, count)))
 
 
 @dataclass(frozen=True)

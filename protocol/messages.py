@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterable
+from importlib import metadata
 from typing import Any
 
 # Version history:
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
 PROTOCOL_VERSION = 1
+
+
+def netspec_version() -> str:
+    """This netspec's version, as installed ("unknown" when run from a bare tree)."""
+    try:
+        return metadata.version("netspec")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
 
 # The environment variable naming the socketpair fd a component talks to its daemon on.
 FD_ENV = "NETSPEC_FD"

@@ -20,20 +20,19 @@ from typing import Any, NamedTuple
 
 import msgpack
 import msgspec
-from netspec.nodelib.errors import StreamError
-from netspec.nodelib.streams import (
-    CHUNK_MAGIC,
+from netspec.protocol.errors import StreamError
+
+from .format import (
     CLOSE,
     DROPPED,
     FORMAT_VERSION,
     HEADER_MAGIC,
     NAMESPACE,
+    SYNC,
     TRIGGER,
     chunk_crc,
 )
 
-# A chunk begins: fixarray(5), bin8 of length 4, the magic.
-SYNC = b"\x95\xc4\x04" + CHUNK_MAGIC
 _decode = msgspec.msgpack.decode
 
 
@@ -183,6 +182,14 @@ class StreamReader:
             self.closed_cleanly = False
             self.warn("no clean close record: the writer was killed or is still running "
                        "(records it still held in memory, at most one chunk, are not in the file)")
+
+    def columns(self) -> Iterator[tuple[int | None, Any]]:
+        """`chunks` with each chunk's records as columns (columns.Columns), decoded by
+        compiled code: the merge's view. numba is loaded on the first call, so a process
+        that reads records one by one (the daemon, `dump`) never loads it."""
+        from .columns import scan
+
+        return self.chunks(scan)
 
     def chunks(self, decode: Callable[[bytes, int], Any] | None = None) -> Iterator[tuple[int | None, Any]]:
         """(seq, records) for every good chunk, in file order, and (None, {records,

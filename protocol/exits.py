@@ -1,0 +1,60 @@
+"""A run's processes and how they ended, as the daemon and the controller (for local
+hosts) both see them: every process of a run carries the run's id in its environment
+(NETSPEC_RUN), so even a component's orphaned grandchildren are found and ended."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import psutil
+
+from . import messages as m
+
+
+def ended_well(code: int | None) -> bool:
+    """Still running, exited 0, or ended by the SIGTERM netspec sent it."""
+    return code in (None, 0, -signal.SIGTERM)
+
+
+def describe_returncode(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited {code}"
+
+
+def run_processes(run_id: str, also: list[int] = ()) -> list[psutil.Process]:
+    """Every live process of this run: the given pids plus all carrying the run's id."""
+    found: dict[int, psutil.Process] = {}
+    for pid in also:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me or proc.pid in found:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(m.RUN_ENV) == run_id:
+                found[proc.pid] = proc
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_pids(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> None:
+    """Signal every live process of the run (see `run_processes`)."""
+    signal_pids([p.pid for p in run_processes(run_id, also)], sig)

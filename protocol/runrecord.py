@@ -1,0 +1,86 @@
+"""run.json, the record a run leaves in its directory: the controller writes it
+(controller/rundir.py); this module is the one that reads it, for the controller, the
+merge and clksync alike.
+
+run.json version history (readers accept every older version):
+  1: first format (id, experiment, status, plan, programs, hosts, steps, components, error).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import NetspecError
+
+RUN_FORMAT = 1
+
+
+def load_record(run: Path) -> dict[str, Any]:
+    """Read run.json of the run directory `run`.
+
+    Raises:
+        NetspecError: naming the file, when it is missing, unreadable, not a JSON object, or
+            of a format newer than this netspec reads.
+    """
+    try:
+        record = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise NetspecError(f"{run}: no readable run.json ({exc})") from exc
+    if not isinstance(record, dict):
+        raise NetspecError(f"{run}/run.json: not a JSON object")
+    if record.get("format", 1) > RUN_FORMAT:
+        raise NetspecError(f"{run}/run.json has format {record['format']}; this netspec "
+                           f"reads up to {RUN_FORMAT}: upgrade netspec")
+    return record
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's record with typed accessors for what analysis reads of it."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @classmethod
+    def load(cls, run: Path) -> RunRecord:
+        """Raises NetspecError as `load_record` does."""
+        return cls(run, load_record(run))
+
+    @property
+    def id(self) -> str:
+        return self.data.get("id", self.path.name)
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        return self.data.get("plan") or {}
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """One entry per step run: phase, status, and per host its components' acks."""
+        return self.data.get("steps") or []
+
+    @property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        """Per host: how it was reached, its facts and its clock state at sync_clocks."""
+        return self.data.get("hosts") or {}
+
+    @property
+    def clock_reference(self) -> str | None:
+        """The host whose clock is the run's global timeline, if clocks were synchronised."""
+        return (self.plan.get("clock") or {}).get("reference")
+
+    @property
+    def pairs(self) -> dict[str, dict[str, Any]]:
+        return (self.plan.get("analysis") or {}).get("pairs") or {}
+
+    @property
+    def graph(self) -> dict[str, dict[str, Any]]:
+        return (self.plan.get("analysis") or {}).get("graph") or {}
+
+    @property
+    def experiment_dir(self) -> Path:
+        """Where the experiment file was: filters name their programs relative to it."""
+        return Path(self.plan.get("source", self.path / "experiment.yaml")).parent
