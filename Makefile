@@ -30,8 +30,10 @@ bench: setup
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/barrier.py
 
+# ruff, and import-linter's contracts: netspec's packages import downward only.
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/python tools/lint_imports.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

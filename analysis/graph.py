@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from .narrate import narrate_merged
+from .pairs import pair_params, pair_sql
 
 TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload", "states")
 _DURATION = re.compile(r"([0-9.]+)(ns|us|ms|s|m)")
@@ -123,14 +124,8 @@ def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str,
          start_component: str | None = None, end_component: str | None = None) -> duckdb.DuckDBPyRelation:
     """Intervals from `start` records to `end` records with the same tag (as analysis: pairs),
     each side only of the given component if one is."""
-    from .resultset import PAIR_SQL  # resultset runs graphs: imported late to avoid a cycle
-
-    sql = PAIR_SQL.replace("FROM events", f"FROM {node.input}")
-    # The longer names first: $start_component begins with $start.
-    for param, value in (("$start_component", start_component), ("$end_component", end_component),
-                         ("$name", node.name), ("$start", start), ("$end", end)):
-        sql = sql.replace(param, "NULL" if value is None else _quote(value))
-    return node.db.sql(sql)
+    return node.db.sql(pair_sql(node.input), params=pair_params(node.name, start, end, start_component,
+                                                                end_component))
 
 
 def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = None, bins: int = 50,

@@ -33,6 +33,7 @@ from netspec.protocol.runrecord import RunRecord
 from .derive import Workload, write_derived
 from .graph import run_graph
 from .narrate import write_narration
+from .pairs import pair_params, pair_sql
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 
@@ -195,31 +196,13 @@ SELECT entity AS name, host AS start_host, host AS end_host, tag, "start", ts AS
 FROM events WHERE kind = 'interval'
 """
 
-PAIR_SQL = """
-WITH s AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $start AND tag IS NOT NULL
-           AND ($start_component IS NULL OR component = $start_component)
-           QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1),
-     e AS (SELECT tag, host, ts, ts_local, bound_ns FROM events WHERE entity = $end AND tag IS NOT NULL
-           AND ($end_component IS NULL OR component = $end_component)
-           QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1)
-SELECT $name AS name, s.host AS start_host, e.host AS end_host, tag, s.ts AS "start", e.ts AS "end",
-       -- On one host the local clock is exact; across hosts both ends carry their bounds.
-       CASE WHEN s.host = e.host THEN e.ts_local - s.ts_local ELSE e.ts - s.ts END AS duration_ns,
-       CASE WHEN s.host = e.host THEN 0 ELSE s.bound_ns + e.bound_ns END AS bound_ns, 'pair' AS source,
-       e.ts - s.ts AS global_ns, s.bound_ns + e.bound_ns AS global_bound_ns
-FROM s JOIN e USING (tag)
-"""
-
-
 def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
                     pairs: dict[str, dict[str, str]]) -> tuple[int, list[Causality]]:
     """intervals.parquet from the interval records and each pair; the causality check."""
     db.execute("DROP VIEW IF EXISTS intervals")
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
-        db.execute("INSERT INTO intervals " + PAIR_SQL, {"name": name, "start": p["start"], "end": p["end"],
-                                                         "start_component": p.get("start_component"),
-                                                         "end_component": p.get("end_component")})
+        db.execute("INSERT INTO intervals " + pair_sql("events"), pair_params(name, **p))
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY "end") TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
     total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]

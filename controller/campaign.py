@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -28,7 +27,6 @@ from netspec.analysis.resultset import MERGED
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
 
-from . import summary
 from .hooks import HookFailed, run_hook
 from .load import CAMPAIGN_KEYS, parse
 from .model import Campaign, Plan
@@ -188,7 +186,7 @@ class Campaigner:
         try:
             self._hooks("setup", env)
         except HookFailed as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            self.options.output.err([f"error: {exc}"])
             point["runs"].append({"id": None, "path": None, "status": "setup failed", "value": None,
                                   "counted": False})
             state["current"] = None
@@ -200,7 +198,7 @@ class Campaigner:
             self.cdir.save()
 
         plan = parse(point_text(state["text"], point["params"]), Path(state["file"]))
-        print(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}", flush=True)
+        self.options.output.out(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}")
         rundir, code = run_plan(plan, self.options, {"campaign": {
             "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
         try:
@@ -235,7 +233,7 @@ class Campaigner:
                 "message": "its controller was killed; the campaign resumed and runs it again"})
             record["status"] = "interrupted"
         elif not (path / MERGED / "summary.json").is_file():
-            merge(path, None)
+            merge(path, self.options.output)
         self._record(point, path, record["status"])
         point["done"] = _decide(point, self.c)
         self.cdir.save()
@@ -252,14 +250,18 @@ class Campaigner:
                                                                "NETSPEC_FAILURE": why},
                          self.cdir.path / HOOKS_LOG, self.options.accept_new_host_keys)
             except HookFailed as exc:
-                print(f"error: {exc}", file=sys.stderr)
+                self.options.output.err([f"error: {exc}"])
         return self._end("failed", EXIT_FAILED, f"campaign {self.cdir.state['id']}: stopped: {why}")
 
     def _end(self, status: str, code: int, text: str) -> int:
         self.cdir.state["status"] = status
         self.cdir.save()
-        summary.print_lines([text, f"campaign directory: {self.cdir.path}"],
-                            sys.stderr if code else sys.stdout)
+        lines = [text, f"campaign directory: {self.cdir.path}"]
+        if code:
+            self.options.output.err(lines)
+        else:
+            for line in lines:
+                self.options.output.out(line)
         return code
 
 

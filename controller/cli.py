@@ -6,6 +6,7 @@ import argparse
 import sys
 import traceback
 from pathlib import Path
+from typing import IO
 
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
@@ -23,6 +24,24 @@ from .pull import pull_run
 from .remote import for_each_host
 from .rundir import find_run, list_runs
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
+
+
+class Terminal:
+    """runner.Output for people: progress and results on stdout, errors on stderr."""
+
+    def out(self, text: str, end: bool = True) -> None:
+        print(text, end="\n" if end else "", flush=True)
+
+    def err(self, lines: list[str]) -> None:
+        print_lines(lines, sys.stderr)
+
+
+TERMINAL = Terminal()
+
+
+def print_lines(lines: list[str], stream: IO[str] | None = None) -> None:
+    if lines:
+        print("\n".join(lines), file=stream or sys.stdout, flush=True)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -89,7 +108,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(args.runs, args.quiet, args.accept_new_host_keys, getattr(args, "keep_daemons", False))
+    return RunOptions(args.runs, args.quiet, args.accept_new_host_keys, getattr(args, "keep_daemons", False),
+                      TERMINAL)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -98,11 +118,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"fetched {path.name} from {args.source} into {path}")
     else:
         path = find_run(args.runs, args.run)
-    return EXIT_OK if merge(path, sys.stdout, args.to) else EXIT_FAILED
+    merged = merge(path, TERMINAL, args.to)
+    print_lines(merged.lines)
+    return EXIT_OK if merged.ok else EXIT_FAILED
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    summary.print_lines(summary.results_lines(list_runs(args.runs)))
+    print_lines(summary.results_lines(list_runs(args.runs)))
     return EXIT_OK
 
 
@@ -117,17 +139,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         plots = plot_points(cdir, table)
         empty = [f"{p['label']}: no counted runs ({len(p['runs'])} run, {p['done'] or 'not done'})"
                  for p in cdir.state["points"] if not table[p["label"]]]
-        summary.print_lines([*empty, *report_lines(table), f"plots: {', '.join(str(p) for p in plots)}"])
+        print_lines([*empty, *report_lines(table), f"plots: {', '.join(str(p) for p in plots)}"])
     else:
         paths = [find_run(args.runs, ref) for ref in args.run_refs]
         table = {}
         for path in paths:
-            if not (path / MERGED / "summary.json").is_file() and not merge(path, None):
+            if not (path / MERGED / "summary.json").is_file() and not merge(path, TERMINAL).ok:
                 return EXIT_FAILED
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        summary.print_lines(report_lines(table))
+        print_lines(report_lines(table))
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)
@@ -192,7 +214,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         sys.stderr.close()
         return EXIT_OK
     warnings = [w for r in readers for w in r.warnings]
-    summary.print_lines([f"warning: {w}" for w in warnings], sys.stderr)
+    print_lines([f"warning: {w}" for w in warnings], sys.stderr)
     return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK
 
 
@@ -203,18 +225,18 @@ def cmd_up_down(args: argparse.Namespace) -> int:
         print(f"{args.file}: no ssh hosts (local hosts get a daemon for each run)")
         return EXIT_OK
     outcome = for_each_host(ssh_hosts, args.command, args.accept_new_host_keys)
-    summary.print_lines(summary.host_lines(outcome))
+    print_lines(summary.host_lines(outcome))
     return EXIT_FAILED if any(isinstance(r, BaseException) for r in outcome.values()) else EXIT_OK
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    summary.print_lines(summary.list_lines(list_runs(args.runs)))
+    print_lines(summary.list_lines(list_runs(args.runs)))
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    summary.print_lines(summary.run_lines(path, load_record(path)))
+    print_lines(summary.run_lines(path, load_record(path)))
     return EXIT_OK
 
 
@@ -233,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     except NetspecError as exc:
         if args.debug:
             traceback.print_exc()
-        summary.print_lines(summary.error_lines(exc), sys.stderr)
+        print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
     except OSError as exc:
         if args.debug:

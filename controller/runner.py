@@ -7,9 +7,9 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 import duckdb
 from netspec.analysis.resultset import merge_run
@@ -25,17 +25,33 @@ from .rundir import RunDir
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+class Output(Protocol):
+    """Where a run's lines go: cli.py's Terminal prints them (only cli.py prints)."""
+
+    def out(self, text: str, end: bool = True) -> None:
+        """A line of progress or result (stdout); `end=False` leaves the line open."""
+
+    def err(self, lines: list[str]) -> None:
+        """Lines of error (stderr)."""
+
+
+class Silent:
+    """An Output that drops everything."""
+
+    def out(self, text: str, end: bool = True) -> None:
+        pass
+
+    def err(self, lines: list[str]) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class RunOptions:
     runs: Path
     quiet: bool = False
     accept_new_host_keys: bool = False
     keep_daemons: bool = False
-
-
-def _print_progress(event: Progress) -> None:
-    text, end = summary.progress_text(event)
-    print(text, end="\n" if end else "", flush=True)
+    output: Output = field(default_factory=Silent)
 
 
 async def _run(run: Run) -> None:
@@ -63,42 +79,56 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
     if created is not None:
         created(rundir)
+    output = options.output
     if not options.quiet:
-        print(f"netspec: running {plan.name} as {rundir.id}", flush=True)
-    run = Run(plan, rundir, key, (lambda e: None) if options.quiet else _print_progress,
+        output.out(f"netspec: running {plan.name} as {rundir.id}")
+
+    def progress(event: Progress) -> None:
+        output.out(*summary.progress_text(event))
+
+    run = Run(plan, rundir, key, (lambda e: None) if options.quiet else progress,
               accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons)
     try:
         asyncio.run(_run(run))
     except KeyboardInterrupt:
         rundir.finish("interrupted", {"type": "Interrupted", "phase": run.phase, "causes": [],
                                       "message": "interrupted twice: stopped without gathering"})
-        print(f"\ninterrupted twice: stopped without gathering; daemons end their runs "
-              f"by themselves. Run directory: {rundir.path}", file=sys.stderr)
+        output.err(["", "interrupted twice: stopped without gathering; daemons end their runs "
+                    f"by themselves. Run directory: {rundir.path}"])
         return rundir, EXIT_INTERRUPTED
     except NetspecError as exc:
         if not options.quiet:
-            print(flush=True)  # end the progress line before the error goes to stderr
-        summary.print_lines(summary.error_lines(exc), sys.stderr)
-        merge(rundir.path, sys.stderr)
-        print(f"run directory (everything gathered so far): {rundir.path}", file=sys.stderr)
+            output.out("")  # end the progress line before the error goes to stderr
+        output.err(summary.error_lines(exc))
+        merged = merge(rundir.path, output)
+        output.err([*merged.lines, f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
     if not options.quiet:
-        summary.print_lines(summary.run_lines(rundir.path, rundir.record))
+        for line in summary.run_lines(rundir.path, rundir.record):
+            output.out(line)
     # The run went well even if its merge did not: that is said, and `fetch` tries again.
-    merge(rundir.path, None if options.quiet else sys.stdout)
+    merged = merge(rundir.path, output)
+    if not options.quiet:
+        for line in merged.lines:
+            output.out(line)
     return rundir, EXIT_OK
 
 
-def merge(run: Path, stream: IO[str] | None, out: Path | None = None) -> bool:
+@dataclass(frozen=True)
+class Merged:
+    """What a merge made, in lines for people; `ok` is False when it failed."""
+
+    ok: bool
+    lines: list[str]
+
+
+def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     """Merge a run's streams, gathered in full or not; the run's own files stay as they are
-    whatever happens here. What the merge made goes to `stream` (None: nowhere), a failure
-    to stderr."""
+    whatever happens here. A failure is said on `output` at once; what the merge made is
+    returned for the caller to show or not."""
     try:
         result = merge_run(run, out)
     except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
-        print(f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)",
-              file=sys.stderr)
-        return False
-    if stream is not None:
-        summary.print_lines(summary.merge_lines(result), stream)
-    return True
+        output.err([f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)"])
+        return Merged(False, [])
+    return Merged(True, summary.merge_lines(result))

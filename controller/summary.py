@@ -4,9 +4,8 @@ only cli.py prints."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from netspec.analysis.resultset import MERGED, ResultSet
 from netspec.protocol.errors import StepFailed
@@ -146,7 +145,3 @@ def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     if not rows:
         return ["no merged result sets (`ns_control fetch RUN` merges one)"]
     return [f"{'run':<26} {'experiment':<24} {'status':<12} {'records':>10} {'size':>11}  where", *rows]
-
-
-def print_lines(lines: list[str], stream: IO[str] | None = None) -> None:
-    print("\n".join(lines), file=stream or sys.stdout)

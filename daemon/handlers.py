@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
@@ -19,14 +19,31 @@ from .facts import host_facts
 from .sampler import config_from_wire
 from .supervisor import ComponentSpec, Supervisor
 
-if TYPE_CHECKING:
-    from .server import Session
+
+class DaemonControl(Protocol):
+    """What a handler may do to the daemon: find its root, stop it."""
+
+    root: Path
+
+    def stop(self) -> None: ...
+
+
+class Session(Protocol):
+    """What a handler sees of the connection it answers (server.Session): the daemon, the
+    run it set up, the task group that owns the run's tasks, and a way to send events."""
+
+    daemon: DaemonControl
+    supervisor: Supervisor | None
+    tg: asyncio.TaskGroup
+
+    def emit(self, message: dict[str, Any]) -> None: ...
+
 
 log = logging.getLogger("netspecd")
 
 READ_LIMIT = 4 * 1024 * 1024
 
-Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
+Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def _supervisor(session: Session) -> Supervisor:

@@ -9,7 +9,7 @@ import ctypes
 import os
 import time
 
-from . import CampError, CpuTimes, DiskCounters, NetCounters, ProcessCounters, ProcessGone, ProcessId
+from .counters import CampError, CpuTimes, DiskCounters, NetCounters, ProcessCounters, ProcessGone, ProcessId
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -9,7 +9,7 @@ import os
 
 import psutil
 
-from . import CampError, CpuTimes, DiskCounters, NetCounters, ProcessCounters, ProcessGone, ProcessId
+from .counters import CampError, CpuTimes, DiskCounters, NetCounters, ProcessCounters, ProcessGone, ProcessId
 
 NS = 1_000_000_000
 

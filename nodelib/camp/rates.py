@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import CpuTimes, ProcessCounters
+from .counters import CpuTimes, ProcessCounters
 
 
 def per_second(before: Any, after: Any, elapsed_ns: int) -> dict[str, float]:
