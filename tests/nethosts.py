@@ -153,10 +153,15 @@ class NetHost:
         _wait_listening(self.address, 22)
 
     def kill_everything(self) -> None:
-        """Kill every process in the namespace: the host is lost."""
-        for pid in _netns_pids(self.netns):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """Kill every process in the namespace at once: the host is lost. All are stopped
+        before any is killed: the hosts share this machine's process table, so a daemon that
+        saw its sshd die first would reset its run, and a reset ends the run's processes on
+        every host, which a real lost host cannot do."""
+        pids = _netns_pids(self.netns)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
 
 
 def why_unavailable() -> str | None:
