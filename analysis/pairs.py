@@ -24,8 +24,9 @@ FROM s JOIN e USING (tag)
 
 def pair_sql(source: str) -> str:
     """The pairing query over the table or view `source` (a merged table's or a graph node's
-    name, which the experiment file's schema holds to a plain identifier), with the pair's parameters left as $name, $start, $end, $start_component and
-    $end_component for `pair_params`."""
+    name, which the experiment file's schema holds to a plain identifier), with the pair's
+    parameters left as $name, $start, $end, $start_component and $end_component for
+    `pair_params`."""
     return _PAIR_SQL.format(source=source)
 
 

@@ -22,7 +22,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from netspec.analysis.timeline import Batch, Counts, Dictionaries, EventsSink, FileSource, merge, merge_files
+from netspec.analysis.batch import Batch, Counts, Dictionaries
+from netspec.analysis.sinks import EventsSink
+from netspec.analysis.source import FileSource
+from netspec.analysis.timeline import merge, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo

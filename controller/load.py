@@ -13,11 +13,11 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 import yaml
@@ -94,8 +94,14 @@ class _Source:
                 return self.lines[path[:n]]
         return 1
 
-    def error(self, message: str, path: Path_, line: int | None = None) -> ConfigError:
+    def error(self, message: str, path: Path_, line: int | None = None) -> NoReturn:
+        """Raises ConfigError naming the file, the line of `path` (or `line`) and the key."""
         raise ConfigError(message, str(self.path), line or self.line(path), key_name(path))
+
+    def known(self, what: str, name: str, names: Collection[str], path: Path_) -> None:
+        """Raises ConfigError, with a "did you mean", unless `name` is one of `names`."""
+        if name not in names:
+            self.error(f"unknown {what} '{name}'{suggest(name, names)}", path)
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
@@ -201,8 +207,7 @@ def _campaign(src: _Source, data: dict[str, Any], components: tuple[Component, .
     for key, spec in sweep["params"].items():
         where: Path_ = ("sweep", "params", key)
         component = key.rpartition(".")[0]
-        if component not in names:
-            src.error(f"unknown component '{component}'{suggest(component, names)}", where)
+        src.known("component", component, names, where)
         if isinstance(spec, dict) and ("step" in spec) == ("factor" in spec):
             src.error("a range takes one of 'step' or 'factor'", where)
         axes[key] = sweep_values(spec)
@@ -236,8 +241,7 @@ def _hook(src: _Source, spec: str | list[str] | dict[str, Any], hosts: dict[str,
     command = spec["command"] if isinstance(spec, dict) else spec
     on = tuple(spec.get("hosts", ())) if isinstance(spec, dict) else ()
     for i, host in enumerate(on):
-        if host not in hosts:
-            src.error(f"unknown host '{host}'{suggest(host, hosts)}", (*where, "hosts", i))
+        src.known("host", host, hosts, (*where, "hosts", i))
         if hosts[host].address:
             src.error(f"host '{host}' is reached by its daemon's address: a hook runs on the controller, "
                       "over ssh, or on a local host", (*where, "hosts", i))
@@ -249,9 +253,8 @@ def _pairs(src: _Source, pairs: dict[str, dict[str, str]],
     names = {c.name for c in components}
     for name, p in pairs.items():
         for key in ("start_component", "end_component"):
-            if key in p and p[key] not in names:
-                src.error(f"unknown component '{p[key]}'{suggest(p[key], names)}",
-                          ("analysis", "pairs", name, key))
+            if key in p:
+                src.known("component", p[key], names, ("analysis", "pairs", name, key))
     return tuple(Pair(name, **p) for name, p in pairs.items())
 
 
@@ -290,8 +293,8 @@ def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, H
         if len(hosts) > 1:
             src.error("missing key 'host' (required when there is more than one host)", where)
         host = next(iter(hosts))
-    elif host not in hosts:
-        src.error(f"unknown host '{host}'{suggest(host, hosts)}", (*where, "host"))
+    else:
+        src.known("host", host, hosts, (*where, "host"))
     if ("program" in spec) == ("command" in spec):
         src.error("give exactly one of 'program' (NETSPEC-aware) or 'command' (plain)", where)
     program, command = None, ()
@@ -331,9 +334,7 @@ def _schedule(src: _Source, raw: list[Any], components: tuple[Component, ...]) -
         phase = spec["phase"]
         listed = spec.get("components")
         for j, comp in enumerate(listed or ()):
-            if comp not in names:
-                src.error(f"unknown component '{comp}'{suggest(comp, names)}",
-                          (*where, "components", j))
+            src.known("component", comp, names, (*where, "components", j))
         if spec.get("need") and listed and spec["need"] > len(listed):
             src.error(f"need {spec['need']} of only {len(listed)} components", (*where, "need"))
         if phase in ("launch", "collect") and listed:
@@ -376,9 +377,7 @@ def _check_plain_phases(src: _Source, components: tuple[Component, ...],
 
 def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:
     reference = spec.get("reference", next(iter(hosts)))
-    if reference not in hosts:
-        src.error(f"unknown host '{reference}'{suggest(reference, hosts)}",
-                  ("services", "clksync", "reference"))
+    src.known("host", reference, hosts, ("services", "clksync", "reference"))
     return ClockService(reference, spec.get("until_bound_us"), spec.get("interval_ms", 200.0),
                         spec.get("timestamps", "kernel"))
 
@@ -390,9 +389,7 @@ def _camp(src: _Source, spec: dict[str, Any] | None,
         return None
     names = {c.name for c in components}
     for i, comp in enumerate(spec.get("processes") or []):
-        if comp not in names:
-            src.error(f"unknown component '{comp}'{suggest(comp, names)}",
-                      ("services", "camp", "processes", i))
+        src.known("component", comp, names, ("services", "camp", "processes", i))
     return CampService(spec.get("interval_ms", 100.0),
                        *(tuple(spec[k]) if spec.get(k) is not None else None
                          for k in ("interfaces", "disks", "processes")))
@@ -403,9 +400,7 @@ def _streams(src: _Source, spec: dict[str, Any],
     names = {c.name for c in components}
     for name, stream in spec.items():
         for i, comp in enumerate(stream.get("components", [])):
-            if comp not in names:
-                src.error(f"unknown component '{comp}'{suggest(comp, names)}",
-                          ("streams", name, "components", i))
+            src.known("component", comp, names, ("streams", name, "components", i))
         if stream.get("trigger") and not stream.get("ring_chunks"):
             src.error("a trigger writes a ring stream's chunks: give ring_chunks too",
                       ("streams", name, "trigger"))

@@ -1,0 +1,236 @@
+"""The instrumentation API (Datastreams' DSUI): events, intervals, counters, histograms and
+sample groups, each named by (group, name) and switched on per stream by the experiment
+file's enable patterns.
+
+An entity's methods are rebound when logging starts or stops: a disabled entity's `log`
+is a function that does nothing, and an enabled one's is a closure that appends a tuple
+to its stream's buffer. No flag is tested on the hot path.
+
+    SENT = nodelib.event("STIM", "send", "a request left the client")
+    RTT = nodelib.interval("STIM", "rtt")
+    SENT.log(seq)                 # an event, tag seq
+    RTT.start(); ...; RTT.end(seq)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from netspec.datastream.format import NAMESPACE
+from netspec.datastream.writer import Stream
+
+_clock = time.time_ns
+
+
+def _off(*args: Any, **kwargs: Any) -> None:
+    """What a disabled entity's methods are."""
+
+
+def _off_event(tag: int = 0, data: Any = None) -> None:
+    """A disabled event's `log`: the exact signature is faster than *args."""
+
+
+class Entity:
+    """One instrumentation point: its namespace entry, and the streams it is enabled in."""
+
+    __slots__ = ("decoder", "desc", "group", "id", "name", "spec", "targets")
+    kind = ""
+
+    def __init__(self, eid: int, group: str, name: str, desc: str, decoder: str | None,
+                 spec: dict[str, Any]):
+        self.id, self.group, self.name, self.desc = eid, group, name, desc
+        self.decoder, self.spec = decoder, spec
+        self.targets: list[tuple[Stream, str | None]] = []
+        self._bind()
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.group}/{self.name}"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.targets)
+
+    def namespace_record(self) -> tuple[Any, ...]:
+        return (NAMESPACE, _clock(), self.id, self.kind, self.group, self.name, self.desc,
+                self.decoder, self.spec)
+
+    def bind(self, targets: list[tuple[Stream, str | None]]) -> None:
+        """Log to these streams from now on; a target with a reason fires that ring stream's
+        trigger whenever this entity logs."""
+        self.targets = targets
+        self._bind()
+
+    def _bind(self) -> None:
+        raise NotImplementedError
+
+    def _put(self) -> Callable[[tuple[Any, ...]], None]:
+        """Append a record to every target stream (the general, slower path)."""
+        targets = self.targets
+
+        def put(record: tuple[Any, ...]) -> None:
+            for stream, reason in targets:
+                stream.put(record)
+                if reason is not None:
+                    stream.trigger(reason)
+        return put
+
+    def _single(self) -> Stream | None:
+        """The one plain target stream, when the inlined fast path applies."""
+        if len(self.targets) == 1 and self.targets[0][1] is None:
+            return self.targets[0][0]
+        return None
+
+
+class Event(Entity):
+    """Something happened: `log(tag, data=None)`; data is any MessagePack value or bytes,
+    unpacked in analysis by the entity's named decoder."""
+
+    __slots__ = ("log",)
+    kind = "event"
+
+    def _bind(self) -> None:
+        eid, stream = self.id, self._single()
+        if not self.targets:
+            self.log = _off_event
+        elif stream is not None:
+            buf, limit, flush = stream.buf, stream.limit, stream.flush
+            append = buf.append
+
+            def log(tag: int = 0, data: Any = None, clock: Callable[[], int] = _clock) -> None:
+                if data is None:
+                    append((eid, clock(), tag))
+                else:
+                    append((eid, clock(), tag, data))
+                if len(buf) >= limit:
+                    flush()
+            self.log = log
+        else:
+            put = self._put()
+
+            def log_all(tag: int = 0, data: Any = None) -> None:
+                put((eid, _clock(), tag) if data is None else (eid, _clock(), tag, data))
+            self.log = log_all
+
+
+class Interval(Entity):
+    """An elapsed time: `start()` then `end(tag)`, logged at the end with both times.
+    Overlapping intervals of one entity (threads, pipelined requests) pass the time
+    `start()` returned: `t = IV.start(); ...; IV.end(tag, t)`."""
+
+    __slots__ = ("end", "start")
+    kind = "interval"
+
+    def _bind(self) -> None:
+        if not self.targets:
+            self.start = self.end = _off
+            return
+        eid, stream = self.id, self._single()
+        started = 0
+
+        def start(clock: Callable[[], int] = _clock) -> int:
+            nonlocal started
+            started = clock()
+            return started
+
+        if stream is not None:
+            buf, limit, flush = stream.buf, stream.limit, stream.flush
+            append = buf.append
+
+            def end(tag: int = 0, start_ns: int | None = None,
+                    clock: Callable[[], int] = _clock) -> None:
+                append((eid, clock(), tag, started if start_ns is None else start_ns))
+                if len(buf) >= limit:
+                    flush()
+        else:
+            put = self._put()
+
+            def end(tag: int = 0, start_ns: int | None = None,
+                    clock: Callable[[], int] = _clock) -> None:
+                put((eid, clock(), tag, started if start_ns is None else start_ns))
+        self.start, self.end = start, end
+
+
+class Counter(Entity):
+    """A running total: `add(n)` costs no record; `log()` writes the total; `reset()`
+    sets it to zero (log first to keep the total)."""
+
+    __slots__ = ("_total", "add", "log", "reset")
+    kind = "counter"
+
+    @property
+    def value(self) -> int | float:
+        return self._total[0]
+
+    def _bind(self) -> None:
+        self._total = total = [0]
+        if not self.targets:
+            self.add = self.log = self.reset = _off
+            return
+        eid, put = self.id, self._put()
+
+        def add(n: int | float = 1) -> None:
+            total[0] += n
+
+        def reset() -> None:
+            total[0] = 0
+        self.add, self.reset = add, reset
+        self.log = lambda: put((eid, _clock(), total[0]))
+
+
+class Histogram(Entity):
+    """Frequencies of a value over `buckets` equal bins of [lo, hi), with one bin below
+    and one above: `add(v)`, `log()` writes (counts, sum), `reset()`."""
+
+    __slots__ = ("_counts", "add", "log", "reset")
+    kind = "histogram"
+
+    def _bind(self) -> None:
+        lo, hi, n = self.spec["lo"], self.spec["hi"], self.spec["buckets"]
+        scale = n / (hi - lo)
+        self._counts = counts = [0] * (n + 2)
+        total = [0]
+        if not self.targets:
+            self.add = self.log = self.reset = _off
+            return
+        eid, put = self.id, self._put()
+
+        def add(v: int | float) -> None:
+            if v < lo:
+                counts[0] += 1
+            elif v >= hi:
+                counts[-1] += 1
+            else:
+                # min(): rounding can carry a value just under hi into bin n.
+                counts[1 + min(int((v - lo) * scale), n - 1)] += 1
+            total[0] += v
+
+        def reset() -> None:
+            counts[:] = [0] * (n + 2)
+            total[0] = 0
+        self.add, self.reset = add, reset
+        self.log = lambda: put((eid, _clock(), counts[:], total[0]))
+
+    def counts(self) -> list[int]:
+        """[below lo, bin 0, ..., bin n-1, at or above hi]."""
+        return list(self._counts)
+
+
+class SampleGroup(Entity):
+    """A row of values whose field names are declared once (CAMP samples):
+    `log(values, ts=None)`, ts being when they were read if not now."""
+
+    __slots__ = ("log",)
+    kind = "samples"
+
+    def _bind(self) -> None:
+        if not self.targets:
+            self.log = _off
+            return
+        eid, put = self.id, self._put()
+
+        def log(values: Sequence[Any], ts: int | None = None) -> None:
+            put((eid, _clock() if ts is None else ts, values))
+        self.log = log
