@@ -21,6 +21,7 @@ from netspec.protocol.auth import load_or_create_key
 from support import PROGRAMS
 
 SESSION_ENV = "NETSPEC_TEST_SESSION"
+SESSION_PREFIX = "netspec-tests-"
 HOST_FIXTURES = {"nethosts", "ssh_env", "own_host"}
 
 
@@ -31,9 +32,22 @@ def pytest_configure(config: pytest.Config) -> None:
     # The session's directory: the xdist controller makes it before its workers start, and
     # they find it in the environment they inherit.
     if not hasattr(config, "workerinput") and SESSION_ENV not in os.environ:
-        session = tempfile.mkdtemp(prefix="netspec-tests-")
+        _remove_dead_sessions()
+        session = tempfile.mkdtemp(prefix=SESSION_PREFIX)
+        (Path(session) / "owner").write_text(str(os.getpid()))
         os.environ[SESSION_ENV] = session
         config.stash[_OWN_SESSION] = Path(session)
+
+
+def _remove_dead_sessions() -> None:
+    """Session directories whose suite was killed before it could remove them."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SESSION_PREFIX}*"):
+        try:
+            os.kill(int((path / "owner").read_text()), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError):
+            pass  # no owner written yet, or not ours to judge
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
