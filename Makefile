@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ns_control run experiments/stimulus_response/stimulus_response.yaml
 
-# Two workers (this project's machines have two cores); the namespaced-host tests share one
-# worker, and a `timing` test has the machine to itself (tests/conftest.py).
+# Two workers (this project's machines have two cores); a `timing` test has the machine to
+# itself while it runs (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 # Unit tests: no namespaced hosts, no end-to-end runs, no timing bounds.
 test-quick: setup

@@ -15,12 +15,13 @@ import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from netspec.protocol.auth import load_or_create_key
-from support import PROGRAMS
+from support import PROGRAMS, SESSION_ENV, session_dir
 
-SESSION_ENV = "NETSPEC_TEST_SESSION"
 SESSION_PREFIX = "netspec-tests-"
 HOST_FIXTURES = {"nethosts", "ssh_env", "own_host"}
 
@@ -63,10 +64,6 @@ _OWN_SESSION = pytest.StashKey[Path]()
 _own_indexes = itertools.count(10)
 
 
-def session_dir() -> Path:
-    return Path(os.environ[SESSION_ENV])
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -93,9 +90,23 @@ def machine_share(exclusive: bool) -> Iterator[None]:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
+def _timing(item: pytest.Item) -> bool:
+    return item.get_closest_marker("timing") is not None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    with machine_share(exclusive=item.get_closest_marker("timing") is not None):
+    if _timing(item):
+        return (yield)  # its call alone takes the machine (below); its set-up shares it
+    with machine_share(exclusive=False):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if not _timing(item):
+        return (yield)
+    with machine_share(exclusive=True):
         return (yield)
 
 
@@ -159,8 +170,28 @@ def nethosts() -> Iterator[list]:
     prefix = nh.random_prefix()
     hosts = nh.up(3, prefix, session_dir() / f"hosts-{prefix}", owner=os.getpid(),
                   home=session_dir() / "home")
-    yield hosts
-    nh.down(prefix, hosts[0].state)
+    try:
+        _install_netspec(hosts[0])
+        yield hosts
+    finally:
+        nh.down(prefix, hosts[0].state)
+
+
+def _install_netspec(host: Any) -> None:
+    """What the first run over SSH would do: build this netspec's wheels and install them in
+    the hosts' home (once per session: the hosts share it), here in set-up rather than in a
+    test whose time counts."""
+    from netspec.controller.model import Host
+    from netspec.controller.remote import SSHHost
+
+    env = {"NETSPEC_SSH_CONFIG": str(host.set.ssh_config), "NETSPEC_CACHE": str(session_dir() / "cache"),
+           "NETSPEC_HOME": str(session_dir() / "install-home")}
+    with mock.patch.dict(os.environ, env):
+        remote = SSHHost(Host("install", ssh=host.alias))
+        try:
+            remote.prepare()
+        finally:
+            remote.conn.close()
 
 
 @pytest.fixture

@@ -15,6 +15,14 @@ import pytest
 from netspec.nodelib import camp
 
 PROGRAMS = Path(__file__).parent / "programs"
+# The test session's directory, shared by its xdist workers (made in conftest.py).
+SESSION_ENV = "NETSPEC_TEST_SESSION"
+
+
+def session_dir() -> Path:
+    return Path(os.environ[SESSION_ENV])
+
+
 REPO = Path(__file__).parent.parent
 
 

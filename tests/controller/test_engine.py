@@ -1,6 +1,7 @@
 """End to end: the real CLI drives real daemons and real component processes."""
 
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from conftest import session_dir
 from netspec.datastream.reader import StreamReader
 from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
 
@@ -53,22 +55,23 @@ class Demo:
         return self.run / "merged"
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Demo:
-    """The demo, run once for the tests that each check one thing about it."""
-    where = tmp_path_factory.mktemp("demo")
+@pytest.fixture(scope="session")
+def demo() -> Demo:
+    """The demo, run once per test session for the tests that each check one thing about
+    it: the first xdist worker to need it runs it, the others wait for it and read it."""
+    where = session_dir() / "demo"
     env = {**os.environ, "NETSPEC_HOME": str(where / "home")}
-    done = ns_control("run", str(DEMO), cwd=where, env=env)
-    assert done.returncode == 0, done.stderr
-    return Demo(where, where / "runs" / "latest", latest_record(where / "runs"), done.stdout, env)
+    with open(session_dir() / "demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (where / "stdout").exists():
+            where.mkdir(exist_ok=True)
+            done = ns_control("run", str(DEMO), cwd=where, env=env)
+            assert done.returncode == 0, done.stderr
+            (where / "stdout").write_text(done.stdout)
+    stdout = (where / "stdout").read_text()
+    return Demo(where, where / "runs" / "latest", latest_record(where / "runs"), stdout, env)
 
 
-def demo_test(test):
-    """One worker runs the demo's tests, so it runs the demo once."""
-    return pytest.mark.xdist_group("demo")(test)
-
-
-@demo_test
 def test_the_demo_runs_every_phase_in_order_and_ends_ok(demo):
     assert demo.record["status"] == "ok"
     assert [s["phase"] for s in demo.record["steps"]] == [
@@ -76,7 +79,6 @@ def test_the_demo_runs_every_phase_in_order_and_ends_ok(demo):
     assert all(s["status"] == "ok" for s in demo.record["steps"])
 
 
-@demo_test
 def test_the_demo_gathers_every_components_files_output_and_exit(demo):
     rtts = (demo.run / "hosts" / "b" / "client" / "files" / "rtt.csv").read_text().splitlines()
     assert len(rtts) == 2001
@@ -85,7 +87,6 @@ def test_the_demo_gathers_every_components_files_output_and_exit(demo):
     assert json.loads((demo.run / "hosts" / "a" / "facts.json").read_text())["cpu_count"] > 0
 
 
-@demo_test
 def test_the_demo_keeps_its_experiment_and_a_copy_of_each_program(demo):
     assert (demo.run / "experiment.yaml").read_text() == DEMO.read_text()
     program = DEMO.parent / "stimulus.py"
@@ -94,25 +95,21 @@ def test_the_demo_keeps_its_experiment_and_a_copy_of_each_program(demo):
     assert kept["sha256"] == hashlib.sha256(program.read_bytes()).hexdigest()
 
 
-@demo_test
 def test_the_demo_summary_shows_the_clients_result_and_the_streams_gathered(demo):
     assert "b/client: 2000 round trips: median" in demo.stdout
     assert "streams: a 4 files, b 4 files" in demo.stdout
 
 
-@demo_test
 def test_the_demo_records_each_hosts_clock_bound_and_each_ack_in_order(demo):
     assert demo.record["hosts"]["b"]["clock"]["bound_ns"] > 0
     run_step = demo.record["steps"][4]["hosts"]["b"]["components"]["client"]
     assert run_step["entered_ns"] <= run_step["acked_ns"] <= run_step["received_ns"]
 
 
-@demo_test
 def test_the_demo_leaves_no_process(demo):
     assert not run_processes(demo.record["id"])
 
 
-@demo_test
 def test_the_demo_streams_hold_every_stimulus_and_round_trip(demo):
     client = next((demo.run / "hosts" / "b" / "streams").glob("stim.client.*.ds"))
     server = next((demo.run / "hosts" / "a" / "streams").glob("stim.server.*.ds"))
@@ -121,7 +118,6 @@ def test_the_demo_streams_hold_every_stimulus_and_round_trip(demo):
     assert sum(r.entity.full_name == "STIM/stimulus" for r in StreamReader(server)) == 2000
 
 
-@demo_test
 def test_the_demo_camp_stream_samples_the_node_and_the_client_process(demo):
     camp = list(StreamReader(next((demo.run / "hosts" / "b" / "streams").glob("camp.camp.*.ds"))))
     samples = [r.value for r in camp if r.entity.full_name == "CAMP/node"]
@@ -130,7 +126,6 @@ def test_the_demo_camp_stream_samples_the_node_and_the_client_process(demo):
     assert client[-1][0] >= client[0][0] > 0 and len({pid for _, pid in client}) == 1
 
 
-@demo_test
 def test_the_demo_result_set_holds_every_table_and_product(demo):
     assert {p.name for p in demo.merged.iterdir()} == {
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
@@ -138,7 +133,6 @@ def test_the_demo_result_set_holds_every_table_and_product(demo):
         "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
 
 
-@demo_test
 def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
     assert "causality to_server: 2000 matched, every end after its start" in demo.stdout
     assert "causality to_client: 2000 matched, every end after its start" in demo.stdout
@@ -147,21 +141,18 @@ def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
     assert legs == [("to_client", 2000), ("to_server", 2000)]
 
 
-@demo_test
 def test_the_demo_events_are_on_one_timeline_in_time_order(demo):
     events = pq.read_table(demo.merged / "events.parquet", columns=["ts", "entity"])
     ts = events.column("ts").to_numpy().tolist()
     assert events.num_rows > 8000 and ts == sorted(ts)
 
 
-@demo_test
 def test_the_demo_phases_table_has_each_step_entered_before_acked(demo):
     phases = pq.read_table(demo.merged / "phases.parquet").to_pylist()
     assert {p["phase"] for p in phases} >= {"launch", "run", "collect"}
     assert all(p["acked"] >= p["entered"] for p in phases if p["acked"] and p["entered"])
 
 
-@demo_test
 def test_the_demo_camp_tables_give_samples_rates_usage_and_workload(demo):
     out = demo.merged
     cpu = duckdb.sql(f"SELECT count(*) FROM '{out}/samples.parquet' WHERE field = 'proc.client.cpu_ns'")
@@ -175,7 +166,6 @@ def test_the_demo_camp_tables_give_samples_rates_usage_and_workload(demo):
         ("a", "server"), ("b", "client")}
 
 
-@demo_test
 def test_the_demo_states_table_keeps_each_counters_and_histograms_last_state(demo):
     states = duckdb.sql(f"SELECT entity, value, data FROM '{demo.merged}/states.parquet' "
                         "ORDER BY entity").fetchall()
@@ -183,7 +173,6 @@ def test_the_demo_states_table_keeps_each_counters_and_histograms_last_state(dem
     assert sum(json.loads(states[1][2])["counts"]) == 2000 and states[1][1] > 2000 * 5  # sum of us
 
 
-@demo_test
 def test_the_demo_trace_has_both_hosts_every_pair_the_steps_and_cpu(demo):
     trace = json.loads((demo.merged / "trace.json").read_text())["traceEvents"]
     names = {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
@@ -193,14 +182,12 @@ def test_the_demo_trace_has_both_hosts_every_pair_the_steps_and_cpu(demo):
     assert any(e["ph"] == "C" and e["name"] == "cpu busy %" for e in trace)
 
 
-@demo_test
 def test_the_demo_narration_tells_every_event(demo):
     rows = pq.read_metadata(demo.merged / "events.parquet").num_rows
     narration = (demo.merged / "narration.txt").read_text().splitlines()
     assert len(narration) == rows and "STIM/stimulus" in narration[100] + narration[101]
 
 
-@demo_test
 def test_the_demo_plots_are_pngs_of_each_interval_the_clock_and_camp(demo):
     plots = demo.merged / "plots"
     assert {p.name for p in plots.iterdir()} == {
@@ -209,14 +196,12 @@ def test_the_demo_plots_are_pngs_of_each_interval_the_clock_and_camp(demo):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in plots.iterdir())
 
 
-@demo_test
 def test_the_demo_graph_filters_write_their_outputs(demo):
     rtt = (demo.merged / "rtt_csv.csv").read_text().splitlines()
     assert rtt[0].startswith("name,") and 1000 < len(rtt) < 2001 and all(",STIM/rtt," not in r for r in rtt)
     assert len((demo.merged / "first_story.txt").read_text().splitlines()) == 12
 
 
-@demo_test
 def test_results_lists_the_demo_and_report_gives_its_statistics(demo):
     listed = ns_control("results", cwd=demo.where, env=demo.env).stdout
     assert demo.record["id"] in listed and "stimulus-response" in listed
@@ -228,7 +213,6 @@ def test_results_lists_the_demo_and_report_gives_its_statistics(demo):
     assert {r["metric"] for r in table} >= {"interval to_client", "interval STIM/rtt", "cpu busy b"}
 
 
-@demo_test
 def test_fetch_merges_the_demo_again_into_elsewhere(demo):
     again = ns_control("fetch", "--to", str(demo.where / "again"), cwd=demo.where, env=demo.env)
     assert again.returncode == 0 and "merged: 80" in again.stdout
