@@ -97,16 +97,28 @@ def _timing(item: pytest.Item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     if _timing(item):
-        return (yield)  # its call alone takes the machine (below); its set-up shares it
+        return (yield)  # each phase takes its own share (below)
     with machine_share(exclusive=False):
+        return (yield)
+
+
+# A timing test shares the machine while it sets up and tears down (which may be long: the
+# namespaced hosts' install), and has it alone while it runs.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with machine_share(exclusive=False) if _timing(item) else contextlib.nullcontext():
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    if not _timing(item):
+    with machine_share(exclusive=True) if _timing(item) else contextlib.nullcontext():
         return (yield)
-    with machine_share(exclusive=True):
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with machine_share(exclusive=False) if _timing(item) else contextlib.nullcontext():
         return (yield)
 
 
