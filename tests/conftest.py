@@ -42,13 +42,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _remove_dead_sessions() -> None:
     """Session directories whose suite was killed before it could remove them."""
+    import nethosts as nh
+
+    if nh.why_unavailable() is None:
+        nh.reap()  # first: their processes may still write into the session directory
     for path in Path(tempfile.gettempdir()).glob(f"{SESSION_PREFIX}*"):
         try:
-            os.kill(int((path / "owner").read_text()), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
+            owner = int((path / "owner").read_text())
         except (OSError, ValueError):
-            pass  # no owner written yet, or not ours to judge
+            continue  # no owner written yet, or not ours to judge
+        if not nh.owner_alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -211,16 +211,15 @@ def _registry_lock() -> Iterator[None]:
         yield
 
 
-def _alive(pid: int | None) -> bool:
+def owner_alive(pid: int | None) -> bool:
+    """Whether the owner is running: a zombie (killed, not yet reaped) is not."""
     if pid is None:
         return True  # built by hand: kept until `down`
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _registered() -> list[dict]:
@@ -269,9 +268,7 @@ def up(count: int, prefix: str | None = None, state: Path | None = None, own_hom
     if len(prefix) > MAX_PREFIX or not prefix.isalnum():
         raise ValueError(f"prefix {prefix!r}: at most {MAX_PREFIX} letters and digits")
     with _registry_lock():
-        for entry in _registered():
-            if entry["prefix"] == prefix or not _alive(entry.get("owner")):
-                _down_locked(entry["prefix"], Path(entry["state"]))
+        _reap_locked(also=prefix)
         hosts_set = HostSet(prefix, _free_subnet({e["subnet"] for e in _registered()}),
                             state or default_state(prefix), own_homes, home)
         (REGISTRY / f"{prefix}.json").write_text(json.dumps(
@@ -364,6 +361,19 @@ def remove(h: NetHost) -> None:
         subprocess.run(["pkill", "-KILL", "-u", h.user], capture_output=True)
         subprocess.run(["userdel", "--remove", h.user], capture_output=True)
     shutil.rmtree(h.dir, ignore_errors=True)
+
+
+def reap() -> None:
+    """Remove every set whose owner died (a test suite killed before its teardown)."""
+    if REGISTRY.is_dir():
+        with _registry_lock():
+            _reap_locked()
+
+
+def _reap_locked(also: str | None = None) -> None:
+    for entry in _registered():
+        if entry["prefix"] == also or not owner_alive(entry.get("owner")):
+            _down_locked(entry["prefix"], Path(entry["state"]))
 
 
 def down(prefix: str, state: Path | None = None) -> None:
