@@ -126,13 +126,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
 
 
+def _wheel_cache() -> Path:
+    """Wheels for remote hosts are built once per session, shared by its workers."""
+    return session_dir() / "cache"
+
+
 @pytest.fixture(autouse=True)
 def netspec_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("NETSPEC_HOME", str(home))
     monkeypatch.delenv("NETSPEC_KEY_FILE", raising=False)
-    # Wheels for remote hosts are built once per session, shared by its workers.
-    monkeypatch.setenv("NETSPEC_CACHE", str(session_dir() / "cache"))
+    monkeypatch.setenv("NETSPEC_CACHE", str(_wheel_cache()))
     return home
 
 
@@ -200,7 +204,7 @@ def _install_netspec(host: Any) -> None:
     from netspec.controller.model import Host
     from netspec.controller.remote import SSHHost
 
-    env = {"NETSPEC_SSH_CONFIG": str(host.set.ssh_config), "NETSPEC_CACHE": str(session_dir() / "cache"),
+    env = {"NETSPEC_SSH_CONFIG": str(host.set.ssh_config), "NETSPEC_CACHE": str(_wheel_cache()),
            "NETSPEC_HOME": str(session_dir() / "install-home")}
     with mock.patch.dict(os.environ, env):
         remote = SSHHost(Host("install", ssh=host.alias))

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 from netspec.nodelib import camp
 
@@ -41,19 +40,6 @@ def ns_control(*args: str, cwd: Path, timeout: float = 120,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy())
-
-
-def run_processes(run_id: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes carrying the run's id in their environment."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if (proc.environ().get("NETSPEC_RUN") == run_id
-                    and proc.status() != psutil.STATUS_ZOMBIE):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
 
 
 def latest_record(runs: Path) -> dict:

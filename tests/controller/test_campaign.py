@@ -14,7 +14,8 @@ from netspec.controller.campaign import _decide
 from netspec.controller.load import load
 from netspec.controller.model import Campaign
 from netspec.protocol.errors import ConfigError
-from support import REPO, latest_record, ns_control, run_processes, wait_for
+from netspec.protocol.exits import run_processes
+from support import REPO, latest_record, ns_control, wait_for
 
 pytestmark = pytest.mark.e2e
 

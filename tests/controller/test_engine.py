@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import session_dir
 from netspec.datastream.reader import StreamReader
-from support import PROGRAMS, REPO, latest_record, ns_control, run_processes, wait_for
+from netspec.protocol.exits import run_processes
+from support import PROGRAMS, REPO, latest_record, ns_control, wait_for
 
 pytestmark = pytest.mark.e2e
 

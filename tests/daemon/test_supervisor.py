@@ -4,7 +4,8 @@ import asyncio
 from pathlib import Path
 
 from netspec.controller.fleet import DaemonClient
-from support import PROGRAMS, run_processes, wait_for
+from netspec.protocol.exits import run_processes
+from support import PROGRAMS, wait_for
 
 
 class Session:
