@@ -82,5 +82,9 @@ class RunRecord:
 
     @property
     def experiment_dir(self) -> Path:
-        """Where the experiment file was: filters name their programs relative to it."""
-        return Path(self.plan.get("source", self.path / "experiment.yaml")).parent
+        """Where the experiment file was: filters name their programs relative to it.
+
+        Raises:
+            KeyError: the record's plan does not say (a run.json netspec did not write).
+        """
+        return Path(self.plan["source"]).parent
