@@ -13,7 +13,7 @@ from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import MERGED
 from netspec.datastream.reader import StreamReader, read_streams
 from netspec.nodelib.instrument import selects
-from netspec.protocol.errors import ConfigError, NetspecError
+from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import netspec_version
 from netspec.protocol.runrecord import load_record
 
@@ -250,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        print_lines([f"error: {e}" for e in errors], sys.stderr)
+        if len(errors) > 1:
+            print(f"{len(errors)} errors in {exc.file}", file=sys.stderr)
         return EXIT_USAGE
     except NetspecError as exc:
         if args.debug:

@@ -13,18 +13,19 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import jsonschema
 import yaml
 from netspec.analysis.graph import GraphError, check_node
 from netspec.analysis.predicate import check_predicate
 from netspec.datastream.writer import StreamConfig
-from netspec.protocol.errors import ConfigError
+from netspec.protocol.errors import ConfigError, ConfigErrors
 from netspec.protocol.messages import NODE
 
 from .model import (
@@ -41,6 +42,7 @@ from .model import (
 )
 
 Path_ = tuple[str | int, ...]
+_T = TypeVar("_T")
 DEFAULT_HOST = "local"
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -59,11 +61,17 @@ def key_name(path: Path_) -> str:
 
 
 class _Source:
-    """The file's text, its data, and the line of every key and item in it."""
+    """The file's text, its data, the line of every key and item in it, and the problems
+    found in it so far: each check records its own and the next check goes on."""
 
     def __init__(self, path: Path, text: str):
         self.path, self.text = path, text
         self.lines: dict[Path_, int] = {}
+        self.errors: list[ConfigError] = []
+        # Where the schema found a problem, and whether the bad part was pruned: a later
+        # check's complaint about such an item (or, if it is still there, about anything in
+        # it) is a consequence of that problem, not news.
+        self.misshapen: list[tuple[str, bool]] = []
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
             self.data = yaml.safe_load(text)
@@ -79,8 +87,9 @@ class _Source:
             for key_node, value_node in node.value:
                 key = key_node.value
                 if (*path, key) in self.lines:
-                    self.error(f"key '{key}' appears twice", (*path, key),
-                               key_node.start_mark.line + 1)
+                    with self.checking():
+                        self.error(f"key '{key}' appears twice", (*path, key),
+                                   key_node.start_mark.line + 1)
                 self.lines[(*path, key)] = key_node.start_mark.line + 1
                 self._walk(value_node, (*path, key))
         elif isinstance(node, yaml.SequenceNode):
@@ -97,6 +106,32 @@ class _Source:
     def error(self, message: str, path: Path_, line: int | None = None) -> NoReturn:
         """Raises ConfigError naming the file, the line of `path` (or `line`) and the key."""
         raise ConfigError(message, str(self.path), line or self.line(path), key_name(path))
+
+    @contextmanager
+    def checking(self) -> Iterator[None]:
+        """Records a ConfigError raised inside, so that the checks after it still run."""
+        try:
+            yield
+        except ConfigErrors as exc:
+            self.errors.extend(exc.errors)
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+            # A check tripped over a shape the schema rejected, and that is already said.
+            if not self.errors:
+                raise
+        except ConfigError as exc:
+            if not any(exc.key == item or (not pruned and exc.key.startswith((f"{item}.", f"{item}[")))
+                       for item, pruned in self.misshapen):
+                self.errors.append(exc)
+
+    def checked(self, check: Callable[..., _T], *args: Any) -> _T | None:
+        """`check(*args)`, or None when it raised a ConfigError (recorded)."""
+        with self.checking():
+            return check(*args)
+        return None
+
+    def raise_errors(self) -> None:
+        if self.errors:
+            raise ConfigErrors(self.errors)
 
     def known(self, what: str, name: str, names: Collection[str], path: Path_) -> None:
         """Raises ConfigError, with a "did you mean", unless `name` is one of `names`."""
@@ -118,6 +153,10 @@ def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
         src.error(f"unknown key '{key}'{suggest(key, allowed)}", (*path, key))
     if error.validator == "required":
         missing = error.message.split("'")[1]
+        allowed = error.schema.get("properties", {})
+        unknown = [k for k in error.instance if k not in allowed]
+        if difflib.get_close_matches(missing, unknown, n=1, cutoff=0.6):
+            return  # the unknown key's own error says "did you mean '{missing}'"
         src.error(f"missing key '{missing}'", path)
     if error.validator == "type":
         wanted = error.validator_value
@@ -131,6 +170,23 @@ def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
     src.error(error.message, path)
 
 
+def _prune(data: Any, error: jsonschema.ValidationError) -> bool:
+    """Removes from the file's data what the schema rejected, so that the checks after the
+    schema see only what it accepted; False when nothing could be removed."""
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {})
+        for key in [k for k in error.instance if k not in allowed]:
+            del error.instance[key]
+        return True
+    *where, last = error.absolute_path or [None]
+    if error.validator == "required" or not isinstance(last, str):
+        return False
+    for part in where:
+        data = data[part]
+    data.pop(last, None)
+    return True
+
+
 def parse_duration(value: float | str) -> float:
     if isinstance(value, int | float):
         return float(value)
@@ -142,7 +198,7 @@ def load(path: str | Path) -> Plan:
     """Read, validate and resolve an experiment file.
 
     Raises:
-        ConfigError: naming the file, line and key of the first problem found.
+        ConfigErrors: every problem found, each naming the file, line and key.
     """
     path = Path(path)
     try:
@@ -160,24 +216,39 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
     data = src.data
     if not isinstance(data, dict):
         src.error("an experiment file is a YAML mapping", ())
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: src.line(tuple(e.absolute_path)) or 0)
-    if errors:
-        _schema_error(src, errors[0])
+    rejected = list(jsonschema.Draft202012Validator(schema()).iter_errors(data))
+    for error in rejected:
+        with src.checking():
+            _schema_error(src, error)
+    for error in rejected:
+        src.misshapen.append((key_name(tuple(error.absolute_path)), _prune(data, error)))
+    try:
+        plan = _resolve(src, data, path, programs or {})
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+        # A check tripped over a shape the schema rejected, and that error is recorded.
+        if not src.errors:
+            raise
+    src.raise_errors()
+    return plan
+
+
+def _resolve(src: _Source, data: dict[str, Any], path: Path, programs: dict[str, str]) -> Plan:
     hosts = _hosts(src, data)
-    components = tuple(_component(src, name, spec, hosts, path.parent, programs or {})
-                       for name, spec in data["components"].items())
-    schedule = _schedule(src, data["schedule"], components)
+    names = list(data["components"])
+    components = tuple(c for name, spec in data["components"].items()
+                       if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
+    schedule = _schedule(src, data["schedule"], names)
     _check_plain_phases(src, components, schedule)
-    clock = _clock(src, data.get("services", {}).get("clksync", {}), hosts)
-    streams = _streams(src, data.get("streams") or {}, components)
-    camp = _camp(src, data.get("services", {}).get("camp"), components)
+    clock = src.checked(_clock, src, data.get("services", {}).get("clksync", {}), hosts)
+    streams = _streams(src, data.get("streams") or {}, names)
+    camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
-    pairs = _pairs(src, analysis.get("pairs", {}), components)
+    pairs = _pairs(src, analysis.get("pairs", {}), names)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = _campaign(src, data, components, hosts) if CAMPAIGN_KEYS & set(data) else None
-    return Plan(data["experiment"], path.resolve(), text,
-                hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
+    campaign = (src.checked(_campaign, src, data, hosts)
+                if CAMPAIGN_KEYS & set(data) else None)
+    return Plan(data["experiment"], path.resolve(), src.text,
+                hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign)
 
 
@@ -199,20 +270,50 @@ def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:
     return values
 
 
-def _campaign(src: _Source, data: dict[str, Any], components: tuple[Component, ...],
-              hosts: dict[str, Host]) -> Campaign:
-    names = {c.name for c in components}
+def _sweep_axis(src: _Source, key: str, spec: list[Any] | dict[str, float],
+                components: dict[str, dict[str, Any]]) -> list[Any]:
+    where: Path_ = ("sweep", "params", key)
+    component, _, param = key.rpartition(".")
+    src.known("component", component, components, where)
+    declared = components[component].get("params") or {}
+    if param not in declared:
+        src.error(f"component '{component}' has no param '{param}'{suggest(param, declared)}: a swept "
+                  "param is declared in the component's params: with the value it has outside the sweep",
+                  where)
+    if isinstance(spec, dict) and ("step" in spec) == ("factor" in spec):
+        src.error("a range takes one of 'step' or 'factor'", where)
+    values = sweep_values(spec)
+    if not values:
+        src.error(f"the range from {spec['from']} to {spec['to']} holds no value", where)
+    return values
+
+
+def _check_metric(src: _Source, metric: str, data: dict[str, Any]) -> None:
+    """`metric` names something a run can have (analysis/metrics.py makes the names)."""
+    where: Path_ = ("repeat", "metric")
+    pairs = list((data.get("analysis") or {}).get("pairs") or {})
+    hosts = list(data.get("hosts") or {DEFAULT_HOST: {}})
+    if metric.startswith("interval "):
+        name = metric.removeprefix("interval ")
+        if "/" not in name and name not in pairs:
+            src.error(f"'{metric}': no pair '{name}' in analysis.pairs{suggest(name, pairs)} "
+                      "(an interval is a pair's name or an interval entity's GROUP/name)", where)
+    elif match := re.fullmatch(r"cpu busy (\S+)", metric):
+        src.known("host", match[1], hosts, where)
+    elif match := re.fullmatch(r"cpu of (\S+) on (\S+)", metric):
+        src.known("component", match[1], data["components"], where)
+        src.known("host", match[2], hosts, where)
+    else:
+        src.error(f"unknown metric '{metric}': a metric is 'interval NAME', 'cpu busy HOST' "
+                  "or 'cpu of COMPONENT on HOST'", where)
+
+
+def _campaign(src: _Source, data: dict[str, Any], hosts: dict[str, Host]) -> Campaign:
     sweep = data.get("sweep") or {"params": {}}
     axes = {}
     for key, spec in sweep["params"].items():
-        where: Path_ = ("sweep", "params", key)
-        component = key.rpartition(".")[0]
-        src.known("component", component, names, where)
-        if isinstance(spec, dict) and ("step" in spec) == ("factor" in spec):
-            src.error("a range takes one of 'step' or 'factor'", where)
-        axes[key] = sweep_values(spec)
-        if not axes[key]:
-            src.error(f"the range from {spec['from']} to {spec['to']} holds no value", where)
+        with src.checking():
+            axes[key] = _sweep_axis(src, key, spec, data["components"])
     if sweep.get("mode") == "zip" and len({len(v) for v in axes.values()}) > 1:
         lengths = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
         src.error(f"zip takes lists of one length ({lengths})", ("sweep", "mode"))
@@ -226,6 +327,9 @@ def _campaign(src: _Source, data: dict[str, Any], components: tuple[Component, .
             check_predicate(repeat["until"])
         except ValueError as exc:
             src.error(str(exc), ("repeat", "until"))
+    if "metric" in repeat:
+        with src.checking():
+            _check_metric(src, repeat["metric"], data)
     if repeat.get("max", 1 << 30) < repeat.get("runs", 1):
         src.error(f"max {repeat['max']} is below runs {repeat['runs']}", ("repeat", "max"))
     spec = data.get("hooks") or {}
@@ -248,13 +352,12 @@ def _hook(src: _Source, spec: str | list[str] | dict[str, Any], hosts: dict[str,
     return Hook(("/bin/sh", "-c", command) if isinstance(command, str) else tuple(command), on)
 
 
-def _pairs(src: _Source, pairs: dict[str, dict[str, str]],
-           components: tuple[Component, ...]) -> tuple[Pair, ...]:
-    names = {c.name for c in components}
+def _pairs(src: _Source, pairs: dict[str, dict[str, str]], names: list[str]) -> tuple[Pair, ...]:
     for name, p in pairs.items():
         for key in ("start_component", "end_component"):
             if key in p:
-                src.known("component", p[key], names, ("analysis", "pairs", name, key))
+                with src.checking():
+                    src.known("component", p[key], names, ("analysis", "pairs", name, key))
     return tuple(Pair(name, **p) for name, p in pairs.items())
 
 
@@ -266,7 +369,8 @@ def _graph(src: _Source, graph: dict[str, dict[str, Any]], schedule: tuple[Step,
         try:
             check_node(name, spec, list(resolved), base, phases)
         except GraphError as exc:
-            src.error(str(exc), ("analysis", "graph", name, *exc.key))
+            with src.checking():
+                src.error(str(exc), ("analysis", "graph", name, *exc.key))
         where, _, function = spec["filter"].rpartition(":")
         if where.endswith(".py"):
             spec = {**spec, "filter": f"{(base / where).resolve()}:{function}"}
@@ -278,7 +382,8 @@ def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
     given = data.get("hosts") or {DEFAULT_HOST: {}}
     for name, spec in given.items():
         if spec and "address" in spec and "ssh" in spec:
-            src.error("give 'address' (a running daemon) or 'ssh' (reached over SSH), not both",
+            with src.checking():
+                src.error("give 'address' (a running daemon) or 'ssh' (reached over SSH), not both",
                       ("hosts", name))
     return {name: Host(name, **(spec or {})) for name, spec in given.items()}
 
@@ -325,8 +430,7 @@ def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, H
                      spec.get("start", "launch"), spec.get("stop"))
 
 
-def _schedule(src: _Source, raw: list[Any], components: tuple[Component, ...]) -> tuple[Step, ...]:
-    names = {c.name for c in components}
+def _schedule(src: _Source, raw: list[Any], names: list[str]) -> tuple[Step, ...]:
     steps = []
     for i, item in enumerate(raw):
         spec = {"phase": item} if isinstance(item, str) else item
@@ -334,15 +438,10 @@ def _schedule(src: _Source, raw: list[Any], components: tuple[Component, ...]) -
         phase = spec["phase"]
         listed = spec.get("components")
         for j, comp in enumerate(listed or ()):
-            src.known("component", comp, names, (*where, "components", j))
-        if spec.get("need") and listed and spec["need"] > len(listed):
-            src.error(f"need {spec['need']} of only {len(listed)} components", (*where, "need"))
-        if phase in ("launch", "collect") and listed:
-            src.error(f"'{phase}' always takes every component; drop 'components'", where)
-        if phase == "launch" and i != 0:
-            src.error("'launch' must be the first step", where)
-        if phase == "collect" and i != len(raw) - 1:
-            src.error("'collect' must be the last step", where)
+            with src.checking():
+                src.known("component", comp, names, (*where, "components", j))
+        with src.checking():
+            _check_step(src, i, spec, len(raw))
         deadline = spec.get("deadline")
         deadline_s = (parse_duration(deadline) if deadline is not None
                       else BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S))
@@ -356,23 +455,43 @@ def _schedule(src: _Source, raw: list[Any], components: tuple[Component, ...]) -
     return tuple(steps)
 
 
+def _check_step(src: _Source, i: int, spec: dict[str, Any], steps: int) -> None:
+    where: Path_ = ("schedule", i)
+    phase, listed = spec["phase"], spec.get("components")
+    if spec.get("need") and listed and spec["need"] > len(listed):
+        src.error(f"need {spec['need']} of only {len(listed)} components", (*where, "need"))
+    if phase in ("launch", "collect") and listed:
+        src.error(f"'{phase}' always takes every component; drop 'components'", where)
+    if phase == "launch" and i != 0:
+        src.error("'launch' must be the first step", where)
+    if phase == "collect" and i != steps - 1:
+        src.error("'collect' must be the last step", where)
+
+
 def _check_plain_phases(src: _Source, components: tuple[Component, ...],
                         schedule: tuple[Step, ...]) -> None:
-    order = [s.phase for s in schedule]
     for comp in components:
-        if comp.aware:
+        if not comp.aware:
+            with src.checking():
+                _check_plain_phase(src, comp, schedule)
+
+
+def _check_plain_phase(src: _Source, comp: Component, schedule: tuple[Step, ...]) -> None:
+    order = [s.phase for s in schedule]
+    where: Path_ = ("components", comp.name)
+    for key, phase in (("start", comp.start), ("stop", comp.stop)):
+        if phase is None:
             continue
-        where: Path_ = ("components", comp.name)
-        if comp.start not in order:
-            src.error(f"start phase '{comp.start}' is not in the schedule"
-                      f"{suggest(comp.start, order)}", (*where, "start"))
-        if comp.stop is not None:
-            if comp.stop not in order:
-                src.error(f"stop phase '{comp.stop}' is not in the schedule"
-                          f"{suggest(comp.stop, order)}", (*where, "stop"))
-            if order.index(comp.stop) <= order.index(comp.start):
-                src.error(f"stop phase '{comp.stop}' does not come after start phase "
-                          f"'{comp.start}'", (*where, "stop"))
+        if phase not in order:
+            src.error(f"{key} phase '{phase}' is not in the schedule{suggest(phase, order)}",
+                      (*where, key))
+        step = schedule[order.index(phase)]
+        if step.components is not None and comp.name not in step.components:
+            src.error(f"{key} phase '{phase}' lists components {', '.join(step.components)} "
+                      f"(line {step.line}) and not '{comp.name}': it would never {key}", (*where, key))
+    if comp.stop is not None and order.index(comp.stop) <= order.index(comp.start):
+        src.error(f"stop phase '{comp.stop}' does not come after start phase '{comp.start}'",
+                  (*where, "stop"))
 
 
 def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:
@@ -383,11 +502,9 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
 
 
 
-def _camp(src: _Source, spec: dict[str, Any] | None,
-          components: tuple[Component, ...]) -> CampService | None:
+def _camp(src: _Source, spec: dict[str, Any] | None, names: list[str]) -> CampService | None:
     if spec is None:
         return None
-    names = {c.name for c in components}
     for i, comp in enumerate(spec.get("processes") or []):
         src.known("component", comp, names, ("services", "camp", "processes", i))
     return CampService(spec.get("interval_ms", 100.0),
@@ -395,13 +512,13 @@ def _camp(src: _Source, spec: dict[str, Any] | None,
                          for k in ("interfaces", "disks", "processes")))
 
 
-def _streams(src: _Source, spec: dict[str, Any],
-             components: tuple[Component, ...]) -> tuple[StreamConfig, ...]:
-    names = {c.name for c in components}
+def _streams(src: _Source, spec: dict[str, Any], names: list[str]) -> tuple[StreamConfig, ...]:
     for name, stream in spec.items():
         for i, comp in enumerate(stream.get("components", [])):
-            src.known("component", comp, names, ("streams", name, "components", i))
+            with src.checking():
+                src.known("component", comp, names, ("streams", name, "components", i))
         if stream.get("trigger") and not stream.get("ring_chunks"):
-            src.error("a trigger writes a ring stream's chunks: give ring_chunks too",
+            with src.checking():
+                src.error("a trigger writes a ring stream's chunks: give ring_chunks too",
                       ("streams", name, "trigger"))
     return tuple(StreamConfig.from_wire(name, stream) for name, stream in spec.items())

@@ -24,6 +24,20 @@ class ConfigError(NetspecError):
         super().__init__(": ".join([*parts, message]))
 
 
+class ConfigErrors(ConfigError):
+    """Every problem found in one experiment file, in line order; the first one's file, line
+    and key are this error's own."""
+
+    def __init__(self, errors: list[ConfigError]):
+        self.errors = sorted(errors, key=lambda e: (e.line or 0, e.key))
+        first = self.errors[0]
+        super().__init__(first.reason, first.file, first.line, first.key)
+        self.args = ("\n".join(str(e) for e in self.errors),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class ProtocolError(NetspecError):
     """A peer sent bytes that are not a valid frame or message."""
 

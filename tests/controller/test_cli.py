@@ -61,6 +61,41 @@ def test_check_reports_a_typo_with_line_and_suggestion_and_exit_code_2(experimen
                            "(did you mean 'command'?)\n")
 
 
+def test_check_reports_every_error_of_a_file_at_once(experiment, tmp_path):
+    path = experiment("""\
+        experiment: x
+        hosts: {a: {}, b: {adress: "127.0.0.1:7420"}}
+        components:
+          server: {host: a, program: nowhere.py, args: launch, hots: a}
+          load: {host: c, command: [sleep, "5"], start: run, stop: collect}
+          pub: {host: a, command: "sleep 1", params: {count: 3}, start: go}
+        schedule:
+          - launch
+          - {phase: run, deadline: 5 minutes}
+          - {phase: go, components: [load]}
+        sweep: {params: {pub.cuont: [1, 2]}}
+        repeat: {runs: 2, metric: interval hopp}
+        analysis: {pairs: {hop: {start: A/b, end: A/c}}}
+        """)
+    done = ns_control("check", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert [line.split(": ")[1:3] for line in lines[:-1]] == [
+        [f"{path}:2", "hosts.b.adress"],
+        [f"{path}:4", "components.server.args"],
+        [f"{path}:4", "components.server.hots"],
+        [f"{path}:4", "components.server.program"],
+        [f"{path}:5", "components.load.host"],
+        [f"{path}:6", "components.pub.start"],
+        [f"{path}:9", "schedule[1].deadline"],
+        [f"{path}:11", "sweep.params.pub.cuont"],
+        [f"{path}:12", "repeat.metric"],
+    ]
+    assert "it would never start" in lines[5] and "did you mean 'count'" in lines[7]
+    assert "no pair 'hopp' in analysis.pairs (did you mean 'hop'?)" in lines[8]
+    assert lines[-1] == f"9 errors in {path}"
+
+
 def test_show_of_an_unknown_run_says_so(tmp_path):
     done = ns_control("show", "nope", "--runs", str(STORED), cwd=tmp_path)
     assert done.returncode == 1
