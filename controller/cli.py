@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import traceback
 from pathlib import Path
@@ -50,28 +51,32 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--version", action="version", version=f"netspec {netspec_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an experiment file")
+    # --debug is taken after the subcommand too; SUPPRESS keeps one given before it.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    command = functools.partial(sub.add_parser, parents=[debug])
+    run = command("run", help="run an experiment file")
     run.add_argument("file", type=Path)
     run.add_argument("--quiet", "-q", action="store_true", help="print only errors")
     run.add_argument("--keep-daemons", action="store_true",
                      help="leave the daemons of ssh hosts running (stop them with `down`)")
-    up = sub.add_parser("up", help="start the daemons of a file's ssh hosts, to outlive runs")
+    up = command("up", help="start the daemons of a file's ssh hosts, to outlive runs")
     up.add_argument("file", type=Path)
-    down = sub.add_parser("down", help="stop the daemons `up` or --keep-daemons left")
+    down = command("down", help="stop the daemons `up` or --keep-daemons left")
     down.add_argument("file", type=Path)
     for p in (run, up, down):
         p.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
-    check = sub.add_parser("check", help="validate an experiment file")
+    check = command("check", help="validate an experiment file")
     check.add_argument("file", type=Path)
-    dump = sub.add_parser("dump", help="narrate datastream files (a directory: every .ds in it)")
+    dump = command("dump", help="narrate datastream files (a directory: every .ds in it)")
     dump.add_argument("files", type=Path, nargs="+")
     dump.add_argument("--match", action="append", default=[], metavar="PATTERN",
                       help="only entities matching GROUP/name (wildcards; repeatable)")
-    ls = sub.add_parser("ls", help="list runs")
-    show = sub.add_parser("show", help="summarise a run")
+    ls = command("ls", help="list runs")
+    show = command("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
-    fetch = sub.add_parser("fetch", help="merge a run's streams (again) into a result set; --from "
+    fetch = command("fetch", help="merge a run's streams (again) into a result set; --from "
                                          "copies the run from another controller host first")
     fetch.add_argument("run", nargs="?", default="latest")
     fetch.add_argument("--from", dest="source", metavar="[USER@]HOST[:RUNS]",
@@ -79,14 +84,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
     fetch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust the --from host's ssh key if seen for the first time")
-    results = sub.add_parser("results", help="list merged result sets with their size and status")
-    report = sub.add_parser("report", help="statistics of runs' metrics (Getstats), the first run the "
+    results = command("results", help="list merged result sets with their size and status")
+    report = command("report", help="statistics of runs' metrics (Getstats), the first run the "
                                            "baseline of the others; or of a campaign's points, with plots")
     report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN")
     report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
-    resume = sub.add_parser("resume", help="go on with a campaign that was stopped or killed")
+    resume = command("resume", help="go on with a campaign that was stopped or killed")
     resume.add_argument("campaign")
-    rerun = sub.add_parser("rerun", help="run a past run again from its run directory alone")
+    rerun = command("rerun", help="run a past run again from its run directory alone")
     rerun.add_argument("run")
     for p in (resume, rerun):
         p.add_argument("--quiet", "-q", action="store_true", help="print only errors")

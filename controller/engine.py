@@ -330,7 +330,7 @@ class Run:
         reason = f"failed: {ack.get('message') or 'error'}"
         if name == m.NODE:
             return RemoteError(host, {"type": "netspecd", "message": ack.get("message") or "error"})
-        return ComponentFailed(self.results[name], phase, reason)
+        return ComponentFailed(self.results[name], phase, reason, ack.get("traceback", ""))
 
     def _node_params(self, step: Step) -> dict[str, Any]:
         if step.phase != m.SYNC_CLOCKS:

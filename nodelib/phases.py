@@ -141,7 +141,11 @@ class Application:
         except PhaseWarning as exc:
             status, text = m.ACK_WARNING, str(exc)
         except Exception as exc:
-            err = m.error_map(exc)
+            # The user's frames are the story; this module's only lead to them.
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            err = m.error_map(exc.with_traceback(tb))
             status, text, tb = m.ACK_ERROR, f"{err['type']}: {err['message']}", err["traceback"]
         if status == m.ACK_OK and ctx.warnings:
             status = m.ACK_WARNING

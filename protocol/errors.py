@@ -80,8 +80,10 @@ class DeadlineExceeded(NetspecError):
 class ComponentFailed(NetspecError):
     """A component exited badly or acked a phase with an error; holds its whole result."""
 
-    def __init__(self, result: Any, phase: str = "", reason: str = ""):
-        self.result, self.phase, self.reason = result, phase, reason
+    TRACEBACK_LINES = 8
+
+    def __init__(self, result: Any, phase: str = "", reason: str = "", traceback: str = ""):
+        self.result, self.phase, self.reason, self.traceback = result, phase, reason, traceback
         super().__init__(self._describe())
 
     def _describe(self) -> str:
@@ -89,6 +91,10 @@ class ComponentFailed(NetspecError):
         head = f"phase '{self.phase}', host {r.host}: " if self.phase else f"host {r.host}: "
         what = self.reason or r.describe_exit()
         lines = [f"{head}component '{r.component}' {what}", f"  command: {r.command_line()}"]
+        if self.traceback:
+            shown = self.traceback.rstrip().splitlines()[-self.TRACEBACK_LINES:]
+            lines.append("  its traceback (last lines; `ns_control show` has all):")
+            lines.extend(f"  | {t}" for t in shown)
         tail = r.tail(10)
         if tail:
             lines.append("  last lines of output:")

@@ -96,6 +96,15 @@ def test_check_reports_every_error_of_a_file_at_once(experiment, tmp_path):
     assert lines[-1] == f"9 errors in {path}"
 
 
+def test_debug_shows_the_traceback_given_before_or_after_the_subcommand(tmp_path):
+    for argv in (["--debug", "show", "nothing"], ["show", "nothing", "--debug"]):
+        done = ns_control(*argv, cwd=tmp_path)
+        assert done.returncode == 1
+        assert done.stderr.startswith("Traceback (most recent call last):\n"), argv
+        assert done.stderr.endswith("error: no run 'nothing' under runs\n")
+    assert ns_control("show", "nothing", cwd=tmp_path).stderr == "error: no run 'nothing' under runs\n"
+
+
 def test_show_of_an_unknown_run_says_so(tmp_path):
     done = ns_control("show", "nope", "--runs", str(STORED), cwd=tmp_path)
     assert done.returncode == 1

@@ -229,6 +229,11 @@ def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_out
         in done.stderr
     assert "| two line 14" in done.stderr and "| stderr: two stderr in prepare" in done.stderr
     assert "| two line 4" not in done.stderr  # only the last ten lines
+    assert ("    its traceback (last lines; `ns_control show` has all):\n"
+            "    | Traceback (most recent call last):\n"
+            f'    |   File "{PROGRAMS / "actor.py"}", line 42, in act\n'
+            '    |     raise RuntimeError(f"{ctx.component} fails in {ctx.phase} as asked")\n'
+            "    | RuntimeError: two fails in prepare as asked\n") in done.stderr
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "failed" and record["error"]["phase"] == "prepare"
     assert [s["phase"] for s in record["steps"]] == ["launch", "prepare"]
