@@ -191,6 +191,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     plan = load(args.file)
+    print_lines([f"warning: {w}" for w in plan.warnings], sys.stderr)
     steps = " -> ".join(s.phase for s in plan.schedule)
     print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
           f"{len(plan.components)} component(s)\n  schedule: {steps}")

@@ -68,6 +68,7 @@ class _Source:
         self.path, self.text = path, text
         self.lines: dict[Path_, int] = {}
         self.errors: list[ConfigError] = []
+        self.warnings: list[str] = []
         # Where the schema found a problem, and whether the bad part was pruned: a later
         # check's complaint about such an item (or, if it is still there, about anything in
         # it) is a consequence of that problem, not news.
@@ -132,6 +133,9 @@ class _Source:
     def raise_errors(self) -> None:
         if self.errors:
             raise ConfigErrors(self.errors)
+
+    def warn(self, message: str, path: Path_) -> None:
+        self.warnings.append(str(ConfigError(message, str(self.path), self.line(path), key_name(path))))
 
     def known(self, what: str, name: str, names: Collection[str], path: Path_) -> None:
         """Raises ConfigError, with a "did you mean", unless `name` is one of `names`."""
@@ -247,9 +251,31 @@ def _resolve(src: _Source, data: dict[str, Any], path: Path, programs: dict[str,
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
     campaign = (src.checked(_campaign, src, data, hosts)
                 if CAMPAIGN_KEYS & set(data) else None)
+    _check_step_params(src, data, components)
     return Plan(data["experiment"], path.resolve(), src.text,
                 hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp, pairs, graph, campaign)
+                schedule, clock, streams, camp, pairs, graph, campaign, tuple(src.warnings))
+
+
+def _check_step_params(src: _Source, data: dict[str, Any], components: tuple[Component, ...]) -> None:
+    """A step's params win over its components' own: said as a warning, and as an error
+    where that would hide a swept param (every point of the sweep would run alike)."""
+    swept = set((data.get("sweep") or {}).get("params") or {})
+    for i, item in enumerate(data["schedule"]):
+        if not isinstance(item, dict):
+            continue
+        for key, value in (item.get("params") or {}).items():
+            where: Path_ = ("schedule", i, "params", key)
+            for comp in components:
+                if item.get("components") and comp.name not in item["components"]:
+                    continue
+                if f"{comp.name}.{key}" in swept:
+                    with src.checking():
+                        src.error(f"overrides the swept param {comp.name}.{key} in phase "
+                                  f"'{item['phase']}': every point of the sweep would run alike", where)
+                elif key in comp.params and comp.params[key] != value:
+                    src.warn(f"overrides param {key} of component '{comp.name}' in phase "
+                             f"'{item['phase']}': {comp.params[key]!r} -> {value!r}", where)
 
 
 CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}

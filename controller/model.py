@@ -152,6 +152,7 @@ class Plan:
     pairs: tuple[Pair, ...] = ()
     graph: dict[str, dict[str, Any]] = field(default_factory=dict)
     campaign: Campaign | None = None  # a file with sweep:, repeat: or hooks: runs as a campaign
+    warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -169,7 +170,8 @@ class Plan:
                 "camp": self.camp.wire() if self.camp else None,
                 "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                        for p in self.pairs},
-                             "graph": self.graph}}
+                             "graph": self.graph},
+                "warnings": list(self.warnings)}
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""

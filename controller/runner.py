@@ -80,6 +80,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     if created is not None:
         created(rundir)
     output = options.output
+    output.err([f"warning: {w}" for w in plan.warnings])
     if not options.quiet:
         output.out(f"netspec: running {plan.name} as {rundir.id}")
 

@@ -279,6 +279,7 @@ class Supervisor:
         self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
         for comp in self.components.values():
+            comp.env[m.HOST_ENV] = host
             if not comp.spec.aware and self.stream_configs:
                 # No phases reach a plain program: it logs for as long as it runs.
                 comp.env[m.LOGGING_ENV] = json.dumps(self.logging_for(comp.spec.name))

@@ -29,7 +29,8 @@ class PhaseWarning(Exception):
 
 @dataclass
 class PhaseContext:
-    """What a phase callback gets: its parameters and ways to report back."""
+    """What a phase callback gets: the phase, who it is (`component`, `host`), its
+    parameters, and ways to report back."""
 
     phase: str
     component: str
@@ -40,6 +41,11 @@ class PhaseContext:
     files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     publishes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        """The experiment file's name of the host this component runs on."""
+        return os.environ.get(m.HOST_ENV, "")
 
     @property
     def host_address(self) -> str:

@@ -30,6 +30,7 @@ def netspec_version() -> str:
 FD_ENV = "NETSPEC_FD"
 RUN_ENV = "NETSPEC_RUN"
 COMPONENT_ENV = "NETSPEC_COMPONENT"
+HOST_ENV = "NETSPEC_HOST"  # the experiment file's name of the host a component runs on
 PARAMS_ENV = "NETSPEC_PARAMS"
 # The address other hosts reach this host at (the one the controller's SSH connection
 # came in on; 127.0.0.1 for local daemons).

@@ -351,7 +351,7 @@ def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "b/two: saw 42" in done.stdout
     log = (tmp_path / "runs" / "latest" / "hosts" / "a" / "one" / "files" / "one.log").read_text()
-    assert "work [('publish_in', 'prepare'), ('value', 42)]" in log
+    assert "work on a [('publish_in', 'prepare'), ('value', 42)]" in log  # ctx.host too
 
 
 def test_a_warning_ack_lets_the_run_go_on(experiment, tmp_path):

@@ -116,3 +116,24 @@ def test_every_shipped_experiment_is_valid():
     assert files
     for path in files:
         load(path)
+
+
+def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_an_error(experiment, tmp_path):
+    text = """\
+        experiment: w
+        components:
+          pub: {command: "true", params: {count: 3, size: 1}}
+          sub: {command: "true", params: {count: 3}}
+        schedule:
+          - launch
+          - {phase: run, params: {count: 5, size: 1}, components: [pub]}
+        sweep: {params: {sub.count: [1, 2]}}
+        """
+    plan = load(experiment(text))
+    assert plan.warnings == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides param count "
+                             "of component 'pub' in phase 'run': 3 -> 5",)
+    assert plan.resolved()["warnings"] == list(plan.warnings)
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text.replace(", components: [pub]", "")))
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides the swept "
+                              "param sub.count in phase 'run': every point of the sweep would run alike")

@@ -28,7 +28,7 @@ def act(ctx: nodelib.PhaseContext) -> str:
     for i in range(int(p.get("ticks", 0))):
         TICK.log(i)
     with open(f"{ctx.component}.log", "a") as log:
-        log.write(f"{ctx.phase} {sorted(p.items())}\n")
+        log.write(f"{ctx.phase} on {ctx.host} {sorted(p.items())}\n")
     if ctx.phase == "launch" and p.get("orphan"):
         subprocess.Popen(["sleep", "300"], start_new_session=True)
     if p.get("publish_in") == ctx.phase:
