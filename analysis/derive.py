@@ -64,7 +64,7 @@ around AS (SELECT b.*, c.ts AS ts1, c.value AS v1 FROM before b
 valued AS (SELECT step, phase, host, field, side, t,
               CASE WHEN ts0 IS NULL OR ts1 IS NULL THEN NULL WHEN ts1 = ts0 THEN v0
                    ELSE v0 + (v1 - v0) * (t - ts0) / (ts1 - ts0) END AS value FROM around)
-SELECT s.step, s.phase, s.host, s.field, s.t AS "start", e.t AS "end", e.value - s.value AS delta,
+SELECT s.step, s.phase, s.host, s.field, s.t AS start_ts, e.t AS end_ts, e.value - s.value AS delta,
        (e.value - s.value) * 1e9 / nullif(e.t - s.t, 0) AS per_s
 FROM valued s JOIN valued e USING (step, host, field)
 WHERE s.side = 0 AND e.side = 1
@@ -72,7 +72,7 @@ ORDER BY step, host, field
 """
 
 STATES_SQL = """
-SELECT host, component, entity, kind, count(*) AS updates, max(ts) AS "at", arg_max(value, ts) AS value,
+SELECT host, component, entity, kind, count(*) AS updates, max(ts) AS last_ts, arg_max(value, ts) AS value,
        arg_max(data, ts) AS data
 FROM events WHERE kind IN ('counter', 'histogram') GROUP BY ALL ORDER BY host, component, entity
 """

@@ -72,10 +72,10 @@ def _quote(value: Any) -> str:
 
 
 def _time_column(rel: duckdb.DuckDBPyRelation) -> str:
-    for column in ("ts", "end", "entered"):
+    for column in ("ts", "end_ts", "entered"):
         if column in rel.columns:
             return f'"{column}"'
-    raise ValueError(f"the input has no time column (ts or end); it has {', '.join(rel.columns)}")
+    raise ValueError(f"the input has no time column (ts, end_ts or entered); it has {', '.join(rel.columns)}")
 
 
 def _globs(column: str, patterns: str | list[str]) -> str:

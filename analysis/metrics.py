@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .resultset import open_tables
+from .resultset import is_current, open_tables
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class Metric:
 
 
 METRICS_SQL = """
-SELECT 'interval ' || name AS metric, 'us' AS unit, list(duration_ns / 1e3 ORDER BY "end") AS v,
-       list("end" ORDER BY "end") AS t
+SELECT 'interval ' || name AS metric, 'us' AS unit, list(duration_ns / 1e3 ORDER BY end_ts) AS v,
+       list(end_ts ORDER BY end_ts) AS t
 FROM intervals GROUP BY name
 UNION ALL
 SELECT CASE WHEN field = 'cpu.busy_pct' THEN 'cpu busy ' || host
@@ -37,6 +37,9 @@ GROUP BY host, field
 
 def run_metrics(merged: Path) -> dict[str, Metric]:
     """Every metric of the result set in `merged`, by name (intervals first, then CPU)."""
+    if (merged / "summary.json").is_file() and not is_current(merged):
+        raise FileNotFoundError(f"{merged}: a result set of an older netspec: merge the run again "
+                                "(ns_control fetch)")
     db = open_tables(merged)
     have = {r[0] for r in db.execute("SELECT view_name FROM duckdb_views()").fetchall()}
     if not {"intervals", "rates"} <= have:

@@ -13,7 +13,7 @@ WITH s AS (SELECT tag, host, ts, ts_local, bound_ns FROM {source} WHERE entity =
      e AS (SELECT tag, host, ts, ts_local, bound_ns FROM {source} WHERE entity = $end AND tag IS NOT NULL
            AND ($end_component IS NULL OR component = $end_component)
            QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1)
-SELECT $name AS name, s.host AS start_host, e.host AS end_host, tag, s.ts AS "start", e.ts AS "end",
+SELECT $name AS name, s.host AS start_host, e.host AS end_host, tag, s.ts AS start_ts, e.ts AS end_ts,
        -- On one host the local clock is exact; across hosts both ends carry their bounds.
        CASE WHEN s.host = e.host THEN e.ts_local - s.ts_local ELSE e.ts - s.ts END AS duration_ns,
        CASE WHEN s.host = e.host THEN 0 ELSE s.bound_ns + e.bound_ns END AS bound_ns, 'pair' AS source,

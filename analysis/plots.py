@@ -34,13 +34,13 @@ def plot_all(db: duckdb.DuckDBPyConnection, out: Path, origin: int) -> list[Path
     out.mkdir(exist_ok=True)
     written = []
     for (name,) in db.execute("SELECT DISTINCT name FROM intervals ORDER BY name").fetchall():
-        t, d = db.execute('SELECT list("end" ORDER BY "end"), list(duration_ns ORDER BY "end") '
+        t, d = db.execute('SELECT list(end_ts ORDER BY end_ts), list(duration_ns ORDER BY end_ts) '
                           "FROM intervals "
                           "WHERE name = ?", [name]).fetchone()
         written.append(plot_interval(name, (np.array(t) - origin) / 1e9, np.array(d) / 1e3,
                                      out / f"interval-{file_name(name)}.png"))
-    clock = db.execute("""SELECT host, list("at" ORDER BY "at"), list(offset_ns ORDER BY "at"),
-                                 list(lo_ns ORDER BY "at"), list(hi_ns ORDER BY "at")
+    clock = db.execute("""SELECT host, list(ts ORDER BY ts), list(offset_ns ORDER BY ts),
+                                 list(lo_ns ORDER BY ts), list(hi_ns ORDER BY ts)
                           FROM clock WHERE source != 'reference' GROUP BY host ORDER BY host""").fetchall()
     if clock:
         written.append(plot_clock(clock, origin, out / "clock.png"))

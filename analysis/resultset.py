@@ -85,6 +85,19 @@ class ResultSet:
     plots: list[Path] = field(default_factory=list)
 
 
+# The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
+# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote).
+RESULT_FORMAT = 2
+
+
+def is_current(merged: Path) -> bool:
+    """Whether `merged` holds a result set of this netspec's format."""
+    try:
+        return json.loads((merged / "summary.json").read_text()).get("format") == RESULT_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
 def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
     there."""
@@ -120,7 +133,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     if record.graph:
         result.warnings += run_graph(db, record.graph, out, record.experiment_dir, origin, phases)
     (out / "summary.json").write_text(json.dumps({
-        "run": record.id, "records": result.records, "samples": result.samples,
+        "format": RESULT_FORMAT, "run": record.id, "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
         "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")
@@ -150,8 +163,8 @@ def open_tables(merged: Path) -> duckdb.DuckDBPyConnection:
 
 
 CLOCK = pa.schema([
-    ("host", pa.string()), ("reference", pa.string()), ("segment", pa.int32()), ("at_local", pa.int64()),
-    ("at", pa.int64()), ("offset_ns", pa.int64()), ("lo_ns", pa.int64()), ("hi_ns", pa.int64()),
+    ("host", pa.string()), ("reference", pa.string()), ("segment", pa.int32()), ("ts_local", pa.int64()),
+    ("ts", pa.int64()), ("offset_ns", pa.int64()), ("lo_ns", pa.int64()), ("hi_ns", pa.int64()),
     ("bound_ns", pa.int64()), ("source", pa.string())])
 PHASES = pa.schema([
     ("step", pa.int32()), ("phase", pa.string()), ("host", pa.string()), ("component", pa.string()),
@@ -159,7 +172,7 @@ PHASES = pa.schema([
 
 
 def write_clock(path: Path, fits: dict[str, ClockFit]) -> None:
-    rows = [{"host": host, "reference": fit.reference, "segment": n, "at_local": k.at, "at": k.at - k.offset,
+    rows = [{"host": host, "reference": fit.reference, "segment": n, "ts_local": k.at, "ts": k.at - k.offset,
              "offset_ns": k.offset, "lo_ns": k.lo, "hi_ns": k.hi,
              "bound_ns": max(k.hi - k.offset, k.offset - k.lo), "source": fit.source}
             for host, fit in sorted(fits.items()) for n, seg in enumerate(fit.segments) for k in seg.knots]
@@ -190,7 +203,7 @@ def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockF
 
 
 INTERVALS_SQL = """
-SELECT entity AS name, host AS start_host, host AS end_host, tag, "start", ts AS "end",
+SELECT entity AS name, host AS start_host, host AS end_host, tag, "start" AS start_ts, ts AS end_ts,
        CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source,
        ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns
 FROM events WHERE kind = 'interval'
@@ -203,7 +216,7 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
         db.execute("INSERT INTO intervals " + pair_sql("events"), pair_params(name, **p))
-    db.execute(f"""COPY (SELECT * FROM intervals ORDER BY "end") TO '{out / 'intervals.parquet'}'
+    db.execute(f"""COPY (SELECT * FROM intervals ORDER BY end_ts) TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
     total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]
     checks = []

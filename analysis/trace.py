@@ -94,8 +94,8 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
                 write_event(out, {"ph": "i", "s": "t", "name": entity, "pid": pid, "tid": tid, "ts": us(ts),
                                   "args": args})
         counts.events = min(counts.events, limit)
-        rows = db.execute(f"""SELECT name, start_host, end_host, tag, "start", "end", duration_ns, bound_ns
-                              FROM intervals ORDER BY "end" LIMIT {limit}""")
+        rows = db.execute(f"""SELECT name, start_host, end_host, tag, start_ts, end_ts, duration_ns, bound_ns
+                              FROM intervals ORDER BY end_ts LIMIT {limit}""")
         while batch := rows.fetchmany(65536):
             for n, (name, start_host, end_host, tag, start, end, duration, bound) in enumerate(batch):
                 # Async slices: intervals of one component may overlap without nesting.

@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 from netspec.analysis.metrics import Metric, run_metrics
 from netspec.analysis.predicate import holds
-from netspec.analysis.resultset import MERGED
+from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
 
@@ -232,7 +232,7 @@ class Campaigner:
                 "type": "Interrupted", "phase": None, "causes": [],
                 "message": "its controller was killed; the campaign resumed and runs it again"})
             record["status"] = "interrupted"
-        elif not (path / MERGED / "summary.json").is_file():
+        elif not is_current(path / MERGED):
             merge(path, self.options.output)
         self._record(point, path, record["status"])
         point["done"] = _decide(point, self.c)

@@ -11,7 +11,7 @@ from typing import IO
 
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
-from netspec.analysis.resultset import MERGED
+from netspec.analysis.resultset import MERGED, is_current
 from netspec.datastream.reader import StreamReader, read_streams
 from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
@@ -149,8 +149,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         paths = [find_run(args.runs, ref) for ref in args.run_refs]
         table = {}
         for path in paths:
-            if not (path / MERGED / "summary.json").is_file() and not merge(path, TERMINAL).ok:
-                return EXIT_FAILED
+            if not is_current(path / MERGED):
+                if (path / MERGED / "summary.json").is_file():
+                    print(f"{path.name}: its result set is of an older netspec: merging it again",
+                          file=sys.stderr)
+                if not merge(path, TERMINAL).ok:
+                    return EXIT_FAILED
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")

@@ -174,7 +174,7 @@ def test_the_graph_selects_trims_pairs_exports_and_runs_a_users_filter(tmp_path)
 
 
 def test_a_histogram_node_counts_and_draws(tmp_path):
-    rows = [{"name": "x", "duration_ns": v, "end": T0 + i}
+    rows = [{"name": "x", "duration_ns": v, "end_ts": T0 + i}
             for i, v in enumerate([1, 2, 2, 3, 3, 3, 4, 4, 4, 4])]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "intervals.parquet")
     (tmp_path / "plots").mkdir()

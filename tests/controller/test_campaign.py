@@ -132,7 +132,7 @@ def test_fastfail_stops_at_the_first_failed_run_and_notifies(experiment, tmp_pat
     path = experiment(textwrap.dedent(f"""\
         experiment: failing
         components:
-          bad: {{command: "exit 3", start: run}}
+          bad: {{command: "exit 3", start: run, params: {{x: 0}}}}
         schedule: [launch, run]
         sweep: {{params: {{bad.x: [1, 2, 3]}}}}
         hooks: {{fastfail: true, notify: "echo $NETSPEC_FAILURE > {note}"}}

@@ -5,6 +5,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,19 @@ def test_the_demo_result_set_holds_every_table_and_product(demo):
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
         "rates.parquet", "usage.parquet", "workload.parquet", "states.parquet", "trace.json", "narration.txt",
         "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
+
+
+def test_every_table_of_the_result_set_is_documented_column_by_column_with_a_query_that_runs(
+        demo, monkeypatch):
+    monkeypatch.chdir(demo.where)  # the queries name runs/latest/merged/, as a user's shell would
+    doc = (REPO / "docs" / "results.md").read_text()
+    sections = dict(re.findall(r"^## (\w+\.parquet)\n(.*?)(?=^## |\Z)", doc, re.M | re.S))
+    assert set(sections) == {p.name for p in demo.merged.glob("*.parquet")}
+    for table, text in sections.items():
+        documented = re.findall(r"^\| `(\w+)` \|", text, re.M)
+        assert documented == pq.read_schema(demo.merged / table).names, table
+        (query,) = re.findall(r"```sql\n(.*?)```", text, re.S)
+        assert duckdb.connect().sql(query).fetchall(), table
 
 
 def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
