@@ -1,6 +1,7 @@
 """Getstats's tabular report over one or more runs' metrics: a table per run, the first run
-the baseline of the others (O/H %), warnings before the tables, then each later run compared
-with the baseline. As text for people, or as CSV rows."""
+the baseline of the others (O/H %, "~" where Welch's test cannot tell it from noise), each
+later run compared with the baseline, then the warnings grouped by run. As text for people,
+or as CSV rows."""
 
 from __future__ import annotations
 
@@ -35,20 +36,30 @@ def rows(runs: dict[str, dict[str, Metric]]) -> list[Row]:
     return out
 
 
-def warnings(runs: dict[str, dict[str, Metric]]) -> list[str]:
-    """High z-scores and significant trends, as Getstats prints them before its table."""
-    lines = []
+def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
+    """High z-scores, significant trends and shaky tests, grouped by run, after the tables."""
+    by_run: dict[str, list[str]] = {}
     for run, metrics in runs.items():
         for name, m in metrics.items():
             far = outliers(m.values)
             if far:
                 worst = sorted(far, key=lambda o: -abs(o[2]))[:MAX_OUTLIERS_SHOWN]
                 shown = ", ".join(f"#{i} {v:.4g} (z {z:+.1f})" for i, v, z in worst)
-                lines.append(f"warning: {run}: {name}: {len(far)} of {len(m)} values beyond z 2: {shown}")
+                by_run.setdefault(run, []).append(
+                    f"{name}: {len(far)} of {len(m)} values beyond z 2: {shown}")
             t = trend(m.values, m.at)
             if t is not None and t.warns:
-                lines.append(f"warning: {run}: {name}: drifts {t.change_pct:+.1f} % of its mean across the "
-                             f"run (slope p {t.p_value:.2g}): a leak or a gradual degradation?")
+                by_run.setdefault(run, []).append(
+                    f"{name}: drifts {t.change_pct:+.1f} % of its mean across the run (slope p "
+                    f"{t.p_value:.2g}): a leak or a gradual degradation?")
+    for r in table:
+        if r.against is not None and r.against.note:
+            by_run.setdefault(r.run, []).append(f"{r.metric}: against the baseline, scipy: {r.against.note}: "
+                                                "its p-value is not to be trusted")
+    lines = [f"warnings: {sum(map(len, by_run.values()))}"] if by_run else []
+    for run, texts in by_run.items():
+        lines.append(f"  {run}:")
+        lines.extend(f"    {t}" for t in texts)
     return lines
 
 
@@ -74,7 +85,9 @@ def table_lines(table: list[Row]) -> list[str]:
             cells = [str(s.count), *map(_number, (s.mean, s.median, s.low, s.high, s.min, s.max, s.sdev_pct,
                                                   s.hw_pct))]
             if with_oh:
-                cells.append(_number(r.against.overhead_pct) if r.against else "-")
+                # An overhead Welch's test cannot tell from noise is not shown as a number.
+                cells.append("-" if not r.against else
+                             _number(r.against.overhead_pct) if r.against.differs else "~")
             lines.append(f"  {r.metric + ' (' + r.unit + ')':<{width}} " + " ".join(f"{c:>9}" for c in cells))
     return lines
 
@@ -94,8 +107,9 @@ def comparison_lines(table: list[Row]) -> list[str]:
 
 
 def report_lines(runs: dict[str, dict[str, Metric]]) -> list[str]:
+    """The tables, each later run against the first, then the warnings."""
     table = rows(runs)
-    return [*warnings(runs), *table_lines(table), *comparison_lines(table)]
+    return [*table_lines(table), *comparison_lines(table), *warnings(runs, table)]
 
 
 def write_csv(runs: dict[str, dict[str, Metric]], out: IO[str]) -> None:

@@ -6,6 +6,7 @@ Welch's t-test, the confidence interval of the difference). numpy and scipy do t
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +61,11 @@ def outliers(values: np.ndarray, z: float = Z_WARN) -> list[tuple[int, float, fl
     x = np.asarray(values, dtype=float)
     if len(x) < 3 or x.std(ddof=1) == 0:
         return []
-    scores = stats.zscore(x, ddof=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        scores = stats.zscore(x, ddof=1)
+    if caught:  # values equal but for rounding: no value stands out
+        return []
     return [(int(i), float(x[i]), float(scores[i])) for i in np.flatnonzero(np.abs(scores) > z)]
 
 
@@ -96,6 +101,7 @@ class Comparison:
     p_equal: float  # Welch's t-test, two-sided: the means are equal
     p_less: float  # one-sided: mean b <= mean a
     p_greater: float  # one-sided: mean b >= mean a
+    note: str = ""  # what scipy warned of while testing (e.g. samples nearly identical)
 
     @property
     def differs(self) -> bool:
@@ -109,9 +115,14 @@ def compare(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> Com
     if len(a) < 2 or len(b) < 2:
         return None
     ma, mb = a.mean(), b.mean()
-    test = stats.ttest_ind(b, a, equal_var=False)
-    ci = test.confidence_interval(confidence)
+    # scipy warns on stderr of what makes its answer shaky; the report says it, once, instead.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        test = stats.ttest_ind(b, a, equal_var=False)
+        ci = test.confidence_interval(confidence)
+        greater = stats.ttest_ind(b, a, equal_var=False, alternative="greater").pvalue
+        less = stats.ttest_ind(b, a, equal_var=False, alternative="less").pvalue
+    note = "; ".join(dict.fromkeys(str(w.message).split(". ")[0] for w in caught))
     return Comparison(_pct(mb - ma, ma), float(ci.low), float(ci.high), float(test.pvalue),
-                      float(stats.ttest_ind(b, a, equal_var=False, alternative="greater").pvalue),
-                      float(stats.ttest_ind(b, a, equal_var=False, alternative="less").pvalue))
+                      float(greater), float(less), note)
 

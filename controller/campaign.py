@@ -30,6 +30,7 @@ from netspec.protocol.runrecord import load_record
 from .hooks import HookFailed, run_hook
 from .load import CAMPAIGN_KEYS, parse
 from .model import Campaign, Plan
+from .provenance import differences
 from .rundir import RunDir
 from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, run_plan
 
@@ -210,8 +211,16 @@ class Campaigner:
     def _record(self, point: dict[str, Any], path: Path, status: str) -> None:
         value = run_value(path, self.c.metric, self.c.statistic) if status == "ok" else None
         warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
+        counted = status == "ok" and not warm
+        first = next((r for r in point["runs"] if r["counted"]), None)
+        diffs = differences(load_record(Path(first["path"])), load_record(path)) if counted and first else []
+        if diffs:
+            counted = False
+            self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
+                                     f"{point['label']}: it differs from run {first['id']}: "
+                                     + "; ".join(diffs)])
         point["runs"].append({"id": path.name, "path": str(path.resolve()), "status": status, "value": value,
-                              "counted": status == "ok" and not warm, "warmup": warm})
+                              "counted": counted, "warmup": warm, **({"differs": diffs} if diffs else {})})
         self.cdir.state["current"] = None
         self.cdir.save()
 
@@ -265,6 +274,16 @@ class Campaigner:
         return code
 
 
+def _check_repetitions(point: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    """Raises CampaignError unless the counted runs of `point` ran one experiment alike."""
+    records = [load_record(Path(r["path"])) for r in runs]
+    for r, record in zip(runs[1:], records[1:], strict=True):
+        diffs = differences(records[0], record)
+        if diffs:
+            raise CampaignError(f"{point['label']}: runs {runs[0]['id']} and {r['id']} are not "
+                                f"repetitions of one experiment: {'; '.join(diffs)}")
+
+
 def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
     """Per point (by label), every metric as one value per counted run: the campaign's
     statistic of the metric's samples in that run."""
@@ -273,6 +292,7 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
     points: dict[str, dict[str, Metric]] = {}
     for point in cdir.state["points"]:
         runs = [r for r in point["runs"] if r["counted"]]
+        _check_repetitions(point, runs)
         values: dict[str, list[float]] = {}
         units: dict[str, str] = {}
         for r in runs:

@@ -21,6 +21,7 @@ from netspec.protocol.runrecord import load_record
 from . import summary
 from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
 from .load import load, parse
+from .provenance import differences
 from .pull import pull_run
 from .remote import for_each_host
 from .rundir import find_run, list_runs
@@ -158,12 +159,24 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        print_lines(report_lines(table))
+        print_lines([*run_differences(paths), *report_lines(table)])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)
         print(f"written: {args.csv}")
     return EXIT_OK
+
+
+def run_differences(paths: list[Path]) -> list[str]:
+    """What differs between each run and the first, said before they are compared."""
+    base = load_record(paths[0])
+    lines = []
+    for path in paths[1:]:
+        diffs = differences(base, load_record(path))
+        if diffs:
+            lines.append(f"{path.name} differs from {paths[0].name} in {len(diffs)} way(s):")
+            lines.extend(f"  {d}" for d in diffs)
+    return lines
 
 
 def _campaign(args: argparse.Namespace, ref: str) -> Path | None:

@@ -13,19 +13,16 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import jsonschema
-import yaml
 from netspec.analysis.graph import GraphError, check_node
 from netspec.analysis.predicate import check_predicate
 from netspec.datastream.writer import StreamConfig
-from netspec.protocol.errors import ConfigError, ConfigErrors
+from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
 
 from .model import (
@@ -40,9 +37,8 @@ from .model import (
     Plan,
     Step,
 )
+from .sourcefile import Path_, SourceFile, key_name, suggest
 
-Path_ = tuple[str | int, ...]
-_T = TypeVar("_T")
 DEFAULT_HOST = "local"
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -53,102 +49,7 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath("experiment.schema.json").read_text())
 
 
-def key_name(path: Path_) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-class _Source:
-    """The file's text, its data, the line of every key and item in it, and the problems
-    found in it so far: each check records its own and the next check goes on."""
-
-    def __init__(self, path: Path, text: str):
-        self.path, self.text = path, text
-        self.lines: dict[Path_, int] = {}
-        self.errors: list[ConfigError] = []
-        self.warnings: list[str] = []
-        # Where the schema found a problem, and whether the bad part was pruned: a later
-        # check's complaint about such an item (or, if it is still there, about anything in
-        # it) is a consequence of that problem, not news.
-        self.misshapen: list[tuple[str, bool]] = []
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", str(path),
-                              mark.line + 1 if mark else None) from exc
-        if node is not None:
-            self._walk(node, ())
-
-    def _walk(self, node: yaml.Node, path: Path_) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = key_node.value
-                if (*path, key) in self.lines:
-                    with self.checking():
-                        self.error(f"key '{key}' appears twice", (*path, key),
-                                   key_node.start_mark.line + 1)
-                self.lines[(*path, key)] = key_node.start_mark.line + 1
-                self._walk(value_node, (*path, key))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self.lines[(*path, i)] = item.start_mark.line + 1
-                self._walk(item, (*path, i))
-
-    def line(self, path: Path_) -> int | None:
-        for n in range(len(path), 0, -1):
-            if path[:n] in self.lines:
-                return self.lines[path[:n]]
-        return 1
-
-    def error(self, message: str, path: Path_, line: int | None = None) -> NoReturn:
-        """Raises ConfigError naming the file, the line of `path` (or `line`) and the key."""
-        raise ConfigError(message, str(self.path), line or self.line(path), key_name(path))
-
-    @contextmanager
-    def checking(self) -> Iterator[None]:
-        """Records a ConfigError raised inside, so that the checks after it still run."""
-        try:
-            yield
-        except ConfigErrors as exc:
-            self.errors.extend(exc.errors)
-        except (KeyError, TypeError, AttributeError, ValueError, IndexError):
-            # A check tripped over a shape the schema rejected, and that is already said.
-            if not self.errors:
-                raise
-        except ConfigError as exc:
-            if not any(exc.key == item or (not pruned and exc.key.startswith((f"{item}.", f"{item}[")))
-                       for item, pruned in self.misshapen):
-                self.errors.append(exc)
-
-    def checked(self, check: Callable[..., _T], *args: Any) -> _T | None:
-        """`check(*args)`, or None when it raised a ConfigError (recorded)."""
-        with self.checking():
-            return check(*args)
-        return None
-
-    def raise_errors(self) -> None:
-        if self.errors:
-            raise ConfigErrors(self.errors)
-
-    def warn(self, message: str, path: Path_) -> None:
-        self.warnings.append(str(ConfigError(message, str(self.path), self.line(path), key_name(path))))
-
-    def known(self, what: str, name: str, names: Collection[str], path: Path_) -> None:
-        """Raises ConfigError, with a "did you mean", unless `name` is one of `names`."""
-        if name not in names:
-            self.error(f"unknown {what} '{name}'{suggest(name, names)}", path)
-
-
-def suggest(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _schema_error(src: _Source, error: jsonschema.ValidationError) -> None:
+def _schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
     path: Path_ = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = error.schema.get("properties", {})
@@ -216,7 +117,7 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
     """The plan of `text`, as if read from `path` (relative paths start at its folder).
     `programs` maps a program's resolved path to the file to run instead: a run
     directory's copy, when a run is repeated from it alone."""
-    src = _Source(path, text)
+    src = SourceFile(path, text)
     data = src.data
     if not isinstance(data, dict):
         src.error("an experiment file is a YAML mapping", ())
@@ -236,7 +137,7 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
     return plan
 
 
-def _resolve(src: _Source, data: dict[str, Any], path: Path, programs: dict[str, str]) -> Plan:
+def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str]) -> Plan:
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
@@ -257,7 +158,7 @@ def _resolve(src: _Source, data: dict[str, Any], path: Path, programs: dict[str,
                 schedule, clock, streams, camp, pairs, graph, campaign, tuple(src.warnings))
 
 
-def _check_step_params(src: _Source, data: dict[str, Any], components: tuple[Component, ...]) -> None:
+def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:
     """A step's params win over its components' own: said as a warning, and as an error
     where that would hide a swept param (every point of the sweep would run alike)."""
     swept = set((data.get("sweep") or {}).get("params") or {})
@@ -296,7 +197,7 @@ def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:
     return values
 
 
-def _sweep_axis(src: _Source, key: str, spec: list[Any] | dict[str, float],
+def _sweep_axis(src: SourceFile, key: str, spec: list[Any] | dict[str, float],
                 components: dict[str, dict[str, Any]]) -> list[Any]:
     where: Path_ = ("sweep", "params", key)
     component, _, param = key.rpartition(".")
@@ -314,7 +215,7 @@ def _sweep_axis(src: _Source, key: str, spec: list[Any] | dict[str, float],
     return values
 
 
-def _check_metric(src: _Source, metric: str, data: dict[str, Any]) -> None:
+def _check_metric(src: SourceFile, metric: str, data: dict[str, Any]) -> None:
     """`metric` names something a run can have (analysis/metrics.py makes the names)."""
     where: Path_ = ("repeat", "metric")
     pairs = list((data.get("analysis") or {}).get("pairs") or {})
@@ -334,7 +235,7 @@ def _check_metric(src: _Source, metric: str, data: dict[str, Any]) -> None:
                   "or 'cpu of COMPONENT on HOST'", where)
 
 
-def _campaign(src: _Source, data: dict[str, Any], hosts: dict[str, Host]) -> Campaign:
+def _campaign(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host]) -> Campaign:
     sweep = data.get("sweep") or {"params": {}}
     axes = {}
     for key, spec in sweep["params"].items():
@@ -367,7 +268,8 @@ def _campaign(src: _Source, data: dict[str, Any], hosts: dict[str, Host]) -> Cam
                     hooks, spec.get("fastfail", False), notify)
 
 
-def _hook(src: _Source, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host], where: Path_) -> Hook:
+def _hook(src: SourceFile, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host],
+          where: Path_) -> Hook:
     command = spec["command"] if isinstance(spec, dict) else spec
     on = tuple(spec.get("hosts", ())) if isinstance(spec, dict) else ()
     for i, host in enumerate(on):
@@ -378,7 +280,7 @@ def _hook(src: _Source, spec: str | list[str] | dict[str, Any], hosts: dict[str,
     return Hook(("/bin/sh", "-c", command) if isinstance(command, str) else tuple(command), on)
 
 
-def _pairs(src: _Source, pairs: dict[str, dict[str, str]], names: list[str]) -> tuple[Pair, ...]:
+def _pairs(src: SourceFile, pairs: dict[str, dict[str, str]], names: list[str]) -> tuple[Pair, ...]:
     for name, p in pairs.items():
         for key in ("start_component", "end_component"):
             if key in p:
@@ -387,7 +289,7 @@ def _pairs(src: _Source, pairs: dict[str, dict[str, str]], names: list[str]) -> 
     return tuple(Pair(name, **p) for name, p in pairs.items())
 
 
-def _graph(src: _Source, graph: dict[str, dict[str, Any]], schedule: tuple[Step, ...],
+def _graph(src: SourceFile, graph: dict[str, dict[str, Any]], schedule: tuple[Step, ...],
            base: Path) -> dict[str, dict[str, Any]]:
     """The analysis graph, every node checked; a filter file's path made absolute."""
     resolved, phases = {}, [s.phase for s in schedule]
@@ -404,7 +306,7 @@ def _graph(src: _Source, graph: dict[str, dict[str, Any]], schedule: tuple[Step,
     return resolved
 
 
-def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
+def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
     given = data.get("hosts") or {DEFAULT_HOST: {}}
     for name, spec in given.items():
         if spec and "address" in spec and "ssh" in spec:
@@ -414,7 +316,7 @@ def _hosts(src: _Source, data: dict[str, Any]) -> dict[str, Host]:
     return {name: Host(name, **(spec or {})) for name, spec in given.items()}
 
 
-def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, Host],
+def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str, Host],
                base: Path, programs: dict[str, str]) -> Component:
     where: Path_ = ("components", name)
     if name == NODE:
@@ -456,7 +358,7 @@ def _component(src: _Source, name: str, spec: dict[str, Any], hosts: dict[str, H
                      spec.get("start", "launch"), spec.get("stop"))
 
 
-def _schedule(src: _Source, raw: list[Any], names: list[str]) -> tuple[Step, ...]:
+def _schedule(src: SourceFile, raw: list[Any], names: list[str]) -> tuple[Step, ...]:
     steps = []
     for i, item in enumerate(raw):
         spec = {"phase": item} if isinstance(item, str) else item
@@ -481,7 +383,7 @@ def _schedule(src: _Source, raw: list[Any], names: list[str]) -> tuple[Step, ...
     return tuple(steps)
 
 
-def _check_step(src: _Source, i: int, spec: dict[str, Any], steps: int) -> None:
+def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int) -> None:
     where: Path_ = ("schedule", i)
     phase, listed = spec["phase"], spec.get("components")
     if spec.get("need") and listed and spec["need"] > len(listed):
@@ -494,7 +396,7 @@ def _check_step(src: _Source, i: int, spec: dict[str, Any], steps: int) -> None:
         src.error("'collect' must be the last step", where)
 
 
-def _check_plain_phases(src: _Source, components: tuple[Component, ...],
+def _check_plain_phases(src: SourceFile, components: tuple[Component, ...],
                         schedule: tuple[Step, ...]) -> None:
     for comp in components:
         if not comp.aware:
@@ -502,7 +404,7 @@ def _check_plain_phases(src: _Source, components: tuple[Component, ...],
                 _check_plain_phase(src, comp, schedule)
 
 
-def _check_plain_phase(src: _Source, comp: Component, schedule: tuple[Step, ...]) -> None:
+def _check_plain_phase(src: SourceFile, comp: Component, schedule: tuple[Step, ...]) -> None:
     order = [s.phase for s in schedule]
     where: Path_ = ("components", comp.name)
     for key, phase in (("start", comp.start), ("stop", comp.stop)):
@@ -520,7 +422,7 @@ def _check_plain_phase(src: _Source, comp: Component, schedule: tuple[Step, ...]
                   (*where, "stop"))
 
 
-def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:
+def _clock(src: SourceFile, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:
     reference = spec.get("reference", next(iter(hosts)))
     src.known("host", reference, hosts, ("services", "clksync", "reference"))
     return ClockService(reference, spec.get("until_bound_us"), spec.get("interval_ms", 200.0),
@@ -528,7 +430,7 @@ def _clock(src: _Source, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockS
 
 
 
-def _camp(src: _Source, spec: dict[str, Any] | None, names: list[str]) -> CampService | None:
+def _camp(src: SourceFile, spec: dict[str, Any] | None, names: list[str]) -> CampService | None:
     if spec is None:
         return None
     for i, comp in enumerate(spec.get("processes") or []):
@@ -538,7 +440,7 @@ def _camp(src: _Source, spec: dict[str, Any] | None, names: list[str]) -> CampSe
                          for k in ("interfaces", "disks", "processes")))
 
 
-def _streams(src: _Source, spec: dict[str, Any], names: list[str]) -> tuple[StreamConfig, ...]:
+def _streams(src: SourceFile, spec: dict[str, Any], names: list[str]) -> tuple[StreamConfig, ...]:
     for name, stream in spec.items():
         for i, comp in enumerate(stream.get("components", [])):
             with src.checking():

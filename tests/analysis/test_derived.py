@@ -64,23 +64,26 @@ def metric(name, values):
     return Metric(name, "us", np.asarray(values, dtype=float), T0 + SECOND * np.arange(len(values)))
 
 
-def test_the_report_compares_later_runs_with_the_first():
+def test_the_report_compares_later_runs_with_the_first_then_groups_its_warnings():
     runs = {"base": {"interval rtt": metric("interval rtt", ELAPSED)},
-            "slower": {"interval rtt": metric("interval rtt", ELAPSED * 1.1)}}
+            "slower": {"interval rtt": metric("interval rtt", ELAPSED * 1.1)},
+            "alike": {"interval rtt": metric("interval rtt", ELAPSED[::-1])}}
     lines = report_lines(runs)
-    assert lines[:2] == [f"warning: {run}: interval rtt: 1 of 10 values beyond z 2: #2 {v} (z +2.0)"
-                         for run, v in (("base", 40.4), ("slower", 44.44))]
-    lines = lines[2:]
     assert lines[0] == "base" and "O/H%" not in lines[1] and "O/H%" in lines[4]
     row = lines[5].split()
     assert row[:5] == ["interval", "rtt", "(us)", "10", "42.52"]
     assert float(row[-1]) == pytest.approx(10, abs=0.01)
-    assert lines[-1].startswith("slower against base: interval rtt: 95% CI of the difference (")
-    assert lines[-1].endswith("they differ")
+    assert lines[8].split()[-1] == "~"  # no overhead where Welch's test sees none
+    assert lines[9].startswith("slower against base: interval rtt: 95% CI of the difference (")
+    assert lines[9].endswith("they differ") and lines[10].endswith("they are indistinguishable")
+    assert lines[11] == "warnings: 3"
+    assert "\n".join(lines[12:]) == "\n".join(
+        f"  {run}:\n    interval rtt: 1 of 10 values beyond z 2: #{i} {v} (z +2.0)"
+        for run, i, v in (("base", 2, 40.4), ("slower", 2, 44.44), ("alike", 7, 40.4)))
     out = io.StringIO()
     write_csv(runs, out)
     rows = list(csv.DictReader(io.StringIO(out.getvalue())))
-    assert [r["run"] for r in rows] == ["base", "slower"] and rows[0]["overhead_pct"] == ""
+    assert [r["run"] for r in rows] == ["base", "slower", "alike"] and rows[0]["overhead_pct"] == ""
     assert float(rows[1]["overhead_pct"]) == pytest.approx(10) and float(rows[1]["p_equal"]) < 0.05
 
 
@@ -184,3 +187,14 @@ def test_a_histogram_node_counts_and_draws(tmp_path):
     assert [c for (c,) in db.execute("SELECT count FROM h ORDER BY lo").fetchall()] == [1, 2, 3, 4]
     assert (tmp_path / "plots" / "h.png").read_bytes()[:4] == b"\x89PNG"
     assert duckdb.sql(f"SELECT 1 FROM '{tmp_path}/intervals.parquet' LIMIT 1").fetchall() == [(1,)]
+
+
+def test_what_scipy_warns_of_is_said_in_the_report_and_never_leaks(recwarn):
+    same = np.full(10, 5.0)
+    runs = {"a": {"interval x": metric("interval x", same)},
+            "b": {"interval x": metric("interval x", same + 1e-15 * np.arange(10))}}
+    lines = report_lines(runs)
+    assert not recwarn.list
+    assert lines[-2:] == ["  b:", "    interval x: against the baseline, scipy: Precision loss occurred in "
+                          "moment calculation due to catastrophic cancellation: its p-value is not to be "
+                          "trusted"]

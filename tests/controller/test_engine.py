@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,6 +227,19 @@ def test_results_lists_the_demo_and_report_gives_its_statistics(demo):
     assert row[3] == "2000" and float(row[5]) < float(row[4]) * 2  # count; median below twice the mean
     table = list(csv.DictReader((demo.where / "report.csv").open()))
     assert {r["metric"] for r in table} >= {"interval to_client", "interval STIM/rtt", "cpu busy b"}
+
+
+def test_report_says_what_differs_between_runs_before_it_compares_them(demo, tmp_path):
+    runs = tmp_path / "runs" / "stimulus-response"
+    for name in ("base", "other"):
+        shutil.copytree(demo.run, runs / name, symlinks=True)
+    record = json.loads((runs / "other" / "run.json").read_text())
+    record["id"] = "other"
+    next(c for c in record["plan"]["components"] if c["name"] == "client")["params"]["count"] = 500
+    (runs / "other" / "run.json").write_text(json.dumps(record))
+    report = ns_control("report", "base", "other", cwd=tmp_path, env=demo.env)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith("other differs from base in 1 way(s):\n  client.count: 2000 -> 500\n")
 
 
 def test_fetch_merges_the_demo_again_into_elsewhere(demo):
