@@ -126,6 +126,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         path = find_run(args.runs, args.run)
     merged = merge(path, TERMINAL, args.to)
     print_lines(merged.lines)
+    if merged.ok:
+        print_lines(summary.written_lines(args.to or path / MERGED))
     return EXIT_OK if merged.ok else EXIT_FAILED
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
              created: Callable[[RunDir], None] | None = None) -> tuple[RunDir, int]:
     """Run `plan` into a new run directory under options.runs, with `record` added to its
     run.json; `created` is told the directory before anything starts."""
+    started = time.monotonic()
     key = load_or_create_key()
     rundir = RunDir.create(options.runs, plan.name, plan.text, {
         "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
@@ -87,6 +89,9 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     def progress(event: Progress) -> None:
         output.out(*summary.progress_text(event))
 
+    def took() -> str:
+        return summary.wall_line(time.monotonic() - started, rundir.record.get("duration_s"), merged.seconds)
+
     run = Run(plan, rundir, key, (lambda e: None) if options.quiet else progress,
               accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons)
     try:
@@ -102,7 +107,8 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
             output.out("")  # end the progress line before the error goes to stderr
         output.err(summary.error_lines(exc))
         merged = merge(rundir.path, output)
-        output.err([*merged.lines, f"run directory (everything gathered so far): {rundir.path}"])
+        output.err([*merged.lines, took(),
+                    f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
     if not options.quiet:
         for line in summary.run_lines(rundir.path, rundir.record):
@@ -112,6 +118,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     if not options.quiet:
         for line in merged.lines:
             output.out(line)
+        output.out(took())
     return rundir, EXIT_OK
 
 
@@ -121,15 +128,18 @@ class Merged:
 
     ok: bool
     lines: list[str]
+    seconds: float = 0.0
 
 
 def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     """Merge a run's streams, gathered in full or not; the run's own files stay as they are
     whatever happens here. A failure is said on `output` at once; what the merge made is
     returned for the caller to show or not."""
+    started = time.monotonic()
     try:
         result = merge_run(run, out)
     except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
         output.err([f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)"])
-        return Merged(False, [])
-    return Merged(True, summary.merge_lines(result))
+        return Merged(False, [], time.monotonic() - started)
+    took = time.monotonic() - started
+    return Merged(True, summary.merge_lines(result, took), took)

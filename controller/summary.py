@@ -121,14 +121,30 @@ def host_lines(outcome: dict[str, Any]) -> list[str]:
             for host, r in outcome.items()]
 
 
-def merge_lines(result: ResultSet) -> list[str]:
+def merge_lines(result: ResultSet, took_s: float) -> list[str]:
     """What the merge made of a run: counts, the causality check, warnings."""
     lines = [f"merged: {result.records} records, {result.samples} sample values, {result.intervals} "
-             f"intervals on one timeline -> {result.directory}"]
+             f"intervals on one timeline in {seconds(took_s)} -> {result.directory}"]
     lines += [f"  causality {c.text()}" for c in result.causality]
     lines += [f"  workload {w.text()}" for w in result.workloads]
     lines += [f"  warning: {w}" for w in result.warnings]
     return lines
+
+
+def wall_line(total_s: float, run_s: float | None, merge_s: float) -> str:
+    """Where the wall time went: the run's phases, the merge, and the rest (daemons started
+    and stopped, the run directory written)."""
+    rest = total_s - (run_s or 0.0) - merge_s
+    return (f"took {seconds(total_s)} in all: {seconds(run_s)} the run, {seconds(merge_s)} the merge, "
+            f"{seconds(max(rest, 0.0))} starting and stopping")
+
+
+def written_lines(directory: Path) -> list[str]:
+    """What a directory holds, file by file with its size."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in files)
+    return [f"wrote {len(files)} files ({total / 1e6:.1f} MB) into {directory}:",
+            *(f"  {p.relative_to(directory)}  {p.stat().st_size / 1e3:.1f} kB" for p in files)]
 
 
 def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:

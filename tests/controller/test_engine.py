@@ -100,6 +100,10 @@ def test_the_demo_keeps_its_experiment_and_a_copy_of_each_program(demo):
 
 def test_the_demo_summary_shows_the_clients_result_and_the_streams_gathered(demo):
     assert "b/client: 2000 round trips: median" in demo.stdout
+    took = re.search(r"^took (.+) in all: (.+) the run, (.+) the merge, (.+) starting and stopping$",
+                     demo.stdout, re.M)
+    assert took, demo.stdout
+    assert re.search(r"intervals on one timeline in " + re.escape(took[3]) + " -> ", demo.stdout)
     assert "streams: a 4 files, b 4 files" in demo.stdout
 
 
@@ -245,6 +249,8 @@ def test_report_says_what_differs_between_runs_before_it_compares_them(demo, tmp
 def test_fetch_merges_the_demo_again_into_elsewhere(demo):
     again = ns_control("fetch", "--to", str(demo.where / "again"), cwd=demo.where, env=demo.env)
     assert again.returncode == 0 and "merged: 80" in again.stdout
+    assert "files (" in again.stdout and f"MB) into {demo.where / 'again'}:\n" in again.stdout
+    assert "\n  events.parquet  " in again.stdout
     assert (demo.where / "again" / "events.parquet").is_file()
 
 

@@ -13,7 +13,8 @@ STORED = REPO / "tests" / "data" / "runs" / "stimulus-response" / "20261121T1813
 
 def stored():
     record = json.loads(STORED.read_text())
-    record["programs"] = {"/exp/stimulus.py": {"sha256": "fedcba9876543210" * 4, "copy": "programs/0-stimulus.py"}}
+    record["programs"] = {"/exp/stimulus.py": {"sha256": "fedcba9876543210" * 4,
+                                               "copy": "programs/0-stimulus.py"}}
     return record
 
 
