@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/ns_control run experiments/stimulus_response/stimulus_response.yaml
+	$(BIN)/ns_control demo
 
 # Two workers (this project's machines have two cores); a `timing` test has the machine to
 # itself while it runs (tests/conftest.py).

@@ -6,6 +6,7 @@ import argparse
 import functools
 import sys
 import traceback
+from importlib import resources
 from pathlib import Path
 from typing import IO
 
@@ -58,13 +59,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     command = functools.partial(sub.add_parser, parents=[debug])
     run = command("run", help="run an experiment file")
     run.add_argument("file", type=Path)
-    run.add_argument("--quiet", "-q", action="store_true", help="print only errors")
     run.add_argument("--keep-daemons", action="store_true",
                      help="leave the daemons of ssh hosts running (stop them with `down`)")
+    demo = command("demo", help="run the bundled demo experiment (stimulus-response on two local daemons)")
     up = command("up", help="start the daemons of a file's ssh hosts, to outlive runs")
     up.add_argument("file", type=Path)
     down = command("down", help="stop the daemons `up` or --keep-daemons left")
     down.add_argument("file", type=Path)
+    for p in (run, demo):
+        p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
     for p in (run, up, down):
         p.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
@@ -100,7 +103,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
     for p in (run, resume, report):
         p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
-    for p in (run, ls, show, fetch, results, report, resume, rerun):
+    for p in (run, demo, ls, show, fetch, results, report, resume, rerun):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -113,9 +116,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The demo from the installed package: works the same from a checkout, a wheel or pipx."""
+    demo = resources.files("netspec.experiments").joinpath("stimulus_response", "stimulus_response.yaml")
+    with resources.as_file(demo) as path:
+        _, code = run_plan(load(path), _options(args))
+    return code
+
+
 def _options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(args.runs, args.quiet, args.accept_new_host_keys, getattr(args, "keep_daemons", False),
-                      TERMINAL)
+    return RunOptions(args.runs, args.quiet, getattr(args, "accept_new_host_keys", False),
+                      getattr(args, "keep_daemons", False), TERMINAL)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -265,9 +276,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": cmd_run, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls, "show": cmd_show,
-            "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch, "results": cmd_results,
-            "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls,
+            "show": cmd_show, "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch,
+            "results": cmd_results, "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
 
 
 def main(argv: list[str] | None = None) -> int:
