@@ -20,6 +20,7 @@ from netspec.protocol.messages import netspec_version
 from netspec.protocol.runrecord import load_record
 
 from . import summary
+from .bundle import CRATE, export_run, import_run
 from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
 from .load import load, parse
 from .provenance import differences
@@ -88,6 +89,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
     fetch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust the --from host's ssh key if seen for the first time")
+    export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)")
+    export.add_argument("run", nargs="?", default="latest")
+    export.add_argument("--to", type=Path, required=True, metavar="FILE",
+                        help="the archive to write (.tar.gz)")
+    import_ = command("import", help="bring an exported run back under the runs directory")
+    import_.add_argument("file", type=Path)
     results = command("results", help="list merged result sets with their size and status")
     report = command("report", help="statistics of runs' metrics (Getstats), the first run the "
                                            "baseline of the others; or of a campaign's points, with plots")
@@ -103,7 +110,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
     for p in (run, resume, report):
         p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
-    for p in (run, demo, ls, show, fetch, results, report, resume, rerun):
+    for p in (run, demo, ls, show, fetch, export, import_, results, report, resume, rerun):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -140,6 +147,18 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     if merged.ok:
         print_lines(summary.written_lines(args.to or path / MERGED))
     return EXIT_OK if merged.ok else EXIT_FAILED
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    path = export_run(find_run(args.runs, args.run), args.to)
+    print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB, with {CRATE})")
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    path = import_run(args.file, args.runs)
+    print(f"imported {path.name} into {path} (every file checked against its crate's sha256)")
+    return EXIT_OK
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -278,7 +297,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls,
             "show": cmd_show, "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch,
-            "results": cmd_results, "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
+            "export": cmd_export, "import": cmd_import, "results": cmd_results, "report": cmd_report,
+            "resume": cmd_resume, "rerun": cmd_rerun}
 
 
 def main(argv: list[str] | None = None) -> int:

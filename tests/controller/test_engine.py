@@ -246,6 +246,25 @@ def test_report_says_what_differs_between_runs_before_it_compares_them(demo, tmp
     assert report.stdout.startswith("other differs from base in 1 way(s):\n  client.count: 2000 -> 500\n")
 
 
+def test_an_exported_demo_imported_elsewhere_reports_fetches_and_reruns(demo, tmp_path):
+    bundle = tmp_path / "demo.tar.gz"
+    done = ns_control("export", "--to", str(bundle), cwd=demo.where, env=demo.env)
+    assert done.returncode == 0 and done.stdout.startswith(f"exported {bundle} ("), done.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = ns_control("import", str(bundle), cwd=elsewhere, env=demo.env)
+    assert done.returncode == 0, done.stderr
+    run_id = demo.record["id"]
+    assert (elsewhere / "runs" / "stimulus-response" / run_id / "merged" / "events.parquet").is_file()
+    report = ns_control("report", run_id, cwd=elsewhere, env=demo.env)
+    assert report.returncode == 0 and "interval to_client (us)" in report.stdout, report.stderr
+    fetch = ns_control("fetch", run_id, cwd=elsewhere, env=demo.env)
+    assert fetch.returncode == 0 and "merged: 80" in fetch.stdout, fetch.stderr
+    rerun = ns_control("rerun", run_id, cwd=elsewhere, env=demo.env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert latest_record(elsewhere / "runs")["rerun_of"] == run_id
+
+
 def test_fetch_merges_the_demo_again_into_elsewhere(demo):
     again = ns_control("fetch", "--to", str(demo.where / "again"), cwd=demo.where, env=demo.env)
     assert again.returncode == 0 and "merged: 80" in again.stdout
