@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from netspec.protocol import messages as m
@@ -21,9 +22,14 @@ class Barrier:
         self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {h: [] for h in expected}
         self.remaining = {h: len(cs) for h, cs in expected.items()}
         self.good = self.bad = 0
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.opened_ns = 0  # when it opened, on the controller's clock
+        # Every expected ack is in (with k of n, after the barrier opened).
+        self.complete: asyncio.Future[None] = loop.create_future()
         if not self.expected:
             self.opened.set_result(None)
+            self.complete.set_result(None)
 
     def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
         """Record an ack; returns False if this error ack makes the step fail."""
@@ -40,7 +46,28 @@ class Barrier:
             return False
         if self.good >= self.need and not self.opened.done():
             self.opened.set_result(None)
+            self.opened_ns = time.time_ns()
+        if len(self.acks) == len(self.expected) and not self.complete.done():
+            self.complete.set_result(None)
         return True
+
+    def drop(self, host: str, component: str) -> None:
+        """`component` left the run (netspec ended it in an earlier step): no longer waited for."""
+        if (host, component) not in self.expected or (host, component) in self.acks:
+            return
+        self.expected.discard((host, component))
+        self.remaining[host] -= 1
+        if self.step.need is None:
+            self.need = len(self.expected)
+        if self.good >= self.need and not self.opened.done():
+            self.opened.set_result(None)
+            self.opened_ns = time.time_ns()
+        if len(self.acks) == len(self.expected) and not self.complete.done():
+            self.complete.set_result(None)
+
+    def give_up(self, host: str, component: str) -> None:
+        """`component` on `host` will not ack: counted as acked, so `complete` can be set."""
+        self.add(host, component, {"status": m.ACK_ERROR, "given_up": True})
 
     def host_done(self, host: str) -> bool:
         return self.remaining.get(host) == 0

@@ -45,7 +45,7 @@ SAVE_INTERVAL_S = 0.2
 class Progress:
     """One thing worth telling the user while the run goes (see summary.progress_text)."""
 
-    kind: str  # "step" (begins), "host" (finished the step), "step_done"
+    kind: str  # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler)
     step: str = ""
     host: str = ""
     status: str = ""
@@ -92,6 +92,11 @@ class Run:
         self.registered: dict[str, list[str]] = {}
         self.published: dict[str, dict[str, Any]] = {}
         self.barrier: Barrier | None = None
+        # k-of-n steps whose barrier opened before every participant acked: the rest are
+        # waited for until the step's deadline, beside the steps that follow.
+        self.stragglers: dict[int, Barrier] = {}
+        self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
+        self.troubles: list[str] = []  # what makes a run that got through only partial
         self.phase = "connect"
         self.collected = False
         self._saved_at = self._save_cost = 0.0
@@ -231,6 +236,8 @@ class Run:
         """Which components take part in `step`, by host."""
         chosen: list[str] = []
         for comp in self.plan.components:
+            if comp.name in self.ended:
+                continue
             if step.phase in ("launch", "collect"):
                 takes_part = step.phase == "collect" or comp.aware or comp.start == "launch"
             elif comp.aware:
@@ -280,6 +287,9 @@ class Run:
                                           components=components, published=self.published)
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
+            if not barrier.complete.done():
+                self.stragglers[index] = barrier
+                self.tg.create_task(self._wait_for_stragglers(barrier, deadline))
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
@@ -298,6 +308,38 @@ class Run:
             self._save()
         record["status"] = "ok"
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
+
+    async def _wait_for_stragglers(self, barrier: Barrier, deadline: float) -> None:
+        """The participants a k-of-n barrier opened without: each acks by the step's
+        deadline (late) or is ended then (killed) and takes no part in the rest of the run."""
+        timeout = max(deadline - asyncio.get_running_loop().time(), 0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(barrier.complete), timeout)
+        self.stragglers.pop(barrier.index, None)
+        for host, names in barrier.waiting().items():
+            for name in names:
+                barrier.give_up(host, name)
+                self._give_up(barrier, host, name, f"no ack within the deadline of "
+                              f"{barrier.step.deadline_s:g} s: ended")
+                if name != m.NODE and host in self.clients:
+                    with contextlib.suppress(NetspecError):
+                        await self.clients[host].request(m.END, asyncio.get_running_loop().time()
+                                                         + CLEANUP_DEADLINE_S, component=name)
+
+    def _give_up(self, barrier: Barrier, host: str, name: str, why: str) -> None:
+        """Record that participant `name` on `host` of a k-of-n step was ended: in its step,
+        in the run's troubles, and live."""
+        phase = barrier.step.phase
+        entry = self.rundir.record["steps"][barrier.index]["hosts"][host]["components"]
+        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "killed", "message": why}
+        if name != m.NODE:
+            self.ended[name] = f"ended in phase '{phase}': {why}"
+            for later in [self.barrier, *self.stragglers.values()]:
+                if later is not None and later is not barrier:
+                    later.drop(host, name)
+        self.troubles.append(f"phase '{phase}', host {host}: {name}: {why}")
+        self.progress(Progress("outcome", phase, host, "killed", text=f"{name}: {why}"))
+        self._save()
 
     def _outcome(self, barrier: Barrier, first: NetspecError) -> dict[str, Any]:
         """Each host's acks if it finished the step, or why it failed; `first` stopped it."""
@@ -373,7 +415,7 @@ class Run:
             self.rundir.record["components"][f"{host}/{event['component']}"] = {
                 "returncode": event["returncode"], "duration_s": event["duration_s"],
                 "argv": event["argv"], "ended_ns": event["ended_ns"]}
-            if event["failed"]:
+            if event["failed"] and event["component"] not in self.ended:
                 self._fail(ComponentFailed(result, self.phase))
         elif kind == m.ERROR:
             self._fail(RemoteError(host, event.get("error", {})))
@@ -389,15 +431,30 @@ class Run:
         step = self.rundir.record["steps"][ack["step"]]
         if "clock" in ack:
             self.rundir.record["hosts"][host]["clock"] = ack["clock"]
-        step["hosts"].setdefault(host, {"components": {}})["components"][name] = {
+        entries = step["hosts"].setdefault(host, {"components": {}})["components"]
+        if entries.get(name, {}).get("outcome") == "killed":
+            return  # the error ack of its ending says nothing new
+        if name in self.ended:
+            entries[name] = {"status": ack["status"], "outcome": "skipped", "message": self.ended[name]}
+            return
+        entries[name] = {
             "status": ack["status"], "message": ack.get("message", ""),
             "entered_ns": ack["entered"], "acked_ns": ack["acked"], "received_ns": time.time_ns(),
             **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
         barrier = self.barrier
         if barrier is None or barrier.index != ack["step"]:
+            barrier = self.stragglers.get(ack["step"])
+            if barrier is not None and (host, name) not in barrier.acks:
+                self._late_ack(barrier, host, name, ack)
             return
         if not barrier.add(host, name, ack):
             self._fail(self._ack_failure(host, name, barrier.step.phase, ack))
+        entry = step["hosts"][host]["components"][name]
+        entry["outcome"] = "error" if ack["status"] == m.ACK_ERROR else "ok"
+        if ack["status"] == m.ACK_ERROR and not self.failure.done():
+            # k of n: the barrier can open without it, but the run is not ok.
+            self.troubles.append(f"phase '{barrier.step.phase}', host {host}: {name}: "
+                                 f"{ack.get('message') or 'error'}")
         if barrier.host_done(host):
             acks = barrier.by_host[host]
             worst = m.worst_status(a["status"] for _, a in acks)
@@ -406,6 +463,22 @@ class Run:
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
                                    "; ".join(f"{c}: {a['message']}" for c, a in acks
                                              if a.get("message"))))
+
+    def _late_ack(self, barrier: Barrier, host: str, name: str, ack: dict[str, Any]) -> None:
+        """An ack after its k-of-n barrier opened: recorded with how late it came."""
+        barrier.add(host, name, ack)
+        entry = self.rundir.record["steps"][barrier.index]["hosts"][host]["components"][name]
+        late_s = (entry["received_ns"] - barrier.opened_ns) / 1e9
+        entry["late_ns"] = entry["received_ns"] - barrier.opened_ns
+        failed = ack["status"] == m.ACK_ERROR
+        entry["outcome"] = "error" if failed else "late"
+        text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
+        if failed:
+            self.troubles.append(f"phase '{barrier.step.phase}', host {host}: {name}: "
+                                 f"{ack.get('message') or 'error'}")
+            text += f": {ack.get('message') or 'error'}"
+        self.progress(Progress("outcome", barrier.step.phase, host, entry["outcome"], late_s, text))
+        self._save()
 
     # -- the end ------------------------------------------------------------------------
 
@@ -421,6 +494,11 @@ class Run:
 
     async def _finish(self, error: NetspecError | None) -> None:
         loop = asyncio.get_running_loop()
+        for barrier in list(self.stragglers.values()):
+            for host, names in barrier.waiting().items():
+                for name in names:
+                    barrier.give_up(host, name)
+                    self._give_up(barrier, host, name, "the run ended before it acked")
         if error is not None:
             await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=False), 20)
             if not self.collected:
@@ -436,6 +514,11 @@ class Run:
             self.failure.exception()
         if self._save_timer is not None:
             self._save_timer.cancel()
+        if error is None and self.troubles:
+            self.rundir.finish("partial", {
+                "type": "Partial", "phase": None, "causes": self.troubles,
+                "message": f"every step got through, but {len(self.troubles)} participant(s) did not"})
+            return
         status = ("ok" if error is None else
                   "interrupted" if isinstance(error, Interrupted) else "failed")
         self.rundir.finish(status, None if error is None else {

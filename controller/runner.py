@@ -23,7 +23,7 @@ from .engine import Progress, Run
 from .model import Plan
 from .rundir import RunDir
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class Output(Protocol):
@@ -119,6 +119,10 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         for line in merged.lines:
             output.out(line)
         output.out(took())
+    if rundir.record["status"] == "partial":
+        output.err([f"partial: {rundir.record['error']['message']}:",
+                    *(f"  {t}" for t in rundir.record["error"]["causes"])])
+        return rundir, EXIT_PARTIAL
     return rundir, EXIT_OK
 
 

@@ -28,6 +28,8 @@ def progress_text(event: Progress) -> tuple[str, bool]:
     """The text for one progress event, and whether it ends a line."""
     if event.kind == "step":
         return f"  {event.step:<16}", False
+    if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
+        return f" [{event.step}: {event.host}/{event.text}]", False
     if event.kind == "host":
         note = f" ({event.text})" if event.text and event.status != "ok" else ""
         return f" {event.host} {MARK.get(event.status, event.status)} {seconds(event.seconds)}{note} ", False
@@ -98,7 +100,8 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
             lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
     if record.get("error"):
         error = record["error"]
-        lines.append(f"  stopped in phase '{error.get('phase')}':")
+        partial = record["status"] == "partial"
+        lines.append("  partial:" if partial else f"  stopped in phase '{error.get('phase')}':")
         for text in [error["message"], *error.get("causes", [])]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]

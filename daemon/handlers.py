@@ -42,6 +42,8 @@ class Session(Protocol):
 log = logging.getLogger("netspecd")
 
 READ_LIMIT = 4 * 1024 * 1024
+# A straggler ended by `end` is stuck in a phase: its callback cannot take a STOP message.
+END_GRACE_S = 2.0
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -116,6 +118,18 @@ async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dic
     return {"status": m.ACK_OK}
 
 
+async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
+    sup = _supervisor(session)
+    name = request["component"]
+    if not isinstance(name, str) or name not in sup.components:
+        raise NetspecError(f"unknown component {name!r}")
+    comp = sup.components[name]
+    info = await comp.stop(grace=END_GRACE_S)
+    log.info("run %s: component %s ended as asked", sup.run_id, name)
+    return {"returncode": info.get("returncode"), "forced": comp.forced}
+
+
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if session.supervisor is None:
         return {"killed": 0}
@@ -165,6 +179,6 @@ async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 HANDLERS: dict[str, Handler] = {
-    m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.RESET: reset, m.FILES: files,
+    m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.END: end, m.RESET: reset, m.FILES: files,
     m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown,
 }

@@ -39,8 +39,8 @@ HOST_ADDRESS_ENV = "NETSPEC_HOST_ADDRESS"
 LOGGING_ENV = "NETSPEC_LOGGING"
 
 # Controller -> daemon requests.
-HELLO, SETUP, ENTER, RESET, FILES, READ, CLKSYNC, SHUTDOWN = (
-    "hello", "setup", "enter", "reset", "files", "read", "clksync", "shutdown")
+HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN = (
+    "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown")
 # Daemon -> controller.
 REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
 # Component <-> daemon.

@@ -387,14 +387,40 @@ def test_a_plain_command_that_fails_shows_its_output(experiment, tmp_path):
     assert "| about to fail" in done.stderr and "| stderr: oops" in done.stderr
 
 
-def test_k_of_n_opens_the_barrier_when_enough_participants_acked(experiment, tmp_path):
+def test_k_of_n_opens_the_barrier_at_k_and_a_failure_among_the_rest_makes_the_run_partial(
+        experiment, tmp_path):
     path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{fail_in: work}")
                       .replace("PARAMS_TWO", "{}")
                       .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1}"))
     done = ns_control("run", str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    step = latest_record(tmp_path / "runs")["steps"][2]
-    assert step["hosts"]["a"]["components"]["one"]["status"] == "error"
+    assert done.returncode == 3, done.stderr
+    assert "work             a FAIL" in done.stdout or "work: a/one: failed" in done.stdout, done.stdout
+    assert done.stderr.endswith("partial: every step got through, but 1 participant(s) did not:\n"
+                                "  phase 'work', host a: one: RuntimeError: one fails in work as asked\n")
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial"
+    one = record["steps"][2]["hosts"]["a"]["components"]["one"]
+    assert (one["status"], one["outcome"]) == ("error", "error")
+    assert record["steps"][2]["hosts"]["b"]["components"]["two"]["outcome"] in ("ok", "late")
+
+
+def test_a_k_of_n_straggler_is_ended_at_the_steps_deadline_and_leaves_the_run(experiment, tmp_path):
+    path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{hang_in: work}")
+                      .replace("PARAMS_TWO", "{}")
+                      .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1, deadline: 1s}"))
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "[work: a/one: no ack within the deadline of 1 s: ended]" in done.stdout
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial"
+    assert record["error"]["causes"] == [
+        "phase 'work', host a: one: no ack within the deadline of 1 s: ended"]
+    assert record["steps"][2]["hosts"]["a"]["components"]["one"]["outcome"] == "killed"
+    # Entered in collect before its deadline came, it is said to have been skipped there.
+    collect = record["steps"][3]["hosts"]["a"]["components"]["one"]
+    assert collect["outcome"] == "skipped" and collect["message"].startswith("ended in phase 'work'")
+    assert record["components"]["a/one"]["returncode"] < 0
+    assert not run_processes(record["id"])
 
 
 def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
