@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import random
-import select
+import selectors
 import threading
 import time
 from dataclasses import dataclass
@@ -105,6 +105,15 @@ class CampSampler:
         self.thread: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None  # a pipe: a byte written stops the thread
 
+    def attach(self, name: str, pid: int) -> None:
+        """Sample component `name` from now on: it started after start_logging."""
+        if name in self.processes and self.processes[name] is None:
+            try:
+                # One value of an existing key: the sampling thread's loop over the dict is safe.
+                self.processes[name] = self.backend.process_identifier(pid)
+            except ProcessGone:
+                self.warn("process_gone", f"component {name}: process {pid} is gone")
+
     def warn(self, kind: str, message: str, **detail: int) -> None:
         self._warning.log(0, {"kind": kind, "message": message, **detail})
 
@@ -175,15 +184,17 @@ class CampSampler:
             if wait < 0:
                 self.late += 1  # the last sample overran this slot's instant: skip the slot
                 continue
-            # select on a pipe, not an Event: an Event's wait allocates and takes locks, and
-            # every wakeup's cost is the sampler's own overhead.
-            if select.select(self._wake[:1], (), (), wait)[0]:
+            # Wait on a pipe, not an Event: an Event's wait allocates and takes locks, and
+            # every wakeup's cost is the sampler's own overhead. epoll has no fd limit.
+            if self._selector.select(wait):
                 break
             self.sample()
         self.sample()
 
     def start(self) -> None:
         self._wake = os.pipe()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake[0], selectors.EVENT_READ)
         self.thread = threading.Thread(target=self.run, name="camp", daemon=True)
         self.thread.start()
 
@@ -193,6 +204,7 @@ class CampSampler:
         os.write(self._wake[1], b"x")
         self.thread.join(timeout=5)
         self.thread = None
+        self._selector.close()
         for fd in self._wake:
             os.close(fd)
 

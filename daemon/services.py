@@ -68,6 +68,11 @@ class NodeServices:
                                        {n: processes.get(n) for n in self.sampled})
             self.sampler.start()
 
+    def started(self, name: str, pid: int) -> None:
+        """Component `name` started: sampled from now on if logging is on and it is chosen."""
+        if self.sampler is not None:
+            self.sampler.attach(name, pid)
+
     def stop_logging(self) -> None:
         self.streams.pause()
         if self.sampler is not None:

@@ -320,6 +320,7 @@ class Supervisor:
                 return await comp.call(phase, params, published, logging=self.logging_for(spec.name))
             if phase == "launch":
                 await comp.start(self.tg)
+                self.services.started(spec.name, comp.proc.pid)
                 phases = await comp.registered
                 ack = {"status": m.ACK_OK}
                 if "launch" in phases:
@@ -328,6 +329,7 @@ class Supervisor:
             return await comp.call(phase, params, published)
         if phase == spec.start:
             await comp.start(self.tg)
+            self.services.started(spec.name, comp.proc.pid)
             if spec.stop is not None:
                 return {"status": m.ACK_OK, "message": f"started pid {comp.proc.pid}"}
             comp.stopping = True

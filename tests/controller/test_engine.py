@@ -572,3 +572,25 @@ def test_a_second_ctrl_c_leaves_at_once_and_still_marks_the_run_interrupted(expe
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "interrupted" and record["error"]["message"].startswith("interrupted twice")
     wait_for(lambda: not run_processes(run_id), what="the daemon to end the run by itself")
+
+
+def test_camp_samples_a_component_that_starts_after_start_logging(experiment, tmp_path):
+    path = experiment("""\
+        experiment: late
+        components:
+          spin: {command: "exec python3 -c 'while True: pass'", start: run, stop: stop_logging}
+          hold: {command: "sleep 0.5", start: hold}
+        services: {camp: {interval_ms: 20, processes: [spin]}}
+        schedule: [launch, start_logging, run, hold, stop_logging]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    merged = tmp_path / "runs" / "latest" / "merged"
+    (pids,), = duckdb.sql(f"SELECT count(value) FROM '{merged}/samples.parquet' "
+                          "WHERE field = 'proc.spin.pid'").fetchall()
+    assert pids > 10  # 500 ms at one sample every 20 ms
+    (used,), = duckdb.sql(f"SELECT sum(rate) FROM '{merged}/rates.parquet' "
+                          "WHERE field = 'proc.spin.cpu_ns'").fetchall()
+    assert used > 0
+    (component,), = duckdb.sql(f"SELECT component FROM '{merged}/workload.parquet'").fetchall()
+    assert component == "spin"
