@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
+from netspec.protocol.names import safe_name
 
 from .facts import host_facts
 from .sampler import config_from_wire
@@ -61,6 +63,9 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if session.supervisor is not None:
         await session.supervisor.reset(clean=False)
+    safe_name(request["run"], "run id")
+    if request.get("host"):
+        safe_name(request["host"], "host")
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
                                     session.tg, request.get("host", ""), request.get("streams"),
@@ -142,22 +147,31 @@ async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     sup = _supervisor(session)
     sup.services.close()  # collecting ends the logging window, stop_logging or not
-    found = sup.collectable()
-    for f in found:
-        f["size"] = Path(f["path"]).stat().st_size if not f.get("missing") else 0
+    found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
+    sup.listed = {f["path"] for f in found if not f["missing"]}
     return {"files": found}
 
 
 async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A slice of a collectable file; nothing else on the host can be read."""
     path = request["path"]
-    if path not in {f["path"] for f in _supervisor(session).collectable()}:
-        raise ProtocolError(f"{path} is not a file of this run")
+    if path not in _supervisor(session).listed:
+        raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
     size = min(int(request.get("size", READ_LIMIT)), READ_LIMIT)
-    with open(path, "rb") as f:
-        f.seek(int(request.get("offset", 0)))
-        data = f.read(size)
+    data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
     return {"data": data, "eof": len(data) < size}
+
+
+def read_regular(path: str, offset: int, size: int) -> bytes:
+    """Up to `size` bytes of the regular file `path` from `offset`. A FIFO or device a
+    component left among its files is refused, never waited on: opened non-blocking, checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProtocolError(f"{path} is not a regular file")
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
 
 
 async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from netspec.clksync.node import ClockService
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
+from netspec.protocol.names import as_name
 
 from . import sampler
 from .sampler import CampConfig, CampSampler
@@ -94,5 +95,5 @@ class NodeServices:
 
     def collectable(self) -> list[dict[str, Any]]:
         """Every stream file of the run on this host: the node's and the components'."""
-        return [{"component": None, "name": f"streams/{p.name}", "path": str(p)}
+        return [{"component": None, "name": f"streams/{as_name(p.name)}", "path": str(p)}
                 for p in sorted(self.directory.glob("*.ds"))]

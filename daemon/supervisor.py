@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from netspec.protocol.exits import (
     run_processes,
     signal_pids,
 )
+from netspec.protocol.names import as_name, safe_name
 
 from .facts import host_address
 from .sampler import CampConfig
@@ -78,8 +80,8 @@ class ComponentSpec:
         """`program` (+ `args`) names a NETSPEC-aware program; `argv` a plain command."""
         aware = "program" in d
         argv = python_argv(d["program"], list(d.get("args", []))) if aware else list(d["argv"])
-        return cls(d["name"], argv, aware, dict(d.get("params", {})), dict(d.get("env", {})),
-                   d.get("start", "launch"), d.get("stop"))
+        return cls(safe_name(d["name"], "component"), argv, aware, dict(d.get("params", {})),
+                   dict(d.get("env", {})), d.get("start", "launch"), d.get("stop"))
 
 
 def _die_with_daemon() -> None:
@@ -274,9 +276,11 @@ class Supervisor:
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
                  camp: CampConfig | None = None):
-        self.run_id, self.root, self.tg, self.host = run_id, root / run_id, tg, host
+        self.run_id, self.root, self.tg, self.host = run_id, root / safe_name(run_id, "run id"), tg, host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
-        self.stream_configs = [StreamConfig.from_wire(n, d) for n, d in (streams or {}).items()]
+        self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
+        self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)
+                               for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
         for comp in self.components.values():
             comp.env[m.HOST_ENV] = host
@@ -380,8 +384,9 @@ class Supervisor:
         return True
 
     def collectable(self) -> list[dict[str, Any]]:
-        """Every file the controller should gather: outputs, exit status, handed-back files
-        and the run's streams on this host."""
+        """Every file the controller should gather, with its size: outputs, exit status,
+        handed-back files and the run's streams on this host. Only regular files: a FIFO
+        or device is listed as missing, so that nothing ever waits on one."""
         files = self.services.collectable()
         for comp in self.components.values():
             for name in ("stdout", "stderr", "exit.json"):
@@ -390,8 +395,15 @@ class Supervisor:
                     files.append({"component": comp.spec.name, "name": name, "path": str(path)})
             for handed in comp.handed_back:
                 path = Path(handed)
-                files.append({"component": comp.spec.name, "name": f"files/{path.name}",
-                              "path": str(path), "missing": not path.is_file()})
+                files.append({"component": comp.spec.name, "name": f"files/{as_name(path.name)}",
+                              "path": str(path)})
+        for f in files:
+            try:
+                st = os.stat(f["path"])
+                regular = stat.S_ISREG(st.st_mode)
+            except OSError:
+                regular = False
+            f["missing"], f["size"] = not regular, st.st_size if regular else 0
         return files
 
 

@@ -97,3 +97,53 @@ def test_an_unknown_request_gets_an_error_reply_and_the_connection_lives_on(daem
         await serving
         return reply
     assert asyncio.run(scenario())["pid"] > 0
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ({"run": "../escape", "components": []}, "run id '../escape' is not a name"),
+    ({"run": "", "components": []}, "run id '' is not a name"),
+    ({"run": "/abs", "components": []}, "run id '/abs' is not a name"),
+    ({"run": "r1", "components": [{"name": "../c", "argv": ["true"]}]}, "component '../c' is not a name"),
+    ({"run": "r1", "components": [], "streams": {"../s": {"enable": ["A"]}}}, "stream '../s' is not a name"),
+    ({"run": "r1", "host": "a/b", "components": []}, "host 'a/b' is not a name"),
+])
+def test_names_that_would_become_paths_outside_the_daemons_root_are_refused(daemon, key, tmp_path,
+                                                                            setup, message):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        deadline = asyncio.get_running_loop().time() + 10
+        try:
+            with pytest.raises(RemoteError, match=message.replace("(", r"\(")):
+                await client.request("setup", deadline, **setup)
+            with pytest.raises(RemoteError, match="no run is set up"):
+                await client.request("files", deadline)
+        finally:
+            await client.close()
+            await serving
+    asyncio.run(scenario())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["droot", "home"]  # nothing outside the root
+    assert not any((tmp_path / "droot").rglob("*escape*"))
+
+
+def test_a_fifo_among_a_runs_files_is_listed_missing_and_never_opened(daemon, key, tmp_path):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        deadline = asyncio.get_running_loop().time() + 10
+        try:
+            reply = await client.request("setup", deadline, run="r1", host="h", components=[])
+            streams = tmp_path / "droot" / "r1" / "streams"
+            streams.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(streams / "trap.ds")
+            (streams / "fine.ds").write_bytes(b"x" * 10)
+            listed = {f["name"]: f for f in (await client.request("files", deadline))["files"]}
+            assert listed["streams/trap.ds"]["missing"] and not listed["streams/fine.ds"]["missing"]
+            with pytest.raises(RemoteError, match="is not a file of this run"):
+                await client.request("read", deadline, path=listed["streams/trap.ds"]["path"], offset=0)
+            data = await client.request("read", deadline, path=listed["streams/fine.ds"]["path"], offset=0)
+            assert data["data"] == b"x" * 10 and data["eof"]
+            assert (await client.request("hello", deadline))["pid"] > 0  # still answering
+            return reply
+        finally:
+            await client.close()
+            await serving
+    asyncio.run(scenario())
