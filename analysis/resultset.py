@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
+from netspec.datastream.reader import Decoder, load_decoders
 from netspec.protocol.runrecord import RunRecord
 
 from .derive import Workload, write_derived
@@ -98,6 +99,17 @@ def is_current(merged: Path) -> bool:
         return False
 
 
+def _user_decoders(record: RunRecord, warnings: list[str]) -> dict[str, Decoder]:
+    """The decoders the experiment file allows, each loaded or said why not."""
+    found: dict[str, Decoder] = {}
+    for name in record.decoders:
+        try:
+            found.update(load_decoders([name], record.experiment_dir))
+        except (ImportError, AttributeError, ValueError, OSError, SyntaxError, KeyError) as exc:
+            warnings.append(f"decoder {name}: cannot be loaded ({exc}); its events' data stays raw")
+    return found
+
+
 def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
     there."""
@@ -111,7 +123,8 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         fits = {}
         result.warnings.append(f"no clock fit ({exc}): times are each host's own")
     files = {d.name: sorted(d.glob("streams/*.ds")) for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
-    counts = merge_files(files, fits, out)
+    decoders = _user_decoders(record, result.warnings)
+    counts = merge_files(files, fits, out, decoders)
     result.records, result.samples = counts.records, counts.samples
     result.warnings += counts.warnings
     write_clock(out / "clock.parquet", fits)

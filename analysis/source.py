@@ -3,7 +3,7 @@ time by its host's clock fit, as Batches (and the sample rows it holds)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 from netspec.clksync.fit import ClockFit
 from netspec.datastream.columns import MISSING, Columns
 from netspec.datastream.format import NAMESPACE
-from netspec.datastream.reader import ADMIN, StreamReader
+from netspec.datastream.reader import ADMIN, Decoder, StreamReader
 
 from .batch import BATCH_RECORDS, KINDS, Batch, Counts, Dictionaries
 from .convert import CompiledFit
@@ -28,8 +28,9 @@ class FileSource:
     """One stream file's records as Batches in global time, plus the sample rows it holds
     (`samples`, drained by the caller)."""
 
-    def __init__(self, path: Path, host: str, fit: ClockFit | None, names: Dictionaries, counts: Counts):
-        self.reader = StreamReader(path)
+    def __init__(self, path: Path, host: str, fit: ClockFit | None, names: Dictionaries, counts: Counts,
+                 decoders: Mapping[str, Decoder] | None = None):
+        self.reader = StreamReader(path, decoders)
         self.host, self.names, self.counts = host, names, counts
         self.fitted = fit is not None and fit.usable
         self.clock = CompiledFit.of(fit) if self.fitted else None  # None too for the reference

@@ -13,13 +13,14 @@ still take its place, and one later than that is counted in the merge's warnings
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numba
 import numpy as np
 from netspec.clksync.fit import ClockFit
+from netspec.datastream.reader import Decoder
 
 from .batch import Batch, Counts, Dictionaries
 from .sinks import EventsSink, write_samples
@@ -153,11 +154,13 @@ def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Bat
     return _sorted(early), rest
 
 
-def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Path) -> Counts:
-    """Merge `files` (host -> stream files) into out/events.parquet and out/samples.parquet."""
+def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Path,
+                decoders: Mapping[str, Decoder] | None = None) -> Counts:
+    """Merge `files` (host -> stream files) into out/events.parquet and out/samples.parquet;
+    `decoders` are the user's own, besides the built-in ones."""
     out.mkdir(parents=True, exist_ok=True)
     names, counts = Dictionaries(), Counts()
-    sources = [FileSource(p, host, fits.get(host), names, counts)
+    sources = [FileSource(p, host, fits.get(host), names, counts, decoders)
                for host, paths in sorted(files.items()) for p in sorted(paths)]
     sink = EventsSink(out / "events.parquet", names)
     for batch in merge(sources, counts):

@@ -13,7 +13,7 @@ from typing import IO
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import MERGED, is_current
-from netspec.datastream.reader import StreamReader, read_streams
+from netspec.datastream.reader import StreamReader, load_decoders, read_streams
 from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import netspec_version
@@ -78,6 +78,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     dump.add_argument("files", type=Path, nargs="+")
     dump.add_argument("--match", action="append", default=[], metavar="PATTERN",
                       help="only entities matching GROUP/name (wildcards; repeatable)")
+    dump.add_argument("--decoder", action="append", default=[], metavar="MODULE:FUNCTION",
+                      help="allow this decoder a stream names (your own code: it runs; repeatable); "
+                           "a stream's own MODULE:FUNCTION is never imported otherwise")
     ls = command("ls", help="list runs")
     show = command("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
@@ -257,7 +260,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if not paths:
         raise NetspecError(f"no .ds files in {', '.join(map(str, args.files))}")
     readers: list[StreamReader] = []
-    records = read_streams(paths, readers)
+    try:
+        decoders = load_decoders(args.decoder, Path.cwd())
+    except (ImportError, AttributeError, ValueError, OSError, SyntaxError) as exc:
+        raise NetspecError(f"--decoder: {exc}") from exc
+    records = read_streams(paths, readers, decoders)
     if args.match:
         # The stream's own records (losses above all) are never filtered out.
         records = (r for r in records

@@ -155,7 +155,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     _check_step_params(src, data, components)
     return Plan(data["experiment"], path.resolve(), src.text,
                 hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp, pairs, graph, campaign, tuple(src.warnings))
+                schedule, clock, streams, camp, pairs, graph, campaign,
+                tuple(analysis.get("decoders") or ()), tuple(src.warnings))
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

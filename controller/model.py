@@ -152,6 +152,7 @@ class Plan:
     pairs: tuple[Pair, ...] = ()
     graph: dict[str, dict[str, Any]] = field(default_factory=dict)
     campaign: Campaign | None = None  # a file with sweep:, repeat: or hooks: runs as a campaign
+    decoders: tuple[str, ...] = ()  # the user's own event decoders (analysis: decoders:)
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
 
     def host_components(self, host: str) -> list[Component]:
@@ -170,7 +171,7 @@ class Plan:
                 "camp": self.camp.wire() if self.camp else None,
                 "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                        for p in self.pairs},
-                             "graph": self.graph},
+                             "graph": self.graph, "decoders": list(self.decoders)},
                 "warnings": list(self.warnings)}
 
     def filter_files(self) -> list[str]:

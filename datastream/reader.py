@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import heapq
 import importlib
+import importlib.util
 import json
 import mmap
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -110,8 +111,18 @@ def _bin_len(buf: bytes | mmap.mmap, o: int) -> tuple[int, int]:
     return int.from_bytes(buf[o + 1:o + 1 + width], "big"), o + 1 + width
 
 
-def _decoder(name: str | None) -> Callable[[Any], Any] | None:
-    """How an event's extra data is unpacked: None keeps the MessagePack value as is."""
+Decoder = Callable[[Any], Any]
+
+
+class DecoderRefused(LookupError):
+    """A stream names a decoder that is not built in and that the user did not allow."""
+
+
+def _decoder(name: str | None, allowed: Mapping[str, Decoder]) -> Decoder | None:
+    """How an event's extra data is unpacked: None keeps the MessagePack value as is. A
+    stream is data: the decoders it names are looked up in a fixed registry, or in
+    `allowed` (the user's own, given on the command line or in the experiment file);
+    nothing a file says is ever imported."""
     if name in (None, "", "msgpack"):
         return None
     if name == "utf8":
@@ -121,8 +132,31 @@ def _decoder(name: str | None) -> Callable[[Any], Any] | None:
     if name.startswith("struct:"):
         unpack = struct.Struct(name[len("struct:"):]).unpack
         return lambda d: unpack(d)
-    module, _, func = name.partition(":")
-    return getattr(importlib.import_module(module), func)
+    if name in allowed:
+        return allowed[name]
+    raise DecoderRefused("not built in, and not allowed (pass it with --decoder, or list it in the "
+                         "experiment's analysis: decoders:)")
+
+
+def load_decoders(names: Iterable[str], base: Path | None = None) -> dict[str, Decoder]:
+    """The user's own decoders, by the name streams give them: `MODULE:FUNCTION`, or
+    `file.py:FUNCTION` (relative to `base`). Only for names the user gave: this runs code."""
+    found = {}
+    for name in names:
+        where, _, function = name.rpartition(":")
+        if not where or not function:
+            raise ValueError(f"decoder {name!r} is not MODULE:FUNCTION or file.py:FUNCTION")
+        if where.endswith(".py"):
+            path = Path(where) if base is None else base / where
+            spec = importlib.util.spec_from_file_location(f"netspec_decoder_{Path(where).stem}", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"decoder file {path} cannot be loaded")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        found[name] = getattr(module, function)
+    return found
 
 
 def _records_list(body: bytes, count: int) -> list[Any]:
@@ -140,8 +174,9 @@ class StreamReader:
             this reader's major version.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, decoders: Mapping[str, Decoder] | None = None):
         self.path = Path(path)
+        self.allowed_decoders = decoders or {}
         self.warnings: list[str] = []
         self.entities: dict[int, EntityInfo] = {}
         self.closed_cleanly: bool | None = None  # known once the records were read
@@ -292,8 +327,8 @@ class StreamReader:
         _, _, eid, kind, group, name, desc, decoder, spec = r[:9]
         self.entities[eid] = EntityInfo(eid, kind, group, name, desc, decoder, spec or {})
         try:
-            self._decoders[eid] = _decoder(decoder)
-        except (ImportError, AttributeError, struct.error) as exc:
+            self._decoders[eid] = _decoder(decoder, self.allowed_decoders)
+        except (DecoderRefused, struct.error) as exc:
             self._decoders[eid] = None
             self.warn(f"{group}/{name}: decoder {decoder!r} unavailable ({exc}); extra data kept raw")
 
@@ -335,15 +370,15 @@ class StreamReader:
         return Record(ts, ADMIN[eid], None, value, None, self.source)
 
 
-def read_streams(paths: Iterable[str | Path],
-                 readers: list[StreamReader] | None = None) -> Iterator[Record]:
+def read_streams(paths: Iterable[str | Path], readers: list[StreamReader] | None = None,
+                 decoders: Mapping[str, Decoder] | None = None) -> Iterator[Record]:
     """The records of many files (one host's clock), merged by timestamp.
 
     Args:
         readers: if given, each file's StreamReader is appended to it, so the caller can
             look at its warnings and counts once the iteration is over.
     """
-    opened = [StreamReader(p) for p in paths]
+    opened = [StreamReader(p, decoders) for p in paths]
     if readers is not None:
         readers.extend(opened)
     return heapq.merge(*opened, key=lambda r: r.ts)

@@ -77,6 +77,11 @@ class RunRecord:
         return (self.plan.get("analysis") or {}).get("pairs") or {}
 
     @property
+    def decoders(self) -> list[str]:
+        """The user's own decoders the experiment file allows (analysis: decoders:)."""
+        return list((self.plan.get("analysis") or {}).get("decoders") or [])
+
+    @property
     def graph(self) -> dict[str, dict[str, Any]]:
         return (self.plan.get("analysis") or {}).get("graph") or {}
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import msgspec
 import pytest
-from netspec.datastream.reader import SYNC, StreamReader, read_streams
+from netspec.datastream.reader import SYNC, StreamReader, load_decoders, read_streams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import StreamError
@@ -108,7 +109,31 @@ def test_an_unavailable_decoder_keeps_the_data_raw_and_says_so(tmp_path: Path) -
     path = write_ticks(tmp_path, 1)
     reader, got, _ = read(path)
     assert got == [0]
-    assert any("decoder 'no_such_module:decode' unavailable" in w for w in reader.warnings)
+    assert any("decoder 'no_such_module:decode' unavailable (not built in, and not allowed" in w
+               for w in reader.warnings)
+
+
+def test_a_decoder_a_stream_names_is_never_imported_unless_the_user_allows_it(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                      "def decode(d):\n    return 'decoded'\n")
+    ds = Datastreams()
+    event = ds.event("T", "tick", decoder="evil:decode")
+    (path,) = ds.start([StreamConfig("s", enable=("T",))], StreamInfo(tmp_path, component="s"),
+                       exit_hooks=False)
+    event.log(1, b"raw")
+    ds.stop()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        records = [r for r in StreamReader(path) if r.entity.full_name == "T/tick"]
+        assert records[0].value == b"raw" and not marker.exists()  # the file's word is not enough
+        allowed = load_decoders(["evil:decode"])
+        assert marker.exists()  # the user's own choice: it runs
+        records = [r for r in StreamReader(path, allowed) if r.entity.full_name == "T/tick"]
+        assert records[0].value == "decoded"
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("evil", None)
 
 
 def test_many_files_merge_in_time_order(tmp_path: Path) -> None:
