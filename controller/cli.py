@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import traceback
 from importlib import resources
@@ -16,7 +17,7 @@ from netspec.analysis.resultset import MERGED, is_current
 from netspec.datastream.reader import StreamReader, load_decoders, read_streams
 from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
-from netspec.protocol.messages import netspec_version
+from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
 from netspec.protocol.runrecord import load_record
 
 from . import summary
@@ -310,6 +311,7 @@ COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check": cmd_check, "dump": cmd_du
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    os.umask(PRIVATE_UMASK)  # run directories 0700, their files 0600: a run is its owner's
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:

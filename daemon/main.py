@@ -15,6 +15,7 @@ from pathlib import Path
 from netspec.protocol.auth import load_or_create_key, netspec_home
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import kill_run_processes
+from netspec.protocol.messages import PRIVATE_UMASK
 
 from .server import Daemon
 
@@ -86,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_run:
         kill_run_processes(args.kill_run, [], signal.SIGKILL)
         return 0
+    # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
+    # for the components, which inherit the mask.
+    os.umask(PRIVATE_UMASK)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="netspecd[%(process)d] %(levelname)s %(message)s")
     try:

@@ -38,6 +38,9 @@ HOST_ADDRESS_ENV = "NETSPEC_HOST_ADDRESS"
 # A plain command's streams (JSON, as start_logging would hand them to an aware one).
 LOGGING_ENV = "NETSPEC_LOGGING"
 
+# What netspec creates (run directories, streams, outputs) is private to its owner.
+PRIVATE_UMASK = 0o077
+
 # Controller -> daemon requests.
 HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN = (
     "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown")

@@ -113,6 +113,13 @@ def test_the_demo_records_each_hosts_clock_bound_and_each_ack_in_order(demo):
     assert run_step["entered_ns"] <= run_step["acked_ns"] <= run_step["received_ns"]
 
 
+def test_the_demo_run_directory_is_private_to_its_owner(demo):
+    run = demo.run.resolve()
+    shared = [f"{p.stat().st_mode & 0o777:o} {p}" for p in [run, *run.rglob("*")]
+              if not p.is_symlink() and p.stat().st_mode & 0o777 != (0o700 if p.is_dir() else 0o600)]
+    assert not shared
+
+
 def test_the_demo_leaves_no_process(demo):
     assert not run_processes(demo.record["id"])
 
