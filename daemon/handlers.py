@@ -78,6 +78,12 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Start the phase in each named component; each ack follows as its own event."""
     sup = _supervisor(session)
+    comps = request.get("components")
+    if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
+            or not isinstance(comps, list)
+            or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in comps)):
+        raise ProtocolError("enter takes phase (text), step (integer) and components "
+                            "([{name, params}])")
     unknown = [c["name"] for c in request["components"]
                if c["name"] not in sup.components and c["name"] != m.NODE]
     if unknown:

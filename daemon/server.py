@@ -57,18 +57,21 @@ class Session:
                         tg.create_task(self._answer(request))
                 except (ProtocolError, ConnectionError) as exc:
                     log.warning("dropping %s: %s", self.channel.peer, exc)
-                if self.supervisor is not None:
-                    await self.supervisor.reset(clean=False)
                 raise _SessionOver
         except* _SessionOver:
             pass
+        finally:
+            # However the session ends (hang-up, bad frame, a fault in a handler), its run
+            # ends with it: no process, thread or open stream of it is left behind.
+            if self.supervisor is not None:
+                await self.supervisor.reset(clean=False)
 
     async def _answer(self, request: dict[str, Any]) -> None:
         rid = request.get("id")
-        handler = HANDLERS.get(request["t"])
         try:
+            handler = HANDLERS.get(request.get("t"))  # type: ignore[arg-type]
             if handler is None:
-                raise ProtocolError(f"unknown request type {request['t']!r}")
+                raise ProtocolError(f"unknown request type {request.get('t')!r}")
             timeout = request.get("timeout_s")
             async with asyncio.timeout(float(timeout) if timeout else None):
                 reply = await handler(self, request)
@@ -131,6 +134,10 @@ class Daemon:
                 raise
         except (NetspecError, ConnectionError, TimeoutError) as exc:
             log.warning("refused %s: %s", peer, exc)
+        except Exception:
+            # A fault of this daemon's own: this session ends (its run was reset), the
+            # daemon and its other sessions go on.
+            log.exception("session with %s ended by a fault", peer)
         finally:
             log.info("controller %s gone", peer)
             self.sessions.pop(task, None)

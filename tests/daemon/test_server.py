@@ -9,12 +9,16 @@ import msgpack
 import pytest
 from netspec.controller.fleet import DaemonClient
 from netspec.protocol.errors import AuthError, RemoteError
+from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
+from support import wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
-    client = await DaemonClient.connect("t", ("127.0.0.1", port), key,
-                                        events.append if events is not None else lambda h, e: None)
+    def on_event(host: str, event: dict) -> None:
+        if events is not None:
+            events.append((host, event))
+    client = await DaemonClient.connect("t", ("127.0.0.1", port), key, on_event)
     return client, asyncio.create_task(client.serve())
 
 
@@ -147,3 +151,27 @@ def test_a_fifo_among_a_runs_files_is_listed_missing_and_never_opened(daemon, ke
             await client.close()
             await serving
     asyncio.run(scenario())
+
+
+def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(daemon, key):
+    async def scenario():
+        events = []
+        client, serving = await _client(daemon.port, key, events)
+        deadline = asyncio.get_running_loop().time() + 10
+        await client.request("setup", deadline, run="r-malformed", host="h",
+                             components=[{"name": "sleeper", "argv": ["sleep", "300"],
+                                          "stop": "collect"}])
+        client.notify("enter", phase="launch", step=0, components=[{"name": "sleeper"}], published={})
+        while not any(e.get("t") == "ack" for _, e in events):
+            await asyncio.sleep(0.05)
+        assert run_processes("r-malformed")
+        for bad in ({"components": [{"name": "sleeper"}]}, {"phase": "x", "step": "1", "components": []},
+                    {"phase": "x", "step": 1, "components": [7]}):
+            client.notify("enter", **bad)
+        assert (await client.request("hello", deadline))["pid"] > 0  # the session lives on
+        errors = [e for _, e in events if e.get("t") == "error"]
+        assert len(errors) == 3 and all("enter takes phase" in e["error"]["message"] for e in errors)
+        await client.close()
+        await serving
+    asyncio.run(scenario())
+    wait_for(lambda: not run_processes("r-malformed"), what="the hung-up session's run to end")
