@@ -21,6 +21,7 @@ import numba
 import numpy as np
 from netspec.clksync.fit import ClockFit
 from netspec.datastream.reader import Decoder
+from netspec.protocol.errors import StreamError
 
 from .batch import Batch, Counts, Dictionaries
 from .sinks import EventsSink, write_samples
@@ -160,8 +161,13 @@ def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Pa
     `decoders` are the user's own, besides the built-in ones."""
     out.mkdir(parents=True, exist_ok=True)
     names, counts = Dictionaries(), Counts()
-    sources = [FileSource(p, host, fits.get(host), names, counts, decoders)
-               for host, paths in sorted(files.items()) for p in sorted(paths)]
+    sources = []
+    for host, paths in sorted(files.items()):
+        for path in sorted(paths):
+            try:
+                sources.append(FileSource(path, host, fits.get(host), names, counts, decoders))
+            except StreamError as exc:  # this file's loss, not the run's
+                counts.warnings.append(f"{exc}: not merged")
     sink = EventsSink(out / "events.parquet", names)
     for batch in merge(sources, counts):
         sink.write(batch)

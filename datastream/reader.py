@@ -181,6 +181,7 @@ class StreamReader:
         self.entities: dict[int, EntityInfo] = {}
         self.closed_cleanly: bool | None = None  # known once the records were read
         self.records_lost = 0
+        self.duplicate_chunks = 0  # chunks whose sequence number came before: read once
         self._decoders: dict[int, Callable[[Any], Any] | None] = {}
         with open(self.path, "rb") as f:
             self._data: bytes | mmap.mmap = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -193,16 +194,28 @@ class StreamReader:
         unpacker.feed(self._data[:64 * 1024])
         try:
             header = unpacker.unpack()
-        except (msgpack.OutOfData, ValueError, msgpack.UnpackException) as exc:
-            raise StreamError(str(self.path), "not a netspec datastream (no header)") from exc
+        except (msgpack.OutOfData, ValueError, msgpack.UnpackException):
+            return self._header_lost("no header")
         if not isinstance(header, dict) or header.get("magic") != HEADER_MAGIC:
-            raise StreamError(str(self.path), "not a netspec datastream (bad header magic)")
+            return self._header_lost("bad header magic")
         version = tuple(header.get("version", (0, 0)))
         if version[0] > FORMAT_VERSION[0]:
             raise StreamError(str(self.path), f"stream format {version[0]}.{version[1]} is newer "
                               f"than this netspec reads ({FORMAT_VERSION[0]}.x); "
                               "upgrade netspec to read it")
         return header, unpacker.tell()
+
+    def _header_lost(self, why: str) -> tuple[dict[str, Any], int]:
+        """A damaged header: the chunks after it are read all the same, from the first chunk
+        marker on; what the header said is taken from the file's name (stream.component.pid)."""
+        at = self._data.find(SYNC)
+        if at == -1:
+            raise StreamError(str(self.path), f"not a netspec datastream ({why}, and no chunk in it)")
+        stream, _, rest = self.path.stem.partition(".")
+        self.warn(f"the header is damaged ({why}): read from the first chunk on, at byte {at}; "
+                  f"stream and component taken from the file's name")
+        return {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": stream,
+                "component": rest.rpartition(".")[0] or rest, "header_damaged": True}, at
 
     def __iter__(self) -> Iterator[Record]:
         last_ts = self.header.get("created_ns", 0)
@@ -233,7 +246,11 @@ class StreamReader:
         does not hold `count` records."""
         decode = decode or _records_list
         buf, o, last_seq = self._data, self._body_at, 0
+        # A damaged header leaves the first chunk's number unknown: no gap is counted before it.
         ring = self.header.get("mode") == "ring"
+        first = self.header.get("header_damaged", False)
+        seen: set[int] = set()
+        self.duplicate_chunks = 0
         while o < len(buf):
             try:
                 seq, records, end = self._chunk_at(o, decode)
@@ -241,10 +258,18 @@ class StreamReader:
                 o, loss, last_seq = self._resync(o, last_seq, ring, str(exc), decode)
                 yield None, loss
                 continue
-            if not ring and seq > last_seq + 1:
+            o = end
+            if seq in seen:
+                self.duplicate_chunks += 1
+                continue
+            seen.add(seq)
+            if not ring and not first and seq > last_seq + 1:
                 yield None, self._lost(None, f"chunks {last_seq + 1}-{seq - 1} missing")
-            last_seq, o = seq, end
+            first = False
+            last_seq = seq
             yield seq, records
+        if self.duplicate_chunks:
+            self.warn(f"{self.duplicate_chunks} chunk(s) appear more than once: each read once")
 
     def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any]) -> tuple[int, Any, int]:
         buf = self._data

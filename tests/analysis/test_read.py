@@ -87,6 +87,29 @@ def test_a_file_cut_inside_its_header_or_of_another_kind_is_refused(tmp_path: Pa
         StreamReader(other)
 
 
+def test_a_damaged_header_costs_only_the_header_the_chunks_after_it_are_read(tmp_path: Path) -> None:
+    path = write_ticks(tmp_path, 100, name="app")
+    data = bytearray(path.read_bytes())
+    data[2:8] = b"XXXXXX"  # inside the header's magic
+    path.write_bytes(bytes(data))
+    reader, got, lost = read(path)
+    assert got == list(range(100)) and not lost and reader.records_lost == 0
+    assert reader.header["stream"] == "app" and reader.header["header_damaged"]
+    assert any("the header is damaged (bad header magic): read from the first chunk on" in w
+               for w in reader.warnings)
+
+
+def test_a_chunk_written_twice_is_read_once_and_counted(tmp_path: Path) -> None:
+    path = write_ticks(tmp_path, 30)
+    offsets = chunk_offsets(path)  # [namespace, ticks 0-9, 10-19, 20-29, close]
+    data = path.read_bytes()
+    path.write_bytes(data[:offsets[3]] + data[offsets[2]:offsets[3]] + data[offsets[3]:])
+    reader, got, lost = read(path)
+    assert got == list(range(30)) and not lost
+    assert reader.duplicate_chunks == 1
+    assert any("1 chunk(s) appear more than once: each read once" in w for w in reader.warnings)
+
+
 def test_a_newer_major_format_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     path = tmp_path / "future.ds"
     path.write_bytes(msgspec.msgpack.encode({"magic": "netspec-datastream", "version": [2, 0]}))

@@ -178,3 +178,14 @@ def test_a_damaged_chunk_is_a_lost_record_on_the_timeline(tmp_path):
     assert len(lost) == 1 and json.loads(lost.data.iloc[0])["records"] == 500
     assert (events.entity == "T/tick").sum() == 1500
     assert any("lost 500 records" in w for w in counts.warnings)
+
+
+def test_a_file_that_is_no_stream_at_all_is_left_out_of_the_merge_not_the_run(tmp_path):
+    good = write_stream(tmp_path, "a", [("tick", T0 + i, i) for i in range(10)])
+    junk = tmp_path / "junk.x.1.ds"
+    junk.write_bytes(b"not a stream at all")
+    counts = merge_files({"a": [good, junk]}, {"a": ClockFit.identity("a")}, tmp_path / "merged")
+    events = pq.read_table(tmp_path / "merged" / "events.parquet").to_pandas()
+    assert (events.entity == "T/tick").sum() == 10
+    assert any(w.startswith(f"{junk}: not a netspec datastream") and w.endswith(": not merged")
+               for w in counts.warnings)
