@@ -41,8 +41,15 @@ class Session:
 
     def emit(self, message: dict[str, Any]) -> None:
         """Send an event; if the controller is gone there is nobody left to tell."""
-        with contextlib.suppress(NetspecError, ConnectionError):
+        try:
             self.channel.send(message)
+        except ProtocolError as exc:
+            # Too big for one frame: the controller is told so, not left waiting.
+            refused = {"t": m.ERROR, "error": m.error_map(exc)}
+            with contextlib.suppress(NetspecError, ConnectionError):
+                self.channel.send(refused if message.get("id") is None else {**refused, "id": message["id"]})
+        except (NetspecError, ConnectionError):
+            pass
 
     async def drain(self) -> None:
         with contextlib.suppress(NetspecError, ConnectionError):

@@ -67,11 +67,21 @@ def worst_status(statuses: Iterable[str]) -> str:
 NODE = "netspecd"
 
 
+ERROR_TEXT_LIMIT = 64 * 1024
+
+
 def error_map(exc: BaseException, **context: Any) -> dict[str, Any]:
-    """An exception as a plain map that can cross the wire (never pickled)."""
+    """An exception as a plain map that can cross the wire (never pickled); its message and
+    traceback keep their last ERROR_TEXT_LIMIT characters, so that it always fits a frame."""
     return {
         "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "message": _tail(str(exc)),
+        "traceback": _tail("".join(traceback.format_exception(exc))),
         **context,
     }
+
+
+def _tail(text: str) -> str:
+    if len(text) <= ERROR_TEXT_LIMIT:
+        return text
+    return f"[{len(text) - ERROR_TEXT_LIMIT} characters cut]...{text[-ERROR_TEXT_LIMIT:]}"

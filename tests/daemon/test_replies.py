@@ -1,0 +1,30 @@
+"""Replies too big for a frame are refused out loud, never dropped."""
+
+from netspec.daemon.server import Session
+from netspec.protocol import messages as m
+from netspec.protocol.wire import MAX_FRAME, encode
+
+
+class Recorder:
+    """A channel that frames what it is given, as the real one does, and keeps it."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        encode(message)  # raises ProtocolError above the frame limit
+        self.sent.append(message)
+
+
+def test_a_reply_over_the_frame_limit_becomes_an_error_reply_with_its_id():
+    channel = Recorder()
+    Session(daemon=None, channel=channel).emit({"t": m.REPLY, "id": 7, "data": b"x" * (MAX_FRAME + 1)})
+    (sent,) = channel.sent
+    assert sent["t"] == m.ERROR and sent["id"] == 7
+    assert "exceeds the 16777216-byte frame limit" in sent["error"]["message"]
+
+
+def test_an_error_with_a_huge_message_still_fits_a_frame():
+    error = m.error_map(ValueError("y" * (MAX_FRAME * 2)))
+    assert len(encode({"t": m.ERROR, "id": 1, "error": error})) < 4 * m.ERROR_TEXT_LIMIT
+    assert error["message"].startswith(f"[{MAX_FRAME * 2 - m.ERROR_TEXT_LIMIT} characters cut]...yyy")
