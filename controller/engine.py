@@ -153,16 +153,22 @@ class Run:
 
     async def _guard(self, work: Awaitable[Any], deadline: float,
                      on_timeout: Callable[[], NetspecError]) -> Any:
-        """Wait for `work` unless the run fails first or the deadline passes."""
+        """Wait for `work` unless the run fails first or the deadline passes. The work is
+        ended in every case; a cancellation of this wait itself goes on to the caller."""
         task = asyncio.ensure_future(work)
+        # Whatever the work ends with is read here, so that nothing is left unretrieved.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
         timeout = max(deadline - asyncio.get_running_loop().time(), 0)
-        done, _ = await asyncio.wait({task, self.failure}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait({task, self.failure}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
         if task in done:
             return task.result()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, NetspecError):
-            await task
+        await asyncio.wait({task})  # its end, not its error: the failure or the deadline is the news
         if self.failure.done():
             self.failure.result()
         raise on_timeout()
