@@ -27,7 +27,7 @@ from .load import load, parse
 from .provenance import differences
 from .pull import pull_run
 from .remote import for_each_host
-from .rundir import find_run, list_runs
+from .rundir import find_run, list_runs, settle
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
 
 
@@ -299,7 +299,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    print_lines(summary.run_lines(path, load_record(path)))
+    print_lines(summary.run_lines(path, settle(path, load_record(path))))
     return EXIT_OK
 
 

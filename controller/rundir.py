@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,8 @@ class RunDir:
         (path / "experiment.yaml").write_text(text)
         run = cls(path, {"format": RUN_FORMAT, "id": run_id, "experiment": experiment,
                          "status": "running", "started": utc_iso(now), "started_ns": now,
+                         "controller": {"host": socket.gethostname(), "pid": os.getpid(),
+                                        "pid_started": _process_start(os.getpid())},
                          **record})
         run.save()
         latest = runs_root / "latest"
@@ -111,6 +114,32 @@ class RunDir:
         self.save()
 
 
+def _process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot): a pid's identity, reused or not."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` as it is, or, for a run whose controller on this machine is gone while it
+    says `running`, marked interrupted (and saved): no run stays `running` for ever."""
+    controller = record.get("controller") or {}
+    if (record.get("status") != "running" or controller.get("host") != socket.gethostname()
+            or not controller.get("pid")):
+        return record
+    started = controller.get("pid_started")
+    if started is not None and _process_start(controller["pid"]) == started:
+        return record  # its controller is still at it
+    run = RunDir(path, record)
+    run.finish("interrupted", {
+        "type": "Interrupted", "phase": None, "causes": [],
+        "message": f"its controller (pid {controller['pid']}) ended without finishing the run: "
+                   "what the hosts held was not gathered"})
+    return run.record
+
+
 def find_run(runs_root: Path, ref: str) -> Path:
     """A run by path, by 'latest', or by (a unique suffix of) its id."""
     if ref == "latest":
@@ -135,6 +164,6 @@ def list_runs(runs_root: Path) -> list[tuple[Path, dict[str, Any]]]:
     runs = []
     for path in sorted(runs_root.glob("*/*/run.json")):
         with contextlib.suppress(NetspecError):
-            runs.append((path.parent, load_record(path.parent)))
+            runs.append((path.parent, settle(path.parent, load_record(path.parent))))
     runs.sort(key=lambda r: r[1].get("started_ns", 0))
     return runs

@@ -1,9 +1,12 @@
 import json
+import os
+import subprocess
 
 import pytest
 from netspec.controller.rundir import RunDir, find_run, list_runs
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RUN_FORMAT, load_record
+from support import ns_control
 
 
 def make_run(root, name="exp"):
@@ -43,3 +46,21 @@ def test_a_record_of_a_newer_format_is_refused_by_name(tmp_path):
     (run.path / "run.json").write_text(json.dumps({"format": RUN_FORMAT + 1}))
     with pytest.raises(NetspecError, match=f"has format {RUN_FORMAT + 1}; this netspec reads up to"):
         load_record(run.path)
+
+
+def test_a_run_whose_controller_died_is_marked_interrupted_by_the_next_command(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name, pid in (("dead", dead.pid), ("alive", os.getpid())):
+        run = RunDir.create(tmp_path / "runs", name, "experiment: x\n", {})
+        run.record["controller"]["pid"] = pid
+        if name == "dead":
+            run.record["controller"]["pid_started"] = 1  # a pid reused since is not its controller
+        run.save()
+    done = ns_control("ls", cwd=tmp_path)
+    assert done.returncode == 0
+    statuses = {line.split()[1]: line.split()[2] for line in done.stdout.splitlines()[1:]}
+    assert statuses == {"dead": "interrupted", "alive": "running"}
+    record = json.loads(next((tmp_path / "runs" / "dead").glob("*/run.json")).read_text())
+    assert record["status"] == "interrupted"
+    assert record["error"]["message"].startswith(f"its controller (pid {dead.pid}) ended without finishing")
