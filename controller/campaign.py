@@ -27,8 +27,9 @@ from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
 
+from .campaignfile import CAMPAIGN_KEYS
 from .hooks import HookFailed, run_hook
-from .load import CAMPAIGN_KEYS, parse
+from .load import parse
 from .model import Campaign, Plan
 from .provenance import differences
 from .rundir import RunDir

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from netspec.protocol import messages as m
@@ -28,32 +27,22 @@ from netspec.protocol.errors import (
 )
 
 from .barrier import Barrier
+from .failures import ack_failure, step_failures
 from .fetch import fetch_host
 from .fleet import AddressHost, DaemonClient, Host, LocalHost
 from .model import NODE_STEPS, Plan, Step
 from .model import Host as HostSpec
+from .progress import Progress, ProgressSink
 from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
+from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
 SAVE_INTERVAL_S = 0.2
 
 
-@dataclass(frozen=True)
-class Progress:
-    """One thing worth telling the user while the run goes (see summary.progress_text)."""
-
-    kind: str  # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler)
-    step: str = ""
-    host: str = ""
-    status: str = ""
-    seconds: float = 0.0
-    text: str = ""
-
-
-ProgressSink = Callable[[Progress], None]
 
 
 def _raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
@@ -94,9 +83,7 @@ class Run:
         self.barrier: Barrier | None = None
         # k-of-n steps whose barrier opened before every participant acked: the rest are
         # waited for until the step's deadline, beside the steps that follow.
-        self.stragglers: dict[int, Barrier] = {}
-        self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
-        self.troubles: list[str] = []  # what makes a run that got through only partial
+        self.stragglers = Stragglers(rundir.record, progress, self._save, self._end)
         self.phase = "connect"
         self.collected = False
         self._saved_at = self._save_cost = 0.0
@@ -242,7 +229,7 @@ class Run:
         """Which components take part in `step`, by host."""
         chosen: list[str] = []
         for comp in self.plan.components:
-            if comp.name in self.ended:
+            if comp.name in self.stragglers.ended:
                 continue
             if step.phase in ("launch", "collect"):
                 takes_part = step.phase == "collect" or comp.aware or comp.start == "launch"
@@ -294,8 +281,7 @@ class Run:
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
-                self.stragglers[index] = barrier
-                self.tg.create_task(self._wait_for_stragglers(barrier, deadline))
+                self.tg.create_task(self.stragglers.follow(barrier, deadline, lambda: self.barrier))
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
@@ -303,7 +289,7 @@ class Run:
             record["status"] = "failed"
             if barrier is None:
                 raise
-            raise StepFailed(step.phase, self._outcome(barrier, exc)) from exc
+            raise StepFailed(step.phase, step_failures(barrier, exc, self.results, self.components)) from exc
         except NetspecError:
             record["status"] = "failed"
             raise
@@ -315,70 +301,12 @@ class Run:
         record["status"] = "ok"
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
 
-    async def _wait_for_stragglers(self, barrier: Barrier, deadline: float) -> None:
-        """The participants a k-of-n barrier opened without: each acks by the step's
-        deadline (late) or is ended then (killed) and takes no part in the rest of the run."""
-        timeout = max(deadline - asyncio.get_running_loop().time(), 0)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(barrier.complete), timeout)
-        self.stragglers.pop(barrier.index, None)
-        for host, names in barrier.waiting().items():
-            for name in names:
-                barrier.give_up(host, name)
-                self._give_up(barrier, host, name, f"no ack within the deadline of "
-                              f"{barrier.step.deadline_s:g} s: ended")
-                if name != m.NODE and host in self.clients:
-                    with contextlib.suppress(NetspecError):
-                        await self.clients[host].request(m.END, asyncio.get_running_loop().time()
-                                                         + CLEANUP_DEADLINE_S, component=name)
-
-    def _give_up(self, barrier: Barrier, host: str, name: str, why: str) -> None:
-        """Record that participant `name` on `host` of a k-of-n step was ended: in its step,
-        in the run's troubles, and live."""
-        phase = barrier.step.phase
-        entry = self.rundir.record["steps"][barrier.index]["hosts"][host]["components"]
-        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "killed", "message": why}
-        if name != m.NODE:
-            self.ended[name] = f"ended in phase '{phase}': {why}"
-            for later in [self.barrier, *self.stragglers.values()]:
-                if later is not None and later is not barrier:
-                    later.drop(host, name)
-        self.troubles.append(f"phase '{phase}', host {host}: {name}: {why}")
-        self.progress(Progress("outcome", phase, host, "killed", text=f"{name}: {why}"))
-        self._save()
-
-    def _outcome(self, barrier: Barrier, first: NetspecError) -> dict[str, Any]:
-        """Each host's acks if it finished the step, or why it failed; `first` stopped it."""
-        phase = barrier.step.phase
-        outcome: dict[str, Any] = {h: [a for _, a in acks] for h, acks in barrier.by_host.items()
-                                   if barrier.host_done(h)}
-        for (host, name), ack in barrier.acks.items():
-            if ack["status"] == m.ACK_ERROR:
-                outcome[host] = self._ack_failure(host, name, phase, ack)
-        if isinstance(first, DeadlineExceeded):
-            late = f"did not finish within the deadline of {first.seconds:g} s"
-            for host, names in first.waiting.items():
-                name = names[0]
-                if name == m.NODE:
-                    outcome[host] = RemoteError(host, {"type": "DeadlineExceeded", "message": late})
-                    continue
-                why = late
-                if phase == "launch" and self.components[name].aware:
-                    why += (" and never registered its phases (a program that does not use "
-                            "netspec.nodelib must be given as `command:`)")
-                outcome[host] = ComponentFailed(self.results[name], phase, why)
-        else:
-            where = first.result.host if isinstance(first, ComponentFailed) else first.host
-            outcome[where] = first
-        return outcome
-
-    def _ack_failure(self, host: str, name: str, phase: str,
-                     ack: dict[str, Any]) -> NetspecError:
-        """The error an error ack from participant `name` stands for."""
-        reason = f"failed: {ack.get('message') or 'error'}"
-        if name == m.NODE:
-            return RemoteError(host, {"type": "netspecd", "message": ack.get("message") or "error"})
-        return ComponentFailed(self.results[name], phase, reason, ack.get("traceback", ""))
+    async def _end(self, host: str, name: str) -> None:
+        """End component `name` on `host` now (a straggler at its step's deadline)."""
+        if host in self.clients:
+            with contextlib.suppress(NetspecError):
+                await self.clients[host].request(m.END, asyncio.get_running_loop().time()
+                                                 + CLEANUP_DEADLINE_S, component=name)
 
     def _node_params(self, step: Step) -> dict[str, Any]:
         if step.phase != m.SYNC_CLOCKS:
@@ -421,7 +349,7 @@ class Run:
             self.rundir.record["components"][f"{host}/{event['component']}"] = {
                 "returncode": event["returncode"], "duration_s": event["duration_s"],
                 "argv": event["argv"], "ended_ns": event["ended_ns"]}
-            if event["failed"] and event["component"] not in self.ended:
+            if event["failed"] and event["component"] not in self.stragglers.ended:
                 self._fail(ComponentFailed(result, self.phase))
         elif kind == m.ERROR:
             self._fail(RemoteError(host, event.get("error", {})))
@@ -440,8 +368,9 @@ class Run:
         entries = step["hosts"].setdefault(host, {"components": {}})["components"]
         if entries.get(name, {}).get("outcome") == "killed":
             return  # the error ack of its ending says nothing new
-        if name in self.ended:
-            entries[name] = {"status": ack["status"], "outcome": "skipped", "message": self.ended[name]}
+        if name in self.stragglers.ended:
+            entries[name] = {"status": ack["status"], "outcome": "skipped",
+                             "message": self.stragglers.ended[name]}
             return
         entries[name] = {
             "status": ack["status"], "message": ack.get("message", ""),
@@ -449,18 +378,15 @@ class Run:
             **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
         barrier = self.barrier
         if barrier is None or barrier.index != ack["step"]:
-            barrier = self.stragglers.get(ack["step"])
-            if barrier is not None and (host, name) not in barrier.acks:
-                self._late_ack(barrier, host, name, ack)
+            self.stragglers.late_ack(ack["step"], host, name, ack)
             return
         if not barrier.add(host, name, ack):
-            self._fail(self._ack_failure(host, name, barrier.step.phase, ack))
+            self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))
         entry = step["hosts"][host]["components"][name]
         entry["outcome"] = "error" if ack["status"] == m.ACK_ERROR else "ok"
         if ack["status"] == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
-            self.troubles.append(f"phase '{barrier.step.phase}', host {host}: {name}: "
-                                 f"{ack.get('message') or 'error'}")
+            self.stragglers.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
         if barrier.host_done(host):
             acks = barrier.by_host[host]
             worst = m.worst_status(a["status"] for _, a in acks)
@@ -469,22 +395,6 @@ class Run:
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
                                    "; ".join(f"{c}: {a['message']}" for c, a in acks
                                              if a.get("message"))))
-
-    def _late_ack(self, barrier: Barrier, host: str, name: str, ack: dict[str, Any]) -> None:
-        """An ack after its k-of-n barrier opened: recorded with how late it came."""
-        barrier.add(host, name, ack)
-        entry = self.rundir.record["steps"][barrier.index]["hosts"][host]["components"][name]
-        late_s = (entry["received_ns"] - barrier.opened_ns) / 1e9
-        entry["late_ns"] = entry["received_ns"] - barrier.opened_ns
-        failed = ack["status"] == m.ACK_ERROR
-        entry["outcome"] = "error" if failed else "late"
-        text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
-        if failed:
-            self.troubles.append(f"phase '{barrier.step.phase}', host {host}: {name}: "
-                                 f"{ack.get('message') or 'error'}")
-            text += f": {ack.get('message') or 'error'}"
-        self.progress(Progress("outcome", barrier.step.phase, host, entry["outcome"], late_s, text))
-        self._save()
 
     # -- the end ------------------------------------------------------------------------
 
@@ -500,11 +410,7 @@ class Run:
 
     async def _finish(self, error: NetspecError | None) -> None:
         loop = asyncio.get_running_loop()
-        for barrier in list(self.stragglers.values()):
-            for host, names in barrier.waiting().items():
-                for name in names:
-                    barrier.give_up(host, name)
-                    self._give_up(barrier, host, name, "the run ended before it acked")
+        self.stragglers.run_ended()
         if error is not None:
             await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=False), 20)
             if not self.collected:
@@ -520,10 +426,11 @@ class Run:
             self.failure.exception()
         if self._save_timer is not None:
             self._save_timer.cancel()
-        if error is None and self.troubles:
+        troubles = self.stragglers.troubles
+        if error is None and troubles:
             self.rundir.finish("partial", {
-                "type": "Partial", "phase": None, "causes": self.troubles,
-                "message": f"every step got through, but {len(self.troubles)} participant(s) did not"})
+                "type": "Partial", "phase": None, "causes": troubles,
+                "message": f"every step got through, but {len(troubles)} participant(s) did not"})
             return
         status = ("ok" if error is None else
                   "interrupted" if isinstance(error, Interrupted) else "failed")

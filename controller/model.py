@@ -11,6 +11,7 @@ from netspec.datastream.writer import StreamConfig
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
 NODE_STEPS = ("sync_clocks", "start_logging", "stop_logging")
+DEFAULT_HOST = "local"  # the one host of a file that names none
 DEFAULT_DEADLINE_S = 60.0
 
 

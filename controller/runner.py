@@ -19,8 +19,9 @@ from netspec.protocol.errors import Interrupted, NetspecError
 from netspec.protocol.messages import netspec_version
 
 from . import summary
-from .engine import Progress, Run
+from .engine import Run
 from .model import Plan
+from .progress import Progress
 from .rundir import RunDir
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

@@ -11,7 +11,7 @@ from netspec.analysis.resultset import MERGED, ResultSet
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
 
-from .engine import Progress
+from .progress import Progress
 
 MARK = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 

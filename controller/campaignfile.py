@@ -1,0 +1,113 @@
+"""A campaign's sections of an experiment file (sweep:, repeat:, hooks:), checked: the
+sweep's points, the stop rule, the hooks."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+from netspec.analysis.predicate import check_predicate
+
+from .model import DEFAULT_HOST, Campaign, Hook, Host
+from .sourcefile import Path_, SourceFile, suggest
+
+CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}
+HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
+
+
+def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:
+    """A list as it is; {from, to, step} or {from, to, factor} with both ends included."""
+    if isinstance(spec, list):
+        return spec
+    start, stop = spec["from"], spec["to"]
+    values, v, k = [], start, 0
+    while v <= stop * (1 + 1e-9) + 1e-12:
+        values.append(int(v) if float(v).is_integer() and all(
+            isinstance(x, int) for x in spec.values()) else v)
+        k += 1
+        v = start * spec["factor"] ** k if "factor" in spec else start + spec["step"] * k
+    return values
+
+
+def _sweep_axis(src: SourceFile, key: str, spec: list[Any] | dict[str, float],
+                components: dict[str, dict[str, Any]]) -> list[Any]:
+    where: Path_ = ("sweep", "params", key)
+    component, _, param = key.rpartition(".")
+    src.known("component", component, components, where)
+    declared = components[component].get("params") or {}
+    if param not in declared:
+        src.error(f"component '{component}' has no param '{param}'{suggest(param, declared)}: a swept "
+                  "param is declared in the component's params: with the value it has outside the sweep",
+                  where)
+    if isinstance(spec, dict) and ("step" in spec) == ("factor" in spec):
+        src.error("a range takes one of 'step' or 'factor'", where)
+    values = sweep_values(spec)
+    if not values:
+        src.error(f"the range from {spec['from']} to {spec['to']} holds no value", where)
+    return values
+
+
+def _check_metric(src: SourceFile, metric: str, data: dict[str, Any]) -> None:
+    """`metric` names something a run can have (analysis/metrics.py makes the names)."""
+    where: Path_ = ("repeat", "metric")
+    pairs = list((data.get("analysis") or {}).get("pairs") or {})
+    hosts = list(data.get("hosts") or {DEFAULT_HOST: {}})
+    if metric.startswith("interval "):
+        name = metric.removeprefix("interval ")
+        if "/" not in name and name not in pairs:
+            src.error(f"'{metric}': no pair '{name}' in analysis.pairs{suggest(name, pairs)} "
+                      "(an interval is a pair's name or an interval entity's GROUP/name)", where)
+    elif match := re.fullmatch(r"cpu busy (\S+)", metric):
+        src.known("host", match[1], hosts, where)
+    elif match := re.fullmatch(r"cpu of (\S+) on (\S+)", metric):
+        src.known("component", match[1], data["components"], where)
+        src.known("host", match[2], hosts, where)
+    else:
+        src.error(f"unknown metric '{metric}': a metric is 'interval NAME', 'cpu busy HOST' "
+                  "or 'cpu of COMPONENT on HOST'", where)
+
+
+def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host]) -> Campaign:
+    sweep = data.get("sweep") or {"params": {}}
+    axes = {}
+    for key, spec in sweep["params"].items():
+        with src.checking():
+            axes[key] = _sweep_axis(src, key, spec, data["components"])
+    if sweep.get("mode") == "zip" and len({len(v) for v in axes.values()}) > 1:
+        lengths = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
+        src.error(f"zip takes lists of one length ({lengths})", ("sweep", "mode"))
+    combine = zip if sweep.get("mode") == "zip" else itertools.product
+    points = tuple(dict(zip(axes, values, strict=True)) for values in combine(*axes.values()))
+    repeat = data.get("repeat") or {}
+    if "until" in repeat:
+        if "metric" not in repeat:
+            src.error("'until' needs the 'metric' its statistics are of", ("repeat", "until"))
+        try:
+            check_predicate(repeat["until"])
+        except ValueError as exc:
+            src.error(str(exc), ("repeat", "until"))
+    if "metric" in repeat:
+        with src.checking():
+            _check_metric(src, repeat["metric"], data)
+    if repeat.get("max", 1 << 30) < repeat.get("runs", 1):
+        src.error(f"max {repeat['max']} is below runs {repeat['runs']}", ("repeat", "max"))
+    spec = data.get("hooks") or {}
+    hooks = {stage: tuple(_hook(src, h, hosts, ("hooks", stage, i))
+                          for i, h in enumerate(spec.get(stage, ()))) for stage in HOOK_STAGES}
+    notify = _hook(src, spec["notify"], hosts, ("hooks", "notify")) if "notify" in spec else None
+    return Campaign(points or ({},), repeat.get("runs", 1), repeat.get("max"), repeat.get("until"),
+                    repeat.get("metric"), repeat.get("statistic", "median"), repeat.get("warmup", 0),
+                    hooks, spec.get("fastfail", False), notify)
+
+
+def _hook(src: SourceFile, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host],
+          where: Path_) -> Hook:
+    command = spec["command"] if isinstance(spec, dict) else spec
+    on = tuple(spec.get("hosts", ())) if isinstance(spec, dict) else ()
+    for i, host in enumerate(on):
+        src.known("host", host, hosts, (*where, "hosts", i))
+        if hosts[host].address:
+            src.error(f"host '{host}' is reached by its daemon's address: a hook runs on the controller, "
+                      "over ssh, or on a local host", (*where, "hosts", i))
+    return Hook(("/bin/sh", "-c", command) if isinstance(command, str) else tuple(command), on)

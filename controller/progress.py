@@ -1,0 +1,21 @@
+"""What the engine tells the user while a run goes (summary.progress_text words it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One thing worth telling the user while the run goes (see summary.progress_text)."""
+
+    kind: str  # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler)
+    step: str = ""
+    host: str = ""
+    status: str = ""
+    seconds: float = 0.0
+    text: str = ""
+
+
+ProgressSink = Callable[[Progress], None]

@@ -1,0 +1,96 @@
+"""The participants a k-of-n barrier opened without: each acks by its step's deadline (late)
+or is ended then (killed) and takes no part in the rest of the run. Every such outcome, and
+every error a k-of-n barrier let through, is a trouble: a run with troubles is partial."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from netspec.protocol import messages as m
+
+from .barrier import Barrier
+from .progress import Progress, ProgressSink
+
+
+class Stragglers:
+    """Owned by a Run: `record` is its run.json, `save` saves it soon, `end(host, name)`
+    asks a daemon to end a component now."""
+
+    def __init__(self, record: dict[str, Any], progress: ProgressSink, save: Callable[[], None],
+                 end: Callable[[str, str], Awaitable[Any]]):
+        self.record, self.progress, self.save, self.end = record, progress, save, end
+        self.waiting: dict[int, Barrier] = {}  # by step index
+        self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
+        self.troubles: list[str] = []
+
+    def trouble(self, phase: str, host: str, name: str, text: str) -> None:
+        self.troubles.append(f"phase '{phase}', host {host}: {name}: {text}")
+
+    def follow(self, barrier: Barrier, deadline: float,
+               current: Callable[[], Barrier | None]) -> Coroutine[Any, Any, None]:
+        """From now on a late ack of `barrier`'s step is recorded as such (at once, before
+        any other task runs); the returned wait, run as a task, ends the ones still out at
+        the step's deadline."""
+        self.waiting[barrier.index] = barrier
+        return self._watch(barrier, deadline, current)
+
+    async def _watch(self, barrier: Barrier, deadline: float, current: Callable[[], Barrier | None]) -> None:
+        """Until the step's deadline; then each one still out is ended. `current` is the
+        barrier of the step under way, which stops waiting for an ended component too."""
+        timeout = max(deadline - asyncio.get_running_loop().time(), 0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(barrier.complete), timeout)
+        self.waiting.pop(barrier.index, None)
+        for host, names in barrier.waiting().items():
+            for name in names:
+                self.give_up(barrier, host, name, f"no ack within the deadline of "
+                             f"{barrier.step.deadline_s:g} s: ended", current())
+                if name != m.NODE:
+                    await self.end(host, name)
+
+    def give_up(self, barrier: Barrier, host: str, name: str, why: str,
+                current: Barrier | None = None) -> None:
+        """Participant `name` on `host` will not ack: recorded in its step, in the troubles
+        and live; a component is out of the rest of the run."""
+        barrier.give_up(host, name)
+        phase = barrier.step.phase
+        entry = self.record["steps"][barrier.index]["hosts"][host]["components"]
+        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "killed", "message": why}
+        if name != m.NODE:
+            self.ended[name] = f"ended in phase '{phase}': {why}"
+            for later in [current, *self.waiting.values()]:
+                if later is not None and later is not barrier:
+                    later.drop(host, name)
+        self.trouble(phase, host, name, why)
+        self.progress(Progress("outcome", phase, host, "killed", text=f"{name}: {why}"))
+        self.save()
+
+    def late_ack(self, index: int, host: str, name: str, ack: dict[str, Any]) -> bool:
+        """An ack of a step whose barrier opened before it: recorded with how late it came.
+        False if no k-of-n step of that index waits for it."""
+        barrier = self.waiting.get(index)
+        if barrier is None or (host, name) in barrier.acks:
+            return False
+        barrier.add(host, name, ack)
+        entry = self.record["steps"][index]["hosts"][host]["components"][name]
+        entry["late_ns"] = entry["received_ns"] - barrier.opened_ns
+        failed = ack["status"] == m.ACK_ERROR
+        entry["outcome"] = "error" if failed else "late"
+        late_s = entry["late_ns"] / 1e9
+        text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
+        if failed:
+            self.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
+            text += f": {ack.get('message') or 'error'}"
+        self.progress(Progress("outcome", barrier.step.phase, host, entry["outcome"], late_s, text))
+        self.save()
+        return True
+
+    def run_ended(self) -> None:
+        """The run is over: whoever is still out never acked."""
+        for barrier in list(self.waiting.values()):
+            for host, names in barrier.waiting().items():
+                for name in names:
+                    self.give_up(barrier, host, name, "the run ended before it acked")
