@@ -11,8 +11,6 @@ A user filter is `filter: module:function` or `filter: file.py:function` (beside
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import re
 from collections.abc import Callable, Collection
@@ -26,6 +24,7 @@ import pyarrow as pa
 
 from .narrate import narrate_merged
 from .pairs import pair_params, pair_sql
+from .usercode import UserCodeError, load_function
 
 TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload", "states")
 _DURATION = re.compile(r"([0-9.]+)(ns|us|ms|s|m)")
@@ -173,23 +172,10 @@ def find_filter(spec: str, base: Path) -> Callable[..., Any]:
     if ":" not in spec:
         raise GraphError(f"unknown filter '{spec}': built in are {', '.join(BUILTIN)}; a filter of your own "
                          "is module:function or file.py:function", "filter")
-    where, function = spec.rsplit(":", 1)
     try:
-        if where.endswith(".py"):
-            path = (base / where).resolve()
-            loader = importlib.util.spec_from_file_location(f"netspec_filter_{path.stem}", path)
-            if loader is None or not path.is_file():
-                raise GraphError(f"filter module {where} not found (looked at {path})", "filter")
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)  # type: ignore[union-attr]
-        else:
-            module = importlib.import_module(where)
-    except (ImportError, SyntaxError) as exc:
-        raise GraphError(f"cannot load filter module {where}: {exc}", "filter") from exc
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        raise GraphError(f"{where} has no function {function}", "filter")
-    return fn
+        return load_function(spec, base, "filter")
+    except UserCodeError as exc:
+        raise GraphError(str(exc), "filter") from exc
 
 
 def parameters(spec: dict[str, Any]) -> dict[str, Any]:

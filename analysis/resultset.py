@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
-from netspec.datastream.reader import Decoder, load_decoders
+from netspec.datastream.reader import Decoder
 from netspec.protocol.runrecord import RunRecord
 
 from .derive import Workload, write_derived
@@ -37,6 +37,7 @@ from .narrate import write_narration
 from .pairs import pair_params, pair_sql
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
+from .usercode import UserCodeError, load_function
 
 MERGED = "merged"
 
@@ -104,8 +105,8 @@ def _user_decoders(record: RunRecord, warnings: list[str]) -> dict[str, Decoder]
     found: dict[str, Decoder] = {}
     for name in record.decoders:
         try:
-            found.update(load_decoders([name], record.experiment_dir))
-        except (ImportError, AttributeError, ValueError, OSError, SyntaxError, KeyError) as exc:
+            found[name] = load_function(name, record.experiment_dir, "decoder")
+        except (UserCodeError, KeyError) as exc:  # KeyError: the record names no experiment file
             warnings.append(f"decoder {name}: cannot be loaded ({exc}); its events' data stays raw")
     return found
 

@@ -14,7 +14,8 @@ from typing import IO
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import MERGED, is_current
-from netspec.datastream.reader import StreamReader, load_decoders, read_streams
+from netspec.analysis.usercode import load_function
+from netspec.datastream.reader import StreamReader, read_streams
 from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
@@ -261,10 +262,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if not paths:
         raise NetspecError(f"no .ds files in {', '.join(map(str, args.files))}")
     readers: list[StreamReader] = []
-    try:
-        decoders = load_decoders(args.decoder, Path.cwd())
-    except (ImportError, AttributeError, ValueError, OSError, SyntaxError) as exc:
-        raise NetspecError(f"--decoder: {exc}") from exc
+    decoders = {name: load_function(name, Path.cwd(), "decoder") for name in args.decoder}
     records = read_streams(paths, readers, decoders)
     if args.match:
         # The stream's own records (losses above all) are never filtered out.

@@ -9,8 +9,6 @@ miss it.
 from __future__ import annotations
 
 import heapq
-import importlib
-import importlib.util
 import json
 import mmap
 import struct
@@ -136,27 +134,6 @@ def _decoder(name: str | None, allowed: Mapping[str, Decoder]) -> Decoder | None
         return allowed[name]
     raise DecoderRefused("not built in, and not allowed (pass it with --decoder, or list it in the "
                          "experiment's analysis: decoders:)")
-
-
-def load_decoders(names: Iterable[str], base: Path | None = None) -> dict[str, Decoder]:
-    """The user's own decoders, by the name streams give them: `MODULE:FUNCTION`, or
-    `file.py:FUNCTION` (relative to `base`). Only for names the user gave: this runs code."""
-    found = {}
-    for name in names:
-        where, _, function = name.rpartition(":")
-        if not where or not function:
-            raise ValueError(f"decoder {name!r} is not MODULE:FUNCTION or file.py:FUNCTION")
-        if where.endswith(".py"):
-            path = Path(where) if base is None else base / where
-            spec = importlib.util.spec_from_file_location(f"netspec_decoder_{Path(where).stem}", path)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"decoder file {path} cannot be loaded")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-        found[name] = getattr(module, function)
-    return found
 
 
 def _records_list(body: bytes, count: int) -> list[Any]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from netspec.datastream.reader import SYNC, StreamReader, load_decoders, read_streams
+from netspec.analysis.usercode import load_function
+from netspec.datastream.reader import SYNC, StreamReader, read_streams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import StreamError
@@ -150,7 +151,7 @@ def test_a_decoder_a_stream_names_is_never_imported_unless_the_user_allows_it(tm
     try:
         records = [r for r in StreamReader(path) if r.entity.full_name == "T/tick"]
         assert records[0].value == b"raw" and not marker.exists()  # the file's word is not enough
-        allowed = load_decoders(["evil:decode"])
+        allowed = {"evil:decode": load_function("evil:decode", tmp_path, "decoder")}
         assert marker.exists()  # the user's own choice: it runs
         records = [r for r in StreamReader(path, allowed) if r.entity.full_name == "T/tick"]
         assert records[0].value == "decoded"
