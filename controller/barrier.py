@@ -44,12 +44,16 @@ class Barrier:
             self.good += 1
         if self.bad > len(self.expected) - self.need:
             return False
+        self._settle()
+        return True
+
+    def _settle(self) -> None:
+        """Open the barrier once `need` acked ok; complete it once every expected one acked."""
         if self.good >= self.need and not self.opened.done():
             self.opened.set_result(None)
             self.opened_ns = time.time_ns()
         if len(self.acks) == len(self.expected) and not self.complete.done():
             self.complete.set_result(None)
-        return True
 
     def drop(self, host: str, component: str) -> None:
         """`component` left the run (netspec ended it in an earlier step): no longer waited for."""
@@ -59,11 +63,7 @@ class Barrier:
         self.remaining[host] -= 1
         if self.step.need is None:
             self.need = len(self.expected)
-        if self.good >= self.need and not self.opened.done():
-            self.opened.set_result(None)
-            self.opened_ns = time.time_ns()
-        if len(self.acks) == len(self.expected) and not self.complete.done():
-            self.complete.set_result(None)
+        self._settle()
 
     def give_up(self, host: str, component: str) -> None:
         """`component` on `host` will not ack: counted as acked, so `complete` can be set."""

@@ -382,8 +382,7 @@ class Run:
             return
         if not barrier.add(host, name, ack):
             self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entry = step["hosts"][host]["components"][name]
-        entry["outcome"] = "error" if ack["status"] == m.ACK_ERROR else "ok"
+        entries[name]["outcome"] = "error" if ack["status"] == m.ACK_ERROR else "ok"
         if ack["status"] == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
             self.stragglers.trouble(barrier.step.phase, host, name, ack.get("message") or "error")

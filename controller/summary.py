@@ -135,19 +135,19 @@ def merge_lines(result: ResultSet, took_s: float) -> list[str]:
 
 
 def wall_line(total_s: float, run_s: float | None, merge_s: float) -> str:
-    """Where the wall time went: the run's phases, the merge, and the rest (daemons started
-    and stopped, the run directory written)."""
+    """Where the wall time went: the run (run.json's duration: daemons started, every step,
+    daemons stopped), the merge, and the rest (the key read, the run directory made, the
+    summary shown)."""
     rest = total_s - (run_s or 0.0) - merge_s
     return (f"took {seconds(total_s)} in all: {seconds(run_s)} the run, {seconds(merge_s)} the merge, "
-            f"{seconds(max(rest, 0.0))} starting and stopping")
+            f"{seconds(max(rest, 0.0))} the rest")
 
 
 def written_lines(directory: Path) -> list[str]:
     """What a directory holds, file by file with its size."""
-    files = sorted(p for p in directory.rglob("*") if p.is_file())
-    total = sum(p.stat().st_size for p in files)
-    return [f"wrote {len(files)} files ({total / 1e6:.1f} MB) into {directory}:",
-            *(f"  {p.relative_to(directory)}  {p.stat().st_size / 1e3:.1f} kB" for p in files)]
+    sizes = {p: p.stat().st_size for p in sorted(directory.rglob("*")) if p.is_file()}
+    return [f"wrote {len(sizes)} files ({sum(sizes.values()) / 1e6:.1f} MB) into {directory}:",
+            *(f"  {p.relative_to(directory)}  {size / 1e3:.1f} kB" for p, size in sizes.items())]
 
 
 def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
-from netspec.protocol.names import safe_name
 
 from .facts import host_facts
 from .sampler import config_from_wire
@@ -63,9 +62,6 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if session.supervisor is not None:
         await session.supervisor.reset(clean=False)
-    safe_name(request["run"], "run id")
-    if request.get("host"):
-        safe_name(request["host"], "host")
     specs = [ComponentSpec.from_wire(c) for c in request["components"]]
     session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
                                     session.tg, request.get("host", ""), request.get("streams"),

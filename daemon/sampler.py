@@ -104,6 +104,7 @@ class CampSampler:
         self._check: tuple[int, int, int] | None = None  # (at, /proc/stat busy, processes' ns)
         self.thread: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None  # a pipe: a byte written stops the thread
+        self._selector: selectors.BaseSelector | None = None  # waits on the pipe's read end
 
     def attach(self, name: str, pid: int) -> None:
         """Sample component `name` from now on: it started after start_logging."""

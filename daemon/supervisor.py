@@ -276,7 +276,9 @@ class Supervisor:
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
                  camp: CampConfig | None = None):
-        self.run_id, self.root, self.tg, self.host = run_id, root / safe_name(run_id, "run id"), tg, host
+        # Every name that becomes a path here is checked first: nothing is made outside `root`.
+        self.root = root / safe_name(run_id, "run id")
+        self.run_id, self.tg, self.host = run_id, tg, safe_name(host, "host") if host else host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
         self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)

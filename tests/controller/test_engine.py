@@ -100,7 +100,7 @@ def test_the_demo_keeps_its_experiment_and_a_copy_of_each_program(demo):
 
 def test_the_demo_summary_shows_the_clients_result_and_the_streams_gathered(demo):
     assert "b/client: 2000 round trips: median" in demo.stdout
-    took = re.search(r"^took (.+) in all: (.+) the run, (.+) the merge, (.+) starting and stopping$",
+    took = re.search(r"^took (.+) in all: (.+) the run, (.+) the merge, (.+) the rest$",
                      demo.stdout, re.M)
     assert took, demo.stdout
     assert re.search(r"intervals on one timeline in " + re.escape(took[3]) + " -> ", demo.stdout)
