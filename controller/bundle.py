@@ -42,12 +42,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _files(run: Path) -> list[Path]:
+    """The run directory's files, as a bundle holds them: regular files (no links), its own
+    crate left out."""
+    return sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink() and p != run / CRATE)
+
+
 def crate(run: Path, record: dict[str, Any]) -> dict[str, Any]:
     """The RO-Crate metadata of the run directory `run`: every file with its size and sha256."""
     programs = {kept["copy"]: source for source, kept in record.get("programs", {}).items()}
-    files = sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink() and p.name != CRATE)
     parts = []
-    for path in files:
+    for path in _files(run):
         rel = str(path.relative_to(run))
         part = {"@id": rel, "@type": "File", "contentSize": path.stat().st_size, "sha256": _sha256(path),
                 **_describe(path.relative_to(run))}
@@ -102,9 +107,8 @@ def export_run(run: Path, to: Path) -> Path:
         info = tarfile.TarInfo(str(top / CRATE))
         info.size, info.mode = len(metadata), 0o600
         tar.addfile(info, io.BytesIO(metadata))
-        for path in sorted(run.rglob("*")):
-            if path.is_file() and not path.is_symlink() and path.name != CRATE:
-                tar.add(path, str(top / path.relative_to(run)), recursive=False)
+        for path in _files(run):
+            tar.add(path, str(top / path.relative_to(run)), recursive=False)
     tmp.replace(to)
     return to
 
@@ -180,7 +184,7 @@ def _verify(run: Path, archive: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{archive}: no valid {CRATE} ({exc})") from exc
     listed = {p["@id"] for p in parts}
-    present = {str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != CRATE}
+    present = {str(p.relative_to(run)) for p in _files(run)}
     if present != listed:
         extra, missing = sorted(present - listed), sorted(listed - present)
         raise BundleError(f"{archive}: its files differ from its crate (not listed: {extra[:5]}, "

@@ -41,7 +41,3 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [f"{key}: {a.get(key, '(none)')} -> {b.get(key, '(none)')}"
             for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key)]
 
-
-def same_experiment(records: list[dict[str, Any]]) -> bool:
-    """Whether the runs ran one experiment file, the same programs, the same netspec."""
-    return len({json.dumps(facts(r), sort_keys=True) for r in records}) <= 1
