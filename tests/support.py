@@ -22,6 +22,12 @@ def session_dir() -> Path:
     return Path(os.environ[SESSION_ENV])
 
 
+def session_run_id(name: str) -> str:
+    """A run id of this test session's own: a run's processes are found (and killed) by
+    their run id machine-wide, so another suite's run of the same test is never touched."""
+    return f"{name}-{session_dir().name.removeprefix('netspec-tests-')}"
+
+
 REPO = Path(__file__).parent.parent
 
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from support import wait_for
+from support import session_run_id, wait_for
 
 NETSPECD = [sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0"]
 
@@ -30,11 +30,12 @@ def test_the_state_file_says_where_the_daemon_listens_while_it_runs(key, tmp_pat
 
 
 def test_kill_run_ends_every_process_of_that_run(tmp_path):
-    leftover = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": "run-left", "PATH": "/usr/bin:/bin"},
+    left, kept = session_run_id("run-left"), session_run_id("run-other")
+    leftover = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": left, "PATH": "/usr/bin:/bin"},
                                 start_new_session=True)
-    other = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": "run-other", "PATH": "/usr/bin:/bin"})
+    other = subprocess.Popen(["sleep", "300"], env={"NETSPEC_RUN": kept, "PATH": "/usr/bin:/bin"})
     try:
-        done = subprocess.run([*NETSPECD, "--kill-run", "run-left"], timeout=30)
+        done = subprocess.run([*NETSPECD, "--kill-run", left], timeout=30)
         assert done.returncode == 0
         assert leftover.wait(timeout=10) < 0
         assert other.poll() is None

@@ -11,7 +11,7 @@ from netspec.controller.fleet import DaemonClient
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
-from support import wait_for
+from support import session_run_id, wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
@@ -154,17 +154,19 @@ def test_a_fifo_among_a_runs_files_is_listed_missing_and_never_opened(daemon, ke
 
 
 def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(daemon, key):
+    run_id = session_run_id("r-malformed")
+
     async def scenario():
         events = []
         client, serving = await _client(daemon.port, key, events)
         deadline = asyncio.get_running_loop().time() + 10
-        await client.request("setup", deadline, run="r-malformed", host="h",
+        await client.request("setup", deadline, run=run_id, host="h",
                              components=[{"name": "sleeper", "argv": ["sleep", "300"],
                                           "stop": "collect"}])
         client.notify("enter", phase="launch", step=0, components=[{"name": "sleeper"}], published={})
         while not any(e.get("t") == "ack" for _, e in events):
             await asyncio.sleep(0.05)
-        assert run_processes("r-malformed")
+        assert run_processes(run_id)
         for bad in ({"components": [{"name": "sleeper"}]}, {"phase": "x", "step": "1", "components": []},
                     {"phase": "x", "step": 1, "components": [7]}):
             client.notify("enter", **bad)
@@ -174,4 +176,4 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
         await client.close()
         await serving
     asyncio.run(scenario())
-    wait_for(lambda: not run_processes("r-malformed"), what="the hung-up session's run to end")
+    wait_for(lambda: not run_processes(run_id), what="the hung-up session's run to end")

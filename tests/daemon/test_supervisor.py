@@ -5,7 +5,7 @@ from pathlib import Path
 
 from netspec.controller.fleet import DaemonClient
 from netspec.protocol.exits import run_processes
-from support import PROGRAMS, wait_for
+from support import PROGRAMS, session_run_id, wait_for
 
 
 class Session:
@@ -43,13 +43,17 @@ class Session:
                 await self.arrived.wait()
 
 
+RUN_RESET = session_run_id("run-reset")
+RUN_EXIT = session_run_id("run-exit")
+RUN_MISSING = session_run_id("run-missing")
+RUN_DROP = session_run_id("run-drop")
 ACTOR = {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}
 
 
 def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, key, tmp_path):
     async def scenario():
         async with Session(daemon.port, key) as s:
-            setup = await s.request("setup", run="run-reset", components=[
+            setup = await s.request("setup", run=RUN_RESET, components=[
                 ACTOR, {"name": "sleeper", "argv": ["sleep", "300"], "start": "launch",
                         "stop": "work"}])
             s.client.notify("enter", phase="launch", step=0, published={},
@@ -57,12 +61,12 @@ def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, ke
                                         {"name": "sleeper"}])
             assert (await s.event("ack", "actor"))["status"] == "ok"
             assert (await s.event("ack", "sleeper"))["status"] == "ok"
-            assert len(run_processes("run-reset")) == 3  # actor, its orphan, sleeper
+            assert len(run_processes(RUN_RESET)) == 3  # actor, its orphan, sleeper
             killed = (await s.request("reset", clean=True))["killed"]
             return killed, setup["root"]
     killed, root = asyncio.run(scenario())
     assert killed == 3
-    assert run_processes("run-reset") == []
+    assert run_processes(RUN_RESET) == []
     assert not Path(root).exists()
     assert daemon.alive
 
@@ -70,7 +74,7 @@ def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, ke
 def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
     async def scenario():
         async with Session(daemon.port, key) as s:
-            await s.request("setup", run="run-exit", components=[
+            await s.request("setup", run=RUN_EXIT, components=[
                 {"name": "crash", "argv": ["sh", "-c", "echo last words; exit 5"],
                  "start": "launch", "stop": "work"}])
             s.client.notify("enter", phase="launch", step=0, published={},
@@ -88,7 +92,7 @@ def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
 def test_a_program_that_cannot_start_acks_an_error(daemon, key):
     async def scenario():
         async with Session(daemon.port, key) as s:
-            await s.request("setup", run="run-missing", components=[
+            await s.request("setup", run=RUN_MISSING, components=[
                 {"name": "ghost", "argv": ["/nonexistent/program"]}])
             s.client.notify("enter", phase="launch", step=0, published={},
                             components=[{"name": "ghost"}])
@@ -101,12 +105,12 @@ def test_a_program_that_cannot_start_acks_an_error(daemon, key):
 def test_a_dropped_controller_connection_kills_the_run(daemon, key):
     async def scenario():
         async with Session(daemon.port, key) as s:
-            await s.request("setup", run="run-drop", components=[
+            await s.request("setup", run=RUN_DROP, components=[
                 {"name": "sleeper", "argv": ["sleep", "300"], "stop": "work"}])
             s.client.notify("enter", phase="launch", step=0, published={},
                             components=[{"name": "sleeper"}])
             await s.event("ack", "sleeper")
-            assert len(run_processes("run-drop")) == 1
+            assert len(run_processes(RUN_DROP)) == 1
     asyncio.run(scenario())
-    wait_for(lambda: not run_processes("run-drop"), what="the daemon to kill the run")
+    wait_for(lambda: not run_processes(RUN_DROP), what="the daemon to kill the run")
     assert daemon.alive
