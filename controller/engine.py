@@ -281,7 +281,7 @@ class Run:
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
-                self.tg.create_task(self.stragglers.follow(barrier, deadline, lambda: self.barrier))
+                self.stragglers.follow(self.tg, barrier, deadline, lambda: self.barrier)
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
@@ -301,12 +301,17 @@ class Run:
         record["status"] = "ok"
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
 
-    async def _end(self, host: str, name: str) -> None:
-        """End component `name` on `host` now (a straggler at its step's deadline)."""
-        if host in self.clients:
-            with contextlib.suppress(NetspecError):
-                await self.clients[host].request(m.END, asyncio.get_running_loop().time()
-                                                 + CLEANUP_DEADLINE_S, component=name)
+    async def _end(self, host: str, name: str) -> str | None:
+        """End component `name` on `host` now (a straggler at its step's deadline); None if
+        it was, else why not."""
+        if host not in self.clients:
+            return f"host {host} is not connected"
+        try:
+            await self.clients[host].request(m.END, asyncio.get_running_loop().time() + CLEANUP_DEADLINE_S,
+                                             component=name)
+        except NetspecError as exc:
+            return str(exc)
+        return None
 
     def _node_params(self, step: Step) -> dict[str, Any]:
         if step.phase != m.SYNC_CLOCKS:
@@ -409,7 +414,7 @@ class Run:
 
     async def _finish(self, error: NetspecError | None) -> None:
         loop = asyncio.get_running_loop()
-        self.stragglers.run_ended()
+        await self.stragglers.run_ended(CLEANUP_DEADLINE_S)
         if error is not None:
             await self._best_effort(lambda c: c.request(m.RESET, loop.time() + 15, clean=False), 20)
             if not self.collected:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from netspec.protocol import messages as m
@@ -17,25 +17,27 @@ from .progress import Progress, ProgressSink
 
 class Stragglers:
     """Owned by a Run: `record` is its run.json, `save` saves it soon, `end(host, name)`
-    asks a daemon to end a component now."""
+    asks a daemon to end a component now (None if it did, else why not)."""
 
     def __init__(self, record: dict[str, Any], progress: ProgressSink, save: Callable[[], None],
-                 end: Callable[[str, str], Awaitable[Any]]):
+                 end: Callable[[str, str], Awaitable[str | None]]):
         self.record, self.progress, self.save, self.end = record, progress, save, end
         self.waiting: dict[int, Barrier] = {}  # by step index
+        self.watches: set[asyncio.Task[None]] = set()
         self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
         self.troubles: list[str] = []
 
     def trouble(self, phase: str, host: str, name: str, text: str) -> None:
         self.troubles.append(f"phase '{phase}', host {host}: {name}: {text}")
 
-    def follow(self, barrier: Barrier, deadline: float,
-               current: Callable[[], Barrier | None]) -> Coroutine[Any, Any, None]:
+    def follow(self, tg: asyncio.TaskGroup, barrier: Barrier, deadline: float,
+               current: Callable[[], Barrier | None]) -> None:
         """From now on a late ack of `barrier`'s step is recorded as such (at once, before
-        any other task runs); the returned wait, run as a task, ends the ones still out at
-        the step's deadline."""
+        any other task runs); a task of `tg` ends the ones still out at the step's deadline."""
         self.waiting[barrier.index] = barrier
-        return self._watch(barrier, deadline, current)
+        task = tg.create_task(self._watch(barrier, deadline, current))
+        self.watches.add(task)
+        task.add_done_callback(self.watches.discard)
 
     async def _watch(self, barrier: Barrier, deadline: float, current: Callable[[], Barrier | None]) -> None:
         """Until the step's deadline; then each one still out is ended. `current` is the
@@ -48,8 +50,10 @@ class Stragglers:
             for name in names:
                 self.give_up(barrier, host, name, f"no ack within the deadline of "
                              f"{barrier.step.deadline_s:g} s: ended", current())
-                if name != m.NODE:
-                    await self.end(host, name)
+                if name != m.NODE and (why_not := await self.end(host, name)) is not None:
+                    # Said, not hidden: reset at the end of the run still ends it.
+                    self.trouble(barrier.step.phase, host, name,
+                                 f"could not be ended at the deadline: {why_not}")
 
     def give_up(self, barrier: Barrier, host: str, name: str, why: str,
                 current: Barrier | None = None) -> None:
@@ -88,9 +92,13 @@ class Stragglers:
         self.save()
         return True
 
-    def run_ended(self) -> None:
-        """The run is over: whoever is still out never acked."""
+    async def run_ended(self, timeout: float) -> None:
+        """The run is over: whoever is still out never acked. Returns once every straggler
+        being ended has been (or `timeout` passed), so that the daemons are not hung up on
+        while they answer."""
         for barrier in list(self.waiting.values()):
             for host, names in barrier.waiting().items():
                 for name in names:
                     self.give_up(barrier, host, name, "the run ended before it acked")
+        if self.watches:
+            await asyncio.wait(self.watches, timeout=timeout)
