@@ -81,6 +81,10 @@ def topology_up() -> None:
         sh(*ns(R, "tc", "qdisc", "add", "dev", dev, "root", "tbf", *TBF.split()))
 
 
+# Both ends run in this bench's own namespaces, as separate processes: a fixed key does.
+PROBE_KEY = b"netspec-bench-ck"
+
+
 def topology_down() -> None:
     for n in (A, R, B):
         for pid in sh("ip", "netns", "pids", n, check=False).stdout.split():
@@ -89,14 +93,14 @@ def topology_down() -> None:
 
 
 def serve(seconds: float) -> None:
-    server = ProbeServer("0.0.0.0", port=PORT)
+    server = ProbeServer("0.0.0.0", PROBE_KEY, port=PORT)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         server.handle(0.1)
 
 
 def probe(out: Path, seconds: float) -> None:
-    client = ProbeClient(A_ADDR, PORT)
+    client = ProbeClient(A_ADDR, PORT, PROBE_KEY)
     rows = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:

@@ -48,7 +48,8 @@ class Exchange:
 class ProbeClient:
     """Lifecycle: created with its socket, `exchange` from one thread, `close`."""
 
-    def __init__(self, address: str, port: int, kernel: bool = True):
+    def __init__(self, address: str, port: int, key: bytes, kernel: bool = True):
+        self.key = key
         self.server = (address, port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.connect(self.server)
@@ -61,7 +62,7 @@ class ProbeClient:
         """One exchange, or None if the server's answers did not all come in time."""
         seq = next(self.seqs) & 0xFFFFFFFF
         u1 = time.time_ns()
-        self.sock.send(packets.request(seq))
+        self.sock.send(packets.request(self.key, seq))
         request_id, self.sent = self.sent, self.sent + 1
         t1 = reply = followup = None
         t4 = u4 = None
@@ -84,9 +85,9 @@ class ProbeClient:
                 self.lost += 1
                 return None
             now = time.time_ns()
-            answer = packets.parse(data)
+            answer = packets.parse(self.key, data)
             if answer is None or answer.seq != seq:
-                continue  # late answers to an exchange already given up
+                continue  # forged, or a late answer to an exchange already given up
             if isinstance(answer, packets.Reply):
                 reply, u4, t4 = answer, now, stamps.rx_stamp(ancillary) if self.kernel else None
             else:

@@ -62,9 +62,9 @@ class ClockService:
         with self.lock:
             self.gate.reset()
 
-    def serve(self, address: str, kernel: bool = True) -> int:
-        """Answer probes on `address`; the port they should go to."""
-        server = ProbeServer(address, kernel)
+    def serve(self, address: str, key: bytes, kernel: bool = True) -> int:
+        """Answer probes signed with `key` on `address`; the port they should go to."""
+        server = ProbeServer(address, key, kernel)
         self.reference = True
 
         def loop() -> None:
@@ -81,11 +81,12 @@ class ClockService:
         self._start(loop)
         return server.port
 
-    def probe(self, peer: str, address: str, port: int, interval_s: float, kernel: bool = True) -> None:
+    def probe(self, peer: str, address: str, port: int, key: bytes, interval_s: float,
+              kernel: bool = True) -> None:
         """Probe the server at (address, port) on host `peer` with a volley of exchanges
         about every `interval_s`, at random instants so that probing never keeps step with
         a periodic workload."""
-        client = ProbeClient(address, port, kernel)
+        client = ProbeClient(address, port, key, kernel)
 
         def loop() -> None:
             reported = 0

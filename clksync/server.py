@@ -1,4 +1,5 @@
-"""The probe server on the reference host: answers each well-formed request with a reply
+"""The probe server on the reference host: answers each well-formed request signed with the
+run's probe key with a reply
 (its kernel RX stamp) and a follow-up (the reply's kernel TX stamp), never with more bytes
 than the request had, and at most RATE_PER_PEER requests a second from any one address."""
 
@@ -38,7 +39,8 @@ class RateLimit:
 class ProbeServer:
     """Lifecycle: bound at creation, `handle` in a loop from one thread, `close`."""
 
-    def __init__(self, address: str, kernel: bool = True, port: int = 0):
+    def __init__(self, address: str, key: bytes, kernel: bool = True, port: int = 0):
+        self.key = key
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((address, port))
         self.port: int = self.sock.getsockname()[1]
@@ -63,16 +65,16 @@ class ProbeServer:
         except (BlockingIOError, InterruptedError):
             return
         u2 = time.time_ns()
-        seq = packets.request_seq(data)
+        seq = packets.request_seq(self.key, data)
         if seq is None or not self.limit.allow(peer[0], time.monotonic()):
             self.refused += 1
             return
         t2 = stamps.rx_stamp(ancillary) if self.kernel else None
         u3 = time.time_ns()
-        self.sock.sendto(packets.reply(seq, t2, u2, u3), peer)
+        self.sock.sendto(packets.reply(self.key, seq, t2, u2, u3), peer)
         reply_id, self.sent = self.sent, self.sent + 1
         t3 = stamps.tx_stamps(self.sock, TX_STAMP_WAIT_S).get(reply_id) if self.kernel else None
-        self.sock.sendto(packets.followup(seq, t3), peer)
+        self.sock.sendto(packets.followup(self.key, seq, t3), peer)
         self.sent += 1
         self.answered += 1
 

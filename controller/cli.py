@@ -24,6 +24,7 @@ from netspec.protocol.runrecord import load_record
 from . import summary
 from .bundle import CRATE, export_run, import_run
 from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
+from .collect import collect_run
 from .load import load, parse
 from .provenance import differences
 from .pull import pull_run
@@ -94,6 +95,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
     fetch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust the --from host's ssh key if seen for the first time")
+    collect = command("collect", help="gather what a run whose controller was killed left on its hosts, "
+                                      "then merge it")
+    collect.add_argument("run", nargs="?", default="latest")
+    collect.add_argument("--accept-new-host-keys", action="store_true",
+                         help="trust ssh host keys seen for the first time (added to known_hosts)")
     export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)")
     export.add_argument("run", nargs="?", default="latest")
     export.add_argument("--to", type=Path, required=True, metavar="FILE",
@@ -115,7 +121,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
     for p in (run, resume, report):
         p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
-    for p in (run, demo, ls, show, fetch, export, import_, results, report, resume, rerun):
+    for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -152,6 +158,17 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     if merged.ok:
         print_lines(summary.written_lines(args.to or path / MERGED))
     return EXIT_OK if merged.ok else EXIT_FAILED
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    path = find_run(args.runs, args.run)
+    found = collect_run(path, args.accept_new_host_keys)
+    print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()]
+                or ["no host of this run was reached: nothing to collect"])
+    merged = merge(path, TERMINAL)
+    print_lines(merged.lines)
+    failed = [host for host, salvaged in found.items() if salvaged.error]
+    return EXIT_FAILED if failed or not merged.ok else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -303,8 +320,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls,
             "show": cmd_show, "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch,
-            "export": cmd_export, "import": cmd_import, "results": cmd_results, "report": cmd_report,
-            "resume": cmd_resume, "rerun": cmd_rerun}
+            "collect": cmd_collect, "export": cmd_export, "import": cmd_import, "results": cmd_results,
+            "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
 
 
 def main(argv: list[str] | None = None) -> int:

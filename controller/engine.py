@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from netspec.clksync.packets import KEY_BYTES as PROBE_KEY_BYTES
 from netspec.protocol import messages as m
 from netspec.protocol.errors import (
     ComponentFailed,
@@ -27,7 +30,7 @@ from netspec.protocol.errors import (
 )
 
 from .barrier import Barrier
-from .failures import ack_failure, step_failures
+from .failures import ack_failure, raise_if_any_failed, step_failures
 from .fetch import fetch_host
 from .fleet import AddressHost, DaemonClient, Host, LocalHost
 from .model import NODE_STEPS, Plan, Step
@@ -36,24 +39,12 @@ from .progress import Progress, ProgressSink
 from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
+from .salvage import salvage_hosts
 from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
 SAVE_INTERVAL_S = 0.2
-
-
-
-
-def _raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
-    """`results` maps each host to its result or exception (asyncio.gather's
-    return_exceptions); any exception fails the step, naming every host."""
-    errors = [r for r in results.values() if isinstance(r, BaseException)]
-    for error in errors:
-        if not isinstance(error, Exception):
-            raise error  # cancellation is not a host's failure
-    if errors:
-        raise StepFailed(phase, results)
 
 
 def make_host(spec: HostSpec, accept_new: bool = False, keep_daemons: bool = False) -> Host:
@@ -195,7 +186,7 @@ class Run:
             asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, connect_s))
-        _raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
+        raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
         await self._start_clocks(deadline)
         self.rundir.save()
 
@@ -205,11 +196,13 @@ class Run:
         service = self.plan.clock
         if len(self.clients) < 2:
             return
+        # A key for this run's probes alone, handed out over the authenticated connections.
+        key = os.urandom(PROBE_KEY_BYTES)
         served = await self.clients[service.reference].request(
-            m.CLKSYNC, deadline, role="serve", timestamps=service.timestamps)
+            m.CLKSYNC, deadline, role="serve", key=key, timestamps=service.timestamps)
         await asyncio.gather(*(
             self.clients[h].request(m.CLKSYNC, deadline, role="probe", peer=service.reference,
-                                    address=self._reference_address(h), port=served["port"],
+                                    address=self._reference_address(h), port=served["port"], key=key,
                                     interval_ms=service.interval_ms, timestamps=service.timestamps)
             for h in self.clients if h != service.reference))
 
@@ -328,7 +321,12 @@ class Run:
         outcome = await asyncio.gather(*(fetch_host(self.clients[h], self.rundir, deadline)
                                          for h in hosts), return_exceptions=True)
         self.collected = True
-        for host, files in zip(hosts, outcome, strict=True):
+        lost = {h: functools.partial(self.hosts[h].run_files, self.rundir.id)
+                for h, files in zip(hosts, outcome, strict=True) if isinstance(files, ConnectionLost)}
+        salvaged = await salvage_hosts(lost, self.rundir, deadline)
+        for host, found in salvaged.items():
+            self.progress(Progress("salvaged", host=host, text=found.summary()))
+        for host, files in [*zip(hosts, outcome, strict=True), *((h, f.files) for h, f in salvaged.items())]:
             if isinstance(files, BaseException):
                 continue
             for component, path in files:
@@ -337,7 +335,7 @@ class Run:
                         str(path.relative_to(self.rundir.path)))
                 else:
                     self.results[component].files.append(path)
-        _raise_if_any_failed("collect", dict(zip(hosts, outcome, strict=True)))
+        raise_if_any_failed("collect", dict(zip(hosts, outcome, strict=True)))
 
     # -- events from daemons ------------------------------------------------------------
 

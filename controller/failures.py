@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from netspec.protocol import messages as m
-from netspec.protocol.errors import ComponentFailed, DeadlineExceeded, NetspecError, RemoteError
+from netspec.protocol.errors import ComponentFailed, DeadlineExceeded, NetspecError, RemoteError, StepFailed
 
 from .barrier import Barrier
 from .model import Component
@@ -47,3 +47,14 @@ def ack_failure(results: dict[str, ComponentResult], host: str, name: str, phase
     if name == m.NODE:
         return RemoteError(host, {"type": "netspecd", "message": ack.get("message") or "error"})
     return ComponentFailed(results[name], phase, reason, ack.get("traceback", ""))
+
+
+def raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
+    """`results` maps each host to its result or exception (asyncio.gather's
+    return_exceptions); any exception fails the step, naming every host."""
+    errors = [r for r in results.values() if isinstance(r, BaseException)]
+    for error in errors:
+        if not isinstance(error, Exception):
+            raise error  # cancellation is not a host's failure
+    if errors:
+        raise StepFailed(phase, results)

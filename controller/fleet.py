@@ -30,8 +30,10 @@ from netspec.protocol.errors import (
     RemoteError,
 )
 from netspec.protocol.exits import kill_run_processes
+from netspec.protocol.names import safe_name
 
 from .model import Host as HostSpec
+from .salvage import RunFiles, local_run_files
 
 EventHandler = Callable[[str, dict[str, Any]], None]
 DAEMON_START_S = 20.0
@@ -150,6 +152,12 @@ class Host(abc.ABC):
         """The address other hosts of the run reach this one at (its daemon's `facts`)."""
         return "127.0.0.1"
 
+    def run_files(self, run_id: str) -> RunFiles | None:
+        """For a host whose daemon is lost: end what is left of the run there (its
+        processes), and return the run's directory on the host, read without the daemon.
+        None where only the daemon reaches the host's files. Blocking."""
+        return None
+
 
 class AddressHost(Host):
     """A daemon someone else started, at `address:`."""
@@ -170,7 +178,7 @@ class LocalHost(Host):
     def __init__(self, spec: HostSpec):
         super().__init__(spec)
         self.proc: asyncio.subprocess.Process | None = None
-        self.root = netspec_home() / "work" / f"{os.getpid()}-{self.name}"
+        self.root = local_daemon_root(os.getpid(), self.name)
 
     async def start(self, log_dir: Path) -> tuple[str, int]:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -212,6 +220,14 @@ class LocalHost(Host):
             # machine is its host, so what it left behind is ours to end.
             kill_run_processes(run_id, [], signal.SIGKILL)
         _remove_empty_dirs(self.root)
+
+    def run_files(self, run_id: str) -> RunFiles | None:
+        return local_run_files(self.root, run_id, self.name)
+
+
+def local_daemon_root(controller_pid: int, host: str) -> Path:
+    """Where the daemon a controller spawns for a local host keeps its runs."""
+    return netspec_home() / "work" / f"{controller_pid}-{safe_name(host, 'host')}"
 
 
 def _remove_empty_dirs(root: Path) -> None:

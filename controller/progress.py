@@ -10,7 +10,9 @@ from dataclasses import dataclass
 class Progress:
     """One thing worth telling the user while the run goes (see summary.progress_text)."""
 
-    kind: str  # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler)
+    # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler),
+    # "salvaged" (a lost daemon's host, gathered without it)
+    kind: str
     step: str = ""
     host: str = ""
     status: str = ""

@@ -25,9 +25,11 @@ from typing import Any
 import paramiko
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.names import safe_name
 
 from .fleet import Host
 from .model import Host as HostSpec
+from .salvage import RunFiles, SFTPRunFiles
 from .ssh import SSHConnection, Tunnel, resolve
 from .wheels import build_id, local_wheels
 
@@ -234,6 +236,14 @@ class SSHHost(Host):
                 raise ConnectionLost(self.name, detail=f"netspecd did not start; {log} says:\n{tail}")
             time.sleep(0.1)
         return port
+
+    def run_files(self, run_id: str) -> RunFiles | None:
+        if not self.base:  # `ns_control collect`, after the run's controller is gone
+            self.conn.open()
+            self._bootstrap()
+        self.conn.run([f"{self.venv}/bin/netspecd", "--kill-run", run_id, "--host", self.name],
+                      timeout=STOP_S)
+        return SFTPRunFiles(self.conn, f"{self.base}/work/{self.daemon_id}/{safe_name(run_id, 'run id')}")
 
     async def stop(self, run_id: str = "") -> None:
         await asyncio.to_thread(self._stop, run_id)

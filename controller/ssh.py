@@ -166,14 +166,21 @@ class SSHConnection:
         chan.exec_command(shlex.join(argv))
         return chan
 
+    def sftp(self) -> paramiko.SFTPClient:
+        """An SFTP session on this connection; close it (`with`) when done."""
+        try:
+            return paramiko.SFTPClient.from_transport(self.transport)  # type: ignore[return-value]
+        except (paramiko.SSHException, OSError) as exc:
+            raise self._lost(f"no SFTP session: {exc}") from exc
+
     def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        with self.client.open_sftp() as sftp:  # type: ignore[union-attr]
+        with self.sftp() as sftp:
             with sftp.open(remote_path, "wb") as f:
                 f.write(data)
             sftp.chmod(remote_path, mode)
 
     def put_files(self, local: list[Path], remote_dir: str) -> None:
-        with self.client.open_sftp() as sftp:  # type: ignore[union-attr]
+        with self.sftp() as sftp:
             for path in local:
                 sftp.put(str(path), f"{remote_dir}/{path.name}")
 

@@ -30,6 +30,8 @@ def progress_text(event: Progress) -> tuple[str, bool]:
         return f"  {event.step:<16}", False
     if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
         return f" [{event.step}: {event.host}/{event.text}]", False
+    if event.kind == "salvaged":  # a lost daemon's host, gathered without it
+        return f" [salvaged host {event.host}: {event.text}]", False
     if event.kind == "host":
         note = f" ({event.text})" if event.text and event.status != "ok" else ""
         return f" {event.host} {MARK.get(event.status, event.status)} {seconds(event.seconds)}{note} ", False

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from netspec.clksync import packets
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
 
@@ -181,9 +182,15 @@ async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     with its port) or a probe client of the reference host's server."""
     clock = _supervisor(session).services.clock
     kernel = request.get("timestamps", "kernel") == "kernel"
+    key = request.get("key")
+    if not isinstance(key, bytes) or len(key) < packets.KEY_BYTES:
+        raise ProtocolError(f"clksync needs a probe key of at least {packets.KEY_BYTES} bytes")
     if request["role"] == "serve":
-        return {"port": clock.serve("0.0.0.0", kernel)}
-    clock.probe(request["peer"], request["address"], request["port"], request["interval_ms"] / 1000, kernel)
+        # Every host of the run must reach it, at addresses only they know; what keeps
+        # others out is the key.
+        return {"port": clock.serve("0.0.0.0", key, kernel)}
+    clock.probe(request["peer"], request["address"], request["port"], key, request["interval_ms"] / 1000,
+                kernel)
     return {}
 
 

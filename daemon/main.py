@@ -14,10 +14,11 @@ from pathlib import Path
 
 from netspec.protocol.auth import load_or_create_key, netspec_home
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.exits import kill_run_processes
+from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
 
 from .server import Daemon
+from .supervisor import KILL_GRACE_S
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -43,7 +44,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--state-file", type=Path, default=None,
                         help="write {port, pid} here once listening; removed at exit")
     parser.add_argument("--kill-run", metavar="RUN_ID", default=None,
-                        help="kill every process left by that run, then exit")
+                        help="end every process left by that run (SIGTERM, then SIGKILL), then exit")
+    parser.add_argument("--host", default="",
+                        help="with --kill-run: only the processes of this host of the run")
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser.parse_args(argv)
 
@@ -85,7 +88,7 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     if args.kill_run:
-        kill_run_processes(args.kill_run, [], signal.SIGKILL)
+        end_run_processes(args.kill_run, KILL_GRACE_S, args.host)
         return 0
     # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
     # for the components, which inherit the mask.

@@ -360,12 +360,12 @@ class Supervisor:
 
         Returns the number of processes that had to be signalled.
         """
-        victims = run_processes(self.run_id, self.pids())
+        victims = await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host)
         for comp in self.components.values():
             comp.stopping = True
         signal_pids([p.pid for p in victims], signal.SIGTERM)
         if not await self._all_gone(KILL_GRACE_S):
-            kill_run_processes(self.run_id, self.pids(), signal.SIGKILL)
+            await asyncio.to_thread(kill_run_processes, self.run_id, self.pids(), signal.SIGKILL, self.host)
             await self._all_gone(KILL_GRACE_S)
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
@@ -379,7 +379,7 @@ class Supervisor:
         """Wait until no process of the run is alive. Orphans are not our children and
         cannot be waited for, so /proc is checked, briefly and under a bound."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while run_processes(self.run_id, self.pids()):
+        while await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host):
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(0.01)

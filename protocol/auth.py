@@ -1,7 +1,10 @@
-"""Mutual HMAC-SHA256 challenge-response over a shared key, before any command.
+"""Mutual HMAC-SHA256 challenge-response over a shared key, before any command; then
+every frame of the connection is tagged with a key of this connection alone.
 
 The daemon proves nothing until the client has proved it knows the key, and then proves
-itself in turn, so neither side talks to an impostor. Nonces from both sides stop replay.
+itself in turn, so neither side talks to an impostor. Nonces from both sides stop replay
+of a handshake; the per-connection key and the frames' counted sequence (wire.Seal) stop
+injection and replay after it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from .channel import Channel
 from .errors import AuthError, ConfigError
 from .messages import PROTOCOL_VERSION
+from .wire import Seal
 
 KEY_BYTES = 32
 NONCE_BYTES = 32
@@ -60,6 +64,12 @@ def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
     return hmac.new(key, b"netspec-" + role + first + second, hashlib.sha256).digest()
 
 
+def _seals(key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[Seal, Seal]:
+    """The controller-to-daemon and daemon-to-controller seals of one connection."""
+    session_key = _mac(key, b"session", nonce_c, nonce_s)
+    return Seal(session_key, b"controller->daemon"), Seal(session_key, b"daemon->controller")
+
+
 async def server_handshake(channel: Channel, key: bytes) -> None:
     """Authenticate the client on `channel`; raises AuthError (after telling the peer)."""
     limit, channel.decoder.max_frame = channel.decoder.max_frame, HANDSHAKE_FRAME_LIMIT
@@ -79,6 +89,8 @@ async def server_handshake(channel: Channel, key: bytes) -> None:
     channel.send({"t": "welcome", "mac": _mac(key, b"server", nonce_c, nonce_s)})
     await channel.drain()
     channel.decoder.max_frame = limit
+    to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
+    channel.seal(outgoing=to_controller, incoming=to_daemon)
 
 
 async def client_handshake(channel: Channel, key: bytes) -> None:
@@ -102,3 +114,5 @@ async def client_handshake(channel: Channel, key: bytes) -> None:
     mac = reply.get("mac")
     if not isinstance(mac, bytes) or not hmac.compare_digest(mac, _mac(key, b"server", nonce_c, nonce_s)):
         raise AuthError("the daemon failed to prove it knows the key", channel.peer)
+    to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
+    channel.seal(outgoing=to_daemon, incoming=to_controller)

@@ -12,7 +12,7 @@ from collections import deque
 from typing import Any
 
 from .errors import ConnectionLost, ProtocolError
-from .wire import MAX_FRAME, FrameDecoder, encode
+from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
 READ_SIZE = 256 * 1024
 
@@ -25,6 +25,11 @@ class Channel:
         self.reader, self.writer, self.peer = reader, writer, peer
         self.decoder = FrameDecoder(max_frame)
         self._ready: deque[dict[str, Any]] = deque()
+        self._seal: Seal | None = None
+
+    def seal(self, outgoing: Seal, incoming: Seal) -> None:
+        """From now on every frame is tagged and every frame received must carry its tag."""
+        self._seal, self.decoder.seal = outgoing, incoming
 
     async def recv(self) -> dict[str, Any] | None:
         while not self._ready:
@@ -43,7 +48,7 @@ class Channel:
         """Queue one message; call `drain` where back-pressure matters."""
         if self.writer.is_closing():
             raise ConnectionLost(self.peer, detail="connection is closed")
-        self.writer.write(encode(message))
+        self.writer.write(encode(message, self._seal))
 
     async def drain(self) -> None:
         try:

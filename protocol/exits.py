@@ -26,8 +26,10 @@ def describe_returncode(code: int | None) -> str:
     return f"exited {code}"
 
 
-def run_processes(run_id: str, also: list[int] = ()) -> list[psutil.Process]:
-    """Every live process of this run: the given pids plus all carrying the run's id."""
+def run_processes(run_id: str, also: list[int] = (), host: str = "") -> list[psutil.Process]:
+    """Every live process of this run: the given pids plus all carrying the run's id (and,
+    given `host`, that host's name: hosts of one run may share a machine). It scans every
+    process's environment, some ms each: call it from a thread where a loop must go on."""
     found: dict[int, psutil.Process] = {}
     for pid in also:
         with contextlib.suppress(psutil.Error):
@@ -37,7 +39,8 @@ def run_processes(run_id: str, also: list[int] = ()) -> list[psutil.Process]:
         if proc.pid == me or proc.pid in found:
             continue
         with contextlib.suppress(psutil.Error):
-            if proc.environ().get(m.RUN_ENV) == run_id:
+            env = proc.environ()
+            if env.get(m.RUN_ENV) == run_id and (not host or env.get(m.HOST_ENV) == host):
                 found[proc.pid] = proc
     return [p for p in found.values() if _alive(p)]
 
@@ -55,6 +58,17 @@ def signal_pids(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals) -> None:
-    """Signal every live process of the run (see `run_processes`)."""
-    signal_pids([p.pid for p in run_processes(run_id, also)], sig)
+def kill_run_processes(run_id: str, also: list[int], sig: signal.Signals, host: str = "") -> None:
+    """Signal every live process of the run (on `host`, if given; see `run_processes`)."""
+    signal_pids([p.pid for p in run_processes(run_id, also, host)], sig)
+
+
+def end_run_processes(run_id: str, grace_s: float, host: str = "") -> int:
+    """End what a lost daemon left of a run: SIGTERM, so that each component's streams are
+    flushed as it exits, then SIGKILL for whatever is alive after `grace_s`. Blocking;
+    returns the number of processes found."""
+    victims = run_processes(run_id, [], host)
+    signal_pids([p.pid for p in victims], signal.SIGTERM)
+    _, alive = psutil.wait_procs(victims, timeout=grace_s)
+    signal_pids([p.pid for p in alive], signal.SIGKILL)
+    return len(victims)

@@ -15,7 +15,7 @@ from typing import Any
 
 # Version history:
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 def netspec_version() -> str:

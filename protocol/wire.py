@@ -1,4 +1,5 @@
-"""Frames on the wire: a 4-byte big-endian length, then one msgpack map.
+"""Frames on the wire: a 4-byte big-endian length, then one msgpack map; once a
+connection is authenticated, each frame's body is followed by a MAC tag (see `Seal`).
 
 Pure: feed bytes in, get messages out; it never touches a socket, so the same decoder
 serves the controller-daemon TCP connection and the daemon-component socketpair.
@@ -6,6 +7,8 @@ serves the controller-daemon TCP connection and the daemon-component socketpair.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from typing import Any
 
@@ -15,14 +18,39 @@ from .errors import ProtocolError
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
+TAG_BYTES = 16
+_SEQ = struct.Struct(">Q")
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    """Return the frame carrying `message` (a map with at least a "t" key)."""
+class Seal:
+    """One direction of an authenticated connection: frame number n carries
+    HMAC-SHA256(key, direction, n, body), truncated to TAG_BYTES.
+
+    The number is never sent; each side counts. So a frame injected, replayed, dropped or
+    reordered by anyone on the path fails the check of the frame it lands on.
+    """
+
+    def __init__(self, key: bytes, direction: bytes):
+        self._mac = hmac.new(key, direction, hashlib.sha256)
+        self.sequence = 0
+
+    def tag(self, body: bytes) -> bytes:
+        mac = self._mac.copy()
+        mac.update(_SEQ.pack(self.sequence))
+        mac.update(body)
+        self.sequence += 1
+        return mac.digest()[:TAG_BYTES]
+
+
+def encode(message: dict[str, Any], seal: Seal | None = None) -> bytes:
+    """Return the frame carrying `message` (a map with at least a "t" key), tagged by
+    `seal` on an authenticated connection."""
     body = msgpack.packb(message, use_bin_type=True)
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"message of {len(body)} bytes exceeds the {MAX_FRAME}-byte frame limit")
-    return HEADER.pack(len(body)) + body
+    if seal is None:
+        return HEADER.pack(len(body)) + body
+    return HEADER.pack(len(body) + TAG_BYTES) + body + seal.tag(body)
 
 
 def decode_body(body: bytes) -> dict[str, Any]:
@@ -45,6 +73,7 @@ class FrameDecoder:
 
     def __init__(self, max_frame: int = MAX_FRAME):
         self.max_frame = max_frame
+        self.seal: Seal | None = None
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
@@ -52,12 +81,19 @@ class FrameDecoder:
         messages = []
         while len(self._buffer) >= HEADER.size:
             (length,) = HEADER.unpack_from(self._buffer)
-            if length > self.max_frame:
+            tag_bytes = TAG_BYTES if self.seal is not None else 0
+            if length > self.max_frame + tag_bytes:
                 raise ProtocolError(f"frame of {length} bytes exceeds the {self.max_frame}-byte limit")
+            if length < tag_bytes:
+                raise ProtocolError(f"frame of {length} bytes is shorter than its MAC tag")
             end = HEADER.size + length
             if len(self._buffer) < end:
                 break
-            body = bytes(self._buffer[HEADER.size:end])
+            body = bytes(self._buffer[HEADER.size:end - tag_bytes])
+            if self.seal is not None and not hmac.compare_digest(
+                    self.seal.tag(body), bytes(self._buffer[end - tag_bytes:end])):
+                raise ProtocolError(f"frame {self.seal.sequence - 1} failed its MAC check "
+                                    "(injected, replayed, reordered or damaged on the way)")
             del self._buffer[:end]
             messages.append(decode_body(body))
         return messages

@@ -12,10 +12,12 @@ from netspec.clksync import packets, watch
 from netspec.clksync.client import ProbeClient
 from netspec.clksync.server import BURST, ProbeServer, RateLimit
 
+KEY = os.urandom(packets.KEY_BYTES)
+
 
 @pytest.fixture
 def server():
-    srv = ProbeServer("127.0.0.1")
+    srv = ProbeServer("127.0.0.1", KEY)
     stop = threading.Event()
     thread = threading.Thread(target=lambda: [srv.handle(0.05) for _ in iter(stop.is_set, True)])
     thread.start()
@@ -36,7 +38,7 @@ def run_exchanges(client, n=20):
 
 @pytest.mark.parametrize("kernel", [True, False])
 def test_exchanges_carry_ordered_timestamps_from_the_kernel_or_marked_user_space(server, kernel):
-    found = run_exchanges(ProbeClient("127.0.0.1", server.port, kernel=kernel))
+    found = run_exchanges(ProbeClient("127.0.0.1", server.port, KEY, kernel=kernel))
     assert all(e is not None and e.kernel is kernel for e in found)
     for e in found:
         assert e.t1 < e.t2 <= e.t3 < e.t4 and e.u1 <= e.u4  # one clock: causality holds
@@ -47,8 +49,8 @@ def test_exchanges_carry_ordered_timestamps_from_the_kernel_or_marked_user_space
 
 @pytest.mark.timing
 def test_a_volley_is_back_to_back_exchanges_and_leaves_the_server_nothing_to_wake_for():
-    srv = ProbeServer("127.0.0.1")
-    client = ProbeClient("127.0.0.1", srv.port)
+    srv = ProbeServer("127.0.0.1", KEY)
+    client = ProbeClient("127.0.0.1", srv.port, KEY)
     stop = threading.Event()
     thread = threading.Thread(target=lambda: [srv.handle(0.02) for _ in iter(stop.is_set, True)])
     thread.start()
@@ -66,19 +68,30 @@ def test_a_volley_is_back_to_back_exchanges_and_leaves_the_server_nothing_to_wak
     srv.close()
 
 
-def test_the_server_answers_only_well_formed_requests_and_never_with_more_bytes(server):
+def test_the_server_answers_only_requests_signed_with_the_runs_key_and_never_with_more_bytes(server):
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.settimeout(0.3)
-    for bad in (b"x" * 47, packets.request(1) + b"x", b"\0" * packets.REQUEST_SIZE, b"y" * 4000):
+    good = packets.request(KEY, 1)
+    flipped = good[:-1] + bytes([good[-1] ^ 1])
+    for bad in (b"x" * 47, good + b"x", b"\0" * packets.REQUEST_SIZE, b"y" * 4000, flipped,
+                packets.request(os.urandom(packets.KEY_BYTES), 1)):
         sock.sendto(bad, ("127.0.0.1", server.port))
         with pytest.raises(TimeoutError):
             sock.recv(65536)
-    assert server.refused == 4
-    sock.sendto(packets.request(7), ("127.0.0.1", server.port))
+    assert server.refused == 6
+    sock.sendto(packets.request(KEY, 7), ("127.0.0.1", server.port))
     answers = [sock.recv(65536) for _ in range(2)]
     assert all(len(a) <= packets.REQUEST_SIZE for a in answers)
-    assert [type(packets.parse(a)).__name__ for a in answers] == ["Reply", "Followup"]
+    assert [type(packets.parse(KEY, a)).__name__ for a in answers] == ["Reply", "Followup"]
+    assert [packets.parse(os.urandom(packets.KEY_BYTES), a) for a in answers] == [None, None]
     sock.close()
+
+
+def test_a_client_takes_no_answer_it_cannot_verify(server):
+    client = ProbeClient("127.0.0.1", server.port, os.urandom(packets.KEY_BYTES))
+    assert client.exchange(timeout_s=0.3) is None
+    assert client.lost == 1 and server.refused == 1
+    client.close()
 
 
 def test_a_peer_gets_its_burst_then_the_rate():

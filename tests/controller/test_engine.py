@@ -478,16 +478,37 @@ def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
     assert latest_record(tmp_path / "runs")["status"] == "failed"
 
 
-def test_a_daemon_killed_mid_run_fails_the_run_naming_its_host(experiment, tmp_path):
-    proc, record = start_run_hanging_in_work(experiment, tmp_path)
+def test_a_daemon_killed_mid_run_fails_the_run_and_its_host_is_salvaged(experiment, tmp_path, netspec_home):
+    text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
+            + "streams: {play: {enable: [PLAY]}}\n")
+    path = experiment(text.replace("PARAMS_ONE", "{hang_in: work, orphan: true, ticks: 2000}")
+                      .replace("PARAMS_TWO", "{ticks: 5}").replace("DEADLINE", "5m"))
+    proc, record = start_run_until_work(path, tmp_path)
+    wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
+
+    def flushed() -> bool:
+        found = netspec_home.glob(f"work/*-a/{record['id']}/streams/play.one.*.ds")
+        return sum(r.entity.name == "tick" for path in found for r in StreamReader(path)) == 2 * 2000
+    wait_for(flushed, what="component one's ticks to be flushed")
     os.kill(record["hosts"]["a"]["daemon_pid"], signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "phase 'work', host a: connection lost (daemon closed the connection)" in stderr
-    assert latest_record(tmp_path / "runs")["status"] == "failed"
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "failed"
     hosts = tmp_path / "runs" / "latest" / "hosts"
     assert "one stderr in prepare" in (hosts / "a" / "one" / "stderr").read_text()
     assert (hosts / "b" / "two" / "exit.json").exists()
+    # Host a's daemon is gone, but its disk is not: its streams were gathered without it,
+    # and nothing of the run is left there.
+    salvaged = record["hosts"]["a"]["salvaged"]
+    assert salvaged["via"] == "the local filesystem" and salvaged["removed"], salvaged
+    assert "[salvaged host a: " in stdout and "its leftovers removed" in stdout
+    streams = [f for f in salvaged["files"] if f.startswith("hosts/a/streams/play.one.")]
+    assert len(streams) == 1, salvaged
+    ticks = [r for r in StreamReader(tmp_path / "runs" / "latest" / streams[0]) if r.entity.name == "tick"]
+    assert len(ticks) == 2 * 2000  # every record flushed before the kill is in the run directory
+    assert not Path(salvaged["from"]).exists()
     assert not run_processes(record["id"])
 
 
@@ -604,3 +625,31 @@ def test_camp_samples_a_component_that_starts_after_start_logging(experiment, tm
     assert used > 0
     (component,), = duckdb.sql(f"SELECT component FROM '{merged}/workload.parquet'").fetchall()
     assert component == "spin"
+
+
+def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, tmp_path, netspec_home):
+    text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
+            + "streams: {play: {enable: [PLAY]}}\n")
+    path = experiment(text.replace("PARAMS_ONE", "{hang_in: work, ticks: 300}")
+                      .replace("PARAMS_TWO", "{ticks: 200}").replace("DEADLINE", "5m"))
+    proc, record = start_run_until_work(path, tmp_path)
+    wait_for(lambda: len(list(netspec_home.glob(f"work/*/{record['id']}/streams/play.*.ds"))) == 2,
+             what="both components' streams to be opened")
+    proc.kill()
+    proc.communicate(timeout=30)
+    # The daemons saw their controller go and ended the run's processes (streams flushed).
+    wait_for(lambda: not run_processes(record["id"]), what="the run's processes to end")
+    done = ns_control("collect", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "host a: " in done.stdout and "host b: " in done.stdout and "merged: " in done.stdout
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "interrupted" and record["collected_ns"]
+    run = tmp_path / "runs" / "latest"
+    for host, component, ticks in (("a", "one", 2 * 300), ("b", "two", 2 * 200)):
+        salvaged = record["hosts"][host]["salvaged"]
+        assert salvaged["removed"] and not Path(salvaged["from"]).exists(), salvaged
+        stream = next((run / "hosts" / host / "streams").glob(f"play.{component}.*.ds"))
+        assert sum(r.entity.name == "tick" for r in StreamReader(stream)) == ticks
+    assert (run / "merged" / "events.parquet").exists()
+    again = ns_control("collect", cwd=tmp_path)  # nothing left: said, and nothing lost
+    assert again.returncode == 0 and "0 files" in again.stdout

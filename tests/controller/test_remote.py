@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from netspec.datastream.reader import StreamReader
@@ -142,8 +143,49 @@ def test_a_host_lost_mid_run_stops_the_run_and_keeps_the_others_data(ssh_env, ow
     assert "host b: connection lost" in stderr
     run = tmp_path / "runs" / "latest"
     assert "one line 2" in (run / "hosts" / "a" / "one" / "stdout").read_text()
-    assert latest_record(tmp_path / "runs")["status"] == "failed"
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "failed"
+    # Host b is gone whole, its sshd too: that nothing could be salvaged is said.
+    assert "salvage failed: " in record["hosts"]["b"]["salvaged"]["error"]
     assert netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}
+
+
+def test_a_daemon_killed_on_an_ssh_host_is_salvaged_over_sftp(ssh_env, experiment, tmp_path):
+    text = textwrap.dedent("""\
+        experiment: salvage
+        hosts: {a: {ssh: netspec-h1}, b: {ssh: netspec-h2}}
+        components:
+          one: {host: a, program: ACTOR, args: ["prepare,work"], params: {ticks: 1000, hang_in: work}}
+          two: {host: b, program: ACTOR, args: ["prepare,work"]}
+        streams: {play: {enable: [PLAY]}}
+        schedule: [launch, start_logging, prepare, {phase: work, deadline: 5m}, collect]
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(experiment(text))],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def working():
+        latest = tmp_path / "runs" / "latest" / "run.json"
+        record = json.loads(latest.read_text()) if latest.exists() else {}
+        return (record.get("steps") or [{}])[-1].get("phase") == "work" and record
+
+    record = wait_for(working, timeout=120, what="the run to reach phase 'work'")
+
+    def flushed() -> int:
+        # The live file on host a (its home is on this machine), read as the merge would.
+        found = ssh_env[0].home.glob(f".local/share/netspec/work/*/{record['id']}/streams/play.one.*.ds")
+        return sum(r.entity.name == "tick" for path in found for r in StreamReader(path)) == 2000
+    wait_for(flushed, timeout=60, what="component one's ticks to be flushed on host a")
+    os.kill(record["hosts"]["a"]["daemon_pid"], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    assert "host a: connection lost" in stderr
+    salvaged = latest_record(tmp_path / "runs")["hosts"]["a"]["salvaged"]
+    assert salvaged["via"].startswith("SFTP to root@") and salvaged["removed"], salvaged
+    assert f"[salvaged host a: {len(salvaged['files'])} files" in stdout
+    streams = [f for f in salvaged["files"] if f.startswith("hosts/a/streams/play.one.")]
+    ticks = sum(r.entity.name == "tick" for r in StreamReader(tmp_path / "runs" / "latest" / streams[0]))
+    assert ticks == 2000  # every record flushed before the kill is in the run directory
+    assert not Path(salvaged["from"]).exists()  # the hosts' home is on this machine: nothing left there
 
 
 def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):

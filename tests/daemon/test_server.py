@@ -8,6 +8,7 @@ import struct
 import msgpack
 import pytest
 from netspec.controller.fleet import DaemonClient
+from netspec.protocol import messages as m
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
@@ -45,7 +46,7 @@ def _raw(port: int, payload: bytes) -> bytes:
 
 def test_hello_reports_host_facts(daemon, key):
     reply = asyncio.run(_hello(daemon.port, key))
-    assert reply["protocol"] == 1
+    assert reply["protocol"] == m.PROTOCOL_VERSION
     assert reply["facts"]["kernel"] == os.uname().release
     assert reply["facts"]["cpu_count"] == os.cpu_count()
 
@@ -54,7 +55,7 @@ def test_a_client_with_the_wrong_key_is_refused_and_the_daemon_stays_up(daemon, 
     with pytest.raises(AuthError):
         asyncio.run(_hello(daemon.port, os.urandom(32)))
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
 
 
 def test_a_command_without_authentication_is_refused(daemon, key):
@@ -62,7 +63,7 @@ def test_a_command_without_authentication_is_refused(daemon, key):
     assert b"authentication failed" in answer
     assert b"facts" not in answer
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
 
 
 @pytest.mark.parametrize("payload", [
@@ -75,7 +76,7 @@ def test_malformed_and_oversized_frames_drop_the_connection_not_the_daemon(daemo
     answer = _raw(daemon.port, payload)
     assert b"facts" not in answer
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == 1
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
 
 
 def test_an_oversized_frame_after_authentication_drops_only_that_connection(daemon, key):
@@ -84,7 +85,7 @@ def test_an_oversized_frame_after_authentication_drops_only_that_connection(daem
         client.channel.writer.write(struct.pack(">I", 64 * 1024 * 1024) + b"x" * 1024)
         await serving  # the daemon hangs up
         return await _hello(daemon.port, key)
-    assert asyncio.run(scenario())["protocol"] == 1
+    assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION
     assert daemon.alive
 
 

@@ -5,7 +5,8 @@ import stat
 import pytest
 from netspec.protocol.auth import client_handshake, load_or_create_key, server_handshake
 from netspec.protocol.channel import Channel
-from netspec.protocol.errors import AuthError, ConfigError
+from netspec.protocol.errors import AuthError, ConfigError, ProtocolError
+from netspec.protocol.wire import encode
 
 
 async def _pair() -> tuple[Channel, Channel]:
@@ -50,3 +51,21 @@ def test_a_key_file_readable_by_others_is_refused(tmp_path):
     path.chmod(0o644)
     with pytest.raises(ConfigError, match="chmod 600"):
         load_or_create_key(path)
+
+
+def test_after_the_handshake_only_frames_sealed_for_this_connection_are_taken():
+    async def scenario():
+        server, client = await _pair()
+        key = os.urandom(32)
+        await asyncio.gather(server_handshake(server, key), client_handshake(client, key))
+        client.send({"t": "hello", "id": 1})
+        assert await server.recv() == {"t": "hello", "id": 1}
+        server.send({"t": "reply", "id": 1})
+        assert await client.recv() == {"t": "reply", "id": 1}
+        # Someone on the path writes a well-formed but unsealed frame into the stream.
+        client.writer.write(encode({"t": "reset", "id": 2, "clean": True}))
+        with pytest.raises(ProtocolError, match="MAC check"):
+            await server.recv()
+        await server.close()
+        await client.close()
+    asyncio.run(scenario())

@@ -1,7 +1,7 @@
 import msgpack
 import pytest
 from netspec.protocol.errors import ProtocolError
-from netspec.protocol.wire import HEADER, MAX_FRAME, FrameDecoder, encode
+from netspec.protocol.wire import HEADER, MAX_FRAME, TAG_BYTES, FrameDecoder, Seal, encode
 
 MESSAGES = [{"t": "hello", "id": 1}, {"t": "output", "data": b"\x00" * 300, "n": -5},
             {"t": "x", "nested": {"a": [1, 2.5, "s", None, True]}}]
@@ -44,3 +44,41 @@ def test_a_body_that_is_not_a_message_map_is_a_protocol_error(body):
 def test_encoding_a_message_over_the_limit_fails():
     with pytest.raises(ProtocolError, match="exceeds"):
         encode({"t": "x", "data": b"a" * (MAX_FRAME + 1)})
+
+
+def _sealed(messages, key=b"k" * 32, direction=b"a->b"):
+    seal = Seal(key, direction)
+    return [encode(msg, seal) for msg in messages]
+
+
+def _opened(frames, key=b"k" * 32, direction=b"a->b"):
+    decoder = FrameDecoder()
+    decoder.seal = Seal(key, direction)
+    return decoder.feed(b"".join(frames))
+
+
+def test_sealed_frames_decode_in_order_with_the_same_key_and_direction():
+    assert _opened(_sealed(MESSAGES)) == MESSAGES
+
+
+@pytest.mark.parametrize("attack", ["replayed", "reordered", "dropped", "injected", "flipped",
+                                    "other direction", "other key"])
+def test_a_sealed_stream_refuses_injection_replay_reordering_and_damage(attack):
+    frames = _sealed(MESSAGES)
+    key, direction = b"k" * 32, b"a->b"
+    if attack == "replayed":
+        frames = [frames[0], frames[0]]
+    elif attack == "reordered":
+        frames = [frames[1], frames[0]]
+    elif attack == "dropped":
+        frames = [frames[0], frames[2]]
+    elif attack == "injected":
+        frames = [frames[0], encode({"t": "reset", "clean": True}) + b"\0" * TAG_BYTES, frames[1]]
+    elif attack == "flipped":
+        frames = [frames[0][:-1] + bytes([frames[0][-1] ^ 1])]
+    elif attack == "other direction":
+        direction = b"b->a"
+    else:
+        key = b"j" * 32
+    with pytest.raises(ProtocolError, match="MAC check"):
+        _opened(frames, key, direction)
