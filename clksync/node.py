@@ -49,9 +49,12 @@ class ClockService:
         self.thread: threading.Thread | None = None
         self.watch: ClockWatch | None = None
 
-    def _start(self, loop: Callable[[], None]) -> None:
+    def _check_idle(self) -> None:
+        # Before a socket is made: a second serve or probe must not leave one behind.
         if self.thread is not None:
             raise NetspecError("clksync is already running on this host for this run")
+
+    def _start(self, loop: Callable[[], None]) -> None:
         self.watch = ClockWatch(self._on_change)
         self.thread = threading.Thread(target=loop, name="clksync", daemon=True)
         self.thread.start()
@@ -64,6 +67,7 @@ class ClockService:
 
     def serve(self, address: str, key: bytes, kernel: bool = True) -> int:
         """Answer probes signed with `key` on `address`; the port they should go to."""
+        self._check_idle()
         server = ProbeServer(address, key, kernel)
         self.reference = True
 
@@ -86,6 +90,7 @@ class ClockService:
         """Probe the server at (address, port) on host `peer` with a volley of exchanges
         about every `interval_s`, at random instants so that probing never keeps step with
         a periodic workload."""
+        self._check_idle()
         client = ProbeClient(address, port, key, kernel)
 
         def loop() -> None:

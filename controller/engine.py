@@ -269,7 +269,7 @@ class Run:
                                if n != m.NODE else self._node_params(step)} for n in names]
                 record["hosts"][host]["sent_ns"] = time.time_ns()
                 # One-way: the acks that follow are the answer, one frame per component.
-                self.clients[host].notify(m.ENTER, phase=step.phase, step=index,
+                self.clients[host].notify(m.ENTER, phase=step.phase, step=index, deadline_s=step.deadline_s,
                                           components=components, published=self.published)
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))

@@ -23,9 +23,10 @@ from .supervisor import ComponentSpec, Supervisor
 
 
 class DaemonControl(Protocol):
-    """What a handler may do to the daemon: find its root, stop it."""
+    """What a handler may do to the daemon: find its root and the runs set up on it, stop it."""
 
     root: Path
+    runs: dict[str, Any]  # run id -> the session that set it up
 
     def stop(self) -> None: ...
 
@@ -37,6 +38,9 @@ class Session(Protocol):
     daemon: DaemonControl
     supervisor: Supervisor | None
     tg: asyncio.TaskGroup
+    lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
+
+    async def end_run(self) -> None: ...
 
     def emit(self, message: dict[str, Any]) -> None: ...
 
@@ -46,6 +50,7 @@ log = logging.getLogger("netspecd")
 READ_LIMIT = 4 * 1024 * 1024
 # A straggler ended by `end` is stuck in a phase: its callback cannot take a STOP message.
 END_GRACE_S = 2.0
+ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter as failed itself
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -61,15 +66,19 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    if session.supervisor is not None:
-        await session.supervisor.reset(clean=False)
-    specs = [ComponentSpec.from_wire(c) for c in request["components"]]
-    session.supervisor = Supervisor(request["run"], session.daemon.root, specs, session,
-                                    session.tg, request.get("host", ""), request.get("streams"),
-                                    config_from_wire(request.get("camp")))
-    session.supervisor.services.open()
-    log.info("run %s: %s", request["run"], ", ".join(s.name for s in specs) or "no components")
-    return {"root": str(session.supervisor.root)}
+    async with session.lifecycle:
+        run = request.get("run")
+        holder = session.daemon.runs.get(run) if isinstance(run, str) else None
+        if holder is not None and holder is not session:
+            raise NetspecError(f"run {request['run']!r} is set up by another controller on this daemon")
+        await session.end_run()
+        specs = [ComponentSpec.from_wire(c) for c in request["components"]]
+        sup = Supervisor(run, session.daemon.root, specs, session, session.tg, request.get("host", ""),
+                         request.get("streams"), config_from_wire(request.get("camp")))
+        session.supervisor, session.daemon.runs[sup.run_id] = sup, session
+        sup.services.open()
+    log.info("run %s: %s", sup.run_id, ", ".join(s.name for s in specs) or "no components")
+    return {"root": str(sup.root)}
 
 
 async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -78,9 +87,10 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     comps = request.get("components")
     if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
             or not isinstance(comps, list)
-            or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in comps)):
-        raise ProtocolError("enter takes phase (text), step (integer) and components "
-                            "([{name, params}])")
+            or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in comps)
+            or not isinstance(request.get("deadline_s", 0), int | float)):
+        raise ProtocolError("enter takes phase (text), step (integer), components "
+                            "([{name, params}]) and deadline_s (seconds)")
     unknown = [c["name"] for c in request["components"]
                if c["name"] not in sup.components and c["name"] != m.NODE]
     if unknown:
@@ -94,15 +104,14 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                      comp: dict[str, Any]) -> None:
     entered = time.time_ns()
     phase, step, name = request["phase"], request["step"], comp["name"]
+    deadline_s = request.get("deadline_s")
     try:
-        if name == m.NODE:
-            try:
-                ack = await node_phase(sup, phase, comp.get("params", {}))
-            except NetspecError as exc:  # the daemon's own words, e.g. why its clock is not in sync
-                ack = {"status": m.ACK_ERROR, "message": str(exc)}
-        else:
-            sup.services.entered(step, phase, name)
-            ack = await sup.enter(name, phase, comp.get("params", {}), request.get("published", {}))
+        # The controller acts at the step's deadline; this bound is for when it cannot.
+        async with asyncio.timeout(deadline_s + ENTER_GRACE_S if deadline_s else None):
+            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}))
+    except TimeoutError:
+        ack = {"status": m.ACK_ERROR, "message": f"netspecd: no ack within the step's deadline "
+               f"of {deadline_s:g} s (and {ENTER_GRACE_S:g} s more)"}
     except Exception as exc:
         err = m.error_map(exc)
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
@@ -111,6 +120,17 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
         sup.services.acked(step, phase, name, ack["status"])
     session.emit({**ack, "t": m.ACK, "step": step, "component": name,
                   "entered": entered, "acked": time.time_ns()})
+
+
+async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
+                     published: dict[str, Any]) -> dict[str, Any]:
+    if name == m.NODE:
+        try:
+            return await node_phase(sup, phase, comp.get("params", {}))
+        except NetspecError as exc:  # the daemon's own words, e.g. why its clock is not in sync
+            return {"status": m.ACK_ERROR, "message": str(exc)}
+    sup.services.entered(step, phase, name)
+    return await sup.enter(name, phase, comp.get("params", {}), published)
 
 
 async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -139,10 +159,12 @@ async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    if session.supervisor is None:
-        return {"killed": 0}
-    killed = await session.supervisor.reset(clean=bool(request.get("clean")))
-    log.info("run %s: reset%s, %d process(es) ended", session.supervisor.run_id,
+    async with session.lifecycle:
+        sup = session.supervisor
+        if sup is None:
+            return {"killed": 0}
+        killed = await sup.reset(clean=bool(request.get("clean")))
+    log.info("run %s: reset%s, %d process(es) ended", sup.run_id,
              " and cleaned" if request.get("clean") else "", killed)
     return {"killed": killed}
 
@@ -195,8 +217,9 @@ async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    if session.supervisor is not None:
-        await session.supervisor.reset(clean=bool(request.get("clean")))
+    async with session.lifecycle:
+        if session.supervisor is not None:
+            await session.supervisor.reset(clean=bool(request.get("clean")))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
     return {}
 

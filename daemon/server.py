@@ -25,6 +25,12 @@ log = logging.getLogger("netspecd")
 
 HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 10.0
+# Controllers are few: past this many connections (authenticated or not) a new one is
+# told so and closed, before any work is spent on it.
+MAX_CONNECTIONS = 64
+# Requests of one session being answered at once; past it the session's frames are not
+# read until one is answered, so a flood is held back by TCP, not queued in memory.
+MAX_IN_FLIGHT = 256
 
 
 class _SessionOver(Exception):
@@ -38,6 +44,21 @@ class Session:
         self.daemon, self.channel = daemon, channel
         self.supervisor: Supervisor | None = None
         self.tg: asyncio.TaskGroup
+        self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.lifecycle = asyncio.Lock()
+
+    async def end_run(self) -> None:
+        """Reset the session's run (its processes end, its files stay) and let its id go."""
+        sup = self.supervisor
+        if sup is None:
+            return
+        # Let go of it only once reset: a reset cut short (the session ending while a setup
+        # resets the run before it) is done again by the session's own end.
+        await sup.reset(clean=False)
+        if self.supervisor is sup:
+            self.supervisor = None
+        if self.daemon.runs.get(sup.run_id) is self:
+            del self.daemon.runs[sup.run_id]
 
     def emit(self, message: dict[str, Any]) -> None:
         """Send an event; if the controller is gone there is nobody left to tell."""
@@ -61,6 +82,7 @@ class Session:
                 self.tg = tg
                 try:
                     while (request := await self.channel.recv()) is not None:
+                        await self.in_flight.acquire()
                         tg.create_task(self._answer(request))
                 except (ProtocolError, ConnectionError) as exc:
                     log.warning("dropping %s: %s", self.channel.peer, exc)
@@ -70,10 +92,15 @@ class Session:
         finally:
             # However the session ends (hang-up, bad frame, a fault in a handler), its run
             # ends with it: no process, thread or open stream of it is left behind.
-            if self.supervisor is not None:
-                await self.supervisor.reset(clean=False)
+            await self.end_run()
 
     async def _answer(self, request: dict[str, Any]) -> None:
+        try:
+            await self._answer_one(request)
+        finally:
+            self.in_flight.release()
+
+    async def _answer_one(self, request: dict[str, Any]) -> None:
         rid = request.get("id")
         try:
             handler = HANDLERS.get(request.get("t"))  # type: ignore[arg-type]
@@ -100,6 +127,7 @@ class Daemon:
     def __init__(self, key: bytes, root: Path):
         self.key, self.root = key, root
         self.sessions: dict[asyncio.Task[None], Channel] = {}
+        self.runs: dict[str, Session] = {}
         self._stopped = asyncio.Event()
 
     def stop(self) -> None:
@@ -124,6 +152,14 @@ class Daemon:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
         channel = Channel(reader, writer, peer)
+        if len(self.sessions) >= MAX_CONNECTIONS:
+            log.warning("refused %s: already %d connections", peer, len(self.sessions))
+            busy = f"netspecd has {MAX_CONNECTIONS} connections already"
+            with contextlib.suppress(NetspecError, ConnectionError, TimeoutError):
+                channel.send({"t": m.ERROR, "error": {"type": "ConnectionLost", "message": busy}})
+                await asyncio.wait_for(channel.drain(), HANDSHAKE_TIMEOUT_S)
+            await channel.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self.sessions[task] = channel
@@ -136,8 +172,7 @@ class Daemon:
                 await session.serve()
             except asyncio.CancelledError:
                 # Shutting down: still kill the run's processes before going.
-                if session.supervisor is not None:
-                    await session.supervisor.reset(clean=False)
+                await session.end_run()
                 raise
         except (NetspecError, ConnectionError, TimeoutError) as exc:
             log.warning("refused %s: %s", peer, exc)

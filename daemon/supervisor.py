@@ -252,7 +252,10 @@ class ComponentProcess:
             pids = self.pids()
             self.signal_group(signal.SIGKILL)
             signal_pids(pids, signal.SIGKILL)
-        return await self.exited
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_S)
+        except TimeoutError:  # e.g. stuck in the kernel (D state): said, not waited on for ever
+            raise ComponentExited(f"did not end within {KILL_GRACE_S:g} s of SIGKILL") from None
 
     def pids(self) -> list[int]:
         """The component's process and every descendant it still has."""

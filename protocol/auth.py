@@ -96,6 +96,9 @@ async def server_handshake(channel: Channel, key: bytes) -> None:
 async def client_handshake(channel: Channel, key: bytes) -> None:
     """Prove the key to the daemon and check that the daemon knows it too."""
     challenge = await channel.recv()
+    if challenge is not None and challenge["t"] == "error":
+        raise AuthError(f"the daemon refused the connection: {challenge.get('error', {}).get('message')}",
+                        channel.peer)
     if challenge is None or challenge["t"] != "challenge":
         raise AuthError("expected a challenge from the daemon", channel.peer)
     if challenge.get("proto") != PROTOCOL_VERSION:

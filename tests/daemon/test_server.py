@@ -8,6 +8,7 @@ import struct
 import msgpack
 import pytest
 from netspec.controller.fleet import DaemonClient
+from netspec.daemon.server import MAX_CONNECTIONS, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
@@ -178,3 +179,37 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
         await serving
     asyncio.run(scenario())
     wait_for(lambda: not run_processes(run_id), what="the hung-up session's run to end")
+
+
+def test_connections_past_the_cap_are_told_so_and_the_daemon_serves_on(daemon, key):
+    async def scenario():
+        held = [await asyncio.open_connection("127.0.0.1", daemon.port) for _ in range(MAX_CONNECTIONS)]
+        for reader, _ in held:  # each is a session now: it got its challenge
+            assert b"challenge" in await reader.read(4096)
+        with pytest.raises(AuthError, match=f"refused the connection: netspecd has {MAX_CONNECTIONS} "):
+            await _hello(daemon.port, key)
+        for _, writer in held:
+            writer.close()
+        return await wait_for_async(lambda: _hello(daemon.port, key))
+    assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION
+    assert daemon.alive
+
+
+async def wait_for_async(attempt, tries=50):
+    for _ in range(tries):
+        try:
+            return await attempt()
+        except AuthError:
+            await asyncio.sleep(0.1)
+    return await attempt()
+
+
+def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limit(daemon, key):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        deadline = asyncio.get_running_loop().time() + 30
+        replies = await asyncio.gather(*(client.request("hello", deadline) for _ in range(3 * MAX_IN_FLIGHT)))
+        await client.close()
+        await serving
+        return replies
+    assert len({r["id"] for r in asyncio.run(scenario())}) == 3 * MAX_IN_FLIGHT

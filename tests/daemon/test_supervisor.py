@@ -114,3 +114,27 @@ def test_a_dropped_controller_connection_kills_the_run(daemon, key):
     asyncio.run(scenario())
     wait_for(lambda: not run_processes(RUN_DROP), what="the daemon to kill the run")
     assert daemon.alive
+
+
+RUN_HANG = session_run_id("run-hang")
+
+
+def test_an_enter_left_unanswered_past_its_deadline_is_acked_as_an_error_by_the_daemon(daemon, key):
+    """The controller acts at a step's deadline; if it cannot, the daemon's wait ends too."""
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_HANG, components=[ACTOR])
+            s.client.notify("enter", phase="launch", step=0, published={}, deadline_s=20,
+                            components=[{"name": "actor", "params": {}}])
+            await s.event("ack", "actor")
+            s.events.clear()
+            s.client.notify("enter", phase="work", step=1, published={}, deadline_s=0.2,
+                            components=[{"name": "actor", "params": {"hang_in": "work"}}])
+            ack = await s.event("ack", "actor")
+            await s.request("reset", clean=True)
+            return ack
+    ack = asyncio.run(scenario())
+    assert ack["status"] == "error" and ack["step"] == 1
+    assert "no ack within the step's deadline of 0.2 s" in ack["message"]
+    assert (ack["acked"] - ack["entered"]) / 1e9 >= 2.2
+    assert not run_processes(RUN_HANG)
