@@ -59,7 +59,9 @@ class Causality:
     one_clock_beyond_bound: int = 0
 
     def text(self) -> str:
-        if not self.violations:
+        if not self.matched:
+            text = f"{self.pair}: nothing matched, nothing to check"
+        elif not self.violations:
             text = f"{self.pair}: {self.matched} matched, every end after its start"
         else:
             text = (f"{self.pair}: {self.violations} of {self.matched} ends land before their starts, by up "
@@ -132,6 +134,9 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
     result.intervals, result.causality = write_intervals(db, out, record.pairs)
+    result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
+                        f"its {record.pairs[c.pair]['end']}; check both names against `ns_control dump`"
+                        for c in result.causality if not c.matched]
     result.workloads = write_derived(db, out)
     db = open_tables(out)  # with the tables just written
     origin, phases = _bounds(db)

@@ -168,6 +168,21 @@ def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
     assert legs == [("to_client", 2000), ("to_server", 2000)]
 
 
+def test_a_pair_that_matches_nothing_is_a_warning_not_a_pass(demo, tmp_path):
+    run = tmp_path / "runs" / "ghost" / "r1"
+    shutil.copytree(demo.run, run, ignore=shutil.ignore_patterns("merged"))
+    record = json.loads((run / "run.json").read_text())
+    record["plan"]["analysis"]["pairs"]["ghost"] = {"start": "STIM/sent", "end": "STIM/never"}
+    (run / "run.json").write_text(json.dumps(record))
+    done = ns_control("fetch", str(run), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "causality ghost: nothing matched, nothing to check" in done.stdout
+    warning = "pair ghost matched nothing: no STIM/sent was followed by its STIM/never"
+    assert warning in done.stdout
+    summary = json.loads((run / "merged" / "summary.json").read_text())
+    assert any(w.startswith(warning) for w in summary["warnings"])
+
+
 def test_the_demo_events_are_on_one_timeline_in_time_order(demo):
     events = pq.read_table(demo.merged / "events.parquet", columns=["ts", "entity"])
     ts = events.column("ts").to_numpy().tolist()
