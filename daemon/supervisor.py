@@ -398,10 +398,11 @@ class Supervisor:
                 path = comp.dir / name
                 if path.exists():
                     files.append({"component": comp.spec.name, "name": name, "path": str(path)})
-            for handed in comp.handed_back:
+            taken: set[str] = set()
+            for handed in dict.fromkeys(comp.handed_back):  # each path once, in order
                 path = Path(handed)
-                files.append({"component": comp.spec.name, "name": f"files/{as_name(path.name)}",
-                              "path": str(path)})
+                name = _unique(as_name(path.name), taken)
+                files.append({"component": comp.spec.name, "name": f"files/{name}", "path": str(path)})
         for f in files:
             try:
                 st = os.stat(f["path"])
@@ -410,6 +411,18 @@ class Supervisor:
                 regular = False
             f["missing"], f["size"] = not regular, st.st_size if regular else 0
         return files
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """`name`, or name-2.ext, name-3.ext...: two handed-back files of one name (from two
+    directories, or two names made alike by as_name) must not land on one file."""
+    stem, dot, ext = name.partition(".") if not name.startswith(".") else (name, "", "")
+    unique, n = name, 1
+    while unique in taken:
+        n += 1
+        unique = f"{stem}-{n}{dot}{ext}"
+    taken.add(unique)
+    return unique
 
 
 def python_argv(program: str, args: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ import asyncio
 from pathlib import Path
 
 from netspec.controller.fleet import DaemonClient
+from netspec.daemon.supervisor import ComponentSpec, Supervisor
 from netspec.protocol.exits import run_processes
 from support import PROGRAMS, session_run_id, wait_for
 
@@ -138,3 +139,25 @@ def test_an_enter_left_unanswered_past_its_deadline_is_acked_as_an_error_by_the_
     assert "no ack within the step's deadline of 0.2 s" in ack["message"]
     assert (ack["acked"] - ack["entered"]) / 1e9 >= 2.2
     assert not run_processes(RUN_HANG)
+
+
+def test_handed_back_files_of_one_name_are_listed_under_names_of_their_own(tmp_path):
+    class Nowhere:
+        def emit(self, message):
+            pass
+
+        async def drain(self):
+            pass
+
+    async def listing():
+        async with asyncio.TaskGroup() as tg:
+            spec = ComponentSpec.from_wire({"name": "c", "argv": ["true"]})
+            sup = Supervisor("r1", tmp_path / "root", [spec], Nowhere(), tg, host="h")
+            made = []
+            for where, name in (("x", "out.csv"), ("y", "out.csv"), ("z", "out csv"), ("z", "out_csv")):
+                (tmp_path / where).mkdir(exist_ok=True)
+                made.append(tmp_path / where / name)
+                made[-1].write_text(where)
+            sup.components["c"].handed_back.extend([*map(str, made), str(made[0])])
+            return [f["name"] for f in sup.collectable() if f["name"].startswith("files/")]
+    assert asyncio.run(listing()) == ["files/out.csv", "files/out-2.csv", "files/out_csv", "files/out_csv-2"]
