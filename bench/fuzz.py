@@ -10,7 +10,8 @@ or its connection dropped within HANG_S; after each session a `hello` must be an
 Reported: crashes (the daemon died), hangs, and what the daemon holds at the end against
 what it held after a warm-up of WARM_UP_FRAMES not counted: fds, threads, child processes,
 and RSS (against RSS after half the frames, since a leak grows with the frames and
-allocator noise does not).
+allocator noise does not: RSS is sampled at every tenth of the frames, and its trend is
+the slope of a line through those samples).
 
 Not fuzzed, and why: `shutdown` (any shutdown stops the daemon, as it should); clksync's
 `address` (a random name would be looked up in DNS: traffic leaves the machine). Traffic
@@ -28,6 +29,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +50,7 @@ CONCURRENT_CONNECTIONS = 32
 CONCURRENT_SESSIONS = 8
 REQUESTS_PER_SESSION = 100
 WARM_UP_FRAMES = 2000
+THREAD_CEILING = 2 + min(32, (os.cpu_count() or 1) + 4)
 TYPES = ["hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "fz-unknown"]
 
 
@@ -234,19 +237,20 @@ async def fuzz(daemon: Daemon, key: bytes, frames: int, seed: int, seconds: floa
         if time.monotonic() > give_up:
             break
         await asyncio.gather(*(one_pre(pre_auth_payload(rng)) for _ in range(min(1000, pre - start))))
-    marks["after pre-auth"] = daemon.held()
+    marks[f"{round(PRE_AUTH_SHARE * 100)}%"] = daemon.held()  # the frames before authentication
     sessions = asyncio.Semaphore(CONCURRENT_SESSIONS)
 
     async def one_session(n: int) -> None:
         async with sessions:
             await session(daemon.port, key, random.Random(seed * 1_000_003 + n), REQUESTS_PER_SESSION, tally)
-    n = 0
+    n, tenth = 0, round(PRE_AUTH_SHARE * 10) + 1
     while tally.frames < frames and time.monotonic() < give_up:
         batch = range(n, n + CONCURRENT_SESSIONS * 4)
         await asyncio.gather(*(one_session(i) for i in batch))
         n += len(batch)
-        if "half" not in marks and tally.frames >= frames // 2:
-            marks["half"] = daemon.held()
+        while tenth < 10 and tally.frames >= frames * tenth / 10:
+            marks[f"{10 * tenth}%"] = daemon.held()
+            tenth += 1
     return tally
 
 
@@ -292,8 +296,16 @@ def main() -> int:
             daemon.proc.terminate()
             daemon.proc.wait(timeout=30)
     warm, end = marks["warm"], marks.get("end", {})
-    leaks = {k: end.get(k, float("nan")) - warm[k] for k in ("fds", "threads", "children")}
-    rss_growth = end.get("rss_mb", float("nan")) - marks.get("half", warm)["rss_mb"]
+    leaks = {k: end.get(k, float("nan")) - warm[k] for k in ("fds", "children")}
+    # The daemon's default executor keeps up to min(32, cpus + 4) idle workers by design, grown
+    # on demand: a thread leak is a count beyond them, the main thread and the stream flusher.
+    leaks["threads"] = max(end.get("threads", float("nan")) - THREAD_CEILING, 0)
+    rss_growth = end.get("rss_mb", float("nan")) - marks.get("50%", warm)["rss_mb"]
+    # A leak grows with the frames: the slope of RSS over the tenths, in MB per 10k frames.
+    tenths = [(int(k[:-1]), v["rss_mb"]) for k, v in marks.items() if k.endswith("%")]
+    percent, rss = [t[0] for t in tenths], [t[1] for t in tenths]
+    slope = (statistics.linear_regression(percent, rss).slope * 100 / (args.frames / 10_000)
+             if len(tenths) > 2 else float("nan"))
     print(f"{tally.frames} malformed frames in {took:.1f} s ({tally.frames / took:.0f}/s): "
           f"{tally.pre_auth} before authentication, {tally.post_auth} after")
     print(f"  requests answered: {tally.answered}; sessions dropped by the daemon: {tally.dropped}")
@@ -305,13 +317,16 @@ def main() -> int:
     for name, held in marks.items():
         print(f"  held {name:>14}: " + ", ".join(f"{k} {v:.1f}" if k == "rss_mb" else f"{k} {v}"
                                                  for k, v in held.items()))
-    print(f"  leaked since warm-up: fds {leaks['fds']:+}, threads {leaks['threads']:+}, "
-          f"processes {leaks['children']:+}; RSS growth over the second half {rss_growth:+.1f} MB")
+    print(f"  leaked since warm-up: fds {leaks['fds']:+}, threads beyond the {THREAD_CEILING} "
+          f"of an idle daemon {leaks['threads']:+}, "
+          f"processes {leaks['children']:+}; RSS growth over the second half {rss_growth:+.1f} MB, "
+          f"trend over the tenths {slope:+.2f} MB per 10k frames")
     print(json.dumps({"bench": "fuzz", "frames": tally.frames, "pre_auth": tally.pre_auth,
                       "post_auth": tally.post_auth, "seconds": round(took, 1), "crashes": int(crashed),
                       "hangs": len(tally.hangs), "leaked_fds": leaks["fds"],
                       "leaked_threads": leaks["threads"], "leaked_processes": leaks["children"],
                       "rss_growth_second_half_mb": round(rss_growth, 1),
+                      "rss_mb_per_10k_frames": round(slope, 3),
                       "hello_before_ms": round(baseline_hello * 1e3, 2),
                       "hello_after_ms": None if after_hello is None else round(after_hello * 1e3, 2)}))
     return 1 if crashed or tally.hangs or any(v > 0 for v in leaks.values()) else 0
