@@ -2,7 +2,8 @@
 
 Each trial runs a two-host experiment (host a's component `one` and host b's `two` log a
 numbered FAULT/tick every millisecond through phase `work`) and kills one target at an
-instant drawn uniformly over a clean run's duration, measured first in the same session:
+instant drawn uniformly over a clean run measured first in the same session (a component
+or a daemon from launch to the end of work, the controller over the whole run):
   component: `one` itself;
   daemon:    host a's netspecd;
   controller: ns_control, after which `ns_control collect` gathers what the hosts hold and
@@ -204,17 +205,24 @@ def main() -> int:
             run_s = time.monotonic() - first
             if clean.returncode:
                 raise SystemExit(f"the clean run failed:\n{clean.stdout}{clean.stderr}")
-            first = time.monotonic()
+            first, first_ns = time.monotonic(), time.time_ns()
             bench.ns_control("run", "trial.yaml")
             run_s = time.monotonic() - first  # installed and warm now
-            results = [trial(kind, bench, rng.uniform(0.3, run_s))
+            steps = {s["phase"]: s for s in bench.record()["steps"]}
+            # A component or a daemon is killed while the run's steps go (launch to the end
+            # of work: a later kill finds the component gone); the controller at any time.
+            steps_s = ((steps["launch"]["entered_ns"] - first_ns) / 1e9,
+                       (steps["work"]["left_ns"] - first_ns) / 1e9)
+            windows = {"component": steps_s, "daemon": steps_s, "controller": (0.3, run_s)}
+            results = [trial(kind, bench, rng.uniform(*windows[kind]))
                        for kind in args.kinds.split(",") for _ in range(args.trials)]
         finally:
             if args.ssh:
                 subprocess.run([sys.executable, str(NETHOSTS), "down", "--prefix", prefix],
                                capture_output=True)
     where_ = "over SSH (namespaced hosts)" if args.ssh else "local daemons"
-    print(f"fault suite, {where_}: a clean run takes {run_s:.2f} s; kills uniform over it; "
+    print(f"fault suite, {where_}: a clean run takes {run_s:.2f} s, its steps from {steps_s[0]:.2f} s to "
+          f"{steps_s[1]:.2f} s; kills uniform over them (the controller's over the run); "
           f"step deadline {DEADLINE_S:g} s, flush interval {DEFAULT_FLUSH_MS} ms")
     summary = {}
     for kind in args.kinds.split(","):

@@ -163,8 +163,10 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
     found = collect_run(path, args.accept_new_host_keys)
-    print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()]
-                or ["no host of this run was reached: nothing to collect"])
+    if not found:
+        print("no host of this run was reached: nothing to collect")
+        return EXIT_OK
+    print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()])
     merged = merge(path, TERMINAL)
     print_lines(merged.lines)
     failed = [host for host, salvaged in found.items() if salvaged.error]

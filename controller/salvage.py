@@ -204,6 +204,10 @@ class SFTPRunFiles:
     def listing(self) -> list[tuple[str, int]]:
         found = []
         with self.conn.sftp() as sftp:
+            try:
+                sftp.stat(self.root)
+            except FileNotFoundError:
+                return []  # nothing of the run left there (its daemon cleaned up, or never wrote)
             pending = [""]
             while pending:
                 relative = pending.pop()

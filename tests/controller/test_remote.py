@@ -186,6 +186,9 @@ def test_a_daemon_killed_on_an_ssh_host_is_salvaged_over_sftp(ssh_env, experimen
     ticks = sum(r.entity.name == "tick" for r in StreamReader(tmp_path / "runs" / "latest" / streams[0]))
     assert ticks == 2000  # every record flushed before the kill is in the run directory
     assert not Path(salvaged["from"]).exists()  # the hosts' home is on this machine: nothing left there
+    again = ns_control("collect", cwd=tmp_path)  # over SSH again, without daemons: nothing left, said
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "host a: 0 files" in again.stdout and "host b: 0 files" in again.stdout
 
 
 def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):
