@@ -149,8 +149,11 @@ def trial(kind: str, bench: Bench, instant: float) -> dict:
         collected = bench.ns_control("collect", run_id)
         # Killed during its merge, a run may be over ("ok"): collect then merges it again.
         result["status"] = status = bench.record().get("status")
-        result["clear"] = collected.returncode == 0 and status in ("interrupted", "ok") and \
-            (bench.where / "runs" / "latest" / "merged" / "summary.json").exists()
+        merged = (bench.where / "runs" / "latest" / "merged" / "summary.json").exists()
+        # Killed before it reached a host, a run has nothing to collect: said, exit 0.
+        nothing = "nothing to collect" in collected.stdout
+        result["clear"] = (collected.returncode == 0 and status in ("interrupted", "ok")
+                           and (merged or nothing))
         result["said"] = collected.stdout.strip().splitlines()[:2]
     else:
         named = "host a" in err and (kind == "daemon" or "one" in err)
