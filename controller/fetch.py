@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from netspec.protocol import messages as m
-from netspec.protocol.names import confined, safe_name
 
 from .fleet import DaemonClient
 from .rundir import RunDir
@@ -28,11 +27,7 @@ async def fetch_host(client: DaemonClient, run: RunDir,
     listing = await client.request(m.FILES, deadline, during="collect")
     written = []
     for entry in listing["files"]:
-        # Node-level files (streams) have no component: they go under the host. Every name
-        # the daemon sends is checked before it becomes a path here.
-        base = (run.host_dir(client.host) if entry["component"] is None
-                else run.component_dir(client.host, safe_name(entry["component"], "component")))
-        target = confined(base, entry["name"], "file name")
+        target = run.gathered(client.host, entry["component"], entry["name"])
         target.parent.mkdir(parents=True, exist_ok=True)
         if entry["name"] in STREAMED and target.is_file() and target.stat().st_size == entry["size"]:
             written.append((entry["component"], target))  # it all arrived as it was written

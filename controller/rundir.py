@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.names import confined, safe_name
 from netspec.protocol.runrecord import RUN_FORMAT, load_record
 
 
@@ -68,6 +69,13 @@ class RunDir:
         path = self.host_dir(host) / component
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def gathered(self, host: str, component: str | None, name: str) -> Path:
+        """Where a host's file goes: under the host (its streams: no component) or under
+        its component; every name a host sends is checked before it becomes a path."""
+        base = self.host_dir(host) if component is None else self.component_dir(
+            host, safe_name(component, "component"))
+        return confined(base, name, "file name")
 
     def keep_programs(self, paths: list[str]) -> None:
         """Copy each program the run starts, with its sha256, so the run can be repeated

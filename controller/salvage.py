@@ -148,10 +148,9 @@ def _target(run: RunDir, host: str, relative: str) -> tuple[str | None, Path] | 
     if len(parts) != 2:
         return None
     if parts[0] == "streams" and parts[1].endswith(".ds"):
-        return None, confined(run.host_dir(host), relative, "file name")
+        return None, run.gathered(host, None, relative)
     if parts[1] in OUTPUTS:
-        component = safe_name(parts[0], "component")
-        return component, run.component_dir(host, component) / parts[1]
+        return parts[0], run.gathered(host, parts[0], parts[1])
     return None
 
 

@@ -42,6 +42,14 @@ def two_hosts(experiment, one="{}", two="{}", deadline="30s"):
                       .replace("DEADLINE", deadline))
 
 
+def two_hosts_logging(experiment, one, two):
+    """TWO_HOSTS logging from after launch, the actors' PLAY events in stream `play`; work's
+    deadline is far off (a test ends the run itself)."""
+    text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
+            + "streams: {play: {enable: [PLAY]}}\n")
+    return experiment(text.replace("PARAMS_ONE", one).replace("PARAMS_TWO", two).replace("DEADLINE", "5m"))
+
+
 DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
 
 
@@ -494,10 +502,7 @@ def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
 
 
 def test_a_daemon_killed_mid_run_fails_the_run_and_its_host_is_salvaged(experiment, tmp_path, netspec_home):
-    text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
-            + "streams: {play: {enable: [PLAY]}}\n")
-    path = experiment(text.replace("PARAMS_ONE", "{hang_in: work, orphan: true, ticks: 2000}")
-                      .replace("PARAMS_TWO", "{ticks: 5}").replace("DEADLINE", "5m"))
+    path = two_hosts_logging(experiment, one="{hang_in: work, orphan: true, ticks: 2000}", two="{ticks: 5}")
     proc, record = start_run_until_work(path, tmp_path)
     wait_for(lambda: len(run_processes(record["id"])) >= 3, what="the orphan to start")
 
@@ -643,10 +648,7 @@ def test_camp_samples_a_component_that_starts_after_start_logging(experiment, tm
 
 
 def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, tmp_path, netspec_home):
-    text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
-            + "streams: {play: {enable: [PLAY]}}\n")
-    path = experiment(text.replace("PARAMS_ONE", "{hang_in: work, ticks: 300}")
-                      .replace("PARAMS_TWO", "{ticks: 200}").replace("DEADLINE", "5m"))
+    path = two_hosts_logging(experiment, one="{hang_in: work, ticks: 300}", two="{ticks: 200}")
     proc, record = start_run_until_work(path, tmp_path)
     wait_for(lambda: len(list(netspec_home.glob(f"work/*/{record['id']}/streams/play.*.ds"))) == 2,
              what="both components' streams to be opened")
