@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .hull import FEASIBLE_SLACK_NS, MAX_DRIFT, hull
+
 BIN_NS = 500_000_000
 WINDOW_MAX_NS = 8_000_000_000
 WINDOW_MIN_NS = 1_000_000_000
-FEASIBLE_SLACK_NS = 1.0
-# Linux will not slew a clock by more than 500 ppm; a crystal further off is broken. This
-# keeps the bound finite where the exchanges alone do not pin the drift down.
-MAX_DRIFT = 500e-6
 CURVATURE_FLOOR_NS = 10.0
 GOOD_HALF_FACTOR = 4
 GOOD_HALF_SLACK_NS = 1000
@@ -60,18 +58,7 @@ class Exchanges:
 
 
 def _hull(x: np.ndarray, y: np.ndarray, upper: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The upper (or lower) convex hull of points sorted by x, in exact integers: the only
-    points of a side that can bind a line from that side."""
-    keep: list[tuple[int, int]] = []
-    sign = 1 if upper else -1
-    for p in zip(x.tolist(), y.tolist(), strict=True):
-        while len(keep) >= 2:
-            (ox, oy), (ax, ay) = keep[-2], keep[-1]
-            if sign * ((ax - ox) * (p[1] - oy) - (ay - oy) * (p[0] - ox)) >= 0:
-                keep.pop()
-            else:
-                break
-        keep.append(p)
+    keep = hull(zip(x.tolist(), y.tolist(), strict=True), upper)
     hx, hy = zip(*keep, strict=True) if keep else ((), ())
     return np.asarray(hx, dtype=INT64), np.asarray(hy, dtype=INT64)
 

@@ -1,6 +1,6 @@
 """The online estimate behind the `sync_clocks` gate: this host's current offset from the
 reference and a bound on it, from the last few seconds of exchanges, by the same linear
-programme as the offline fit, evaluated now."""
+programme as the offline fit (in plain Python: the daemon runs it), evaluated now."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from .client import Exchange
-from .fit import Exchanges, hard_bounds
+from .hull import offset_range
 
 WINDOW_NS = 4_000_000_000
 
@@ -48,10 +48,10 @@ class Gate:
         chosen = kernel if len(kernel) * 2 >= len(recent) else recent
         if not chosen:
             return None
-        ex = Exchanges.from_rows([(e.t1, e.t2, e.t3, e.t4, e.kernel) for e in chosen])
-        lp = hard_bounds(ex, time.time_ns() if now_ns is None else now_ns)
-        if lp is None:
+        bounds = offset_range(((e.t1, e.t2, e.t3, e.t4) for e in chosen),
+                              time.time_ns() if now_ns is None else now_ns)
+        if bounds is None:
             return None
-        lo, hi = lp[:2]
+        lo, hi = bounds
         return Estimate((lo + hi) // 2, (hi - lo + 1) // 2, len(chosen),
                         "kernel" if chosen is kernel else "user")

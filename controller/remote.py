@@ -39,8 +39,12 @@ STOP_S = 15.0
 
 # Runs on the remote host with its own python3, before netspec is there: one installer at a
 # time per home directory (hosts may share one over NFS), the build marker written last.
+# pip runs from the wheel Python bundles for ensurepip (Debian keeps it in WHEEL_PKG_DIR), so
+# the venv needs no pip of its own (installing it there took longer than netspec's whole
+# install); --no-deps: the wheels
+# copied are exactly what the daemon needs (wheels.py).
 INSTALL_SCRIPT = """
-import fcntl, os, subprocess, sys, venv
+import fcntl, glob, os, subprocess, sys, sysconfig, venv
 base, build, wheels = sys.argv[1:4]
 env = os.path.join(base, "venv")
 marker = os.path.join(env, "netspec.build")
@@ -48,10 +52,18 @@ with open(os.path.join(base, "install.lock"), "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if os.path.exists(marker) and open(marker).read() == build:
         sys.exit(0)
-    venv.create(env, with_pip=True, clear=True)
-    pip = [os.path.join(env, "bin", "python"), "-m", "pip", "install", "--quiet",
-           "--disable-pip-version-check", "--find-links", wheels, "--no-index", "netspec"]
-    done = subprocess.run(pip)
+    places = [sysconfig.get_config_var("WHEEL_PKG_DIR") or "/usr/share/python-wheels"]
+    try:
+        import ensurepip
+        places.append(os.path.join(os.path.dirname(ensurepip.__file__), "_bundled"))
+    except ImportError:
+        pass
+    bundled = [w for place in places for w in glob.glob(os.path.join(place, "pip-*.whl"))]
+    venv.create(env, with_pip=not bundled, clear=True)
+    pip = [os.path.join(bundled[0], "pip")] if bundled else ["-m", "pip"]
+    done = subprocess.run([os.path.join(env, "bin", "python"), *pip, "install", "--quiet",
+                           "--disable-pip-version-check", "--no-index", "--no-deps",
+                           *sorted(glob.glob(os.path.join(wheels, "*.whl")))])
     if done.returncode:
         sys.exit(done.returncode)
     with open(marker, "w") as f:

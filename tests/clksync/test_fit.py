@@ -2,7 +2,8 @@
 
 import numpy as np
 from netspec.analysis.convert import CompiledFit
-from netspec.clksync.fit import ClockFit, Exchanges, fit, line_bounds
+from netspec.clksync.fit import ClockFit, Exchanges, fit, hard_bounds, line_bounds
+from netspec.clksync.hull import offset_range
 
 EPOCH = 1_795_000_000_000_000_000  # late 2026: a float64 has 256 ns steps here
 
@@ -89,6 +90,26 @@ def test_the_bound_is_the_range_of_lines_between_the_points():
                                      50 * 10**9)
     assert (lo, hi) == (-10_000, 10_000) and np.isclose(b_lo, -2e-7) and np.isclose(b_hi, 2e-7)
     assert line_bounds(np.array([0]), np.array([10]), np.array([0]), np.array([-10]), 0) is None
+
+
+def test_the_daemon_s_plain_python_bound_is_the_offline_fit_s():
+    # The gate's bound (no numpy: the daemon runs it) on the gate's 4 s windows of warped,
+    # jittered, sometimes inconsistent exchanges, against the vectorised programme.
+    compared = infeasible = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        ex, _ = exchanges(warp(drift_ppm=float(rng.uniform(-400, 400))), seconds=4.0,
+                          rate_hz=int(rng.integers(2, 40)), seed=seed, jitter_ns=int(rng.integers(1, 50_000)))
+        if seed % 5 == 0:  # a reply stamped before its request left: no line fits
+            ex.t4[len(ex) // 2] = ex.t1[len(ex) // 2] - 10_000
+        t = int(ex.t4[-1]) + int(rng.integers(0, 2_000_000_000))
+        vectorised = hard_bounds(ex, t)
+        rows = zip(ex.t1.tolist(), ex.t2.tolist(), ex.t3.tolist(), ex.t4.tolist(), strict=True)
+        plain = offset_range(rows, t)
+        assert plain == (vectorised[:2] if vectorised else None), seed
+        compared += 1
+        infeasible += vectorised is None
+    assert compared == 40 and 0 < infeasible < 40
 
 
 def test_the_reference_converts_to_itself():

@@ -42,3 +42,24 @@ def test_kill_run_ends_every_process_of_that_run(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_the_daemon_and_what_components_import_need_only_the_daemons_dependencies():
+    # A remote host gets netspec without its dependencies and these alone (wheels.py): here
+    # every other installed distribution is hidden, as it is there, and the daemon's side
+    # must still import (and a daemon that loaded numpy would triple its memory).
+    from netspec.controller.wheels import DAEMON_DEPENDENCIES
+    probe = f"""
+import importlib.abc, importlib.metadata, sys
+allowed = {{"netspec", *{list(DAEMON_DEPENDENCIES)!r}}}
+hidden = {{top for top, dists in importlib.metadata.packages_distributions().items()
+          if not {{d.lower() for d in dists}} & allowed}}
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in hidden:
+            raise ImportError(f"{{name}} is not installed on a remote host")
+sys.meta_path.insert(0, Hide())
+import netspec.daemon.main, netspec.nodelib, netspec.nodelib.camp
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
