@@ -22,6 +22,9 @@ import numpy as np
 
 MAX_POINTS = 200_000  # a scatter beyond this shows every k-th point, and says so
 DPI = 110
+# A figure with a panel per host is unreadable (and slow: seconds per dozen panels) at
+# fleet scale; beyond this many hosts it shows a chosen few and says which.
+PLOTTED_HOSTS = 8
 
 
 def file_name(name: str) -> str:
@@ -71,19 +74,30 @@ def plot_histogram(name: str, column: str, edges: np.ndarray, counts: np.ndarray
 
 
 def plot_clock(rows: list[tuple], origin: int, path: Path) -> Path:
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 2.6 * len(rows)), squeeze=False, sharex=True)
-    for ax, (host, at, offset, lo, hi) in zip(axes[:, 0], rows, strict=True):
+    """One panel per host, at most PLOTTED_HOSTS: beyond, those with the widest bound."""
+    shown = sorted(rows, key=lambda r: -max((h - lo for lo, h in zip(r[3], r[4], strict=True)), default=0))
+    shown = sorted(shown[:PLOTTED_HOSTS], key=lambda r: r[0])
+    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.6 * len(shown)), squeeze=False, sharex=True)
+    for ax, (host, at, offset, lo, hi) in zip(axes[:, 0], shown, strict=True):
         t = (np.array(at) - origin) / 1e9
         ax.fill_between(t, np.array(lo) / 1e3, np.array(hi) / 1e3, alpha=0.3, label="bounds")
         ax.plot(t, np.array(offset) / 1e3, marker=".", label="offset")
         ax.set(ylabel="us", title=f"host {host}: offset from the reference")
+    if len(shown) < len(rows):
+        fig.suptitle(f"{len(shown)} of {len(rows)} hosts, those with the widest bounds (all: clock.parquet)")
         ax.legend(loc="upper right")
     axes[-1, 0].set_xlabel("time since the run started (s)")
     return _save(fig, path)
 
 
 def plot_camp(db: duckdb.DuckDBPyConnection, hosts: list[str], origin: int, path: Path) -> Path:
+    """One row per host, at most PLOTTED_HOSTS: beyond, the busiest."""
     steps = db.execute("SELECT phase, min(entered) FROM phases GROUP BY step, phase ORDER BY step").fetchall()
+    every = hosts
+    if len(hosts) > PLOTTED_HOSTS:
+        busy = dict(db.execute("SELECT host, avg(rate) FROM rates WHERE field = 'cpu.busy_pct' "
+                               "GROUP BY host").fetchall())
+        hosts = sorted(sorted(hosts, key=lambda h: -(busy.get(h) or 0))[:PLOTTED_HOSTS])
     fig, axes = plt.subplots(len(hosts), 2, figsize=(12, 2.8 * len(hosts)), squeeze=False, sharex=True)
     for (cpu, net), host in zip(axes, hosts, strict=True):
         t, v = db.execute("SELECT list(ts ORDER BY ts), list(rate ORDER BY ts) FROM rates "
@@ -107,6 +121,8 @@ def plot_camp(db: duckdb.DuckDBPyConnection, hosts: list[str], origin: int, path
                                 rotation=90, va="top", fontsize="x-small", color="grey")
     for ax in axes[-1]:
         ax.set_xlabel("time since the run started (s)")
+    if len(hosts) < len(every):
+        fig.suptitle(f"{len(hosts)} of {len(every)} hosts, the busiest (all: rates.parquet)")
     return _save(fig, path)
 
 

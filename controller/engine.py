@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from netspec.clksync.packets import KEY_BYTES as PROBE_KEY_BYTES
 from netspec.protocol import messages as m
 from netspec.protocol.errors import (
     ComponentFailed,
@@ -28,11 +27,14 @@ from netspec.protocol.errors import (
     RemoteError,
     StepFailed,
 )
+from netspec.protocol.exits import kill_run_processes
 
 from .barrier import Barrier
+from .clocks import start_clocks, stretched
 from .failures import ack_failure, raise_if_any_failed, step_failures
 from .fetch import fetch_host
-from .fleet import AddressHost, DaemonClient, Host, LocalHost
+from .fleet import AddressHost, DaemonClient, Host, LocalHost, ensure_fd_limit
+from .forks import DaemonForks
 from .model import NODE_STEPS, Plan, Step
 from .model import Host as HostSpec
 from .progress import Progress, ProgressSink
@@ -44,15 +46,25 @@ from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
+CONNECT_PER_HOST_S = 0.02
 SAVE_INTERVAL_S = 0.2
 
 
-def make_host(spec: HostSpec, accept_new: bool = False, keep_daemons: bool = False) -> Host:
-    """The Host for a spec. `accept_new` trusts unknown SSH host keys; `keep_daemons`
-    starts SSH hosts' daemons detached, to outlive the run."""
+def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
+              keep_daemons: bool = False) -> Host:
+    """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
+    unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
+    the run."""
     if spec.ssh:
         return SSHHost(spec, accept_new, detached=keep_daemons)
-    return AddressHost(spec) if spec.address else LocalHost(spec)
+    return AddressHost(spec) if spec.address else LocalHost(spec, forks)
+
+
+def connect_deadline_s(hosts: list[Host]) -> float:
+    """Reaching the fleet may take what its slowest host's start may, and 20 ms more per
+    host beyond the first hundred: FAN_OUT hosts are reached at a time, and one controller
+    core serves every handshake."""
+    return max(h.start_deadline_s for h in hosts) + CONNECT_PER_HOST_S * max(0, len(hosts) - 100)
 
 
 class Run:
@@ -61,7 +73,8 @@ class Run:
     def __init__(self, plan: Plan, rundir: RunDir, key: bytes, progress: ProgressSink,
                  accept_new_host_keys: bool = False, keep_daemons: bool = False):
         self.plan, self.rundir, self.key, self.progress = plan, rundir, key, progress
-        self.hosts: dict[str, Host] = {h.name: make_host(h, accept_new_host_keys, keep_daemons)
+        self.forks = DaemonForks()
+        self.hosts: dict[str, Host] = {h.name: make_host(h, self.forks, accept_new_host_keys, keep_daemons)
                                        for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.facts: dict[str, dict[str, Any]] = {}
@@ -155,7 +168,9 @@ class Run:
 
     async def _start_fleet(self) -> None:
         loop = asyncio.get_running_loop()
-        connect_s = max(h.start_deadline_s for h in self.hosts.values())
+        ensure_fd_limit(len(self.hosts))
+        connect_s = self.plan.connect_deadline_s or connect_deadline_s(list(self.hosts.values()))
+        self.rundir.record["connect_deadline_s"] = connect_s
         deadline = loop.time() + connect_s
         gate = asyncio.Semaphore(FAN_OUT)
 
@@ -187,34 +202,12 @@ class Run:
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, connect_s))
         raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
-        await self._start_clocks(deadline)
+        clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
+        if clocks is not None:
+            self.rundir.record["clksync"] = clocks
+            if clocks["interval_ms"] > clocks["asked_interval_ms"]:
+                self.progress(Progress("notice", text=stretched(clocks)))
         self.rundir.save()
-
-    async def _start_clocks(self, deadline: float) -> None:
-        """clksync from here to collect: the reference host serves probes, every other
-        host probes it."""
-        service = self.plan.clock
-        if len(self.clients) < 2:
-            return
-        # A key for this run's probes alone, handed out over the authenticated connections.
-        key = os.urandom(PROBE_KEY_BYTES)
-        served = await self.clients[service.reference].request(
-            m.CLKSYNC, deadline, role="serve", key=key, timestamps=service.timestamps)
-        await asyncio.gather(*(
-            self.clients[h].request(m.CLKSYNC, deadline, role="probe", peer=service.reference,
-                                    address=self._reference_address(h), port=served["port"], key=key,
-                                    interval_ms=service.interval_ms, timestamps=service.timestamps)
-            for h in self.clients if h != service.reference))
-
-    def _reference_address(self, host: str) -> str:
-        """The address `host` reaches the reference host's probe server at."""
-        reference = self.plan.clock.reference
-        ref_address = self.addresses[reference]
-        if ref_address.startswith("127.") and not self.addresses[host].startswith("127."):
-            # The reference runs beside this controller: the host reaches it at the
-            # address its SSH connection came from.
-            return self.facts[host].get("ssh_client_address") or ref_address
-        return ref_address
 
     # -- steps ------------------------------------------------------------------------
 
@@ -424,6 +417,12 @@ class Run:
             await client.close()
         await asyncio.gather(*(h.stop(self.rundir.id) for h in self.hosts.values()),
                              return_exceptions=True)
+        if any(isinstance(h, LocalHost) for h in self.hosts.values()):
+            # A local daemon that died hard (SIGKILL, OOM) could not reset its run; this
+            # machine is its host, so what it left behind is ours to end: one scan of the
+            # machine's processes for the whole fleet.
+            await asyncio.to_thread(kill_run_processes, self.rundir.id, [], signal.SIGKILL)
+        await self.forks.close()
         if self.failure.done():
             self.failure.exception()
         if self._save_timer is not None:

@@ -1,7 +1,7 @@
 """Reach one netspecd per logical host and talk to it.
 
 `Host` is the one interface the engine sees: `start()` makes sure a daemon is reachable
-and returns its address, `stop()` ends what `start()` began. LocalHost spawns a daemon on
+and returns its address, `stop()` ends what `start()` began. LocalHost forks a daemon on
 127.0.0.1; AddressHost connects to one that already runs. DaemonClient is the
 authenticated connection: requests under deadlines, events pushed to a callback.
 """
@@ -11,10 +11,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
 import os
-import signal
-import sys
+import resource
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,9 +27,9 @@ from netspec.protocol.errors import (
     ProtocolError,
     RemoteError,
 )
-from netspec.protocol.exits import kill_run_processes
 from netspec.protocol.names import safe_name
 
+from .forks import DaemonForks
 from .model import Host as HostSpec
 from .salvage import RunFiles, local_run_files
 
@@ -173,56 +171,61 @@ class AddressHost(Host):
 
 
 class LocalHost(Host):
-    """A daemon this controller spawns on 127.0.0.1 for the run and stops after it."""
+    """A daemon this controller forks on 127.0.0.1 for the run (from the run's fork server,
+    shared by its local hosts) and stops after it."""
 
-    def __init__(self, spec: HostSpec):
+    def __init__(self, spec: HostSpec, forks: DaemonForks):
         super().__init__(spec)
-        self.proc: asyncio.subprocess.Process | None = None
+        self.forks = forks
+        self.pid: int | None = None
         self.root = local_daemon_root(os.getpid(), self.name)
 
     async def start(self, log_dir: Path) -> tuple[str, int]:
         log_dir.mkdir(parents=True, exist_ok=True)
-        with open(log_dir / "netspecd.log", "ab") as log:
-            # Own session: a Ctrl-C at the terminal reaches the controller only, which
-            # then still needs the daemons to gather what the run produced.
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0",
-                "--announce", "--root", str(self.root), "--parent-pid", str(os.getpid()),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
-                start_new_session=True)
+        log = log_dir / "netspecd.log"
+        self.pid = await self.forks.spawn(["--listen", "127.0.0.1:0", "--announce", "--root", str(self.root),
+                                           "--parent-pid", str(os.getpid())], log)
         try:
             async with asyncio.timeout(DAEMON_START_S):
-                line = await self.proc.stdout.readline()  # type: ignore[union-attr]
+                port = await self.forks.port(self.pid)
         except TimeoutError:
             await self.stop()
             raise ConnectionLost(self.name, detail=f"netspecd did not start within "
                                  f"{DAEMON_START_S:g} s") from None
-        if not line:
-            await self.proc.wait()
-            raise ConnectionLost(self.name, detail=f"netspecd exited {self.proc.returncode} at start; "
-                                 f"see {log_dir / 'netspecd.log'}")
-        return "127.0.0.1", json.loads(line)["port"]
+        except ConnectionLost as exc:
+            raise ConnectionLost(self.name, detail=f"{exc.detail}; see {log}") from None
+        return "127.0.0.1", port
 
     async def stop(self, run_id: str = "") -> None:
-        if self.proc is None:
-            return
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(15):
-                    await self.proc.wait()
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        if run_id:
-            # A daemon that died hard (SIGKILL, OOM) could not reset its run; this
-            # machine is its host, so what it left behind is ours to end.
-            kill_run_processes(run_id, [], signal.SIGKILL)
+        if self.pid is not None:
+            await self.forks.terminate(self.pid)
         _remove_empty_dirs(self.root)
 
     def run_files(self, run_id: str) -> RunFiles | None:
         return local_run_files(self.root, run_id, self.name)
+
+
+FDS_PER_HOST = 4  # its connection, and for SSH its transport, channel and tunnel
+FDS_SPARE = 256  # run directory files, output files held open, the loop's own
+
+
+def ensure_fd_limit(hosts: int) -> int:
+    """Raise this process's open-file limit to what a fleet of `hosts` needs (as far as the
+    hard limit lets an unprivileged process); the limit now.
+
+    Raises:
+        NetspecError: the hard limit is below the need, which only its owner can raise.
+    """
+    need = hosts * FDS_PER_HOST + FDS_SPARE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise NetspecError(f"{hosts} hosts need about {need} open files, and this process may open at most "
+                           f"{hard} (its hard limit); raise it (ulimit -Hn, or nofile in "
+                           "/etc/security/limits.conf) or split the fleet")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return need
 
 
 def local_daemon_root(controller_pid: int, host: str) -> Path:

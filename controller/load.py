@@ -153,7 +153,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     return Plan(data["experiment"], path.resolve(), src.text,
                 hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
-                tuple(analysis.get("decoders") or ()), tuple(src.warnings))
+                tuple(analysis.get("decoders") or ()), tuple(src.warnings),
+                None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]))
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

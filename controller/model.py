@@ -155,6 +155,7 @@ class Plan:
     campaign: Campaign | None = None  # a file with sweep:, repeat: or hooks: runs as a campaign
     decoders: tuple[str, ...] = ()  # the user's own event decoders (analysis: decoders:)
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
+    connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -173,7 +174,7 @@ class Plan:
                 "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                        for p in self.pairs},
                              "graph": self.graph, "decoders": list(self.decoders)},
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s}
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""

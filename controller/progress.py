@@ -1,4 +1,4 @@
-"""What the engine tells the user while a run goes (summary.progress_text words it)."""
+"""What the engine tells the user while a run goes (summary.LiveLine words it)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Progress:
-    """One thing worth telling the user while the run goes (see summary.progress_text)."""
+    """One thing worth telling the user while the run goes (see summary.LiveLine)."""
 
     # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler),
-    # "salvaged" (a lost daemon's host, gathered without it)
+    # "salvaged" (a lost daemon's host, gathered without it), "notice" (a setting the run
+    # changed, said once)
     kind: str
     step: str = ""
     host: str = ""

@@ -87,8 +87,10 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     if not options.quiet:
         output.out(f"netspec: running {plan.name} as {rundir.id}")
 
+    live = summary.LiveLine()
+
     def progress(event: Progress) -> None:
-        output.out(*summary.progress_text(event))
+        output.out(*live.text(event))
 
     def took() -> str:
         return summary.wall_line(time.monotonic() - started, rundir.record.get("duration_s"), merged.seconds)

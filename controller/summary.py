@@ -24,18 +24,44 @@ def seconds(s: float | None) -> str:
     return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def progress_text(event: Progress) -> tuple[str, bool]:
-    """The text for one progress event, and whether it ends a line."""
-    if event.kind == "step":
-        return f"  {event.step:<16}", False
-    if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
-        return f" [{event.step}: {event.host}/{event.text}]", False
-    if event.kind == "salvaged":  # a lost daemon's host, gathered without it
-        return f" [salvaged host {event.host}: {event.text}]", False
-    if event.kind == "host":
-        note = f" ({event.text})" if event.text and event.status != "ok" else ""
-        return f" {event.host} {MARK.get(event.status, event.status)} {seconds(event.seconds)}{note} ", False
-    return f" [{seconds(event.seconds)}]", True
+LISTED_OK = 8  # hosts that acked a step ok, listed by name; beyond, counted
+SLOWEST = 3
+
+
+class LiveLine:
+    """Words the engine's progress events as the live line. A step lists every host that
+    did not ack ok, and the first LISTED_OK that did; the rest are counted at the step's
+    end with the slowest of them, so that a line stays readable at a thousand hosts
+    (run.json and `show --host` keep every host's detail)."""
+
+    def __init__(self) -> None:
+        self.unlisted: list[tuple[float, str]] = []
+        self.listed = 0
+
+    def text(self, event: Progress) -> tuple[str, bool]:
+        """The text for one progress event, and whether it ends a line."""
+        if event.kind == "step":
+            self.unlisted, self.listed = [], 0
+            return f"  {event.step:<16}", False
+        if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
+            return f" [{event.step}: {event.host}/{event.text}]", False
+        if event.kind == "salvaged":  # a lost daemon's host, gathered without it
+            return f" [salvaged host {event.host}: {event.text}]", False
+        if event.kind == "notice":
+            return f" [{event.text}]", False
+        if event.kind == "host":
+            if event.status == "ok" and self.listed >= LISTED_OK:
+                self.unlisted.append((event.seconds, event.host))
+                return "", False
+            self.listed += event.status == "ok"
+            note = f" ({event.text})" if event.text and event.status != "ok" else ""
+            mark = MARK.get(event.status, event.status)
+            return f" {event.host} {mark} {seconds(event.seconds)}{note} ", False
+        counted = ""
+        if self.unlisted:
+            slowest = ", ".join(f"{h} {seconds(s)}" for s, h in sorted(self.unlisted, reverse=True)[:SLOWEST])
+            counted = f" and {len(self.unlisted)} more ok (slowest {slowest})"
+        return f"{counted} [{seconds(event.seconds)}]", True
 
 
 def error_lines(exc: BaseException) -> list[str]:

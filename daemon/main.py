@@ -71,7 +71,9 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
     def ready(port: int) -> None:
         state = {"port": port, "pid": os.getpid()}
         if args.announce:
-            print(json.dumps(state), flush=True)
+            # One write(2) of the whole line: daemons forked by one fork server share its
+            # stdout, and a line split in two writes could be cut by another's.
+            os.write(sys.stdout.fileno(), (json.dumps(state) + "\n").encode())
         if args.state_file:
             partial = args.state_file.with_name(args.state_file.name + ".part")
             partial.write_text(json.dumps(state))

@@ -1,0 +1,186 @@
+"""N local daemons from one controller, default settings, real processes: what bring-up,
+a barrier step and the fleet's memory and idle CPU cost as N grows.
+
+Each N runs one experiment through the real phase engine: N hosts, each with one component;
+launch; a 5 s idle window; `--steps` node steps (start_logging: every daemon acks itself);
+collect. With `--component-max` or fewer hosts a second run does the same with application
+steps (tick) acked by one NETSPEC-aware component per host (bench/ticker.py; each is a
+Python process of its own, so they stop at a size the machine's memory holds).
+
+Figures per N:
+  bring-up        connect + setup + clock start of every host (the engine's `connect`), and
+                  launch, in wall time
+  step p50/p99    enter sent -> last ack in, as run.json records it (first tenth dropped)
+  ctl CPU         the controller's CPU (time.process_time) inside the measured steps,
+                  per step per host
+  daemon CPU      the daemons' CPU (/proc utime + stime) over the measured steps, per step
+                  per daemon
+  PSS             the daemons' proportional set size (smaps_rollup) mid-run, mean
+  idle CPU        the daemons' CPU over the idle window, per daemon, in % of one CPU; the
+                  clksync reference daemon (probed by every host) apart
+  run.json        its size at the end
+  teardown        from the end of collect to the end of `execute`
+Baseline, measured in the same run: the round trip of a bare asyncio TCP echo between two
+processes (bench/barrier.py), which a one-host step cannot beat.
+
+Prints figures for people, then one JSON object as the last line.
+
+    python bench/scale.py [--daemons 100,300,1000] [--steps 60] [--component-max 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from barrier import echo_round_trips, percentile
+from netspec.controller.engine import Run
+from netspec.controller.load import parse
+from netspec.controller.progress import Progress
+from netspec.controller.rundir import RunDir
+from netspec.protocol.auth import load_or_create_key
+
+HERE = Path(__file__).resolve().parent
+IDLE_S = 5.0
+TICK_S = os.sysconf("SC_CLK_TCK")
+
+
+def experiment_text(n: int, steps: int, kind: str) -> str:
+    lines = ["experiment: scale-bench", "hosts:", *(f"  h{i}: {{}}" for i in range(n)), "components:"]
+    if kind == "node":
+        lines += [f"  c{i}: {{host: h{i}, command: [sleep, '3600'], stop: collect}}" for i in range(n)]
+        step = "start_logging"
+    else:
+        lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(n)]
+        step = "tick"
+    return "\n".join([*lines, "schedule:", "  - launch", *[f"  - {step}"] * steps, "  - collect"]) + "\n"
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK_S
+
+
+def pss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Watch:
+    """Samples the controller and the daemons at the engine's progress events. It blocks the
+    controller's loop for the idle window on purpose: nothing else may happen then."""
+
+    def __init__(self, rundir: RunDir, steps: int, kind: str):
+        self.rundir, self.kind, self.steps = rundir, kind, steps
+        self.skip = max(1, steps // 10)
+        self.seen = 0
+        self.marks: dict[str, float] = {}
+        self.figures: dict[str, float] = {}
+
+    def daemons(self) -> list[int]:
+        return [h["daemon_pid"] for h in self.rundir.record["hosts"].values() if "daemon_pid" in h]
+
+    def __call__(self, event: Progress) -> None:
+        now = time.perf_counter()
+        if event.kind == "step" and event.step == "launch":
+            self.marks["launch"] = now
+        elif event.kind == "step_done" and event.step == "launch":
+            self.figures["launch_s"] = now - self.marks["launch"]
+            self._idle()
+        elif event.kind == "step" and event.step not in ("launch", "collect"):
+            if self.seen == self.skip:
+                self.marks["cpu"] = time.process_time()
+                self.marks["daemon_cpu"] = sum(map(cpu_s, self.daemons()))
+            if self.seen == self.steps // 2:
+                pids = self.daemons()
+                self.figures["pss_mb"] = sum(map(pss_kb, pids)) / len(pids) / 1024
+            self.seen += 1
+        elif event.kind == "step" and event.step == "collect":
+            measured, n = self.steps - self.skip, len(self.daemons())
+            ctl_cpu = time.process_time() - self.marks["cpu"]
+            self.figures["ctl_cpu_us_per_step_host"] = ctl_cpu / measured / n * 1e6
+            self.figures["daemon_cpu_us_per_step"] = (
+                (sum(map(cpu_s, self.daemons())) - self.marks["daemon_cpu"]) / measured / n * 1e6)
+        elif event.kind == "step_done" and event.step == "collect":
+            self.marks["collected"] = now
+
+    def _idle(self) -> None:
+        reference = self.rundir.record["hosts"].get("h0", {}).get("daemon_pid")
+        pids = [p for p in self.daemons() if p != reference]
+        before, ref_before = {p: cpu_s(p) for p in pids}, cpu_s(reference)
+        time.sleep(IDLE_S)
+        used = sum(cpu_s(p) - before[p] for p in pids)
+        self.figures["idle_cpu_pct"] = used / len(pids) / IDLE_S * 100
+        self.figures["reference_cpu_pct"] = (cpu_s(reference) - ref_before) / IDLE_S * 100
+
+
+async def one_run(n: int, steps: int, kind: str, runs_root: Path) -> dict[str, float]:
+    plan = parse(experiment_text(n, steps, kind), HERE / "scale.yaml")
+    rundir = RunDir.create(runs_root, plan.name, plan.text, {
+        "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
+    watch = Watch(rundir, steps, kind)
+    await Run(plan, rundir, load_or_create_key(), watch).execute()
+    ended = time.perf_counter()
+    record = rundir.record
+    assert record["status"] == "ok", record.get("error")
+    connect = next(s for s in record["steps"] if s["phase"] == "launch")["entered_ns"] - record["started_ns"]
+    durations = [s["duration_s"] for s in record["steps"] if s["phase"] not in ("launch", "collect")]
+    durations = durations[watch.skip:]
+    return {"connect_s": connect / 1e9,
+            **watch.figures, "step_p50_ms": percentile(durations, 0.5) * 1e3,
+            "step_p99_ms": percentile(durations, 0.99) * 1e3,
+            "runjson_mb": (rundir.path / "run.json").stat().st_size / 1e6,
+            "teardown_s": ended - watch.marks["collected"]}
+
+
+def describe(n: int, kind: str, got: dict[str, float]) -> str:
+    return " | ".join([
+        f"N={n:5d} {kind:>9}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
+        f"step p50 {got['step_p50_ms']:7.2f} ms p99 {got['step_p99_ms']:7.2f} ms",
+        f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host",
+        f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step", f"PSS {got['pss_mb']:5.1f} MB",
+        f"idle {got['idle_cpu_pct']:.3f} %CPU/daemon, reference {got['reference_cpu_pct']:.1f} %",
+        f"run.json {got['runjson_mb']:.1f} MB", f"teardown {got['teardown_s']:.1f} s"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--daemons", default="100,300,1000")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--component-max", type=int, default=300)
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
+        os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
+        echo = asyncio.run(echo_round_trips(1000))
+        results["echo_p50_us"] = round(percentile(echo, 0.5) * 1e6, 1)
+        print(f"baseline: asyncio TCP echo round trip p50 {results['echo_p50_us']} us; "
+              f"fd limit {soft}/{hard}")
+        for n in map(int, args.daemons.split(",")):
+            for kind in ("node", "component"):
+                if kind == "component" and n > args.component_max:
+                    continue
+                got = asyncio.run(one_run(n, args.steps, kind, Path(tmp) / "runs"))
+                print(describe(n, kind, got), flush=True)
+                results.update({f"{kind}_{n}_{k}": round(v, 3) for k, v in got.items()})
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

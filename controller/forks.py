@@ -1,0 +1,119 @@
+"""The controller's end of the daemon fork server (daemon/forkserver.py): local daemons
+forked from one pre-loaded process, started on the first request and ended by `close`.
+
+Lifecycle: one `DaemonForks` per run, shared by its local hosts; `spawn` a daemon and wait
+for its port, `terminate` it (SIGTERM, then SIGKILL after a grace) and wait for its end,
+`close` at the end of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from netspec.protocol.errors import ConnectionLost
+
+STOP_GRACE_S = 15.0
+
+
+class DaemonForks:
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process | None = None
+        self._starting = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._next_tag = 0
+        self._forked: dict[int, asyncio.Future[int]] = {}  # tag -> pid
+        self._ports: dict[int, asyncio.Future[int]] = {}  # pid -> port
+        self._ended: dict[int, asyncio.Future[int]] = {}  # pid -> returncode
+        self._lost: str | None = None
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        async with self._starting:
+            if self.proc is None:
+                self.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "netspec.daemon.forkserver", stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 20)
+                self._reader = asyncio.create_task(self._read())
+            return self.proc
+
+    def _future(self, table: dict[int, asyncio.Future[int]], key: int) -> asyncio.Future[int]:
+        if key not in table:
+            table[key] = asyncio.get_running_loop().create_future()
+            if self._lost is not None:
+                table[key].set_exception(ConnectionLost("local daemons", detail=self._lost))
+        return table[key]
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            message = json.loads(line)
+            if "tag" in message:
+                waiter = self._forked.pop(message["tag"])
+                if "error" in message:
+                    waiter.set_exception(ConnectionLost("local daemons", detail=message["error"]))
+                else:
+                    waiter.set_result(message["pid"])
+            elif "port" in message:
+                _settle(self._future(self._ports, message["pid"]), message["port"])
+            elif "exited" in message:
+                pid = message["exited"]
+                _settle(self._future(self._ended, pid), message["returncode"])
+                self._future(self._ports, pid)  # made if missing, so that it is failed below
+                port = self._ports[pid]
+                if not port.done():
+                    port.set_exception(ConnectionLost(
+                        "local daemon", detail=f"netspecd exited {message['returncode']} at start"))
+        self._lost = "the daemon fork server ended"
+        for table in (self._forked, self._ports, self._ended):
+            for waiter in table.values():
+                if not waiter.done():
+                    waiter.set_exception(ConnectionLost("local daemons", detail=self._lost))
+
+    async def spawn(self, argv: list[str], log: Path) -> int:
+        """Fork a daemon with netspecd's `argv`, its stderr appended to `log`; its pid."""
+        proc = await self._start()
+        assert proc.stdin is not None
+        self._next_tag += 1
+        forked = self._future(self._forked, self._next_tag)
+        proc.stdin.write((json.dumps({"tag": self._next_tag, "argv": argv, "log": str(log)}) + "\n").encode())
+        return await forked
+
+    def port(self, pid: int) -> asyncio.Future[int]:
+        """Resolves to the port daemon `pid` listens on; fails if it ends first."""
+        return self._future(self._ports, pid)
+
+    async def terminate(self, pid: int) -> None:
+        """SIGTERM, wait for the end; SIGKILL after STOP_GRACE_S."""
+        ended = self._future(self._ended, pid)
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+            if ended.done():
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            with contextlib.suppress(TimeoutError, ConnectionLost):
+                await asyncio.wait_for(asyncio.shield(ended), grace)
+
+    async def close(self) -> None:
+        if self.proc is None:
+            return
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+def _settle(waiter: asyncio.Future[int], value: int) -> None:
+    if not waiter.done():
+        waiter.set_result(value)

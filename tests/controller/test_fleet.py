@@ -1,0 +1,105 @@
+"""A fleet at scale: local daemons forked from one process, the open-file limit, the
+connect deadline, the probe interval's budget, and a live line that stays readable."""
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from netspec.controller.clocks import REFERENCE_EXCHANGES_PER_S, probe_interval_ms
+from netspec.controller.forks import DaemonForks
+from netspec.controller.progress import Progress
+from netspec.controller.summary import LISTED_OK, LiveLine
+from netspec.protocol.errors import ConnectionLost
+from support import latest_record, ns_control
+
+
+def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tmp_path):
+    async def scenario():
+        forks = DaemonForks()
+        try:
+            pids = [await forks.spawn(["--listen", "127.0.0.1:0", "--announce", "--root", str(tmp_path / d)],
+                                      tmp_path / f"{d}.log") for d in ("d0", "d1", "d2")]
+            ports = [await asyncio.wait_for(forks.port(pid), 20) for pid in pids]
+            bad = await forks.spawn(["--listen", "127.0.0.1:no-port"], tmp_path / "bad.log")
+            with pytest.raises(ConnectionLost, match="exited 2 at start"):
+                await asyncio.wait_for(forks.port(bad), 20)
+            for pid in pids:
+                await forks.terminate(pid)
+        finally:
+            await forks.close()
+        return pids, ports
+    pids, ports = asyncio.run(scenario())
+    assert len(set(pids)) == 3 and len(set(ports)) == 3 and all(p > 0 for p in ports)
+    assert "invalid parse_listen value" in (tmp_path / "bad.log").read_text()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_the_open_file_limit_is_raised_to_the_fleets_need_or_the_hard_limit_said(tmp_path):
+    probe = """
+import resource
+from netspec.controller.fleet import ensure_fd_limit
+from netspec.protocol.errors import NetspecError
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 1024))
+print(ensure_fd_limit(100), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+try:
+    ensure_fd_limit(1000)
+except NetspecError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    raised, refused = out.splitlines()
+    assert raised == "656 656"
+    assert refused.startswith("1000 hosts need about 4256 open files") and "at most 1024" in refused
+
+
+def test_the_reference_answers_within_its_budget_however_many_hosts_probe_it():
+    assert probe_interval_ms(200, 10) == 200
+    for probers in (100, 1000, 10_000):
+        interval = probe_interval_ms(200, probers)
+        assert probers * 4 / (interval / 1000) == pytest.approx(REFERENCE_EXCHANGES_PER_S)
+
+
+def test_the_live_line_lists_hosts_that_failed_and_counts_the_many_that_did_not():
+    live = LiveLine()
+    texts = [live.text(Progress("step", "tick"))[0]]
+    for i in range(40):
+        status = "error" if i == 30 else "ok"
+        texts.append(live.text(Progress("host", "tick", f"h{i}", status, 0.001 * i, "boom"))[0])
+    end, closes = live.text(Progress("step_done", "tick", seconds=0.05))
+    line = "".join(texts) + end
+    assert closes and len(re.findall(r" h\d+ ok ", line)) == LISTED_OK and "h30 FAIL 30 ms (boom)" in line
+    assert "and 31 more ok (slowest h39 39 ms, h38 38 ms, h37 37 ms)" in line
+
+
+@pytest.mark.e2e
+def test_sixty_local_hosts_run_with_default_settings_and_say_what_they_changed(experiment, tmp_path):
+    hosts = 60
+    text = "experiment: many\nhosts:\n" + "".join(f"  h{i}: {{}}\n" for i in range(hosts))
+    text += "components:\n" + "".join(f"  c{i}: {{host: h{i}, command: 'true'}}\n" for i in range(hosts))
+    text += "schedule: [launch, collect]\n"
+    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clksync: 59 hosts probe the reference every 295 ms, not 200 ms" in done.stdout
+    assert f"and {hosts - LISTED_OK} more ok (slowest" in done.stdout
+    record = latest_record(tmp_path / "runs")
+    assert record["clksync"]["interval_ms"] == pytest.approx(295)
+    assert len(record["hosts"]) == hosts and record["connect_deadline_s"] == 30
+    launch = next(s for s in record["steps"] if s["phase"] == "launch")
+    assert len(launch["hosts"]) == hosts
+    assert json.loads(json.dumps(record["plan"]))["connect_deadline_s"] is None
+
+
+@pytest.mark.e2e
+def test_a_connect_deadline_set_in_the_file_is_kept(experiment, tmp_path):
+    text = "experiment: hurried\nconnect_deadline: 1ms\nhosts: {a: {}, b: {}}\n"
+    text += "components:\n  c: {host: a, command: 'true'}\nschedule: [launch, collect]\n"
+    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=60)
+    assert done.returncode == 1
+    assert "connect" in done.stderr and "0.001" in done.stderr, done.stderr
+    assert latest_record(tmp_path / "runs")["connect_deadline_s"] == 0.001
