@@ -46,6 +46,7 @@ from netspec.controller.load import parse
 from netspec.controller.progress import Progress
 from netspec.controller.rundir import RunDir
 from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.errors import NetspecError
 
 HERE = Path(__file__).resolve().parent
 IDLE_S = 5.0
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("--component-max", type=int, default=300)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    results: dict[str, float] = {}
+    results: dict[str, float | str] = {}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
         echo = asyncio.run(echo_round_trips(1000))
@@ -176,7 +177,13 @@ def main() -> None:
             for kind in ("node", "component"):
                 if kind == "component" and n > args.component_max:
                     continue
-                got = asyncio.run(one_run(n, args.steps, kind, Path(tmp) / "runs"))
+                try:
+                    got = asyncio.run(one_run(n, args.steps, kind, Path(tmp) / "runs"))
+                except NetspecError as exc:
+                    first = str(exc).splitlines()[0][:300]
+                    print(f"N={n:5d} {kind:>9}: FAILED: {first}", flush=True)
+                    results[f"{kind}_{n}_failed"] = first
+                    continue
                 print(describe(n, kind, got), flush=True)
                 results.update({f"{kind}_{n}_{k}": round(v, 3) for k, v in got.items()})
     print(json.dumps(results))

@@ -87,6 +87,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ls = command("ls", help="list runs")
     show = command("show", help="summarise a run")
     show.add_argument("run", nargs="?", default="latest")
+    show.add_argument("--host", metavar="HOST", help="that host's whole detail (a large fleet's summary "
+                      "counts the hosts that did well)")
     fetch = command("fetch", help="merge a run's streams (again) into a result set; --from "
                                          "copies the run from another controller host first")
     fetch.add_argument("run", nargs="?", default="latest")
@@ -316,7 +318,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    print_lines(summary.run_lines(path, settle(path, load_record(path))))
+    record = settle(path, load_record(path))
+    if args.host is not None and args.host not in record.get("hosts", {}):
+        names = sorted(record.get("hosts", {}))
+        listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise NetspecError(f"run {record['id']} has no host '{args.host}' (its hosts: {listed or 'none'})")
+    print_lines(summary.run_lines(path, record, args.host))
     return EXIT_OK
 
 

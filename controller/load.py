@@ -38,6 +38,7 @@ from .model import (
 from .sourcefile import Path_, SourceFile, key_name, suggest
 
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
+FLEET_S_PER_COMPONENT = 0.1
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -270,15 +271,24 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str]) -> tuple[Step, 
             _check_step(src, i, spec, len(raw))
         deadline = spec.get("deadline")
         deadline_s = (parse_duration(deadline) if deadline is not None
-                      else BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S))
+                      else default_deadline_s(phase, len(names)))
         steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
                           dict(spec.get("params", {})), src.line(where)))
     # launch and collect bracket every run; the resolved plan says so even if the file did not.
     if steps[0].phase != "launch":
-        steps.insert(0, Step("launch", deadline_s=BUILTIN_DEADLINES_S["launch"]))
+        steps.insert(0, Step("launch", deadline_s=default_deadline_s("launch", len(names))))
     if steps[-1].phase != "collect":
-        steps.append(Step("collect", deadline_s=BUILTIN_DEADLINES_S["collect"]))
+        steps.append(Step("collect", deadline_s=default_deadline_s("collect", len(names))))
     return tuple(steps)
+
+
+def default_deadline_s(phase: str, components: int) -> float:
+    """A step's deadline where the file gives none. Starting and gathering grow with the
+    fleet: past a hundred components, launch and collect get 0.1 s more for each."""
+    base = BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S)
+    if phase in ("launch", "collect"):
+        return base + FLEET_S_PER_COMPONENT * max(0, components - 100)
+    return base
 
 
 def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int) -> None:

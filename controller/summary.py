@@ -57,11 +57,8 @@ class LiveLine:
             note = f" ({event.text})" if event.text and event.status != "ok" else ""
             mark = MARK.get(event.status, event.status)
             return f" {event.host} {mark} {seconds(event.seconds)}{note} ", False
-        counted = ""
-        if self.unlisted:
-            slowest = ", ".join(f"{h} {seconds(s)}" for s, h in sorted(self.unlisted, reverse=True)[:SLOWEST])
-            counted = f" and {len(self.unlisted)} more ok (slowest {slowest})"
-        return f"{counted} [{seconds(event.seconds)}]", True
+        counted = _more_ok(self.unlisted)
+        return f"{' ' if counted else ''}{counted} [{seconds(event.seconds)}]", True
 
 
 def error_lines(exc: BaseException) -> list[str]:
@@ -80,52 +77,74 @@ def error_lines(exc: BaseException) -> list[str]:
     return lines
 
 
-def _step_hosts(step: dict[str, Any]) -> str:
-    parts = []
+def _more_ok(rest: list[tuple[float, str]]) -> str:
+    """The hosts that acked ok beyond those listed: counted, with the slowest named."""
+    if not rest:
+        return ""
+    slowest = ", ".join(f"{h} {seconds(s)}" for s, h in sorted(rest, reverse=True)[:SLOWEST])
+    return f"and {len(rest)} more ok (slowest {slowest})"
+
+
+def _step_hosts(step: dict[str, Any], only: str | None) -> str:
+    parts, rest = [], []
     for host, info in step.get("hosts", {}).items():
+        if only is not None and host != only:
+            continue
         comps = info.get("components", {})
         worst = worst_status(c["status"] for c in comps.values())
         if "done_ns" in info and "sent_ns" in info:
-            took = seconds((info["done_ns"] - info["sent_ns"]) / 1e9)
-            parts.append(f"{host} {MARK.get(worst, worst)} {took}")
+            took = (info["done_ns"] - info["sent_ns"]) / 1e9
+            if worst == "ok" and len(parts) >= LISTED_OK:
+                rest.append((took, host))
+            else:
+                parts.append(f"{host} {MARK.get(worst, worst)} {seconds(took)}")
         elif comps or "sent_ns" in info:
             parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
-    return ", ".join(parts)
+    return ", ".join([*parts, *filter(None, [_more_ok(rest)])])
 
 
-def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
-    """A one-screen summary of one run."""
+def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> list[str]:
+    """A one-screen summary of one run; at fleet scale hosts that did well are counted, not
+    listed. With `only`, one host's whole detail."""
+    hosts = {h: info for h, info in sorted(record.get("hosts", {}).items()) if only in (None, h)}
+    many = only is None and len(hosts) > LISTED_OK
     lines = [f"run {record['id']}  {record['experiment']}  {record['status']}  "
              f"{seconds(record.get('duration_s'))}", f"  dir: {path}"]
     lines.append(f"  {'step':<16} {'status':<8} {'time':>8}  hosts")
+    unsaid = 0
     for step in record.get("steps", []):
         lines.append(f"  {step['phase']:<16} {step['status']:<8} "
-                     f"{seconds(step.get('duration_s')):>8}  {_step_hosts(step)}")
+                     f"{seconds(step.get('duration_s')):>8}  {_step_hosts(step, only)}")
         for host, info in step.get("hosts", {}).items():
-            for comp, ack in info.get("components", {}).items():
+            for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
+                if many and ack.get("status") == "ok":
+                    unsaid += bool(ack.get("message"))
+                    continue
                 if ack.get("message"):
                     lines.append(f"  {'':<16} {host}/{comp}: {ack['message']}")
                 lines.extend(f"  {'':<16}   {t}" for t in ack.get("traceback", "").splitlines())
-    reference = record.get("plan", {}).get("clock", {}).get("reference")
-    for host, info in sorted(record.get("hosts", {}).items()):
-        clock = info.get("clock")
-        if clock and host == reference:
-            lines.append(f"  clock {host}: reference")
-        elif clock:
-            lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
-                         f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['source']} timestamps, "
-                         f"{clock['exchanges']} recent exchanges)")
-    streams = {h: len(info["streams"]) for h, info in sorted(record.get("hosts", {}).items())
-               if info.get("streams")}
-    if streams:
+    if unsaid:
+        lines.append(f"  {unsaid} messages of ok acks not shown (ns_control show --host HOST)")
+    lines.extend(_clock_lines(hosts, record.get("plan", {}).get("clock", {}).get("reference"), many))
+    streams = {h: len(info["streams"]) for h, info in hosts.items() if info.get("streams")}
+    if streams and many:
+        lines.append(f"  streams: {sum(streams.values())} files from {len(streams)} hosts "
+                     f"(narrate: ns_control dump {path}/hosts)")
+    elif streams:
         counts = ", ".join(f"{h} {n} file{'s' if n > 1 else ''}" for h, n in streams.items())
         lines.append(f"  streams: {counts} (narrate: ns_control dump {path}/hosts)")
-    if record.get("components"):
+    components = {name: info for name, info in sorted(record.get("components", {}).items())
+                  if only in (None, name.partition("/")[0])}
+    if components:
         lines.append("  components:")
-        for name, info in sorted(record["components"].items()):
+        listed = [(n, i) for n, i in components.items() if i["returncode"] != 0 or not many]
+        listed += [(n, i) for n, i in components.items() if i["returncode"] == 0 and many][:LISTED_OK]
+        for name, info in listed:
             code = info["returncode"]
             how = f"exit {code}" if code >= 0 else f"signal {-code}"
             lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
+        if len(listed) < len(components):
+            lines.append(f"    and {len(components) - len(listed)} more exit 0")
     if record.get("error"):
         error = record["error"]
         partial = record["status"] == "partial"
@@ -133,6 +152,23 @@ def run_lines(path: Path, record: dict[str, Any]) -> list[str]:
         for text in [error["message"], *error.get("causes", [])]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
+
+
+def _clock_lines(hosts: dict[str, Any], reference: str | None, many: bool) -> list[str]:
+    clocks = {h: info["clock"] for h, info in hosts.items() if info.get("clock") and h != reference}
+    served = reference in hosts and hosts[reference].get("clock")
+    lines = [f"  clock {reference}: reference"] if served else []
+    if many and clocks:
+        bounds = sorted((c["bound_ns"], h) for h, c in clocks.items())
+        median, (widest, host) = bounds[len(bounds) // 2][0], bounds[-1]
+        lines.append(f"  clock: {len(clocks)} hosts, bound median {median / 1e3:.1f} us, "
+                     f"widest {widest / 1e3:.1f} us ({host})")
+        return lines
+    for host, clock in clocks.items():
+        lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
+                     f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['source']} timestamps, "
+                     f"{clock['exchanges']} recent exchanges)")
+    return lines
 
 
 def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:

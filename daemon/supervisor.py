@@ -36,6 +36,7 @@ from netspec.protocol.exits import (
     kill_run_processes,
     run_processes,
     signal_pids,
+    still_alive,
 )
 from netspec.protocol.names import as_name, safe_name
 
@@ -367,9 +368,9 @@ class Supervisor:
         for comp in self.components.values():
             comp.stopping = True
         signal_pids([p.pid for p in victims], signal.SIGTERM)
-        if not await self._all_gone(KILL_GRACE_S):
+        if not await self._all_gone(victims, KILL_GRACE_S):
             await asyncio.to_thread(kill_run_processes, self.run_id, self.pids(), signal.SIGKILL, self.host)
-            await self._all_gone(KILL_GRACE_S)
+            await self._all_gone(victims, KILL_GRACE_S)
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
             await asyncio.wait(waits, timeout=KILL_GRACE_S)
@@ -378,15 +379,21 @@ class Supervisor:
             shutil.rmtree(self.root, ignore_errors=True)
         return len(victims)
 
-    async def _all_gone(self, timeout: float) -> bool:
+    async def _all_gone(self, victims: list[psutil.Process], timeout: float) -> bool:
         """Wait until no process of the run is alive. Orphans are not our children and
-        cannot be waited for, so /proc is checked, briefly and under a bound."""
+        cannot be waited for (and our children are asyncio's to reap), so the victims are
+        watched in /proc until they are gone; then the machine is scanned once more for any
+        they started meanwhile."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host):
+        while True:
+            victims = still_alive(victims)
+            if not victims:
+                victims = await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host)
+                if not victims:
+                    return True
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(0.01)
-        return True
 
     def collectable(self) -> list[dict[str, Any]]:
         """Every file the controller should gather, with its size: outputs, exit status,

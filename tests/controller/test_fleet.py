@@ -11,6 +11,7 @@ import sys
 import pytest
 from netspec.controller.clocks import REFERENCE_EXCHANGES_PER_S, probe_interval_ms
 from netspec.controller.forks import DaemonForks
+from netspec.controller.load import parse
 from netspec.controller.progress import Progress
 from netspec.controller.summary import LISTED_OK, LiveLine
 from netspec.protocol.errors import ConnectionLost
@@ -58,6 +59,17 @@ except NetspecError as exc:
     assert refused.startswith("1000 hosts need about 4256 open files") and "at most 1024" in refused
 
 
+def test_launch_and_collect_get_more_time_with_more_components_unless_the_file_says(tmp_path):
+    def plan(components, launch=""):
+        text = "experiment: big\nhosts: {a: {}}\ncomponents:\n"
+        text += "".join(f"  c{i}: {{host: a, command: 'true'}}\n" for i in range(components))
+        text += f"schedule:\n  - {launch or 'launch'}\n  - sync_clocks\n"
+        return {s.phase: s.deadline_s for s in parse(text, tmp_path / "big.yaml").schedule}
+    assert plan(10) == {"launch": 30, "sync_clocks": 30, "collect": 60}
+    assert plan(600) == {"launch": 80, "sync_clocks": 30, "collect": 110}
+    assert plan(600, "{phase: launch, deadline: 5s}")["launch"] == 5
+
+
 def test_the_reference_answers_within_its_budget_however_many_hosts_probe_it():
     assert probe_interval_ms(200, 10) == 200
     for probers in (100, 1000, 10_000):
@@ -85,14 +97,23 @@ def test_sixty_local_hosts_run_with_default_settings_and_say_what_they_changed(e
     text += "schedule: [launch, collect]\n"
     done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "clksync: 59 hosts probe the reference every 295 ms, not 200 ms" in done.stdout
+    assert "clksync: 59 hosts probe the reference every 590 ms, not 200 ms" in done.stdout
     assert f"and {hosts - LISTED_OK} more ok (slowest" in done.stdout
     record = latest_record(tmp_path / "runs")
-    assert record["clksync"]["interval_ms"] == pytest.approx(295)
+    assert record["clksync"]["interval_ms"] == pytest.approx(590)
     assert len(record["hosts"]) == hosts and record["connect_deadline_s"] == 30
     launch = next(s for s in record["steps"] if s["phase"] == "launch")
     assert len(launch["hosts"]) == hosts
     assert json.loads(json.dumps(record["plan"]))["connect_deadline_s"] is None
+    shown = ns_control("show", cwd=tmp_path).stdout
+    assert f"and {hosts - LISTED_OK} more ok (slowest" in shown
+    assert f"and {hosts - LISTED_OK} more exit 0" in shown
+    assert f"{hosts} messages of ok acks not shown" in shown and len(shown.splitlines()) < 20
+    one = ns_control("show", "--host", "h42", cwd=tmp_path).stdout
+    assert "h42/c42: exited 0" in one and "h42/c42 " in one and "h41" not in one
+    unknown = ns_control("show", "--host", "h99", cwd=tmp_path)
+    assert unknown.returncode != 0 and "no host 'h99' (its hosts: h0, h1, h10," in unknown.stderr
+    assert f"and {hosts - 10} more)" in unknown.stderr
 
 
 @pytest.mark.e2e
