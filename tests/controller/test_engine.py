@@ -276,7 +276,7 @@ def test_report_says_what_differs_between_runs_before_it_compares_them(demo, tmp
     assert report.stdout.startswith("other differs from base in 1 way(s):\n  client.count: 2000 -> 500\n")
 
 
-def test_an_exported_demo_imported_elsewhere_reports_fetches_and_reruns(demo, tmp_path):
+def test_an_exported_demo_imported_elsewhere_reports_merges_again_and_reruns(demo, tmp_path):
     bundle = tmp_path / "demo.tar.gz"
     done = ns_control("export", "--to", str(bundle), cwd=demo.where, env=demo.env)
     assert done.returncode == 0 and done.stdout.startswith(f"exported {bundle} ("), done.stderr
@@ -288,19 +288,15 @@ def test_an_exported_demo_imported_elsewhere_reports_fetches_and_reruns(demo, tm
     assert (elsewhere / "runs" / "stimulus-response" / run_id / "merged" / "events.parquet").is_file()
     report = ns_control("report", run_id, cwd=elsewhere, env=demo.env)
     assert report.returncode == 0 and "interval to_client (us)" in report.stdout, report.stderr
-    fetch = ns_control("fetch", run_id, cwd=elsewhere, env=demo.env)
+    # Merged again, into a directory of its own.
+    again = elsewhere / "again"
+    fetch = ns_control("fetch", run_id, "--to", str(again), cwd=elsewhere, env=demo.env)
     assert fetch.returncode == 0 and "merged: 80" in fetch.stdout, fetch.stderr
+    assert "files (" in fetch.stdout and f"MB) into {again}:\n" in fetch.stdout
+    assert "\n  events.parquet  " in fetch.stdout and (again / "events.parquet").is_file()
     rerun = ns_control("rerun", run_id, cwd=elsewhere, env=demo.env)
     assert rerun.returncode == 0, rerun.stderr
     assert latest_record(elsewhere / "runs")["rerun_of"] == run_id
-
-
-def test_fetch_merges_the_demo_again_into_elsewhere(demo):
-    again = ns_control("fetch", "--to", str(demo.where / "again"), cwd=demo.where, env=demo.env)
-    assert again.returncode == 0 and "merged: 80" in again.stdout
-    assert "files (" in again.stdout and f"MB) into {demo.where / 'again'}:\n" in again.stdout
-    assert "\n  events.parquet  " in again.stdout
-    assert (demo.where / "again" / "events.parquet").is_file()
 
 
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(
