@@ -33,7 +33,7 @@ from .barrier import Barrier
 from .clocks import start_clocks, stretched
 from .failures import ack_failure, raise_if_any_failed, step_failures
 from .fetch import fetch_host
-from .fleet import AddressHost, DaemonClient, Host, LocalHost, ensure_fd_limit
+from .fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
 from .forks import DaemonForks
 from .model import NODE_STEPS, Plan, Step
 from .model import Host as HostSpec
@@ -46,8 +46,8 @@ from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
-CONNECT_PER_HOST_S = 0.02
 SAVE_INTERVAL_S = 0.2
+LIVE_SAVE_S = 1.0
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
@@ -58,13 +58,6 @@ def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
     if spec.ssh:
         return SSHHost(spec, accept_new, detached=keep_daemons)
     return AddressHost(spec) if spec.address else LocalHost(spec, forks)
-
-
-def connect_deadline_s(hosts: list[Host]) -> float:
-    """Reaching the fleet may take what its slowest host's start may, and 20 ms more per
-    host beyond the first hundred: FAN_OUT hosts are reached at a time, and one controller
-    core serves every handshake."""
-    return max(h.start_deadline_s for h in hosts) + CONNECT_PER_HOST_S * max(0, len(hosts) - 100)
 
 
 class Run:
@@ -106,6 +99,12 @@ class Run:
             self._flush()
         else:
             self._save_timer = asyncio.get_running_loop().call_later(wait, self._flush)
+
+    def _save_while_running(self, record: dict[str, Any]) -> None:
+        """Save run.json every LIVE_SAVE_S (or as `_save` allows) while step `record` runs."""
+        if record["status"] == "running" and record is self.rundir.record["steps"][-1]:
+            self._save()
+            asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._save_while_running, record)
 
     def _flush(self) -> None:
         self._save_timer = None
@@ -250,7 +249,10 @@ class Run:
         record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
                                   "hosts": {}}
         self.rundir.record["steps"].append(record)
-        self._save()
+        self.rundir.journal_step(index)  # its start: where a run is, while it runs
+        # A step that lasts shows its hosts' acks in run.json as they come, a save a second
+        # at most (a short one is in the journal at its end, and saves nothing else).
+        loop.call_later(LIVE_SAVE_S, self._save_while_running, record)
         self.progress(Progress("step", step.phase))
         barrier = None
         try:
@@ -271,6 +273,7 @@ class Run:
             if step.phase == "collect":
                 await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
+            record["status"] = "ok"
         except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
             record["status"] = "failed"
             if barrier is None:
@@ -283,8 +286,7 @@ class Run:
             self.barrier = None  # acks still arriving are recorded, not waited for
             record["left_ns"] = time.time_ns()
             record["duration_s"] = (record["left_ns"] - started) / 1e9
-            self._save()
-        record["status"] = "ok"
+            self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
 
     async def _end(self, host: str, name: str) -> str | None:

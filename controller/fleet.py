@@ -205,6 +205,16 @@ class LocalHost(Host):
         return local_run_files(self.root, run_id, self.name)
 
 
+CONNECT_PER_HOST_S = 0.02
+
+
+def connect_deadline_s(hosts: list[Host]) -> float:
+    """Reaching the fleet may take what its slowest host's start may, and 20 ms more per
+    host beyond the first hundred: hosts are reached a few dozen at a time, and one controller
+    core serves every handshake."""
+    return max(h.start_deadline_s for h in hosts) + CONNECT_PER_HOST_S * max(0, len(hosts) - 100)
+
+
 FDS_PER_HOST = 4  # its connection, and for SSH its transport, channel and tunnel
 FDS_SPARE = 256  # run directory files, output files held open, the loop's own
 

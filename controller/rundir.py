@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined, safe_name
-from netspec.protocol.runrecord import RUN_FORMAT, load_record
+from netspec.protocol.runrecord import JOURNAL, RUN_FORMAT, load_record
 
 
 def utc_iso(ns: int) -> str:
@@ -100,6 +100,12 @@ class RunDir:
     def save(self) -> None:
         self.write_json(self.path / "run.json", self.record)
 
+    def journal_step(self, index: int) -> None:
+        """Append step `index`'s record as it is now (at its start, at its end) to the
+        journal: O(its hosts) bytes, where saving run.json is O(the whole run)."""
+        with open(self.path / JOURNAL, "a") as journal:
+            journal.write(json.dumps({"index": index, **self.record["steps"][index]}, default=str) + "\n")
+
     def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
         """Keep output as it streams in, so a lost daemon still leaves what it sent."""
         path = self.component_dir(host, component) / stream
@@ -120,6 +126,7 @@ class RunDir:
         self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
                            duration_s=(now - self.record["started_ns"]) / 1e9, error=error)
         self.save()
+        (self.path / JOURNAL).unlink(missing_ok=True)  # run.json has every step now
 
 
 def _process_start(pid: int) -> int | None:

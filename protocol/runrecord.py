@@ -16,6 +16,10 @@ from typing import Any
 from .errors import NetspecError
 
 RUN_FORMAT = 1
+# Each step's record as it ended, one JSON line each: a controller of a thousand hosts does
+# not rewrite a megabytes-long run.json per step, and one killed mid-run still leaves every
+# step it finished. run.json has them all once the run finished, and the journal goes.
+JOURNAL = "run.journal"
 
 
 def load_record(run: Path) -> dict[str, Any]:
@@ -34,6 +38,33 @@ def load_record(run: Path) -> dict[str, Any]:
     if record.get("format", 1) > RUN_FORMAT:
         raise NetspecError(f"{run}/run.json has format {record['format']}; this netspec "
                            f"reads up to {RUN_FORMAT}: upgrade netspec")
+    return _with_journal(run, record)
+
+
+def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """run.json with the steps the journal has and it has not (saved before they ended)."""
+    try:
+        lines = (run / JOURNAL).read_text().splitlines()
+    except FileNotFoundError:
+        return record
+    except (OSError, ValueError) as exc:
+        raise NetspecError(f"{run}/{JOURNAL}: unreadable ({exc})") from exc
+    steps = record.setdefault("steps", [])
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                break  # the last line, cut short by a kill
+            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a JSON line") from None
+        index = entry.pop("index", None) if isinstance(entry, dict) else None
+        if not isinstance(index, int) or not 0 <= index <= len(steps):
+            raise NetspecError(f"{run}/{JOURNAL}:{number}: step index {index!r} does not follow "
+                               f"the {len(steps)} steps before it")
+        if index == len(steps):
+            steps.append(entry)
+        elif "left_ns" not in steps[index]:
+            steps[index] = entry
     return record
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import session_dir
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
+from netspec.protocol.runrecord import load_record
 from support import PROGRAMS, REPO, latest_record, ns_control, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -353,8 +354,8 @@ def start_run_until_work(path, tmp_path):
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def working():
-        latest = tmp_path / "runs" / "latest" / "run.json"
-        record = json.loads(latest.read_text()) if latest.exists() else {}
+        latest = tmp_path / "runs" / "latest"
+        record = load_record(latest) if (latest / "run.json").exists() else {}
         return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
 
     return proc, wait_for(working, what="the run to reach phase 'work'")
@@ -658,6 +659,10 @@ def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, 
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "interrupted" and record["collected_ns"]
     run = tmp_path / "runs" / "latest"
+    # The steps it went through were journalled as they went; run.json has them now.
+    assert [s["phase"] for s in record["steps"]] == ["launch", "start_logging", "prepare", "work"]
+    assert record["steps"][-2]["status"] == "ok" and record["steps"][-1]["status"] == "running"
+    assert not (run / "run.journal").exists()
     for host, component, ticks in (("a", "one", 2 * 300), ("b", "two", 2 * 200)):
         salvaged = record["hosts"][host]["salvaged"]
         assert salvaged["removed"] and not Path(salvaged["from"]).exists(), salvaged

@@ -64,3 +64,28 @@ def test_a_run_whose_controller_died_is_marked_interrupted_by_the_next_command(t
     record = json.loads(next((tmp_path / "runs" / "dead").glob("*/run.json")).read_text())
     assert record["status"] == "interrupted"
     assert record["error"]["message"].startswith(f"its controller (pid {dead.pid}) ended without finishing")
+
+
+def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
+    run.record["steps"].append({"phase": "launch", "status": "running"})
+    run.journal_step(0)
+    run.save()  # saved mid-step, as a throttled save may be
+    run.record["steps"][0].update(status="ok", left_ns=2)
+    run.journal_step(0)
+    run.record["steps"].append({"phase": "work", "status": "running"})
+    run.journal_step(1)
+    with open(run.path / "run.journal", "a") as journal:
+        journal.write('{"index": 2, "pha')  # the controller killed mid-line
+    steps = load_record(run.path)["steps"]
+    assert steps == [{"phase": "launch", "status": "ok", "left_ns": 2},
+                     {"phase": "work", "status": "running"}]
+    run.finish("ok")
+    assert not (run.path / "run.journal").exists() and len(load_record(run.path)["steps"]) == 2
+
+
+def test_a_journal_line_out_of_order_is_refused_naming_its_line(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
+    (run.path / "run.journal").write_text('{"index": 0, "phase": "a"}\n{"index": 5, "phase": "b"}\n')
+    with pytest.raises(NetspecError, match=r"run.journal:2: step index 5 does not follow the 1 steps"):
+        load_record(run.path)
