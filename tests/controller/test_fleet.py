@@ -20,17 +20,20 @@ from support import latest_record, ns_control
 
 def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tmp_path):
     async def scenario():
-        forks = DaemonForks()
+        forks, pids = DaemonForks(), []
+        # Each daemon also ends with this process, should the test fail before it ends them.
+        watch = ["--parent-pid", str(os.getpid())]
         try:
-            pids = [await forks.spawn(["--listen", "127.0.0.1:0", "--announce", "--root", str(tmp_path / d)],
-                                      tmp_path / f"{d}.log") for d in ("d0", "d1", "d2")]
+            for d in ("d0", "d1", "d2"):
+                pids.append(await forks.spawn(["--listen", "127.0.0.1:0", "--announce", "--root",
+                                               str(tmp_path / d), *watch], tmp_path / f"{d}.log"))
             ports = [await asyncio.wait_for(forks.port(pid), 20) for pid in pids]
-            bad = await forks.spawn(["--listen", "127.0.0.1:no-port"], tmp_path / "bad.log")
+            bad = await forks.spawn(["--listen", "127.0.0.1:no-port", *watch], tmp_path / "bad.log")
             with pytest.raises(ConnectionLost, match="exited 2 at start"):
                 await asyncio.wait_for(forks.port(bad), 20)
+        finally:
             for pid in pids:
                 await forks.terminate(pid)
-        finally:
             await forks.close()
         return pids, ports
     pids, ports = asyncio.run(scenario())
