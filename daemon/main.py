@@ -17,6 +17,7 @@ from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
 
+from .orphans import adopt_orphans
 from .server import Daemon
 from .supervisor import KILL_GRACE_S
 
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="netspecd[%(process)d] %(levelname)s %(message)s")
+    if not adopt_orphans():
+        logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
     try:
         key = load_or_create_key(args.key)
         asyncio.run(_serve(args, key))

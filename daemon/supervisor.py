@@ -31,16 +31,16 @@ from netspec.protocol import messages as m
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
 from netspec.protocol.exits import (
+    descendants,
     describe_returncode,
     ended_well,
-    kill_run_processes,
-    run_processes,
     signal_pids,
     still_alive,
 )
 from netspec.protocol.names import as_name, safe_name
 
 from .facts import host_address
+from .orphans import SPAWNED, reap_adopted, run_processes_below
 from .sampler import CampConfig
 from .services import NodeServices
 
@@ -102,6 +102,7 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     def process_exited(self) -> None:
         # Read first: the base class drops the transport once the pipes are closed too.
         code = self._transport.get_returncode()
+        SPAWNED.discard(self._transport.get_pid())
         super().process_exited()
         if not self.exit_code.done():
             self.exit_code.set_result(code)
@@ -156,6 +157,8 @@ class ComponentProcess:
             if theirs:
                 theirs.close()
         self.proc = asyncio.subprocess.Process(transport, protocol, loop)
+        if not protocol.exit_code.done():
+            SPAWNED.add(self.proc.pid)
         self.started_ns = time.time_ns()
         pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout")),
                  tg.create_task(self._pump(self.proc.stderr, "stderr"))]
@@ -262,11 +265,7 @@ class ComponentProcess:
         """The component's process and every descendant it still has."""
         if self.proc is None or self.exited.done():
             return []
-        try:
-            parent = psutil.Process(self.proc.pid)
-            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
+        return [self.proc.pid, *descendants(self.proc.pid)]
 
     def signal_group(self, sig: signal.Signals) -> None:
         if self.proc is not None and not self.exited.done():
@@ -276,6 +275,7 @@ class ComponentProcess:
 
 class Supervisor:
     """All components of one run on this host, owned by the connection that set them up."""
+
 
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
@@ -364,13 +364,14 @@ class Supervisor:
 
         Returns the number of processes that had to be signalled.
         """
-        victims = await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host)
+        victims = await asyncio.to_thread(self._run_processes)
         for comp in self.components.values():
             comp.stopping = True
         signal_pids([p.pid for p in victims], signal.SIGTERM)
         if not await self._all_gone(victims, KILL_GRACE_S):
-            await asyncio.to_thread(kill_run_processes, self.run_id, self.pids(), signal.SIGKILL, self.host)
+            signal_pids([p.pid for p in await asyncio.to_thread(self._run_processes)], signal.SIGKILL)
             await self._all_gone(victims, KILL_GRACE_S)
+        reap_adopted()
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
             await asyncio.wait(waits, timeout=KILL_GRACE_S)
@@ -378,6 +379,9 @@ class Supervisor:
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
         return len(victims)
+
+    def _run_processes(self) -> list[psutil.Process]:
+        return run_processes_below(self.run_id, self.pids(), self.host)
 
     async def _all_gone(self, victims: list[psutil.Process], timeout: float) -> bool:
         """Wait until no process of the run is alive. Orphans are not our children and
@@ -388,7 +392,7 @@ class Supervisor:
         while True:
             victims = still_alive(victims)
             if not victims:
-                victims = await asyncio.to_thread(run_processes, self.run_id, self.pids(), self.host)
+                victims = await asyncio.to_thread(self._run_processes)
                 if not victims:
                     return True
             if asyncio.get_running_loop().time() >= deadline:

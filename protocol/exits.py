@@ -26,10 +26,39 @@ def describe_returncode(code: int | None) -> str:
     return f"exited {code}"
 
 
-def run_processes(run_id: str, also: list[int] = (), host: str = "") -> list[psutil.Process]:
+def children(pid: int) -> list[int]:
+    """Process `pid`'s children (zombies too), from /proc/PID/task/TID/children."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every descendant of process `pid`: the cost is the descendants', not the machine's
+    (psutil's `children` reads every process on it)."""
+    found, todo = [], [pid]
+    while todo:
+        below = children(todo.pop())
+        found += below
+        todo += below
+    return found
+
+
+def run_processes(run_id: str, also: list[int] = (), host: str = "",
+                  among: list[int] | None = None) -> list[psutil.Process]:
     """Every live process of this run: the given pids plus all carrying the run's id (and,
-    given `host`, that host's name: hosts of one run may share a machine). It reads every
-    process's environment: call it from a thread where a loop must go on."""
+    given `host`, that host's name: hosts of one run may share a machine), looked for
+    `among` those pids or else on the whole machine. It reads each candidate's environment:
+    call it from a thread where a loop must go on."""
     found: dict[int, psutil.Process] = {}
     for pid in also:
         with contextlib.suppress(psutil.Error):
@@ -38,17 +67,20 @@ def run_processes(run_id: str, also: list[int] = (), host: str = "") -> list[psu
     # Raw bytes searched, not psutil's parsed dict: a thousand local daemons each scan
     # the machine at reset, so the scan's cost is paid a million times.
     needles = [f"\0{m.RUN_ENV}={run_id}\0".encode(), *([f"\0{m.HOST_ENV}={host}\0".encode()] if host else [])]
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me or int(entry.name) in found:
+    if among is None:
+        among = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    candidates = among
+    for pid in candidates:
+        if pid == me or pid in found:
             continue
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 env = b"\0" + f.read()
         except OSError:
             continue
         if all(n in env for n in needles):
             with contextlib.suppress(psutil.Error):
-                found[int(entry.name)] = psutil.Process(int(entry.name))
+                found[pid] = psutil.Process(pid)
     return [p for p in found.values() if _alive(p)]
 
 

@@ -63,8 +63,8 @@ def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:
                                f"the {len(steps)} steps before it")
         if index == len(steps):
             steps.append(entry)
-        elif "left_ns" not in steps[index]:
-            steps[index] = entry
+        elif "left_ns" in entry and "left_ns" not in steps[index]:
+            steps[index] = entry  # its end, where run.json was saved while it ran
     return record
 
 

@@ -649,6 +649,11 @@ def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, 
     proc, record = start_run_until_work(path, tmp_path)
     wait_for(lambda: len(list(netspec_home.glob(f"work/*/{record['id']}/streams/play.*.ds"))) == 2,
              what="both components' streams to be opened")
+
+    def two_done_working():  # run.json shows a lasting step's acks, saved every second
+        hosts = load_record(tmp_path / "runs" / "latest")["steps"][-1]["hosts"]
+        return "acked_ns" in hosts.get("b", {}).get("components", {}).get("two", {})
+    wait_for(two_done_working, what="two to finish phase 'work'")
     proc.kill()
     proc.communicate(timeout=30)
     # The daemons saw their controller go and ended the run's processes (streams flushed).

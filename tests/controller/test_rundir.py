@@ -75,11 +75,13 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
     run.journal_step(0)
     run.record["steps"].append({"phase": "work", "status": "running"})
     run.journal_step(1)
+    run.record["steps"][1]["hosts"] = {"a": {}}
+    run.save()  # saved while work runs: newer than its journalled start
     with open(run.path / "run.journal", "a") as journal:
         journal.write('{"index": 2, "pha')  # the controller killed mid-line
     steps = load_record(run.path)["steps"]
     assert steps == [{"phase": "launch", "status": "ok", "left_ns": 2},
-                     {"phase": "work", "status": "running"}]
+                     {"phase": "work", "status": "running", "hosts": {"a": {}}}]
     run.finish("ok")
     assert not (run.path / "run.journal").exists() and len(load_record(run.path)["steps"]) == 2
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from netspec.controller.fleet import DaemonClient
 from netspec.daemon.supervisor import ComponentSpec, Supervisor
-from netspec.protocol.exits import run_processes
+from netspec.protocol.exits import children, descendants, run_processes
 from support import PROGRAMS, session_run_id, wait_for
 
 
@@ -48,6 +48,7 @@ RUN_RESET = session_run_id("run-reset")
 RUN_EXIT = session_run_id("run-exit")
 RUN_MISSING = session_run_id("run-missing")
 RUN_DROP = session_run_id("run-drop")
+RUN_ORPHAN = session_run_id("run-orphan")
 ACTOR = {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}
 
 
@@ -70,6 +71,25 @@ def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, ke
     assert run_processes(RUN_RESET) == []
     assert not Path(root).exists()
     assert daemon.alive
+
+
+def test_an_orphan_whose_parent_ended_is_adopted_by_the_daemon_ended_and_reaped(daemon, key):
+    # The daemon is a child subreaper: a process left behind by a component that ended is
+    # re-parented to it, not to init, so a reset finds it among the daemon's descendants
+    # without scanning the machine, and reaps it once it is killed.
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_ORPHAN, components=[
+                {"name": "leaver", "argv": ["sh", "-c", "sleep 300 & echo left"], "start": "launch"}])
+            s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "leaver"}])
+            assert (await s.event("ack", "leaver"))["status"] == "ok"
+            left = wait_for(lambda: run_processes(RUN_ORPHAN), what="the orphan")
+            assert [p.ppid() for p in left] == [daemon.proc.pid]
+            assert left[0].pid in descendants(daemon.proc.pid)
+            return (await s.request("reset", clean=True))["killed"]
+    assert asyncio.run(scenario()) == 1
+    assert run_processes(RUN_ORPHAN) == []
+    assert children(daemon.proc.pid) == []  # no zombie left behind
 
 
 def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
