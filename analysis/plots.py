@@ -83,9 +83,9 @@ def plot_clock(rows: list[tuple], origin: int, path: Path) -> Path:
         ax.fill_between(t, np.array(lo) / 1e3, np.array(hi) / 1e3, alpha=0.3, label="bounds")
         ax.plot(t, np.array(offset) / 1e3, marker=".", label="offset")
         ax.set(ylabel="us", title=f"host {host}: offset from the reference")
+        ax.legend(loc="upper right")
     if len(shown) < len(rows):
         fig.suptitle(f"{len(shown)} of {len(rows)} hosts, those with the widest bounds (all: clock.parquet)")
-        ax.legend(loc="upper right")
     axes[-1, 0].set_xlabel("time since the run started (s)")
     return _save(fig, path)
 

@@ -100,7 +100,8 @@ def _step_hosts(step: dict[str, Any], only: str | None) -> str:
                 parts.append(f"{host} {MARK.get(worst, worst)} {seconds(took)}")
         elif comps or "sent_ns" in info:
             parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
-    return ", ".join([*parts, *filter(None, [_more_ok(rest)])])
+    more = _more_ok(rest)
+    return ", ".join([*parts, more] if more else parts)
 
 
 def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> list[str]:

@@ -276,7 +276,6 @@ class ComponentProcess:
 class Supervisor:
     """All components of one run on this host, owned by the connection that set them up."""
 
-
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
                  camp: CampConfig | None = None):
@@ -386,8 +385,8 @@ class Supervisor:
     async def _all_gone(self, victims: list[psutil.Process], timeout: float) -> bool:
         """Wait until no process of the run is alive. Orphans are not our children and
         cannot be waited for (and our children are asyncio's to reap), so the victims are
-        watched in /proc until they are gone; then the machine is scanned once more for any
-        they started meanwhile."""
+        watched in /proc until they are gone; then the run's processes are looked for once
+        more, for any they started meanwhile."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             victims = still_alive(victims)
