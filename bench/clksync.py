@@ -44,7 +44,10 @@ from netspec.clksync.fit import Exchanges, fit
 from netspec.clksync.server import ProbeServer
 from test_fit import warp
 
-A, R, B = "nsck-a", "nsck-r", "nsck-b"
+# Namespaces named for this run, so that two runs on one machine do not tear down each
+# other's (the addresses live only inside them, so they cannot collide).
+_RUN = f"nsck{os.getpid()}"
+A, R, B = f"{_RUN}-a", f"{_RUN}-r", f"{_RUN}-b"
 A_ADDR, B_ADDR = "10.201.1.1", "10.201.2.1"
 PORT = 32123
 INTERVAL_S = 0.2
