@@ -117,18 +117,18 @@ class ClockService:
         with self.lock:
             self.gate.add(ex)
 
-    def estimate(self) -> Estimate | None:
-        """This host's offset from the reference now; None until enough exchanges came."""
-        if self.reference:
+    def estimate(self, now_ns: int | None = None) -> Estimate | None:
+        """This host's offset from the reference at `now_ns` (default: now); None until
+        enough exchanges came. The reference, and the one host of a run without clksync,
+        are the reference clock."""
+        if self.reference or self.thread is None:
             return Estimate(0, 0, 0, "reference")
         with self.lock:
-            return self.gate.estimate()
+            return self.gate.estimate(now_ns)
 
     async def within(self, bound_ns: int | None, wait_s: float) -> Estimate:
         """Wait until the bound is at most `bound_ns` (or, with None, until there is any
         estimate); fail after `wait_s` saying how far it got."""
-        if self.thread is None:  # a run of one host: its clock is the reference
-            return Estimate(0, 0, 0, "reference")
         give_up = time.monotonic() + wait_s
         while True:
             est = self.estimate()

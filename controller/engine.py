@@ -29,14 +29,16 @@ from netspec.protocol.errors import (
 )
 from netspec.protocol.exits import kill_run_processes
 
+from . import release
 from .barrier import Barrier
 from .clocks import start_clocks, stretched
 from .failures import ack_failure, raise_if_any_failed, step_failures
 from .fetch import fetch_host
 from .fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
 from .forks import DaemonForks
-from .model import NODE_STEPS, Plan, Step
 from .model import Host as HostSpec
+from .model import Plan, Step
+from .participants import take_part
 from .progress import Progress, ProgressSink
 from .remote import SSHHost
 from .results import ComponentResult
@@ -72,6 +74,7 @@ class Run:
         self.clients: dict[str, DaemonClient] = {}
         self.facts: dict[str, dict[str, Any]] = {}
         self.addresses: dict[str, str] = {}
+        self.hello_offsets: dict[str, tuple[int, int]] = {}
         self.components = {c.name: c for c in plan.components}
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
@@ -179,7 +182,11 @@ class Run:
                 client = await DaemonClient.connect(name, address, self.key, self._on_event)
                 self.clients[name] = client
                 self.tg.create_task(client.serve())
+                sent = time.time_ns()
                 hello = await client.request(m.HELLO, deadline)
+                if "now_ns" in hello:  # this controller's clock minus the daemon's, +- half the round trip
+                    self.hello_offsets[name] = ((sent + time.time_ns()) // 2 - hello["now_ns"],
+                                                (time.time_ns() - sent) // 2)
                 self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
                 self.facts[name] = hello["facts"]
                 self.addresses[name] = self.hosts[name].reachable_at(hello["facts"])
@@ -203,43 +210,14 @@ class Run:
         raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
         clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
         if clocks is not None:
-            self.rundir.record["clksync"] = clocks
+            offset, bound = self.hello_offsets.get(self.plan.clock.reference, (0, None))
+            self.rundir.record["clksync"] = {**clocks, "controller_offset_ns": offset,
+                                             "controller_offset_bound_ns": bound}
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
                 self.progress(Progress("notice", text=stretched(clocks)))
         self.rundir.save()
 
     # -- steps ------------------------------------------------------------------------
-
-    def _participants(self, step: Step) -> dict[str, list[str]]:
-        """Which components take part in `step`, by host."""
-        chosen: list[str] = []
-        for comp in self.plan.components:
-            if comp.name in self.stragglers.ended:
-                continue
-            if step.phase in ("launch", "collect"):
-                takes_part = step.phase == "collect" or comp.aware or comp.start == "launch"
-            elif comp.aware:
-                takes_part = step.phase in self.registered.get(comp.name, ())
-            else:
-                takes_part = step.phase in (comp.start, comp.stop)
-            if step.components is not None and comp.name in step.components:
-                if not takes_part:
-                    raise StepFailed(step.phase, {comp.host: NetspecError(
-                        f"component '{comp.name}' takes no part in phase '{step.phase}' "
-                        f"(it registered: {', '.join(self.registered.get(comp.name, [])) or 'none'})")})
-                chosen.append(comp.name)
-            elif step.components is None and takes_part:
-                chosen.append(comp.name)
-        if not chosen and not step.builtin:
-            raise StepFailed(step.phase, {h: NetspecError(
-                f"no component registered phase '{step.phase}'") for h in self.hosts})
-        by_host: dict[str, list[str]] = {}
-        if step.phase in NODE_STEPS and step.components is None:
-            # Every daemon takes part in node-wide steps: its node services act on them.
-            by_host = {h: [m.NODE] for h in self.hosts}
-        for name in chosen:
-            by_host.setdefault(self.components[name].host, []).append(name)
-        return by_host
 
     async def _step(self, index: int, step: Step) -> None:
         loop = asyncio.get_running_loop()
@@ -256,16 +234,22 @@ class Run:
         self.progress(Progress("step", step.phase))
         barrier = None
         try:
-            participants = self._participants(step)
+            participants = take_part(self.plan, step, self.registered, self.stragglers.ended)
             record["hosts"] = {h: {"components": {}} for h in participants}
             barrier = self.barrier = Barrier(index, step, participants)
+            scheduled: dict[str, Any] = {}
+            if step.release == "at":
+                lead = release.lead_s(step, len(participants))
+                offset = self.rundir.record.get("clksync", {}).get("controller_offset_ns", 0)
+                scheduled = {"release_ns": release.instant_ns(lead, offset)}
+                record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
             for host, names in participants.items():
                 components = [{"name": n, "params": {**self.components[n].params, **step.params}
                                if n != m.NODE else self._node_params(step)} for n in names]
                 record["hosts"][host]["sent_ns"] = time.time_ns()
                 # One-way: the acks that follow are the answer, one frame per component.
                 self.clients[host].notify(m.ENTER, phase=step.phase, step=index, deadline_s=step.deadline_s,
-                                          components=components, published=self.published)
+                                          components=components, published=self.published, **scheduled)
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
@@ -286,8 +270,10 @@ class Run:
             self.barrier = None  # acks still arriving are recorded, not waited for
             record["left_ns"] = time.time_ns()
             record["duration_s"] = (record["left_ns"] - started) / 1e9
+            record["release"] = {**record.get("release", {}), **release.skew(record)}
             self.rundir.journal_step(index)
-        self.progress(Progress("step_done", step.phase, seconds=record["duration_s"]))
+        self.progress(Progress("step_done", step.phase, seconds=record["duration_s"],
+                               text=release.skew_text(record["release"])))
 
     async def _end(self, host: str, name: str) -> str | None:
         """End component `name` on `host` now (a straggler at its step's deadline); None if
@@ -373,6 +359,7 @@ class Run:
         entries[name] = {
             "status": ack["status"], "message": ack.get("message", ""),
             "entered_ns": ack["entered"], "acked_ns": ack["acked"], "received_ns": time.time_ns(),
+            **release.start_on_timeline(ack),
             **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
         barrier = self.barrier
         if barrier is None or barrier.index != ack["step"]:

@@ -268,12 +268,13 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str]) -> tuple[Step, 
             with src.checking():
                 src.known("component", comp, names, (*where, "components", j))
         with src.checking():
-            _check_step(src, i, spec, len(raw))
+            _check_step(src, i, spec, len(raw), synced="sync_clocks" in (s.phase for s in steps))
         deadline = spec.get("deadline")
         deadline_s = (parse_duration(deadline) if deadline is not None
                       else default_deadline_s(phase, len(names)))
         steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
-                          dict(spec.get("params", {})), src.line(where)))
+                          dict(spec.get("params", {})), src.line(where), spec.get("release", "message"),
+                          None if "lead" not in spec else parse_duration(spec["lead"])))
     # launch and collect bracket every run; the resolved plan says so even if the file did not.
     if steps[0].phase != "launch":
         steps.insert(0, Step("launch", deadline_s=default_deadline_s("launch", len(names))))
@@ -291,9 +292,15 @@ def default_deadline_s(phase: str, components: int) -> float:
     return base
 
 
-def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int) -> None:
+def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synced: bool) -> None:
     where: Path_ = ("schedule", i)
     phase, listed = spec["phase"], spec.get("components")
+    if spec.get("release") == "at" and not synced:
+        src.error("'release: at' takes an instant on the reference clock, which hosts know only "
+                  "after sync_clocks: put sync_clocks before this step", (*where, "release"))
+    if "lead" in spec and spec.get("release") != "at":
+        src.error("'lead' is how far ahead a 'release: at' step is sent; this step is released "
+                  "by message", (*where, "lead"))
     if spec.get("need") and listed and spec["need"] > len(listed):
         src.error(f"need {spec['need']} of only {len(listed)} components", (*where, "need"))
     if phase in ("launch", "collect") and listed:

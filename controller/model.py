@@ -69,6 +69,11 @@ class Step:
     need: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
     line: int | None = None
+    # "message": each host starts when the step's message reaches it; "at": every host
+    # starts at one instant of the reference clock, the step sent `lead_s` ahead (None:
+    # release.lead_s, by the fleet's size).
+    release: str = "message"
+    lead_s: float | None = None
 
     @property
     def builtin(self) -> bool:

@@ -58,7 +58,8 @@ class LiveLine:
             mark = MARK.get(event.status, event.status)
             return f" {event.host} {mark} {seconds(event.seconds)}{note} ", False
         counted = _more_ok(self.unlisted)
-        return f"{' ' if counted else ''}{counted} [{seconds(event.seconds)}]", True
+        said = f"; {event.text}" if event.text else ""
+        return f"{' ' if counted else ''}{counted} [{seconds(event.seconds)}{said}]", True
 
 
 def error_lines(exc: BaseException) -> list[str]:

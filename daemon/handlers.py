@@ -17,6 +17,7 @@ from netspec.clksync import packets
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
 
+from . import release
 from .facts import host_facts
 from .sampler import config_from_wire
 from .supervisor import ComponentSpec, Supervisor
@@ -62,7 +63,8 @@ def _supervisor(session: Session) -> Supervisor:
 
 
 async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    return {"protocol": m.PROTOCOL_VERSION, "pid": os.getpid(), "facts": host_facts()}
+    return {"protocol": m.PROTOCOL_VERSION, "pid": os.getpid(), "facts": host_facts(),
+            "now_ns": time.time_ns()}
 
 
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -88,21 +90,38 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
             or not isinstance(comps, list)
             or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in comps)
-            or not isinstance(request.get("deadline_s", 0), int | float)):
+            or not isinstance(request.get("deadline_s", 0), int | float)
+            or not isinstance(request.get("release_ns", 0), int)):
         raise ProtocolError("enter takes phase (text), step (integer), components "
-                            "([{name, params}]) and deadline_s (seconds)")
+                            "([{name, params}]), deadline_s (seconds) and release_ns (integer)")
     unknown = [c["name"] for c in request["components"]
                if c["name"] not in sup.components and c["name"] != m.NODE]
     if unknown:
         raise NetspecError(f"unknown components {unknown}")
-    for comp in request["components"]:
-        session.tg.create_task(_enter_one(session, sup, request, comp))
+    if "release_ns" in request:
+        session.tg.create_task(_release(session, sup, request))
+    else:
+        for comp in request["components"]:
+            session.tg.create_task(_enter_one(session, sup, request, comp))
     return {"accepted": len(request["components"])}
 
 
+async def _release(session: Session, sup: Supervisor, request: dict[str, Any]) -> None:
+    """Enter the step at the instant it names on the reference clock (`release: at`)."""
+    at, said = release.local_instant(sup.services.clock, request["release_ns"])
+    await release.wait_until(at)
+    entered = time.time_ns()  # the phase's start, not that of its task a loop turn later
+    for comp in request["components"]:
+        session.tg.create_task(_enter_one(session, sup, request, comp, said, entered))
+
+
 async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
-                     comp: dict[str, Any]) -> None:
-    entered = time.time_ns()
+                     comp: dict[str, Any], released: dict[str, Any] | None = None,
+                     entered: int | None = None) -> None:
+    entered = time.time_ns() if entered is None else entered
+    # Where this host's clock stood from the reference as the phase began: the run puts
+    # every participant's start on the global timeline with it (the release skew).
+    est = sup.services.clock.estimate(entered)
     phase, step, name = request["phase"], request["step"], comp["name"]
     deadline_s = request.get("deadline_s")
     try:
@@ -119,7 +138,9 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
     if name != m.NODE:
         sup.services.acked(step, phase, name, ack["status"])
     session.emit({**ack, "t": m.ACK, "step": step, "component": name,
-                  "entered": entered, "acked": time.time_ns()})
+                  "entered": entered, "acked": time.time_ns(),
+                  **({"entry_clock": [est.offset_ns, est.bound_ns]} if est is not None else {}),
+                  **({"release": released} if released is not None else {})})
 
 
 async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],

@@ -1,0 +1,91 @@
+"""A step's release and its skew.
+
+By message (the default) each host starts the phase when the step's message reaches it. With
+`release: at` the controller sends the step `lead` ahead with an instant on the reference
+clock, and each daemon starts at that instant by its own clock estimate (daemon/release.py).
+
+Either way each ack carries the daemon's clock estimate at the moment the phase began
+(`entry_clock`), so every participant's start is put on the global timeline with a bound,
+and the step's release skew is the spread of those starts: max - min, give or take the
+bounds of the two hosts at its ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .model import Step
+
+LEAD_S = 0.05
+LEAD_PER_HOST_S = 0.0002  # the controller sends one enter per host before the instant
+
+
+def lead_s(step: Step, hosts: int) -> float:
+    """How far ahead of its instant a `release: at` step is sent."""
+    return step.lead_s if step.lead_s is not None else LEAD_S + LEAD_PER_HOST_S * hosts
+
+
+def instant_ns(lead: float, controller_offset_ns: int) -> int:
+    """The instant on the reference clock `lead` seconds from now; `controller_offset_ns`
+    is this controller's clock minus the reference's."""
+    return time.time_ns() - controller_offset_ns + round(lead * 1e9)
+
+
+def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
+    """What a component's step entry keeps of the start its ack reports: the start on the
+    global timeline and its bound (from the ack's entry clock), and with `release: at`
+    how late the step reached the host for its instant, if it did."""
+    kept: dict[str, Any] = {}
+    if "entry_clock" in ack:
+        offset, bound = ack["entry_clock"]
+        kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
+    release = ack.get("release") or {}
+    if release.get("missed_ns"):
+        kept["release_missed_ns"] = release["missed_ns"]
+    if release.get("unsynchronised"):
+        kept["release_unsynchronised"] = True
+    return kept
+
+
+def skew(step: dict[str, Any]) -> dict[str, Any]:
+    """The release skew of a finished step's record: the spread of its participants' starts
+    on the global timeline (`skew_ns`, by the estimates; `at_most_ns`, the widest it can be
+    within their bounds), the participants at its ends, and every start that missed its
+    instant or could not be placed."""
+    starts, unplaced, missed = [], [], {}
+    for host, entry in step.get("hosts", {}).items():
+        for name, info in entry.get("components", {}).items():
+            if "entered_ns" not in info:
+                continue  # skipped, or never acked
+            who = f"{host}/{name}"
+            if "start_ns" in info:
+                starts.append((info["start_ns"], info["start_bound_ns"], who))
+            else:
+                unplaced.append(who)
+            if info.get("release_missed_ns"):
+                missed[who] = info["release_missed_ns"]
+    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"), "starts": len(starts)}
+    if unplaced:
+        said["unplaced"] = unplaced  # acks without a clock estimate
+    if missed:
+        said["missed_ns"] = missed
+    if len(starts) >= 2:
+        first, last = min(starts), max(starts)
+        said.update(skew_ns=last[0] - first[0], first=first[2], last=last[2],
+                    at_most_ns=max(s + b for s, b, _ in starts) - min(s - b for s, b, _ in starts))
+    return said
+
+
+def skew_text(said: dict[str, Any]) -> str:
+    """The release skew in a few words, for the live line and `show`."""
+    parts = []
+    if "skew_ns" in said:
+        parts.append(f"{said['mode']} release skew {said['skew_ns'] / 1e3:.0f} us "
+                     f"(at most {said['at_most_ns'] / 1e3:.0f} us)")
+    if said.get("missed_ns"):
+        parts.append(f"{len(said['missed_ns'])} participant(s) got the step after its instant "
+                     f"(latest by {max(said['missed_ns'].values()) / 1e6:.1f} ms)")
+    if said.get("unplaced"):
+        parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate")
+    return "; ".join(parts)
