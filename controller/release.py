@@ -86,6 +86,6 @@ def skew_text(said: dict[str, Any]) -> str:
     if said.get("missed_ns"):
         parts.append(f"{len(said['missed_ns'])} participant(s) got the step after its instant "
                      f"(latest by {max(said['missed_ns'].values()) / 1e6:.1f} ms)")
-    if said.get("unplaced"):
+    if said.get("unplaced") and said["mode"] == "at":  # by message, unplaced is only unknown
         parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate")
     return "; ".join(parts)

@@ -12,6 +12,7 @@ from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
 
 from .progress import Progress
+from .release import skew_text as release_words
 
 MARK = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 
@@ -112,11 +113,16 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
     many = only is None and len(hosts) > LISTED_OK
     lines = [f"run {record['id']}  {record['experiment']}  {record['status']}  "
              f"{seconds(record.get('duration_s'))}", f"  dir: {path}"]
-    lines.append(f"  {'step':<16} {'status':<8} {'time':>8}  hosts")
+    lines.append(f"  {'step':<16} {'status':<8} {'time':>8} {'skew':>8}  hosts")
     unsaid = 0
     for step in record.get("steps", []):
-        lines.append(f"  {step['phase']:<16} {step['status']:<8} "
-                     f"{seconds(step.get('duration_s')):>8}  {_step_hosts(step, only)}")
+        release = step.get("release", {})
+        skew = seconds(release["skew_ns"] / 1e9) if "skew_ns" in release else "-"
+        phase = step["phase"] + (" (at)" if release.get("mode") == "at" else "")
+        lines.append(f"  {phase:<16} {step['status']:<8} "
+                     f"{seconds(step.get('duration_s')):>8} {skew:>8}  {_step_hosts(step, only)}")
+        if release.get("missed_ns") or (release.get("unplaced") and release.get("mode") == "at"):
+            lines.append(f"  {'':<16} {release_words(release)}")
         for host, info in step.get("hosts", {}).items():
             for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
                 if many and ack.get("status") == "ok":

@@ -16,16 +16,16 @@ def test_show_summarises_a_stored_run(tmp_path):
     assert done.stdout == textwrap.dedent(f"""\
         run {RUN_ID}  stimulus-response  ok  460 ms
           dir: runs/stimulus-response/{RUN_ID}
-          step             status       time  hosts
-          launch           ok          81 ms  a ok 72 ms, b ok 80 ms
-          sync_clocks      ok          15 ms
-          start_logging    ok         609 us
-          listen           ok           2 ms  a ok 1 ms
+          step             status       time     skew  hosts
+          launch           ok          81 ms        -  a ok 72 ms, b ok 80 ms
+          sync_clocks      ok          15 ms        -
+          start_logging    ok         609 us        -
+          listen           ok           2 ms        -  a ok 1 ms
                            a/server: listening on 127.0.0.1:42483
-          run              ok         135 ms  b ok 134 ms
+          run              ok         135 ms        -  b ok 134 ms
                            b/client: 2000 round trips: median 65.2 us, p99 102.6 us
-          stop_logging     ok         883 us
-          collect          ok          37 ms  a ok 20 ms, b ok 31 ms
+          stop_logging     ok         883 us        -
+          collect          ok          37 ms        -  a ok 20 ms, b ok 31 ms
                            a/server: answered 2000 stimuli
           clock a: reference
           clock b: offset -0.1 us ± 0.8 us (kernel timestamps, 21 recent exchanges)
