@@ -11,6 +11,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO
 
+import rich.console
+import rich.progress
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import MERGED, is_current
@@ -31,16 +33,44 @@ from .pull import pull_run
 from .remote import for_each_host
 from .rundir import find_run, list_runs, settle
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
+from .summary import LISTED_OK
 
 
 class Terminal:
-    """runner.Output for people: progress and results on stdout, errors on stderr."""
+    """runner.Output for people: progress and results on stdout, errors on stderr. On a
+    terminal, bringing up and gathering a fleet of more than a few hosts shows a bar."""
+
+    def __init__(self, stdout: IO[str] | None = None, bars: bool | None = None):
+        self.stdout = stdout
+        self.bars = bars
+        self.bar: rich.progress.Progress | None = None
+        self.task = rich.progress.TaskID(0)
+        self.line_open = False
 
     def out(self, text: str, end: bool = True) -> None:
-        print(text, end="\n" if end else "", flush=True)
+        print(text, end="\n" if end else "", flush=True, file=self.stdout or sys.stdout)
+        self.line_open = not end and (bool(text) or self.line_open)
 
     def err(self, lines: list[str]) -> None:
         print_lines(lines, sys.stderr)
+
+    def count(self, what: str, done: int, total: int) -> None:
+        stdout = self.stdout or sys.stdout
+        if total <= LISTED_OK or not (stdout.isatty() if self.bars is None else self.bars):
+            return
+        if self.bar is None:
+            if self.line_open:  # the bar takes lines of its own
+                self.out("")
+            self.bar = rich.progress.Progress(
+                rich.progress.TextColumn("  {task.description:<14}"), rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(), rich.progress.TimeElapsedColumn(),
+                console=rich.console.Console(file=stdout, force_terminal=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(f"{what} hosts", total=total)
+        self.bar.update(self.task, completed=done)
+        if done >= total:
+            self.bar.stop()
+            self.bar = None
 
 
 TERMINAL = Terminal()

@@ -15,6 +15,7 @@ import functools
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from netspec.protocol import messages as m
@@ -201,8 +202,10 @@ class Run:
                                      components=components,
                                      streams={s.name: s.wire() for s in self.plan.streams},
                                      camp=self.plan.camp.wire() if self.plan.camp else None)
+                reached.append(name)
+                self.progress(Progress("count", "connect", name, done=len(reached), total=len(names)))
 
-        names = list(self.hosts)
+        names, reached = list(self.hosts), []
         outcome = await self._guard(
             asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
@@ -298,9 +301,15 @@ class Run:
 
     async def _collect(self, deadline: float) -> None:
         self.rundir.close_outputs()
-        hosts = list(self.clients)
-        outcome = await asyncio.gather(*(fetch_host(self.clients[h], self.rundir, deadline)
-                                         for h in hosts), return_exceptions=True)
+        hosts, fetched = list(self.clients), []
+
+        async def fetch(host: str) -> list[tuple[str, Path]]:
+            try:
+                return await fetch_host(self.clients[host], self.rundir, deadline)
+            finally:
+                fetched.append(host)
+                self.progress(Progress("count", "collect", host, done=len(fetched), total=len(hosts)))
+        outcome = await asyncio.gather(*(fetch(h) for h in hosts), return_exceptions=True)
         self.collected = True
         lost = {h: functools.partial(self.hosts[h].run_files, self.rundir.id)
                 for h, files in zip(hosts, outcome, strict=True) if isinstance(files, ConnectionLost)}

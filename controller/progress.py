@@ -12,13 +12,15 @@ class Progress:
 
     # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler),
     # "salvaged" (a lost daemon's host, gathered without it), "notice" (a setting the run
-    # changed, said once)
+    # changed, said once), "count" (`done` of `total` hosts reached or gathered)
     kind: str
     step: str = ""
     host: str = ""
     status: str = ""
     seconds: float = 0.0
     text: str = ""
+    done: int = 0
+    total: int = 0
 
 
 ProgressSink = Callable[[Progress], None]

@@ -81,11 +81,15 @@ def skew_text(said: dict[str, Any]) -> str:
     """The release skew in a few words, for the live line and `show`."""
     parts = []
     if "skew_ns" in said:
-        parts.append(f"{said['mode']} release skew {said['skew_ns'] / 1e3:.0f} us "
-                     f"(at most {said['at_most_ns'] / 1e3:.0f} us)")
+        parts.append(f"{said['mode']} release skew {_spread(said['skew_ns'])} "
+                     f"(at most {_spread(said['at_most_ns'])})")
     if said.get("missed_ns"):
         parts.append(f"{len(said['missed_ns'])} participant(s) got the step after its instant "
                      f"(latest by {max(said['missed_ns'].values()) / 1e6:.1f} ms)")
     if said.get("unplaced") and said["mode"] == "at":  # by message, unplaced is only unknown
         parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate")
     return "; ".join(parts)
+
+
+def _spread(ns: int) -> str:
+    return f"{ns / 1e3:.0f} us" if ns < 1_000_000 else f"{ns / 1e6:.1f} ms"

@@ -36,6 +36,9 @@ class Output(Protocol):
     def err(self, lines: list[str]) -> None:
         """Lines of error (stderr)."""
 
+    def count(self, what: str, done: int, total: int) -> None:
+        """How far a fleet-wide stage got: `done` of `total` hosts (a bar on a terminal)."""
+
 
 class Silent:
     """An Output that drops everything."""
@@ -44,6 +47,9 @@ class Silent:
         pass
 
     def err(self, lines: list[str]) -> None:
+        pass
+
+    def count(self, what: str, done: int, total: int) -> None:
         pass
 
 
@@ -90,7 +96,10 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     live = summary.LiveLine()
 
     def progress(event: Progress) -> None:
-        output.out(*live.text(event))
+        if event.kind == "count":
+            output.count(event.step, event.done, event.total)
+        else:
+            output.out(*live.text(event))
 
     def took() -> str:
         return summary.wall_line(time.monotonic() - started, rundir.record.get("duration_s"), merged.seconds)
