@@ -2,15 +2,20 @@
 a barrier step and the fleet's memory and idle CPU cost as N grows.
 
 Each N runs one experiment through the real phase engine: N hosts, each with one component;
-launch; a 5 s idle window; `--steps` node steps (start_logging: every daemon acks itself);
-collect. With `--component-max` or fewer hosts a second run does the same with application
+launch; a 5 s idle window; sync_clocks; `--steps` node steps (start_logging: every daemon
+acks itself) released by message, then a third as many released at an instant (`release:
+at`); collect. With `--component-max` or fewer hosts a second run does the same with application
 steps (tick) acked by one NETSPEC-aware component per host (bench/ticker.py; each is a
 Python process of its own, so they stop at a size the machine's memory holds).
 
 Figures per N:
   bring-up        connect + setup + clock start of every host (the engine's `connect`), and
                   launch, in wall time
-  step p50/p99    enter sent -> last ack in, as run.json records it (first tenth dropped)
+  step p50/p99    enter sent -> last ack in, as run.json records it (first tenth dropped;
+                  message steps only: an `at` step waits its lead by design)
+  release skew    per step, the spread of the participants' starts on the global timeline
+                  (run.json's `release`), p50/p99 over the message steps and the `at` steps,
+                  and how many hosts per `at` step got it after its instant
   ctl CPU         the controller's CPU (time.process_time) inside the measured steps,
                   per step per host
   daemon CPU      the daemons' CPU (/proc utime + stime) over the measured steps, per step
@@ -61,7 +66,8 @@ def experiment_text(n: int, steps: int, kind: str) -> str:
     else:
         lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(n)]
         step = "tick"
-    return "\n".join([*lines, "schedule:", "  - launch", *[f"  - {step}"] * steps, "  - collect"]) + "\n"
+    return "\n".join([*lines, "schedule:", "  - launch", "  - sync_clocks", *[f"  - {step}"] * steps,
+                      *[f"  - {{phase: {step}, release: at}}"] * max(steps // 3, 3), "  - collect"]) + "\n"
 
 
 def cpu_s(pid: int) -> float:
@@ -103,7 +109,7 @@ class Watch:
         elif event.kind == "step_done" and event.step == "launch":
             self.figures["launch_s"] = now - self.marks["launch"]
             self._idle()
-        elif event.kind == "step" and event.step not in ("launch", "collect"):
+        elif event.kind == "step" and event.step not in ("launch", "collect", "sync_clocks"):
             if self.seen == self.skip:
                 self.marks["cpu"] = time.process_time()
                 self.marks["daemon_cpu"] = sum(map(cpu_s, self.daemons()))
@@ -140,9 +146,16 @@ async def one_run(n: int, steps: int, kind: str, runs_root: Path) -> dict[str, f
     record = rundir.record
     assert record["status"] == "ok", record.get("error")
     connect = next(s for s in record["steps"] if s["phase"] == "launch")["entered_ns"] - record["started_ns"]
-    durations = [s["duration_s"] for s in record["steps"] if s["phase"] not in ("launch", "collect")]
-    durations = durations[watch.skip:]
+    measured = [s for s in record["steps"] if s["phase"] not in ("launch", "collect", "sync_clocks")]
+    by_message = [s for s in measured if s["release"]["mode"] == "message"][watch.skip:]
+    at = [s for s in measured if s["release"]["mode"] == "at"]
+    durations = [s["duration_s"] for s in by_message]
+    skews = {mode: [s["release"]["skew_ns"] / 1e3 for s in steps if "skew_ns" in s["release"]]
+             for mode, steps in (("message", by_message), ("at", at))}
     return {"connect_s": connect / 1e9,
+            **{f"{mode}_skew_{q}_us": percentile(values, p) for mode, values in skews.items()
+               for q, p in (("p50", 0.5), ("p99", 0.99))},
+            "at_missed": sum(len(s["release"].get("missed_ns", {})) for s in at) / max(len(at), 1),
             **watch.figures, "step_p50_ms": percentile(durations, 0.5) * 1e3,
             "step_p99_ms": percentile(durations, 0.99) * 1e3,
             "runjson_mb": (rundir.path / "run.json").stat().st_size / 1e6,
@@ -156,6 +169,10 @@ def describe(n: int, kind: str, got: dict[str, float]) -> str:
         f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host",
         f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step", f"PSS {got['pss_mb']:5.1f} MB",
         f"idle {got['idle_cpu_pct']:.3f} %CPU/daemon, reference {got['reference_cpu_pct']:.1f} %",
+        f"release skew p50/p99: message {got['message_skew_p50_us']:.0f}/"
+        f"{got['message_skew_p99_us']:.0f} us, "
+        f"at {got['at_skew_p50_us']:.0f}/{got['at_skew_p99_us']:.0f} us "
+        f"({got['at_missed']:.1f} hosts/step got it after its instant)",
         f"run.json {got['runjson_mb']:.1f} MB", f"teardown {got['teardown_s']:.1f} s"])
 
 

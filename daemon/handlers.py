@@ -109,8 +109,8 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def _release(session: Session, sup: Supervisor, request: dict[str, Any]) -> None:
     """Enter the step at the instant it names on the reference clock (`release: at`)."""
     at, said = release.local_instant(sup.services.clock, request["release_ns"])
-    await release.wait_until(at)
-    entered = time.time_ns()  # the phase's start, not that of its task a loop turn later
+    entered, realtime = await release.wait_until(at)  # the phase's start, not its tasks' a loop turn later
+    said["realtime"] = realtime
     for comp in request["components"]:
         session.tg.create_task(_enter_one(session, sup, request, comp, said, entered))
 

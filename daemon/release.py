@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import time
 from typing import Any
 
 from netspec.clksync.node import ClockService
 
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
-# The loop's timers wake to the millisecond, later on a busy machine; the last stretch is a
-# blocking sleep, which the kernel ends to the microsecond while the thread's timer slack is 1 ns.
-LAST_STRETCH_S = 0.005
+# Up to this long before the instant the loop's own timer waits; the rest, a thread's sleep
+# (a run reset meanwhile leaves that thread asleep until the instant, no longer).
+THREAD_WAIT_S = 1.0
 _libc = ctypes.CDLL(None, use_errno=True)
-MAX_WAKE_LATE_NS = 500_000
-SPUN_NS = 50_000
+MAX_WAKE_LATE_NS = 200_000
 _wake_late_ns = 100_000  # how late this thread's sleeps end: learnt by wait_until
 
 
@@ -34,26 +34,51 @@ def local_instant(clock: ClockService, release_ns: int) -> tuple[int, dict[str, 
     return at, said
 
 
-async def wait_until(at_ns: int) -> None:
-    """Return at `at_ns` on this host's clock, or at once if it passed."""
-    global _wake_late_ns
+async def wait_until(at_ns: int) -> tuple[int, bool]:
+    """Wait until `at_ns` on this host's clock (at once if it passed); the instant the
+    waiting thread woke, and whether it woke at real-time priority."""
     delay = (at_ns - time.time_ns()) / 1e9
-    if delay > LAST_STRETCH_S:
-        await asyncio.sleep(delay - LAST_STRETCH_S)
+    if delay > THREAD_WAIT_S:
+        await asyncio.sleep(delay - THREAD_WAIT_S)
+    # The rest is waited in a thread that sleeps at real-time priority where it may. Every
+    # daemon of a fleet wakes at once; on a machine with fewer cores than daemons, the first
+    # to wake would hold the cores with the step's work while the rest wait to run their
+    # loops, and to wake. Asleep, the thread costs nothing; awake, it takes its stamp ahead
+    # of every ordinary process and steps down.
+    return await asyncio.to_thread(_sleep_until, at_ns)
+
+
+def _sleep_until(at_ns: int) -> tuple[int, bool]:
+    global _wake_late_ns
     # A sleep ends some tens of microseconds late on this host, by its timer and its
-    # scheduler: the sleep aims that much early, learnt from the last ones, and SPUN_NS more,
-    # which is spun (a wake-up varies by tens of microseconds).
-    aim = at_ns - _wake_late_ns - SPUN_NS
-    rest = aim - time.time_ns()
-    if rest > 0:
-        # Slack batches wake-ups (up to 50 us late by default); only this sleep goes without,
-        # so that the components this thread spawns keep the default.
-        slack = _libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
-        _libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-        time.sleep(rest / 1e9)  # at most LAST_STRETCH_S: the loop waits that long for precision
+    # scheduler: the sleep aims that much early, learnt from the last ones, and spins what
+    # is left if it woke early (at most MAX_WAKE_LATE_NS).
+    aim = at_ns - _wake_late_ns
+    if at_ns <= time.time_ns():
+        return time.time_ns(), False
+    realtime = _set_policy(os.SCHED_FIFO, 1)
+    # Slack batches wake-ups (up to 50 us late by default); this thread's sleep goes without.
+    slack = _libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    _libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    try:
+        time.sleep(max(aim - time.time_ns(), 0) / 1e9)
+        woke = time.time_ns()
+        while time.time_ns() < at_ns:  # woke earlier than it learnt to expect: the rest is spun
+            pass
+        started = time.time_ns()
+    finally:
+        if realtime:
+            _set_policy(os.SCHED_OTHER, 0)
         if slack > 0:
             _libc.prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0)
-        late = time.time_ns() - aim
-        _wake_late_ns = min(max(round(0.7 * _wake_late_ns + 0.3 * late), 0), MAX_WAKE_LATE_NS)
-    while time.time_ns() < at_ns:
-        pass
+    _wake_late_ns = min(max(round(0.7 * _wake_late_ns + 0.3 * (woke - aim)), 0), MAX_WAKE_LATE_NS)
+    return started, realtime
+
+
+def _set_policy(policy: int, priority: int) -> bool:
+    """This thread's scheduling policy; False where it may not (no CAP_SYS_NICE)."""
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(priority))
+    except PermissionError:
+        return False
+    return True
