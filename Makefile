@@ -17,10 +17,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/ns_control demo
 
-# Two workers (this project's machines have two cores); a `timing` test has the machine to
+# Two workers (this project's machines have two cores), which steal tests from each other when
+# one runs out (the suite's tests differ in length by 100x); a `timing` test has the machine to
 # itself while it runs (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # Unit tests: no namespaced hosts, no end-to-end runs, no timing bounds.
 test-quick: setup
