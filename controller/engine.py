@@ -75,7 +75,8 @@ class Run:
         self.clients: dict[str, DaemonClient] = {}
         self.facts: dict[str, dict[str, Any]] = {}
         self.addresses: dict[str, str] = {}
-        self.hello_offsets: dict[str, tuple[int, int]] = {}
+        # This controller's clock minus the reference host's, +- half the hello's round trip.
+        self.controller_offset: tuple[int, int | None] = (0, None)
         self.components = {c.name: c for c in plan.components}
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
@@ -185,9 +186,10 @@ class Run:
                 self.tg.create_task(client.serve())
                 sent = time.time_ns()
                 hello = await client.request(m.HELLO, deadline)
-                if "now_ns" in hello:  # this controller's clock minus the daemon's, +- half the round trip
-                    self.hello_offsets[name] = ((sent + time.time_ns()) // 2 - hello["now_ns"],
-                                                (time.time_ns() - sent) // 2)
+                if name == self.plan.clock.reference and "now_ns" in hello:
+                    received = time.time_ns()
+                    self.controller_offset = ((sent + received) // 2 - hello["now_ns"],
+                                              (received - sent) // 2)
                 self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
                 self.facts[name] = hello["facts"]
                 self.addresses[name] = self.hosts[name].reachable_at(hello["facts"])
@@ -213,7 +215,7 @@ class Run:
         raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
         clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
         if clocks is not None:
-            offset, bound = self.hello_offsets.get(self.plan.clock.reference, (0, None))
+            offset, bound = self.controller_offset
             self.rundir.record["clksync"] = {**clocks, "controller_offset_ns": offset,
                                              "controller_offset_bound_ns": bound}
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
@@ -243,8 +245,7 @@ class Run:
             scheduled: dict[str, Any] = {}
             if step.release == "at":
                 lead = release.lead_s(step, len(participants))
-                offset = self.rundir.record.get("clksync", {}).get("controller_offset_ns", 0)
-                scheduled = {"release_ns": release.instant_ns(lead, offset)}
+                scheduled = {"release_ns": release.instant_ns(lead, self.controller_offset[0])}
                 record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
             for host, names in participants.items():
                 components = [{"name": n, "params": {**self.components[n].params, **step.params}

@@ -46,8 +46,9 @@ def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
     release = ack.get("release") or {}
     if release.get("missed_ns"):
         kept["release_missed_ns"] = release["missed_ns"]
-    if release.get("unsynchronised"):
-        kept["release_unsynchronised"] = True
+    for said in ("unsynchronised", "realtime_refused"):
+        if release.get(said):
+            kept[f"release_{said}"] = True
     return kept
 
 
@@ -55,8 +56,10 @@ def skew(step: dict[str, Any]) -> dict[str, Any]:
     """The release skew of a finished step's record: the spread of its participants' starts
     on the global timeline (`skew_ns`, by the estimates; `at_most_ns`, the widest it can be
     within their bounds), the participants at its ends, and every start that missed its
-    instant or could not be placed."""
+    instant, could not be placed, had no clock estimate for the instant or was refused
+    real-time priority for its wake-up."""
     starts, unplaced, missed = [], [], {}
+    flagged: dict[str, list[str]] = {"unsynchronised": [], "realtime_refused": []}
     for host, entry in step.get("hosts", {}).items():
         for name, info in entry.get("components", {}).items():
             if "entered_ns" not in info:
@@ -68,11 +71,15 @@ def skew(step: dict[str, Any]) -> dict[str, Any]:
                 unplaced.append(who)
             if info.get("release_missed_ns"):
                 missed[who] = info["release_missed_ns"]
+            for flag, hosts in flagged.items():
+                if info.get(f"release_{flag}"):
+                    hosts.append(who)
     said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"), "starts": len(starts)}
     if unplaced:
         said["unplaced"] = unplaced  # acks without a clock estimate
     if missed:
         said["missed_ns"] = missed
+    said.update({flag: hosts for flag, hosts in flagged.items() if hosts})
     if len(starts) >= 2:
         first, last = min(starts), max(starts)
         said.update(skew_ns=last[0] - first[0], first=first[2], last=last[2],
@@ -81,16 +88,24 @@ def skew(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def skew_text(said: dict[str, Any]) -> str:
-    """The release skew in a few words, for the live line and `show`."""
+    """The release skew in a few words, and what went wrong with the release, for the live line."""
+    skew = (f"{said['mode']} release skew {_spread(said['skew_ns'])} (at most {_spread(said['at_most_ns'])})"
+            if "skew_ns" in said else "")
+    return "; ".join(part for part in (skew, troubles(said)) if part)
+
+
+def troubles(said: dict[str, Any]) -> str:
+    """What went wrong with a step's release, in a few words; empty if nothing did."""
     parts = []
-    if "skew_ns" in said:
-        parts.append(f"{said['mode']} release skew {_spread(said['skew_ns'])} "
-                     f"(at most {_spread(said['at_most_ns'])})")
     if said.get("missed_ns"):
         parts.append(f"{len(said['missed_ns'])} participant(s) got the step after its instant "
                      f"(latest by {max(said['missed_ns'].values()) / 1e6:.1f} ms)")
     if said.get("unplaced") and said["mode"] == "at":  # by message, unplaced is only unknown
         parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate")
+    if said.get("unsynchronised"):
+        parts.append(f"{len(said['unsynchronised'])} took the instant on their own clock (no estimate)")
+    if said.get("realtime_refused"):
+        parts.append(f"{len(said['realtime_refused'])} woke without real-time priority (refused)")
     return "; ".join(parts)
 
 

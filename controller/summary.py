@@ -12,7 +12,7 @@ from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
 
 from .progress import Progress
-from .release import skew_text as release_words
+from .release import troubles as release_troubles
 
 MARK = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 
@@ -121,8 +121,8 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
         phase = step["phase"] + (" (at)" if release.get("mode") == "at" else "")
         lines.append(f"  {phase:<16} {step['status']:<8} "
                      f"{seconds(step.get('duration_s')):>8} {skew:>8}  {_step_hosts(step, only)}")
-        if release.get("missed_ns") or (release.get("unplaced") and release.get("mode") == "at"):
-            lines.append(f"  {'':<16} {release_words(release)}")
+        if troubles := release_troubles(release):
+            lines.append(f"  {'':<16} {troubles}")
         for host, info in step.get("hosts", {}).items():
             for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
                 if many and ack.get("status") == "ok":

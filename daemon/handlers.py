@@ -109,8 +109,9 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def _release(session: Session, sup: Supervisor, request: dict[str, Any]) -> None:
     """Enter the step at the instant it names on the reference clock (`release: at`)."""
     at, said = release.local_instant(sup.services.clock, request["release_ns"])
-    entered, realtime = await release.wait_until(at)  # the phase's start, not its tasks' a loop turn later
-    said["realtime"] = realtime
+    entered, refused = await release.wait_until(at)  # the phase's start, not its tasks' a loop turn later
+    if refused:
+        said["realtime_refused"] = True
     for comp in request["components"]:
         session.tg.create_task(_enter_one(session, sup, request, comp, said, entered))
 

@@ -36,7 +36,7 @@ def local_instant(clock: ClockService, release_ns: int) -> tuple[int, dict[str, 
 
 async def wait_until(at_ns: int) -> tuple[int, bool]:
     """Wait until `at_ns` on this host's clock (at once if it passed); the instant the
-    waiting thread woke, and whether it woke at real-time priority."""
+    phase starts, and whether real-time priority was refused to the wait (no CAP_SYS_NICE)."""
     delay = (at_ns - time.time_ns()) / 1e9
     if delay > THREAD_WAIT_S:
         await asyncio.sleep(delay - THREAD_WAIT_S)
@@ -55,7 +55,7 @@ def _sleep_until(at_ns: int) -> tuple[int, bool]:
     # is left if it woke early (at most MAX_WAKE_LATE_NS).
     aim = at_ns - _wake_late_ns
     if at_ns <= time.time_ns():
-        return time.time_ns(), False
+        return time.time_ns(), False  # nothing to wait for: no priority asked, none refused
     realtime = _set_policy(os.SCHED_FIFO, 1)
     # Slack batches wake-ups (up to 50 us late by default); this thread's sleep goes without.
     slack = _libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
@@ -72,7 +72,7 @@ def _sleep_until(at_ns: int) -> tuple[int, bool]:
         if slack > 0:
             _libc.prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0)
     _wake_late_ns = min(max(round(0.7 * _wake_late_ns + 0.3 * (woke - aim)), 0), MAX_WAKE_LATE_NS)
-    return started, realtime
+    return started, not realtime
 
 
 def _set_policy(policy: int, priority: int) -> bool:

@@ -2,6 +2,7 @@
 step reports its release skew on the global timeline."""
 
 import json
+import os
 
 import pytest
 from netspec.controller.load import load
@@ -40,6 +41,8 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
         for name, info in entry["components"].items():
             assert info["entered_ns"] >= instant - info["start_bound_ns"], (host, name)
             assert "release_missed_ns" not in info, (host, name)
+            if os.geteuid() == 0:  # root may take real-time priority for the wake-up
+                assert "release_realtime_refused" not in info, (host, name)
     for said in (at, message):
         assert said["starts"] == 3 and "unplaced" not in said
         truth = [info["entered_ns"] for s in (steps["work"] if said is at else steps["rest"],)
@@ -67,11 +70,14 @@ def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_
         return {"entered_ns": start + 7, "start_ns": start, "start_bound_ns": bound, **more}
     step = {"release": {"mode": "at"}, "hosts": {
         "a": {"components": {"x": entry(1_000_000, 10_000)}},
-        "b": {"components": {"y": entry(1_250_000, 30_000, release_missed_ns=4_000_000)}},
+        "b": {"components": {"y": entry(1_250_000, 30_000, release_missed_ns=4_000_000,
+                                        release_realtime_refused=True)}},
         "c": {"components": {"z": {"entered_ns": 5}, "gone": {"outcome": "skipped"}}}}}
     said = skew(step)
     assert said == {"mode": "at", "starts": 2, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
+                    "realtime_refused": ["b/y"],
                     "skew_ns": 250_000, "first": "a/x", "last": "b/y", "at_most_ns": 290_000}
     assert skew_text(said) == ("at release skew 250 us (at most 290 us); 1 participant(s) got the step "
-                               "after its instant (latest by 4.0 ms); 1 start(s) without a clock estimate")
+                               "after its instant (latest by 4.0 ms); 1 start(s) without a clock estimate; "
+                               "1 woke without real-time priority (refused)")
     assert json.dumps(said)
