@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import yaml
 from netspec.analysis.metrics import Metric, run_metrics
+from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
+from netspec.analysis.provenance import differences
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
@@ -31,15 +33,11 @@ from .campaignfile import CAMPAIGN_KEYS
 from .hooks import HookFailed, run_hook
 from .load import parse
 from .model import Campaign, Plan
-from .provenance import differences
 from .rundir import RunDir
 from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, run_plan
 
 CAMPAIGN_FILE = "campaign.json"
 HOOKS_LOG = "hooks.log"
-STATISTICS = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max, "count": len,
-              "p95": lambda v: np.percentile(v, 95), "p99": lambda v: np.percentile(v, 99)}
-
 
 class CampaignError(NetspecError):
     """A campaign cannot go on: a metric that no run has, a missing directory."""
@@ -275,34 +273,18 @@ class Campaigner:
         return code
 
 
-def _check_repetitions(point: dict[str, Any], runs: list[dict[str, Any]]) -> None:
-    """Raises CampaignError unless the counted runs of `point` ran one experiment alike."""
-    records = [load_record(Path(r["path"])) for r in runs]
-    for r, record in zip(runs[1:], records[1:], strict=True):
-        diffs = differences(records[0], record)
-        if diffs:
-            raise CampaignError(f"{point['label']}: runs {runs[0]['id']} and {r['id']} are not "
-                                f"repetitions of one experiment: {'; '.join(diffs)}")
-
-
 def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
     """Per point (by label), every metric as one value per counted run: the campaign's
-    statistic of the metric's samples in that run."""
+    statistic of the metric's samples in that run.
+
+    Raises:
+        CampaignError: the counted runs of a point are not repetitions of one experiment.
+    """
     campaign = cdir.plan.campaign
-    statistic = STATISTICS[campaign.statistic if campaign else "median"]
-    points: dict[str, dict[str, Metric]] = {}
-    for point in cdir.state["points"]:
-        runs = [r for r in point["runs"] if r["counted"]]
-        _check_repetitions(point, runs)
-        values: dict[str, list[float]] = {}
-        units: dict[str, str] = {}
-        for r in runs:
-            for name, m in run_metrics(Path(r["path"]) / MERGED).items():
-                values.setdefault(name, []).append(float(statistic(m.values)))
-                units[name] = m.unit
-        points[point["label"]] = {name: Metric(name, units[name], np.array(v), np.arange(len(v)))
-                                  for name, v in values.items()}
-    return points
+    try:
+        return point_metrics(cdir.state["points"], campaign.statistic if campaign else "median")
+    except UnlikeRuns as exc:
+        raise CampaignError(str(exc)) from None
 
 
 def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:

@@ -15,6 +15,7 @@ import rich.console
 import rich.progress
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.narrate import narrate
+from netspec.analysis.provenance import differences
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.analysis.usercode import load_function
 from netspec.datastream.reader import StreamReader, read_streams
@@ -28,7 +29,6 @@ from .bundle import CRATE, export_run, import_run
 from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
 from .collect import collect_run
 from .load import load, parse
-from .provenance import differences
 from .pull import pull_run
 from .remote import for_each_host
 from .rundir import find_run, list_runs, settle

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined, safe_name
-from netspec.protocol.runrecord import JOURNAL, RUN_FORMAT, load_record
+from netspec.protocol.runrecord import JOURNAL, RUN_FORMAT, controller_gone, load_record, process_start
 
 
 def utc_iso(ns: int) -> str:
@@ -47,7 +47,7 @@ class RunDir:
         run = cls(path, {"format": RUN_FORMAT, "id": run_id, "experiment": experiment,
                          "status": "running", "started": utc_iso(now), "started_ns": now,
                          "controller": {"host": socket.gethostname(), "pid": os.getpid(),
-                                        "pid_started": _process_start(os.getpid())},
+                                        "pid_started": process_start(os.getpid())},
                          **record})
         run.save()
         latest = runs_root / "latest"
@@ -129,28 +129,15 @@ class RunDir:
         (self.path / JOURNAL).unlink(missing_ok=True)  # run.json has every step now
 
 
-def _process_start(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot): a pid's identity, reused or not."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """`record` as it is, or, for a run whose controller on this machine is gone while it
     says `running`, marked interrupted (and saved): no run stays `running` for ever."""
-    controller = record.get("controller") or {}
-    if (record.get("status") != "running" or controller.get("host") != socket.gethostname()
-            or not controller.get("pid")):
+    if not controller_gone(record):
         return record
-    started = controller.get("pid_started")
-    if started is not None and _process_start(controller["pid"]) == started:
-        return record  # its controller is still at it
     run = RunDir(path, record)
     run.finish("interrupted", {
         "type": "Interrupted", "phase": None, "causes": [],
-        "message": f"its controller (pid {controller['pid']}) ended without finishing the run: "
+        "message": f"its controller (pid {record['controller']['pid']}) ended without finishing the run: "
                    "what the hosts held was not gathered"})
     return run.record
 

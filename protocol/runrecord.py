@@ -9,6 +9,7 @@ run.json version history (readers accept every older version):
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,25 @@ def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:
         elif "left_ns" in entry and "left_ns" not in steps[index]:
             steps[index] = entry  # its end, where run.json was saved while it ran
     return record
+
+
+def controller_gone(record: dict[str, Any]) -> bool:
+    """Whether the run says `running` while its controller, on this machine, has ended (its
+    pid gone or reused): such a run was interrupted, whatever run.json still says."""
+    controller = record.get("controller") or {}
+    if (record.get("status") != "running" or controller.get("host") != socket.gethostname()
+            or not controller.get("pid")):
+        return False
+    started = controller.get("pid_started")
+    return started is None or process_start(controller["pid"]) != started
+
+
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot): a pid's identity, reused or not."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ import copy
 import json
 
 import pytest
-from netspec.controller.campaign import CampaignError, _check_repetitions
-from netspec.controller.provenance import differences
+from netspec.analysis.points import UnlikeRuns, check_repetitions
+from netspec.analysis.provenance import differences
 from support import REPO
 
 STORED = REPO / "tests" / "data" / "runs" / "stimulus-response" / "20261121T181343Z-23d1a4" / "run.json"
@@ -47,7 +47,7 @@ def test_a_campaign_refuses_to_count_runs_that_differ_as_repetitions_of_one_poin
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "run.json").write_text(json.dumps(record))
         runs.append({"id": f"run{i}", "path": str(tmp_path / str(i)), "counted": True})
-    _check_repetitions({"label": "client.size=64"}, runs[:2])
-    with pytest.raises(CampaignError, match=r"^client.size=64: runs run0 and run2 are not repetitions of one "
+    check_repetitions({"label": "client.size=64"}, runs[:2])
+    with pytest.raises(UnlikeRuns, match=r"^client.size=64: runs run0 and run2 are not repetitions of one "
                                             r"experiment: client.count: 2000 -> 500; host b: local"):
-        _check_repetitions({"label": "client.size=64"}, runs)
+        check_repetitions({"label": "client.size=64"}, runs)
