@@ -177,7 +177,8 @@ def open_tables(merged: Path) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view on each Parquet table in `merged`, named as its file."""
     db = duckdb.connect()
     for path in sorted(merged.glob("*.parquet")):
-        db.execute(f"CREATE VIEW \"{path.stem}\" AS SELECT * FROM read_parquet('{path}')")
+        name, quoted = path.stem.replace('"', '""'), str(path).replace("'", "''")
+        db.execute(f"CREATE VIEW \"{name}\" AS SELECT * FROM read_parquet('{quoted}')")
     return db
 
 

@@ -23,6 +23,7 @@ from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
 from netspec.protocol.runrecord import load_record
+from netspec.web import DEFAULT_PORT
 
 from . import summary
 from .bundle import CRATE, export_run, import_run
@@ -151,9 +152,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
         p.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
-    for p in (run, resume, report):
+    serve = command("serve", help="browse the runs and campaigns in a web page (127.0.0.1 only by default)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+                       help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--open", action="store_true", help="open the page in this machine's browser")
+    for p in (run, resume, report, serve):
         p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
-    for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun):
+    for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun,
+              serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     return parser.parse_args(argv)
 
@@ -357,10 +364,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from netspec.web.serve import serve  # the web stack: only for this command
+
+    serve(args.runs, args.campaigns, args.host, args.port, args.open, lambda line: print(line, flush=True))
+    return EXIT_OK
+
+
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check": cmd_check, "dump": cmd_dump, "ls": cmd_ls,
             "show": cmd_show, "up": cmd_up_down, "down": cmd_up_down, "fetch": cmd_fetch,
             "collect": cmd_collect, "export": cmd_export, "import": cmd_import, "results": cmd_results,
-            "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun}
+            "report": cmd_report, "resume": cmd_resume, "rerun": cmd_rerun,
+            "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

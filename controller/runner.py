@@ -17,6 +17,7 @@ from netspec.analysis.resultset import merge_run
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import Interrupted, NetspecError
 from netspec.protocol.messages import netspec_version
+from netspec.web.report import write_report
 
 from . import summary
 from .engine import Run
@@ -158,4 +159,9 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
         output.err([f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)"])
         return Merged(False, [], time.monotonic() - started)
     took = time.monotonic() - started
-    return Merged(True, summary.merge_lines(result, took), took)
+    lines = summary.merge_lines(result, took)
+    try:
+        lines.append(f"  report (opens in any browser, no network): {write_report(run, out)}")
+    except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
+        output.err([f"report.html not written: {exc} (the result set is complete)"])
+    return Merged(True, lines, took)

@@ -1,0 +1,196 @@
+"""`ns_control serve`'s web app (Starlette): pages for the runs index, a run, a campaign and
+two runs compared, and the JSON their panels load. Every path it touches is named by two safe
+names under the runs or campaigns root (`catalog.py`); every query parameter is checked and
+bound, never pasted into SQL. It only reads: nothing under the roots is changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from netspec.analysis.resultset import MERGED, open_tables
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.names import confined
+from netspec.protocol.runrecord import load_record
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from . import panels, timeline
+from .catalog import Catalog, NotFound
+from .compare import campaign_view, compare_runs
+from .pages import STATIC, plotly_js, render, run_header
+
+# What a run page offers to download, relative to the run directory.
+DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
+             "merged/narration.txt", "merged/report.html")
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    # msgspec writes NaN as null, where the standard library writes invalid JSON
+    return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
+
+
+def _problem(exc: Exception, status: int) -> Response:
+    return _json({"error": str(exc)}, status)
+
+
+def _int(request: Request, name: str, default: int | None = None) -> int | None:
+    value = request.query_params.get(name, "")
+    if value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"query parameter {name}={value!r} is not an integer") from None
+
+
+def _float(request: Request, name: str) -> float | None:
+    value = request.query_params.get(name, "")
+    if value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"query parameter {name}={value!r} is not a number") from None
+
+
+def downloads(run: Path) -> list[str]:
+    """The run's files a page links to: the fixed ones and every Parquet table, if present."""
+    tables = sorted(f"{MERGED}/{p.name}" for p in (run / MERGED).glob("*.parquet"))
+    return [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+
+
+def run_panel(run: Path, record: dict[str, Any], name: str, request: Request | None = None) -> Any:
+    """One panel's data. `events` takes its filters from the request's query."""
+    if name == "timeline":
+        return timeline.timeline_figure(record)
+    if name == "live":
+        return {"status": record.get("status"), "steps": timeline.step_rows(record),
+                "timeline": timeline.timeline_figure(record)}
+    origin = timeline.origin_ns(record)
+    failed = timeline.failures(record, run) if name == "triage" else []
+    if not (run / MERGED / "summary.json").is_file():
+        if name == "triage":
+            return {"failures": failed, "merged": False, "around": [
+                _around({}, timeline.doing_at(record, f["instant_ns"])) for f in failed]}
+        return {"merged": False}
+    db = open_tables(run / MERGED)
+    try:
+        if name == "clocks":
+            return panels.clocks(db, origin)
+        if name == "resources":
+            return panels.resources(db, origin)
+        if name == "distributions":
+            return panels.distributions(db)
+        if name == "triage":
+            return {"failures": failed, "merged": True, "around": [
+                _around(panels.around(db, f["instant_ns"]), timeline.doing_at(record, f["instant_ns"]))
+                for f in failed]}
+        if name == "events":
+            q = request.query_params if request else {}
+            return panels.events(db, origin, text=q.get("text", ""), host=q.get("host", ""),
+                                 component=q.get("component", ""), entity=q.get("entity", ""),
+                                 tag=_int(request, "tag") if request else None,
+                                 since_ms=_float(request, "since") if request else None,
+                                 until_ms=_float(request, "until") if request else None,
+                                 offset=(_int(request, "offset", 0) if request else 0) or 0,
+                                 limit=(_int(request, "limit", 100) if request else 100) or 100)
+    finally:
+        db.close()
+    raise NotFound(f"no panel {name!r}")
+
+
+def _around(counters: dict[str, dict[str, Any]], doing: dict[str, str]) -> dict[str, dict[str, Any]]:
+    return {h: {**counters.get(h, {}), "phase": doing.get(h, "")} for h in sorted({*counters, *doing})}
+
+
+PANELS = ("timeline", "live", "clocks", "resources", "distributions", "triage", "events")
+
+
+def create_app(runs: Path, campaigns: Path) -> Starlette:
+    """The app over a runs root and a campaigns root."""
+    catalog = Catalog(runs, campaigns)
+
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def handle(request: Request) -> Response:
+            try:
+                return handler(request)
+            except (NotFound, FileNotFoundError) as exc:
+                return _page_or_json(request, exc, 404)
+            except (NetspecError, ValueError) as exc:
+                return _page_or_json(request, exc, 400)
+        return handle
+
+    def _page_or_json(request: Request, exc: Exception, status: int) -> Response:
+        if request.url.path.startswith("/api/"):
+            return _problem(exc, status)
+        return HTMLResponse(render("error.html", title="not found" if status == 404 else "bad request",
+                                   message=str(exc)), status_code=status)
+
+    def _run(request: Request) -> Path:
+        return catalog.run_path(f"{request.path_params['experiment']}/{request.path_params['run']}")
+
+    def index(request: Request) -> Response:
+        runs_list = catalog.runs()
+        return HTMLResponse(render("index.html", title="netspec runs", runs=runs_list,
+                                   campaigns=catalog.campaigns(), unreadable=catalog.unreadable,
+                                   runs_root=str(catalog.runs_root),
+                                   campaigns_root=str(catalog.campaigns_root)))
+
+    def run_page(request: Request) -> Response:
+        path = _run(request)
+        record = load_record(path)
+        ref = f"{request.path_params['experiment']}/{request.path_params['run']}"
+        return HTMLResponse(render("run.html", title=f"run {record.get('id', path.name)}",
+                                   **run_header(path, record, ref, downloads(path)), static=False))
+
+    def panel(request: Request) -> Response:
+        name = request.path_params["panel"]
+        if name not in PANELS:
+            raise NotFound(f"no panel {name!r}: one of {', '.join(PANELS)}")
+        path = _run(request)
+        return _json(run_panel(path, load_record(path), name, request))
+
+    def download(request: Request) -> Response:
+        path = _run(request)
+        name = request.path_params["name"]
+        if name not in downloads(path):
+            raise NotFound(f"{name}: not a file this run offers ({', '.join(downloads(path))})")
+        return FileResponse(confined(path, name, "download"), filename=Path(name).name)
+
+    def campaign_page(request: Request) -> Response:
+        path = catalog.campaign_path(f"{request.path_params['experiment']}/{request.path_params['id']}")
+        state = json.loads((path / "campaign.json").read_text())
+        view = campaign_view(state, catalog.run_ref)
+        return HTMLResponse(render("campaign.html", title=f"campaign {state.get('id', path.name)}",
+                                   state=state, view=view))
+
+    def compare_page(request: Request) -> Response:
+        refs = [request.query_params.get(k, "") for k in ("a", "b")]
+        if not all(refs):
+            raise ValueError("compare needs two runs: /compare?a=EXPERIMENT/ID&b=EXPERIMENT/ID")
+        a, b = (catalog.run_path(r) for r in refs)
+        return HTMLResponse(render("compare.html", title="compare", a=refs[0], b=refs[1],
+                                   view=compare_runs(a, b)))
+
+    def plotly(request: Request) -> Response:
+        return Response(plotly_js(), media_type="application/javascript",
+                        headers={"Cache-Control": "max-age=86400"})
+
+    return Starlette(routes=[
+        Route("/", guarded(index)),
+        Route("/run/{experiment}/{run}", guarded(run_page)),
+        Route("/run/{experiment}/{run}/file/{name:path}", guarded(download)),
+        Route("/api/run/{experiment}/{run}/{panel}", guarded(panel)),
+        Route("/campaign/{experiment}/{id}", guarded(campaign_page)),
+        Route("/compare", guarded(compare_page)),
+        Route("/static/plotly.min.js", plotly),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ])

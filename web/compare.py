@@ -1,0 +1,181 @@
+"""The browser's statistics over several runs: a campaign's matrix of sweep points by metrics
+(each cell a mean with its 95 % interval over the point's counted runs, Welch against the
+first point), and two runs compared step by step and metric by metric. Like pyperf, both
+say first what differs between the runs they put side by side."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from netspec.analysis.metrics import run_metrics
+from netspec.analysis.points import UnlikeRuns, point_metrics
+from netspec.analysis.provenance import differences
+from netspec.analysis.resultset import MERGED, open_tables
+from netspec.analysis.stats import compare, summarize
+from netspec.protocol.runrecord import load_record
+
+from .timeline import bars
+from .units import duration_text
+
+
+def _number(value: float, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if unit == "us":  # an interval metric: in the unit that suits its size
+        return duration_text(value * 1e3)
+    return f"{value:.4g} {unit}".strip()
+
+
+def _cell(values: np.ndarray, unit: str, baseline: np.ndarray | None) -> dict[str, Any]:
+    s = summarize(values)
+    cell = {"n": s.count, "mean": s.mean, "low": s.low, "high": s.high,
+            "text": _number(s.mean, unit), "interval": "" if math.isnan(s.low) else
+            f"[{s.low:.4g}, {s.high:.4g}]", "verdict": "baseline" if baseline is None else "n/a", "p": None}
+    if baseline is not None:
+        c = compare(baseline, values)
+        if c is not None:
+            cell.update(p=c.p_equal, overhead_pct=float(c.overhead_pct),
+                        verdict=("higher" if c.overhead_pct > 0 else "lower") if c.differs else "same")
+    return cell
+
+
+def campaign_view(state: dict[str, Any], run_ref: Callable[[str], str | None]) -> dict[str, Any]:
+    """A campaign.json as its page shows it: a row per sweep point with its runs and a cell per
+    metric, the baseline (first point), and a line per metric over a single numeric parameter."""
+    repeat = (yaml.safe_load(state.get("text") or "") or {}).get("repeat") or {}
+    statistic = repeat.get("statistic", "median")
+    points = state.get("points") or []
+    problem = ""
+    try:
+        table = point_metrics(points, statistic)
+    except (UnlikeRuns, FileNotFoundError) as exc:
+        table, problem = {}, str(exc)
+    metrics = list(dict.fromkeys(m for ms in table.values() for m in ms))
+    baseline = table.get(points[0]["label"], {}) if points else {}
+    rows = []
+    for i, point in enumerate(points):
+        mine = table.get(point["label"], {})
+        cells = {}
+        for m in metrics:
+            if m in mine:
+                base = None if i == 0 or m not in baseline else baseline[m].values
+                cells[m] = _cell(mine[m].values, mine[m].unit, base)
+        rows.append({"label": point["label"], "params": point.get("params", {}), "done": point.get("done"),
+                     "cells": cells, "runs": [
+                         {"id": r.get("id"), "ref": run_ref(r["path"]) if r.get("path") else None,
+                          "status": r.get("status"), "counted": r.get("counted"), "value": r.get("value"),
+                          "warmup": r.get("warmup")} for r in point.get("runs", [])]})
+    return {"statistic": statistic, "metric": repeat.get("metric"), "metrics": metrics, "rows": rows,
+            "problem": problem, "lines": _lines(points, table, metrics)}
+
+
+def _lines(points: list[dict[str, Any]], table: dict[str, Any], metrics: list[str]) -> list[dict[str, Any]]:
+    """Each metric over the one swept parameter, where there is one and it is numeric."""
+    keys = {k for p in points for k in p.get("params", {})}
+    if len(keys) != 1:
+        return []
+    axis = next(iter(keys))
+    if not all(isinstance(p["params"].get(axis), int | float) for p in points):
+        return []
+    figures = []
+    for m in metrics:
+        xs, ys, lo, hi, unit = [], [], [], [], ""
+        for p in points:
+            metric = table.get(p["label"], {}).get(m)
+            if metric is None or not len(metric):
+                continue
+            s = summarize(metric.values)
+            xs.append(p["params"][axis])
+            ys.append(s.mean)
+            lo.append(0 if math.isnan(s.low) else s.mean - s.low)
+            hi.append(0 if math.isnan(s.high) else s.high - s.mean)
+            unit = metric.unit
+        figures.append({"metric": m, "figure": {"data": [{
+            "type": "scatter", "mode": "lines+markers", "x": xs, "y": ys, "name": m,
+            "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo}}],
+            "layout": {"height": 280, "margin": {"t": 50, "r": 10},
+                       "title": {"text": m, "font": {"size": 12}},
+                       "xaxis": {"title": {"text": axis}}, "yaxis": {"title": {"text": f"mean ({unit})"}}}}})
+    return figures
+
+
+def _step_takes(record: dict[str, Any]) -> dict[int, list[int]]:
+    takes: dict[int, list[int]] = {}
+    for b in bars(record):
+        if b.took_ns is not None:
+            takes.setdefault(b.step, []).append(b.took_ns)
+    return takes
+
+
+def _usage(run: Path) -> dict[tuple[int, str], float]:
+    """CPU (cpus) and network (B/s) per step, summed over hosts."""
+    merged = run / MERGED
+    if not (merged / "usage.parquet").is_file():
+        return {}
+    db = open_tables(merged)
+    rows = db.execute("""
+        SELECT step, CASE WHEN field LIKE 'cpu.%' THEN 'cpu' ELSE 'net' END AS kind,
+               sum(per_s) / CASE WHEN field LIKE 'cpu.%' THEN 1e9 ELSE 1 END
+        FROM usage WHERE per_s IS NOT NULL AND (field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq',
+              'cpu.softirq') OR field LIKE 'net.%.bytes_%')
+        GROUP BY step, kind, field LIKE 'cpu.%'""").fetchall()
+    out: dict[tuple[int, str], float] = {}
+    for step, kind, value in rows:
+        out[(step, kind)] = out.get((step, kind), 0.0) + value
+    return out
+
+
+def compare_runs(a: Path, b: Path) -> dict[str, Any]:
+    """Run b against run a: what differs between them, each step's duration (and Welch over
+    its participants' durations), each metric's distribution, and resource use per step."""
+    ra, rb = load_record(a), load_record(b)
+    steps_a, steps_b = ra.get("steps") or [], rb.get("steps") or []
+    takes_a, takes_b = _step_takes(ra), _step_takes(rb)
+    usage_a, usage_b = _usage(a), _usage(b)
+    steps = []
+    aligned = 0
+    for i, (sa, sb) in enumerate(zip(steps_a, steps_b, strict=False)):
+        if sa.get("phase") != sb.get("phase"):
+            break
+        aligned += 1
+        da, db_ = sa.get("duration_s"), sb.get("duration_s")
+        c = (compare(np.array(takes_a.get(i, [])), np.array(takes_b.get(i, [])))
+             if takes_a.get(i) and takes_b.get(i) else None)
+        steps.append({
+            "step": i, "phase": sa.get("phase"), "status": f"{sa.get('status')} / {sb.get('status')}",
+            "a": duration_text(da * 1e9) if da is not None else "-",
+            "b": duration_text(db_ * 1e9) if db_ is not None else "-",
+            "diff": duration_text((db_ - da) * 1e9) if da is not None and db_ is not None else "-",
+            "diff_pct": round(100 * (db_ - da) / da, 1) if da and db_ is not None else None,
+            "participants_p": None if c is None else c.p_equal,
+            "verdict": "n/a" if c is None else (("slower" if c.overhead_pct > 0 else "faster")
+                                                if c.differs else "same"),
+            "cpu": [usage_a.get((i, "cpu")), usage_b.get((i, "cpu"))],
+            "net": [usage_a.get((i, "net")), usage_b.get((i, "net"))]})
+    unaligned = max(len(steps_a), len(steps_b)) - aligned
+    metrics = []
+    try:
+        ma, mb = run_metrics(a / MERGED), run_metrics(b / MERGED)
+    except FileNotFoundError as exc:
+        ma, mb, missing = {}, {}, str(exc)
+    else:
+        missing = ""
+    for name in [n for n in ma if n in mb]:
+        sa, sb = summarize(ma[name].values), summarize(mb[name].values)
+        c = compare(ma[name].values, mb[name].values)
+        metrics.append({
+            "metric": name, "unit": ma[name].unit, "a": _number(sa.median, ma[name].unit),
+            "b": _number(sb.median, mb[name].unit), "a_mean": _number(sa.mean, ma[name].unit),
+            "b_mean": _number(sb.mean, mb[name].unit), "n": [sa.count, sb.count],
+            "overhead_pct": None if c is None else round(float(c.overhead_pct), 2),
+            "p": None if c is None else c.p_equal,
+            "verdict": "n/a" if c is None else (("higher" if c.overhead_pct > 0 else "lower")
+                                                if c.differs else "same")})
+    only = sorted(set(ma) ^ set(mb))
+    return {"differences": differences(ra, rb), "steps": steps, "unaligned": unaligned, "metrics": metrics,
+            "only_in_one": only, "missing": missing}

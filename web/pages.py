@@ -1,0 +1,84 @@
+"""The browser's HTML: Jinja2 templates (autoescaped), the page data they embed as JSON, and
+plotly.js as its Python package ships it, so that no page fetches anything from the
+internet. Served pages link /static/; a report inlines all of it."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import msgspec
+
+from .timeline import OUTCOME_COLOURS, step_rows
+from .units import duration_text
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+STATUS_CLASSES = ("ok", "partial", "failed", "interrupted", "running")
+
+
+@functools.cache
+def plotly_js() -> bytes:
+    """plotly.min.js from the installed plotly package (found without importing plotly)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the plotly package is not installed: pip install plotly")
+    return (Path(spec.submodule_search_locations[0]) / "package_data" / "plotly.min.js").read_bytes()
+
+
+def embedded(data: Any) -> str:
+    """`data` as JSON that is safe inside a <script> element (no '<', '>' or '&' in it)."""
+    text = msgspec.json.encode(data).decode()
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def inline_script(js: bytes | str) -> str:
+    """JavaScript to inline in a <script> element: a literal '</script' would end it early."""
+    text = js.decode() if isinstance(js, bytes) else js
+    return re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE)
+
+
+def when(ns: int | None) -> str:
+    if not ns:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def status_class(status: str | None) -> str:
+    return status if status in STATUS_CLASSES else "other"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                             autoescape=True)
+    env.filters.update(when=when, status_class=status_class, duration=duration_text, embedded=embedded)
+    env.globals["outcome_colours"] = OUTCOME_COLOURS
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    context.setdefault("static", False)
+    if context["static"]:
+        context.update(inline_css=(STATIC / "netspec.css").read_text(),
+                       inline_js=inline_script((STATIC / "netspec.js").read_text()),
+                       inline_plotly=inline_script(plotly_js()))
+    return _environment().get_template(template).render(**context)
+
+
+def run_header(path: Path, record: dict[str, Any], ref: str, files: list[str]) -> dict[str, Any]:
+    """What a run page shows before any panel loads: who, when, how it ended, its steps."""
+    error = record.get("error") or {}
+    merged = (path / "merged" / "summary.json").is_file()
+    plan = record.get("plan") or {}
+    return {
+        "ref": ref, "record": record, "steps": step_rows(record), "downloads": files,
+        "hosts": [h.get("name") for h in plan.get("hosts", [])] or sorted(record.get("hosts") or {}),
+        "error": error, "merged": merged,
+        "page": {"ref": ref, "status": record.get("status"), "merged": merged,
+                 "failed": bool(error) or record.get("status") in ("failed", "partial")}}

@@ -1,0 +1,257 @@
+"""A run page's panels drawn from its result set: DuckDB aggregates or downsamples the Parquet
+tables on the server and a panel gets at most a few thousand numbers, so a run of 20 million
+events opens as fast as the demo. Each function takes a connection with a view per table
+(`analysis.resultset.open_tables`) and the run's origin (ns, global) and returns Plotly
+figures and rows, ready for JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from .units import rate_text, time_unit
+
+# A host's line over time is cut to this many points (averaged within each bucket).
+LINE_POINTS = 600
+# Above this many hosts a rate over time is drawn as the fleet's median and range, not a line each.
+HOST_LINES_MAX = 16
+HIST_BINS = 60
+ECDF_POINTS = 101
+HOSTS_PER_DISTRIBUTION = 8
+EVENTS_PAGE_MAX = 500
+
+
+def tables(db: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+
+
+def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
+    """Each host's offset from the reference over time, and the band its exchanges allow."""
+    if "clock" not in tables(db):
+        return {"figure": None, "rows": []}
+    rows = db.execute("""
+        SELECT host, list((ts - $origin) / 1e6 ORDER BY ts), list(offset_ns ORDER BY ts),
+               list(lo_ns ORDER BY ts), list(hi_ns ORDER BY ts), max(bound_ns), any_value(source),
+               any_value(reference)
+        FROM clock GROUP BY host ORDER BY host""", {"origin": origin}).fetchall()
+    unit, scale = time_unit([v for r in rows for v in (r[5],)])
+    traces = []
+    for host, t, offset, lo, hi, _, _, _ in rows:
+        traces += [
+            {"type": "scatter", "mode": "lines", "x": t + t[::-1], "y": [v / scale for v in hi + lo[::-1]],
+             "fill": "toself", "opacity": 0.25, "line": {"width": 0}, "name": f"{host} bounds",
+             "hoverinfo": "skip", "legendgroup": host, "showlegend": False},
+            {"type": "scatter", "mode": "lines+markers", "x": t, "y": [v / scale for v in offset],
+             "name": host, "legendgroup": host, "marker": {"size": 4}}]
+    figure = {"data": traces, "layout": {
+        "height": 320, "margin": {"t": 20, "r": 20},
+        "xaxis": {"title": {"text": "ms since the first start"}},
+        "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
+    table = [{"host": host, "reference": ref, "knots": len(t), "worst_bound": f"{worst / scale:.3g} {unit}",
+              "timestamps": source} for host, t, _, _, _, worst, source, ref in rows]
+    return {"figure": figure if rows else None, "rows": table}
+
+
+def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, Any]]:
+    if "phases" not in tables(db):
+        return []
+    spans = db.execute("""SELECT step, any_value(phase), (min(entered) - $origin) / 1e6,
+                                 (max(acked) - $origin) / 1e6
+                          FROM phases WHERE entered IS NOT NULL AND acked IS NOT NULL
+                          GROUP BY step ORDER BY step""", {"origin": origin}).fetchall()
+    return [{"type": "rect", "xref": "x", "yref": "paper", "x0": lo, "x1": hi, "y0": 0, "y1": 1,
+             "layer": "below", "line": {"width": 0}, "fillcolor": "rgba(76,120,168,0.10)",
+             "name": phase} for _, phase, lo, hi in spans]
+
+
+def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
+                   unit: str) -> dict[str, Any] | None:
+    rows = db.execute(f"""
+        SELECT step, any_value(phase) AS phase, host, sum(per_s) / {scale} AS v FROM usage
+        WHERE per_s IS NOT NULL AND ({where}) GROUP BY step, host ORDER BY step, host""").fetchall()
+    if not rows:
+        return None
+    steps = sorted({(s, p) for s, p, _, _ in rows})
+    hosts = sorted({h for _, _, h, _ in rows})
+    col = {s: i for i, (s, _) in enumerate(steps)}
+    row = {h: i for i, h in enumerate(hosts)}
+    z: list[list[float | None]] = [[None] * len(steps) for _ in hosts]
+    for s, _, h, v in rows:
+        z[row[h]][col[s]] = v
+    return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
+                      "colorscale": "Blues", "colorbar": {"title": {"text": unit}},
+                      "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
+            "layout": {"title": {"text": title, "font": {"size": 13}},
+                       "height": max(200, 80 + 20 * len(hosts)),
+                       "margin": {"t": 40, "r": 20, "b": 90}, "yaxis": {"automargin": True},
+                       "xaxis": {"tickangle": -30, "automargin": True}}}
+
+
+def resources(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
+    """Per step and host the CPU, network and disk the usage table holds, as heatmaps; and each
+    host's CPU busy % over time with the steps shaded."""
+    have = tables(db)
+    heatmaps = []
+    if "usage" in have:
+        for title, where, scale, unit in (
+                ("CPU per step", "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')",
+                 1e9, "cpus"),
+                ("Network per step (sent + received, every interface)",
+                 "field LIKE 'net.%.bytes_sent' OR field LIKE 'net.%.bytes_recv'", 1.0, "B/s"),
+                ("Disk per step (reads + writes)", "field LIKE 'disk.%.reads' OR field LIKE 'disk.%.writes'",
+                 1.0, "ops/s")):
+            figure = _usage_heatmap(db, title, where, scale, unit)
+            if figure:
+                heatmaps.append(figure)
+    busy = _busy_over_time(db, origin) if "rates" in have else None
+    return {"heatmaps": heatmaps, "busy": busy}
+
+
+def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any] | None:
+    span = db.execute("SELECT min(ts), max(ts), count(DISTINCT host) FROM rates WHERE field = 'cpu.busy_pct'"
+                      ).fetchone()
+    if span is None or span[0] is None:
+        return None
+    lo, hi, hosts = span
+    width = max((hi - lo) // LINE_POINTS, 1)
+    bucketed = """SELECT host, $lo + (ts - $lo) // $width * $width AS t, avg(rate) AS v FROM rates
+                  WHERE field = 'cpu.busy_pct' GROUP BY host, t"""
+    params = {"lo": lo, "width": width, "origin": origin}
+    if hosts <= HOST_LINES_MAX:
+        rows = db.execute(f"""SELECT host, list((t - $origin) / 1e6 ORDER BY t), list(v ORDER BY t)
+                              FROM ({bucketed}) GROUP BY host ORDER BY host""", params).fetchall()
+        traces = [{"type": "scatter", "mode": "lines", "name": h, "x": t, "y": v} for h, t, v in rows]
+    else:
+        rows = db.execute(f"""SELECT (t - $origin) / 1e6, min(v), median(v), max(v) FROM ({bucketed})
+                              GROUP BY t ORDER BY t""", params).fetchall()
+        t, low, mid, high = (list(c) for c in zip(*rows, strict=True))
+        traces = [{"type": "scatter", "mode": "lines", "x": t + t[::-1], "y": high + low[::-1],
+                   "fill": "toself", "opacity": 0.3, "line": {"width": 0},
+                   "name": f"range over {hosts} hosts"},
+                  {"type": "scatter", "mode": "lines", "x": t, "y": mid, "name": "median host"}]
+    return {"data": traces, "layout": {
+        "height": 300, "margin": {"t": 20, "r": 20}, "shapes": _step_shapes(db, origin),
+        "xaxis": {"title": {"text": "ms since the first start (steps shaded)"}},
+        "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
+
+
+def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Each interval and pair: a histogram and an ECDF per host where it started, in the
+    unit that suits it, with p50 and p99 marked and said."""
+    if "intervals" not in tables(db):
+        return []
+    out = []
+    for name, n, p50, p99, lo, hi in db.execute("""
+            SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
+                   quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999)
+            FROM intervals GROUP BY name ORDER BY name""").fetchall():
+        unit, scale = time_unit([p50])
+        hosts = [h for (h,) in db.execute(
+            "SELECT start_host FROM intervals WHERE name = $name GROUP BY start_host ORDER BY count(*) DESC",
+            {"name": name}).fetchall()]
+        shown = hosts[:HOSTS_PER_DISTRIBUTION]
+        width = max((hi - lo) / HIST_BINS, 1.0)
+        hist = db.execute("""
+            SELECT start_host, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
+                   count(*) FROM intervals WHERE name = $name GROUP BY ALL ORDER BY bin""",
+                          {"lo": lo, "width": width, "bins": HIST_BINS, "name": name}).fetchall()
+        quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
+        ecdf = dict(db.execute("""SELECT start_host, quantile_cont(duration_ns, $q) FROM intervals
+                                  WHERE name = $name GROUP BY start_host""",
+                               {"q": quantiles, "name": name}).fetchall())
+        counts: dict[str, list[int]] = {h: [0] * HIST_BINS for h in shown}
+        for host, bin_, count in hist:
+            counts[host if host in counts else shown[-1]][int(bin_)] += count
+        centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
+        marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
+                  "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
+        labels = [{"x": v / scale, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "text": label,
+                   "showarrow": False, "font": {"size": 10}} for v, label in ((p50, "p50"), (p99, "p99"))]
+        axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
+        out.append({
+            "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
+            "hosts": len(hosts), "hosts_shown": shown,
+            "histogram": {"data": [{"type": "bar", "name": h, "x": centres, "y": counts[h]} for h in shown],
+                          "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
+                                     "shapes": marks, "annotations": labels, "xaxis": axis,
+                                     "yaxis": {"title": {"text": "count"}}}},
+            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": h, "line": {"shape": "hv"},
+                               "x": [v / scale for v in ecdf[h]], "y": quantiles} for h in shown],
+                     "layout": {"height": 280, "margin": {"t": 24, "r": 10}, "shapes": marks,
+                                "annotations": labels, "xaxis": axis,
+                                "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
+    return out
+
+
+EVENT_COLUMNS = ("ts", "bound_ns", "host", "component", "entity", "kind", "tag", "value", "data")
+
+
+def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
+           entity: str = "", tag: int | None = None, since_ms: float | None = None,
+           until_ms: float | None = None, offset: int = 0, limit: int = 100,
+           cap: int = EVENTS_PAGE_MAX) -> dict[str, Any]:
+    """One page of events (at most `cap`) in global time order, filtered; every filter is a
+    bound parameter."""
+    if "events" not in tables(db):
+        return {"total": 0, "rows": [], "offset": 0}
+    # DuckDB refuses a parameter its statement does not use: each is added with its condition.
+    where: list[str] = ["kind != 'admin'"]
+    params: dict[str, Any] = {}
+    for column, value in (("host", host), ("component", component)):
+        if value:
+            where.append(f"{column} = ${column}")
+            params[column] = value
+    if entity:
+        where.append("entity ILIKE $entity")
+        params["entity"] = entity.replace("*", "%")
+    if text:
+        where.append("(entity ILIKE $text OR data ILIKE $text OR CAST(value AS VARCHAR) = $exact)")
+        params.update(text=f"%{text}%", exact=text)
+    if tag is not None:
+        where.append("tag = $tag")
+        params["tag"] = tag
+    if since_ms is not None:
+        where.append("ts >= $since")
+        params["since"] = origin + int(since_ms * 1e6)
+    if until_ms is not None:
+        where.append("ts <= $until")
+        params["until"] = origin + int(until_ms * 1e6)
+    condition = " AND ".join(where)
+    total = db.execute(f"SELECT count(*) FROM events WHERE {condition}", params).fetchone()[0]
+    limit = max(1, min(limit, cap))
+    offset = max(0, min(offset, max(total - 1, 0)))
+    rows = db.execute(f"""SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag,
+                                 value, data FROM events WHERE {condition}
+                          ORDER BY ts LIMIT {limit} OFFSET {offset}""",
+                      {**params, "origin": origin}).fetchall()
+    return {"total": total, "offset": offset, "limit": limit,
+            "rows": [{"ms": round(ms, 6), "bound_us": bound / 1e3, "host": h, "component": c, "entity": e,
+                      "kind": k, "tag": t, "value": v, "data": d} for ms, bound, h, c, e, k, t, v, d in rows]}
+
+
+def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,
+           last: int = 5) -> dict[str, dict[str, Any]]:
+    """Per host, around a global instant: its last events before it and its CAMP rates in the
+    window either side (CPU busy, network bytes/s), for a failure's triage."""
+    have = tables(db)
+    out: dict[str, dict[str, Any]] = {}
+    params = {"t": instant_ns, "w": window_ns, "last": last}
+    if "events" in have:
+        for host, ms, component, entity, data in db.execute("""
+                SELECT host, (ts - $t) / 1e6, component, entity, coalesce(data, CAST(value AS VARCHAR))
+                FROM (SELECT *, row_number() OVER (PARTITION BY host ORDER BY ts DESC) AS k FROM events
+                      WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync')
+                            AND ts BETWEEN $t - $w AND $t)
+                WHERE k <= $last ORDER BY host, ts""", params).fetchall():
+            out.setdefault(host, {}).setdefault("events", []).append(
+                {"ms": round(ms, 3), "component": component, "entity": entity, "data": data})
+    if "rates" in have:
+        for host, busy, net in db.execute("""
+                SELECT host, avg(rate) FILTER (field = 'cpu.busy_pct'),
+                       sum(rate) FILTER (field LIKE 'net.%.bytes_%') / greatest(count(DISTINCT ts), 1)
+                FROM rates WHERE ts BETWEEN $t - $w AND $t + $w GROUP BY host""",
+                {"t": instant_ns, "w": window_ns}).fetchall():
+            out.setdefault(host, {}).update(cpu_busy=rate_text(busy, "%"), net=rate_text(net, "B/s"))
+    return out

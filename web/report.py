@@ -1,0 +1,56 @@
+"""A result set's merged/report.html: the run page with every panel's data, plotly.js and
+the page's own script inside one file, so that it opens from file:// with no network and no
+server (for mail and archives). Its events table carries the first REPORT_EVENTS events;
+events.parquet beside it has them all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from netspec.analysis.resultset import MERGED, open_tables
+from netspec.protocol.runrecord import load_record
+
+from . import panels, timeline
+from .app import downloads
+from .pages import render, run_header
+
+REPORT = "report.html"
+REPORT_EVENTS = 2000
+
+
+def write_report(run: Path, out: Path | None = None) -> Path:
+    """Write `out`/report.html (`out` is the run's merged/ by default) and return its path.
+
+    Raises:
+        NetspecError: run.json cannot be read.
+        OSError, duckdb.Error: the result set cannot be read or the file written.
+    """
+    out = out or run / MERGED
+    record = load_record(run)
+    origin = timeline.origin_ns(record)
+    failed = timeline.failures(record, run)
+    data = {"timeline": timeline.timeline_figure(record)}
+    db = open_tables(out)
+    try:
+        data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin),
+                    distributions=panels.distributions(db),
+                    events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
+                    triage={"failures": failed, "merged": True, "around": [
+                        {h: {**panels.around(db, f["instant_ns"]).get(h, {}), "phase": doing}
+                         for h, doing in timeline.doing_at(record, f["instant_ns"]).items()}
+                        for f in failed]})
+    finally:
+        db.close()
+    header = run_header(run, record, record.get("id", run.name), [])
+    header["page"]["merged"] = True
+    # a report's downloads are the files beside it, linked relative to where it is written
+    links = [(os.path.relpath(run / name, out), name) for name in downloads(run)
+             if name != f"{MERGED}/{REPORT}"]
+    html = render("run.html", title=f"run {record.get('id', run.name)}", static=True, panels=data,
+                  links=links, **{**header, "merged": True})
+    path = out / REPORT
+    tmp = path.with_name(f".{REPORT}.tmp")
+    tmp.write_text(html)
+    os.replace(tmp, path)
+    return path

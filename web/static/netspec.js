@@ -1,0 +1,209 @@
+// netspec's results browser: draws a page's panels with plotly.js from the server's JSON (or,
+// in a report, from the JSON the page carries), and marks the page ready once every panel drew.
+"use strict";
+const netspec = (() => {
+  const config = {responsive: true, displaylogo: false};
+  const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+  const json = (id) => { const el = document.getElementById(id); return el ? JSON.parse(el.textContent) : null; };
+  const page = json("page") || {};
+  const embedded = json("panels");
+
+  async function panel(name, query = "") {
+    if (embedded) {
+      if (!(name in embedded)) throw new Error(`this report does not carry the ${name} panel`);
+      return embedded[name];
+    }
+    const response = await fetch(`/api/run/${page.ref}/${name}${query}`);
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || response.statusText);
+    return body;
+  }
+
+  function problem(id, error) {
+    const el = document.getElementById(id);
+    if (el) el.innerHTML = `<p class="problem">${esc(error.message || error)}</p>`;
+  }
+
+  function table(rows, columns) {
+    if (!rows.length) return "<p class='empty'>none</p>";
+    const head = columns.map(([, title]) => `<th>${esc(title)}</th>`).join("");
+    const body = rows.map((r) => "<tr>" + columns.map(([key]) => `<td>${esc(r[key])}</td>`).join("") + "</tr>").join("");
+    return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+  }
+
+  function plot(id, figure) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    if (!figure) { el.innerHTML = "<p class='empty'>nothing to draw</p>"; return; }
+    return Plotly.react(el, figure.data, figure.layout, config);
+  }
+
+  const notMerged = "<p class='empty'>no result set: merge the run first (ns_control fetch)</p>";
+
+  async function clocks() {
+    const data = await panel("clocks");
+    if (data.merged === false) { document.getElementById("clocks").innerHTML = notMerged; return; }
+    await plot("clocks", data.figure);
+    document.getElementById("clocks-table").innerHTML = table(data.rows,
+      [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]]);
+  }
+
+  async function resources() {
+    const data = await panel("resources");
+    if (data.merged === false) { document.getElementById("busy").innerHTML = notMerged; return; }
+    await plot("busy", data.busy);
+    const box = document.getElementById("heatmaps");
+    box.innerHTML = data.heatmaps.map((_, i) => `<div class="plot heatmap" id="heatmap-${i}"></div>`).join("");
+    await Promise.all(data.heatmaps.map((f, i) => plot(`heatmap-${i}`, f)));
+  }
+
+  async function distributions() {
+    const data = await panel("distributions");
+    const box = document.getElementById("distributions");
+    if (data.merged === false) { box.innerHTML = notMerged; return; }
+    if (!data.length) { box.innerHTML = "<p class='empty'>no intervals or pairs in this run</p>"; return; }
+    box.innerHTML = data.map((d, i) => `<h3>${esc(d.name)} <small>${d.count} values, p50 ${d.p50.toPrecision(3)} ${d.unit},
+      p99 ${d.p99.toPrecision(3)} ${d.unit}${d.hosts > d.hosts_shown.length ? `; the ${d.hosts - d.hosts_shown.length} least busy hosts are counted with ${esc(d.hosts_shown.at(-1))}` : ""}</small></h3>
+      <div class="grid"><div class="plot histogram" id="hist-${i}"></div><div class="plot ecdf" id="ecdf-${i}"></div></div>`).join("");
+    await Promise.all(data.flatMap((d, i) => [plot(`hist-${i}`, d.histogram), plot(`ecdf-${i}`, d.ecdf)]));
+  }
+
+  let eventsOffset = 0;
+  function eventQuery() {
+    const form = new FormData(document.getElementById("event-filter"));
+    const params = new URLSearchParams();
+    for (const [k, v] of form) if (v) params.set(k, v);
+    params.set("offset", eventsOffset);
+    return params;
+  }
+
+  function filterEmbedded(data, params) {
+    // A report carries the first events only; it filters them here, as the server would.
+    const text = (params.get("text") || "").toLowerCase(), entity = (params.get("entity") || "").toLowerCase();
+    const rows = data.rows.filter((r) =>
+      (!params.get("host") || r.host === params.get("host")) &&
+      (!params.get("component") || r.component === params.get("component")) &&
+      (!entity || r.entity.toLowerCase().includes(entity.replaceAll("*", ""))) &&
+      (!params.get("tag") || String(r.tag) === params.get("tag")) &&
+      (!params.get("since") || r.ms >= Number(params.get("since"))) &&
+      (!params.get("until") || r.ms <= Number(params.get("until"))) &&
+      (!text || (r.entity + " " + (r.data || "")).toLowerCase().includes(text)));
+    const offset = Number(params.get("offset")) || 0;
+    return {total: rows.length, offset, limit: 100, rows: rows.slice(offset, offset + 100), carried: data.total};
+  }
+
+  async function events() {
+    const params = eventQuery();
+    let data = embedded ? filterEmbedded(await panel("events"), params) : await panel("events", "?" + params);
+    const box = document.getElementById("events");
+    if (data.merged === false) { box.innerHTML = notMerged; return; }
+    box.innerHTML = table(data.rows, [["ms", "ms"], ["bound_us", "± us"], ["host", "host"], ["component", "component"],
+      ["entity", "entity"], ["kind", "kind"], ["tag", "tag"], ["value", "value"], ["data", "data"]]);
+    const last = Math.min(data.offset + data.rows.length, data.total);
+    document.getElementById("events-page").textContent = data.total ?
+      `${data.offset + 1}-${last} of ${data.total}` + (data.carried ? ` (this report carries the first ${data.carried}; events.parquet has them all)` : "") : "no events match";
+    document.getElementById("events-prev").disabled = data.offset <= 0;
+    document.getElementById("events-next").disabled = last >= data.total;
+  }
+
+  async function triage() {
+    const box = document.getElementById("triage");
+    if (!box) return;
+    const data = await panel("triage");
+    if (!data.failures.length) { box.innerHTML = "<p class='empty'>no participant failed; the run's error above says why it ended</p>"; return; }
+    box.innerHTML = data.failures.map((f, i) => {
+      const around = (data.around || [])[i] || {};
+      const hosts = Object.keys(around).sort();
+      const rows = hosts.map((h) => {
+        const a = around[h];
+        const last = (a.events || []).map((e) => `${e.ms} ms ${esc(e.component)} ${esc(e.entity)} ${esc(e.data ?? "")}`).join("<br>");
+        return `<tr><td>${esc(h)}</td><td>${esc(a.phase || "")}</td><td>${last || "-"}</td><td>${esc(a.cpu_busy || "-")}</td><td>${esc(a.net || "-")}</td></tr>`;
+      }).join("");
+      return `<div class="failure"><h3>${esc(f.host)}/${esc(f.component)} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3>
+        <p>${esc(f.message)}</p>
+        ${f.traceback ? `<pre class="traceback">${esc(f.traceback)}</pre>` : ""}
+        <h4>last lines of stdout</h4><pre class="stdout">${esc(f.output.stdout) || "(empty)"}</pre>
+        <h4>last lines of stderr</h4><pre class="stderr">${esc(f.output.stderr) || "(empty)"}</pre>
+        <h4>every host within a second of the failure (its instant is 0 ms)</h4>
+        ${Object.keys(around).length ? `<table class="around"><thead><tr><th>host</th><th>phase</th><th>its last events before</th><th>CPU busy</th><th>network</th></tr></thead><tbody>${rows}</tbody></table>`
+                       : ""}${data.merged ? "" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}</div>`;
+    }).join("");
+  }
+
+  function markReady() {
+    performance.mark("netspec-ready");
+    document.body.dataset.ready = "yes";
+  }
+
+  async function settle(tasks) {
+    const names = Object.keys(tasks);
+    const results = await Promise.allSettled(names.map((n) => tasks[n]()));
+    results.forEach((r, i) => { if (r.status === "rejected") { console.warn(names[i], r.reason); problem(names[i], r.reason); } });
+  }
+
+  function stepRows(steps) {
+    return steps.map((s) => `<tr class="step ${esc(s.status)}"><td>${s.step}</td><td>${esc(s.phase)}</td>
+      <td><span class="status ${esc(s.status)}">${esc(s.status)}</span></td><td>${esc(s.took)}</td><td>${esc(s.release)}</td>
+      <td>${esc(s.skew)}</td><td>${esc(s.skew_at_most)}</td><td>${esc(s.outcomes)}</td><td>${esc(s.slowest)}</td><td>${esc(s.troubles)}</td></tr>`).join("");
+  }
+
+  function follow() {
+    // A run in progress: redraw its timeline and steps as they complete, reload once it ends.
+    const timer = setInterval(async () => {
+      try {
+        const live = await panel("live");
+        if (live.status !== "running") { clearInterval(timer); location.reload(); return; }
+        document.querySelector("#steps tbody").innerHTML = stepRows(live.steps);
+        await plot("timeline", live.timeline);
+      } catch (error) { problem("live", error); }
+    }, 1000);
+  }
+
+  async function run() {
+    document.getElementById("event-filter").addEventListener("submit", (e) => { e.preventDefault(); eventsOffset = 0; events().catch((x) => problem("events", x)); });
+    document.getElementById("events-prev").addEventListener("click", () => { eventsOffset = Math.max(0, eventsOffset - 100); events(); });
+    document.getElementById("events-next").addEventListener("click", () => { eventsOffset += 100; events(); });
+    await settle({timeline: async () => plot("timeline", await panel("timeline")), triage, clocks, resources, distributions, events});
+    markReady();
+    if (page.status === "running" && !embedded) follow();
+  }
+
+  function index() {
+    const rows = [...document.querySelectorAll("#runs tbody tr")];
+    document.getElementById("filter").addEventListener("input", (e) => {
+      const words = e.target.value.toLowerCase().split(/\s+/).filter(Boolean);
+      for (const r of rows) r.hidden = !words.every((w) => r.textContent.toLowerCase().includes(w));
+    });
+    document.querySelectorAll("#runs th[data-key]").forEach((th) => th.addEventListener("click", () => {
+      const key = th.dataset.key, numeric = th.dataset.type === "number";
+      const down = th.dataset.dir !== "down";
+      th.dataset.dir = down ? "down" : "up";
+      rows.sort((a, b) => {
+        const x = a.dataset[key], y = b.dataset[key];
+        const c = numeric ? Number(x) - Number(y) : x.localeCompare(y);
+        return down ? -c : c;
+      });
+      const body = document.querySelector("#runs tbody");
+      rows.forEach((r) => body.appendChild(r));
+    }));
+    const button = document.getElementById("compare");
+    const picked = () => [...document.querySelectorAll(".pick:checked")].map((c) => c.value);
+    document.querySelectorAll(".pick").forEach((c) => c.addEventListener("change", () => { button.disabled = picked().length !== 2; }));
+    button.addEventListener("click", () => {
+      const [a, b] = picked();
+      location.href = `/compare?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`;
+    });
+    markReady();
+  }
+
+  async function campaign() {
+    document.querySelectorAll(".open-runs").forEach((b) => b.addEventListener("click", () => {
+      const row = document.getElementById(b.dataset.target);
+      row.hidden = !row.hidden;
+    }));
+    await Promise.all((page.lines || []).map((l, i) => plot(`line-${i + 1}`, l.figure)));
+    markReady();
+  }
+
+  return {run, index, campaign, plain: markReady};
+})();

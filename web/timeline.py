@@ -1,0 +1,238 @@
+"""A run's phases as the browser shows them, from run.json alone (so a run in progress and a
+run never merged show them too): one bar per step and participant from its start to its ack
+on the global timeline, the steps' table with their release skew, and what a failed step
+says of its failing participants.
+
+A participant's start is on the global timeline where its daemon had a clock estimate
+(`start_ns` ± `start_bound_ns`); before sync_clocks it is its host's own clock, said so.
+Its length is measured on one clock (ack - enter), so it is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .units import duration_text
+
+# The colours of a participant's outcome, the same in every panel and in the legend.
+OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
+                   "killed": "#9d2b2b", "skipped": "#bab0ac", "running": "#72b7b2"}
+# Step names are written over the timeline only where the step is wide enough to hold one;
+# every step's name is in its hover and in the table.
+LABEL_MIN_SHARE = 0.06
+
+
+@dataclass(frozen=True)
+class Bar:
+    step: int
+    phase: str
+    host: str
+    component: str
+    outcome: str  # ok, warning, late, error, killed, skipped, running
+    start_ns: int
+    bound_ns: int | None  # None: the start is on the host's own clock, not placed
+    took_ns: int | None  # None: no ack (killed, or the step still runs)
+    message: str
+
+    @property
+    def row(self) -> str:
+        return f"{self.host}/{self.component}"
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + (self.took_ns or 0)
+
+
+def _outcome(info: dict[str, Any]) -> str:
+    outcome = info.get("outcome") or ("running" if "acked_ns" not in info else info.get("status", "ok"))
+    if outcome == "ok" and info.get("status") == "warning":
+        return "warning"
+    return outcome
+
+
+def bars(record: dict[str, Any]) -> list[Bar]:
+    """One bar per step and participant that entered it, in step then row order."""
+    out = []
+    for index, step in enumerate(record.get("steps") or []):
+        for host, entry in sorted((step.get("hosts") or {}).items()):
+            for name, info in sorted((entry.get("components") or {}).items()):
+                if "entered_ns" not in info:
+                    continue
+                placed = "start_ns" in info
+                took = info["acked_ns"] - info["entered_ns"] if "acked_ns" in info else None
+                out.append(Bar(index, step.get("phase", "?"), host, name, _outcome(info),
+                               info["start_ns"] if placed else info["entered_ns"],
+                               info.get("start_bound_ns") if placed else None, took,
+                               str(info.get("message") or "")))
+    return out
+
+
+def origin_ns(record: dict[str, Any], run_bars: list[Bar] | None = None) -> int:
+    """The instant every panel's time axis counts from: the first participant's start."""
+    starts = [b.start_ns for b in (run_bars if run_bars is not None else bars(record))]
+    return min(starts) if starts else int(record.get("started_ns") or 0)
+
+
+def _hover(b: Bar, first_end: dict[int, int]) -> str:
+    where = (f"start ± {duration_text(b.bound_ns)}" if b.bound_ns is not None
+             else "start on the host's own clock (before sync_clocks: not placed)")
+    after = (f"<br>acked {duration_text(b.end_ns - first_end[b.step])} after the step's first ack"
+             if b.took_ns is not None and b.end_ns > first_end.get(b.step, b.end_ns) else "")
+    message = f"<br>{b.message[:200]}" if b.message else ""
+    return (f"<b>{b.row}</b> in {b.phase} (step {b.step})<br>{b.outcome}, took {duration_text(b.took_ns)}"
+            f"<br>{where}{after}{message}")
+
+
+def timeline_figure(record: dict[str, Any]) -> dict[str, Any]:
+    """The phase timeline as a Plotly figure: a row per host/component, a bar per step from
+    its start to its ack (ms since the first start), the start's error bound as a whisker,
+    each outcome its colour, each step shaded with its name where it fits."""
+    run_bars = bars(record)
+    origin = origin_ns(record, run_bars)
+    rows = sorted({b.row for b in run_bars})
+    first_end: dict[int, int] = {}
+    for b in run_bars:
+        if b.took_ns is not None:
+            first_end[b.step] = min(first_end.get(b.step, b.end_ns), b.end_ns)
+    spans = _spans(run_bars)
+    traces = []
+    for outcome, colour in OUTCOME_COLOURS.items():
+        mine = [b for b in run_bars if b.outcome == outcome]
+        if not mine:
+            continue
+        traces.append({
+            "type": "bar", "orientation": "h", "name": outcome, "marker": {"color": colour},
+            "y": [b.row for b in mine], "base": [(b.start_ns - origin) / 1e6 for b in mine],
+            # an unacked bar is drawn to its step's end so that it is seen
+            "x": [max((b.took_ns if b.took_ns is not None else spans[b.step][1] - b.start_ns) / 1e6, 0.02)
+                  for b in mine],
+            "hovertext": [_hover(b, first_end) for b in mine], "hoverinfo": "text",
+            "customdata": [[b.step, b.host, b.component] for b in mine]})
+    placed = [b for b in run_bars if b.bound_ns]
+    if placed:
+        traces.append({
+            "type": "scatter", "mode": "markers", "name": "start ± bound", "y": [b.row for b in placed],
+            "x": [(b.start_ns - origin) / 1e6 for b in placed], "marker": {"size": 3, "color": "#333"},
+            "error_x": {"type": "data", "array": [b.bound_ns / 1e6 for b in placed], "thickness": 1,
+                        "width": 2},
+            "hoverinfo": "skip"})
+    shapes, annotations = _step_spans(record, spans, origin)
+    return {"data": traces, "layout": {
+        "barmode": "overlay", "height": max(220, 90 + 22 * len(rows)), "shapes": shapes,
+        "annotations": annotations, "showlegend": True, "legend": {"orientation": "h", "y": -0.15},
+        "xaxis": {"title": {"text": "ms since the first start (global timeline)"}, "zeroline": False},
+        "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1], "automargin": True},
+        "margin": {"t": 40, "r": 20, "b": 60}}}
+
+
+def _spans(run_bars: list[Bar]) -> dict[int, list[int]]:
+    """Each step's first start and last end among its bars."""
+    spans: dict[int, list[int]] = {}
+    for b in run_bars:
+        lo_hi = spans.setdefault(b.step, [b.start_ns, b.end_ns])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], b.start_ns), max(lo_hi[1], b.end_ns)
+    return spans
+
+
+def _step_spans(record: dict[str, Any], spans: dict[int, list[int]], origin: int) -> tuple[list, list]:
+    if not spans:
+        return [], []
+    total = max(hi for _, hi in spans.values()) - origin or 1
+    shapes, annotations = [], []
+    for index, (lo, hi) in sorted(spans.items()):
+        step = record["steps"][index]
+        failed = step.get("status") == "failed"
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": (lo - origin) / 1e6,
+                       "x1": (hi - origin) / 1e6, "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
+                       "fillcolor": "rgba(228,87,86,0.18)" if failed else
+                       ("rgba(0,0,0,0.04)" if index % 2 else "rgba(0,0,0,0.0)")})
+        if (hi - lo) / total >= LABEL_MIN_SHARE or failed:
+            annotations.append({"x": (lo + hi - 2 * origin) / 2e6, "y": 1.0, "xref": "x", "yref": "paper",
+                                "yanchor": "bottom", "showarrow": False,
+                                "text": step.get("phase", "?") + (" ✕" if failed else ""),
+                                "font": {"size": 11, "color": "#e45756" if failed else "#555"}})
+    return shapes, annotations
+
+
+def step_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The steps' table: phase, status, how long, the release and its skew, the slowest."""
+    rows = []
+    for index, step in enumerate(record.get("steps") or []):
+        release = step.get("release") or {}
+        acks = [(info["acked_ns"] - info["entered_ns"], f"{host}/{name}")
+                for host, entry in (step.get("hosts") or {}).items()
+                for name, info in (entry.get("components") or {}).items() if "acked_ns" in info]
+        counts: dict[str, int] = {}
+        for entry in (step.get("hosts") or {}).values():
+            for info in (entry.get("components") or {}).values():
+                outcome = _outcome(info)
+                counts[outcome] = counts.get(outcome, 0) + 1
+        slowest = max(acks, default=None)
+        rows.append({
+            "step": index, "phase": step.get("phase", "?"), "status": step.get("status", "?"),
+            "took": duration_text(step["duration_s"] * 1e9) if step.get("duration_s") is not None else "-",
+            "release": release.get("mode", "message"),
+            "skew": duration_text(release["skew_ns"]) if "skew_ns" in release else "-",
+            "skew_at_most": duration_text(release["at_most_ns"]) if "at_most_ns" in release else "-",
+            "troubles": _troubles(release),
+            "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(counts.items())),
+            "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-"})
+    return rows
+
+
+def _troubles(release: dict[str, Any]) -> str:
+    parts = []
+    if release.get("missed_ns"):
+        parts.append(f"{len(release['missed_ns'])} after the instant")
+    for key, said in (("unplaced", "not placed"), ("unsynchronised", "without a clock estimate"),
+                      ("realtime_refused", "refused real-time priority")):
+        if release.get(key):
+            parts.append(f"{len(release[key])} {said}")
+    return "; ".join(parts)
+
+
+def failures(record: dict[str, Any], run: Path, tail_lines: int = 30) -> list[dict[str, Any]]:
+    """Each failing participant of the run's failed steps: where, why, its traceback and the
+    last lines of its output (from the run directory), and the global instant it failed at."""
+    out = []
+    for b in bars(record):
+        if b.outcome not in ("error", "killed", "late"):
+            continue
+        info = record["steps"][b.step]["hosts"][b.host]["components"][b.component]
+        out.append({"step": b.step, "phase": b.phase, "host": b.host, "component": b.component,
+                    "outcome": b.outcome, "message": b.message, "traceback": info.get("traceback") or "",
+                    "instant_ns": b.end_ns if b.took_ns is not None else b.start_ns,
+                    "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
+                               for name in ("stdout", "stderr")}})
+    return out
+
+
+def _tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a file (read from its end: an output can be gigabytes)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def doing_at(record: dict[str, Any], instant_ns: int) -> dict[str, str]:
+    """What each host was doing at a global instant: the phases its components were in, or
+    the last step it had acked (waiting at the barrier) or that it had not begun yet."""
+    inside: dict[str, list[str]] = {}
+    before: dict[str, Bar] = {}
+    for b in bars(record):
+        if b.start_ns <= instant_ns and (b.took_ns is None or b.end_ns >= instant_ns):
+            inside.setdefault(b.host, []).append(f"{b.component} in {b.phase}")
+        elif b.end_ns < instant_ns and (b.host not in before or b.end_ns > before[b.host].end_ns):
+            before[b.host] = b
+    hosts = {b.host for b in bars(record)}
+    return {h: ", ".join(inside[h]) if h in inside else
+            (f"had acked {before[h].phase} {duration_text(instant_ns - before[h].end_ns)} before"
+             if h in before else "not begun") for h in sorted(hosts)}
