@@ -135,10 +135,15 @@ def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = 
     column = column or next((c for c in ("duration_ns", "value") if c in rel.columns), None)
     if column not in rel.columns:
         raise ValueError(f"no column {column!r} in the input ({', '.join(rel.columns)})")
-    x = rel.select(f'"{column}"').filter(f'"{column}" IS NOT NULL').fetchnumpy()[column].astype(float)
+    host = next((c for c in ("start_host", "host") if c in rel.columns), None)
+    columns = f'"{column}"' + (f', "{host}"' if host else "")
+    data = rel.select(columns).filter(f'"{column}" IS NOT NULL').fetchnumpy()
+    x = data[column].astype(float)
     counts, edges = np.histogram(x, bins=int(bins), range=None if lo is None and hi is None else
                                  (x.min() if lo is None else lo, x.max() if hi is None else hi))
-    plot_histogram(node.name, column, edges, counts, node.out / "plots" / f"{node.name}.png")
+    hosts = data[host].astype(str) if host else np.full(len(x), "")
+    by_host = {h: np.histogram(x[hosts == h], bins=edges)[0] for h in sorted(set(hosts))}
+    plot_histogram(node.name, column, edges, by_host, node.out / "plots" / f"{node.name}.png")
     table = pa.table({"lo": edges[:-1], "hi": edges[1:], "count": counts})
     return node.db.from_arrow(table)
 

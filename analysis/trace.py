@@ -1,7 +1,8 @@
 """The merged timeline as a trace for ui.perfetto.dev (Chrome's JSON trace format, which
 Perfetto opens as it is): a process per host, a thread per component with its events as
 instants, intervals and cross-host pairs as async slices, counters and CAMP rates as counter
-tracks, and each host's steps as slices on its own `phases` track.
+tracks, and each host's steps as slices on its own `phases` track. Each pair's two ends are
+also marks on a `pairs` track of their hosts, joined by a flow arrow from send to receive.
 
 Times are microseconds from the run's first instant, so a double keeps nanoseconds.
 """
@@ -17,6 +18,8 @@ import duckdb
 
 TRACE_LIMIT = 1_000_000  # events and intervals each; more makes a file the viewer cannot open
 PHASES_TID = 0
+PAIRS_TRACK = "pairs"
+MARK_US = 0.001  # a pair's end is a slice this long: a flow arrow binds to a slice, not an instant
 NET_RATE = r"^net\.(.+)\.(bytes_recv|bytes_sent)$"
 
 
@@ -54,6 +57,17 @@ class _Tracks:
 
 def write_event(out: IO[str], event: dict[str, Any]) -> None:
     out.write(",\n" + json.dumps(event, separators=(",", ":")))
+
+
+def _flow(out: IO[str], tracks: _Tracks, ident: str, name: str, tag: int | None,
+          start: tuple[str, float], end: tuple[str, float]) -> None:
+    """A pair's ends as marks on their hosts' pairs tracks, and the flow arrow between them."""
+    for (host, ts), phase, end_name in ((start, "s", "sent"), (end, "f", "received")):
+        pid, tid = tracks.tid(host, PAIRS_TRACK)
+        write_event(out, {"ph": "X", "name": f"{name} {end_name}", "pid": pid, "tid": tid, "ts": ts,
+                          "dur": MARK_US, "args": {"tag": tag}})
+        write_event(out, {"ph": phase, "cat": "pair", "name": name, "id": ident, "pid": pid, "tid": tid,
+                          "ts": ts, **({"bp": "e"} if phase == "f" else {})})
 
 
 def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LIMIT) -> TraceCounts:
@@ -94,10 +108,10 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
                 write_event(out, {"ph": "i", "s": "t", "name": entity, "pid": pid, "tid": tid, "ts": us(ts),
                                   "args": args})
         counts.events = min(counts.events, limit)
-        rows = db.execute(f"""SELECT name, start_host, end_host, tag, start_ts, end_ts, duration_ns, bound_ns
-                              FROM intervals ORDER BY end_ts LIMIT {limit}""")
+        rows = db.execute(f"""SELECT name, start_host, end_host, tag, start_ts, end_ts, duration_ns, bound_ns,
+                                     source FROM intervals ORDER BY end_ts LIMIT {limit}""")
         while batch := rows.fetchmany(65536):
-            for n, (name, start_host, end_host, tag, start, end, duration, bound) in enumerate(batch):
+            for n, (name, start_host, end_host, tag, start, end, duration, bound, source) in enumerate(batch):
                 # Async slices: intervals of one component may overlap without nesting.
                 ident = f"{counts.slices + n:x}"
                 common = {"cat": "interval", "name": name, "pid": tracks.pid(end_host), "id": ident}
@@ -105,6 +119,8 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
                                   "args": {"tag": tag, "from": start_host, "duration_ns": duration,
                                            "bound_ns": bound}})
                 write_event(out, {**common, "ph": "e", "ts": us(end)})
+                if source == "pair":
+                    _flow(out, tracks, ident, name, tag, (start_host, us(start)), (end_host, us(end)))
             counts.slices += len(batch)
         counts.truncated |= counts.slices >= limit
         for ts, host, field, rate in db.execute(

@@ -17,10 +17,10 @@ from netspec.analysis.points import UnlikeRuns, point_metrics
 from netspec.analysis.provenance import differences
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
+from netspec.analysis.units import duration_text
 from netspec.protocol.runrecord import load_record
 
 from .timeline import bars
-from .units import duration_text
 
 
 def _number(value: float, unit: str) -> str:

@@ -13,9 +13,9 @@ from typing import Any
 
 import jinja2
 import msgspec
+from netspec.analysis.units import duration_text
 
 from .timeline import OUTCOME_COLOURS, step_rows
-from .units import duration_text
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-
-from .units import rate_text, time_unit
+from netspec.analysis.units import rate_text, time_unit
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .units import duration_text
+from netspec.analysis.units import duration_text
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
