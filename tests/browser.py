@@ -1,0 +1,140 @@
+"""What the browser tests share: real runs made once per test session (a passing run with
+pairs, a failing run, a two-point campaign), whichever xdist worker asks first; and a headless
+Chromium driven by selenium."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import uvicorn
+from netspec.web.app import create_app
+from support import PROGRAMS, REPO, ns_control, session_dir
+
+STIMULUS = REPO / "experiments" / "stimulus_response" / "stimulus.py"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+OK = f"""
+experiment: browse-ok
+hosts: {{a: {{}}, b: {{}}}}
+components:
+  server: {{host: a, program: {STIMULUS}, args: [--role, server], params: {{size: 64}}}}
+  client: {{host: b, program: {STIMULUS}, args: [--role, client], params: {{count: 300, size: 64}}}}
+services: {{clksync: {{reference: a}}, camp: {{interval_ms: 10}}}}
+streams: {{stim: {{enable: [STIM]}}}}
+analysis:
+  pairs:
+    to_server: {{start: STIM/send, end: STIM/stimulus}}
+    to_client: {{start: STIM/reply, end: STIM/rtt}}
+schedule:
+  - launch
+  - sync_clocks
+  - start_logging
+  - {{phase: listen, components: [server]}}
+  - {{phase: run, components: [client]}}
+  - stop_logging
+  - collect
+"""
+FAILING = f"""
+experiment: browse-failing
+hosts: {{a: {{}}, b: {{}}, c: {{}}}}
+components:
+  w1: {{host: a, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{ticks: 20}}}}
+  w2: {{host: b, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{fail_in: work, lines: 40}}}}
+  w3: {{host: c, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"]}}
+services: {{clksync: {{reference: a}}, camp: {{interval_ms: 10}}}}
+streams: {{play: {{enable: [PLAY]}}}}
+schedule: [launch, sync_clocks, start_logging, work, stop, stop_logging, collect]
+"""
+SWEEP = OK.replace("browse-ok", "browse-sweep").replace("count: 300", "count: 100") + """
+sweep: {params: {client.size: [64, 16384]}}
+repeat: {runs: 2, metric: interval to_client}
+"""
+
+
+@pytest.fixture(scope="session")
+def results() -> Path:
+    """A directory with runs/ and campaigns/ made by real runs, once per session."""
+    root = session_dir() / "browser"
+    with open(session_dir() / "browser.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "made").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            env = {**os.environ, "NETSPEC_HOME": str(root / "home")}
+            for name, text, code in (("ok", OK, 0), ("failing", FAILING, 1), ("sweep", SWEEP, 0)):
+                (root / f"{name}.yaml").write_text(textwrap.dedent(text))
+                done = ns_control("run", f"{name}.yaml", "--quiet", cwd=root, env=env, timeout=180)
+                assert done.returncode == code, done.stdout + done.stderr
+            (root / "made").write_text("")
+    return root
+
+
+def run_ref(root: Path, experiment: str, index: int = 0) -> str:
+    return f"{experiment}/{sorted(p.name for p in (root / 'runs' / experiment).iterdir())[index]}"
+
+
+@contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """The app on a free 127.0.0.1 port in a thread of this process; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(create_app(root / "runs", root / "campaigns"), log_level="warning",
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """A headless Chromium under selenium, or a skip that says what is missing."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip(f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}): "
+                    "apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1800", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def open_page(driver, url: str, timeout: float = 30) -> None:
+    """Load `url` and wait until its panels drew (the page marks its body ready)."""
+    driver.get(url)
+    deadline = time.monotonic() + timeout
+    while not driver.execute_script("return document.body && document.body.dataset.ready === 'yes'"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} did not finish drawing within {timeout} s")
+        time.sleep(0.05)
+
+
+def console_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
