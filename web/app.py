@@ -25,11 +25,7 @@ from starlette.staticfiles import StaticFiles
 from . import panels, timeline
 from .catalog import Catalog, NotFound
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, plotly_js, render, run_header
-
-# What a run page offers to download, relative to the run directory.
-DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
-             "merged/narration.txt", "merged/report.html")
+from .pages import STATIC, downloads, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -59,12 +55,6 @@ def _float(request: Request, name: str) -> float | None:
         return float(value)
     except ValueError:
         raise ValueError(f"query parameter {name}={value!r} is not a number") from None
-
-
-def downloads(run: Path) -> list[str]:
-    """The run's files a page links to: the fixed ones and every Parquet table, if present."""
-    tables = sorted(f"{MERGED}/{p.name}" for p in (run / MERGED).glob("*.parquet"))
-    return [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
 
 
 def run_panel(run: Path, record: dict[str, Any], name: str, request: Request | None = None) -> Any:

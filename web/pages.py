@@ -20,6 +20,9 @@ from .timeline import OUTCOME_COLOURS, step_rows
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 STATUS_CLASSES = ("ok", "partial", "failed", "interrupted", "running")
+# What a run page offers to download, relative to the run directory.
+DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
+             "merged/narration.txt", "merged/report.html")
 
 
 @functools.cache
@@ -82,3 +85,9 @@ def run_header(path: Path, record: dict[str, Any], ref: str, files: list[str]) -
         "error": error, "merged": merged,
         "page": {"ref": ref, "status": record.get("status"), "merged": merged,
                  "failed": bool(error) or record.get("status") in ("failed", "partial")}}
+
+
+def downloads(run: Path) -> list[str]:
+    """The run's files a page links to: the fixed ones and every Parquet table, if present."""
+    tables = sorted(f"merged/{p.name}" for p in (run / "merged").glob("*.parquet"))
+    return [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]

@@ -12,8 +12,7 @@ from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import load_record
 
 from . import panels, timeline
-from .app import downloads
-from .pages import render, run_header
+from .pages import downloads, render, run_header
 
 REPORT = "report.html"
 REPORT_EVENTS = 2000
