@@ -153,7 +153,7 @@ def test_the_demo_result_set_holds_every_table_and_product(demo):
     assert {p.name for p in demo.merged.iterdir()} == {
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
         "rates.parquet", "usage.parquet", "workload.parquet", "states.parquet", "trace.json", "narration.txt",
-        "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
+        "report.html", "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
 
 
 def test_every_table_of_the_result_set_is_documented_column_by_column_with_a_query_that_runs(
