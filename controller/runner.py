@@ -162,6 +162,6 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     lines = summary.merge_lines(result, took)
     try:
         lines.append(f"  report (opens in any browser, no network): {write_report(run, out)}")
-    except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
-        output.err([f"report.html not written: {exc} (the result set is complete)"])
+    except Exception as exc:  # a page for people: whatever breaks it, the run and its result set stand
+        output.err([f"report.html not written: {type(exc).__name__}: {exc} (the result set is complete)"])
     return Merged(True, lines, took)

@@ -39,18 +39,24 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
     traces = []
     for host, t, offset, lo, hi, _, _, _ in rows:
         traces += [
-            {"type": "scatter", "mode": "lines", "x": t + t[::-1], "y": [v / scale for v in hi + lo[::-1]],
+            {"type": "scatter", "mode": "lines", "x": t + t[::-1],
+             "y": [_scaled(v, scale) for v in hi + lo[::-1]],
              "fill": "toself", "opacity": 0.25, "line": {"width": 0}, "name": f"{host} bounds",
              "hoverinfo": "skip", "legendgroup": host, "showlegend": False},
-            {"type": "scatter", "mode": "lines+markers", "x": t, "y": [v / scale for v in offset],
+            {"type": "scatter", "mode": "lines+markers", "x": t, "y": [_scaled(v, scale) for v in offset],
              "name": host, "legendgroup": host, "marker": {"size": 4}}]
     figure = {"data": traces, "layout": {
         "height": 320, "margin": {"t": 20, "r": 20},
         "xaxis": {"title": {"text": "ms since the first start"}},
         "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
-    table = [{"host": host, "reference": ref, "knots": len(t), "worst_bound": f"{worst / scale:.3g} {unit}",
+    table = [{"host": host, "reference": ref, "knots": len(t),
+              "worst_bound": "-" if worst is None else f"{worst / scale:.3g} {unit}",
               "timestamps": source} for host, t, _, _, _, worst, source, ref in rows]
     return {"figure": figure if rows else None, "rows": table}
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value / scale
 
 
 def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, Any]]:
@@ -226,8 +232,9 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
                           ORDER BY ts LIMIT {limit} OFFSET {offset}""",
                       {**params, "origin": origin}).fetchall()
     return {"total": total, "offset": offset, "limit": limit,
-            "rows": [{"ms": round(ms, 6), "bound_us": bound / 1e3, "host": h, "component": c, "entity": e,
-                      "kind": k, "tag": t, "value": v, "data": d} for ms, bound, h, c, e, k, t, v, d in rows]}
+            "rows": [{"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
+                      "entity": e, "kind": k, "tag": t, "value": v, "data": d}
+                     for ms, bound, h, c, e, k, t, v, d in rows]}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,
