@@ -37,40 +37,34 @@ def _problem(exc: Exception, status: int) -> Response:
     return _json({"error": str(exc)}, status)
 
 
-def _int(request: Request, name: str, default: int | None = None) -> int | None:
+def _query_number(request: Request, name: str, kind: type[int] | type[float],
+                  default: float | None = None) -> float | None:
+    """A numeric query parameter, `default` when absent.
+
+    Raises:
+        ValueError: naming the parameter and its value, when it is not a `kind`.
+    """
     value = request.query_params.get(name, "")
     if value == "":
         return default
     try:
-        return int(value)
+        return kind(value)
     except ValueError:
-        raise ValueError(f"query parameter {name}={value!r} is not an integer") from None
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"query parameter {name}={value!r} is not {what}") from None
 
 
-def _float(request: Request, name: str) -> float | None:
-    value = request.query_params.get(name, "")
-    if value == "":
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"query parameter {name}={value!r} is not a number") from None
-
-
-def run_panel(run: Path, record: dict[str, Any], name: str, request: Request | None = None) -> Any:
+def run_panel(run: Path, record: dict[str, Any], name: str, request: Request) -> Any:
     """One panel's data. `events` takes its filters from the request's query."""
     if name == "timeline":
         return timeline.timeline_figure(record)
     if name == "live":
         return {"status": record.get("status"), "steps": timeline.step_rows(record),
                 "timeline": timeline.timeline_figure(record)}
+    merged = (run / MERGED / "summary.json").is_file()
+    if not merged:
+        return panels.triage(None, record, run) if name == "triage" else {"merged": False}
     origin = timeline.origin_ns(record)
-    failed = timeline.failures(record, run) if name == "triage" else []
-    if not (run / MERGED / "summary.json").is_file():
-        if name == "triage":
-            return {"failures": failed, "merged": False, "around": [
-                _around({}, timeline.doing_at(record, f["instant_ns"])) for f in failed]}
-        return {"merged": False}
     db = open_tables(run / MERGED)
     try:
         if name == "clocks":
@@ -80,25 +74,19 @@ def run_panel(run: Path, record: dict[str, Any], name: str, request: Request | N
         if name == "distributions":
             return panels.distributions(db)
         if name == "triage":
-            return {"failures": failed, "merged": True, "around": [
-                _around(panels.around(db, f["instant_ns"]), timeline.doing_at(record, f["instant_ns"]))
-                for f in failed]}
+            return panels.triage(db, record, run)
         if name == "events":
-            q = request.query_params if request else {}
+            q = request.query_params
             return panels.events(db, origin, text=q.get("text", ""), host=q.get("host", ""),
                                  component=q.get("component", ""), entity=q.get("entity", ""),
-                                 tag=_int(request, "tag") if request else None,
-                                 since_ms=_float(request, "since") if request else None,
-                                 until_ms=_float(request, "until") if request else None,
-                                 offset=(_int(request, "offset", 0) if request else 0) or 0,
-                                 limit=(_int(request, "limit", 100) if request else 100) or 100)
+                                 tag=_query_number(request, "tag", int),
+                                 since_ms=_query_number(request, "since", float),
+                                 until_ms=_query_number(request, "until", float),
+                                 offset=_query_number(request, "offset", int, 0),
+                                 limit=_query_number(request, "limit", int, 100))
     finally:
         db.close()
     raise NotFound(f"no panel {name!r}")
-
-
-def _around(counters: dict[str, dict[str, Any]], doing: dict[str, str]) -> dict[str, dict[str, Any]]:
-    return {h: {**counters.get(h, {}), "phase": doing.get(h, "")} for h in sorted({*counters, *doing})}
 
 
 PANELS = ("timeline", "live", "clocks", "resources", "distributions", "triage", "events")
@@ -128,9 +116,9 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
         return catalog.run_path(f"{request.path_params['experiment']}/{request.path_params['run']}")
 
     def index(request: Request) -> Response:
-        runs_list = catalog.runs()
+        runs_list, campaigns_list, unreadable = catalog.index()
         return HTMLResponse(render("index.html", title="netspec runs", runs=runs_list,
-                                   campaigns=catalog.campaigns(), unreadable=catalog.unreadable,
+                                   campaigns=campaigns_list, unreadable=unreadable,
                                    runs_root=str(catalog.runs_root),
                                    campaigns_root=str(catalog.campaigns_root)))
 
@@ -150,9 +138,9 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
 
     def download(request: Request) -> Response:
         path = _run(request)
-        name = request.path_params["name"]
-        if name not in downloads(path):
-            raise NotFound(f"{name}: not a file this run offers ({', '.join(downloads(path))})")
+        name, offered = request.path_params["name"], downloads(path)
+        if name not in offered:
+            raise NotFound(f"{name}: not a file this run offers ({', '.join(offered)})")
         return FileResponse(confined(path, name, "download"), filename=Path(name).name)
 
     def campaign_page(request: Request) -> Response:

@@ -112,25 +112,31 @@ class Catalog:
             return None
         return "/".join(rel.parts) if len(rel.parts) == 2 else None
 
-    def runs(self) -> list[RunEntry]:
-        """Every run under the root, newest first. A run.json that cannot be read is left out
-        of the list and said in `unreadable`."""
-        entries, self.unreadable = [], []
+    def index(self) -> tuple[list[RunEntry], list[CampaignEntry], list[str]]:
+        """Every run and every campaign under the roots, newest first, and each run.json or
+        campaign.json that cannot be read, said rather than left out silently."""
+        unreadable: list[str] = []
+        return self._runs(unreadable), self._campaigns(unreadable), unreadable
+
+    def _runs(self, unreadable: list[str]) -> list[RunEntry]:
+        entries = []
         for path in sorted(self.runs_root.glob("*/*/run.json")):
             if path.parent.is_symlink():
                 continue
             try:
                 entries.append(self._entry(path.parent))
             except (OSError, ValueError, msgspec.DecodeError) as exc:
-                self.unreadable.append(f"{path}: {exc}")
+                unreadable.append(f"{path}: {exc}")
         entries.sort(key=lambda e: e.started_ns, reverse=True)
         return entries
 
     def _entry(self, run: Path) -> RunEntry:
-        stats = [os.stat(run / "run.json")]
-        if (run / JOURNAL).exists():
-            stats.append(os.stat(run / JOURNAL))
-        key = (stats[0].st_mtime_ns, stats[0].st_size, stats[-1].st_mtime_ns if len(stats) > 1 else 0)
+        stat = os.stat(run / "run.json")
+        try:
+            journal = os.stat(run / JOURNAL).st_mtime_ns
+        except FileNotFoundError:
+            journal = 0
+        key = (stat.st_mtime_ns, stat.st_size, journal)
         cached = self._heads.get(run)
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
@@ -147,12 +153,13 @@ class Catalog:
         self._heads[run] = (key, entry)
         return entry
 
-    def campaigns(self) -> list[CampaignEntry]:
+    def _campaigns(self, unreadable: list[str]) -> list[CampaignEntry]:
         entries = []
         for path in sorted(self.campaigns_root.glob(f"*/*/{CAMPAIGN_FILE}")):
             try:
                 state = json.loads(path.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                unreadable.append(f"{path}: {exc}")
                 continue
             entries.append(CampaignEntry(
                 f"{path.parent.parent.name}/{path.parent.name}", state.get("experiment", ""),

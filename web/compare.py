@@ -120,14 +120,11 @@ def _usage(run: Path) -> dict[tuple[int, str], float]:
     db = open_tables(merged)
     rows = db.execute("""
         SELECT step, CASE WHEN field LIKE 'cpu.%' THEN 'cpu' ELSE 'net' END AS kind,
-               sum(per_s) / CASE WHEN field LIKE 'cpu.%' THEN 1e9 ELSE 1 END
+               sum(per_s / CASE WHEN field LIKE 'cpu.%' THEN 1e9 ELSE 1 END)
         FROM usage WHERE per_s IS NOT NULL AND (field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq',
               'cpu.softirq') OR field LIKE 'net.%.bytes_%')
-        GROUP BY step, kind, field LIKE 'cpu.%'""").fetchall()
-    out: dict[tuple[int, str], float] = {}
-    for step, kind, value in rows:
-        out[(step, kind)] = out.get((step, kind), 0.0) + value
-    return out
+        GROUP BY step, kind""").fetchall()
+    return {(step, kind): value for step, kind, value in rows}
 
 
 def compare_runs(a: Path, b: Path) -> dict[str, Any]:

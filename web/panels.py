@@ -7,10 +7,13 @@ figures and rows, ready for JSON.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
 from netspec.analysis.units import rate_text, time_unit
+
+from . import timeline
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600
@@ -261,3 +264,16 @@ def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_00
                 {"t": instant_ns, "w": window_ns}).fetchall():
             out.setdefault(host, {}).update(cpu_busy=rate_text(busy, "%"), net=rate_text(net, "B/s"))
     return out
+
+
+def triage(db: duckdb.DuckDBPyConnection | None, record: dict[str, Any], run: Path) -> dict[str, Any]:
+    """Each failing participant (`timeline.failures`) and, per host at its instant, the phase
+    it was in; with a result set (`db`) also its last events and CAMP rates (`around`)."""
+    failed = timeline.failures(record, run)
+    by_failure = []
+    for f in failed:
+        counters = around(db, f["instant_ns"]) if db is not None else {}
+        doing = timeline.doing_at(record, f["instant_ns"])
+        by_failure.append({h: {**counters.get(h, {}), "phase": doing.get(h, "")}
+                           for h in sorted({*counters, *doing})})
+    return {"failures": failed, "merged": db is not None, "around": by_failure}

@@ -28,17 +28,13 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     out = out or run / MERGED
     record = load_record(run)
     origin = timeline.origin_ns(record)
-    failed = timeline.failures(record, run)
     data = {"timeline": timeline.timeline_figure(record)}
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin),
                     distributions=panels.distributions(db),
                     events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
-                    triage={"failures": failed, "merged": True, "around": [
-                        {h: {**panels.around(db, f["instant_ns"]).get(h, {}), "phase": doing}
-                         for h, doing in timeline.doing_at(record, f["instant_ns"]).items()}
-                        for f in failed]})
+                    triage=panels.triage(db, record, run))
     finally:
         db.close()
     header = run_header(run, record, record.get("id", run.name), [])

@@ -227,12 +227,13 @@ def doing_at(record: dict[str, Any], instant_ns: int) -> dict[str, str]:
     the last step it had acked (waiting at the barrier) or that it had not begun yet."""
     inside: dict[str, list[str]] = {}
     before: dict[str, Bar] = {}
-    for b in bars(record):
+    run_bars = bars(record)
+    for b in run_bars:
         if b.start_ns <= instant_ns and (b.took_ns is None or b.end_ns >= instant_ns):
             inside.setdefault(b.host, []).append(f"{b.component} in {b.phase}")
         elif b.end_ns < instant_ns and (b.host not in before or b.end_ns > before[b.host].end_ns):
             before[b.host] = b
-    hosts = {b.host for b in bars(record)}
+    hosts = {b.host for b in run_bars}
     return {h: ", ".join(inside[h]) if h in inside else
             (f"had acked {before[h].phase} {duration_text(instant_ns - before[h].end_ns)} before"
              if h in before else "not begun") for h in sorted(hosts)}

@@ -31,7 +31,7 @@ def _get(url: str) -> tuple[int, bytes]:
 
 def test_the_index_lists_every_run_and_campaign_with_its_status(results: Path):
     catalog = Catalog(results / "runs", results / "campaigns")
-    runs = catalog.runs()
+    runs, campaigns, unreadable = catalog.index()
     by_experiment = {}
     for r in runs:
         by_experiment.setdefault(r.experiment, []).append(r)
@@ -39,8 +39,8 @@ def test_the_index_lists_every_run_and_campaign_with_its_status(results: Path):
     assert [r.status for r in by_experiment["browse-failing"]] == ["failed"]
     assert len(by_experiment["browse-sweep"]) == 4 and all(r.campaign for r in by_experiment["browse-sweep"])
     assert by_experiment["browse-ok"][0].hosts == 2 and by_experiment["browse-ok"][0].merged
-    assert [c.points for c in catalog.campaigns()] == [2]
-    assert catalog.unreadable == []
+    assert [c.points for c in campaigns] == [2]
+    assert unreadable == []
 
 
 def test_a_reference_resolves_only_to_a_run_under_the_root(results: Path):
@@ -160,3 +160,13 @@ def test_the_app_serves_pages_and_refuses_what_it_does_not_offer(results: Path):
         assert _get(f"{url}/api/run/{ref}/nosuchpanel")[0] == 404
         assert _get(f"{url}/api/run/..%2F..%2Fetc/passwd/timeline")[0] in (400, 404)
         assert _get(f"{url}/compare?a={ref}")[0] == 400
+
+
+def test_an_unreadable_run_or_campaign_is_said_not_dropped(tmp_path: Path):
+    for path in (tmp_path / "runs/exp/r1/run.json", tmp_path / "campaigns/exp/c1/campaign.json"):
+        path.parent.mkdir(parents=True)
+        path.write_text("{not json")
+    runs, campaigns, unreadable = Catalog(tmp_path / "runs", tmp_path / "campaigns").index()
+    assert (runs, campaigns) == ([], [])
+    assert [u.split(":")[0] for u in unreadable] == [str(tmp_path / "runs/exp/r1/run.json"),
+                                                     str(tmp_path / "campaigns/exp/c1/campaign.json")]
