@@ -19,6 +19,10 @@ from typing import Any
 from unittest import mock
 
 import pytest
+
+# The browser tests' runs, made once per session (tests/browser.py). Declared here: a
+# conftest.py of tests/web would be the module `conftest` that other tests import from.
+from browser import results  # noqa: F401
 from netspec.protocol.auth import load_or_create_key
 from support import PROGRAMS, SESSION_ENV, session_dir
 

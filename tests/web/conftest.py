@@ -1,3 +1,0 @@
-"""The browser tests' fixture: real runs, made once per session."""
-
-from browser import results  # noqa: F401 (a fixture)
