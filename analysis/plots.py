@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
@@ -33,7 +34,10 @@ LABEL_GAP = 0.04
 def _figure(rows: int, cols: int, size: tuple[float, float], **kw) -> tuple[Figure, np.ndarray]:
     # Figure without pyplot: no global state, no GUI backend, and a third of the import time
     fig = Figure(figsize=size)
-    axes = fig.subplots(rows, cols, squeeze=False, **kw)
+    # A title at a fixed height: placing it above the tick labels measured every label of the
+    # axes again at each draw, a third of the drawing time.
+    with rc_context({"axes.titley": 1.0}):
+        axes = fig.subplots(rows, cols, squeeze=False, **kw)
     # Margins fixed in inches: matplotlib's tight_layout measured every label and took longer
     # than drawing the figures.
     width, height = size
@@ -83,7 +87,9 @@ def plot_interval(name: str, t_s: np.ndarray, us: np.ndarray, path: Path) -> Pat
     scatter.set(xlabel="time since the run started (s)", ylabel=f"{name} ({unit})",
                 title=f"{name}: {len(v)} intervals" + (f" (every {step}th shown)" if step > 1 else ""))
     hi = np.percentile(v, 99.5) if len(v) else 1
-    hist.hist(v[v <= hi], bins=60)
+    # One stairs artist, not a patch per bin: sixty patches took longer to add than to draw.
+    counts, edges = np.histogram(v[v <= hi], bins=60)
+    hist.stairs(counts, edges, fill=True)
     hist.set(xlabel=f"{name} ({unit})", ylabel="count",
              title=f"median {np.median(v):.4g} {unit} (to the 99.5th pct)")
     for ax in (scatter, hist):

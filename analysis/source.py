@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -16,7 +16,9 @@ from netspec.datastream.format import NAMESPACE
 from netspec.datastream.reader import ADMIN, Decoder, StreamReader
 
 from .batch import BATCH_RECORDS, KINDS, Batch, Counts, Dictionaries
-from .convert import CompiledFit
+
+if TYPE_CHECKING:
+    from .convert import CompiledFit
 
 DISTINCT_TABLE_LIMIT = 1 << 16
 _KIND = {k: i for i, k in enumerate(KINDS)}
@@ -24,16 +26,29 @@ _decode = msgspec.msgpack.decode
 _json = msgspec.json.encode
 
 
+def compiled_fit(fit: ClockFit) -> CompiledFit:
+    """`fit` as the compiled conversion takes it."""
+    from .convert import CompiledFit  # loads numba: only for a merge that compiles
+
+    compiled = CompiledFit.of(fit)
+    assert compiled is not None  # not the reference's
+    return compiled
+
+
 class FileSource:
     """One stream file's records as Batches in global time, plus the sample rows it holds
     (`samples`, drained by the caller)."""
 
     def __init__(self, path: Path, host: str, fit: ClockFit | None, names: Dictionaries, counts: Counts,
-                 decoders: Mapping[str, Decoder] | None = None):
+                 decoders: Mapping[str, Decoder] | None = None, compiled: bool = True):
         self.reader = StreamReader(path, decoders)
+        self.compiled = compiled
         self.host, self.names, self.counts = host, names, counts
         self.fitted = fit is not None and fit.usable
-        self.clock = CompiledFit.of(fit) if self.fitted else None  # None too for the reference
+        # None for the reference too: its times are the timeline's.
+        self.clock: ClockFit | CompiledFit | None = None
+        if self.fitted and fit.source != "reference":
+            self.clock = compiled_fit(fit) if compiled else fit
         h = self.reader.header
         self.codes = (names.host.code(host), names.component.code(h.get("component") or ""),
                       names.stream.code(h.get("stream") or ""))
@@ -44,7 +59,7 @@ class FileSource:
         # Chunks are gathered into batches of about BATCH_RECORDS: what a batch costs is
         # mostly per call, and a chunk holds a few thousand records.
         held: list[Columns] = []
-        for seq, item in self.reader.columns():
+        for seq, item in self.reader.columns(self.compiled):
             if seq is not None:
                 held.append(item)
                 if sum(map(len, held)) < BATCH_RECORDS:

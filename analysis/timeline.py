@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import numba
 import numpy as np
 from netspec.clksync.fit import ClockFit
+from netspec.datastream.columns import COMPILED_FROM_BYTES
 from netspec.datastream.reader import Decoder
 from netspec.protocol.errors import StreamError
 
@@ -32,7 +32,7 @@ EMIT_RECORDS = 1 << 18
 DECODERS = 2
 
 
-def merge(sources: list[FileSource], counts: Counts) -> Iterator[Batch]:
+def merge(sources: list[FileSource], counts: Counts, compiled: bool = True) -> Iterator[Batch]:
     """The sources' batches as one time-ordered sequence of batches.
 
     The source whose last batch ends earliest is read next; everything older than every
@@ -43,11 +43,11 @@ def merge(sources: list[FileSource], counts: Counts) -> Iterator[Batch]:
     with ThreadPoolExecutor(max_workers=DECODERS, thread_name_prefix="decode") as pool:
         iters = [iter(s) for s in sources]
         ahead = [pool.submit(next, it, None) for it in iters]
-        yield from _merge(iters, ahead, pool, counts)
+        yield from _merge(iters, ahead, pool, counts, compiled)
 
 
 def _merge(iters: list[Iterator[Batch]], ahead: list[Future[Batch | None]], pool: ThreadPoolExecutor,
-           counts: Counts) -> Iterator[Batch]:
+           counts: Counts, compiled: bool) -> Iterator[Batch]:
     frontier = [(np.iinfo(np.int64).min, i) for i in range(len(iters))]
     heapq.heapify(frontier)
     pending: list[Batch] = []
@@ -74,75 +74,29 @@ def _merge(iters: list[Iterator[Batch]], ahead: list[Future[Batch | None]], pool
         # Splitting copies what is held: do it once enough has gathered.
         if held < EMIT_RECORDS and frontier:
             continue
-        ready, pending = _split(pending, watermark)
+        ready, pending = _split(pending, watermark, compiled)
         held = sum(len(b) for b in pending)
         if ready is not None:
             emitted = max(emitted, int(ready.ts[-1]))
             yield ready
     if pending:
-        yield _sorted(pending)
+        yield _sorted(pending, compiled)
 
 
-def _sorted(runs: list[Batch]) -> Batch:
+def _sorted(runs: list[Batch], compiled: bool) -> Batch:
     """The runs' records as one batch in time order; records of equal times keep the order
     they had, run after run, as a stable sort of the runs end to end would give."""
     if len(runs) == 1:
         return runs[0]
     batch = Batch.concat(runs)
-    return batch.take(_merge_order(batch.ts, np.cumsum([len(r) for r in runs])))
+    if not compiled:
+        return batch.take(np.argsort(batch.ts, kind="stable"))
+    from .ordering import merge_order
+
+    return batch.take(merge_order(batch.ts, np.cumsum([len(r) for r in runs])))
 
 
-@numba.njit(cache=True, nogil=True)
-def _merge_order(ts, ends):
-    """The order that merges the sorted runs of `ts` ending at `ends`: a k-way merge on a
-    binary heap of runs, the earlier run first among equal times. Sorting the whole again
-    would cost several times as much."""
-    k = len(ends)
-    at = np.empty(k, np.int64)  # each run's next record
-    heap = np.empty(k, np.int64)
-    size = 0
-    for r in range(k):
-        at[r] = ends[r - 1] if r else 0
-        if at[r] == ends[r]:
-            continue
-        i = size
-        size += 1
-        while i > 0:  # sift up
-            parent = (i - 1) // 2
-            q = heap[parent]
-            if ts[at[q]] < ts[at[r]] or (ts[at[q]] == ts[at[r]] and q < r):
-                break
-            heap[i] = q
-            i = parent
-        heap[i] = r
-    order = np.empty(len(ts), np.int64)
-    for o in range(len(ts)):
-        r = heap[0]
-        order[o] = at[r]
-        at[r] += 1
-        if at[r] == ends[r]:
-            size -= 1
-            r = heap[size]
-        i = 0
-        while True:  # sift r down from the top
-            child = 2 * i + 1
-            if child >= size:
-                break
-            if child + 1 < size:
-                a, b = heap[child], heap[child + 1]
-                if ts[at[b]] < ts[at[a]] or (ts[at[b]] == ts[at[a]] and b < a):
-                    child += 1
-            c = heap[child]
-            if ts[at[r]] < ts[at[c]] or (ts[at[r]] == ts[at[c]] and r < c):
-                break
-            heap[i] = c
-            i = child
-        if size:
-            heap[i] = r
-    return order
-
-
-def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Batch]]:
+def _split(pending: list[Batch], watermark: int, compiled: bool) -> tuple[Batch | None, list[Batch]]:
     """(the pending records at or before the watermark, sorted; the rest). Each pending
     batch is in time order, so it is cut at the watermark without a copy."""
     early, rest = [], []
@@ -152,24 +106,28 @@ def _split(pending: list[Batch], watermark: int) -> tuple[Batch | None, list[Bat
         rest += [b.slice(k)] if k < len(b) else []
     if not early:
         return None, rest
-    return _sorted(early), rest
+    return _sorted(early, compiled), rest
 
 
 def merge_files(files: dict[str, list[Path]], fits: dict[str, ClockFit], out: Path,
-                decoders: Mapping[str, Decoder] | None = None) -> Counts:
+                decoders: Mapping[str, Decoder] | None = None, compiled: bool | None = None) -> Counts:
     """Merge `files` (host -> stream files) into out/events.parquet and out/samples.parquet;
-    `decoders` are the user's own, besides the built-in ones."""
+    `decoders` are the user's own, besides the built-in ones. `compiled`: decode, convert and
+    order with numba's compiled code; by default when the files hold COMPILED_FROM_BYTES or
+    more (the results are the same either way, the time is not)."""
     out.mkdir(parents=True, exist_ok=True)
     names, counts = Dictionaries(), Counts()
     sources = []
+    if compiled is None:
+        compiled = sum(p.stat().st_size for paths in files.values() for p in paths) >= COMPILED_FROM_BYTES
     for host, paths in sorted(files.items()):
         for path in sorted(paths):
             try:
-                sources.append(FileSource(path, host, fits.get(host), names, counts, decoders))
+                sources.append(FileSource(path, host, fits.get(host), names, counts, decoders, compiled))
             except StreamError as exc:  # this file's loss, not the run's
                 counts.warnings.append(f"{exc}: not merged")
     sink = EventsSink(out / "events.parquet", names)
-    for batch in merge(sources, counts):
+    for batch in merge(sources, counts, compiled):
         sink.write(batch)
     sink.close()
     counts.records = sink.rows

@@ -9,12 +9,12 @@ Times are microseconds from the run's first instant, so a double keeps nanosecon
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import duckdb
+import msgspec
 
 TRACE_LIMIT = 1_000_000  # events and intervals each; more makes a file the viewer cannot open
 PHASES_TID = 0
@@ -34,7 +34,7 @@ class TraceCounts:
 class _Tracks:
     """pid per host, tid per (host, component), and their names as metadata events."""
 
-    def __init__(self, out: IO[str]):
+    def __init__(self, out: IO[bytes]):
         self.out, self.pids, self.tids = out, {}, {}
 
     def pid(self, host: str) -> int:
@@ -55,11 +55,14 @@ class _Tracks:
         write_event(self.out, {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}})
 
 
-def write_event(out: IO[str], event: dict[str, Any]) -> None:
-    out.write(",\n" + json.dumps(event, separators=(",", ":")))
+_encode = msgspec.json.Encoder().encode
 
 
-def _flow(out: IO[str], tracks: _Tracks, ident: str, name: str, tag: int | None,
+def write_event(out: IO[bytes], event: dict[str, Any]) -> None:
+    out.write(b",\n" + _encode(event))
+
+
+def _flow(out: IO[bytes], tracks: _Tracks, ident: str, name: str, tag: int | None,
           start: tuple[str, float], end: tuple[str, float]) -> None:
     """A pair's ends as marks on their hosts' pairs tracks, and the flow arrow between them."""
     for (host, ts), phase, end_name in ((start, "s", "sent"), (end, "f", "received")):
@@ -79,9 +82,9 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
     def us(ns: int) -> float:
         return (ns - origin) / 1e3
 
-    with open(path, "w") as out:
-        out.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-        out.write(json.dumps({"ph": "M", "name": "netspec", "pid": 0, "args": {"origin_ns": origin}}))
+    with open(path, "wb") as out:
+        out.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+        out.write(_encode({"ph": "M", "name": "netspec", "pid": 0, "args": {"origin_ns": origin}}))
         tracks = _Tracks(out)
         for step, phase, host, start, end in db.execute(
                 "SELECT step, phase, host, min(entered), max(acked) FROM phases WHERE entered IS NOT NULL "
@@ -104,7 +107,7 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
                 args = {k: v for k, v in (("tag", tag), ("value", value), ("bound_ns", bound))
                         if v is not None}
                 if data is not None:
-                    args["data"] = json.loads(data)
+                    args["data"] = msgspec.json.decode(data)
                 write_event(out, {"ph": "i", "s": "t", "name": entity, "pid": pid, "tid": tid, "ts": us(ts),
                                   "args": args})
         counts.events = min(counts.events, limit)
@@ -134,5 +137,5 @@ def write_trace(db: duckdb.DuckDBPyConnection, path: Path, limit: int = TRACE_LI
                 interface, direction = field.split(".")[1], field.rsplit("_", 1)[1]
                 write_event(out, {"ph": "C", "name": f"net {interface} bytes/s", "pid": tracks.pid(host),
                                   "ts": us(ts), "args": {direction: rate}})
-        out.write("\n]}\n")
+        out.write(b"\n]}\n")
     return counts

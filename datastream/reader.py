@@ -208,13 +208,13 @@ class StreamReader:
             self.warn("no clean close record: the writer was killed or is still running "
                        "(records it still held in memory, at most one chunk, are not in the file)")
 
-    def columns(self) -> Iterator[tuple[int | None, Any]]:
-        """`chunks` with each chunk's records as columns (columns.Columns), decoded by
-        compiled code: the merge's view. numba is loaded on the first call, so a process
-        that reads records one by one (the daemon, `dump`) never loads it."""
-        from .columns import scan
+    def columns(self, compiled: bool = True) -> Iterator[tuple[int | None, Any]]:
+        """`chunks` with each chunk's records as columns (columns.Columns): the merge's view.
+        `compiled` decodes them with the compiled scanner, which loads numba on its first
+        call (a process that reads records one by one, the daemon or `dump`, never does)."""
+        from .columns import scan, unpack
 
-        return self.chunks(scan)
+        return self.chunks(scan if compiled else unpack)
 
     def chunks(self, decode: Callable[[bytes, int], Any] | None = None) -> Iterator[tuple[int | None, Any]]:
         """(seq, records) for every good chunk, in file order, and (None, {records,

@@ -4,6 +4,7 @@ check; the Parquet files read back with DuckDB and pyarrow."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -12,10 +13,11 @@ import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from netspec.analysis.ordering import merge_order
 from netspec.analysis.resultset import open_tables, write_intervals
-from netspec.analysis.timeline import _merge_order, merge_files
+from netspec.analysis.timeline import merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
-from netspec.datastream.columns import scan
+from netspec.datastream.columns import scan, unpack
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
 
@@ -56,7 +58,7 @@ def write_stream(directory: Path, host: str, records: list[tuple[str, int, int]]
 
 
 @pytest.fixture(scope="module")
-def merged(tmp_path_factory):
+def streams(tmp_path_factory):
     """Hosts a, b, c each log 3,000 events at known global times; b sends each to c."""
     tmp = tmp_path_factory.mktemp("merge")
     rng = random.Random(5)
@@ -76,35 +78,58 @@ def merged(tmp_path_factory):
             records += [("recv", int(host_time("c", g + 50_000)), i) for i, g in enumerate(sends)]
         records.sort(key=lambda r: r[1])
         files[host] = [write_stream(tmp / host, host, records)]
-    counts = merge_files(files, fits, tmp / "merged")
-    return tmp / "merged", truth, counts
+    return files, fits, truth
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["unpacked", "compiled"])
+def merged(streams, request, tmp_path_factory):
+    """The streams merged by msgpack's unpacker and numpy (a small merge) and by the compiled
+    scanner, conversion and ordering (a large one)."""
+    files, fits, truth = streams
+    out = tmp_path_factory.mktemp("merged")
+    counts = merge_files(files, fits, out, compiled=request.param)
+    return out, truth, counts
+
+
+def test_a_small_merge_and_a_compiled_one_write_the_same_rows(streams, tmp_path):
+    files, fits, _ = streams
+    for compiled in (False, True):
+        merge_files(files, fits, tmp_path / str(compiled), compiled=compiled)
+    assert pq.read_metadata(tmp_path / "False" / "events.parquet").num_rows == 11003
+    for table in ("events", "samples"):
+        unpacked, compiled = (pq.read_table(tmp_path / str(c) / f"{table}.parquet") for c in (False, True))
+        # Row by row: the dictionary columns' chunks may be laid out differently.
+        assert unpacked.to_pydict() == compiled.to_pydict(), table
 
 
 def test_every_event_lands_on_its_true_global_time_within_its_bound(merged):
     out, truth, counts = merged
-    events = pq.read_table(out / "events.parquet").to_pandas()
+    events = pq.read_table(out / "events.parquet")
     assert counts.warnings == [] and counts.late == 0
     assert np.all(np.diff(events["ts"].to_numpy()) >= 0), "one time-ordered timeline"
     for host in CLOCKS:
-        ticks = events[(events.host == host) & (events.entity == "T/tick")].sort_values("tag")
-        assert len(ticks) == 3000
-        error = np.abs(ticks["ts"].to_numpy() - truth[host])
-        assert np.all(error <= ticks["bound_ns"].to_numpy()), host
+        ts, bound = (np.array(c) for c in zip(*duckdb.sql(
+            f"SELECT ts, bound_ns FROM '{out / 'events.parquet'}' WHERE host = '{host}' "
+            "AND entity = 'T/tick' ORDER BY tag").fetchall(), strict=True))
+        assert len(ts) == 3000
+        error = np.abs(ts - truth[host])
+        assert np.all(error <= bound), host
         if host == "a":
-            assert error.max() == 0 and ticks["bound_ns"].max() == 0
+            assert error.max() == 0 and bound.max() == 0
         else:
             # Offsets of milliseconds and drifts of up to 20 ppm are taken out to within microseconds.
-            assert error.max() < 20_000 and np.median(ticks["bound_ns"]) < 30_000, host
+            assert error.max() < 20_000 and np.median(bound) < 30_000, host
 
 
 def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_check(merged):
     out, _, _ = merged
     total, (check,) = write_intervals(open_tables(out), out, {"b_to_c": {"start": "T/send", "end": "T/recv"}})
     assert total == 1000 and check.matched == 1000 and check.violations == 0
-    pairs = duckdb.sql(f"SELECT * FROM '{out / 'intervals.parquet'}' WHERE name = 'b_to_c'").df()
-    assert set(pairs.start_host) == {"b"} and set(pairs.end_host) == {"c"}
-    assert np.all(np.abs(pairs.duration_ns - 50_000) <= pairs.bound_ns)
-    assert abs(np.median(pairs.duration_ns) - 50_000) < 20_000
+    pairs = duckdb.sql("SELECT start_host, end_host, duration_ns, bound_ns "
+                       f"FROM '{out / 'intervals.parquet'}' WHERE name = 'b_to_c'").fetchnumpy()
+    assert set(pairs["start_host"]) == {"b"} and set(pairs["end_host"]) == {"c"}
+    assert np.all(np.abs(pairs["duration_ns"] - 50_000) <= pairs["bound_ns"])
+    assert abs(np.median(pairs["duration_ns"]) - 50_000) < 20_000
 
 
 def test_a_receive_before_its_send_is_reported_with_how_far(merged):
@@ -123,7 +148,7 @@ def test_the_merge_of_sorted_runs_is_a_stable_sort(runs):
     sizes[rng.integers(0, runs)] = 0  # an empty run
     # Few distinct times: many equal ones, within a run and across runs.
     ts = np.concatenate([np.sort(rng.integers(0, 500, n)) for n in sizes]).astype(np.int64)
-    order = _merge_order(ts, np.cumsum(sizes))
+    order = merge_order(ts, np.cumsum(sizes))
     np.testing.assert_array_equal(order, np.argsort(ts, kind="stable"))
 
 
@@ -133,12 +158,15 @@ def test_the_scanner_reads_every_kind_of_value_the_writer_can_write():
                [18, T0 + 2, -5, T0 - 9], [19, T0 + 3, [1, 2.5, "x" * 300]],
                [0, 7, 20, "event", "G", "n", "", None, {}]]
     body = msgspec.msgpack.encode(records)
-    cols = scan(body, len(records))
-    assert cols.ints[:, 0].tolist() == [16, 17, 18, 19, 0]
-    assert cols.ints[2, 2:].tolist() == [-5, T0 - 9]
-    assert [msgspec.msgpack.decode(body[a:b]) for a, b in cols.spans] == records
-    with pytest.raises(ValueError):
-        scan(body[:-3], len(records))
+    for read in (scan, unpack):
+        cols = read(body, len(records))
+        assert cols.ints[:, 0].tolist() == [16, 17, 18, 19, 0]
+        assert cols.ints[2, 2:].tolist() == [-5, T0 - 9]
+        assert [msgspec.msgpack.decode(body[a:b]) for a, b in cols.spans] == records
+        with pytest.raises(ValueError):
+            read(body[:-3], len(records))
+        with pytest.raises(ValueError):
+            read(body, len(records) + 1)
 
 
 def test_slips_inside_a_file_are_put_in_order_and_records_later_than_the_slack_are_counted(tmp_path):
@@ -154,17 +182,18 @@ def test_slips_inside_a_file_are_put_in_order_and_records_later_than_the_slack_a
     b = [("tick", int(t), i) for i, t in enumerate(times)]
     files = {"a": [write_stream(tmp_path / "a", "a", a)], "b": [write_stream(tmp_path / "b", "b", b)]}
     counts = merge_files(files, {h: ClockFit.identity(h) for h in files}, tmp_path / "merged")
-    events = pq.read_table(tmp_path / "merged" / "events.parquet",
-                           columns=["ts", "host", "entity", "tag"]).to_pandas()
-    assert (events.entity == "T/tick").sum() == 2 * n and (events.entity == "T/late").sum() == 3
+    events = pq.read_table(tmp_path / "merged" / "events.parquet", columns=["ts", "host", "entity", "tag"])
+    entity = events["entity"].to_pylist()
+    assert entity.count("T/tick") == 2 * n and entity.count("T/late") == 3
     assert counts.late == 3
     assert any("3 records came more than 1 s after later ones" in w for w in counts.warnings)
-    on_time = events[events.entity == "T/tick"]
-    assert np.all(np.diff(on_time.ts.to_numpy()) >= 0), "slips are put in order"
+    on_time = [(ts, host, tag) for ts, host, e, tag in zip(*events.to_pydict().values(), strict=True)
+               if e == "T/tick"]
+    assert all(x[0] <= y[0] for x, y in itertools.pairwise(on_time)), "slips are put in order"
     for host, logged in (("a", a[:n]), ("b", b)):
-        mine = on_time[on_time.host == host]
         # Records of one file with equal times keep the order they were logged in.
-        assert mine.tag.tolist() == [tag for _, _, tag in sorted(logged, key=lambda r: r[1])]
+        assert [tag for _, h, tag in on_time if h == host] == [
+            tag for _, _, tag in sorted(logged, key=lambda r: r[1])]
 
 
 def test_a_damaged_chunk_is_a_lost_record_on_the_timeline(tmp_path):
@@ -173,10 +202,10 @@ def test_a_damaged_chunk_is_a_lost_record_on_the_timeline(tmp_path):
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     counts = merge_files({"a": [path]}, {"a": ClockFit.identity("a")}, tmp_path / "merged")
-    events = pq.read_table(tmp_path / "merged" / "events.parquet").to_pandas()
-    lost = events[events.entity == "DS/lost"]
-    assert len(lost) == 1 and json.loads(lost.data.iloc[0])["records"] == 500
-    assert (events.entity == "T/tick").sum() == 1500
+    events = pq.read_table(tmp_path / "merged" / "events.parquet", columns=["entity", "data"]).to_pylist()
+    lost = [e["data"] for e in events if e["entity"] == "DS/lost"]
+    assert len(lost) == 1 and json.loads(lost[0])["records"] == 500
+    assert sum(e["entity"] == "T/tick" for e in events) == 1500
     assert any("lost 500 records" in w for w in counts.warnings)
 
 
@@ -185,7 +214,7 @@ def test_a_file_that_is_no_stream_at_all_is_left_out_of_the_merge_not_the_run(tm
     junk = tmp_path / "junk.x.1.ds"
     junk.write_bytes(b"not a stream at all")
     counts = merge_files({"a": [good, junk]}, {"a": ClockFit.identity("a")}, tmp_path / "merged")
-    events = pq.read_table(tmp_path / "merged" / "events.parquet").to_pandas()
-    assert (events.entity == "T/tick").sum() == 10
+    entity = pq.read_table(tmp_path / "merged" / "events.parquet", columns=["entity"])["entity"].to_pylist()
+    assert entity.count("T/tick") == 10
     assert any(w.startswith(f"{junk}: not a netspec datastream") and w.endswith(": not merged")
                for w in counts.warnings)
