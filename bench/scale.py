@@ -116,15 +116,19 @@ class Watch:
             if self.seen == self.steps // 2:
                 pids = self.daemons()
                 self.figures["pss_mb"] = sum(map(pss_kb, pids)) / len(pids) / 1024
+            if self.seen == self.steps:  # the first `at` step: its lead is idle time, not a step's work
+                self._cpu_per_step()
             self.seen += 1
-        elif event.kind == "step" and event.step == "collect":
-            measured, n = self.steps - self.skip, len(self.daemons())
-            ctl_cpu = time.process_time() - self.marks["cpu"]
-            self.figures["ctl_cpu_us_per_step_host"] = ctl_cpu / measured / n * 1e6
-            self.figures["daemon_cpu_us_per_step"] = (
-                (sum(map(cpu_s, self.daemons())) - self.marks["daemon_cpu"]) / measured / n * 1e6)
         elif event.kind == "step_done" and event.step == "collect":
             self.marks["collected"] = now
+
+    def _cpu_per_step(self) -> None:
+        """CPU over the measured message steps, from the (skip + 1)th's start to the last one's end."""
+        measured, n = self.steps - self.skip, len(self.daemons())
+        ctl_cpu = time.process_time() - self.marks["cpu"]
+        self.figures["ctl_cpu_us_per_step_host"] = ctl_cpu / measured / n * 1e6
+        self.figures["daemon_cpu_us_per_step"] = (
+            (sum(map(cpu_s, self.daemons())) - self.marks["daemon_cpu"]) / measured / n * 1e6)
 
     def _idle(self) -> None:
         reference = self.rundir.record["hosts"].get("h0", {}).get("daemon_pid")

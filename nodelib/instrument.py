@@ -123,6 +123,8 @@ class Datastreams:
 
     def resume(self) -> None:
         with self._lock:
+            if not self.paused:
+                return  # a second start_logging: rebinding every entity again changes nothing
             self.paused = False
             self._enable(list(self.entities.values()))
 

@@ -155,7 +155,9 @@ def test_pause_and_resume_keep_one_file_and_declare_each_entity_once(tmp_path: P
     tick.log(2)
     ds.resume()
     tick.log(3)
+    ds.resume()  # a second start_logging in a row: nothing to enable again
+    tick.log(4)
     ds.stop()
-    assert [r.tag for r in records(path)] == [1, 3]
+    assert [r.tag for r in records(path)] == [1, 3, 4]
     namespace_chunks = path.read_bytes().count(b"tick")
     assert namespace_chunks == 1
