@@ -57,12 +57,12 @@ def scan(body: bytes, count: int) -> Columns:
     Raises:
         ValueError: the body is not a MessagePack array of `count` record arrays.
     """
-    from .scanner import _scan
+    from .scanner import scan_body
 
     buf = np.frombuffer(body, dtype=np.uint8)
     out = np.empty((count, 5), dtype=np.int64)
     offsets = np.empty((count, 2), dtype=np.int64)
-    n = _scan(buf, out, offsets) if len(buf) else -1
+    n = scan_body(buf, out, offsets) if len(buf) else -1
     if n != count:
         raise ValueError(f"chunk body does not hold {count} records")
     return Columns(out[:, :4], out[:, 4], offsets, body)

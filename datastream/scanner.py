@@ -120,7 +120,7 @@ def _skip(buf, p):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(buf, out, offsets):
+def scan_body(buf, out, offsets):
     """Fill out[i] = (id, ts, a2, a3, items) and offsets[i] = (start, end) per record.
     Returns the number of records, or -1 if the body is not an array of arrays."""
     count, head = _container(buf, 0)
