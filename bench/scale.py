@@ -31,12 +31,14 @@ processes (bench/barrier.py), which a one-host step cannot beat.
 Prints figures for people, then one JSON object as the last line.
 
     python bench/scale.py [--daemons 100,300,1000] [--steps 60] [--component-max 300]
+                          [--fan-out flat,16]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import resource
@@ -58,8 +60,9 @@ IDLE_S = 5.0
 TICK_S = os.sysconf("SC_CLK_TCK")
 
 
-def experiment_text(n: int, steps: int, kind: str) -> str:
-    lines = ["experiment: scale-bench", "hosts:", *(f"  h{i}: {{}}" for i in range(n)), "components:"]
+def experiment_text(n: int, steps: int, kind: str, fan_out: int | None) -> str:
+    lines = ["experiment: scale-bench", *([f"fan_out: {fan_out}"] if fan_out else []), "hosts:",
+             *(f"  h{i}: {{}}" for i in range(n)), "components:"]
     if kind == "node":
         lines += [f"  c{i}: {{host: h{i}, command: [sleep, '3600'], stop: collect}}" for i in range(n)]
         step = "start_logging"
@@ -140,8 +143,8 @@ class Watch:
         self.figures["reference_cpu_pct"] = (cpu_s(reference) - ref_before) / IDLE_S * 100
 
 
-async def one_run(n: int, steps: int, kind: str, runs_root: Path) -> dict[str, float]:
-    plan = parse(experiment_text(n, steps, kind), HERE / "scale.yaml")
+async def one_run(n: int, steps: int, kind: str, fan_out: int | None, runs_root: Path) -> dict[str, float]:
+    plan = parse(experiment_text(n, steps, kind, fan_out), HERE / "scale.yaml")
     rundir = RunDir.create(runs_root, plan.name, plan.text, {
         "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
     watch = Watch(rundir, steps, kind)
@@ -168,7 +171,7 @@ async def one_run(n: int, steps: int, kind: str, runs_root: Path) -> dict[str, f
 
 def describe(n: int, kind: str, got: dict[str, float]) -> str:
     return " | ".join([
-        f"N={n:5d} {kind:>9}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
+        f"N={n:5d} {kind:>16}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
         f"step p50 {got['step_p50_ms']:7.2f} ms p99 {got['step_p99_ms']:7.2f} ms",
         f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host",
         f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step", f"PSS {got['pss_mb']:5.1f} MB",
@@ -185,6 +188,8 @@ def main() -> None:
     parser.add_argument("--daemons", default="100,300,1000")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--component-max", type=int, default=300)
+    parser.add_argument("--fan-out", default="flat,16",
+                        help="how steps reach the hosts, each in a run of its own: flat, or a tree's width")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     results: dict[str, float | str] = {}
@@ -195,18 +200,20 @@ def main() -> None:
         print(f"baseline: asyncio TCP echo round trip p50 {results['echo_p50_us']} us; "
               f"fd limit {soft}/{hard}")
         for n in map(int, args.daemons.split(",")):
-            for kind in ("node", "component"):
+            for kind, fan_out in itertools.product(("node", "component"), args.fan_out.split(",")):
                 if kind == "component" and n > args.component_max:
                     continue
+                width = None if fan_out == "flat" else int(fan_out)
+                label = f"{kind} {'flat' if width is None else f'tree {width}'}"
                 try:
-                    got = asyncio.run(one_run(n, args.steps, kind, Path(tmp) / "runs"))
+                    got = asyncio.run(one_run(n, args.steps, kind, width, Path(tmp) / "runs"))
                 except NetspecError as exc:
                     first = str(exc).splitlines()[0][:300]
-                    print(f"N={n:5d} {kind:>9}: FAILED: {first}", flush=True)
-                    results[f"{kind}_{n}_failed"] = first
+                    print(f"N={n:5d} {label:>16}: FAILED: {first}", flush=True)
+                    results[f"{label.replace(' ', '_')}_{n}_failed"] = first
                     continue
-                print(describe(n, kind, got), flush=True)
-                results.update({f"{kind}_{n}_{k}": round(v, 3) for k, v in got.items()})
+                print(describe(n, label, got), flush=True)
+                results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
     print(json.dumps(results))
 
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from netspec.protocol import messages as m
@@ -25,6 +23,7 @@ from netspec.protocol.errors import (
     DeadlineExceeded,
     Interrupted,
     NetspecError,
+    ProtocolError,
     RemoteError,
     StepFailed,
 )
@@ -34,7 +33,8 @@ from . import release
 from .barrier import Barrier
 from .clocks import start_clocks, stretched
 from .failures import ack_failure, raise_if_any_failed, step_failures
-from .fetch import fetch_host
+from .fanout import FanOut, Tree
+from .fetch import fetch_fleet
 from .fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
 from .forks import DaemonForks
 from .model import Host as HostSpec
@@ -44,7 +44,6 @@ from .progress import Progress, ProgressSink
 from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
-from .salvage import salvage_hosts
 from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
@@ -73,6 +72,8 @@ class Run:
         self.hosts: dict[str, Host] = {h.name: make_host(h, self.forks, accept_new_host_keys, keep_daemons)
                                        for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
+        self.fan_out = FanOut(self.clients, Tree(plan.fan_out, tuple(self.hosts)) if plan.fan_out else None)
+        self.endpoints: dict[str, tuple[str, int]] = {}  # where each daemon was reached
         self.facts: dict[str, dict[str, Any]] = {}
         self.addresses: dict[str, str] = {}
         # This controller's clock minus the reference host's, +- half the hello's round trip.
@@ -180,7 +181,7 @@ class Run:
 
         async def reach(name: str) -> None:
             async with gate:
-                address = await self.hosts[name].start(self.rundir.host_dir(name))
+                address = self.endpoints[name] = await self.hosts[name].start(self.rundir.host_dir(name))
                 client = await DaemonClient.connect(name, address, self.key, self._on_event)
                 self.clients[name] = client
                 self.tg.create_task(client.serve())
@@ -213,6 +214,11 @@ class Run:
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, connect_s))
         raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
+        tree = await self.fan_out.connect(self.endpoints, deadline)
+        if tree is not None:
+            self.rundir.record["fan_out"] = tree
+            self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
+                                   f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
         clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
         if clocks is not None:
             offset, bound = self.controller_offset
@@ -247,13 +253,14 @@ class Run:
                 lead = release.lead_s(step, len(participants))
                 scheduled = {"release_ns": release.instant_ns(lead, self.controller_offset[0])}
                 record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
-            for host, names in participants.items():
-                components = [{"name": n, "params": {**self.components[n].params, **step.params}
-                               if n != m.NODE else self._node_params(step)} for n in names]
-                record["hosts"][host]["sent_ns"] = time.time_ns()
-                # One-way: the acks that follow are the answer, one frame per component.
-                self.clients[host].notify(m.ENTER, phase=step.phase, step=index, deadline_s=step.deadline_s,
-                                          components=components, published=self.published, **scheduled)
+            enters = {host: [{"name": n, "params": {**self.components[n].params, **step.params}
+                              if n != m.NODE else self._node_params(step)} for n in names]
+                      for host, names in participants.items()}
+            sent = self.fan_out.send(enters, {"phase": step.phase, "step": index,
+                                              "deadline_s": step.deadline_s,
+                                              "published": self.published, **scheduled})
+            for host, sent_ns in sent.items():
+                record["hosts"][host]["sent_ns"] = sent_ns
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
@@ -302,31 +309,11 @@ class Run:
 
     async def _collect(self, deadline: float) -> None:
         self.rundir.close_outputs()
-        hosts, fetched = list(self.clients), []
 
-        async def fetch(host: str) -> list[tuple[str, Path]]:
-            try:
-                return await fetch_host(self.clients[host], self.rundir, deadline)
-            finally:
-                fetched.append(host)
-                self.progress(Progress("count", "collect", host, done=len(fetched), total=len(hosts)))
-        outcome = await asyncio.gather(*(fetch(h) for h in hosts), return_exceptions=True)
-        self.collected = True
-        lost = {h: functools.partial(self.hosts[h].run_files, self.rundir.id)
-                for h, files in zip(hosts, outcome, strict=True) if isinstance(files, ConnectionLost)}
-        salvaged = await salvage_hosts(lost, self.rundir, deadline)
-        for host, found in salvaged.items():
-            self.progress(Progress("salvaged", host=host, text=found.summary()))
-        for host, files in [*zip(hosts, outcome, strict=True), *((h, f.files) for h, f in salvaged.items())]:
-            if isinstance(files, BaseException):
-                continue
-            for component, path in files:
-                if component is None:
-                    self.rundir.record["hosts"][host].setdefault("streams", []).append(
-                        str(path.relative_to(self.rundir.path)))
-                else:
-                    self.results[component].files.append(path)
-        raise_if_any_failed("collect", dict(zip(hosts, outcome, strict=True)))
+        def fetched() -> None:
+            self.collected = True  # not again at the end, even if a host's files were lost
+        await fetch_fleet(self.clients, self.hosts, self.rundir, self.results, self.progress,
+                          deadline, fetched)
 
     # -- events from daemons ------------------------------------------------------------
 
@@ -337,6 +324,12 @@ class Run:
             self.rundir.append_output(host, event["component"], event["stream"], event["data"])
         elif kind == m.ACK:
             self._on_ack(host, event)
+        elif kind == m.ACKS:
+            try:
+                for below, ack in self.fan_out.acks(host, event):
+                    self._on_ack(below, ack)
+            except ProtocolError as exc:
+                self._fail(exc)
         elif kind == m.EXIT:
             result = self.results[event["component"]]
             result.exit_status, result.duration_s = event["returncode"], event["duration_s"]

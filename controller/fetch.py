@@ -3,12 +3,20 @@ directory."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from netspec.protocol import messages as m
+from netspec.protocol.errors import ConnectionLost
 
-from .fleet import DaemonClient
+from .failures import raise_if_any_failed
+from .fleet import DaemonClient, Host
+from .progress import Progress, ProgressSink
+from .results import ComponentResult
 from .rundir import RunDir
+from .salvage import salvage_hosts
 
 CHUNK = 4 * 1024 * 1024
 STREAMED = ("stdout", "stderr")
@@ -50,3 +58,39 @@ async def fetch_host(client: DaemonClient, run: RunDir,
         partial.replace(target)
         written.append((entry["component"], target))
     return written
+
+
+async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], run: RunDir,
+                      results: dict[str, ComponentResult], progress: ProgressSink, deadline: float,
+                      fetched: Callable[[], None]) -> None:
+    """Gather every connected host's files, and salvage those of a host whose daemon was
+    lost; `fetched()` once every host was asked. Each component's files go to its result,
+    each host's streams to run.json.
+
+    Raises:
+        StepFailed: a host's files could not all be gathered (after the others were).
+    """
+    names, done = list(clients), []
+
+    async def fetch(host: str) -> list[tuple[str, Path]]:
+        try:
+            return await fetch_host(clients[host], run, deadline)
+        finally:
+            done.append(host)
+            progress(Progress("count", "collect", host, done=len(done), total=len(names)))
+    outcome = await asyncio.gather(*(fetch(h) for h in names), return_exceptions=True)
+    fetched()
+    lost = {h: functools.partial(hosts[h].run_files, run.id)
+            for h, files in zip(names, outcome, strict=True) if isinstance(files, ConnectionLost)}
+    salvaged = await salvage_hosts(lost, run, deadline)
+    for host, found in salvaged.items():
+        progress(Progress("salvaged", host=host, text=found.summary()))
+    for host, files in [*zip(names, outcome, strict=True), *((h, f.files) for h, f in salvaged.items())]:
+        if isinstance(files, BaseException):
+            continue
+        for component, path in files:
+            if component is None:
+                run.record["hosts"][host].setdefault("streams", []).append(str(path.relative_to(run.path)))
+            else:
+                results[component].files.append(path)
+    raise_if_any_failed("collect", dict(zip(names, outcome, strict=True)))

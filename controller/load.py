@@ -155,7 +155,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                 hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
-                None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]))
+                None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
+                data.get("fan_out"))
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:
@@ -212,6 +213,13 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
             with src.checking():
                 src.error("give 'address' (a running daemon) or 'ssh' (reached over SSH), not both",
                       ("hosts", name))
+        if spec and "ssh" in spec and "fan_out" in data:
+            with src.checking():
+                # Its daemon listens on the host's own 127.0.0.1, behind the SSH tunnel:
+                # no other daemon of the tree could relay to it.
+                src.error(f"a host reached over SSH cannot be in a fan-out tree (fan_out: at line "
+                          f"{src.line(('fan_out',))}); drop fan_out, or give its daemon's address",
+                          ("hosts", name, "ssh"))
     return {name: Host(name, **(spec or {})) for name, spec in given.items()}
 
 

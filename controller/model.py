@@ -161,6 +161,7 @@ class Plan:
     decoders: tuple[str, ...] = ()  # the user's own event decoders (analysis: decoders:)
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
+    fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -179,7 +180,8 @@ class Plan:
                 "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                        for p in self.pairs},
                              "graph": self.graph, "decoders": list(self.decoders)},
-                "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s}
+                "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
+                "fan_out": self.fan_out}
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""

@@ -19,6 +19,7 @@ from netspec.protocol.errors import NetspecError, ProtocolError
 
 from . import release
 from .facts import host_facts
+from .relay import Emit, Relay
 from .sampler import config_from_wire
 from .supervisor import ComponentSpec, Supervisor
 
@@ -27,6 +28,7 @@ class DaemonControl(Protocol):
     """What a handler may do to the daemon: find its root and the runs set up on it, stop it."""
 
     root: Path
+    key: bytes
     runs: dict[str, Any]  # run id -> the session that set it up
 
     def stop(self) -> None: ...
@@ -40,6 +42,8 @@ class Session(Protocol):
     supervisor: Supervisor | None
     tg: asyncio.TaskGroup
     lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
+    relay: Relay | None  # the run's fan-out tree below this daemon, on its controller's session
+    joined: bool  # a parent's relay connection: it uses the run, another session owns it
 
     async def end_run(self) -> None: ...
 
@@ -84,41 +88,64 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    """Start the phase in each named component; each ack follows as its own event."""
+    """Start the phase in each named component; each ack follows as its own event. In a
+    fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
+    go up in batches (relay.py)."""
     sup = _supervisor(session)
-    comps = request.get("components")
+    _check_enter(request)
+    comps, emit = request.get("components", []), session.emit
+    if "hosts" in request:
+        comps = request["hosts"].get(sup.host, [])
+    unknown = [c["name"] for c in comps if c["name"] not in sup.components and c["name"] != m.NODE]
+    if unknown:
+        raise NetspecError(f"unknown components {unknown}")
+    if "hosts" in request:
+        comps, emit = _relay(session, sup).enter(request, session.emit)
+    if "release_ns" in request:
+        session.tg.create_task(_release(sup, request, comps, emit))
+    else:
+        for comp in comps:
+            session.tg.create_task(_enter_one(sup, request, comp, emit))
+    return {"accepted": len(comps)}
+
+
+def _check_enter(request: dict[str, Any]) -> None:
+    def components(comps: Any) -> bool:
+        return isinstance(comps, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                               for c in comps)
+    hosts = request.get("hosts")
     if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
-            or not isinstance(comps, list)
-            or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in comps)
+            or not (components(request.get("components")) if hosts is None else
+                    isinstance(hosts, dict) and all(isinstance(h, str) and components(c)
+                                                    for h, c in hosts.items()))
             or not isinstance(request.get("deadline_s", 0), int | float)
             or not isinstance(request.get("release_ns", 0), int)):
         raise ProtocolError("enter takes phase (text), step (integer), components "
-                            "([{name, params}]), deadline_s (seconds) and release_ns (integer)")
-    unknown = [c["name"] for c in request["components"]
-               if c["name"] not in sup.components and c["name"] != m.NODE]
-    if unknown:
-        raise NetspecError(f"unknown components {unknown}")
-    if "release_ns" in request:
-        session.tg.create_task(_release(session, sup, request))
-    else:
-        for comp in request["components"]:
-            session.tg.create_task(_enter_one(session, sup, request, comp))
-    return {"accepted": len(request["components"])}
+                            "([{name, params}]) or hosts ({host: [{name, params}]}), deadline_s "
+                            "(seconds) and release_ns (integer)")
 
 
-async def _release(session: Session, sup: Supervisor, request: dict[str, Any]) -> None:
+def _relay(session: Session, sup: Supervisor) -> Relay:
+    """The run's relay on this daemon: its controller's session holds it (a leaf of the
+    tree gets one at its first relayed step, with no children)."""
+    owner = session.daemon.runs.get(sup.run_id, session)
+    if owner.relay is None:
+        owner.relay = Relay(sup.host, owner.emit)
+    return owner.relay
+
+
+async def _release(sup: Supervisor, request: dict[str, Any], comps: list[dict[str, Any]], emit: Emit) -> None:
     """Enter the step at the instant it names on the reference clock (`release: at`)."""
     at, said = release.local_instant(sup.services.clock, request["release_ns"])
     entered, refused = await release.wait_until(at)  # the phase's start, not its tasks' a loop turn later
     if refused:
         said["realtime_refused"] = True
-    for comp in request["components"]:
-        session.tg.create_task(_enter_one(session, sup, request, comp, said, entered))
+    for comp in comps:
+        sup.tg.create_task(_enter_one(sup, request, comp, emit, said, entered))
 
 
-async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
-                     comp: dict[str, Any], released: dict[str, Any] | None = None,
-                     entered: int | None = None) -> None:
+async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit: Emit,
+                     released: dict[str, Any] | None = None, entered: int | None = None) -> None:
     entered = time.time_ns() if entered is None else entered
     # Where this host's clock stood from the reference as the phase began: the run puts
     # every participant's start on the global timeline with it (the release skew).
@@ -138,10 +165,10 @@ async def _enter_one(session: Session, sup: Supervisor, request: dict[str, Any],
                "traceback": err["traceback"]}
     if name != m.NODE:
         sup.services.acked(step, phase, name, ack["status"])
-    session.emit({**ack, "t": m.ACK, "step": step, "component": name,
-                  "entered": entered, "acked": time.time_ns(),
-                  **({"entry_clock": [est.offset_ns, est.bound_ns]} if est is not None else {}),
-                  **({"release": released} if released is not None else {})})
+    emit({**ack, "t": m.ACK, "step": step, "component": name,
+          "entered": entered, "acked": time.time_ns(),
+          **({"entry_clock": [est.offset_ns, est.bound_ns]} if est is not None else {}),
+          **({"release": released} if released is not None else {})})
 
 
 async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
@@ -238,6 +265,31 @@ async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
+    hosts: its subtree's hosts}]."""
+    sup = _supervisor(session)
+    children = request.get("children")
+    if not isinstance(children, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("host"), str) and isinstance(c.get("hosts"), list)
+            and isinstance(c.get("address"), list) and len(c["address"]) == 2
+            and isinstance(c["address"][0], str) and isinstance(c["address"][1], int) for c in children):
+        raise ProtocolError("tree takes children ([{host, address: [ip, port], hosts: [host]}])")
+    relay = _relay(session, sup)
+    await relay.open(sup.run_id, session.daemon.key, children, session.tg)
+    return {"children": len(relay.links)}
+
+
+async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """A parent in the run's fan-out tree: this connection relays the run's steps to it and
+    carries their acks back. It uses the run another session set up, and never ends it."""
+    owner = session.daemon.runs.get(request.get("run"))  # type: ignore[arg-type]
+    if owner is None or owner.supervisor is None:
+        raise NetspecError(f"no run {request.get('run')!r} is set up on this daemon")
+    session.supervisor, session.joined = owner.supervisor, True
+    return {}
+
+
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is not None:
@@ -248,5 +300,5 @@ async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 HANDLERS: dict[str, Handler] = {
     m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.END: end, m.RESET: reset, m.FILES: files,
-    m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown,
+    m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown, m.TREE: tree, m.JOIN: join,
 }

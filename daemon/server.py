@@ -19,6 +19,7 @@ from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
 
 from .handlers import HANDLERS
+from .relay import Relay
 from .supervisor import Supervisor
 
 log = logging.getLogger("netspecd")
@@ -43,6 +44,8 @@ class Session:
     def __init__(self, daemon: Daemon, channel: Channel):
         self.daemon, self.channel = daemon, channel
         self.supervisor: Supervisor | None = None
+        self.relay: Relay | None = None
+        self.joined = False
         self.tg: asyncio.TaskGroup
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.lifecycle = asyncio.Lock()
@@ -50,7 +53,11 @@ class Session:
     async def end_run(self) -> None:
         """Reset the session's run (its processes end, its files stay) and let its id go."""
         sup = self.supervisor
-        if sup is None:
+        if self.relay is not None:
+            relay, self.relay = self.relay, None
+            await relay.close()
+        if sup is None or self.joined:
+            self.supervisor = None
             return
         # Let go of it only once reset: a reset cut short (the session ending while a setup
         # resets the run before it) is done again by the session's own end.

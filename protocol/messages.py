@@ -15,7 +15,9 @@ from typing import Any
 
 # Version history:
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
-PROTOCOL_VERSION = 2
+#   2: frames sealed after the handshake (a MAC with a counted sequence); signed clksync probes.
+#   3: fan-out trees: tree, join, acks; enter with hosts.
+PROTOCOL_VERSION = 3
 
 
 def netspec_version() -> str:
@@ -42,10 +44,12 @@ LOGGING_ENV = "NETSPEC_LOGGING"
 PRIVATE_UMASK = 0o077
 
 # Controller -> daemon requests.
-HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN = (
-    "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown")
-# Daemon -> controller.
-REPLY, ERROR, OUTPUT, EXIT, ACK = "reply", "error", "output", "exit", "ack"
+HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE = (
+    "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown", "tree")
+# Daemon -> daemon: a parent in a fan-out tree attaches its connection to the run.
+JOIN = "join"
+# Daemon -> controller (ACKS: a batch of a fan-out tree's acks, each with its host).
+REPLY, ERROR, OUTPUT, EXIT, ACK, ACKS = "reply", "error", "output", "exit", "ack", "acks"
 # Component <-> daemon.
 REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 

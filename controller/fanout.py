@@ -1,0 +1,114 @@
+"""How a step's enter reaches the fleet, and its acks come back: flat (one enter frame per
+host, one ack frame per component) or through a fan-out tree (`fan_out: N`).
+
+In a tree the controller sends one enter to each of its first N hosts, naming every host
+of that host's subtree and what each enters; daemons relay it on (daemon/relay.py) and
+send the acks up in batches, each ack with its host. The controller's frames per step are
+then N each way, whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from netspec.protocol import messages as m
+from netspec.protocol.errors import ProtocolError
+
+from .fleet import DaemonClient
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A tree over the fleet's hosts, each with at most `width` children: the first `width`
+    hosts are the controller's, host i's children are the hosts at width*(i+1) and on."""
+
+    width: int
+    hosts: tuple[str, ...]
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        return {h: i for i, h in enumerate(self.hosts)}
+
+    def children(self, host: str) -> tuple[str, ...]:
+        start = self.width * (self._index[host] + 1)
+        return self.hosts[start:start + self.width]
+
+    @property
+    def first(self) -> tuple[str, ...]:
+        return self.hosts[:self.width]
+
+    def subtree(self, host: str) -> list[str]:
+        """`host` and every host below it, breadth first."""
+        found, level = [host], [host]
+        while level:
+            level = [c for h in level for c in self.children(h)]
+            found.extend(level)
+        return found
+
+    def top(self) -> dict[str, str]:
+        """Every host -> the first-level host whose subtree holds it."""
+        return {h: first for first in self.first for h in self.subtree(first)}
+
+    def depth(self) -> int:
+        depth, reach = 0, 0
+        while reach < len(self.hosts):
+            depth += 1
+            reach = reach * self.width + self.width
+        return depth
+
+
+class FanOut:
+    """The enter frames of a run's steps, and the check of the acks that come back."""
+
+    def __init__(self, clients: dict[str, DaemonClient], tree: Tree | None):
+        self.clients, self.tree = clients, tree
+        self.top = tree.top() if tree is not None else {}
+
+    async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
+        """Have every host with children in the tree connect to them (each at the address
+        the controller reached it at); what run.json says of the tree (None: flat)."""
+        tree = self.tree
+        if tree is None:
+            return None
+        parents = [h for h in tree.hosts if tree.children(h)]
+        await asyncio.gather(*(self.clients[p].request(m.TREE, deadline, during="connect", children=[
+            {"host": c, "address": list(addresses[c]), "hosts": tree.subtree(c)} for c in tree.children(p)])
+            for p in parents))
+        return {"width": tree.width, "depth": tree.depth(), "relays": len(parents), "first": list(tree.first)}
+
+    def send(self, enters: dict[str, list[dict[str, Any]]], fields: dict[str, Any]) -> dict[str, int]:
+        """Send each host its components' enter; when each host's enter left (ns)."""
+        if self.tree is None:
+            sent = {}
+            for host, components in enters.items():
+                sent[host] = time.time_ns()
+                # One-way: the acks that follow are the answer, one frame per component.
+                self.clients[host].notify(m.ENTER, components=components, **fields)
+            return sent
+        parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for host, components in enters.items():
+            parts.setdefault(self.top[host], {})[host] = components
+        sent = dict.fromkeys(enters, time.time_ns())
+        for first, part in parts.items():
+            self.clients[first].notify(m.ENTER, hosts=part, **fields)
+        return sent
+
+    def acks(self, host: str, event: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The (host, ack) pairs of a batch that `host` sent up.
+
+        Raises:
+            ProtocolError: the batch is malformed or names a host outside `host`'s subtree.
+        """
+        acks = event.get("acks")
+        if self.tree is None or not isinstance(acks, list) or not all(isinstance(a, dict) for a in acks):
+            raise ProtocolError("a batch of acks that is not a list of acks from a fan-out tree",
+                                f"host {host}")
+        foreign = sorted({str(a.get("host")) for a in acks
+                          if not isinstance(a.get("host"), str) or self.top.get(a["host"]) != host})
+        if foreign:
+            raise ProtocolError(f"acks of hosts {foreign[:5]} outside its subtree", f"host {host}")
+        return [(a["host"], a) for a in acks]

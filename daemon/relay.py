@@ -1,0 +1,170 @@
+"""A fan-out tree's relay (`fan_out: N` in the experiment file).
+
+The controller sends a step's enter to the tree's first level only, with every host of
+each subtree and what it enters. A daemon enters its own components, passes each child
+the part of the enter that is the child's subtree, and sends up one batch of acks, its
+own and its subtree's, when the batch is complete, when an ack is an error, or
+BATCH_WAIT_S after its first ack (so a slow participant holds no other's ack for long).
+Every ack keeps its host and its own stamps: what the controller records is exact.
+
+A daemon reaches its children over connections of its own, authenticated with the key
+the controller's connection was; a child attaches that connection to the run (`join`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from netspec.protocol import messages as m
+from netspec.protocol.auth import client_handshake
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import NetspecError, ProtocolError
+
+log = logging.getLogger("netspecd")
+
+BATCH_WAIT_S = 0.02
+JOIN_TIMEOUT_S = 10.0
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class Batch:
+    """The acks of one step from this daemon's subtree, on their way up."""
+
+    def __init__(self, step: int, expected: int, emit: Emit):
+        self.step, self.expected, self.emit = step, expected, emit
+        self.pending: list[dict[str, Any]] = []
+        self.sent = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, acks: list[dict[str, Any]]) -> None:
+        self.pending.extend(acks)
+        if (self.sent + len(self.pending) >= self.expected
+                or any(a.get("status") == m.ACK_ERROR for a in acks)):
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(BATCH_WAIT_S, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.pending:
+            self.sent += len(self.pending)
+            acks, self.pending = self.pending, []
+            self.emit({"t": m.ACKS, "step": self.step, "acks": acks})
+
+
+class Link:
+    """This daemon's connection to one child in the tree; its events come back to the relay."""
+
+    def __init__(self, child: str, channel: Channel, hosts: frozenset[str]):
+        self.child, self.channel, self.hosts = child, channel, hosts
+
+    async def read(self, relay: Relay) -> None:
+        error = "the child closed it"
+        try:
+            while (message := await self.channel.recv()) is not None:
+                relay.from_child(self, message)
+        except (ProtocolError, ConnectionError) as exc:
+            error = str(exc)
+        if not relay.closing:
+            lost = f"the relay link to host {self.child} was lost: {error}"
+            relay.tell({"t": m.ERROR, "error": {"type": "ConnectionLost", "message": lost}})
+
+
+class Relay:
+    """This daemon's children in the run's tree and the step batches on their way up.
+
+    Lifecycle: `open()` once (from the `tree` request); `close()` when the run ends."""
+
+    def __init__(self, host: str, tell: Emit):
+        # `tell` reaches the controller directly: a link's loss is said there, not up the tree.
+        self.host, self.tell = host, tell
+        self.links: dict[str, Link] = {}
+        self.below: dict[str, Link] = {}  # every descendant -> the link to its subtree
+        self.batches: dict[int, Batch] = {}
+        self.closing = False
+
+    async def open(self, run: str, key: bytes, children: list[dict[str, Any]], tg: asyncio.TaskGroup) -> None:
+        """Connect to every child, authenticate and join it to `run`; each link's events are
+        read in a task of `tg`."""
+        links = await asyncio.gather(*(_join(run, key, c) for c in children))
+        for link in links:
+            self.links[link.child] = link
+            self.below.update(dict.fromkeys(link.hosts, link))
+            tg.create_task(link.read(self))
+
+    def enter(self, request: dict[str, Any], emit: Emit) -> tuple[list[dict[str, Any]], Emit]:
+        """Pass the enter on to the children whose subtrees take part; this host's own
+        components, and where their acks go (this step's batch)."""
+        hosts = request["hosts"]
+        strangers = [h for h in hosts if h != self.host and h not in self.below]
+        if strangers:
+            raise ProtocolError(f"hosts {strangers[:5]} are not in the subtree of host {self.host}")
+        step = request["step"]
+        batch = self.batches[step] = Batch(step, sum(len(c) for c in hosts.values()), emit)
+        parts: dict[str, dict[str, Any]] = {}
+        for host, comps in hosts.items():
+            if host != self.host:
+                parts.setdefault(self.below[host].child, {})[host] = comps
+        fields = {k: v for k, v in request.items() if k not in ("hosts", "id", "timeout_s")}
+        for child, part in parts.items():
+            try:
+                self.links[child].channel.send({**fields, "hosts": part})
+            except (NetspecError, ConnectionError) as exc:
+                raise NetspecError(f"cannot relay the step to host {child}: {exc}") from exc
+        host = self.host
+
+        def own(ack: dict[str, Any]) -> None:
+            batch.add([{**ack, "host": host}])
+        return hosts.get(host, []), own
+
+    def from_child(self, link: Link, message: dict[str, Any]) -> None:
+        if message.get("t") == m.ACKS and isinstance(message.get("acks"), list):
+            acks = message["acks"]
+            foreign = [a.get("host") if isinstance(a, dict) else a for a in acks
+                       if not isinstance(a, dict) or a.get("host") not in link.hosts]
+            batch = self.batches.get(message.get("step"))  # type: ignore[arg-type]
+            if not foreign and batch is not None:
+                batch.add(acks)
+                return
+            why = (f"acks of hosts {foreign[:5]} outside its subtree" if foreign
+                   else "acks of a step never sent to it")
+            self.tell({"t": m.ERROR, "error": {"type": "ProtocolError",
+                                               "message": f"host {link.child} relayed {why}"}})
+        elif message.get("t") == m.ERROR:
+            error = message.get("error") if isinstance(message.get("error"), dict) else {}
+            self.tell({"t": m.ERROR, "error": {**error, "message": f"host {link.child} (relayed by host "
+                                                          f"{self.host}): {error.get('message', '')}"}})
+
+    async def close(self) -> None:
+        self.closing = True
+        for batch in self.batches.values():
+            batch.flush()
+        for link in self.links.values():
+            await link.channel.close()
+
+
+async def _join(run: str, key: bytes, child: dict[str, Any]) -> Link:
+    name, address, hosts = child["host"], child["address"], frozenset(child["hosts"])
+    try:
+        async with asyncio.timeout(JOIN_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(address[0], address[1])
+            channel = Channel(reader, writer, peer=f"host {name}")
+            await client_handshake(channel, key)
+            channel.send({"t": m.JOIN, "id": 1, "run": run})
+            reply = await channel.recv()
+    except (OSError, NetspecError, TimeoutError) as exc:
+        raise NetspecError(f"cannot reach host {name} at {address[0]}:{address[1]} to relay to it: "
+                           f"{exc or type(exc).__name__}") from exc
+    if reply is None or reply.get("t") != m.REPLY:
+        with contextlib.suppress(ConnectionError, OSError):
+            await channel.close()
+        message = (reply or {}).get("error", {}).get("message", "it hung up")
+        raise NetspecError(f"host {name} refused to join the relay tree: {message}")
+    return Link(name, channel, hosts)

@@ -1,0 +1,137 @@
+"""`fan_out: N`: steps reach the hosts through a tree of relaying daemons, and every host's
+acks still reach run.json, exact."""
+
+import asyncio
+
+import pytest
+from netspec.controller.fanout import FanOut, Tree
+from netspec.controller.fleet import DaemonClient
+from netspec.controller.load import load
+from netspec.protocol import messages as m
+from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
+from support import latest_record, ns_control, session_run_id
+
+
+def _hosts(n: int) -> tuple[str, ...]:
+    return tuple(f"h{i}" for i in range(n))
+
+
+def test_the_tree_puts_each_host_below_one_first_level_host_with_at_most_width_children():
+    tree = Tree(2, _hosts(7))
+    assert tree.first == ("h0", "h1")
+    assert tree.children("h0") == ("h2", "h3") and tree.children("h2") == ("h6",)
+    assert tree.subtree("h0") == ["h0", "h2", "h3", "h6"] and tree.subtree("h1") == ["h1", "h4", "h5"]
+    assert tree.depth() == 3
+    for n, width in [(1, 2), (100, 8), (1000, 16), (1000, 32), (333, 3)]:
+        tree = Tree(width, _hosts(n))
+        top = tree.top()
+        assert sorted(top) == sorted(tree.hosts)  # each host exactly once
+        assert all(len(tree.children(h)) <= width for h in tree.hosts)
+        longest = max(len(path_to(tree, h)) for h in tree.hosts)
+        assert longest == tree.depth(), (n, width)
+
+
+def path_to(tree: Tree, host: str) -> list[str]:
+    """The hosts an enter passes through to reach `host`, the first-level one first."""
+    parent = {c: h for h in tree.hosts for c in tree.children(h)}
+    path = [host]
+    while path[-1] in parent:
+        path.append(parent[path[-1]])
+    return path[::-1]
+
+
+def test_a_batch_of_acks_naming_a_host_outside_the_senders_subtree_is_refused():
+    fan_out = FanOut({}, Tree(2, _hosts(7)))
+    mine = {"host": "h6", "step": 0, "component": "c"}
+    assert fan_out.acks("h0", {"t": m.ACKS, "acks": [mine]}) == [("h6", mine)]
+    with pytest.raises(ProtocolError, match=r"host h0: acks of hosts \['h4'\] outside its subtree"):
+        fan_out.acks("h0", {"t": m.ACKS, "acks": [mine, {"host": "h4"}]})
+    with pytest.raises(ProtocolError, match="not a list of acks"):
+        fan_out.acks("h0", {"t": m.ACKS, "acks": "h6"})
+    with pytest.raises(ProtocolError, match="not a list of acks from a fan-out tree"):
+        FanOut({}, None).acks("h0", {"t": m.ACKS, "acks": [mine]})
+
+
+def test_an_ssh_host_in_a_fan_out_tree_is_an_error_naming_its_line(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("experiment: x\nfan_out: 4\nhosts:\n  a: {}\n  b: {ssh: user@example}\n"
+                    "components:\n  c: {host: a, command: [true]}\nschedule: [launch]\n")
+    with pytest.raises(ConfigError, match=r"exp.yaml:5: hosts.b.ssh: a host reached over SSH cannot be "
+                                          r"in a fan-out tree \(fan_out: at line 2\)"):
+        load(path)
+
+
+SEVEN = """\
+experiment: tree
+fan_out: 2
+hosts: {h0: {}, h1: {}, h2: {}, h3: {}, h4: {}, h5: {}, h6: {}}
+components:
+COMPONENTS
+schedule:
+  - launch
+  - sync_clocks
+  - {phase: work, release: at}
+  - rest
+  - collect
+"""
+
+
+def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(experiment, tmp_path):
+    lines = [f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work,rest,collect"]'
+             + (", params: {fail_in: rest}" if i == 6 else "") + "}" for i in range(7)]
+    path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)))
+    done = ns_control("run", str(path), "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 1
+    # h6 is a leaf two relays below the controller: its error ack is named all the same.
+    assert "phase 'rest' failed on h6" in done.stderr and "c6 fails in rest as asked" in done.stderr
+    assert "steps go through a fan-out tree: 7 hosts, 2 children at most, 3 levels" in done.stdout
+    record = latest_record(tmp_path / "runs")
+    assert record["fan_out"] == {"width": 2, "depth": 3, "relays": 3, "first": ["h0", "h1"]}
+    steps = {s["phase"]: s for s in record["steps"]}
+    for phase in ("launch", "sync_clocks", "work"):
+        assert steps[phase]["status"] == "ok"
+        assert sorted(steps[phase]["hosts"]) == [f"h{i}" for i in range(7)]
+        for host, entry in steps[phase]["hosts"].items():
+            for info in entry["components"].values():
+                assert info["outcome"] == "ok", (phase, host)
+                assert entry["sent_ns"] <= info["entered_ns"] <= info["acked_ns"] <= info["received_ns"]
+    # Released at an instant through the tree: every start is placed on the global timeline.
+    assert steps["work"]["release"]["starts"] == 7 and "unplaced" not in steps["work"]["release"]
+    rest = steps["rest"]
+    assert rest["status"] == "failed"
+    assert rest["hosts"]["h6"]["components"]["c6"]["outcome"] == "error"
+    assert record["status"] == "failed"
+    # The run still gathered every host's streams and outputs.
+    assert all(record["hosts"][f"h{i}"].get("streams") for i in range(7))
+
+
+def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own_in_a_batch(daemon, key):
+    run_id = session_run_id("r-relay")
+
+    async def scenario():
+        events = []
+
+        def on_event(host, event):
+            events.append(event)
+        client = await DaemonClient.connect("a", ("127.0.0.1", daemon.port), key, on_event)
+        serving = asyncio.create_task(client.serve())
+        deadline = asyncio.get_running_loop().time() + 10
+        try:
+            await client.request(m.SETUP, deadline, run=run_id, host="a", components=[])
+            node = [{"name": m.NODE}]
+            client.notify(m.ENTER, phase="rest", step=0, hosts={"a": node, "zz": []}, published={})
+            client.notify(m.ENTER, phase="rest", step=1, hosts={"a": node}, published={})
+            with pytest.raises(RemoteError, match="no run 'nope' is set up"):
+                await client.request(m.JOIN, deadline, run="nope")
+            while not any(e["t"] == m.ACKS for e in events):
+                await asyncio.sleep(0.01)
+        finally:
+            await client.close()
+            await serving
+        return events
+    events = asyncio.run(scenario())
+    errors = [e["error"]["message"] for e in events if e["t"] == m.ERROR]
+    assert errors == ["hosts ['zz'] are not in the subtree of host a"]
+    batch = next(e for e in events if e["t"] == m.ACKS)
+    assert batch["step"] == 1 and [(a["host"], a["component"], a["status"]) for a in batch["acks"]] == [
+        ("a", m.NODE, m.ACK_OK)]
