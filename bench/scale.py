@@ -25,6 +25,8 @@ Figures per N:
                   clksync reference daemon (probed by every host) apart
   run.json        its size at the end
   teardown        from the end of collect to the end of `execute`
+  projection      with a flat and a tree run of the same N: a step's cost at 10,000 hosts
+                  from the per-host, per-frame and per-relay costs measured (`projection`)
 Baseline, measured in the same run: the round trip of a bare asyncio TCP echo between two
 processes (bench/barrier.py), which a one-host step cannot beat.
 
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from barrier import echo_round_trips, percentile
 from netspec.controller.engine import Run
+from netspec.controller.fanout import Tree
 from netspec.controller.load import parse
 from netspec.controller.progress import Progress
 from netspec.controller.rundir import RunDir
@@ -166,7 +169,28 @@ async def one_run(n: int, steps: int, kind: str, fan_out: int | None, runs_root:
             **watch.figures, "step_p50_ms": percentile(durations, 0.5) * 1e3,
             "step_p99_ms": percentile(durations, 0.99) * 1e3,
             "runjson_mb": (rundir.path / "run.json").stat().st_size / 1e6,
-            "teardown_s": ended - watch.marks["collected"]}
+            "teardown_s": ended - watch.marks["collected"],
+            **{k: record["fan_out"][k] for k in ("relays", "depth") if "fan_out" in record}}
+
+
+def projection(n: int, width: int, flat: dict[str, float], tree: dict[str, float],
+               hosts: int = 10_000) -> dict[str, float]:
+    """A step's cost at `hosts` hosts through a tree of `width`, from two runs of N hosts:
+
+    - per host, the controller's CPU in the tree run (its bookkeeping of every host's ack:
+      enter built, ack decoded and recorded, skew, journal): c_host;
+    - per frame pair (an enter sent, an ack frame read), what the flat run cost per host
+      beyond it: c_frame = flat - tree;
+    - per relay, its CPU per step beyond a leaf's: (tree - flat daemon CPU) x N / relays.
+    Controller work = hosts x c_host + width x c_frame; a step on a real fleet (a core per
+    host) also waits for the relays of each level in turn: depth x c_relay."""
+    c_host = tree["ctl_cpu_us_per_step_host"]
+    c_frame = max(flat["ctl_cpu_us_per_step_host"] - c_host, 0.0)
+    c_relay = max(tree["daemon_cpu_us_per_step"] - flat["daemon_cpu_us_per_step"], 0.0) * n / tree["relays"]
+    depth = Tree(width, tuple(range(hosts))).depth()
+    controller_ms = (hosts * c_host + width * c_frame) / 1e3
+    return {"c_host_us": c_host, "c_frame_us": c_frame, "c_relay_us": c_relay, "depth": depth,
+            "controller_ms": controller_ms, "step_ms": controller_ms + depth * c_relay / 1e3}
 
 
 def describe(n: int, kind: str, got: dict[str, float]) -> str:
@@ -200,6 +224,7 @@ def main() -> None:
         print(f"baseline: asyncio TCP echo round trip p50 {results['echo_p50_us']} us; "
               f"fd limit {soft}/{hard}")
         for n in map(int, args.daemons.split(",")):
+            runs: dict[tuple[str, int | None], dict[str, float]] = {}
             for kind, fan_out in itertools.product(("node", "component"), args.fan_out.split(",")):
                 if kind == "component" and n > args.component_max:
                     continue
@@ -214,6 +239,17 @@ def main() -> None:
                     continue
                 print(describe(n, label, got), flush=True)
                 results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
+                runs[(kind, width)] = got
+            for width in (w for (kind, w) in runs if kind == "node" and w is not None):
+                if ("node", None) in runs:
+                    said = projection(n, width, runs[("node", None)], runs[("node", width)])
+                    print(f"  projected from N={n}, tree {width}, to 10,000 hosts: controller "
+                          f"{said['controller_ms']:.0f} ms a step ({said['c_host_us']:.0f} us a host, "
+                          f"{said['c_frame_us']:.0f} us a frame pair), a step on a fleet of its own cores "
+                          f"{said['step_ms']:.0f} ms ({said['depth']} levels, "
+                          f"{said['c_relay_us']:.0f} us a relay)",
+                          flush=True)
+                    results.update({f"projection_{n}_tree_{width}_{k}": round(v, 3) for k, v in said.items()})
     print(json.dumps(results))
 
 

@@ -26,6 +26,7 @@ from .watch import ClockChange, ClockWatch
 
 EXCHANGE_FIELDS = ("peer", "seq", "kernel", "t1", "t2", "t3", "t4", "u1", "u2", "u3", "u4")
 REPORT_EVERY_NS = 1_000_000_000
+RETRY_S = 1.0  # after a volley that got no exchange through
 SERVER_POLL_S = 0.05
 GATE_POLL_S = 0.05
 
@@ -95,9 +96,15 @@ class ClockService:
 
         def loop() -> None:
             reported = 0
+            # The hosts' first volleys spread over one interval, not all at the reference at once.
+            wait = interval_s * random.uniform(0.0, 1.0)
             try:
-                while not self.stopping.wait(interval_s * random.uniform(0.5, 1.5)):
+                while not self.stopping.wait(wait):
                     volley = client.volley()
+                    # A volley that got nothing through (the reference busy, a datagram lost)
+                    # is tried again soon: with a fleet's stretched interval, waiting a whole
+                    # one could leave a host without an estimate for all of sync_clocks.
+                    wait = (interval_s if volley else min(interval_s, RETRY_S)) * random.uniform(0.5, 1.5)
                     if self.watch.check() or not volley:
                         continue  # exchanges that may span a clock change say nothing
                     for ex in volley:

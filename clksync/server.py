@@ -1,7 +1,9 @@
 """The probe server on the reference host: answers each well-formed request signed with the
 run's probe key with a reply
 (its kernel RX stamp) and a follow-up (the reply's kernel TX stamp), never with more bytes
-than the request had, and at most RATE_PER_PEER requests a second from any one address."""
+than the request had, and at most RATE_PER_PEER requests a second from any one prober's
+socket (address and port: hosts that share an address, as local daemons share 127.0.0.1,
+are each a prober of their own)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,14 @@ TX_STAMP_WAIT_S = 0.005
 
 
 class RateLimit:
-    """A token bucket per source address; the least recently seen address is forgotten
-    once MAX_PEERS are tracked."""
+    """A token bucket per source (address, port); the least recently seen source is
+    forgotten once MAX_PEERS are tracked."""
 
     def __init__(self, rate: float = RATE_PER_PEER, burst: float = BURST):
         self.rate, self.burst = rate, burst
         self.peers: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def allow(self, peer: str, now: float) -> bool:
+    def allow(self, peer: tuple[str, int], now: float) -> bool:
         tokens, last = self.peers.pop(peer, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
         allowed = tokens >= 1.0
@@ -66,7 +68,7 @@ class ProbeServer:
             return
         u2 = time.time_ns()
         seq = packets.request_seq(self.key, data)
-        if seq is None or not self.limit.allow(peer[0], time.monotonic()):
+        if seq is None or not self.limit.allow(peer[:2], time.monotonic()):
             self.refused += 1
             return
         t2 = stamps.rx_stamp(ancillary) if self.kernel else None

@@ -96,9 +96,11 @@ def test_a_client_takes_no_answer_it_cannot_verify(server):
 
 def test_a_peer_gets_its_burst_then_the_rate():
     limit = RateLimit(rate=100.0, burst=BURST)
-    assert sum(limit.allow("10.0.0.1", 0.0) for _ in range(200)) == BURST
-    assert limit.allow("10.0.0.2", 0.0)  # others are not held back
-    assert sum(limit.allow("10.0.0.1", 0.5) for _ in range(200)) == BURST  # refilled after 0.5 s
+    assert sum(limit.allow(("10.0.0.1", 5000), 0.0) for _ in range(200)) == BURST
+    assert limit.allow(("10.0.0.2", 5000), 0.0)  # others are not held back
+    # Nor another prober at the same address (local daemons all probe from 127.0.0.1).
+    assert limit.allow(("10.0.0.1", 5001), 0.0)
+    assert sum(limit.allow(("10.0.0.1", 5000), 0.5) for _ in range(200)) == BURST  # refilled after 0.5 s
 
 
 def test_a_rate_change_is_seen_against_the_raw_clock(monkeypatch):
