@@ -104,7 +104,9 @@ class FanOut:
             ProtocolError: the batch is malformed or names a host outside `host`'s subtree.
         """
         acks = event.get("acks")
-        if self.tree is None or not isinstance(acks, list) or not all(isinstance(a, dict) for a in acks):
+        if self.tree is None or not isinstance(acks, list) or not all(
+                isinstance(a, dict) and isinstance(a.get("step"), int) and isinstance(a.get("component"), str)
+                and a.get("status") in (m.ACK_OK, m.ACK_WARNING, m.ACK_ERROR) for a in acks):
             raise ProtocolError("a batch of acks that is not a list of acks from a fan-out tree",
                                 f"host {host}")
         foreign = sorted({str(a.get("host")) for a in acks

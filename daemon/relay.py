@@ -93,6 +93,8 @@ class Relay:
     async def open(self, run: str, key: bytes, children: list[dict[str, Any]], tg: asyncio.TaskGroup) -> None:
         """Connect to every child, authenticate and join it to `run`; each link's events are
         read in a task of `tg`."""
+        if self.links:
+            raise NetspecError(f"host {self.host} is connected to its children in the tree already")
         links = await asyncio.gather(*(_join(run, key, c) for c in children))
         for link in links:
             self.links[link.child] = link
@@ -129,7 +131,8 @@ class Relay:
             acks = message["acks"]
             foreign = [a.get("host") if isinstance(a, dict) else a for a in acks
                        if not isinstance(a, dict) or a.get("host") not in link.hosts]
-            batch = self.batches.get(message.get("step"))  # type: ignore[arg-type]
+            step = message.get("step")
+            batch = self.batches.get(step) if isinstance(step, int) else None
             if not foreign and batch is not None:
                 batch.add(acks)
                 return

@@ -42,12 +42,13 @@ def path_to(tree: Tree, host: str) -> list[str]:
 
 def test_a_batch_of_acks_naming_a_host_outside_the_senders_subtree_is_refused():
     fan_out = FanOut({}, Tree(2, _hosts(7)))
-    mine = {"host": "h6", "step": 0, "component": "c"}
+    mine = {"host": "h6", "step": 0, "component": "c", "status": m.ACK_OK}
     assert fan_out.acks("h0", {"t": m.ACKS, "acks": [mine]}) == [("h6", mine)]
     with pytest.raises(ProtocolError, match=r"host h0: acks of hosts \['h4'\] outside its subtree"):
-        fan_out.acks("h0", {"t": m.ACKS, "acks": [mine, {"host": "h4"}]})
-    with pytest.raises(ProtocolError, match="not a list of acks"):
-        fan_out.acks("h0", {"t": m.ACKS, "acks": "h6"})
+        fan_out.acks("h0", {"t": m.ACKS, "acks": [mine, {**mine, "host": "h4"}]})
+    for malformed in ("h6", [{**mine, "step": "0"}], [{**mine, "status": "fine"}], [["h6"]]):
+        with pytest.raises(ProtocolError, match="not a list of acks"):
+            fan_out.acks("h0", {"t": m.ACKS, "acks": malformed})
     with pytest.raises(ProtocolError, match="not a list of acks from a fan-out tree"):
         FanOut({}, None).acks("h0", {"t": m.ACKS, "acks": [mine]})
 
