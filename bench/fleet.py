@@ -1,4 +1,4 @@
-"""The SSH fleet on 8 namespaced hosts: bringing daemons up, and a barrier step through SSH
+"""The SSH fleet on N namespaced hosts (8 by default): bringing daemons up, and a barrier step through SSH
 tunnels against the same step over direct TCP, in the same run.
 
   up, fresh:      `ns_control up` on every host, each logged into as a new user with an
@@ -10,10 +10,11 @@ tunnels against the same step over direct TCP, in the same run.
                   `--steps` times after 20 warm-up steps, as the engine records it: once
                   with the hosts reached over SSH (paramiko tunnels), once with the same
                   installed netspecd, run as the same user in the same namespace but
-                  listening on the host's address, reached over plain TCP (the baseline).
+                  listening on the host's address, reached over plain TCP (the baseline);
+                  and once more through a fan-out tree of those daemons (`--fan-out`).
 Needs root (network namespaces, sshd). Prints figures for people, then one JSON object.
 
-    python bench/fleet.py [--hosts 8] [--steps 200]
+    python bench/fleet.py [--hosts 8] [--steps 200] [--fan-out 8]
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def up_seconds(hosts: list[nethosts.NetHost]) -> float:
     return seconds
 
 
-def step_text(hosts: list[str], steps: int) -> str:
-    lines = ["experiment: fleet-bench", "hosts:", *hosts, "components:"]
+def step_text(hosts: list[str], steps: int, fan_out: int | None = None) -> str:
+    lines = ["experiment: fleet-bench", *([f"fan_out: {fan_out}"] if fan_out else []), "hosts:", *hosts,
+             "components:"]
     lines += [f"  c{i}: {{host: h{i}, program: {HERE / 'ticker.py'}}}" for i in range(1, len(hosts) + 1)]
     lines += ["schedule:", "  - launch", *["  - tick"] * steps]
     return "\n".join(lines) + "\n"
@@ -92,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--fan-out", type=int, default=8,
+                        help="the width of the tree the direct daemons are also reached through")
     args = parser.parse_args()
     reason = nethosts.why_unavailable()
     if reason:
@@ -112,6 +116,8 @@ def main() -> None:
             specs, procs = direct_daemons(hosts)
             try:
                 direct = asyncio.run(step_times(step_text(specs, args.steps + 20), Path(tmp) / "runs"))
+                tree = asyncio.run(step_times(step_text(specs, args.steps + 20, args.fan_out),
+                                              Path(tmp) / "runs"))
             finally:
                 for proc in procs:
                     proc.terminate()
@@ -125,11 +131,12 @@ def main() -> None:
     print(f"  up, already installed                                 {installed_s:6.2f} s")
     result = {"hosts": n, "wheels_s": round(wheels_s, 2), "up_fresh_s": round(fresh_s, 2),
               "up_installed_s": round(installed_s, 2)}
-    for name, times in (("direct TCP (baseline)", direct), ("SSH tunnels", ssh)):
+    for name, times in (("direct TCP (baseline)", direct), ("SSH tunnels", ssh),
+                        (f"direct TCP, tree {args.fan_out}", tree)):
         p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
         print(f"  barrier step over {name:<22} p50 {p50 * 1e6:8.1f} us  p99 {p99 * 1e6:8.1f} us  "
               f"(n={len(times)})")
-        key = "direct" if name.startswith("direct") else "ssh"
+        key = "tree" if "tree" in name else "direct" if name.startswith("direct") else "ssh"
         result.update({f"step_{key}_p50_us": round(p50 * 1e6, 1), f"step_{key}_p99_us": round(p99 * 1e6, 1)})
     ratio = result["step_ssh_p50_us"] / result["step_direct_p50_us"]
     print(f"  SSH tunnel / direct TCP, p50: {ratio:.2f}x")
