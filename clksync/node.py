@@ -49,6 +49,8 @@ class ClockService:
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.watch: ClockWatch | None = None
+        # What probing went through, for a host that gets no estimate to say why.
+        self.volleys = self.unanswered = self.changes = 0
 
     def _check_idle(self) -> None:
         # Before a socket is made: a second serve or probe must not leave one behind.
@@ -61,6 +63,7 @@ class ClockService:
         self.thread.start()
 
     def _on_change(self, change: ClockChange) -> None:
+        self.changes += 1
         self._change.log(0, {"kind": change.kind, "raw_ns": change.raw_ns, "jump_ns": change.jump_ns,
                              "ppm_before": change.ppm_before, "ppm_after": change.ppm_after})
         with self.lock:
@@ -97,14 +100,19 @@ class ClockService:
         def loop() -> None:
             reported = 0
             # The hosts' first volleys spread over one interval, not all at the reference at once.
-            wait = interval_s * random.uniform(0.0, 1.0)
+            wait, empty = interval_s * random.uniform(0.0, 1.0), 0
             try:
                 while not self.stopping.wait(wait):
                     volley = client.volley()
+                    self.volleys, self.unanswered = self.volleys + 1, client.lost
                     # A volley that got nothing through (the reference busy, a datagram lost)
                     # is tried again soon: with a fleet's stretched interval, waiting a whole
-                    # one could leave a host without an estimate for all of sync_clocks.
-                    wait = (interval_s if volley else min(interval_s, RETRY_S)) * random.uniform(0.5, 1.5)
+                    # one could leave a host without an estimate for all of sync_clocks. The
+                    # retries back off, doubling, so that a reference too busy to answer is
+                    # not flooded by every host at once.
+                    empty = 0 if volley else empty + 1
+                    wait = min(interval_s, RETRY_S * 2 ** (empty - 1) if empty else interval_s)
+                    wait *= random.uniform(0.5, 1.5)
                     if self.watch.check() or not volley:
                         continue  # exchanges that may span a clock change say nothing
                     for ex in volley:
@@ -144,8 +152,10 @@ class ClockService:
             if time.monotonic() >= give_up:
                 asked = f"the {bound_ns / 1e3:g} us asked for" if bound_ns is not None else "any bound"
                 if est is None:
-                    raise NetspecError(f"no clock estimate after {wait_s:.1f} s "
-                                       f"({len(self.gate.recent)} exchanges), short of {asked}")
+                    raise NetspecError(f"no clock estimate after {wait_s:.1f} s ({len(self.gate.recent)} "
+                                       f"exchanges; {self.volleys} volleys sent, {self.unanswered} "
+                                       f"exchanges unanswered, {self.changes} clock changes seen), "
+                                       f"short of {asked}")
                 raise NetspecError(f"clock bound {est.bound_ns / 1e3:.1f} us above {asked} after "
                                    f"{wait_s:.1f} s (offset {est.offset_ns / 1e3:+.1f} us, "
                                    f"{est.exchanges} recent exchanges, {est.source} timestamps)")

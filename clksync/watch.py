@@ -38,9 +38,10 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def clock_pair() -> tuple[int, int]:
-    """(realtime, raw) read as close together as this process can: the realtime reading
-    is the middle of two that bracket the raw one."""
+def clock_pair() -> tuple[int, int, int]:
+    """(realtime, raw, spread) read as close together as this process can: the realtime
+    reading is the middle of two that bracket the raw one, `spread` ns apart (so it is off
+    by at most half that)."""
     best: tuple[int, int, int] | None = None
     for _ in range(3):
         r1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
@@ -51,7 +52,7 @@ def clock_pair() -> tuple[int, int]:
         if r2 - r1 < READ_SPREAD_NS:
             break
     assert best is not None
-    return best[1], best[2]
+    return best[1], best[2], best[0]
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,9 @@ class ClockWatch:
         self.report = report
         self.fd = self._timerfd()
         self.rate_ppm = 0.0
-        realtime, raw = clock_pair()
-        self.last = self.window = (realtime - raw, raw)
+        realtime, raw, spread = clock_pair()
+        self.last = (realtime - raw, raw)
+        self.window = (realtime - raw, raw, spread)
 
     def _timerfd(self) -> int | None:
         libc = _libc()
@@ -105,21 +107,25 @@ class ClockWatch:
 
     def check(self) -> bool:
         """Look for a change since the last check; True if one was found and reported."""
-        realtime, raw = clock_pair()
+        realtime, raw, spread = clock_pair()
         diff = realtime - raw
         last_diff, last_raw = self.last
         jump = diff - last_diff - round(self.rate_ppm * 1e-6 * (raw - last_raw))
-        if self._was_set() or (self.fd is None and abs(jump) > STEP_NS):
+        if self._was_set() or (self.fd is None and abs(jump) > STEP_NS + spread):
             self.report(ClockChange("step", realtime, raw, jump_ns=jump))
-            self.last = self.window = (diff, raw)
+            self.last, self.window = (diff, raw), (diff, raw, spread)
             return True
         self.last = (diff, raw)
-        window_diff, window_raw = self.window
+        window_diff, window_raw, window_spread = self.window
         if raw - window_raw < RATE_WINDOW_NS:
             return False
-        self.window = (diff, raw)
+        self.window = (diff, raw, spread)
         rate = (diff - window_diff) / (raw - window_raw) * 1e6
-        if abs(rate - self.rate_ppm) <= RATE_PPM:
+        # Each reading is off by up to half its spread: on a busy host (a thousand daemons
+        # on two cores) a few microseconds over the window's 2 s, which alone would read as
+        # a change of rate, and every one found resets the gate's exchanges.
+        noise_ppm = (window_spread + spread) / 2 / (raw - window_raw) * 1e6
+        if abs(rate - self.rate_ppm) <= RATE_PPM + noise_ppm:
             return False
         self.report(ClockChange("rate", realtime, raw, ppm_before=self.rate_ppm, ppm_after=rate))
         self.rate_ppm = rate

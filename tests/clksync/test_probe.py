@@ -105,7 +105,8 @@ def test_a_peer_gets_its_burst_then_the_rate():
 
 def test_a_rate_change_is_seen_against_the_raw_clock(monkeypatch):
     # realtime runs 20 ppm fast against raw from the first check on
-    readings = iter([(1_000, 0)] + [(1_000 + int(t * 1.00002), t) for t in range(10**9, 10 * 10**9, 10**9)])
+    readings = iter([(1_000, 0, 0)] + [(1_000 + int(t * 1.00002), t, 0)
+                                       for t in range(10**9, 10 * 10**9, 10**9)])
     monkeypatch.setattr(watch, "clock_pair", lambda: next(readings))
     seen = []
     w = watch.ClockWatch(seen.append)
@@ -113,6 +114,20 @@ def test_a_rate_change_is_seen_against_the_raw_clock(monkeypatch):
         w.check()
     w.close()
     assert seen[0].kind == "rate" and 19 < seen[0].ppm_after < 21
+
+
+def test_readings_made_uncertain_by_a_busy_host_are_no_change_of_rate(monkeypatch):
+    # No change at all, but each realtime reading off by up to half its 20 us spread (a
+    # preempted read on a loaded host): 8 us over 2 s would read as 4 ppm.
+    readings = iter([(1_000 + (8_000 if i % 4 in (1, 2) else -8_000) + t, t, 20_000)
+                     for i, t in enumerate(range(0, 20 * 10**9, 10**9))])
+    monkeypatch.setattr(watch, "clock_pair", lambda: next(readings))
+    seen = []
+    w = watch.ClockWatch(seen.append)
+    for _ in range(19):
+        w.check()
+    w.close()
+    assert not [c for c in seen if c.kind == "rate"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="setting CLOCK_REALTIME needs root")
