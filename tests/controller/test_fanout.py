@@ -2,6 +2,10 @@
 acks still reach run.json, exact."""
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 from netspec.controller.fanout import FanOut, Tree
@@ -9,7 +13,9 @@ from netspec.controller.fleet import DaemonClient
 from netspec.controller.load import load
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
-from support import latest_record, ns_control, session_run_id
+from netspec.protocol.exits import run_processes
+from netspec.protocol.runrecord import load_record
+from support import latest_record, ns_control, session_run_id, wait_for
 
 
 def _hosts(n: int) -> tuple[str, ...]:
@@ -136,3 +142,37 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
     batch = next(e for e in events if e["t"] == m.ACKS)
     assert batch["step"] == 1 and [(a["host"], a["component"], a["status"]) for a in batch["acks"]] == [
         ("a", m.NODE, m.ACK_OK)]
+
+
+def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_gathered(experiment, tmp_path):
+    # h1 relays to h4 and h5; it dies while every host waits in 'work' for h0's component.
+    lines = [f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work,rest,collect"]'
+             + (", params: {hang_in: work}" if i == 0 else "") + "}" for i in range(7)]
+    path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)).replace(
+        "  - {phase: work, release: at}\n", "  - {phase: work, deadline: 5m}\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def waiting_for_h0() -> dict | None:
+        latest = tmp_path / "runs" / "latest"
+        record = load_record(latest) if (latest / "run.json").exists() else {}
+        steps = record.get("steps") or []
+        if steps and steps[-1]["phase"] == "work" and len(steps[-1]["hosts"]) == 7 and all(
+                entry["components"] for h, entry in steps[-1]["hosts"].items() if h != "h0"):
+            return record
+        return None
+    record = wait_for(waiting_for_h0, what="every host but h0 to ack 'work'")
+    os.kill(record["hosts"]["h1"]["daemon_pid"], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1
+    assert "phase 'work', host h1: connection lost" in stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "failed"
+    # h1's children lost their relay, not their controller: their files came the direct way,
+    # and h1's own were salvaged from its disk.
+    assert record["hosts"]["h1"]["salvaged"]["via"] == "the local filesystem"
+    assert "[salvaged host h1: " in stdout
+    for host in ("h4", "h5"):
+        assert record["hosts"][host].get("streams"), host
+        assert (tmp_path / "runs" / "latest" / "hosts" / host / f"c{host[1:]}" / "exit.json").exists()
+    assert not run_processes(record["id"])
