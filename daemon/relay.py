@@ -95,7 +95,13 @@ class Relay:
         read in a task of `tg`."""
         if self.links:
             raise NetspecError(f"host {self.host} is connected to its children in the tree already")
-        links = await asyncio.gather(*(_join(run, key, c) for c in children))
+        joined = await asyncio.gather(*(_join(run, key, c) for c in children), return_exceptions=True)
+        links = [j for j in joined if isinstance(j, Link)]
+        failed = [j for j in joined if not isinstance(j, Link)]
+        if failed:
+            for link in links:  # none half-made is left open
+                await link.channel.close()
+            raise failed[0]
         for link in links:
             self.links[link.child] = link
             self.below.update(dict.fromkeys(link.hosts, link))
@@ -155,6 +161,7 @@ class Relay:
 
 async def _join(run: str, key: bytes, child: dict[str, Any]) -> Link:
     name, address, hosts = child["host"], child["address"], frozenset(child["hosts"])
+    channel: Channel | None = None
     try:
         async with asyncio.timeout(JOIN_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(address[0], address[1])
@@ -163,11 +170,17 @@ async def _join(run: str, key: bytes, child: dict[str, Any]) -> Link:
             channel.send({"t": m.JOIN, "id": 1, "run": run})
             reply = await channel.recv()
     except (OSError, NetspecError, TimeoutError) as exc:
+        await _close(channel)
         raise NetspecError(f"cannot reach host {name} at {address[0]}:{address[1]} to relay to it: "
                            f"{exc or type(exc).__name__}") from exc
     if reply is None or reply.get("t") != m.REPLY:
-        with contextlib.suppress(ConnectionError, OSError):
-            await channel.close()
+        await _close(channel)
         message = (reply or {}).get("error", {}).get("message", "it hung up")
         raise NetspecError(f"host {name} refused to join the relay tree: {message}")
     return Link(name, channel, hosts)
+
+
+async def _close(channel: Channel | None) -> None:
+    if channel is not None:
+        with contextlib.suppress(ConnectionError, OSError):
+            await channel.close()
