@@ -103,6 +103,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     down.add_argument("file", type=Path)
     for p in (run, demo):
         p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
+    run.add_argument("--no-merge", action="store_true",
+                     help="leave the streams unmerged (`fetch` merges them later); not for a campaign")
     for p in (run, up, down):
         p.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
@@ -168,6 +170,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def cmd_run(args: argparse.Namespace) -> int:
     plan = load(args.file)
     if plan.campaign is not None:
+        if args.no_merge:
+            raise NetspecError(f"{args.file}: a campaign's repeat and report need each run merged: "
+                               "--no-merge applies to a single run")
         return Campaigner(CampaignDir.create(args.campaigns, plan), _options(args)).run()
     _, code = run_plan(plan, _options(args))
     return code
@@ -183,7 +188,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(args.runs, args.quiet, getattr(args, "accept_new_host_keys", False),
-                      getattr(args, "keep_daemons", False), TERMINAL)
+                      getattr(args, "keep_daemons", False), TERMINAL, not getattr(args, "no_merge", False))
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

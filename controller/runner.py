@@ -61,6 +61,7 @@ class RunOptions:
     accept_new_host_keys: bool = False
     keep_daemons: bool = False
     output: Output = field(default_factory=Silent)
+    merge: bool = True  # False: the run leaves its streams unmerged (`ns_control fetch` merges them)
 
 
 async def _run(run: Run) -> None:
@@ -85,7 +86,8 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     rundir = RunDir.create(options.runs, plan.name, plan.text, {
         "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
         "components": {}, "versions": {"netspec": netspec_version(),
-                                       "python": sys.version.split()[0]}, **(record or {})})
+                                       "python": sys.version.split()[0]},
+        **({} if options.merge else {"merge": NOT_MERGED}), **(record or {})})
     rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
     if created is not None:
         created(rundir)
@@ -119,7 +121,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         if not options.quiet:
             output.out("")  # end the progress line before the error goes to stderr
         output.err(summary.error_lines(exc))
-        merged = merge(rundir.path, output)
+        merged = merge(rundir.path, output) if options.merge else Merged(True, [f"{NOT_MERGED}: {FETCH}"])
         output.err([*merged.lines, took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
@@ -127,7 +129,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         for line in summary.run_lines(rundir.path, rundir.record):
             output.out(line)
     # The run went well even if its merge did not: that is said, and `fetch` tries again.
-    merged = merge(rundir.path, output)
+    merged = merge(rundir.path, output) if options.merge else Merged(True, [f"{NOT_MERGED}: {FETCH}"])
     if not options.quiet:
         for line in merged.lines:
             output.out(line)
@@ -137,6 +139,10 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
                     *(f"  {t}" for t in rundir.record["error"]["causes"])])
         return rundir, EXIT_PARTIAL
     return rundir, EXIT_OK
+
+
+NOT_MERGED = "not merged, as asked (--no-merge)"
+FETCH = "`ns_control fetch RUN` merges it"
 
 
 @dataclass(frozen=True)

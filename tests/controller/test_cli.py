@@ -146,3 +146,13 @@ def test_dump_of_a_damaged_stream_says_what_was_lost_and_exits_1(tmp_path):
         "is unreadable",
         f"warning: {damaged}: no clean close record: the writer was killed or is still running "
         "(records it still held in memory, at most one chunk, are not in the file)"]
+
+
+def test_no_merge_is_refused_for_a_campaign_whose_runs_must_be_merged(experiment, tmp_path):
+    path = experiment("experiment: c\ncomponents:\n  x: {command: [\"true\"]}\nschedule: [launch]\n"
+                      "repeat: {runs: 2}\n")
+    done = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "a campaign's repeat and report need each run merged: --no-merge applies to a single run" \
+        in done.stderr
+    assert not (tmp_path / "campaigns").exists()

@@ -44,11 +44,15 @@ def test_the_link_emulator_delays_both_ways_and_logs_each_packet(experiment, tmp
                    {{phase: connect, components: [link]}}, {{phase: run, components: [client]}},
                    stop_logging]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    # Read from the streams: not merged, so the merge does not hold the machine to itself.
+    done = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "runs" / "latest"
     rtts = [r.value for r in records(run, name="STIM/rtt")]
     assert len(rtts) == 200
+    assert not (run / "merged").exists() and latest_record(tmp_path / "runs")["merge"] == \
+        "not merged, as asked (--no-merge)"
+    assert "not merged, as asked (--no-merge): `ns_control fetch RUN` merges it" in done.stdout
     ins, outs = records(run, name="LINK/in"), records(run, name="LINK/out")
     assert sum(r.value[1] > 0 for r in ins) == 400  # 200 stimuli and 200 replies
     assert sum(r.value[0] == 1 for r in ins if r.value[1]) == 200
@@ -97,7 +101,7 @@ def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experi
         schedule: [launch, start_logging, load, run, unload, stop_logging]
         """)
     with Steal() as steal:
-        done = ns_control("run", str(path), cwd=tmp_path)
+        done = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     said = acks(latest_record(tmp_path / "runs"), "unload")["local/cpu"]
     share = float(re.match(r"asked 30 % on 1 worker\(s\), got ([\d.]+) %", said).group(1))
@@ -111,8 +115,8 @@ def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experi
     assert statistics.median(slices) < 3e6 / max(0.1, 1 - steal.share) + 1e6
 
 
-def run_shipped(name, tmp_path):
-    done = ns_control("run", str(EXPERIMENTS / name), cwd=tmp_path, timeout=300)
+def run_shipped(name, tmp_path, *options):
+    done = ns_control("run", str(EXPERIMENTS / name), *options, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return tmp_path / "runs" / "latest", latest_record(tmp_path / "runs")
 
@@ -154,7 +158,7 @@ def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
 
 @pytest.mark.timing
 def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
-    _, record = run_shipped("pipeline/pipeline_loaded.yaml", tmp_path)
+    _, record = run_shipped("pipeline/pipeline_loaded.yaml", tmp_path, "--no-merge")
     said = acks(record, "unload")
     received, sent = (float(re.search(r"= ([\d.]+) Mbit/s", said[f"{host}/traffic_{end}"]).group(1))
                       for host, end in (("h3", "rx"), ("h2", "tx")))
@@ -168,7 +172,7 @@ def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
 
 @pytest.mark.timing
 def test_stimulus_response_across_an_emulated_link(ssh_env, tmp_path):
-    run, record = run_shipped("stimulus_response/across_a_link.yaml", tmp_path)
+    run, record = run_shipped("stimulus_response/across_a_link.yaml", tmp_path, "--no-merge")
     rtts = [r.value for r in records(run, "b", "STIM/rtt")]
     assert len(rtts) == 500
     assert 2.0e6 <= statistics.median(rtts) < 3.5e6
