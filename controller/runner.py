@@ -121,7 +121,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         if not options.quiet:
             output.out("")  # end the progress line before the error goes to stderr
         output.err(summary.error_lines(exc))
-        merged = merge(rundir.path, output) if options.merge else Merged(True, [f"{NOT_MERGED}: {FETCH}"])
+        merged = _merge_at_end(rundir.path, options)
         output.err([*merged.lines, took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
@@ -129,7 +129,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         for line in summary.run_lines(rundir.path, rundir.record):
             output.out(line)
     # The run went well even if its merge did not: that is said, and `fetch` tries again.
-    merged = merge(rundir.path, output) if options.merge else Merged(True, [f"{NOT_MERGED}: {FETCH}"])
+    merged = _merge_at_end(rundir.path, options)
     if not options.quiet:
         for line in merged.lines:
             output.out(line)
@@ -142,7 +142,6 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
 
 
 NOT_MERGED = "not merged, as asked (--no-merge)"
-FETCH = "`ns_control fetch RUN` merges it"
 
 
 @dataclass(frozen=True)
@@ -152,6 +151,13 @@ class Merged:
     ok: bool
     lines: list[str]
     seconds: float = 0.0
+
+
+def _merge_at_end(run: Path, options: RunOptions) -> Merged:
+    """The merge a run ends with, or what it says when --no-merge asked for none."""
+    if not options.merge:
+        return Merged(True, [f"{NOT_MERGED}: `ns_control fetch RUN` merges it"])
+    return merge(run, options.output)
 
 
 def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
