@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from netspec.nodelib import camp
+from netspec.protocol.runrecord import load_record
 
 PROGRAMS = Path(__file__).parent / "programs"
 # The test session's directory, shared by its xdist workers (made in conftest.py).
@@ -46,6 +47,20 @@ def ns_control(*args: str, cwd: Path, timeout: float = 120,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy())
+
+
+def start_run(path: Path, cwd: Path, until: Callable[[dict], object],
+              what: str) -> tuple[subprocess.Popen, dict]:
+    """Start `ns_control run FILE` in `cwd`; return the process and the run's record (its
+    journal merged) once `until(record)` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def reached() -> dict | None:
+        latest = cwd / "runs" / "latest"
+        record = load_record(latest) if (latest / "run.json").exists() else {}
+        return record if record and until(record) else None
+    return proc, wait_for(reached, what=what)  # type: ignore[return-value]
 
 
 def latest_record(runs: Path) -> dict:

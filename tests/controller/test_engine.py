@@ -8,8 +8,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from conftest import session_dir
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record
-from support import PROGRAMS, REPO, latest_record, ns_control, wait_for
+from support import PROGRAMS, REPO, latest_record, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -352,15 +350,9 @@ def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, 
 def start_run_until_work(path, tmp_path):
     """Start `ns_control run FILE`; return the process and the run's record once the run
     has entered phase 'work'."""
-    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def working():
-        latest = tmp_path / "runs" / "latest"
-        record = load_record(latest) if (latest / "run.json").exists() else {}
-        return record.get("steps") and record["steps"][-1]["phase"] == "work" and record
-
-    return proc, wait_for(working, what="the run to reach phase 'work'")
+    def working(record: dict) -> bool:
+        return bool(record.get("steps")) and record["steps"][-1]["phase"] == "work"
+    return start_run(path, tmp_path, working, "the run to reach phase 'work'")
 
 
 def start_run_hanging_in_work(experiment, tmp_path):

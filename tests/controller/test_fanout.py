@@ -4,8 +4,6 @@ acks still reach run.json, exact."""
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from netspec.controller.fanout import FanOut, Tree
@@ -14,8 +12,7 @@ from netspec.controller.load import load
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import load_record
-from support import latest_record, ns_control, session_run_id, wait_for
+from support import latest_record, ns_control, session_run_id, start_run
 
 
 def _hosts(n: int) -> tuple[str, ...]:
@@ -150,18 +147,12 @@ def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_g
              + (", params: {hang_in: work}" if i == 0 else "") + "}" for i in range(7)]
     path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)).replace(
         "  - {phase: work, release: at}\n", "  - {phase: work, deadline: 5m}\n"))
-    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def waiting_for_h0() -> dict | None:
-        latest = tmp_path / "runs" / "latest"
-        record = load_record(latest) if (latest / "run.json").exists() else {}
+    def waiting_for_h0(record: dict) -> bool:
         steps = record.get("steps") or []
-        if steps and steps[-1]["phase"] == "work" and len(steps[-1]["hosts"]) == 7 and all(
-                entry["components"] for h, entry in steps[-1]["hosts"].items() if h != "h0"):
-            return record
-        return None
-    record = wait_for(waiting_for_h0, what="every host but h0 to ack 'work'")
+        return bool(steps) and steps[-1]["phase"] == "work" and len(steps[-1]["hosts"]) == 7 and all(
+            entry["components"] for h, entry in steps[-1]["hosts"].items() if h != "h0")
+    proc, record = start_run(path, tmp_path, waiting_for_h0, "every host but h0 to ack 'work'")
     os.kill(record["hosts"]["h1"]["daemon_pid"], signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 1
