@@ -16,15 +16,16 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import duckdb
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from .narrate import narrate_merged
 from .pairs import pair_params, pair_sql
 from .usercode import UserCodeError, load_function
+
+if TYPE_CHECKING:
+    # The file check imports this module for check_node: the merge's libraries load when a
+    # graph runs, over a connection its caller opened.
+    import duckdb
 
 TABLES = ("events", "samples", "intervals", "clock", "phases", "rates", "usage", "workload", "states")
 _DURATION = re.compile(r"([0-9.]+)(ns|us|ms|s|m)")
@@ -130,6 +131,9 @@ def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str,
 def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = None, bins: int = 50,
               lo: float | None = None, hi: float | None = None) -> duckdb.DuckDBPyRelation:
     """Counts of `column` (duration_ns or value by default) in equal bins; also plots/<node>.png."""
+    import numpy as np
+    import pyarrow as pa
+
     from .plots import plot_histogram  # matplotlib only when a graph asks for a picture
 
     column = column or next((c for c in ("duration_ns", "value") if c in rel.columns), None)

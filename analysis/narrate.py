@@ -7,10 +7,12 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from netspec.datastream.reader import Record, StreamReader
+
+if TYPE_CHECKING:
+    import duckdb  # only its types: the connection is the caller's
 
 MAX_BINS_SHOWN = 8
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
-from netspec.protocol.runrecord import RunRecord
+from netspec.protocol.runrecord import MERGED, RunRecord
 
 from .derive import Workload, write_derived
 from .graph import run_graph
@@ -38,8 +38,6 @@ from .pairs import pair_params, pair_sql
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 from .usercode import UserCodeError, load_function
-
-MERGED = "merged"
 
 
 @dataclass

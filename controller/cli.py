@@ -13,28 +13,20 @@ from typing import IO
 
 import rich.console
 import rich.progress
-from netspec.analysis.metrics import run_metrics
-from netspec.analysis.narrate import narrate
-from netspec.analysis.provenance import differences
-from netspec.analysis.resultset import MERGED, is_current
-from netspec.analysis.usercode import load_function
-from netspec.datastream.reader import StreamReader, read_streams
-from netspec.nodelib.instrument import selects
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
 from netspec.protocol.runrecord import load_record
 from netspec.web import DEFAULT_PORT
 
 from . import summary
-from .bundle import CRATE, export_run, import_run
-from .campaign import CampaignDir, Campaigner, CampaignError, campaign_metrics, find_campaign, plot_points
-from .collect import collect_run
 from .load import load, parse
-from .pull import pull_run
-from .remote import for_each_host
 from .rundir import find_run, list_runs, settle
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
 from .summary import LISTED_OK
+
+# A command imports what only it uses in its own body: ns_control's start is every command's
+# latency, and the merge's libraries (numpy, pyarrow, DuckDB), the campaign's statistics and
+# SSH's paramiko take about a second to import between them.
 
 
 class Terminal:
@@ -173,6 +165,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.no_merge:
             raise NetspecError(f"{args.file}: a campaign's repeat and report need each run merged: "
                                "--no-merge applies to a single run")
+        from .campaign import CampaignDir, Campaigner
+
         return Campaigner(CampaignDir.create(args.campaigns, plan), _options(args)).run()
     _, code = run_plan(plan, _options(args))
     return code
@@ -192,6 +186,10 @@ def _options(args: argparse.Namespace) -> RunOptions:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from netspec.analysis.resultset import MERGED
+
+    from .pull import pull_run
+
     if args.source:
         path = pull_run(args.source, args.run, args.runs, args.accept_new_host_keys)
         print(f"fetched {path.name} from {args.source} into {path}")
@@ -205,6 +203,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    from .collect import collect_run
+
     path = find_run(args.runs, args.run)
     found = collect_run(path, args.accept_new_host_keys)
     if not found:
@@ -218,12 +218,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from .bundle import CRATE, export_run
+
     path = export_run(find_run(args.runs, args.run), args.to)
     print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB, with {CRATE})")
     return EXIT_OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from .bundle import import_run
+
     path = import_run(args.file, args.runs)
     print(f"imported {path.name} into {path} (every file checked against its crate's sha256)")
     return EXIT_OK
@@ -236,7 +240,11 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
+    from netspec.analysis.metrics import run_metrics
     from netspec.analysis.report import report_lines, write_csv
+    from netspec.analysis.resultset import MERGED, is_current
+
+    from .campaign import CampaignDir, campaign_metrics, plot_points
 
     campaign = _campaign(args, args.run_refs[0]) if len(args.run_refs) == 1 else None
     if campaign is not None:
@@ -269,6 +277,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def run_differences(paths: list[Path]) -> list[str]:
     """What differs between each run and the first, said before they are compared."""
+    from netspec.analysis.provenance import differences
+
     base = load_record(paths[0])
     lines = []
     for path in paths[1:]:
@@ -281,6 +291,8 @@ def run_differences(paths: list[Path]) -> list[str]:
 
 def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
     """The campaign `ref` names, or None if it names none (then it is a run)."""
+    from .campaign import CampaignError, find_campaign
+
     try:
         return find_campaign(args.campaigns, ref)
     except CampaignError:
@@ -288,6 +300,8 @@ def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from .campaign import CampaignDir, Campaigner, find_campaign
+
     cdir = CampaignDir.open(find_campaign(args.campaigns, args.campaign))
     if cdir.state["status"] == "done":
         print(f"campaign {cdir.state['id']} is done: nothing to resume")
@@ -321,6 +335,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    from netspec.analysis.narrate import narrate
+    from netspec.analysis.usercode import load_function
+    from netspec.datastream.reader import StreamReader, read_streams
+    from netspec.nodelib.instrument import selects
+
     paths = [p for f in args.files for p in (sorted(f.rglob("*.ds")) if f.is_dir() else [f])]
     if not paths:
         raise NetspecError(f"no .ds files in {', '.join(map(str, args.files))}")
@@ -343,6 +362,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def cmd_up_down(args: argparse.Namespace) -> int:
+    from .remote import for_each_host
+
     plan = load(args.file)
     ssh_hosts = [h for h in plan.hosts if h.ssh]
     if not ssh_hosts:

@@ -41,7 +41,6 @@ from .model import Host as HostSpec
 from .model import Plan, Step
 from .participants import take_part
 from .progress import Progress, ProgressSink
-from .remote import SSHHost
 from .results import ComponentResult
 from .rundir import RunDir
 from .stragglers import Stragglers
@@ -58,6 +57,8 @@ def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
     the run."""
     if spec.ssh:
+        from .remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
+
         return SSHHost(spec, accept_new, detached=keep_daemons)
     return AddressHost(spec) if spec.address else LocalHost(spec, forks)
 

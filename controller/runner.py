@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import duckdb
-from netspec.analysis.resultset import merge_run
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import Interrupted, NetspecError
 from netspec.protocol.messages import netspec_version
-from netspec.web.report import write_report
 
 from . import summary
 from .engine import Run
@@ -165,6 +162,12 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     whatever happens here. A failure is said on `output` at once; what the merge made is
     returned for the caller to show or not."""
     started = time.monotonic()
+    # The merge's libraries load here, not with ns_control: a run with --no-merge, and every
+    # command that merges nothing, starts without them.
+    import duckdb
+    from netspec.analysis.resultset import merge_run
+    from netspec.web.report import write_report
+
     try:
         result = merge_run(run, out)
     except (OSError, ValueError, NetspecError, duckdb.Error) as exc:

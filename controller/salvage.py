@@ -18,14 +18,16 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
 from netspec.protocol.names import confined, safe_name
 
 from .rundir import RunDir
-from .ssh import SSHConnection
+
+if TYPE_CHECKING:
+    from .ssh import SSHConnection
 
 CHUNK = 4 * 1024 * 1024
 LEFTOVER_GRACE_S = 2.0  # a lost daemon's components: from SIGTERM to SIGKILL

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from netspec.analysis.resultset import MERGED, ResultSet
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
+from netspec.protocol.runrecord import MERGED
 
 from .progress import Progress
 from .release import troubles as release_troubles
+
+if TYPE_CHECKING:
+    from netspec.analysis.resultset import ResultSet
 
 MARK = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 

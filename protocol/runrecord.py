@@ -21,6 +21,7 @@ RUN_FORMAT = 1
 # not rewrite a megabytes-long run.json per step, and one killed mid-run still leaves every
 # step it finished. run.json has them all once the run finished, and the journal goes.
 JOURNAL = "run.journal"
+MERGED = "merged"  # the result set the merge makes of a run, under its directory
 
 
 def load_record(run: Path) -> dict[str, Any]:

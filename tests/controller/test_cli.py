@@ -1,6 +1,8 @@
 """The CLI's output as whole text blocks, against a stored run."""
 
 import shutil
+import subprocess
+import sys
 import textwrap
 
 from support import REPO, ns_control
@@ -156,3 +158,13 @@ def test_no_merge_is_refused_for_a_campaign_whose_runs_must_be_merged(experiment
     assert "a campaign's repeat and report need each run merged: --no-merge applies to a single run" \
         in done.stderr
     assert not (tmp_path / "campaigns").exists()
+
+
+def test_a_run_starts_without_the_merges_or_sshs_libraries():
+    # Every ns_control command pays for what its start imports: a run of local hosts loads
+    # numpy, pyarrow, DuckDB and paramiko only if it merges or reaches an SSH host.
+    probe = ("import sys, netspec.controller.cli, netspec.controller.engine, netspec.controller.load; "
+             "print(sorted(m for m in ('numpy', 'pyarrow', 'duckdb', 'paramiko', 'scipy', 'matplotlib') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -301,7 +301,7 @@ def test_an_exported_demo_imported_elsewhere_reports_merges_again_and_reruns(dem
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(
         experiment, tmp_path):
     path = two_hosts(experiment, two="{fail_in: prepare, lines: 15}")
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "phase 'prepare', host b: component 'two' failed: RuntimeError: two fails in prepare" \
         in done.stderr
@@ -327,7 +327,7 @@ def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_out
 
 def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):
     path = two_hosts(experiment, one="{hang_in: work}", deadline="1s")
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "error: phase 'work' failed on a\n" in done.stderr
     assert ("caused by: phase 'work', host a: component 'one' did not finish within the "
@@ -341,7 +341,7 @@ def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp
 
 def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, tmp_path):
     path = two_hosts(experiment, one="{exit_in: prepare, exit_code: 7}")
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "component 'one'" in done.stderr and "exited 7" in done.stderr
     assert latest_record(tmp_path / "runs")["components"]["a/one"]["returncode"] == 7
@@ -385,7 +385,7 @@ def test_plain_commands_start_and_stop_at_named_phases(experiment, tmp_path):
           oneshot: {command: [sh, -c, "echo params=$NETSPEC_PARAMS"], start: work, params: {n: 3}}
         schedule: [launch, work, collect]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     comps = tmp_path / "runs" / "latest" / "hosts" / "local"
     assert (comps / "server" / "stdout").read_text() == "started\n"
@@ -402,7 +402,7 @@ def test_a_plain_command_that_fails_shows_its_output(experiment, tmp_path):
           bad: {command: "echo about to fail; echo oops >&2; exit 3", start: work}
         schedule: [launch, work]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "component 'bad' failed: exited 3" in done.stderr
     assert "| about to fail" in done.stderr and "| stderr: oops" in done.stderr
@@ -413,7 +413,7 @@ def test_k_of_n_opens_the_barrier_at_k_and_a_failure_among_the_rest_makes_the_ru
     path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{fail_in: work}")
                       .replace("PARAMS_TWO", "{}")
                       .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1}"))
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     # Shown live: on the step's line (in whichever order the hosts finished), or, if it came
     # after the barrier opened, as that step's outcome on a later line.
@@ -432,7 +432,7 @@ def test_a_k_of_n_straggler_is_ended_at_the_steps_deadline_and_leaves_the_run(ex
     path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{hang_in: work}")
                       .replace("PARAMS_TWO", "{}")
                       .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1, deadline: 1s}"))
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert "[work: a/one: no ack within the deadline of 1 s: ended]" in done.stdout
     record = latest_record(tmp_path / "runs")
@@ -450,7 +450,7 @@ def test_a_k_of_n_straggler_is_ended_at_the_steps_deadline_and_leaves_the_run(ex
 def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
     path = two_hosts(experiment, one="{publish_in: prepare, value: 42}",
                      two="{echo_in: work, from: one}")
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "b/two: saw 42" in done.stdout
     log = (tmp_path / "runs" / "latest" / "hosts" / "a" / "one" / "files" / "one.log").read_text()
@@ -458,7 +458,7 @@ def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
 
 
 def test_a_warning_ack_lets_the_run_go_on(experiment, tmp_path):
-    done = ns_control("run", str(two_hosts(experiment, two="{warn_in: prepare}")), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(two_hosts(experiment, two="{warn_in: prepare}")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "b WARN" in done.stdout and "something looks odd" in done.stdout
 
@@ -471,7 +471,7 @@ def test_a_host_with_an_address_uses_the_daemon_already_running(daemon, experime
           one: {{program: ACTOR, args: [work]}}
         schedule: [launch, work, collect]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert daemon.alive
     record = latest_record(tmp_path / "runs")
@@ -486,7 +486,7 @@ def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
           one: {program: ACTOR, args: [work]}
         schedule: [launch, work]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "host gone: connection lost (cannot connect to 127.0.0.1:1" in done.stderr
     assert latest_record(tmp_path / "runs")["status"] == "failed"
@@ -530,7 +530,7 @@ def test_a_large_output_arrives_whole(experiment, tmp_path):
           chatty: {command: [python3, -c, "import sys; sys.stdout.buffer.write(bytes(range(256)) * 81920)"]}
         schedule: [launch]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = (tmp_path / "runs" / "latest" / "hosts" / "local" / "chatty" / "stdout").read_bytes()
     assert out == bytes(range(256)) * 81920  # 20 MiB
@@ -544,7 +544,7 @@ def test_a_plain_command_is_done_when_it_exits_even_if_its_child_holds_its_outpu
           starter: {command: "sleep 300 & echo started", start: work}
         schedule: [launch, {phase: work, deadline: 10s}]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     record = latest_record(tmp_path / "runs")
     assert not run_processes(record["id"])
@@ -557,7 +557,7 @@ def test_a_component_breaking_the_protocol_fails_its_phase_at_once(experiment, t
           bad: {{program: {PROGRAMS / "garbage.py"}}}
         schedule: [launch, {{phase: work, deadline: 5m}}]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path, timeout=60)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     assert "broke the netspec protocol" in done.stderr
     assert "exceeds the 16777216-byte limit" in done.stderr
@@ -570,7 +570,7 @@ def test_a_plain_program_given_as_program_is_told_apart_at_launch(experiment, tm
           sleeper: {program: /bin/sleep, args: ["300"]}
         schedule: [{phase: launch, deadline: 1s}]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "never registered its phases" in done.stderr and "`command:`" in done.stderr
 
@@ -583,7 +583,7 @@ def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experime
           actor: {program: ACTOR, args: [later]}
         schedule: [launch, work, later, collect]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr  # stopped as asked, if by force: a warning
     record = latest_record(tmp_path / "runs")
     work, later = record["steps"][1], record["steps"][2]

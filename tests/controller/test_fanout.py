@@ -84,7 +84,7 @@ def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(
     lines = [f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work,rest,collect"]'
              + (", params: {fail_in: rest}" if i == 6 else "") + "}" for i in range(7)]
     path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)))
-    done = ns_control("run", str(path), "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), "--runs", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 1
     # h6 is a leaf two relays below the controller: its error ack is named all the same.
     assert "phase 'rest' failed on h6" in done.stderr and "c6 fails in rest as asked" in done.stderr

@@ -98,7 +98,7 @@ def test_sixty_local_hosts_run_with_default_settings_and_say_what_they_changed(e
     text = "experiment: many\nhosts:\n" + "".join(f"  h{i}: {{}}\n" for i in range(hosts))
     text += "components:\n" + "".join(f"  c{i}: {{host: h{i}, command: 'true'}}\n" for i in range(hosts))
     text += "schedule: [launch, collect]\n"
-    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=120)
+    done = ns_control("run", "--no-merge", str(experiment(text)), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clksync: 59 hosts probe the reference every 590 ms, not 200 ms" in done.stdout
     assert f"and {hosts - LISTED_OK} more ok (slowest" in done.stdout
@@ -123,7 +123,7 @@ def test_sixty_local_hosts_run_with_default_settings_and_say_what_they_changed(e
 def test_a_connect_deadline_set_in_the_file_is_kept(experiment, tmp_path):
     text = "experiment: hurried\nconnect_deadline: 1ms\nhosts: {a: {}, b: {}}\n"
     text += "components:\n  c: {host: a, command: 'true'}\nschedule: [launch, collect]\n"
-    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=60)
+    done = ns_control("run", "--no-merge", str(experiment(text)), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     assert "connect" in done.stderr and "0.001" in done.stderr, done.stderr
     assert latest_record(tmp_path / "runs")["connect_deadline_s"] == 0.001

@@ -73,7 +73,7 @@ def test_stimulus_response_runs_across_two_hosts_over_ssh(ssh_env, experiment, t
 def test_a_host_whose_sshd_is_down_fails_with_its_name(own_host, experiment, tmp_path):
     own_host.stop_sshd()
     text = ACROSS.replace("netspec-h2", own_host.alias)
-    done = ns_control("run", str(experiment(text)), cwd=tmp_path, timeout=60)
+    done = ns_control("run", "--no-merge", str(experiment(text)), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     assert f"host b: connection lost (ssh to root@{own_host.address}:22: Connection refused)" in done.stderr
 
@@ -199,13 +199,13 @@ def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(s
     daemons = netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}
     assert len(daemons) == 1
     assert ns_control("up", str(path), cwd=tmp_path).stdout.startswith("a: netspecd already running")
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()} == daemons  # the same daemon served it
     down = ns_control("down", str(path), cwd=tmp_path)
     assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
     wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
-    kept = ns_control("run", "--keep-daemons", str(path), cwd=tmp_path)
+    kept = ns_control("run", "--no-merge", "--keep-daemons", str(path), cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     assert len(netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}) == 1  # still there
     assert ns_control("down", str(path), cwd=tmp_path).stdout.startswith("a: netspecd stopped")

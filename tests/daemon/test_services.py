@@ -39,7 +39,7 @@ def phases(reader: StreamReader) -> list[str]:
 
 def test_streams_cover_the_logging_window_and_land_under_each_host(experiment, tmp_path):
     path = experiment(LOGGED.replace("PARAMS_ONE", "{ticks: 2}"))
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "runs" / "latest"
     a, b = streams(run, "a"), streams(run, "b")
@@ -71,7 +71,7 @@ def test_streams_cover_the_logging_window_and_land_under_each_host(experiment, t
 
 def test_a_failed_run_still_gathers_every_stream_with_what_was_logged(experiment, tmp_path):
     path = experiment(LOGGED.replace("PARAMS_ONE", "{fail_in: work, ticks: 5}"))
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     run = tmp_path / "runs" / "latest"
     one = streams(run, "a")["main.one"]
@@ -93,7 +93,7 @@ def test_a_plain_command_using_nodelib_logs_for_as_long_as_it_runs(experiment, t
           s: {{enable: [PLAIN]}}
         schedule: [launch, work]
         """)
-    done = ns_control("run", str(path), cwd=tmp_path)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (stream,) = (tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("s.plain.*.ds")
     reader = StreamReader(stream)
