@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
 
 from .model import Step
@@ -22,6 +23,8 @@ class Barrier:
         self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {h: [] for h in expected}
         self.remaining = {h: len(cs) for h, cs in expected.items()}
         self.good = self.bad = 0
+        self.folded: list[bytes] = []  # the records of the acks that came summarized
+        self.counted = 0  # ... and how many
         loop = asyncio.get_running_loop()
         self.opened: asyncio.Future[None] = loop.create_future()
         self.opened_ns = 0  # when it opened, on the controller's clock
@@ -47,12 +50,20 @@ class Barrier:
         self._settle()
         return True
 
+    def add_folded(self, count: int, records: bytes) -> None:
+        """`count` acks, each ok, summarized by a fan-out tree (fanout.py checked that no
+        subtree sent more than it owed): counted, their records read only if the step fails."""
+        self.good += count
+        self.counted += count
+        self.folded.append(records)
+        self._settle()
+
     def _settle(self) -> None:
         """Open the barrier once `need` acked ok; complete it once every expected one acked."""
         if self.good >= self.need and not self.opened.done():
             self.opened.set_result(None)
             self.opened_ns = time.time_ns()
-        if len(self.acks) == len(self.expected) and not self.complete.done():
+        if len(self.acks) + self.counted == len(self.expected) and not self.complete.done():
             self.complete.set_result(None)
 
     def drop(self, host: str, component: str) -> None:
@@ -73,7 +84,8 @@ class Barrier:
         return self.remaining.get(host) == 0
 
     def waiting(self) -> dict[str, list[str]]:
+        folded = {(h, c) for records in self.folded for h, c, _ in ackjournal.entries(records)}
         late: dict[str, list[str]] = {}
-        for h, c in sorted(self.expected - self.acks.keys()):
+        for h, c in sorted(self.expected - self.acks.keys() - folded):
             late.setdefault(h, []).append(c)
         return late

@@ -16,7 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from netspec.protocol import acksummary
 from netspec.protocol import messages as m
+from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import (
     ComponentFailed,
     ConnectionLost,
@@ -43,12 +45,11 @@ from .participants import take_part
 from .progress import Progress, ProgressSink
 from .results import ComponentResult
 from .rundir import RunDir
+from .saving import LIVE_SAVE_S, Saves
 from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
 FAN_OUT = 32
-SAVE_INTERVAL_S = 0.2
-LIVE_SAVE_S = 1.0
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
@@ -85,39 +86,15 @@ class Run:
         self.registered: dict[str, list[str]] = {}
         self.published: dict[str, dict[str, Any]] = {}
         self.barrier: Barrier | None = None
+        self.folded: dict[int, AckSummary] = {}  # step -> the acks summarized for it so far
         # k-of-n steps whose barrier opened before every participant acked: the rest are
         # waited for until the step's deadline, beside the steps that follow.
-        self.stragglers = Stragglers(rundir.record, progress, self._save, self._end)
+        self.saves = Saves(rundir)
+        self.stragglers = Stragglers(rundir.record, progress, self.saves.soon, self._end)
         self.phase = "connect"
         self.collected = False
-        self._saved_at = self._save_cost = 0.0
-        self._save_timer: asyncio.TimerHandle | None = None
         self.failure: asyncio.Future[None]
         self.tg: asyncio.TaskGroup
-
-    def _save(self) -> None:
-        """Save run.json now, or soon if it was saved moments ago: a schedule of many short
-        steps must not rewrite a growing file twice per step. The interval grows with the
-        cost of a save so that saving takes at most a tenth of the controller's time."""
-        if self._save_timer is not None:
-            return
-        wait = self._saved_at + max(SAVE_INTERVAL_S, 10 * self._save_cost) - time.monotonic()
-        if wait <= 0:
-            self._flush()
-        else:
-            self._save_timer = asyncio.get_running_loop().call_later(wait, self._flush)
-
-    def _save_while_running(self, record: dict[str, Any]) -> None:
-        """Save run.json every LIVE_SAVE_S (or as `_save` allows) while step `record` runs."""
-        if record["status"] == "running" and record is self.rundir.record["steps"][-1]:
-            self._save()
-            asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._save_while_running, record)
-
-    def _flush(self) -> None:
-        self._save_timer = None
-        self._saved_at = time.monotonic()
-        self.rundir.save()
-        self._save_cost = time.monotonic() - self._saved_at
 
     def interrupt(self) -> None:
         self._fail(Interrupted(f"interrupted by the user in phase '{self.phase}'"))
@@ -242,12 +219,15 @@ class Run:
         self.rundir.journal_step(index)  # its start: where a run is, while it runs
         # A step that lasts shows its hosts' acks in run.json as they come, a save a second
         # at most (a short one is in the journal at its end, and saves nothing else).
-        loop.call_later(LIVE_SAVE_S, self._save_while_running, record)
+        loop.call_later(LIVE_SAVE_S, self.saves.while_running, record)
         self.progress(Progress("step", step.phase))
         barrier = None
         try:
             participants = take_part(self.plan, step, self.registered, self.stragglers.ended)
-            record["hosts"] = {h: {"components": {}} for h in participants}
+            # In a tree, a step every participant must ack comes back summarized (fanout.py):
+            # its hosts' entries reach run.json through the ack journal, not one by one here.
+            summarize = self.fan_out.tree is not None and step.need is None
+            record["hosts"] = {} if summarize else {h: {"components": {}} for h in participants}
             barrier = self.barrier = Barrier(index, step, participants)
             scheduled: dict[str, Any] = {}
             if step.release == "at":
@@ -259,9 +239,12 @@ class Run:
                       for host, names in participants.items()}
             sent = self.fan_out.send(enters, {"phase": step.phase, "step": index,
                                               "deadline_s": step.deadline_s,
-                                              "published": self.published, **scheduled})
-            for host, sent_ns in sent.items():
-                record["hosts"][host]["sent_ns"] = sent_ns
+                                              "published": self.published, **scheduled}, summarize)
+            if summarize:
+                record["sent_ns"] = max(sent.values(), default=started)
+            else:
+                for host, sent_ns in sent.items():
+                    record["hosts"][host]["sent_ns"] = sent_ns
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
@@ -274,6 +257,8 @@ class Run:
             record["status"] = "failed"
             if barrier is None:
                 raise
+            for host in barrier.waiting():  # a summarized step's record has only those that acked
+                record["hosts"].setdefault(host, {"components": {}, "sent_ns": record.get("sent_ns")})
             raise StepFailed(step.phase, step_failures(barrier, exc, self.results, self.components)) from exc
         except NetspecError:
             record["status"] = "failed"
@@ -282,7 +267,10 @@ class Run:
             self.barrier = None  # acks still arriving are recorded, not waited for
             record["left_ns"] = time.time_ns()
             record["duration_s"] = (record["left_ns"] - started) / 1e9
-            record["release"] = {**record.get("release", {}), **release.skew(record)}
+            folded = self.folded.pop(index, None)
+            if folded is not None:
+                record["summarized"] = {"hosts": folded.hosts, "acks": folded.acks, "slowest": folded.slowest}
+            record["release"] = {**record.get("release", {}), **release.skew(record, folded)}
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"],
                                text=release.skew_text(record["release"])))
@@ -327,10 +315,14 @@ class Run:
             self._on_ack(host, event)
         elif kind == m.ACKS:
             try:
-                for below, ack in self.fan_out.acks(host, event):
-                    self._on_ack(below, ack)
+                acks, summary = self.fan_out.batch(host, event)
             except ProtocolError as exc:
                 self._fail(exc)
+                return
+            for below, ack in acks:
+                self._on_ack(below, ack)
+            if summary is not None:
+                self._on_summary(event["step"], summary)
         elif kind == m.EXIT:
             result = self.results[event["component"]]
             result.exit_status, result.duration_s = event["returncode"], event["duration_s"]
@@ -353,7 +345,9 @@ class Run:
         step = self.rundir.record["steps"][ack["step"]]
         if "clock" in ack:
             self.rundir.record["hosts"][host]["clock"] = ack["clock"]
-        entries = step["hosts"].setdefault(host, {"components": {}})["components"]
+        # A summarized step's host that acks as itself gets its entry here (fanout.py).
+        sent = step.get("sent_ns", step["entered_ns"])
+        entries = step["hosts"].setdefault(host, {"components": {}, "sent_ns": sent})["components"]
         if entries.get(name, {}).get("outcome") == "killed":
             return  # the error ack of its ending says nothing new
         if name in self.stragglers.ended:
@@ -361,9 +355,7 @@ class Run:
                              "message": self.stragglers.ended[name]}
             return
         entries[name] = {
-            "status": ack["status"], "message": ack.get("message", ""),
-            "entered_ns": ack["entered"], "acked_ns": ack["acked"], "received_ns": time.time_ns(),
-            **release.start_on_timeline(ack),
+            **acksummary.entry(ack), "received_ns": time.time_ns(),
             **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
         barrier = self.barrier
         if barrier is None or barrier.index != ack["step"]:
@@ -378,11 +370,23 @@ class Run:
         if barrier.host_done(host):
             acks = barrier.by_host[host]
             worst = m.worst_status(a["status"] for _, a in acks)
-            sent = step["hosts"][host].get("sent_ns", step["entered_ns"])
+            sent = step["hosts"][host]["sent_ns"]
             step["hosts"][host]["done_ns"] = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
                                    "; ".join(f"{c}: {a['message']}" for c, a in acks
                                              if a.get("message"))))
+
+    def _on_summary(self, index: int, summary: dict[str, Any]) -> None:
+        """Acks a fan-out tree folded, each ok: their records go to the ack journal unread,
+        their count to the barrier, their slowest hosts to the live line."""
+        records = summary.pop("records")
+        self.rundir.journal_acks(index, time.time_ns(), records)
+        self.folded.setdefault(index, AckSummary()).merge(summary, keep_records=False)
+        barrier = self.barrier
+        if barrier is not None and barrier.index == index:
+            barrier.add_folded(summary["acks"], records)
+        self.progress(Progress("hosts", self.rundir.record["steps"][index]["phase"], done=summary["hosts"],
+                               slowest=tuple((took / 1e9, host) for took, host in summary["slowest"])))
 
     # -- the end ------------------------------------------------------------------------
 
@@ -418,8 +422,7 @@ class Run:
         await self.forks.close()
         if self.failure.done():
             self.failure.exception()
-        if self._save_timer is not None:
-            self._save_timer.cancel()
+        self.saves.cancel()
         troubles = self.stragglers.troubles
         if error is None and troubles:
             self.rundir.finish("partial", {

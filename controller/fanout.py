@@ -4,7 +4,9 @@ host, one ack frame per component) or through a fan-out tree (`fan_out: N`).
 In a tree the controller sends one enter to each of its first N hosts, naming every host
 of that host's subtree and what each enters; daemons relay it on (daemon/relay.py) and
 send the acks up in batches, each ack with its host. The controller's frames per step are
-then N each way, whatever the fleet's size.
+then N each way, whatever the fleet's size. A step every participant must ack is
+summarized: the hosts whose acks are all plain come up folded (protocol/acksummary.py),
+so that what the controller reads per step does not grow with the fleet either.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from netspec.protocol import acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
 
@@ -67,6 +70,7 @@ class FanOut:
     def __init__(self, clients: dict[str, DaemonClient], tree: Tree | None):
         self.clients, self.tree = clients, tree
         self.top = tree.top() if tree is not None else {}
+        self.owed: dict[tuple[int, str], int] = {}  # (step, first-level host) -> acks still to come
 
     async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
         """Have every host with children in the tree connect to them (each at the address
@@ -80,8 +84,10 @@ class FanOut:
             for p in parents))
         return {"width": tree.width, "depth": tree.depth(), "relays": len(parents), "first": list(tree.first)}
 
-    def send(self, enters: dict[str, list[dict[str, Any]]], fields: dict[str, Any]) -> dict[str, int]:
-        """Send each host its components' enter; when each host's enter left (ns)."""
+    def send(self, enters: dict[str, list[dict[str, Any]]], fields: dict[str, Any],
+             summarize: bool = False) -> dict[str, int]:
+        """Send each host its components' enter; when each host's enter left (ns). In a
+        tree, `summarize` asks for the plain acks folded."""
         if self.tree is None:
             sent = {}
             for host, components in enters.items():
@@ -94,23 +100,42 @@ class FanOut:
             parts.setdefault(self.top[host], {})[host] = components
         sent = dict.fromkeys(enters, time.time_ns())
         for first, part in parts.items():
-            self.clients[first].notify(m.ENTER, hosts=part, **fields)
+            self.owed[(fields["step"], first)] = sum(map(len, part.values()))
+            self.clients[first].notify(m.ENTER, hosts=part, **fields,
+                                       **({"summarize": True} if summarize else {}))
         return sent
 
-    def acks(self, host: str, event: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """The (host, ack) pairs of a batch that `host` sent up.
+    def batch(self, host: str, event: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]],
+                                                                dict[str, Any] | None]:
+        """The (host, ack) pairs of a batch that `host` sent up, and its summary if it has one.
 
         Raises:
-            ProtocolError: the batch is malformed or names a host outside `host`'s subtree.
+            ProtocolError: the batch is malformed, names a host outside `host`'s subtree or
+                has more acks than the step asked of it.
         """
         acks = event.get("acks")
-        if self.tree is None or not isinstance(acks, list) or not all(
-                isinstance(a, dict) and isinstance(a.get("step"), int) and isinstance(a.get("component"), str)
-                and a.get("status") in (m.ACK_OK, m.ACK_WARNING, m.ACK_ERROR) for a in acks):
+        if (self.tree is None or not isinstance(event.get("step"), int) or not isinstance(acks, list)
+                or not all(map(_is_ack, acks))):
             raise ProtocolError("a batch of acks that is not a list of acks from a fan-out tree",
                                 f"host {host}")
         foreign = sorted({str(a.get("host")) for a in acks
                           if not isinstance(a.get("host"), str) or self.top.get(a["host"]) != host})
         if foreign:
             raise ProtocolError(f"acks of hosts {foreign[:5]} outside its subtree", f"host {host}")
-        return [(a["host"], a) for a in acks]
+        summary = event.get("summary")
+        wrong = None if summary is None else acksummary.problem(summary, lambda h: self.top.get(h) == host)
+        if wrong:
+            raise ProtocolError(wrong, f"host {host}")
+        key = (event["step"], host)
+        owed = self.owed.get(key, 0) - len(acks) - (summary["acks"] if summary else 0)
+        if owed < 0:
+            raise ProtocolError(f"{-owed} more acks than step {event['step']} asked of its subtree",
+                                f"host {host}")
+        self.owed[key] = owed
+        return [(a["host"], a) for a in acks], summary
+
+
+def _is_ack(ack: Any) -> bool:
+    return (isinstance(ack, dict) and isinstance(ack.get("step"), int)
+            and isinstance(ack.get("component"), str)
+            and ack.get("status") in (m.ACK_OK, m.ACK_WARNING, m.ACK_ERROR))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 class Progress:
     """One thing worth telling the user while the run goes (see summary.LiveLine)."""
 
-    # "step" (begins), "host" (finished the step), "step_done", "outcome" (a straggler),
+    # "step" (begins), "host" (finished the step), "hosts" (`done` hosts finished it ok,
+    # summarized by a fan-out tree), "step_done", "outcome" (a straggler),
     # "salvaged" (a lost daemon's host, gathered without it), "notice" (a setting the run
     # changed, said once), "count" (`done` of `total` hosts reached or gathered)
     kind: str
@@ -21,6 +22,7 @@ class Progress:
     text: str = ""
     done: int = 0
     total: int = 0
+    slowest: tuple[tuple[float, str], ...] = ()  # "hosts": the slowest of `done` hosts
 
 
 ProgressSink = Callable[[Progress], None]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from netspec.protocol.acksummary import AckSummary
+
 from .model import Step
 
 LEAD_S = 0.05
@@ -35,55 +37,27 @@ def instant_ns(lead: float, controller_offset_ns: int) -> int:
     return time.time_ns() - controller_offset_ns + round(lead * 1e9)
 
 
-def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
-    """What a component's step entry keeps of the start its ack reports: the start on the
-    global timeline and its bound (from the ack's entry clock), and with `release: at`
-    how late the step reached the host for its instant, if it did."""
-    kept: dict[str, Any] = {}
-    if "entry_clock" in ack:
-        offset, bound = ack["entry_clock"]
-        kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
-    release = ack.get("release") or {}
-    if release.get("missed_ns"):
-        kept["release_missed_ns"] = release["missed_ns"]
-    for said in ("unsynchronised", "realtime_refused"):
-        if release.get(said):
-            kept[f"release_{said}"] = True
-    return kept
-
-
-def skew(step: dict[str, Any]) -> dict[str, Any]:
-    """The release skew of a finished step's record: the spread of its participants' starts
-    on the global timeline (`skew_ns`, by the estimates; `at_most_ns`, the widest it can be
-    within their bounds), the participants at its ends, and every start that missed its
-    instant, could not be placed, had no clock estimate for the instant or was refused
-    real-time priority for its wake-up."""
-    starts, unplaced, missed = [], [], {}
-    flagged: dict[str, list[str]] = {"unsynchronised": [], "realtime_refused": []}
+def skew(step: dict[str, Any], folded: AckSummary | None = None) -> dict[str, Any]:
+    """The release skew of a finished step's record and the acks a fan-out tree folded
+    for it: the spread of its participants' starts on the global timeline (`skew_ns`, by
+    the estimates; `at_most_ns`, the widest it can be within their bounds), the
+    participants at its ends, and every start that missed its instant, could not be
+    placed, had no clock estimate for the instant or was refused real-time priority for
+    its wake-up."""
+    starts = folded if folded is not None else AckSummary()
     for host, entry in step.get("hosts", {}).items():
         for name, info in entry.get("components", {}).items():
-            if "entered_ns" not in info:
-                continue  # skipped, or never acked
-            who = f"{host}/{name}"
-            if "start_ns" in info:
-                starts.append((info["start_ns"], info["start_bound_ns"], who))
-            else:
-                unplaced.append(who)
-            if info.get("release_missed_ns"):
-                missed[who] = info["release_missed_ns"]
-            for flag, hosts in flagged.items():
-                if info.get(f"release_{flag}"):
-                    hosts.append(who)
-    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"), "starts": len(starts)}
-    if unplaced:
-        said["unplaced"] = unplaced  # acks without a clock estimate
-    if missed:
-        said["missed_ns"] = missed
-    said.update({flag: hosts for flag, hosts in flagged.items() if hosts})
-    if len(starts) >= 2:
-        first, last = min(starts), max(starts)
-        said.update(skew_ns=last[0] - first[0], first=first[2], last=last[2],
-                    at_most_ns=max(s + b for s, b, _ in starts) - min(s - b for s, b, _ in starts))
+            if "entered_ns" in info:  # else skipped, or never acked
+                starts.add_start(f"{host}/{name}", info)
+    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"), "starts": starts.starts}
+    if starts.unplaced:
+        said["unplaced"] = starts.unplaced  # acks without a clock estimate
+    if starts.missed:
+        said["missed_ns"] = starts.missed
+    said.update({flag: hosts for flag, hosts in starts.flagged.items() if hosts})
+    if starts.starts >= 2 and starts.first is not None and starts.last is not None:
+        said.update(skew_ns=starts.last[0] - starts.first[0], first=starts.first[1], last=starts.last[1],
+                    at_most_ns=starts.high - starts.low)  # type: ignore[operator]
     return said
 
 

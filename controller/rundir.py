@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from netspec.protocol import ackjournal
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined, safe_name
 from netspec.protocol.runrecord import JOURNAL, RUN_FORMAT, controller_gone, load_record, process_start
@@ -106,6 +107,11 @@ class RunDir:
         with open(self.path / JOURNAL, "a") as journal:
             journal.write(json.dumps({"index": index, **self.record["steps"][index]}, default=str) + "\n")
 
+    def journal_acks(self, index: int, received_ns: int, records: bytes) -> None:
+        """Append the records of a summary of step `index`'s acks, unread (ackjournal.py)."""
+        with open(self.path / ackjournal.ACK_JOURNAL, "ab") as journal:
+            journal.write(ackjournal.frame(index, received_ns, records))
+
     def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
         """Keep output as it streams in, so a lost daemon still leaves what it sent."""
         path = self.component_dir(host, component) / stream
@@ -125,8 +131,11 @@ class RunDir:
         now = time.time_ns()
         self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
                            duration_s=(now - self.record["started_ns"]) / 1e9, error=error)
+        ackjournal.fold(self.path, self.record)
         self.save()
-        (self.path / JOURNAL).unlink(missing_ok=True)  # run.json has every step now
+        # run.json has every step and ack now
+        (self.path / JOURNAL).unlink(missing_ok=True)
+        (self.path / ackjournal.ACK_JOURNAL).unlink(missing_ok=True)
 
 
 def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -39,13 +39,13 @@ class LiveLine:
     (run.json and `show --host` keep every host's detail)."""
 
     def __init__(self) -> None:
-        self.unlisted: list[tuple[float, str]] = []
-        self.listed = 0
+        self.unlisted: list[tuple[float, str]] = []  # the slowest of those counted
+        self.counted = self.listed = 0
 
     def text(self, event: Progress) -> tuple[str, bool]:
         """The text for one progress event, and whether it ends a line."""
         if event.kind == "step":
-            self.unlisted, self.listed = [], 0
+            self.unlisted, self.counted, self.listed = [], 0, 0
             return f"  {event.step:<16}", False
         if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
             return f" [{event.step}: {event.host}/{event.text}]", False
@@ -53,15 +53,20 @@ class LiveLine:
             return f" [salvaged host {event.host}: {event.text}]", False
         if event.kind == "notice":
             return f" [{event.text}]", False
+        if event.kind == "hosts":  # summarized by a fan-out tree: counted, never listed
+            self.counted += event.done
+            self.unlisted.extend(event.slowest)
+            return "", False
         if event.kind == "host":
             if event.status == "ok" and self.listed >= LISTED_OK:
+                self.counted += 1
                 self.unlisted.append((event.seconds, event.host))
                 return "", False
             self.listed += event.status == "ok"
             note = f" ({event.text})" if event.text and event.status != "ok" else ""
             mark = MARK.get(event.status, event.status)
             return f" {event.host} {mark} {seconds(event.seconds)}{note} ", False
-        counted = _more_ok(self.unlisted)
+        counted = _more_ok(self.counted, self.unlisted, self.listed)
         said = f"; {event.text}" if event.text else ""
         return f"{' ' if counted else ''}{counted} [{seconds(event.seconds)}{said}]", True
 
@@ -82,12 +87,12 @@ def error_lines(exc: BaseException) -> list[str]:
     return lines
 
 
-def _more_ok(rest: list[tuple[float, str]]) -> str:
+def _more_ok(count: int, slowest: list[tuple[float, str]], listed: int) -> str:
     """The hosts that acked ok beyond those listed: counted, with the slowest named."""
-    if not rest:
+    if not count:
         return ""
-    slowest = ", ".join(f"{h} {seconds(s)}" for s, h in sorted(rest, reverse=True)[:SLOWEST])
-    return f"and {len(rest)} more ok (slowest {slowest})"
+    named = ", ".join(f"{h} {seconds(s)}" for s, h in sorted(slowest, reverse=True)[:SLOWEST])
+    return f"{'and ' if listed else ''}{count}{' more' if listed else ''} ok (slowest {named})"
 
 
 def _step_hosts(step: dict[str, Any], only: str | None) -> str:
@@ -105,7 +110,7 @@ def _step_hosts(step: dict[str, Any], only: str | None) -> str:
                 parts.append(f"{host} {MARK.get(worst, worst)} {seconds(took)}")
         elif comps or "sent_ns" in info:
             parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
-    more = _more_ok(rest)
+    more = _more_ok(len(rest), rest, len(parts))
     return ", ".join([*parts, more] if more else parts)
 
 

@@ -119,10 +119,11 @@ def _check_enter(request: dict[str, Any]) -> None:
                     isinstance(hosts, dict) and all(isinstance(h, str) and components(c)
                                                     for h, c in hosts.items()))
             or not isinstance(request.get("deadline_s", 0), int | float)
-            or not isinstance(request.get("release_ns", 0), int)):
+            or not isinstance(request.get("release_ns", 0), int)
+            or not isinstance(request.get("summarize", False), bool)):
         raise ProtocolError("enter takes phase (text), step (integer), components "
                             "([{name, params}]) or hosts ({host: [{name, params}]}), deadline_s "
-                            "(seconds) and release_ns (integer)")
+                            "(seconds), release_ns (integer) and summarize (true or false)")
 
 
 def _relay(session: Session, sup: Supervisor) -> Relay:

@@ -7,6 +7,11 @@ own and its subtree's, when the batch is complete, when an ack is an error, or
 BATCH_WAIT_S after its first ack (so a slow participant holds no other's ack for long).
 Every ack keeps its host and its own stamps: what the controller records is exact.
 
+When the enter asks for a summary (`summarize`), a daemon whose every component acked ok
+folds its acks into the batch's summary (protocol/acksummary.py), and a relay merges its
+children's summaries into its own: the controller then reads one summary per first-level
+host and step, whatever the fleet's size. Any other ack still goes up as itself.
+
 A daemon reaches its children over connections of its own, authenticated with the key
 the controller's connection was; a child attaches that connection to the run (`join`).
 """
@@ -19,7 +24,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from netspec.protocol import acksummary
 from netspec.protocol import messages as m
+from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.auth import client_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
@@ -33,18 +40,45 @@ Emit = Callable[[dict[str, Any]], None]
 
 
 class Batch:
-    """The acks of one step from this daemon's subtree, on their way up."""
+    """The acks of one step from this daemon's subtree, on their way up: each as itself,
+    or folded into a summary (`summarize`)."""
 
-    def __init__(self, step: int, expected: int, emit: Emit):
+    def __init__(self, step: int, expected: int, emit: Emit, host: str, own: int, summarize: bool):
         self.step, self.expected, self.emit = step, expected, emit
+        self.host, self.own = host, own  # this daemon's host, and how many acks it owes
         self.pending: list[dict[str, Any]] = []
-        self.sent = 0
+        self.summary = AckSummary()
+        self.folding = summarize  # this host's acks, while every one so far is plain
+        self.held: list[dict[str, Any]] = []  # ... until its last one
+        self.counted = 0
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, acks: list[dict[str, Any]]) -> None:
         self.pending.extend(acks)
-        if (self.sent + len(self.pending) >= self.expected
-                or any(a.get("status") == m.ACK_ERROR for a in acks)):
+        self._counted(len(acks), any(a.get("status") == m.ACK_ERROR for a in acks))
+
+    def add_own(self, ack: dict[str, Any]) -> None:
+        """One of this host's acks: held for the summary while every one so far is plain."""
+        ack = {**ack, "host": self.host}
+        if not self.folding or not acksummary.is_plain(ack):
+            self.folding = False
+            self.pending.extend(self.held)  # counted as they were held
+            self.held = []
+            self.add([ack])
+            return
+        self.held.append(ack)
+        if len(self.held) == self.own:
+            self.summary.add_host(self.host, self.held)
+            self.held = []
+        self._counted(1, False)
+
+    def add_summary(self, wire: dict[str, Any]) -> None:
+        self.summary.merge(wire)
+        self._counted(wire["acks"], False)
+
+    def _counted(self, count: int, error: bool) -> None:
+        self.counted += count
+        if self.counted >= self.expected or error:
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(BATCH_WAIT_S, self.flush)
@@ -53,10 +87,17 @@ class Batch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.pending:
-            self.sent += len(self.pending)
+        if self.held:  # the rest of this host's acks are late: these go up as themselves
+            self.folding = False
+            self.pending.extend(self.held)
+            self.held = []
+        summary = self.summary.wire() if self.summary.acks else None
+        if self.pending or summary:
             acks, self.pending = self.pending, []
-            self.emit({"t": m.ACKS, "step": self.step, "acks": acks})
+            self.emit({"t": m.ACKS, "step": self.step, "acks": acks,
+                       **({"summary": summary} if summary else {})})
+            if summary:
+                self.summary = AckSummary()
 
 
 class Link:
@@ -115,7 +156,8 @@ class Relay:
         if strangers:
             raise ProtocolError(f"hosts {strangers[:5]} are not in the subtree of host {self.host}")
         step = request["step"]
-        batch = self.batches[step] = Batch(step, sum(len(c) for c in hosts.values()), emit)
+        batch = self.batches[step] = Batch(step, sum(len(c) for c in hosts.values()), emit, self.host,
+                                           len(hosts.get(self.host, [])), request.get("summarize") is True)
         parts: dict[str, dict[str, Any]] = {}
         for host, comps in hosts.items():
             if host != self.host:
@@ -126,24 +168,24 @@ class Relay:
                 self.links[child].channel.send({**fields, "hosts": part})
             except (NetspecError, ConnectionError) as exc:
                 raise NetspecError(f"cannot relay the step to host {child}: {exc}") from exc
-        host = self.host
-
-        def own(ack: dict[str, Any]) -> None:
-            batch.add([{**ack, "host": host}])
-        return hosts.get(host, []), own
+        return hosts.get(self.host, []), batch.add_own
 
     def from_child(self, link: Link, message: dict[str, Any]) -> None:
         if message.get("t") == m.ACKS and isinstance(message.get("acks"), list):
-            acks = message["acks"]
+            acks, summary = message["acks"], message.get("summary")
             foreign = [a.get("host") if isinstance(a, dict) else a for a in acks
                        if not isinstance(a, dict) or a.get("host") not in link.hosts]
+            wrong = None if summary is None else acksummary.problem(summary, link.hosts.__contains__)
             step = message.get("step")
             batch = self.batches.get(step) if isinstance(step, int) else None
-            if not foreign and batch is not None:
-                batch.add(acks)
+            if not foreign and wrong is None and batch is not None:
+                if summary is not None:
+                    batch.add_summary(summary)
+                if acks or summary is None:
+                    batch.add(acks)
                 return
-            why = (f"acks of hosts {foreign[:5]} outside its subtree" if foreign
-                   else "acks of a step never sent to it")
+            why = (f"acks of hosts {foreign[:5]} outside its subtree" if foreign else wrong
+                   or "acks of a step never sent to it")
             self.tell({"t": m.ERROR, "error": {"type": "ProtocolError",
                                                "message": f"host {link.child} relayed {why}"}})
         elif message.get("t") == m.ERROR:

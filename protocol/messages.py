@@ -17,7 +17,7 @@ from typing import Any
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
 #   2: frames sealed after the handshake (a MAC with a counted sequence); signed clksync probes.
 #   3: fan-out trees: tree, join, acks; enter with hosts.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 def netspec_version() -> str:

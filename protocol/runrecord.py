@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import ackjournal
 from .errors import NetspecError
 
 RUN_FORMAT = 1
 # Each step's record as it ended, one JSON line each: a controller of a thousand hosts does
 # not rewrite a megabytes-long run.json per step, and one killed mid-run still leaves every
-# step it finished. run.json has them all once the run finished, and the journal goes.
+# step it finished. run.json has them all once the run finished, and the journal goes (the
+# ack journal too: protocol/ackjournal.py).
 JOURNAL = "run.journal"
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
 
@@ -40,7 +42,7 @@ def load_record(run: Path) -> dict[str, Any]:
     if record.get("format", 1) > RUN_FORMAT:
         raise NetspecError(f"{run}/run.json has format {record['format']}; this netspec "
                            f"reads up to {RUN_FORMAT}: upgrade netspec")
-    return _with_journal(run, record)
+    return ackjournal.fold(run, _with_journal(run, record))
 
 
 def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import pytest
 from netspec.controller.fanout import FanOut, Tree
 from netspec.controller.fleet import DaemonClient
 from netspec.controller.load import load
+from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
+from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
 from netspec.protocol.exits import run_processes
 from support import latest_record, ns_control, session_run_id, start_run
@@ -45,15 +47,39 @@ def path_to(tree: Tree, host: str) -> list[str]:
 
 def test_a_batch_of_acks_naming_a_host_outside_the_senders_subtree_is_refused():
     fan_out = FanOut({}, Tree(2, _hosts(7)))
+    fan_out.owed[(0, "h0")] = 3  # as send() counts them: h0's subtree is h0, h2, h3, h6
     mine = {"host": "h6", "step": 0, "component": "c", "status": m.ACK_OK}
-    assert fan_out.acks("h0", {"t": m.ACKS, "acks": [mine]}) == [("h6", mine)]
+    assert fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine]}) == ([("h6", mine)], None)
     with pytest.raises(ProtocolError, match=r"host h0: acks of hosts \['h4'\] outside its subtree"):
-        fan_out.acks("h0", {"t": m.ACKS, "acks": [mine, {**mine, "host": "h4"}]})
+        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine, {**mine, "host": "h4"}]})
     for malformed in ("h6", [{**mine, "step": "0"}], [{**mine, "status": "fine"}], [["h6"]]):
         with pytest.raises(ProtocolError, match="not a list of acks"):
-            fan_out.acks("h0", {"t": m.ACKS, "acks": malformed})
+            fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": malformed})
     with pytest.raises(ProtocolError, match="not a list of acks from a fan-out tree"):
-        FanOut({}, None).acks("h0", {"t": m.ACKS, "acks": [mine]})
+        FanOut({}, None).batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine]})
+
+
+def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted():
+    fan_out = FanOut({}, Tree(2, _hosts(7)))
+    fan_out.owed[(0, "h0")] = 2
+    summary = AckSummary()
+    summary.add_host("h6", [{"component": "c", "status": m.ACK_OK, "entered": 10, "acked": 25,
+                             "entry_clock": [3, 2]}])
+    wire = summary.wire()
+    assert wire["slowest"] == [[15, "h6"]] and wire["first"] == wire["last"] == [7, "h6/c"]
+    assert fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire}) == ([], wire)
+    assert list(ackjournal.entries(wire["records"])) == [
+        ("h6", "c", {"status": "ok", "message": "", "entered_ns": 10, "acked_ns": 25, "start_ns": 7,
+                     "start_bound_ns": 2})]
+    stranger = {**wire, "slowest": [[15, "h4"]]}
+    with pytest.raises(ProtocolError, match=r"host h0: a summary naming hosts \['h4'\] outside its subtree"):
+        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": stranger})
+    for malformed in ({**wire, "acks": -1}, {**wire, "records": "x"}, {**wire, "first": None}, [1]):
+        with pytest.raises(ProtocolError, match="a summary"):
+            fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": malformed})
+    # One more ack than h0's subtree owes for the step: a relay that counts twice is caught.
+    with pytest.raises(ProtocolError, match="1 more acks than step 0 asked of its subtree"):
+        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}})
 
 
 def test_an_ssh_host_in_a_fan_out_tree_is_an_error_naming_its_line(tmp_path):
@@ -129,6 +155,9 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
                 await client.request(m.JOIN, deadline, run="nope")
             while not any(e["t"] == m.ACKS for e in events):
                 await asyncio.sleep(0.01)
+            client.notify(m.ENTER, phase="rest", step=2, hosts={"a": node}, published={}, summarize=True)
+            while sum(e["t"] == m.ACKS for e in events) < 2:
+                await asyncio.sleep(0.01)
         finally:
             await client.close()
             await serving
@@ -136,9 +165,15 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
     events = asyncio.run(scenario())
     errors = [e["error"]["message"] for e in events if e["t"] == m.ERROR]
     assert errors == ["hosts ['zz'] are not in the subtree of host a"]
-    batch = next(e for e in events if e["t"] == m.ACKS)
+    batch, summarized = [e for e in events if e["t"] == m.ACKS]
     assert batch["step"] == 1 and [(a["host"], a["component"], a["status"]) for a in batch["acks"]] == [
         ("a", m.NODE, m.ACK_OK)]
+    # Asked for a summary, it folds its own plain ack: counted, its record in bytes.
+    summary = summarized["summary"]
+    assert summarized["step"] == 2 and summarized["acks"] == []
+    assert (summary["acks"], summary["hosts"]) == (1, 1)
+    [(host, component, entry)] = ackjournal.entries(summary["records"])
+    assert (host, component, entry["status"]) == ("a", m.NODE, m.ACK_OK) and summary["slowest"][0][1] == "a"
 
 
 def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_gathered(experiment, tmp_path):
@@ -149,9 +184,10 @@ def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_g
         "  - {phase: work, release: at}\n", "  - {phase: work, deadline: 5m}\n"))
 
     def waiting_for_h0(record: dict) -> bool:
+        # The step is summarized: its record has the hosts that acked, from the ack journal.
         steps = record.get("steps") or []
-        return bool(steps) and steps[-1]["phase"] == "work" and len(steps[-1]["hosts"]) == 7 and all(
-            entry["components"] for h, entry in steps[-1]["hosts"].items() if h != "h0")
+        return bool(steps) and steps[-1]["phase"] == "work" and sorted(steps[-1]["hosts"]) == [
+            f"h{i}" for i in range(1, 7)]
     proc, record = start_run(path, tmp_path, waiting_for_h0, "every host but h0 to ack 'work'")
     os.kill(record["hosts"]["h1"]["daemon_pid"], signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=90)

@@ -2,8 +2,11 @@ import json
 import os
 import subprocess
 
+import msgpack
 import pytest
 from netspec.controller.rundir import RunDir, find_run, list_runs
+from netspec.protocol import ackjournal
+from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RUN_FORMAT, load_record
 from support import ns_control
@@ -84,6 +87,38 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
                      {"phase": "work", "status": "running", "hosts": {"a": {}}}]
     run.finish("ok")
     assert not (run.path / "run.journal").exists() and len(load_record(run.path)["steps"]) == 2
+
+
+def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_the_end(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
+    run.record["steps"].append({"phase": "work", "status": "running", "sent_ns": 5, "hosts": {
+        "a": {"components": {"x": {"status": "warning", "message": "slow"}}}}})
+    run.journal_step(0)
+    summary = AckSummary()
+    summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
+    summary.add_host("a", [{"component": "x", "status": "ok", "entered": 10, "acked": 20}])
+    run.journal_acks(0, 30, summary.wire()["records"])
+    with open(run.path / ackjournal.ACK_JOURNAL, "ab") as journal:
+        journal.write(ackjournal.frame(0, 40, b"x" * 50)[:20])  # the controller killed mid-frame
+    hosts = load_record(run.path)["steps"][0]["hosts"]
+    entry = {"status": "ok", "message": "", "entered_ns": 10, "acked_ns": 20, "received_ns": 30,
+             "outcome": "ok"}
+    assert hosts["b"] == {"components": {"y": entry}, "done_ns": 30, "sent_ns": 5}
+    assert hosts["a"]["components"]["x"]["status"] == "warning"  # recorded as itself: it stays
+    run.finish("ok")
+    assert not (run.path / ackjournal.ACK_JOURNAL).exists()
+    assert json.loads((run.path / "run.json").read_text())["steps"][0]["hosts"]["b"]["done_ns"] == 30
+
+
+def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": [{"phase": "work"}]})
+    run.journal_acks(0, 30, b"")
+    run.journal_acks(0, 30, msgpack.packb(["b", "y", {"status": "ok", "run": "code()"}]))
+    with pytest.raises(NetspecError, match=r"run.acks: frame 2: a record that is not \[host, component"):
+        load_record(run.path)
+    (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(7, 30, b""))
+    with pytest.raises(NetspecError, match=r"run.acks: frame 1: not \[step index, received_ns, records\]"):
+        load_record(run.path)
 
 
 def test_a_journal_line_out_of_order_is_refused_naming_its_line(tmp_path):

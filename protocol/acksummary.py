@@ -1,0 +1,165 @@
+"""A fan-out tree's summary of plain acks: what a relay sends up in place of the acks of
+each host whose every component acked a step ok, so that the controller's work per step
+does not grow with the fleet (docs/protocol.md, "acks").
+
+A summary counts the acks and the hosts, names the slowest hosts (the longest from entry
+to last ack, on each host's clock), keeps the two ends of the step's release skew and the
+widest spread within the bounds, lists the starts that could not be placed or were late
+for their instant, and holds each ack's run.json entry as msgpack bytes. Relays join
+their children's bytes without reading them; the controller appends them to the run's
+ack journal (runrecord.ACK_JOURNAL) without reading them either, and run.json gets them
+when the run ends (runrecord.fold_ack_journal).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from .messages import ACK_OK
+
+SLOWEST = 3
+# An ack with status ok and none of these is folded; any other (a warning, an error, a
+# launch's phases, sync_clocks' clock, published values) goes up as itself: the controller
+# acts on what they say.
+MEANINGFUL = ("phases", "published", "clock", "traceback")
+FLAGS = ("unsynchronised", "realtime_refused")
+
+
+def is_plain(ack: dict[str, Any]) -> bool:
+    return ack.get("status") == ACK_OK and not any(ack.get(k) for k in MEANINGFUL)
+
+
+def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
+    """What a component's step entry keeps of the start its ack reports: the start on the
+    global timeline and its bound (from the ack's entry clock), and with `release: at`
+    how late the step reached the host for its instant, if it did."""
+    kept: dict[str, Any] = {}
+    if "entry_clock" in ack:
+        offset, bound = ack["entry_clock"]
+        kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
+    release = ack.get("release") or {}
+    if release.get("missed_ns"):
+        kept["release_missed_ns"] = release["missed_ns"]
+    for said in FLAGS:
+        if release.get(said):
+            kept[f"release_{said}"] = True
+    return kept
+
+
+def entry(ack: dict[str, Any]) -> dict[str, Any]:
+    """A component's entry in its step's record, but for when the controller received it."""
+    return {"status": ack["status"], "message": ack.get("message", ""), "entered_ns": ack["entered"],
+            "acked_ns": ack["acked"], **start_on_timeline(ack)}
+
+
+class AckSummary:
+    """Plain acks folded: built by a relay from its own host's acks and its children's
+    summaries, merged by the controller from its first level's."""
+
+    def __init__(self) -> None:
+        self.acks = self.hosts = self.starts = 0
+        self.slowest: list[list[Any]] = []  # [took_ns, host], slowest first
+        self.first: list[Any] | None = None  # [start_ns, "host/component"]
+        self.last: list[Any] | None = None
+        self.low: int | None = None  # the earliest start minus its bound
+        self.high: int | None = None  # the latest start plus its bound
+        self.unplaced: list[str] = []  # acks without a clock estimate
+        self.missed: dict[str, int] = {}
+        self.flagged: dict[str, list[str]] = {flag: [] for flag in FLAGS}
+        self.records: list[bytes] = []
+
+    def add_host(self, host: str, acks: list[dict[str, Any]]) -> None:
+        """Every ack of `host` in the step, each plain."""
+        self.acks += len(acks)
+        self.hosts += 1
+        took = max(a["acked"] for a in acks) - min(a["entered"] for a in acks)
+        self._slow([[took, host]])
+        for ack in acks:
+            kept = entry(ack)
+            self.add_start(f"{host}/{ack['component']}", kept)
+            self.records.append(msgpack.packb([host, ack["component"], kept]))
+
+    def add_start(self, who: str, kept: dict[str, Any]) -> None:
+        """The start of one participant (`who`: host/component), from its step entry."""
+        if "start_ns" in kept:
+            start, bound = kept["start_ns"], kept["start_bound_ns"]
+            self._starts(1, [start, who], [start, who], start - bound, start + bound)
+        else:
+            self.unplaced.append(who)
+        if kept.get("release_missed_ns"):
+            self.missed[who] = kept["release_missed_ns"]
+        for flag in FLAGS:
+            if kept.get(f"release_{flag}"):
+                self.flagged[flag].append(who)
+
+    def merge(self, wire: dict[str, Any], keep_records: bool = True) -> None:
+        """Fold in a summary from below, checked by `problem` first."""
+        self.acks += wire["acks"]
+        self.hosts += wire["hosts"]
+        self._slow(wire["slowest"])
+        if wire["starts"]:
+            self._starts(wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"])
+        self.unplaced.extend(wire["unplaced"])
+        self.missed.update(wire["missed"])
+        for flag in FLAGS:
+            self.flagged[flag].extend(wire[flag])
+        if keep_records:
+            self.records.append(wire["records"])
+
+    def wire(self) -> dict[str, Any]:
+        return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": self.starts,
+                "first": self.first, "last": self.last, "low": self.low, "high": self.high,
+                "unplaced": self.unplaced, "missed": self.missed, **self.flagged,
+                "records": b"".join(self.records)}
+
+    def _slow(self, slowest: list[list[Any]]) -> None:
+        if slowest:
+            self.slowest = sorted([*self.slowest, *slowest], key=lambda s: s[0], reverse=True)[:SLOWEST]
+
+    def _starts(self, count: int, first: list[Any], last: list[Any], low: int, high: int) -> None:
+        if self.starts == 0:
+            self.first, self.last, self.low, self.high = first, last, low, high
+        else:
+            self.first = min(self.first, first)  # type: ignore[type-var]
+            self.last = max(self.last, last)  # type: ignore[type-var]
+            self.low, self.high = min(self.low, low), max(self.high, high)  # type: ignore[type-var]
+        self.starts += count
+
+
+def problem(wire: Any, allowed: Callable[[str], bool]) -> str | None:
+    """What is wrong with a summary from the wire, None if nothing: its fields' types, and
+    every host it names (`allowed`: a host of the sender's subtree). Its records are bytes
+    here; their entries are checked as they are folded into run.json."""
+    if not isinstance(wire, dict):
+        return "a summary that is not a map"
+    counts = ("acks", "hosts", "starts")
+    if not all(isinstance(wire.get(k), int) and wire[k] >= 0 for k in counts):
+        return f"a summary without counts ({', '.join(counts)})"
+    if not isinstance(wire.get("records"), bytes):
+        return "a summary without its records"
+    ends = [wire.get(k) for k in ("first", "last")]
+    if wire["starts"] and not (all(_mark(e) for e in ends) and isinstance(wire.get("low"), int)
+                               and isinstance(wire.get("high"), int)):
+        return "a summary whose starts have no ends"
+    slowest, missed = wire.get("slowest"), wire.get("missed")
+    lists = [wire.get(k) for k in ("unplaced", *FLAGS)]
+    if not (isinstance(slowest, list) and all(_mark(s) for s in slowest) and isinstance(missed, dict)
+            and all(isinstance(v, int) for v in missed.values())
+            and all(isinstance(names, list) for names in lists)):
+        return "a summary whose slowest, unplaced, missed or flagged hosts are malformed"
+    whos = itertools.chain((e[1] for e in ends if wire["starts"]), missed, *lists)
+    named = [s[1] for s in slowest] + [_host(w) for w in whos]
+    strangers = sorted({str(h) for h in named if not isinstance(h, str) or not allowed(h)})
+    return f"a summary naming hosts {strangers[:5]} outside its subtree" if strangers else None
+
+
+def _mark(pair: Any) -> bool:
+    return isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], str)
+
+
+def _host(who: Any) -> Any:
+    return who.partition("/")[0] if isinstance(who, str) else who

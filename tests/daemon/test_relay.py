@@ -1,0 +1,65 @@
+"""A relay's batch of one step's acks (daemon/relay.py): which acks it folds into a summary,
+which go up as themselves, and when it leaves."""
+
+import asyncio
+
+from netspec.daemon.relay import BATCH_WAIT_S, Batch
+from netspec.protocol import ackjournal
+from netspec.protocol import messages as m
+from netspec.protocol.acksummary import AckSummary
+
+
+def _ack(component, status=m.ACK_OK, **more):
+    return {"t": m.ACK, "step": 3, "component": component, "status": status, "entered": 100,
+            "acked": 150, "entry_clock": [10, 5], **more}
+
+
+def _batch(expected, own, sent):
+    return Batch(3, expected, sent.append, "a", own, summarize=True)
+
+
+def test_a_hosts_plain_acks_are_folded_once_its_last_one_is_in_with_a_childs_summary():
+    async def scenario():
+        sent = []
+        batch = _batch(expected=4, own=2, sent=sent)
+        child = AckSummary()
+        child.add_host("b", [_ack("y", acked=900), _ack("z")])
+        batch.add_own(_ack("x"))
+        batch.add_summary(child.wire())
+        assert not sent  # one of a's acks is still out
+        batch.add_own(_ack("w"))
+        return sent
+    [batch] = asyncio.run(scenario())
+    summary = batch["summary"]
+    assert batch["acks"] == [] and (summary["acks"], summary["hosts"]) == (4, 2)
+    assert summary["slowest"] == [[800, "b"], [50, "a"]]
+    assert sorted((h, c) for h, c, _ in ackjournal.entries(summary["records"])) == [
+        ("a", "w"), ("a", "x"), ("b", "y"), ("b", "z")]
+
+
+def test_a_host_with_one_meaningful_ack_sends_all_of_its_acks_as_themselves():
+    async def scenario():
+        sent = []
+        batch = _batch(expected=3, own=3, sent=sent)
+        batch.add_own(_ack("x"))
+        batch.add_own(_ack("y", m.ACK_WARNING, message="slow disk"))
+        batch.add_own(_ack("z"))  # plain, but its host's acks go up as themselves now
+        return sent
+    [batch] = asyncio.run(scenario())
+    assert "summary" not in batch and [(a["host"], a["component"]) for a in batch["acks"]] == [
+        ("a", "x"), ("a", "y"), ("a", "z")]
+
+
+def test_an_error_leaves_at_once_and_a_late_hosts_held_acks_go_up_as_themselves():
+    async def scenario():
+        sent = []
+        batch = _batch(expected=3, own=2, sent=sent)
+        batch.add_own(_ack("x"))
+        batch.add([{**_ack("e", m.ACK_ERROR, message="boom"), "host": "c"}])
+        error = list(sent)
+        await asyncio.sleep(BATCH_WAIT_S * 3)
+        return error, sent
+    error, sent = asyncio.run(scenario())
+    # The error went at once, with a's ack held so far: a's other ack is late, so none is folded.
+    assert [[(a["host"], a["component"]) for a in b["acks"]] for b in error] == [[("c", "e"), ("a", "x")]]
+    assert len(sent) == 1 and "summary" not in sent[0]
