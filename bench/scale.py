@@ -25,8 +25,8 @@ Figures per N:
                   clksync reference daemon (probed by every host) apart
   run.json        its size at the end
   teardown        from the end of collect to the end of `execute`
-  projection      with a flat and a tree run of the same N: a step's cost at 10,000 hosts
-                  from the per-host, per-frame and per-relay costs measured (`projection`)
+  projection      with tree runs at two sizes or more: a step's cost at 10,000 hosts from
+                  the per-step, per-host and per-relay costs measured (`projection`)
 Baseline, measured in the same run: the round trip of a bare asyncio TCP echo between two
 processes (bench/barrier.py), which a one-host step cannot beat.
 
@@ -173,23 +173,32 @@ async def one_run(n: int, steps: int, kind: str, fan_out: int | None, runs_root:
             **{k: record["fan_out"][k] for k in ("relays", "depth") if "fan_out" in record}}
 
 
-def projection(n: int, width: int, flat: dict[str, float], tree: dict[str, float],
+def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, dict[str, float]],
                hosts: int = 10_000) -> dict[str, float]:
-    """A step's cost at `hosts` hosts through a tree of `width`, from two runs of N hosts:
+    """A step's cost at `hosts` hosts through a tree of `width`, from tree runs at two sizes
+    or more (and the flat runs of the same sizes):
 
-    - per host, the controller's CPU in the tree run (its bookkeeping of every host's ack:
-      enter built, ack decoded and recorded, skew, journal): c_host;
-    - per frame pair (an enter sent, an ack frame read), what the flat run cost per host
-      beyond it: c_frame = flat - tree;
-    - per relay, its CPU per step beyond a leaf's: (tree - flat daemon CPU) x N / relays.
-    Controller work = hosts x c_host + width x c_frame; a step on a real fleet (a core per
-    host) also waits for the relays of each level in turn: depth x c_relay."""
-    c_host = tree["ctl_cpu_us_per_step_host"]
-    c_frame = max(flat["ctl_cpu_us_per_step_host"] - c_host, 0.0)
-    c_relay = max(tree["daemon_cpu_us_per_step"] - flat["daemon_cpu_us_per_step"], 0.0) * n / tree["relays"]
+    - the controller's CPU per step in each tree run, C(N) = ctl CPU per host x N, fitted
+      to a line by least squares: C(N) = c_step + c_host x N. c_step is what a step costs
+      whatever the fleet (the first level's frames, the barrier, the journal); c_host is
+      what every further host adds (its part of the enter built and sent, its records
+      journalled, the per-host set-up of a step);
+    - per relay, its CPU per step beyond a leaf's, at the largest N:
+      (tree - flat daemon CPU) x N / relays.
+    Controller work = c_step + hosts x c_host; a step on a real fleet (a core per host) also
+    waits for the relays of each level in turn: depth x c_relay."""
+    sizes = sorted(trees)
+    cost = {n: trees[n]["ctl_cpu_us_per_step_host"] * n for n in sizes}
+    mean_n, mean_c = sum(sizes) / len(sizes), sum(cost.values()) / len(sizes)
+    c_host = (sum((n - mean_n) * (cost[n] - mean_c) for n in sizes)
+              / sum((n - mean_n) ** 2 for n in sizes))
+    c_step = mean_c - c_host * mean_n
+    big = sizes[-1]
+    c_relay = (max(trees[big]["daemon_cpu_us_per_step"] - flats[big]["daemon_cpu_us_per_step"], 0.0)
+               * big / trees[big]["relays"]) if big in flats else 0.0
     depth = Tree(width, tuple(range(hosts))).depth()
-    controller_ms = (hosts * c_host + width * c_frame) / 1e3
-    return {"c_host_us": c_host, "c_frame_us": c_frame, "c_relay_us": c_relay, "depth": depth,
+    controller_ms = (c_step + hosts * c_host) / 1e3
+    return {"c_step_us": c_step, "c_host_us": c_host, "c_relay_us": c_relay, "depth": depth,
             "controller_ms": controller_ms, "step_ms": controller_ms + depth * c_relay / 1e3}
 
 
@@ -223,8 +232,8 @@ def main() -> None:
         results["echo_p50_us"] = round(percentile(echo, 0.5) * 1e6, 1)
         print(f"baseline: asyncio TCP echo round trip p50 {results['echo_p50_us']} us; "
               f"fd limit {soft}/{hard}")
+        runs: dict[tuple[str, int | None], dict[int, dict[str, float]]] = {}
         for n in map(int, args.daemons.split(",")):
-            runs: dict[tuple[str, int | None], dict[str, float]] = {}
             for kind, fan_out in itertools.product(("node", "component"), args.fan_out.split(",")):
                 if kind == "component" and n > args.component_max:
                     continue
@@ -239,17 +248,19 @@ def main() -> None:
                     continue
                 print(describe(n, label, got), flush=True)
                 results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
-                runs[(kind, width)] = got
-            for width in (w for (kind, w) in runs if kind == "node" and w is not None):
-                if ("node", None) in runs:
-                    said = projection(n, width, runs[("node", None)], runs[("node", width)])
-                    print(f"  projected from N={n}, tree {width}, to 10,000 hosts: controller "
-                          f"{said['controller_ms']:.0f} ms a step ({said['c_host_us']:.0f} us a host, "
-                          f"{said['c_frame_us']:.0f} us a frame pair), a step on a fleet of its own cores "
-                          f"{said['step_ms']:.0f} ms ({said['depth']} levels, "
-                          f"{said['c_relay_us']:.0f} us a relay)",
-                          flush=True)
-                    results.update({f"projection_{n}_tree_{width}_{k}": round(v, 3) for k, v in said.items()})
+                runs.setdefault((kind, width), {})[n] = got
+        for width in (w for (kind, w) in runs if kind == "node" and w is not None):
+            trees = runs[("node", width)]
+            if len(trees) < 2:
+                print(f"  no projection for tree {width}: it needs tree runs at two sizes or more")
+                continue
+            said = projection(width, trees, runs.get(("node", None), {}))
+            print(f"  projected from N={','.join(map(str, sorted(trees)))}, tree {width}, to 10,000 hosts: "
+                  f"controller {said['controller_ms']:.1f} ms a step ({said['c_step_us']:.0f} us a step "
+                  f"+ {said['c_host_us']:.2f} us a host), a step on a fleet of its own cores "
+                  f"{said['step_ms']:.1f} ms ({said['depth']} levels, {said['c_relay_us']:.0f} us a relay)",
+                  flush=True)
+            results.update({f"projection_tree_{width}_{k}": round(v, 3) for k, v in said.items()})
     print(json.dumps(results))
 
 

@@ -13,15 +13,19 @@ from .model import Step
 
 
 class Barrier:
-    """The acks one step waits for; opens when `need` participants acked without error."""
+    """The acks one step waits for; opens when `need` participants acked without error.
 
-    def __init__(self, index: int, step: Step, expected: dict[str, list[str]]):
+    Made in O(1) whatever the fleet: it keeps the step's participants by host as given,
+    and its per-host state only for hosts whose acks came one by one."""
+
+    def __init__(self, index: int, step: Step, expected: dict[str, list[str]], count: int | None = None):
         self.index, self.step = index, step
-        self.expected = {(h, c) for h, cs in expected.items() for c in cs}
-        self.need = step.need or len(self.expected)
+        self.expected = expected  # host -> its participating components (shared: not changed here)
+        self.count = sum(map(len, expected.values())) if count is None else count
+        self.need = step.need or self.count
         self.acks: dict[tuple[str, str], dict[str, Any]] = {}
-        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {h: [] for h in expected}
-        self.remaining = {h: len(cs) for h, cs in expected.items()}
+        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self.dropped: set[tuple[str, str]] = set()
         self.good = self.bad = 0
         self.folded: list[bytes] = []  # the records of the acks that came summarized
         self.counted = 0  # ... and how many
@@ -30,22 +34,25 @@ class Barrier:
         self.opened_ns = 0  # when it opened, on the controller's clock
         # Every expected ack is in (with k of n, after the barrier opened).
         self.complete: asyncio.Future[None] = loop.create_future()
-        if not self.expected:
+        if not self.count:
             self.opened.set_result(None)
             self.complete.set_result(None)
 
+    def _expects(self, host: str, component: str) -> bool:
+        return (component in self.expected.get(host, ()) and (host, component) not in self.acks
+                and (host, component) not in self.dropped)
+
     def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
         """Record an ack; returns False if this error ack makes the step fail."""
-        if (host, component) not in self.expected or (host, component) in self.acks:
+        if not self._expects(host, component):
             return True
         self.acks[(host, component)] = ack
-        self.by_host[host].append((component, ack))
-        self.remaining[host] -= 1
+        self.by_host.setdefault(host, []).append((component, ack))
         if ack["status"] == m.ACK_ERROR:
             self.bad += 1
         else:
             self.good += 1
-        if self.bad > len(self.expected) - self.need:
+        if self.bad > self.count - self.need:
             return False
         self._settle()
         return True
@@ -63,17 +70,17 @@ class Barrier:
         if self.good >= self.need and not self.opened.done():
             self.opened.set_result(None)
             self.opened_ns = time.time_ns()
-        if len(self.acks) + self.counted == len(self.expected) and not self.complete.done():
+        if len(self.acks) + self.counted >= self.count and not self.complete.done():
             self.complete.set_result(None)
 
     def drop(self, host: str, component: str) -> None:
         """`component` left the run (netspec ended it in an earlier step): no longer waited for."""
-        if (host, component) not in self.expected or (host, component) in self.acks:
+        if not self._expects(host, component):
             return
-        self.expected.discard((host, component))
-        self.remaining[host] -= 1
+        self.dropped.add((host, component))
+        self.count -= 1
         if self.step.need is None:
-            self.need = len(self.expected)
+            self.need = self.count
         self._settle()
 
     def give_up(self, host: str, component: str) -> None:
@@ -81,11 +88,16 @@ class Barrier:
         self.add(host, component, {"status": m.ACK_ERROR, "given_up": True})
 
     def host_done(self, host: str) -> bool:
-        return self.remaining.get(host) == 0
+        """Whether every participant of `host` acked one by one (or left the run)."""
+        left = sum((host, c) in self.dropped for c in self.expected.get(host, ()))
+        return len(self.by_host.get(host, ())) + left == len(self.expected.get(host, ()))
 
     def waiting(self) -> dict[str, list[str]]:
+        """Who has not acked yet, by host (reads the summarized acks' records: for a failure)."""
         folded = {(h, c) for records in self.folded for h, c, _ in ackjournal.entries(records)}
         late: dict[str, list[str]] = {}
-        for h, c in sorted(self.expected - self.acks.keys() - folded):
-            late.setdefault(h, []).append(c)
+        for host, names in sorted(self.expected.items()):
+            for c in sorted(names):
+                if (host, c) not in self.acks and (host, c) not in self.dropped and (host, c) not in folded:
+                    late.setdefault(host, []).append(c)
         return late

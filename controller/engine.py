@@ -41,7 +41,7 @@ from .fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_
 from .forks import DaemonForks
 from .model import Host as HostSpec
 from .model import Plan, Step
-from .participants import take_part
+from .participants import StepPlans
 from .progress import Progress, ProgressSink
 from .results import ComponentResult
 from .rundir import RunDir
@@ -81,6 +81,7 @@ class Run:
         # This controller's clock minus the reference host's, +- half the hello's round trip.
         self.controller_offset: tuple[int, int | None] = (0, None)
         self.components = {c.name: c for c in plan.components}
+        self.step_plans = StepPlans(plan)
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
         self.registered: dict[str, list[str]] = {}
@@ -223,28 +224,25 @@ class Run:
         self.progress(Progress("step", step.phase))
         barrier = None
         try:
-            participants = take_part(self.plan, step, self.registered, self.stragglers.ended)
+            plan = self.step_plans.of(step, self.registered, self.stragglers.ended)
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.
             summarize = self.fan_out.tree is not None and step.need is None
-            record["hosts"] = {} if summarize else {h: {"components": {}} for h in participants}
-            barrier = self.barrier = Barrier(index, step, participants)
+            record["hosts"] = {} if summarize else {h: {"components": {}} for h in plan.participants}
+            barrier = self.barrier = Barrier(index, step, plan.participants, plan.count)
             scheduled: dict[str, Any] = {}
             if step.release == "at":
-                lead = release.lead_s(step, len(participants))
+                lead = release.lead_s(step, len(plan.participants))
                 scheduled = {"release_ns": release.instant_ns(lead, self.controller_offset[0])}
                 record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
-            enters = {host: [{"name": n, "params": {**self.components[n].params, **step.params}
-                              if n != m.NODE else self._node_params(step)} for n in names]
-                      for host, names in participants.items()}
-            sent = self.fan_out.send(enters, {"phase": step.phase, "step": index,
-                                              "deadline_s": step.deadline_s,
-                                              "published": self.published, **scheduled}, summarize)
+            sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
+                                                   "deadline_s": step.deadline_s,
+                                                   "published": self.published, **scheduled}, summarize)
             if summarize:
-                record["sent_ns"] = max(sent.values(), default=started)
+                record["sent_ns"] = sent  # a tree's: one instant for the first level
             else:
-                for host, sent_ns in sent.items():
-                    record["hosts"][host]["sent_ns"] = sent_ns
+                for host, info in record["hosts"].items():
+                    info["sent_ns"] = sent if isinstance(sent, int) else sent[host]
             await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
                 step.phase, barrier.waiting(), step.deadline_s))
             if not barrier.complete.done():
@@ -286,15 +284,6 @@ class Run:
         except NetspecError as exc:
             return str(exc)
         return None
-
-    def _node_params(self, step: Step) -> dict[str, Any]:
-        if step.phase != m.SYNC_CLOCKS:
-            return step.params
-        bound = self.plan.clock.until_bound_us
-        # Each daemon gives up a little before the step's deadline, so that its ack says
-        # how far its clock got rather than the step only timing out.
-        return {**step.params, "until_bound_ns": None if bound is None else round(bound * 1000),
-                "wait_s": max(step.deadline_s - min(1.0, step.deadline_s / 10), 0.0)}
 
     async def _collect(self, deadline: float) -> None:
         self.rundir.close_outputs()
@@ -368,7 +357,7 @@ class Run:
             # k of n: the barrier can open without it, but the run is not ok.
             self.stragglers.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
         if barrier.host_done(host):
-            acks = barrier.by_host[host]
+            acks = barrier.by_host.get(host, [])
             worst = m.worst_status(a["status"] for _, a in acks)
             sent = step["hosts"][host]["sent_ns"]
             step["hosts"][host]["done_ns"] = now = time.time_ns()

@@ -71,6 +71,8 @@ class FanOut:
         self.clients, self.tree = clients, tree
         self.top = tree.top() if tree is not None else {}
         self.owed: dict[tuple[int, str], int] = {}  # (step, first-level host) -> acks still to come
+        # The last enters sent, split by first-level host: a step alike reuses them (participants.py).
+        self._parts: tuple[dict[str, Any], dict[str, tuple[dict[str, Any], int]]] | None = None
 
     async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
         """Have every host with children in the tree connect to them (each at the address
@@ -85,9 +87,10 @@ class FanOut:
         return {"width": tree.width, "depth": tree.depth(), "relays": len(parents), "first": list(tree.first)}
 
     def send(self, enters: dict[str, list[dict[str, Any]]], fields: dict[str, Any],
-             summarize: bool = False) -> dict[str, int]:
-        """Send each host its components' enter; when each host's enter left (ns). In a
-        tree, `summarize` asks for the plain acks folded."""
+             summarize: bool = False) -> dict[str, int] | int:
+        """Send each host its components' enter; when each host's enter left (ns), or in a
+        tree when the first level's did. In a tree, `summarize` asks for the plain acks
+        folded."""
         if self.tree is None:
             sent = {}
             for host, components in enters.items():
@@ -95,12 +98,15 @@ class FanOut:
                 # One-way: the acks that follow are the answer, one frame per component.
                 self.clients[host].notify(m.ENTER, components=components, **fields)
             return sent
-        parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for host, components in enters.items():
-            parts.setdefault(self.top[host], {})[host] = components
-        sent = dict.fromkeys(enters, time.time_ns())
-        for first, part in parts.items():
-            self.owed[(fields["step"], first)] = sum(map(len, part.values()))
+        if self._parts is None or self._parts[0] is not enters:
+            parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            for host, components in enters.items():
+                parts.setdefault(self.top[host], {})[host] = components
+            self._parts = enters, {first: (part, sum(map(len, part.values())))
+                                   for first, part in parts.items()}
+        sent = time.time_ns()
+        for first, (part, count) in self._parts[1].items():
+            self.owed[(fields["step"], first)] = count
             self.clients[first].notify(m.ENTER, hosts=part, **fields,
                                        **({"summarize": True} if summarize else {}))
         return sent

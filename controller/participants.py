@@ -1,13 +1,62 @@
-"""Which components take part in a step, by host: the schedule's rule."""
+"""Which components take part in a step, by host (the schedule's rule), and what each
+host is sent to enter it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, StepFailed
 
 from .model import NODE_STEPS, Plan, Step
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A step's participants by host, how many they are, and each host's enter."""
+
+    participants: dict[str, list[str]]
+    count: int
+    enters: dict[str, list[dict[str, Any]]]
+
+
+class StepPlans:
+    """The StepPlan of each step of a run. A schedule repeats steps alike (the same phase,
+    components and params), so each is built once and reused: a step then starts in O(1)
+    whatever the fleet's size, not O(hosts). Reused while what it depends on stands:
+    registered phases and ended components only grow, so their counts tell a change."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.components = {c.name: c for c in plan.components}
+        self._built: dict[tuple[Any, ...], StepPlan] = {}
+
+    def of(self, step: Step, registered: Mapping[str, Sequence[str]], ended: Mapping[str, str]) -> StepPlan:
+        """Raises StepFailed as `take_part` does."""
+        node = self.node_params(step)
+        key = (step.phase, step.components, json.dumps(step.params, sort_keys=True, default=str),
+               json.dumps(node, sort_keys=True, default=str), len(registered), len(ended))
+        built = self._built.get(key)
+        if built is None:
+            participants = take_part(self.plan, step, registered, ended)
+            enters = {host: [{"name": n, "params": {**self.components[n].params, **step.params}
+                              if n != m.NODE else node} for n in names]
+                      for host, names in participants.items()}
+            built = self._built[key] = StepPlan(participants, sum(map(len, participants.values())), enters)
+        return built
+
+    def node_params(self, step: Step) -> dict[str, Any]:
+        """What the daemon itself is given for a step (its participant `netspecd`)."""
+        if step.phase != m.SYNC_CLOCKS:
+            return step.params
+        bound = self.plan.clock.until_bound_us
+        # Each daemon gives up a little before the step's deadline, so that its ack says
+        # how far its clock got rather than the step only timing out.
+        return {**step.params, "until_bound_ns": None if bound is None else round(bound * 1000),
+                "wait_s": max(step.deadline_s - min(1.0, step.deadline_s / 10), 0.0)}
 
 
 def take_part(plan: Plan, step: Step, registered: Mapping[str, Sequence[str]],
