@@ -54,7 +54,12 @@ class DaemonForks:
             message = json.loads(line)
             if "tag" in message:
                 waiter = self._forked.pop(message["tag"])
-                if "error" in message:
+                if waiter.done() and "pid" in message:
+                    # Its spawn was given up (the connect deadline passed): no host will
+                    # ever stop this daemon, so it is stopped here.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(message["pid"], signal.SIGTERM)
+                elif "error" in message:
                     waiter.set_exception(ConnectionLost("local daemons", detail=message["error"]))
                 else:
                     waiter.set_result(message["pid"])

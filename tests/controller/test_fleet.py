@@ -44,6 +44,31 @@ def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tm
             os.kill(pid, 0)
 
 
+def test_a_daemon_whose_spawn_was_given_up_is_stopped_when_its_fork_is_said(tmp_path):
+    def argv(name):
+        return ["--listen", "127.0.0.1:0", "--root", str(tmp_path / name), "--parent-pid", str(os.getpid())]
+
+    async def scenario():
+        forks = DaemonForks()
+        first = await forks.spawn(argv("d0"), tmp_path / "d0.log")  # the fork server is up
+        try:
+            # A spawn cancelled while the fork server forks (as at the connect deadline).
+            given_up = asyncio.create_task(forks.spawn(argv("d1"), tmp_path / "d1.log"))
+            await asyncio.sleep(0)
+            given_up.cancel()
+            for _ in range(500):  # its fork is said, then its end
+                if forks._ended:
+                    break
+                await asyncio.sleep(0.01)
+            return first, {pid: f.result() for pid, f in forks._ended.items()}
+        finally:
+            await forks.terminate(first)
+            await forks.close()  # and its reader ends without an error
+    first, ended = asyncio.run(scenario())
+    # Ended by its SIGTERM: at once if it had no handler for it yet, else by itself.
+    assert first not in ended and list(ended.values()) in ([0], [-15])
+
+
 def test_the_open_file_limit_is_raised_to_the_fleets_need_or_the_hard_limit_said(tmp_path):
     probe = """
 import resource
