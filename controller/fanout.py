@@ -20,6 +20,7 @@ from typing import Any
 from netspec.protocol import acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.wire import Packed, packed
 
 from .fleet import DaemonClient
 
@@ -71,8 +72,9 @@ class FanOut:
         self.clients, self.tree = clients, tree
         self.top = tree.top() if tree is not None else {}
         self.owed: dict[tuple[int, str], int] = {}  # (step, first-level host) -> acks still to come
-        # The last enters sent, split by first-level host: a step alike reuses them (participants.py).
-        self._parts: tuple[dict[str, Any], dict[str, tuple[dict[str, Any], int]]] | None = None
+        # The last enters sent, split by first-level host and encoded: a step alike reuses them
+        # (participants.py).
+        self._parts: tuple[dict[str, Any], dict[str, tuple[Packed, int]]] | None = None
 
     async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
         """Have every host with children in the tree connect to them (each at the address
@@ -102,7 +104,8 @@ class FanOut:
             parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
             for host, components in enters.items():
                 parts.setdefault(self.top[host], {})[host] = components
-            self._parts = enters, {first: (part, sum(map(len, part.values())))
+            # Encoded once: at 10,000 hosts, packing the parts was most of a step's work.
+            self._parts = enters, {first: (packed(part), sum(map(len, part.values())))
                                    for first, part in parts.items()}
         sent = time.time_ns()
         for first, (part, count) in self._parts[1].items():

@@ -37,7 +37,7 @@ class RunDir:
     def __init__(self, path: Path, record: dict[str, Any]):
         self.path, self.record = path, record
         self._outputs: dict[Path, BinaryIO] = {}
-        self._acks: BinaryIO | None = None  # the ack journal, held open while the run goes
+        self._journals: dict[str, BinaryIO] = {}  # held open while the run goes
 
     @classmethod
     def create(cls, runs_root: Path, experiment: str, text: str, record: dict[str, Any]) -> RunDir:
@@ -105,16 +105,20 @@ class RunDir:
     def journal_step(self, index: int) -> None:
         """Append step `index`'s record as it is now (at its start, at its end) to the
         journal: O(its hosts) bytes, where saving run.json is O(the whole run)."""
-        with open(self.path / JOURNAL, "a") as journal:
-            journal.write(json.dumps({"index": index, **self.record["steps"][index]}, default=str) + "\n")
+        self._append(JOURNAL, (json.dumps({"index": index, **self.record["steps"][index]},
+                                          default=str) + "\n").encode())
 
     def journal_acks(self, index: int, received_ns: int, records: bytes) -> None:
-        """Append the records of a summary of step `index`'s acks, unread (ackjournal.py):
-        one write each, unbuffered, so that a killed controller leaves every frame but the
-        one it was writing."""
-        if self._acks is None:
-            self._acks = open(self.path / ackjournal.ACK_JOURNAL, "ab", buffering=0)  # noqa: SIM115
-        self._acks.write(ackjournal.frame(index, received_ns, records))
+        """Append the records of a summary of step `index`'s acks, unread (ackjournal.py)."""
+        self._append(ackjournal.ACK_JOURNAL, ackjournal.frame(index, received_ns, records))
+
+    def _append(self, journal: str, data: bytes) -> None:
+        """One write, unbuffered: a killed controller leaves every entry but the one it was
+        writing (which the readers of the journals skip)."""
+        f = self._journals.get(journal)
+        if f is None:
+            f = self._journals[journal] = open(self.path / journal, "ab", buffering=0)  # noqa: SIM115
+        f.write(data)
 
     def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
         """Keep output as it streams in, so a lost daemon still leaves what it sent."""
@@ -132,8 +136,9 @@ class RunDir:
 
     def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
         self.close_outputs()
-        if self._acks is not None:
-            self._acks.close()
+        for journal in self._journals.values():
+            journal.close()
+        self._journals.clear()
         now = time.time_ns()
         self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
                            duration_s=(now - self.record["started_ns"]) / 1e9, error=error)

@@ -42,15 +42,40 @@ class Seal:
         return mac.digest()[:TAG_BYTES]
 
 
+class Packed(bytes):
+    """A field's value already encoded as msgpack: `encode` joins it as it is, so that a
+    large value sent again and again (a fan-out tree's enter for a subtree, step after
+    step) is encoded once. The frame on the wire is the one the value itself would make."""
+
+
 def encode(message: dict[str, Any], seal: Seal | None = None) -> bytes:
     """Return the frame carrying `message` (a map with at least a "t" key), tagged by
     `seal` on an authenticated connection."""
-    body = msgpack.packb(message, use_bin_type=True)
+    if any(isinstance(value, Packed) for value in message.values()):
+        body = _map_header(len(message)) + b"".join(
+            _pack(key) + (value if isinstance(value, Packed) else _pack(value))
+            for key, value in message.items())
+    else:
+        body = _pack(message)
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"message of {len(body)} bytes exceeds the {MAX_FRAME}-byte frame limit")
     if seal is None:
         return HEADER.pack(len(body)) + body
     return HEADER.pack(len(body) + TAG_BYTES) + body + seal.tag(body)
+
+
+def packed(value: Any) -> Packed:
+    return Packed(_pack(value))
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _map_header(size: int) -> bytes:
+    if size < 16:
+        return bytes([0x80 | size])
+    return b"\xde" + struct.pack(">H", size) if size < 1 << 16 else b"\xdf" + struct.pack(">I", size)
 
 
 def decode_body(body: bytes) -> dict[str, Any]:

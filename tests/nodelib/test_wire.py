@@ -1,7 +1,7 @@
 import msgpack
 import pytest
 from netspec.protocol.errors import ProtocolError
-from netspec.protocol.wire import HEADER, MAX_FRAME, TAG_BYTES, FrameDecoder, Seal, encode
+from netspec.protocol.wire import HEADER, MAX_FRAME, TAG_BYTES, FrameDecoder, Seal, encode, packed
 
 MESSAGES = [{"t": "hello", "id": 1}, {"t": "output", "data": b"\x00" * 300, "n": -5},
             {"t": "x", "nested": {"a": [1, 2.5, "s", None, True]}}]
@@ -20,6 +20,17 @@ def test_a_stream_fed_one_byte_at_a_time_decodes():
     decoder = FrameDecoder()
     got = [msg for byte in b"".join(map(encode, MESSAGES)) for msg in decoder.feed(bytes([byte]))]
     assert got == MESSAGES
+
+
+def test_a_value_packed_beforehand_makes_the_frame_its_value_would():
+    hosts = {f"h{i}": [{"name": "netspecd", "params": {"n": i, "b": b"x"}}] for i in range(40)}
+    for size in (1, 15, 16, 17):  # the map's header: fixmap up to 15 keys, map16 beyond
+        fields = {"t": "enter", **{f"k{i}": i for i in range(size - 2)}}
+        with_value = {**fields, "hosts": hosts}
+        assert encode({**fields, "hosts": packed(hosts)}) == encode(with_value)
+        seal, again = Seal(b"k" * 32, b"c"), Seal(b"k" * 32, b"c")
+        assert encode({**fields, "hosts": packed(hosts)}, seal) == encode(with_value, again)
+        assert FrameDecoder().feed(encode({**fields, "hosts": packed(hosts)})) == [with_value]
 
 
 def test_an_oversized_frame_is_refused_from_its_header_alone():

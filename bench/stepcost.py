@@ -1,0 +1,137 @@
+"""The controller's own CPU for one step through a fan-out tree, at fleet sizes this machine
+cannot run as daemons (up to 10,000 hosts): what the projection of bench/scale.py estimates,
+measured directly.
+
+The controller is the real one (engine.Run._step: the step's plan, barrier, enters, the
+journal, the summaries' checks and the ack journal) over real authenticated connections to
+the tree's first level. The first level is one separate process (this file with
+--first-level) that stands in for the relays below it: for each enter it receives it folds a
+plain ack of every host the enter names (protocol/acksummary.py, as every daemon of that
+subtree would) and sends the summary up, so the controller reads what a tree of real
+daemons would send it. Only the controller's process is measured (time.process_time over
+`--steps` node steps after a warm-up), so the stand-in's work is not counted.
+Baseline, measured in the same run: the same step at the smallest N.
+
+Prints figures for people, then one JSON object as the last line.
+
+    python bench/stepcost.py [--hosts 1000,3000,10000] [--width 16] [--steps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from netspec.controller.engine import Run
+from netspec.controller.fleet import DaemonClient
+from netspec.controller.load import parse
+from netspec.controller.rundir import RunDir
+from netspec.protocol import messages as m
+from netspec.protocol.acksummary import AckSummary
+from netspec.protocol.auth import load_or_create_key, server_handshake
+from netspec.protocol.channel import Channel
+
+HERE = Path(__file__).resolve().parent
+
+
+def experiment_text(n: int, width: int) -> str:
+    return "\n".join(["experiment: stepcost", f"fan_out: {width}", "hosts:",
+                      *(f"  h{i}: {{}}" for i in range(n)), "components:",
+                      # Never started (the schedule has no launch): a host of the plan has one.
+                      *(f"  c{i}: {{host: h{i}, command: [sleep, '3600'], stop: collect}}" for i in range(n)),
+                      "schedule:", "  - start_logging"]) + "\n"
+
+
+async def first_level(key: bytes, width: int) -> None:
+    """Serve `width` authenticated connections; answer each enter with its subtree's summary."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        channel = Channel(reader, writer, peer="controller")
+        await server_handshake(channel, key)
+        while (message := await channel.recv()) is not None:
+            now = time.time_ns()
+            summary = AckSummary()
+            for host in message["hosts"]:
+                summary.add_host(host, [{"component": m.NODE, "status": m.ACK_OK, "entered": now,
+                                         "acked": now + 1000, "entry_clock": [0, 500]}])
+            channel.send({"t": m.ACKS, "step": message["step"], "acks": [], "summary": summary.wire()})
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+async def one_size(n: int, width: int, steps: int, key: bytes, runs: Path) -> dict[str, float]:
+    responder = subprocess.Popen([sys.executable, __file__, "--first-level", "--width", str(width)],
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        assert responder.stdout is not None
+        port = int(responder.stdout.readline())
+        plan = parse(experiment_text(n, width), HERE / "stepcost.yaml")
+        rundir = RunDir.create(runs, plan.name, plan.text, {"plan": {}, "hosts": {}, "steps": [],
+                                                            "components": {}})
+        run = Run(plan, rundir, key, lambda event: None)
+        run.failure = asyncio.get_running_loop().create_future()
+        step = plan.schedule[0]
+        assert run.fan_out.tree is not None
+        async with asyncio.TaskGroup() as tg:
+            run.tg = tg
+            for first in run.fan_out.tree.first:
+                run.clients[first] = await DaemonClient.connect(first, ("127.0.0.1", port), key,
+                                                                run._on_event)
+                tg.create_task(run.clients[first].serve())
+            for index in range(5):  # warm-up: the step's plan is built once, then reused
+                await run._step(index, step)
+            started_cpu, started = time.process_time(), time.perf_counter()
+            for index in range(5, 5 + steps):
+                await run._step(index, step)
+            cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
+            for client in run.clients.values():
+                await client.close()
+        assert all(s["status"] == "ok" for s in rundir.record["steps"])
+        journal = (rundir.path / "run.acks").stat().st_size
+        rundir.finish("ok")
+        return {"ctl_cpu_us_per_step": cpu / steps * 1e6, "ctl_cpu_us_per_step_host": cpu / steps / n * 1e6,
+                "step_wall_ms": wall / steps * 1e3, "ack_journal_bytes_per_step": journal / (5 + steps)}
+    finally:
+        responder.kill()
+        responder.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="1000,3000,10000")
+    parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--first-level", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.first_level:  # the parent's NETSPEC_HOME, hence its key
+        asyncio.run(first_level(load_or_create_key(), args.width))
+        return
+    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
+        os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
+        key = load_or_create_key()
+        results: dict[str, Any] = {"width": args.width, "steps": args.steps}
+        for n in map(int, args.hosts.split(",")):
+            got = asyncio.run(one_size(n, args.width, args.steps, key, Path(tmp) / "runs"))
+            results.update({f"n{n}_{k}": round(v, 3) for k, v in got.items()})
+            print(f"N={n:6d}, tree {args.width}: controller CPU {got['ctl_cpu_us_per_step'] / 1e3:7.2f} ms "
+                  f"a step ({got['ctl_cpu_us_per_step_host']:.2f} us a host), step "
+                  f"{got['step_wall_ms']:7.2f} ms with the first level answering at once, ack journal "
+                  f"{got['ack_journal_bytes_per_step'] / 1e3:.0f} kB a step", flush=True)
+        sizes = sorted(map(int, args.hosts.split(",")))
+        base = results[f"n{sizes[0]}_ctl_cpu_us_per_step"]
+        print(f"against N={sizes[0]} in the same run: " + ", ".join(
+            f"N={n} x{results[f'n{n}_ctl_cpu_us_per_step'] / base:.2f}" for n in sizes[1:]))
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
