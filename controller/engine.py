@@ -193,12 +193,15 @@ class Run:
             lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
                                                  if n not in self.clients}, connect_s))
         raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
-        tree = await self.fan_out.connect(self.endpoints, deadline)
+        try:
+            tree = await self.fan_out.connect(self.endpoints, deadline)
+            clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
+        except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
+            raise DeadlineExceeded("connect", exc.waiting, connect_s) from exc
         if tree is not None:
             self.rundir.record["fan_out"] = tree
             self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
                                    f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
-        clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
         if clocks is not None:
             offset, bound = self.controller_offset
             self.rundir.record["clksync"] = {**clocks, "controller_offset_ns": offset,

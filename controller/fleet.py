@@ -205,13 +205,14 @@ class LocalHost(Host):
         return local_run_files(self.root, run_id, self.name)
 
 
-CONNECT_PER_HOST_S = 0.02
+CONNECT_PER_HOST_S = 0.04
 
 
 def connect_deadline_s(hosts: list[Host]) -> float:
-    """Reaching the fleet may take what its slowest host's start may, and 20 ms more per
-    host beyond the first hundred: hosts are reached a few dozen at a time, and one controller
-    core serves every handshake."""
+    """Reaching the fleet may take what its slowest host's start may, and 40 ms more per
+    host beyond the first hundred: hosts are reached a few dozen at a time, one controller
+    core serves every handshake, and a fan-out tree's relays then join their children
+    (1000 local hosts on this project's 2-core machine took up to 48 s to reach)."""
     return max(h.start_deadline_s for h in hosts) + CONNECT_PER_HOST_S * max(0, len(hosts) - 100)
 
 
