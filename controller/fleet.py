@@ -205,14 +205,15 @@ class LocalHost(Host):
         return local_run_files(self.root, run_id, self.name)
 
 
-CONNECT_PER_HOST_S = 0.04
+CONNECT_PER_HOST_S = 0.05
 
 
 def connect_deadline_s(hosts: list[Host]) -> float:
-    """Reaching the fleet may take what its slowest host's start may, and 40 ms more per
+    """Reaching the fleet may take what its slowest host's start may, and 50 ms more per
     host beyond the first hundred: hosts are reached a few dozen at a time, one controller
     core serves every handshake, and a fan-out tree's relays then join their children
-    (1000 local hosts on this project's 2-core machine took up to 48 s to reach)."""
+    (1000 local hosts on this project's 2-core machine took 54 s to reach, tree and clksync
+    started, on a slow day)."""
     return max(h.start_deadline_s for h in hosts) + CONNECT_PER_HOST_S * max(0, len(hosts) - 100)
 
 
