@@ -140,7 +140,10 @@ class FanOut:
         if owed < 0:
             raise ProtocolError(f"{-owed} more acks than step {event['step']} asked of its subtree",
                                 f"host {host}")
-        self.owed[key] = owed
+        if owed:
+            self.owed[key] = owed
+        else:  # all in: a long schedule keeps no entry per step (one more ack is still refused)
+            self.owed.pop(key, None)
         return [(a["host"], a) for a in acks], summary
 
 

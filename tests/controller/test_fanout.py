@@ -80,6 +80,11 @@ def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted()
     # One more ack than h0's subtree owes for the step: a relay that counts twice is caught.
     with pytest.raises(ProtocolError, match="1 more acks than step 0 asked of its subtree"):
         fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}})
+    # Once all are in, the step keeps no entry, and one more is still refused.
+    fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire})
+    assert fan_out.owed == {}
+    with pytest.raises(ProtocolError, match="1 more acks than step 0"):
+        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire})
 
 
 def test_an_ssh_host_in_a_fan_out_tree_is_an_error_naming_its_line(tmp_path):
