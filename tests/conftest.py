@@ -77,6 +77,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HOST_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.nethosts)
+    # The timing tests first and together, so that one worker runs them one after the other
+    # with the machine held alone throughout (below), rather than waiting for the other
+    # worker's test to end before each; those on namespaced hosts first of all, so that the
+    # hosts are set up before the machine is held.
+    items.sort(key=lambda item: (not _timing(item), item.get_closest_marker("nethosts") is None))
 
 
 @contextlib.contextmanager
@@ -102,6 +107,11 @@ def _timing(item: pytest.Item) -> bool:
     return item.get_closest_marker("timing") is not None
 
 
+# The machine, held alone from a timing test's call until the last of the timing tests
+# that follow it on this worker is torn down (the next item is not one, or there is none).
+_alone: list[contextlib.ExitStack] = []  # one while it is held
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     if _timing(item):
@@ -110,24 +120,37 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
 
 
-# A timing test shares the machine while it sets up and tears down (which may be long: the
-# namespaced hosts' install), and has it alone while it runs.
+# A timing test shares the machine while it sets up (which may be long: the namespaced
+# hosts' install) unless it follows another on this worker, and has it alone from its call.
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    with machine_share(exclusive=False) if _timing(item) else contextlib.nullcontext():
+    shared = _timing(item) and not _holding()
+    with machine_share(exclusive=False) if shared else contextlib.nullcontext():
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    with machine_share(exclusive=True) if _timing(item) else contextlib.nullcontext():
-        return (yield)
+    if _timing(item) and not _holding():
+        held = contextlib.ExitStack()
+        held.enter_context(machine_share(exclusive=True))
+        _alone.append(held)
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    with machine_share(exclusive=False) if _timing(item) else contextlib.nullcontext():
-        return (yield)
+    shared = _timing(item) and not _holding()  # its setup failed: it never had the machine
+    try:
+        with machine_share(exclusive=False) if shared else contextlib.nullcontext():
+            return (yield)
+    finally:
+        if _holding() and (nextitem is None or not _timing(nextitem)):
+            _alone.pop().close()
+
+
+def _holding() -> bool:
+    return bool(_alone)
 
 
 def _wheel_cache() -> Path:
