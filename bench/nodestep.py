@@ -29,13 +29,9 @@ from barrier import echo_round_trips, percentile
 from netspec.controller.fleet import DaemonClient
 from netspec.protocol import messages as m
 from netspec.protocol.auth import load_or_create_key
+from scale import cpu_s
 
 WARM_UP = 50
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def one_kind(summarized: bool, steps: int, root: Path) -> dict[str, float]:

@@ -289,7 +289,7 @@ class Run:
         return None
 
     async def _collect(self, deadline: float) -> None:
-        self.rundir.close_outputs()
+        self.rundir.close_files()
 
         def fetched() -> None:
             self.collected = True  # not again at the end, even if a host's files were lost

@@ -72,9 +72,9 @@ class FanOut:
         self.clients, self.tree = clients, tree
         self.top = tree.top() if tree is not None else {}
         self.owed: dict[tuple[int, str], int] = {}  # (step, first-level host) -> acks still to come
-        # The last enters sent, split by first-level host and encoded: a step alike reuses them
-        # (participants.py).
-        self._parts: tuple[dict[str, Any], dict[str, tuple[Packed, int]]] | None = None
+        # Each step plan's enters, split by first-level host and encoded, by the plan's identity
+        # (participants.StepPlans keeps each for the run): steps alike reuse them, alternating or not.
+        self._parts: dict[int, tuple[dict[str, Any], dict[str, tuple[Packed, int]]]] = {}
 
     async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
         """Have every host with children in the tree connect to them (each at the address
@@ -100,15 +100,16 @@ class FanOut:
                 # One-way: the acks that follow are the answer, one frame per component.
                 self.clients[host].notify(m.ENTER, components=components, **fields)
             return sent
-        if self._parts is None or self._parts[0] is not enters:
+        built = self._parts.get(id(enters))
+        if built is None or built[0] is not enters:
             parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
             for host, components in enters.items():
                 parts.setdefault(self.top[host], {})[host] = components
             # Encoded once: at 10,000 hosts, packing the parts was most of a step's work.
-            self._parts = enters, {first: (packed(part), sum(map(len, part.values())))
-                                   for first, part in parts.items()}
+            built = self._parts[id(enters)] = enters, {first: (packed(part), sum(map(len, part.values())))
+                                                       for first, part in parts.items()}
         sent = time.time_ns()
-        for first, (part, count) in self._parts[1].items():
+        for first, (part, count) in built[1].items():
             self.owed[(fields["step"], first)] = count
             self.clients[first].notify(m.ENTER, hosts=part, **fields,
                                        **({"summarize": True} if summarize else {}))

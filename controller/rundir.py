@@ -36,8 +36,7 @@ class RunDir:
 
     def __init__(self, path: Path, record: dict[str, Any]):
         self.path, self.record = path, record
-        self._outputs: dict[Path, BinaryIO] = {}
-        self._journals: dict[str, BinaryIO] = {}  # held open while the run goes
+        self._held: dict[Path, BinaryIO] = {}  # outputs and journals, open while the run writes them
 
     @classmethod
     def create(cls, runs_root: Path, experiment: str, text: str, record: dict[str, Any]) -> RunDir:
@@ -105,40 +104,33 @@ class RunDir:
     def journal_step(self, index: int) -> None:
         """Append step `index`'s record as it is now (at its start, at its end) to the
         journal: O(its hosts) bytes, where saving run.json is O(the whole run)."""
-        self._append(JOURNAL, (json.dumps({"index": index, **self.record["steps"][index]},
-                                          default=str) + "\n").encode())
+        self._append(self.path / JOURNAL, (json.dumps({"index": index, **self.record["steps"][index]},
+                                                      default=str) + "\n").encode())
 
     def journal_acks(self, index: int, received_ns: int, records: bytes) -> None:
         """Append the records of a summary of step `index`'s acks, unread (ackjournal.py)."""
-        self._append(ackjournal.ACK_JOURNAL, ackjournal.frame(index, received_ns, records))
-
-    def _append(self, journal: str, data: bytes) -> None:
-        """One write, unbuffered: a killed controller leaves every entry but the one it was
-        writing (which the readers of the journals skip)."""
-        f = self._journals.get(journal)
-        if f is None:
-            f = self._journals[journal] = open(self.path / journal, "ab", buffering=0)  # noqa: SIM115
-        f.write(data)
+        self._append(self.path / ackjournal.ACK_JOURNAL, ackjournal.frame(index, received_ns, records))
 
     def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
         """Keep output as it streams in, so a lost daemon still leaves what it sent."""
-        path = self.component_dir(host, component) / stream
-        f = self._outputs.get(path)
-        if f is None:
-            f = self._outputs[path] = open(path, "ab")  # noqa: SIM115 - held open while streaming
-        f.write(data)
-        f.flush()
+        self._append(self.component_dir(host, component) / stream, data)
 
-    def close_outputs(self) -> None:
-        for f in self._outputs.values():
+    def _append(self, path: Path, data: bytes) -> None:
+        """One write, unbuffered, to a file held open: a killed controller leaves all it
+        wrote but the entry it was writing (which the readers of the journals skip)."""
+        f = self._held.get(path)
+        if f is None:
+            f = self._held[path] = open(path, "ab", buffering=0)  # noqa: SIM115 - held open while written
+        f.write(data)
+
+    def close_files(self) -> None:
+        """Close the outputs and journals held open; a later write opens its file again."""
+        for f in self._held.values():
             f.close()
-        self._outputs.clear()
+        self._held.clear()
 
     def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
-        self.close_outputs()
-        for journal in self._journals.values():
-            journal.close()
-        self._journals.clear()
+        self.close_files()
         now = time.time_ns()
         self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
                            duration_s=(now - self.record["started_ns"]) / 1e9, error=error)

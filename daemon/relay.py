@@ -61,9 +61,7 @@ class Batch:
         """One of this host's acks: held for the summary while every one so far is plain."""
         ack = {**ack, "host": self.host}
         if not self.folding or not acksummary.is_plain(ack):
-            self.folding = False
-            self.pending.extend(self.held)  # counted as they were held
-            self.held = []
+            self._unfold()
             self.add([ack])
             return
         self.held.append(ack)
@@ -71,6 +69,13 @@ class Batch:
             self.summary.add_host(self.host, self.held)
             self.held = []
         self._counted(1, False)
+
+    def _unfold(self) -> None:
+        """This host's acks go up as themselves from now on, those held so far (counted as
+        they were held) with the next batch."""
+        self.folding = False
+        self.pending.extend(self.held)
+        self.held = []
 
     def add_summary(self, wire: dict[str, Any]) -> None:
         self.summary.merge(wire)
@@ -88,9 +93,7 @@ class Batch:
             self._timer.cancel()
             self._timer = None
         if self.held:  # the rest of this host's acks are late: these go up as themselves
-            self.folding = False
-            self.pending.extend(self.held)
-            self.held = []
+            self._unfold()
         summary = self.summary.wire() if self.summary.acks else None
         if self.pending or summary:
             acks, self.pending = self.pending, []

@@ -41,7 +41,7 @@ def test_streamed_output_is_kept_as_it_arrives(tmp_path):
     run.append_output("h", "c", "stdout", b"a")
     run.append_output("h", "c", "stdout", b"b\n")
     assert (run.path / "hosts" / "h" / "c" / "stdout").read_bytes() == b"ab\n"
-    run.close_outputs()
+    run.close_files()
 
 
 def test_a_record_of_a_newer_format_is_refused_by_name(tmp_path):
