@@ -351,7 +351,10 @@ class Run:
             **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
         barrier = self.barrier
         if barrier is None or barrier.index != ack["step"]:
-            self.stragglers.late_ack(ack["step"], host, name, ack)
+            if (not self.stragglers.late_ack(ack["step"], host, name, ack) and self.failure.done()
+                    and ack["status"] == m.ACK_ERROR):
+                # Still in the step when the run failed, and ended with it: not a cause.
+                entries[name]["outcome"] = "ended"
             return
         if not barrier.add(host, name, ack):
             self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))

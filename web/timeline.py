@@ -18,7 +18,7 @@ from netspec.analysis.units import duration_text
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
-                   "killed": "#9d2b2b", "skipped": "#bab0ac", "running": "#72b7b2"}
+                   "killed": "#9d2b2b", "skipped": "#bab0ac", "ended": "#8c8c8c", "running": "#72b7b2"}
 # Step names are written over the timeline only where the step is wide enough to hold one;
 # every step's name is in its hover and in the table.
 LABEL_MIN_SHARE = 0.06
@@ -30,7 +30,7 @@ class Bar:
     phase: str
     host: str
     component: str
-    outcome: str  # ok, warning, late, error, killed, skipped, running
+    outcome: str  # ok, warning, late, error, killed, skipped, ended (by a failed run's end), running
     start_ns: int
     bound_ns: int | None  # None: the start is on the host's own clock, not placed
     took_ns: int | None  # None: no ack (killed, or the step still runs)

@@ -18,6 +18,7 @@ from conftest import session_dir
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record
+from netspec.web import timeline
 from support import PROGRAMS, REPO, latest_record, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -323,6 +324,19 @@ def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_out
     assert "one stderr in launch" in (run / "a" / "one" / "stderr").read_text()
     assert json.loads((run / "a" / "one" / "exit.json").read_text())["returncode"] < 0
     assert not run_processes(record["id"])
+
+
+def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_cause(experiment, tmp_path):
+    path = two_hosts(experiment, one="{hang_in: prepare}", two="{fail_in: prepare}")
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    assert done.returncode == 1 and "component 'two' failed" in done.stderr
+    run = (tmp_path / "runs" / "latest").resolve()
+    record = load_record(run)
+    prepare = next(s for s in record["steps"] if s["phase"] == "prepare")
+    one = prepare["hosts"]["a"]["components"]["one"]
+    assert one["status"] == "error" and one["outcome"] == "ended", one
+    # The results browser's triage names the one that failed, not the one the run's end ended.
+    assert [(f["host"], f["component"]) for f in timeline.failures(record, run)] == [("b", "two")]
 
 
 def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):
