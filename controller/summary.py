@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
-from netspec.protocol.runrecord import MERGED
+from netspec.protocol.runrecord import MERGED, cut_short_texts
 
 from .progress import Progress
 from .release import troubles as release_troubles
@@ -101,7 +101,9 @@ def _step_hosts(step: dict[str, Any], only: str | None) -> str:
         if only is not None and host != only:
             continue
         comps = info.get("components", {})
-        worst = worst_status(c["status"] for c in comps.values())
+        # A component still in the step when the run failed, ended with it, is no failure.
+        live = [c["status"] for c in comps.values() if c.get("outcome") != "ended"]
+        worst = worst_status(live) if live or not comps else "ended"
         if "done_ns" in info and "sent_ns" in info:
             took = (info["done_ns"] - info["sent_ns"]) / 1e9
             if worst == "ok" and len(parts) >= LISTED_OK:
@@ -161,6 +163,7 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
             lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
         if len(listed) < len(components):
             lines.append(f"    and {len(components) - len(listed)} more exit 0")
+    lines.extend(f"  {text}" for text in cut_short_texts(record))
     if record.get("error"):
         error = record["error"]
         partial = record["status"] == "partial"

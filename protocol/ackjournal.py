@@ -61,7 +61,9 @@ def fold(run: Path, record: dict[str, Any]) -> dict[str, Any]:
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
     unpacker.feed(data)
     # A frame cut short by a kill is the file's end: the unpacker stops before it.
+    number = read = 0
     for number, item in enumerate(unpacker, 1):
+        read = unpacker.tell()  # after the loop, a frame cut short may have moved it on
         try:
             index, received, records = item
             if not (isinstance(index, int) and 0 <= index < len(steps) and isinstance(received, int)
@@ -77,4 +79,27 @@ def fold(run: Path, record: dict[str, Any]) -> dict[str, Any]:
                     info.setdefault("sent_ns", step["sent_ns"])
         except (TypeError, ValueError) as exc:
             raise NetspecError(f"{run}/{ACK_JOURNAL}: frame {number}: {exc}") from None
+    if read < len(data):
+        note_cut_short(record, {"file": ACK_JOURNAL, "frame": number + 1, "bytes": len(data) - read,
+                                **_step_of(data[read:])})
     return record
+
+
+def _step_of(tail: bytes) -> dict[str, int]:
+    """The step index a frame cut short begins with, when that much of it was written."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(tail)
+    try:
+        unpacker.read_array_header()
+        index = unpacker.unpack()
+    except (msgpack.OutOfData, ValueError):
+        return {}
+    return {"step": index} if isinstance(index, int) else {}
+
+
+def note_cut_short(record: dict[str, Any], said: dict[str, Any]) -> None:
+    """Say in `record` that a journal's last entry was cut short by a kill (once, however
+    often the record is read): what it held is not in the record."""
+    cut = record.setdefault("cut_short", [])
+    if said not in cut:
+        cut.append(said)

@@ -58,8 +58,9 @@ def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:
         try:
             entry = json.loads(line)
         except ValueError:
-            if number == len(lines):
-                break  # the last line, cut short by a kill
+            if number == len(lines):  # the last line, cut short by a kill
+                ackjournal.note_cut_short(record, {"file": JOURNAL, "line": number, "bytes": len(line)})
+                break
             raise NetspecError(f"{run}/{JOURNAL}:{number}: not a JSON line") from None
         index = entry.pop("index", None) if isinstance(entry, dict) else None
         if not isinstance(index, int) or not 0 <= index <= len(steps):
@@ -70,6 +71,22 @@ def _with_journal(run: Path, record: dict[str, Any]) -> dict[str, Any]:
         elif "left_ns" in entry and "left_ns" not in steps[index]:
             steps[index] = entry  # its end, where run.json was saved while it ran
     return record
+
+
+def cut_short_texts(record: dict[str, Any]) -> list[str]:
+    """What the record says of its journals' last entries cut short by a kill."""
+    texts, steps = [], record.get("steps") or []
+    for cut in record.get("cut_short") or []:
+        if "line" in cut:
+            texts.append(f"cut short by a kill: {cut['file']} line {cut['line']} ({cut['bytes']} bytes): "
+                         "a step's record as it was then is not in this record")
+            continue
+        step = cut.get("step")
+        which = (f", step {step} '{steps[step].get('phase')}'"
+                 if isinstance(step, int) and 0 <= step < len(steps) else "")
+        texts.append(f"cut short by a kill: {cut['file']} frame {cut['frame']} "
+                     f"({cut['bytes']} bytes{which}): the acks it held are not in this record")
+    return texts
 
 
 def controller_gone(record: dict[str, Any]) -> bool:

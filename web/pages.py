@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import msgspec
 from netspec.analysis.units import duration_text
+from netspec.protocol.runrecord import cut_short_texts
 
 from .timeline import OUTCOME_COLOURS, step_rows
 
@@ -82,7 +83,7 @@ def run_header(path: Path, record: dict[str, Any], ref: str, files: list[str]) -
     return {
         "ref": ref, "record": record, "steps": step_rows(record), "downloads": files,
         "hosts": [h.get("name") for h in plan.get("hosts", [])] or sorted(record.get("hosts") or {}),
-        "error": error, "merged": merged,
+        "error": error, "merged": merged, "cut_short": cut_short_texts(record),
         "page": {"ref": ref, "status": record.get("status"), "merged": merged,
                  "failed": bool(error) or record.get("status") in ("failed", "partial")}}
 

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from conftest import session_dir
+from netspec.controller.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record
@@ -337,6 +338,8 @@ def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_
     assert one["status"] == "error" and one["outcome"] == "ended", one
     # The results browser's triage names the one that failed, not the one the run's end ended.
     assert [(f["host"], f["component"]) for f in timeline.failures(record, run)] == [("b", "two")]
+    line = next(x for x in run_lines(run, record) if x.lstrip().startswith("prepare"))
+    assert "a ended" in line and "b FAIL" in line, line
 
 
 def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):

@@ -5,6 +5,7 @@ import subprocess
 import msgpack
 import pytest
 from netspec.controller.rundir import RunDir, find_run, list_runs
+from netspec.controller.summary import run_lines
 from netspec.protocol import ackjournal
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import NetspecError
@@ -82,7 +83,9 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
     run.save()  # saved while work runs: newer than its journalled start
     with open(run.path / "run.journal", "a") as journal:
         journal.write('{"index": 2, "pha')  # the controller killed mid-line
-    steps = load_record(run.path)["steps"]
+    record = load_record(run.path)
+    assert record["cut_short"] == [{"file": "run.journal", "line": 4, "bytes": 17}]
+    steps = record["steps"]
     assert steps == [{"phase": "launch", "status": "ok", "left_ns": 2},
                      {"phase": "work", "status": "running", "hosts": {"a": {}}}]
     run.finish("ok")
@@ -100,7 +103,11 @@ def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_t
     run.journal_acks(0, 30, summary.wire()["records"])
     with open(run.path / ackjournal.ACK_JOURNAL, "ab") as journal:
         journal.write(ackjournal.frame(0, 40, b"x" * 50)[:20])  # the controller killed mid-frame
-    hosts = load_record(run.path)["steps"][0]["hosts"]
+    record = load_record(run.path)
+    assert record["cut_short"] == [{"file": "run.acks", "frame": 2, "bytes": 20, "step": 0}]
+    assert ("  cut short by a kill: run.acks frame 2 (20 bytes, step 0 'work'): the acks it held are "
+            "not in this record") in run_lines(run.path, {**record, "id": "x", "experiment": "e"})
+    hosts = record["steps"][0]["hosts"]
     entry = {"status": "ok", "message": "", "entered_ns": 10, "acked_ns": 20, "received_ns": 30,
              "outcome": "ok"}
     assert hosts["b"] == {"components": {"y": entry}, "done_ns": 30, "sent_ns": 5}

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from browser import run_ref, serving
 from netspec.analysis.resultset import open_tables
+from netspec.controller.rundir import RunDir
+from netspec.protocol import ackjournal
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.runrecord import load_record
 from netspec.web import panels, timeline
@@ -170,3 +172,16 @@ def test_an_unreadable_run_or_campaign_is_said_not_dropped(tmp_path: Path):
     assert (runs, campaigns) == ([], [])
     assert [u.split(":")[0] for u in unreadable] == [str(tmp_path / "runs/exp/r1/run.json"),
                                                      str(tmp_path / "campaigns/exp/c1/campaign.json")]
+
+
+def test_a_run_page_says_which_journal_entry_a_kill_cut_short(tmp_path: Path):
+    run = RunDir.create(tmp_path / "runs", "cut", "x: 1\n", {"steps": []})
+    run.record["steps"].append({"phase": "work", "status": "running"})
+    run.journal_step(0)
+    run.finish("interrupted", {"type": "Interrupted", "message": "killed", "causes": []})
+    (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(0, 40, b"x" * 50)[:20])
+    with serving(tmp_path) as url:
+        status, body = _get(f"{url}/run/{run_ref(tmp_path, 'cut')}")
+    assert status == 200, body
+    assert (b"cut short by a kill: run.acks frame 1 (20 bytes, step 0 &#39;work&#39;): the acks it held "
+            b"are not in this record") in body
