@@ -298,8 +298,24 @@ class Run:
 
     # -- events from daemons ------------------------------------------------------------
 
+    def _stranger(self, host: str, event: dict[str, Any]) -> bool:
+        """Whether the event names a component `host` does not run, or a step never sent:
+        then the run fails, naming the host (protocol/events.py checked its shape)."""
+        name, step = event["component"], event.get("step")
+        result = self.results.get(name)
+        if not ((result is not None and result.host == host) or (name == m.NODE and step is not None)):
+            self._fail(ProtocolError(f"an event of component '{name}', which it does not run",
+                                     f"host {host}"))
+        elif step is not None and step >= len(self.rundir.record["steps"]):
+            self._fail(ProtocolError(f"an ack of step {step}, which was never sent", f"host {host}"))
+        else:
+            return False
+        return True
+
     def _on_event(self, host: str, event: dict[str, Any]) -> None:
         kind = event["t"]
+        if kind in (m.OUTPUT, m.EXIT, m.ACK) and self._stranger(host, event):
+            return
         if kind == m.OUTPUT:
             self.results[event["component"]].add_output(event["stream"], event["data"])
             self.rundir.append_output(host, event["component"], event["stream"], event["data"])
@@ -312,7 +328,8 @@ class Run:
                 self._fail(exc)
                 return
             for below, ack in acks:
-                self._on_ack(below, ack)
+                if not self._stranger(below, ack):
+                    self._on_ack(below, ack)
             if summary is not None:
                 self._on_summary(event["step"], summary)
         elif kind == m.EXIT:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from netspec.protocol import events
 from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, netspec_home
 from netspec.protocol.channel import Channel
@@ -69,13 +70,18 @@ class DaemonClient:
         try:
             while (message := await self.channel.recv()) is not None:
                 if message["t"] in (m.REPLY, m.ERROR) and "id" in message:
+                    if not isinstance(message["id"], int):
+                        raise ProtocolError(f"dropped: it sent a reply whose id is {str(message['id'])[:40]}")
                     waiter = self.pending.pop(message["id"], None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(message)
+                elif wrong := events.problem(message):
+                    raise ProtocolError(f"dropped: it sent {wrong}")
                 else:
                     self.on_event(self.host, message)
         except (ProtocolError, ConnectionError) as exc:
             lost = ConnectionLost(self.host, detail=str(exc))
+            await self.channel.close()  # a stream that broke the protocol is not read on
         self.lost = lost
         for waiter in self.pending.values():
             if not waiter.done():
@@ -114,7 +120,9 @@ class DaemonClient:
         finally:
             self.pending.pop(rid, None)
         if reply["t"] == m.ERROR:
-            raise RemoteError(self.host, reply.get("error", {}))
+            error = reply.get("error", {})
+            raise RemoteError(self.host, error if isinstance(error, dict) else {
+                "type": "ProtocolError", "message": f"an error reply that is not a map: {str(error)[:80]}"})
         return reply
 
     def notify(self, kind: str, **fields: Any) -> None:

@@ -1,0 +1,111 @@
+"""The controller takes nothing a daemon sends unchecked: every event's shape at the wire
+(protocol/events.py), and which host runs which component in the engine."""
+
+import asyncio
+import os
+import socket
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from netspec.controller.engine import Run
+from netspec.controller.fleet import DaemonClient
+from netspec.controller.load import parse
+from netspec.controller.rundir import RunDir
+from netspec.protocol import events
+from netspec.protocol import messages as m
+from netspec.protocol.auth import client_handshake, server_handshake
+from netspec.protocol.channel import Channel
+
+ACK = {"t": m.ACK, "step": 2, "component": "c", "status": m.ACK_OK, "entered": 1, "acked": 2}
+# What msgpack can carry: the values a daemon could put in an event.
+WIRE = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats()
+                    | st.text(max_size=8) | st.binary(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                 max_size=4), max_leaves=12)
+FIELDS = st.sampled_from(sorted({*events.ACK_FIELDS, *events.EXIT_FIELDS, "t", "stream", "data", "error",
+                                 "acks", "host"}))
+
+
+def test_each_kind_of_event_is_taken_only_with_its_fields_of_their_types():
+    assert events.problem(ACK) is None
+    assert events.problem({**ACK, "entry_clock": [5, 6], "phases": ["a"], "published": {"k": 1}}) is None
+    assert events.problem({**ACK, "status": "fine"}) == "an ack whose status is malformed"
+    assert events.problem({**ACK, "step": -1, "entered": "1"}) == ("an ack whose step and entered are "
+                                                                   "malformed")
+    assert events.problem({"t": m.ACK, "step": 0}) == "an ack without component, status, entered, acked"
+    assert events.problem({"t": m.OUTPUT, "component": "c", "stream": "stdout", "data": b"x"}) is None
+    for stream in ("../../etc/passwd", "stdin", b"stdout"):
+        assert "an output event that is not component, stream" in events.problem(
+            {"t": m.OUTPUT, "component": "c", "stream": stream, "data": b"x"})
+    assert events.problem({"t": m.EXIT, "component": "c", "returncode": 0, "duration_s": 0.5, "argv": ["x"],
+                           "ended_ns": 1, "failed": False}) is None
+    assert events.problem({"t": m.EXIT, "component": "c"}).startswith("an exit event whose returncode")
+    assert events.problem({"t": m.ERROR, "error": "boom"}) == ("an error event without an error map of type "
+                                                               "and message")
+    assert events.problem({"t": m.ACKS, "step": 2, "acks": [{**ACK, "host": "h"}]}) is None
+    assert events.problem({"t": m.ACKS, "step": 2, "acks": [["h"]]}) == ("a batch with an ack that is not "
+                                                                         "a map")
+    assert events.problem({"t": "lost", "error": "x"}) == "an event of unknown kind 'lost'"
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(kind=st.sampled_from([m.ACK, m.ACKS, m.OUTPUT, m.EXIT, m.ERROR, "x"]),
+       fields=st.dictionaries(FIELDS, WIRE, max_size=8))
+def test_no_event_from_the_wire_breaks_the_check_and_what_it_takes_has_its_shape(kind, fields):
+    event = {**fields, "t": kind}
+    wrong = events.problem(event)  # never raises
+    if wrong is None and kind == m.OUTPUT:
+        assert event["stream"] in events.STREAMS and isinstance(event["data"], bytes)
+    if wrong is None and kind in (m.ACK, m.ACKS):
+        for ack in [event] if kind == m.ACK else event["acks"]:
+            assert isinstance(ack["step"], int) and ack["step"] >= 0 and isinstance(ack["component"], str)
+
+
+def test_a_daemon_that_sends_a_malformed_event_is_dropped_naming_what_it_sent():
+    async def scenario():
+        key = os.urandom(32)
+        got = []
+
+        async def daemon(reader, writer):
+            channel = Channel(reader, writer, "controller")
+            await server_handshake(channel, key)
+            await channel.recv()  # a daemon speaks once spoken to, its handshake done on both ends
+            channel.send({"t": m.OUTPUT, "component": "c", "stream": "../../x", "data": b"x"})
+            await reader.read()  # until the controller drops the connection
+
+        server = await asyncio.start_server(daemon, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, family=socket.AF_INET)
+            channel = Channel(reader, writer, "host a")
+            await client_handshake(channel, key)
+            client = DaemonClient("a", channel, lambda host, event: got.append((host, event)))
+            client.notify(m.HELLO)
+            await asyncio.wait_for(client.serve(), 10)
+        return got
+
+    [(host, event)] = asyncio.run(scenario())
+    assert host == "a" and event["t"] == "lost"
+    assert str(event["error"]) == ("host a: connection lost (dropped: it sent an output event that is not "
+                                   "component, stream (stdout or stderr) and data (bytes))")
+
+
+def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_fails_the_run(tmp_path):
+    text = ("experiment: strangers\nhosts: {a: {}, b: {}}\ncomponents:\n"
+            "  one: {host: a, command: [sleep, '1']}\n  two: {host: b, command: [sleep, '1']}\n"
+            "schedule: [start_logging]\n")
+
+    async def failure(host, event):
+        plan = parse(text, tmp_path / "strangers.yaml")
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, {"hosts": {}, "steps": [],
+                                                                         "components": {}})
+        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+        run.failure = asyncio.get_running_loop().create_future()
+        run._on_event(host, event)
+        assert not (rundir.path / "hosts").exists()  # nothing written for it
+        return str(run.failure.exception())
+
+    output = {"t": m.OUTPUT, "component": "two", "stream": "stdout", "data": b"x"}
+    assert asyncio.run(failure("a", output)) == "host a: an event of component 'two', which it does not run"
+    assert asyncio.run(failure("a", {**ACK, "component": "one"})) == ("host a: an ack of step 2, which was "
+                                                                      "never sent")
