@@ -7,14 +7,15 @@ journal, the summaries' checks and the ack journal) over real authenticated conn
 the tree's first level. The first level is one separate process (this file with
 --first-level) that stands in for the relays below it: for each enter it receives it folds a
 plain ack of every host the enter names (protocol/acksummary.py, as every daemon of that
-subtree would) and sends the summary up, so the controller reads what a tree of real
-daemons would send it. Only the controller's process is measured (time.process_time over
+subtree would; each host's stamps drawn apart, as real hosts' are) and sends the summary up,
+its records compressed as a first-level relay sends them, so the controller reads what a
+tree of real daemons would send it. Only the controller's process is measured (time.process_time over
 `--steps` node steps after a warm-up), so the stand-in's work is not counted.
-Baseline, measured in the same run: the same step at the smallest N.
+Baseline, measured in the same run: the same step at the smallest N and the same width.
 
 Prints figures for people, then one JSON object as the last line.
 
-    python bench/stepcost.py [--hosts 1000,3000,10000] [--width 16] [--steps 50]
+    python bench/stepcost.py [--hosts 1000,3000,10000] [--width 4,8,16] [--steps 50]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -50,18 +52,31 @@ def experiment_text(n: int, width: int) -> str:
                       "schedule:", "  - start_logging"]) + "\n"
 
 
+def subtree_summary(hosts: list[str], draw: random.Random) -> dict[str, Any]:
+    """A plain ack of every host folded, as a first-level relay sends it up (records
+    compressed). Each host's stamps differ as real hosts' do, so the records compress as
+    theirs would."""
+    summary, now = AckSummary(), time.time_ns()
+    for host in hosts:
+        entered = now + draw.randrange(10_000_000)
+        summary.add_host(host, [{"component": m.NODE, "status": m.ACK_OK, "entered": entered,
+                                 "acked": entered + draw.randrange(10_000, 1_000_000),
+                                 "entry_clock": [draw.randrange(-1_000_000, 1_000_000),
+                                                 draw.randrange(10_000, 100_000)]}])
+    return summary.wire(compress=True)
+
+
 async def first_level(key: bytes, width: int) -> None:
     """Serve `width` authenticated connections; answer each enter with its subtree's summary."""
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         channel = Channel(reader, writer, peer="controller")
         await server_handshake(channel, key)
+        summary = None
         while (message := await channel.recv()) is not None:
-            now = time.time_ns()
-            summary = AckSummary()
-            for host in message["hosts"]:
-                summary.add_host(host, [{"component": m.NODE, "status": m.ACK_OK, "entered": now,
-                                         "acked": now + 1000, "entry_clock": [0, 500]}])
-            channel.send({"t": m.ACKS, "step": message["step"], "acks": [], "summary": summary.wire()})
+            # Built once and sent for every step: the relays stand on other machines, so
+            # their work must not take this machine's cores from the controller measured.
+            summary = summary or subtree_summary(message["hosts"], random.Random(width))
+            channel.send({"t": m.ACKS, "step": message["step"], "acks": [], "summary": summary})
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
@@ -108,28 +123,29 @@ async def one_size(n: int, width: int, steps: int, key: bytes, runs: Path) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="1000,3000,10000")
-    parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--width", default="16", help="the tree's fan-out; several: 4,8,16")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--first-level", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.first_level:  # the parent's NETSPEC_HOME, hence its key
-        asyncio.run(first_level(load_or_create_key(), args.width))
+        asyncio.run(first_level(load_or_create_key(), int(args.width)))
         return
+    sizes, widths = sorted(map(int, args.hosts.split(","))), sorted(map(int, args.width.split(",")))
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         os.environ["NETSPEC_HOME"] = str(Path(tmp) / "home")
         key = load_or_create_key()
-        results: dict[str, Any] = {"width": args.width, "steps": args.steps}
-        for n in map(int, args.hosts.split(",")):
-            got = asyncio.run(one_size(n, args.width, args.steps, key, Path(tmp) / "runs"))
-            results.update({f"n{n}_{k}": round(v, 3) for k, v in got.items()})
-            print(f"N={n:6d}, tree {args.width}: controller CPU {got['ctl_cpu_us_per_step'] / 1e3:7.2f} ms "
-                  f"a step ({got['ctl_cpu_us_per_step_host']:.2f} us a host), step "
-                  f"{got['step_wall_ms']:7.2f} ms with the first level answering at once, ack journal "
-                  f"{got['ack_journal_bytes_per_step'] / 1e3:.0f} kB a step", flush=True)
-        sizes = sorted(map(int, args.hosts.split(",")))
-        base = results[f"n{sizes[0]}_ctl_cpu_us_per_step"]
-        print(f"against N={sizes[0]} in the same run: " + ", ".join(
-            f"N={n} x{results[f'n{n}_ctl_cpu_us_per_step'] / base:.2f}" for n in sizes[1:]))
+        results: dict[str, Any] = {"steps": args.steps}
+        for width in widths:
+            for n in sizes:
+                got = asyncio.run(one_size(n, width, args.steps, key, Path(tmp) / "runs"))
+                results.update({f"w{width}_n{n}_{k}": round(v, 3) for k, v in got.items()})
+                print(f"N={n:6d}, tree {width:3d}: controller CPU {got['ctl_cpu_us_per_step'] / 1e3:7.2f} ms "
+                      f"a step ({got['ctl_cpu_us_per_step_host']:.2f} us a host), step "
+                      f"{got['step_wall_ms']:7.2f} ms with the first level answering at once, ack journal "
+                      f"{got['ack_journal_bytes_per_step'] / 1e3:.0f} kB a step", flush=True)
+            base = results[f"w{width}_n{sizes[0]}_ctl_cpu_us_per_step"]
+            print(f"  tree {width}, against N={sizes[0]} in the same run: " + ", ".join(
+                f"N={n} x{results[f'w{width}_n{n}_ctl_cpu_us_per_step'] / base:.2f}" for n in sizes[1:]))
     print(json.dumps(results))
 
 

@@ -27,7 +27,7 @@ class Barrier:
         self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.dropped: set[tuple[str, str]] = set()
         self.good = self.bad = 0
-        self.folded: list[bytes] = []  # the records of the acks that came summarized
+        self.folded: list[tuple[bytes, bool]] = []  # the records of the acks that came summarized
         self.counted = 0  # ... and how many
         loop = asyncio.get_running_loop()
         self.opened: asyncio.Future[None] = loop.create_future()
@@ -57,12 +57,12 @@ class Barrier:
         self._settle()
         return True
 
-    def add_folded(self, count: int, records: bytes) -> None:
+    def add_folded(self, count: int, records: bytes, compressed: bool = False) -> None:
         """`count` acks, each ok, summarized by a fan-out tree (fanout.py checked that no
         subtree sent more than it owed): counted, their records read only if the step fails."""
         self.good += count
         self.counted += count
-        self.folded.append(records)
+        self.folded.append((records, compressed))
         self._settle()
 
     def _settle(self) -> None:
@@ -94,7 +94,8 @@ class Barrier:
 
     def waiting(self) -> dict[str, list[str]]:
         """Who has not acked yet, by host (reads the summarized acks' records: for a failure)."""
-        folded = {(h, c) for records in self.folded for h, c, _ in ackjournal.entries(records)}
+        folded = {(h, c) for records, compressed in self.folded
+                  for h, c, _ in ackjournal.entries(records, compressed)}
         late: dict[str, list[str]] = {}
         for host, names in sorted(self.expected.items()):
             for c in sorted(names):

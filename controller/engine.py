@@ -391,12 +391,12 @@ class Run:
     def _on_summary(self, index: int, summary: dict[str, Any]) -> None:
         """Acks a fan-out tree folded, each ok: their records go to the ack journal unread,
         their count to the barrier, their slowest hosts to the live line."""
-        records = summary.pop("records")
-        self.rundir.journal_acks(index, time.time_ns(), records)
+        records, compressed = summary.pop("records"), summary.pop("zlib", False)
+        self.rundir.journal_acks(index, time.time_ns(), records, compressed)
         self.folded.setdefault(index, AckSummary()).merge(summary, keep_records=False)
         barrier = self.barrier
         if barrier is not None and barrier.index == index:
-            barrier.add_folded(summary["acks"], records)
+            barrier.add_folded(summary["acks"], records, compressed)
         self.progress(Progress("hosts", self.rundir.record["steps"][index]["phase"], done=summary["hosts"],
                                slowest=tuple((took / 1e9, host) for took, host in summary["slowest"])))
 

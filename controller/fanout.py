@@ -131,7 +131,8 @@ class FanOut:
         if foreign:
             raise ProtocolError(f"acks of hosts {foreign[:5]} outside its subtree", f"host {host}")
         summary = event.get("summary")
-        wrong = None if summary is None else acksummary.problem(summary, lambda h: self.top.get(h) == host)
+        wrong = None if summary is None else acksummary.problem(summary, lambda h: self.top.get(h) == host,
+                                                                       compressed=True)
         if wrong:
             raise ProtocolError(wrong, f"host {host}")
         key = (event["step"], host)

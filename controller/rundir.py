@@ -36,7 +36,7 @@ class RunDir:
 
     def __init__(self, path: Path, record: dict[str, Any]):
         self.path, self.record = path, record
-        self._held: dict[Path, BinaryIO] = {}  # outputs and journals, open while the run writes them
+        self._held: dict[tuple[str, ...], BinaryIO] = {}  # outputs and journals, open while written
 
     @classmethod
     def create(cls, runs_root: Path, experiment: str, text: str, record: dict[str, Any]) -> RunDir:
@@ -104,23 +104,25 @@ class RunDir:
     def journal_step(self, index: int) -> None:
         """Append step `index`'s record as it is now (at its start, at its end) to the
         journal: O(its hosts) bytes, where saving run.json is O(the whole run)."""
-        self._append(self.path / JOURNAL, (json.dumps({"index": index, **self.record["steps"][index]},
+        self._append((JOURNAL,), (json.dumps({"index": index, **self.record["steps"][index]},
                                                       default=str) + "\n").encode())
 
-    def journal_acks(self, index: int, received_ns: int, records: bytes) -> None:
+    def journal_acks(self, index: int, received_ns: int, records: bytes, compressed: bool = False) -> None:
         """Append the records of a summary of step `index`'s acks, unread (ackjournal.py)."""
-        self._append(self.path / ackjournal.ACK_JOURNAL, ackjournal.frame(index, received_ns, records))
+        self._append((ackjournal.ACK_JOURNAL,), ackjournal.frame(index, received_ns, records, compressed))
 
     def append_output(self, host: str, component: str, stream: str, data: bytes) -> None:
         """Keep output as it streams in, so a lost daemon still leaves what it sent."""
-        self._append(self.component_dir(host, component) / stream, data)
+        self._append((host, component, stream), data)
 
-    def _append(self, path: Path, data: bytes) -> None:
-        """One write, unbuffered, to a file held open: a killed controller leaves all it
-        wrote but the entry it was writing (which the readers of the journals skip)."""
-        f = self._held.get(path)
+    def _append(self, name: tuple[str, ...], data: bytes) -> None:
+        """One write, unbuffered, to a file held open (`name`: a journal's, or a host's
+        component's output's): a killed controller leaves all it wrote but the entry it was
+        writing (which the readers of the journals say)."""
+        f = self._held.get(name)
         if f is None:
-            f = self._held[path] = open(path, "ab", buffering=0)  # noqa: SIM115 - held open while written
+            path = self.path / name[0] if len(name) == 1 else self.component_dir(*name[:2]) / name[2]
+            f = self._held[name] = open(path, "ab", buffering=0)  # noqa: SIM115 - held open while written
         f.write(data)
 
     def close_files(self) -> None:

@@ -100,7 +100,9 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise NetspecError(f"unknown components {unknown}")
     if "hosts" in request:
-        comps, emit = _relay(session, sup).enter(request, session.emit)
+        # A batch that goes to the controller (this is a first-level host) is compressed.
+        to_controller = session.daemon.runs.get(sup.run_id) is session
+        comps, emit = _relay(session, sup).enter(request, session.emit, to_controller)
     if "release_ns" in request:
         session.tg.create_task(_release(sup, request, comps, emit))
     else:

@@ -43,8 +43,9 @@ class Batch:
     """The acks of one step from this daemon's subtree, on their way up: each as itself,
     or folded into a summary (`summarize`)."""
 
-    def __init__(self, step: int, expected: int, emit: Emit, host: str, own: int, summarize: bool):
-        self.step, self.expected, self.emit = step, expected, emit
+    def __init__(self, step: int, expected: int, emit: Emit, host: str, own: int, summarize: bool,
+                 compress: bool = False):
+        self.step, self.expected, self.emit, self.compress = step, expected, emit, compress
         self.host, self.own = host, own  # this daemon's host, and how many acks it owes
         self.pending: list[dict[str, Any]] = []
         self.summary = AckSummary()
@@ -94,7 +95,7 @@ class Batch:
             self._timer = None
         if self.held:  # the rest of this host's acks are late: these go up as themselves
             self._unfold()
-        summary = self.summary.wire() if self.summary.acks else None
+        summary = self.summary.wire(self.compress) if self.summary.acks else None
         if self.pending or summary:
             acks, self.pending = self.pending, []
             self.emit({"t": m.ACKS, "step": self.step, "acks": acks,
@@ -151,16 +152,19 @@ class Relay:
             self.below.update(dict.fromkeys(link.hosts, link))
             tg.create_task(link.read(self))
 
-    def enter(self, request: dict[str, Any], emit: Emit) -> tuple[list[dict[str, Any]], Emit]:
+    def enter(self, request: dict[str, Any], emit: Emit,
+              to_controller: bool = False) -> tuple[list[dict[str, Any]], Emit]:
         """Pass the enter on to the children whose subtrees take part; this host's own
-        components, and where their acks go (this step's batch)."""
+        components, and where their acks go (this step's batch, its summary's records
+        compressed when it goes `to_controller`)."""
         hosts = request["hosts"]
         strangers = [h for h in hosts if h != self.host and h not in self.below]
         if strangers:
             raise ProtocolError(f"hosts {strangers[:5]} are not in the subtree of host {self.host}")
         step = request["step"]
         batch = self.batches[step] = Batch(step, sum(len(c) for c in hosts.values()), emit, self.host,
-                                           len(hosts.get(self.host, [])), request.get("summarize") is True)
+                                           len(hosts.get(self.host, [])), request.get("summarize") is True,
+                                           to_controller)
         parts: dict[str, dict[str, Any]] = {}
         for host, comps in hosts.items():
             if host != self.host:

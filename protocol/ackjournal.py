@@ -3,13 +3,15 @@ tree summarized (protocol/acksummary.py) as they arrive, without reading them, a
 which run.json gets them: when the run ends, or when a reader loads a run still going or
 whose controller was killed (runrecord.load_record).
 
-The file is a stream of msgpack frames [step index, received_ns, records], where records
-are the summaries' bytes: a stream of [host, component, entry] items, each entry what the
-step's record keeps of one ack but for `received_ns`, which is the frame's.
+The file is a stream of msgpack frames [step index, received_ns, records(, "zlib")], where
+records are the summaries' bytes (deflated, where the frame says "zlib"): a stream of
+[host, component, entry] items, each entry what the step's record keeps of one ack but for
+`received_ns`, which is the frame's.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,23 +19,36 @@ from typing import Any
 import msgpack
 
 from .errors import NetspecError
+from .wire import MAX_FRAME
 
 ACK_JOURNAL = "run.acks"
+ZLIB = "zlib"  # a frame whose records are deflated, as its first level sent them
 ENTRY_FIELDS = {"status": str, "message": str, "entered_ns": int, "acked_ns": int, "start_ns": int,
                 "start_bound_ns": int, "release_missed_ns": int, "release_unsynchronised": bool,
                 "release_realtime_refused": bool}
 
 
-def frame(index: int, received_ns: int, records: bytes) -> bytes:
-    return msgpack.packb([index, received_ns, records], use_bin_type=True)
+def frame(index: int, received_ns: int, records: bytes, compressed: bool = False) -> bytes:
+    return msgpack.packb([index, received_ns, records, *([ZLIB] if compressed else [])], use_bin_type=True)
 
 
-def entries(records: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """The (host, component, entry) items of a summary's records, each checked.
+def entries(records: bytes, compressed: bool = False) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """The (host, component, entry) items of a summary's records (deflated, where
+    `compressed`), each checked.
 
     Raises:
-        ValueError: an item is not [host, component, entry] of the fields a step keeps.
+        ValueError: the records do not inflate within a frame's size, or an item is not
+            [host, component, entry] of the fields a step keeps.
     """
+    if compressed:
+        inflater = zlib.decompressobj()
+        try:
+            # At most what the records could have been uncompressed: one frame's worth.
+            records = inflater.decompress(records, MAX_FRAME)
+        except zlib.error as exc:
+            raise ValueError(f"records that do not inflate ({exc})") from None
+        if inflater.unconsumed_tail or not inflater.eof:
+            raise ValueError(f"records that do not inflate whole within {MAX_FRAME} bytes")
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
     unpacker.feed(records)
     for item in unpacker:
@@ -65,13 +80,13 @@ def fold(run: Path, record: dict[str, Any]) -> dict[str, Any]:
     for number, item in enumerate(unpacker, 1):
         read = unpacker.tell()  # after the loop, a frame cut short may have moved it on
         try:
-            index, received, records = item
+            index, received, records, *encoding = item
             if not (isinstance(index, int) and 0 <= index < len(steps) and isinstance(received, int)
-                    and isinstance(records, bytes)):
-                raise ValueError("not [step index, received_ns, records] of a step in run.json")
+                    and isinstance(records, bytes) and encoding in ([], [ZLIB])):
+                raise ValueError("not [step index, received_ns, records(, zlib)] of a step in run.json")
             step = steps[index]
             hosts = step.setdefault("hosts", {})
-            for host, component, entry in entries(records):
+            for host, component, entry in entries(records, bool(encoding)):
                 info = hosts.setdefault(host, {"components": {}})
                 info["components"].setdefault(component, {**entry, "received_ns": received, "outcome": "ok"})
                 info["done_ns"] = max(info.get("done_ns", 0), received)

@@ -14,6 +14,7 @@ when the run ends (runrecord.fold_ack_journal).
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -110,11 +111,15 @@ class AckSummary:
         if keep_records:
             self.records.append(wire["records"])
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self, compress: bool = False) -> dict[str, Any]:
+        """The summary as it goes up; `compress` (to the controller) deflates its records:
+        the controller's work per step is mostly the records' bytes, and they shrink 5x."""
+        records = b"".join(self.records)
         return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": self.starts,
                 "first": self.first, "last": self.last, "low": self.low, "high": self.high,
                 "unplaced": self.unplaced, "missed": self.missed, **self.flagged,
-                "records": b"".join(self.records)}
+                **({"records": zlib.compress(records, 1), "zlib": True} if compress
+                   else {"records": records})}
 
     def _slow(self, slowest: list[list[Any]]) -> None:
         if slowest:
@@ -130,12 +135,16 @@ class AckSummary:
         self.starts += count
 
 
-def problem(wire: Any, allowed: Callable[[str], bool]) -> str | None:
+def problem(wire: Any, allowed: Callable[[str], bool], compressed: bool = False) -> str | None:
     """What is wrong with a summary from the wire, None if nothing: its fields' types, and
     every host it names (`allowed`: a host of the sender's subtree). Its records are bytes
-    here; their entries are checked as they are folded into run.json."""
+    here, deflated only where `compressed` (a relay joins its children's records as they are,
+    so they come to it as they are); their entries are checked as they are folded into run.json."""
     if not isinstance(wire, dict):
         return "a summary that is not a map"
+    zipped = wire.get("zlib", False)
+    if zipped is not False and not (compressed and zipped is True):
+        return "a summary with compressed records from below" if zipped is True else "a malformed zlib"
     counts = ("acks", "hosts", "starts")
     if not all(isinstance(wire.get(k), int) and wire[k] >= 0 for k in counts):
         return f"a summary without counts ({', '.join(counts)})"

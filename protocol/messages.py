@@ -17,7 +17,9 @@ from typing import Any
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
 #   2: frames sealed after the handshake (a MAC with a counted sequence); signed clksync probes.
 #   3: fan-out trees: tree, join, acks; enter with hosts.
-PROTOCOL_VERSION = 4
+#   4: summarized acks: enter's summarize, the summary of acks.
+#   5: a first-level host deflates its summary's records (zlib); the controller checks every event.
+PROTOCOL_VERSION = 5
 
 
 def netspec_version() -> str:

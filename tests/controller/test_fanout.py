@@ -9,7 +9,7 @@ import pytest
 from netspec.controller.fanout import FanOut, Tree
 from netspec.controller.fleet import DaemonClient
 from netspec.controller.load import load
-from netspec.protocol import ackjournal
+from netspec.protocol import ackjournal, acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
@@ -71,9 +71,16 @@ def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted()
     stranger = {**wire, "slowest": [[15, "h4"]]}
     with pytest.raises(ProtocolError, match=r"host h0: a summary naming hosts \['h4'\] outside its subtree"):
         fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": stranger})
-    for malformed in ({**wire, "acks": -1}, {**wire, "records": "x"}, {**wire, "first": None}, [1]):
-        with pytest.raises(ProtocolError, match="a summary"):
+    for malformed in ({**wire, "acks": -1}, {**wire, "records": "x"}, {**wire, "first": None}, [1],
+                      {**wire, "zlib": 1}):
+        with pytest.raises(ProtocolError, match=r"a summary|a malformed zlib"):
             fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": malformed})
+    # The controller takes a first-level host's records deflated; a relay takes none from below.
+    deflated = summary.wire(compress=True)
+    assert acksummary.problem(deflated, {"h6"}.__contains__, compressed=True) is None
+    assert acksummary.problem(deflated, {"h6"}.__contains__) == "a summary with compressed records from below"
+    assert list(ackjournal.entries(deflated["records"], compressed=True)) == list(ackjournal.entries(
+        wire["records"]))
     # One more ack than h0's subtree owes for the step: a relay that counts twice is caught.
     with pytest.raises(ProtocolError, match="1 more acks than step 0 asked of its subtree"):
         fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}})
@@ -170,11 +177,12 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
     batch, summarized = [e for e in events if e["t"] == m.ACKS]
     assert batch["step"] == 1 and [(a["host"], a["component"], a["status"]) for a in batch["acks"]] == [
         ("a", m.NODE, m.ACK_OK)]
-    # Asked for a summary, it folds its own plain ack: counted, its record in bytes.
+    # Asked for a summary, it folds its own plain ack: counted, its record in bytes, deflated
+    # for the controller (this host is the tree's first level).
     summary = summarized["summary"]
-    assert summarized["step"] == 2 and summarized["acks"] == []
+    assert summarized["step"] == 2 and summarized["acks"] == [] and summary["zlib"] is True
     assert (summary["acks"], summary["hosts"]) == (1, 1)
-    [(host, component, entry)] = ackjournal.entries(summary["records"])
+    [(host, component, entry)] = ackjournal.entries(summary["records"], compressed=True)
     assert (host, component, entry["status"]) == ("a", m.NODE, m.ACK_OK) and summary["slowest"][0][1] == "a"
 
 

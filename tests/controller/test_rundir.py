@@ -1,6 +1,7 @@
 import json
 import os
 import subprocess
+import zlib
 
 import msgpack
 import pytest
@@ -124,7 +125,19 @@ def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_
     with pytest.raises(NetspecError, match=r"run.acks: frame 2: a record that is not \[host, component"):
         load_record(run.path)
     (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(7, 30, b""))
-    with pytest.raises(NetspecError, match=r"run.acks: frame 1: not \[step index, received_ns, records\]"):
+    with pytest.raises(NetspecError, match=r"run.acks: frame 1: not \[step index, received_ns, records"):
+        load_record(run.path)
+
+
+def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_refused(tmp_path):
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": [{"phase": "work", "sent_ns": 5}]})
+    summary = AckSummary()
+    summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
+    run.journal_acks(0, 30, summary.wire(compress=True)["records"], compressed=True)
+    assert load_record(run.path)["steps"][0]["hosts"]["b"]["components"]["y"]["acked_ns"] == 20
+    # 17 MB of zeros deflate to 17 kB: a first level may not make the controller inflate them.
+    run.journal_acks(0, 40, zlib.compress(bytes(17 << 20)), compressed=True)
+    with pytest.raises(NetspecError, match=r"run.acks: frame 2: records that do not inflate whole within"):
         load_record(run.path)
 
 

@@ -3,6 +3,7 @@ which go up as themselves, and when it leaves."""
 
 import asyncio
 
+import pytest
 from netspec.daemon.relay import BATCH_WAIT_S, Batch
 from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
@@ -14,14 +15,15 @@ def _ack(component, status=m.ACK_OK, **more):
             "acked": 150, "entry_clock": [10, 5], **more}
 
 
-def _batch(expected, own, sent):
-    return Batch(3, expected, sent.append, "a", own, summarize=True)
+def _batch(expected, own, sent, compress=False):
+    return Batch(3, expected, sent.append, "a", own, summarize=True, compress=compress)
 
 
-def test_a_hosts_plain_acks_are_folded_once_its_last_one_is_in_with_a_childs_summary():
+@pytest.mark.parametrize("to_controller", [False, True])
+def test_a_hosts_plain_acks_are_folded_once_its_last_one_is_in_with_a_childs_summary(to_controller):
     async def scenario():
         sent = []
-        batch = _batch(expected=4, own=2, sent=sent)
+        batch = _batch(expected=4, own=2, sent=sent, compress=to_controller)
         child = AckSummary()
         child.add_host("b", [_ack("y", acked=900), _ack("z")])
         batch.add_own(_ack("x"))
@@ -33,7 +35,10 @@ def test_a_hosts_plain_acks_are_folded_once_its_last_one_is_in_with_a_childs_sum
     summary = batch["summary"]
     assert batch["acks"] == [] and (summary["acks"], summary["hosts"]) == (4, 2)
     assert summary["slowest"] == [[800, "b"], [50, "a"]]
-    assert sorted((h, c) for h, c, _ in ackjournal.entries(summary["records"])) == [
+    # The batch a first-level host sends the controller has its records deflated; a child's
+    # batch to its relay has them as they are, for the relay to join.
+    assert summary.get("zlib", False) is to_controller
+    assert sorted((h, c) for h, c, _ in ackjournal.entries(summary["records"], to_controller)) == [
         ("a", "w"), ("a", "x"), ("b", "y"), ("b", "z")]
 
 
