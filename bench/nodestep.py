@@ -51,7 +51,7 @@ async def one_kind(summarized: bool, steps: int, root: Path) -> dict[str, float]
 
         async def step(index: int) -> None:
             if summarized:
-                client.notify(m.ENTER, phase="rest", step=index, hosts={"a": node}, published={},
+                client.notify(m.ENTER, phase="rest", step=index, hosts={"a": 0}, lists=[node], published={},
                               summarize=True)
             else:
                 client.notify(m.ENTER, phase="rest", step=index, components=node, published={})

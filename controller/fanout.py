@@ -74,7 +74,7 @@ class FanOut:
         self.owed: dict[tuple[int, str], int] = {}  # (step, first-level host) -> acks still to come
         # Each step plan's enters, split by first-level host and encoded, by the plan's identity
         # (participants.StepPlans keeps each for the run): steps alike reuse them, alternating or not.
-        self._parts: dict[int, tuple[dict[str, Any], dict[str, tuple[Packed, int]]]] = {}
+        self._parts: dict[int, tuple[dict[str, Any], dict[str, tuple[Packed, Packed, int]]]] = {}
 
     async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
         """Have every host with children in the tree connect to them (each at the address
@@ -102,18 +102,30 @@ class FanOut:
             return sent
         built = self._parts.get(id(enters))
         if built is None or built[0] is not enters:
-            parts: dict[str, dict[str, list[dict[str, Any]]]] = {}
-            for host, components in enters.items():
-                parts.setdefault(self.top[host], {})[host] = components
-            # Encoded once: at 10,000 hosts, packing the parts was most of a step's work.
-            built = self._parts[id(enters)] = enters, {first: (packed(part), sum(map(len, part.values())))
-                                                       for first, part in parts.items()}
+            built = self._parts[id(enters)] = enters, self._encode(enters)
         sent = time.time_ns()
-        for first, (part, count) in built[1].items():
+        for first, (hosts, lists, count) in built[1].items():
             self.owed[(fields["step"], first)] = count
-            self.clients[first].notify(m.ENTER, hosts=part, **fields,
+            self.clients[first].notify(m.ENTER, hosts=hosts, lists=lists, **fields,
                                        **({"summarize": True} if summarize else {}))
         return sent
+
+    def _encode(self, enters: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[Packed, Packed, int]]:
+        """A step's enter as each first-level host gets it, encoded once per step plan (at
+        10,000 hosts, packing it was most of a step's work): its subtree's hosts, each with
+        the index of its component list among the subtree's distinct ones (a node step's
+        hosts share one), and how many acks the subtree owes."""
+        parts: dict[str, tuple[dict[str, int], dict[bytes, int], list[Any]]] = {}
+        counts: dict[str, int] = {}
+        for host, components in enters.items():
+            first = self.top[host]
+            hosts, distinct, lists = parts.setdefault(first, ({}, {}, []))
+            hosts[host] = index = distinct.setdefault(packed(components), len(distinct))
+            if index == len(lists):
+                lists.append(components)
+            counts[first] = counts.get(first, 0) + len(components)
+        return {first: (packed(hosts), packed(lists), counts[first])
+                for first, (hosts, _, lists) in parts.items()}
 
     def batch(self, host: str, event: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]],
                                                                 dict[str, Any] | None]:

@@ -95,7 +95,7 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     _check_enter(request)
     comps, emit = request.get("components", []), session.emit
     if "hosts" in request:
-        comps = request["hosts"].get(sup.host, [])
+        comps = request["lists"][request["hosts"][sup.host]] if sup.host in request["hosts"] else []
     unknown = [c["name"] for c in comps if c["name"] not in sup.components and c["name"] != m.NODE]
     if unknown:
         raise NetspecError(f"unknown components {unknown}")
@@ -115,16 +115,18 @@ def _check_enter(request: dict[str, Any]) -> None:
     def components(comps: Any) -> bool:
         return isinstance(comps, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)
                                                for c in comps)
-    hosts = request.get("hosts")
+    hosts, lists = request.get("hosts"), request.get("lists")
     if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
             or not (components(request.get("components")) if hosts is None else
-                    isinstance(hosts, dict) and all(isinstance(h, str) and components(c)
-                                                    for h, c in hosts.items()))
+                    isinstance(lists, list) and all(map(components, lists)) and isinstance(hosts, dict)
+                    and all(isinstance(h, str) and type(i) is int and 0 <= i < len(lists)
+                            for h, i in hosts.items()))
             or not isinstance(request.get("deadline_s", 0), int | float)
             or not isinstance(request.get("release_ns", 0), int)
             or not isinstance(request.get("summarize", False), bool)):
         raise ProtocolError("enter takes phase (text), step (integer), components "
-                            "([{name, params}]) or hosts ({host: [{name, params}]}), deadline_s "
+                            "([{name, params}]) or hosts ({host: index in lists}) and lists "
+                            "([[{name, params}]]), deadline_s "
                             "(seconds), release_ns (integer) and summarize (true or false)")
 
 

@@ -157,25 +157,25 @@ class Relay:
         """Pass the enter on to the children whose subtrees take part; this host's own
         components, and where their acks go (this step's batch, its summary's records
         compressed when it goes `to_controller`)."""
-        hosts = request["hosts"]
+        hosts, lists = request["hosts"], request["lists"]
         strangers = [h for h in hosts if h != self.host and h not in self.below]
         if strangers:
             raise ProtocolError(f"hosts {strangers[:5]} are not in the subtree of host {self.host}")
         step = request["step"]
-        batch = self.batches[step] = Batch(step, sum(len(c) for c in hosts.values()), emit, self.host,
-                                           len(hosts.get(self.host, [])), request.get("summarize") is True,
-                                           to_controller)
-        parts: dict[str, dict[str, Any]] = {}
-        for host, comps in hosts.items():
+        own = lists[hosts[self.host]] if self.host in hosts else []
+        batch = self.batches[step] = Batch(step, sum(len(lists[i]) for i in hosts.values()), emit, self.host,
+                                           len(own), request.get("summarize") is True, to_controller)
+        parts: dict[str, dict[str, int]] = {}
+        for host, index in hosts.items():
             if host != self.host:
-                parts.setdefault(self.below[host].child, {})[host] = comps
+                parts.setdefault(self.below[host].child, {})[host] = index
         fields = {k: v for k, v in request.items() if k not in ("hosts", "id", "timeout_s")}
         for child, part in parts.items():
             try:
                 self.links[child].channel.send({**fields, "hosts": part})
             except (NetspecError, ConnectionError) as exc:
                 raise NetspecError(f"cannot relay the step to host {child}: {exc}") from exc
-        return hosts.get(self.host, []), batch.add_own
+        return own, batch.add_own
 
     def from_child(self, link: Link, message: dict[str, Any]) -> None:
         if message.get("t") == m.ACKS and isinstance(message.get("acks"), list):

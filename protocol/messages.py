@@ -18,7 +18,8 @@ from typing import Any
 #   2: frames sealed after the handshake (a MAC with a counted sequence); signed clksync probes.
 #   3: fan-out trees: tree, join, acks; enter with hosts.
 #   4: summarized acks: enter's summarize, the summary of acks.
-#   5: a first-level host deflates its summary's records (zlib); the controller checks every event.
+#   5: a first-level host deflates its summary's records (zlib); a tree's enter has lists and
+#      hosts by index; the controller checks every event.
 PROTOCOL_VERSION = 5
 
 
