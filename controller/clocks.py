@@ -20,9 +20,9 @@ from netspec.protocol import messages as m
 from .fleet import DaemonClient
 from .model import ClockService
 
-# About 5 % of a CPU on this machine: the reference's daemon spends ~120 us of CPU per
-# exchange answered and logged (bench/scale.py: 10 % at 800 exchanges/s).
-REFERENCE_EXCHANGES_PER_S = 400.0
+# At most about 5 % of a CPU on this machine: the reference's daemon spends 250-260 us of
+# CPU per exchange answered (bench/scale.py, 100 hosts: 10 % at 400 exchanges/s, 5.2 % at 200).
+REFERENCE_EXCHANGES_PER_S = 180.0
 
 
 def probe_interval_ms(asked_ms: float, probers: int) -> float:

@@ -99,7 +99,7 @@ def test_launch_and_collect_get_more_time_with_more_components_unless_the_file_s
 
 
 def test_the_reference_answers_within_its_budget_however_many_hosts_probe_it():
-    assert probe_interval_ms(200, 10) == 200
+    assert probe_interval_ms(200, 9) == 200
     for probers in (100, 1000, 10_000):
         interval = probe_interval_ms(200, probers)
         assert probers * 4 / (interval / 1000) == pytest.approx(REFERENCE_EXCHANGES_PER_S)
@@ -125,10 +125,11 @@ def test_sixty_local_hosts_run_with_default_settings_and_say_what_they_changed(e
     text += "schedule: [launch, collect]\n"
     done = ns_control("run", "--no-merge", str(experiment(text)), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "clksync: 59 hosts probe the reference every 590 ms, not 200 ms" in done.stdout
+    stretched = probe_interval_ms(200, 59)  # 59 x 4 exchanges a volley within the reference's budget
+    assert f"clksync: 59 hosts probe the reference every {stretched:.0f} ms, not 200 ms" in done.stdout
     assert f"and {hosts - LISTED_OK} more ok (slowest" in done.stdout
     record = latest_record(tmp_path / "runs")
-    assert record["clksync"]["interval_ms"] == pytest.approx(590)
+    assert record["clksync"]["interval_ms"] == pytest.approx(stretched)
     assert len(record["hosts"]) == hosts and record["connect_deadline_s"] == 30
     launch = next(s for s in record["steps"] if s["phase"] == "launch")
     assert len(launch["hosts"]) == hosts
