@@ -4,7 +4,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from netspec.controller.load import load, parse_duration, schema
+from netspec.controller.load import load, parse_duration, schema, validator
 from netspec.protocol.errors import ConfigError
 
 REPO = Path(__file__).parents[2]
@@ -139,3 +139,18 @@ def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_a
         load(experiment(text.replace(", components: [pub]", "")))
     assert str(err.value) == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides the swept "
                               "param sub.count in phase 'run': every point of the sweep would run alike")
+
+
+def test_the_schema_with_its_refs_written_out_finds_the_same_errors_as_the_schema():
+    plain = jsonschema.Draft202012Validator(schema())
+    documents = [
+        {"experiment": "x", "components": {"c": {"host": 5, "command": "x", "bad": 1}}, "schedule": [1]},
+        {"experiment": "no spaces", "hosts": {"a": {"address": []}}, "components": {},
+         "schedule": [{"phase": "w", "deadline": "soon", "release": "later"}]},
+        {"experiment": "x", "components": {"c": {"command": ["x"], "params": {"p": [{}]}}},
+         "schedule": ["launch"], "services": {"clksync": {"interval_ms": -1}}, "extra": True},
+    ]
+    for document in documents:
+        def said(errors):
+            return sorted((e.validator, tuple(e.absolute_path), e.message) for e in errors)
+        assert said(validator().iter_errors(document)) == said(plain.iter_errors(document)), document
