@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from netspec.protocol import messages as m
-from netspec.protocol.errors import ConnectionLost
+from netspec.protocol.errors import ConnectionLost, ProtocolError
 
 from .failures import raise_if_any_failed
 from .fleet import DaemonClient, Host
@@ -22,17 +22,22 @@ CHUNK = 4 * 1024 * 1024
 STREAMED = ("stdout", "stderr")
 
 
-async def fetch_host(client: DaemonClient, run: RunDir,
-                     deadline: float) -> list[tuple[str, Path]]:
-    """Copy every collectable file of the run on `client`'s host.
+async def fetch_host(client: DaemonClient, run: RunDir, deadline: float,
+                     components: set[str]) -> list[tuple[str, Path]]:
+    """Copy every collectable file of the run on `client`'s host (`components`: those it
+    runs; a listing that names another is refused before anything is written).
 
     Returns:
         (component, path written) for each file.
 
     Raises:
-        DeadlineExceeded, ConnectionLost, RemoteError: from the daemon requests.
+        DeadlineExceeded, ConnectionLost, RemoteError, ProtocolError: from the daemon requests.
     """
     listing = await client.request(m.FILES, deadline, during="collect")
+    foreign = sorted({e["component"] for e in listing["files"]} - {None, *components})
+    if foreign:
+        raise ProtocolError(f"its files name components {foreign[:5]}, which it does not run",
+                            f"host {client.host}")
     written = []
     for entry in listing["files"]:
         target = run.gathered(client.host, entry["component"], entry["name"])
@@ -74,7 +79,8 @@ async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], 
 
     async def fetch(host: str) -> list[tuple[str, Path]]:
         try:
-            return await fetch_host(clients[host], run, deadline)
+            return await fetch_host(clients[host], run, deadline,
+                                    {name for name, r in results.items() if r.host == host})
         finally:
             done.append(host)
             progress(Progress("count", "collect", host, done=len(done), total=len(names)))

@@ -123,6 +123,8 @@ class DaemonClient:
             error = reply.get("error", {})
             raise RemoteError(self.host, error if isinstance(error, dict) else {
                 "type": "ProtocolError", "message": f"an error reply that is not a map: {str(error)[:80]}"})
+        if wrong := events.reply_problem({"t": kind, **fields}, reply):
+            raise ProtocolError(f"it sent {wrong}", f"host {self.host}")
         return reply
 
     def notify(self, kind: str, **fields: Any) -> None:

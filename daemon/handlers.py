@@ -52,7 +52,6 @@ class Session(Protocol):
 
 log = logging.getLogger("netspecd")
 
-READ_LIMIT = 4 * 1024 * 1024
 # A straggler ended by `end` is stuck in a phase: its callback cannot take a STOP message.
 END_GRACE_S = 2.0
 ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter as failed itself
@@ -236,7 +235,7 @@ async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     path = request["path"]
     if path not in _supervisor(session).listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
-    size = min(int(request.get("size", READ_LIMIT)), READ_LIMIT)
+    size = min(int(request.get("size", m.READ_LIMIT)), m.READ_LIMIT)
     data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
     return {"data": data, "eof": len(data) < size}
 

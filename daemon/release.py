@@ -23,14 +23,17 @@ _wake_late_ns = 100_000  # how late this thread's sleeps end: learnt by wait_unt
 
 def local_instant(clock: ClockService, release_ns: int) -> tuple[int, dict[str, Any]]:
     """The instant `release_ns` of the reference clock on this host's clock, and what the
-    ack says of it: the instant, how late the step arrived for it, and whether this host
-    had no clock estimate (then the instant is taken on its own clock as it is)."""
+    ack says of it: the instant, how late the step arrived for it, and the bound of the
+    estimate it was converted with, or that this host had none (then the instant is taken on
+    its own clock as it is)."""
     arrived = time.time_ns()
     est = clock.estimate(arrived)
     at = release_ns + (est.offset_ns if est is not None else 0)
     said: dict[str, Any] = {"at_ns": at, "missed_ns": max(0, arrived - at)}
     if est is None:
         said["unsynchronised"] = True
+    else:  # how far the instant on this clock may be from the reference's: the estimate's bound then
+        said["bound_ns"] = est.bound_ns
     return at, said
 
 

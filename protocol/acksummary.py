@@ -43,6 +43,9 @@ def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
         offset, bound = ack["entry_clock"]
         kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
     release = ack.get("release") or {}
+    for said in ("at_ns", "bound_ns"):  # the instant on the host's clock, and how far off it may be
+        if isinstance(release.get(said), int):
+            kept[f"release_{said}"] = release[said]
     if release.get("missed_ns"):
         kept["release_missed_ns"] = release["missed_ns"]
     for said in FLAGS:

@@ -1,7 +1,8 @@
-"""The events a daemon sends its controller, checked at the wire: what each kind must carry
-and of which types, so that the controller uses nothing a daemon sent unchecked (a stream
-name becomes a file's name; a step index picks a step). A malformed event is a protocol
-error naming its host, not a controller's crash.
+"""The events and replies a daemon sends its controller, checked at the wire: what each
+kind must carry and of which types, so that the controller uses nothing a daemon sent
+unchecked (a stream name becomes a file's name; a step index picks a step; a read's data
+is written to a file). A malformed event or reply is a protocol error naming its host, not
+a controller's crash or a loop without end.
 
 Which components a host runs is the controller's to check (engine.py): this module knows
 only the shapes.
@@ -11,7 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .messages import ACK, ACK_ERROR, ACK_OK, ACK_WARNING, ACKS, ERROR, EXIT, OUTPUT
+from .messages import (
+    ACK,
+    ACK_ERROR,
+    ACK_OK,
+    ACK_WARNING,
+    ACKS,
+    CLKSYNC,
+    END,
+    ERROR,
+    EXIT,
+    FILES,
+    HELLO,
+    OUTPUT,
+    READ,
+    READ_LIMIT,
+    SETUP,
+)
 
 STREAMS = ("stdout", "stderr")
 STATUSES = (ACK_OK, ACK_WARNING, ACK_ERROR)
@@ -24,6 +41,10 @@ def _int(value: Any) -> bool:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _are(fields: list[str]) -> str:
+    return f"{' and '.join(fields)} {'is' if len(fields) == 1 else 'are'}"
 
 
 def _strings(value: Any) -> bool:
@@ -52,9 +73,7 @@ def ack_problem(ack: Any) -> str | None:
     if missing:
         return f"an ack without {', '.join(missing)}"
     wrong = [k for k, ok in ACK_FIELDS.items() if k in ack and not ok(ack[k])]
-    if wrong:
-        return f"an ack whose {' and '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} malformed"
-    return None
+    return f"an ack whose {_are(wrong)} malformed" if wrong else None
 
 
 def problem(event: Any) -> str | None:
@@ -72,7 +91,7 @@ def problem(event: Any) -> str | None:
         return None
     if kind == EXIT:
         wrong = [k for k, ok in EXIT_FIELDS.items() if not ok(event.get(k))]
-        return f"an exit event whose {', '.join(wrong)} missing or malformed" if wrong else None
+        return f"an exit event whose {_are(wrong)} missing or malformed" if wrong else None
     if kind == ERROR:
         error = event.get("error")
         if not (isinstance(error, dict) and all(isinstance(error.get(k, ""), str) for k in ERROR_FIELDS)):
@@ -85,3 +104,35 @@ def problem(event: Any) -> str | None:
         wrong = next((w for w in map(ack_problem, acks) if w), None)
         return f"a batch with {wrong}" if wrong else None
     return f"an event of unknown kind {str(kind)[:40]!r}"
+
+
+def _file(entry: Any) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("component"), str | None)
+            and isinstance(entry.get("name"), str) and isinstance(entry.get("path"), str)
+            and _int(entry.get("size")) and isinstance(entry.get("missing", False), bool))
+
+
+# What the controller reads of each reply, and the test of each field's value.
+REPLY_FIELDS: dict[str, dict[str, Any]] = {
+    HELLO: {"protocol": _int, "pid": _int, "facts": lambda v: isinstance(v, dict),
+            "now_ns": lambda v: v is None or _int(v)},
+    SETUP: {"root": lambda v: isinstance(v, str)},
+    END: {"returncode": lambda v: v is None or _int(v), "forced": lambda v: isinstance(v, bool)},
+    FILES: {"files": lambda v: isinstance(v, list) and all(map(_file, v))},
+    READ: {"data": lambda v: isinstance(v, bytes), "eof": lambda v: isinstance(v, bool)},
+    CLKSYNC: {"port": lambda v: v is None or (_int(v) and 0 < v < 65536)},
+}
+
+
+def reply_problem(request: dict[str, Any], reply: dict[str, Any]) -> str | None:
+    """What is wrong with the reply to `request`, None if nothing."""
+    fields = REPLY_FIELDS.get(request["t"], {})
+    wrong = [k for k, ok in fields.items() if not ok(reply.get(k))]
+    if wrong:
+        return f"a reply to {request['t']} whose {_are(wrong)} missing or malformed"
+    if request["t"] == READ and (len(reply["data"]) > request.get("size", READ_LIMIT)
+                                 or (not reply["data"] and not reply["eof"])):
+        # More than asked, or nothing and no end: the controller would read for ever.
+        return (f"a reply to read of {len(reply['data'])} bytes (eof {reply['eof']}) for "
+                f"{request.get('size')} asked")
+    return None

@@ -47,6 +47,7 @@ LOGGING_ENV = "NETSPEC_LOGGING"
 PRIVATE_UMASK = 0o077
 
 # Controller -> daemon requests.
+READ_LIMIT = 4 * 1024 * 1024  # the most one read request is answered with
 HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE = (
     "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown", "tree")
 # Daemon -> daemon: a parent in a fan-out tree attaches its connection to the run.

@@ -5,9 +5,11 @@ import asyncio
 import os
 import socket
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from netspec.controller.engine import Run
+from netspec.controller.fetch import fetch_host
 from netspec.controller.fleet import DaemonClient
 from netspec.controller.load import parse
 from netspec.controller.rundir import RunDir
@@ -15,6 +17,7 @@ from netspec.protocol import events
 from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, server_handshake
 from netspec.protocol.channel import Channel
+from netspec.protocol.errors import ProtocolError
 
 ACK = {"t": m.ACK, "step": 2, "component": "c", "status": m.ACK_OK, "entered": 1, "acked": 2}
 # What msgpack can carry: the values a daemon could put in an event.
@@ -39,7 +42,7 @@ def test_each_kind_of_event_is_taken_only_with_its_fields_of_their_types():
             {"t": m.OUTPUT, "component": "c", "stream": stream, "data": b"x"})
     assert events.problem({"t": m.EXIT, "component": "c", "returncode": 0, "duration_s": 0.5, "argv": ["x"],
                            "ended_ns": 1, "failed": False}) is None
-    assert events.problem({"t": m.EXIT, "component": "c"}).startswith("an exit event whose returncode")
+    assert events.problem({"t": m.EXIT, "component": "c"}).startswith("an exit event whose returncode and")
     assert events.problem({"t": m.ERROR, "error": "boom"}) == ("an error event without an error map of type "
                                                                "and message")
     assert events.problem({"t": m.ACKS, "step": 2, "acks": [{**ACK, "host": "h"}]}) is None
@@ -61,33 +64,80 @@ def test_no_event_from_the_wire_breaks_the_check_and_what_it_takes_has_its_shape
             assert isinstance(ack["step"], int) and ack["step"] >= 0 and isinstance(ack["component"], str)
 
 
+async def _talk(answer, then):
+    """A daemon of this test's own over a real authenticated connection: it answers each
+    request with `answer(request)` (a list of frames to send); `then(client)` is the
+    controller's side."""
+    key, got = os.urandom(32), []
+
+    async def daemon(reader, writer):
+        channel = Channel(reader, writer, "controller")
+        await server_handshake(channel, key)
+        while (request := await channel.recv()) is not None:  # spoken to once its handshake is done
+            for frame in answer(request):
+                channel.send(frame)
+
+    server = await asyncio.start_server(daemon, "127.0.0.1", 0)
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1],
+                                                       family=socket.AF_INET)
+        channel = Channel(reader, writer, "host a")
+        await client_handshake(channel, key)
+        client = DaemonClient("a", channel, lambda host, event: got.append((host, event)))
+        serving = asyncio.create_task(client.serve())
+        try:
+            return await asyncio.wait_for(then(client), 10), got
+        finally:
+            await client.close()
+            await serving
+
+
 def test_a_daemon_that_sends_a_malformed_event_is_dropped_naming_what_it_sent():
-    async def scenario():
-        key = os.urandom(32)
-        got = []
+    async def controller(client):
+        client.notify(m.HELLO)
+        while client.lost is None:
+            await asyncio.sleep(0.01)
 
-        async def daemon(reader, writer):
-            channel = Channel(reader, writer, "controller")
-            await server_handshake(channel, key)
-            await channel.recv()  # a daemon speaks once spoken to, its handshake done on both ends
-            channel.send({"t": m.OUTPUT, "component": "c", "stream": "../../x", "data": b"x"})
-            await reader.read()  # until the controller drops the connection
-
-        server = await asyncio.start_server(daemon, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        async with server:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, family=socket.AF_INET)
-            channel = Channel(reader, writer, "host a")
-            await client_handshake(channel, key)
-            client = DaemonClient("a", channel, lambda host, event: got.append((host, event)))
-            client.notify(m.HELLO)
-            await asyncio.wait_for(client.serve(), 10)
-        return got
-
-    [(host, event)] = asyncio.run(scenario())
+    _, got = asyncio.run(_talk(lambda request: [{"t": m.OUTPUT, "component": "c", "stream": "../../x",
+                                                 "data": b"x"}], controller))
+    [(host, event)] = got
     assert host == "a" and event["t"] == "lost"
     assert str(event["error"]) == ("host a: connection lost (dropped: it sent an output event that is not "
                                    "component, stream (stdout or stderr) and data (bytes))")
+
+
+def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_host():
+    assert events.reply_problem({"t": m.HELLO}, {"pid": 1, "protocol": 5, "facts": {}}) is None
+    assert events.reply_problem({"t": m.READ, "size": 10}, {"data": b"", "eof": False}) == (
+        "a reply to read of 0 bytes (eof False) for 10 asked")  # the controller would read for ever
+    assert events.reply_problem({"t": m.READ, "size": 10}, {"data": b"x" * 11, "eof": True}).startswith(
+        "a reply to read of 11 bytes")
+    assert events.reply_problem({"t": m.FILES}, {"files": [{"component": None, "name": 1}]}) == (
+        "a reply to files whose files is missing or malformed")
+
+    async def controller(client):
+        with pytest.raises(ProtocolError) as caught:
+            await client.request(m.HELLO, asyncio.get_running_loop().time() + 5)
+        return str(caught.value)
+
+    said, _ = asyncio.run(_talk(lambda r: [{"t": m.REPLY, "id": r["id"], "pid": 1, "protocol": 5,
+                                            "facts": "x"}], controller))
+    assert said == "host a: it sent a reply to hello whose facts is missing or malformed"
+
+
+def test_a_listing_that_names_a_component_the_host_does_not_run_is_refused_before_anything_is_written(
+        tmp_path):
+    listing = {"files": [{"component": "other", "name": "out", "path": "/etc/hostname", "size": 3}]}
+    run = RunDir.create(tmp_path / "runs", "x", "x: 1\n", {"steps": []})
+
+    async def controller(client):
+        with pytest.raises(ProtocolError) as caught:
+            await fetch_host(client, run, asyncio.get_running_loop().time() + 5, {"mine"})
+        return str(caught.value)
+
+    said, _ = asyncio.run(_talk(lambda r: [{"t": m.REPLY, "id": r["id"], **listing}], controller))
+    assert said == "host a: its files name components ['other'], which it does not run"
+    assert not (run.path / "hosts").exists()
 
 
 def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_fails_the_run(tmp_path):
