@@ -26,7 +26,7 @@ WIRE = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) |
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                                  max_size=4), max_leaves=12)
 FIELDS = st.sampled_from(sorted({*events.ACK_FIELDS, *events.EXIT_FIELDS, "t", "stream", "data", "error",
-                                 "acks", "host"}))
+                                 "acks", "host", *(k for f in events.REPLY_FIELDS.values() for k in f)}))
 
 
 def test_each_kind_of_event_is_taken_only_with_its_fields_of_their_types():
@@ -90,6 +90,15 @@ async def _talk(answer, then):
         finally:
             await client.close()
             await serving
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(kind=st.sampled_from(sorted(events.REPLY_FIELDS)), size=st.integers(0, 1 << 23),
+       fields=st.dictionaries(FIELDS, WIRE, max_size=8))
+def test_no_reply_from_the_wire_breaks_the_check_and_a_read_it_takes_makes_progress(kind, size, fields):
+    wrong = events.reply_problem({"t": kind, "size": size}, fields)  # never raises
+    if wrong is None and kind == m.READ:
+        assert len(fields["data"]) <= size and (fields["data"] or fields["eof"] is True)
 
 
 def test_a_daemon_that_sends_a_malformed_event_is_dropped_naming_what_it_sent():
