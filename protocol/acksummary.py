@@ -28,6 +28,7 @@ SLOWEST = 3
 # acts on what they say.
 MEANINGFUL = ("phases", "published", "clock", "traceback")
 FLAGS = ("unsynchronised", "realtime_refused")
+COMPRESS_FROM = 4096  # bytes of records: about 40 hosts' acks
 
 
 def is_plain(ack: dict[str, Any]) -> bool:
@@ -115,9 +116,11 @@ class AckSummary:
             self.records.append(wire["records"])
 
     def wire(self, compress: bool = False) -> dict[str, Any]:
-        """The summary as it goes up; `compress` (to the controller) deflates its records:
-        the controller's work per step is mostly the records' bytes, and they shrink 5x."""
+        """The summary as it goes up; `compress` (to the controller) deflates its records
+        where they are many: the controller's work per step is mostly the records' bytes, and
+        they shrink 5x, but deflating costs 70 us however few they are."""
         records = b"".join(self.records)
+        compress = compress and len(records) >= COMPRESS_FROM
         return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": self.starts,
                 "first": self.first, "last": self.last, "low": self.low, "high": self.high,
                 "unplaced": self.unplaced, "missed": self.missed, **self.flagged,

@@ -75,12 +75,18 @@ def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted()
                       {**wire, "zlib": 1}):
         with pytest.raises(ProtocolError, match=r"a summary|a malformed zlib"):
             fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": malformed})
-    # The controller takes a first-level host's records deflated; a relay takes none from below.
-    deflated = summary.wire(compress=True)
+    # A first-level host deflates its records where they are many: the controller takes
+    # them so, a relay takes none from below.
+    assert "zlib" not in summary.wire(compress=True)  # one host's: deflating costs more than it saves
+    many = AckSummary()
+    for _ in range(100):
+        many.add_host("h6", [{"component": "c", "status": m.ACK_OK, "entered": 10, "acked": 25}])
+    deflated = many.wire(compress=True)
+    assert deflated["zlib"] is True and len(deflated["records"]) < len(many.wire()["records"]) / 5
     assert acksummary.problem(deflated, {"h6"}.__contains__, compressed=True) is None
     assert acksummary.problem(deflated, {"h6"}.__contains__) == "a summary with compressed records from below"
     assert list(ackjournal.entries(deflated["records"], compressed=True)) == list(ackjournal.entries(
-        wire["records"]))
+        many.wire()["records"]))
     # One more ack than h0's subtree owes for the step: a relay that counts twice is caught.
     with pytest.raises(ProtocolError, match="1 more acks than step 0 asked of its subtree"):
         fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}})
@@ -179,12 +185,12 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
     batch, summarized = [e for e in events if e["t"] == m.ACKS]
     assert batch["step"] == 1 and [(a["host"], a["component"], a["status"]) for a in batch["acks"]] == [
         ("a", m.NODE, m.ACK_OK)]
-    # Asked for a summary, it folds its own plain ack: counted, its record in bytes, deflated
-    # for the controller (this host is the tree's first level).
+    # Asked for a summary, it folds its own plain ack: counted, its record in bytes (too few
+    # to deflate, though this host is the tree's first level).
     summary = summarized["summary"]
-    assert summarized["step"] == 2 and summarized["acks"] == [] and summary["zlib"] is True
+    assert summarized["step"] == 2 and summarized["acks"] == [] and "zlib" not in summary  # one record
     assert (summary["acks"], summary["hosts"]) == (1, 1)
-    [(host, component, entry)] = ackjournal.entries(summary["records"], compressed=True)
+    [(host, component, entry)] = ackjournal.entries(summary["records"])
     assert (host, component, entry["status"]) == ("a", m.NODE, m.ACK_OK) and summary["slowest"][0][1] == "a"
 
 

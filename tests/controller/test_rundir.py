@@ -133,7 +133,7 @@ def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_r
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": [{"phase": "work", "sent_ns": 5}]})
     summary = AckSummary()
     summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
-    run.journal_acks(0, 30, summary.wire(compress=True)["records"], compressed=True)
+    run.journal_acks(0, 30, zlib.compress(summary.wire()["records"]), compressed=True)
     assert load_record(run.path)["steps"][0]["hosts"]["b"]["components"]["y"]["acked_ns"] == 20
     # 17 MB of zeros deflate to 17 kB: a first level may not make the controller inflate them.
     run.journal_acks(0, 40, zlib.compress(bytes(17 << 20)), compressed=True)
