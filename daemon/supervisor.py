@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import psutil
 from netspec.datastream.writer import StreamConfig
+from netspec.protocol import events
 from netspec.protocol import messages as m
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
@@ -235,8 +236,12 @@ class ComponentProcess:
         self.channel.send({"t": m.ENTER, "id": self._next_id, "phase": phase, "params": params,
                            "published": published, **fields})
         ack = await waiter
+        if wrong := events.component_ack_problem(ack):
+            # The component's fault, said as its own: not passed on for the controller to refuse.
+            return {"status": m.ACK_ERROR, "message": f"the component sent {wrong}: {str(ack)[:200]}"}
         self.handed_back.extend(ack.get("files", []))
-        return ack
+        # Only what a component may say goes on: the rest of an ack is the daemon's to add.
+        return {k: ack[k] for k in events.COMPONENT_ACK_FIELDS if k in ack}
 
     async def stop(self, grace: float = STOP_GRACE_S) -> dict[str, Any]:
         """Ask the component to end (STOP message or SIGTERM), then kill what remains."""

@@ -136,3 +136,18 @@ def reply_problem(request: dict[str, Any], reply: dict[str, Any]) -> str | None:
         return (f"a reply to read of {len(reply['data'])} bytes (eof {reply['eof']}) for "
                 f"{request.get('size')} asked")
     return None
+
+
+# What a component's ack may carry (docs/protocol.md, "Daemon <-> component"); status is required.
+COMPONENT_ACK_FIELDS = {
+    "status": lambda v: v in STATUSES, "message": lambda v: isinstance(v, str),
+    "traceback": lambda v: isinstance(v, str), "files": _strings,
+    "published": ACK_FIELDS["published"], "started": _int, "ended": _int}
+
+
+def component_ack_problem(ack: dict[str, Any]) -> str | None:
+    """What is wrong with an ack a component sent its daemon, None if nothing: a component
+    may be written in any language, against any netspec."""
+    wrong = [k for k, ok in COMPONENT_ACK_FIELDS.items()
+             if (k in ack or k == "status") and not ok(ack.get(k))]
+    return f"an ack whose {_are(wrong)} malformed" if wrong else None

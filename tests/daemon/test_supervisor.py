@@ -181,3 +181,27 @@ def test_handed_back_files_of_one_name_are_listed_under_names_of_their_own(tmp_p
             sup.components["c"].handed_back.extend([*map(str, made), str(made[0])])
             return [f["name"] for f in sup.collectable() if f["name"].startswith("files/")]
     assert asyncio.run(listing()) == ["files/out.csv", "files/out-2.csv", "files/out_csv", "files/out_csv-2"]
+
+
+RUN_RAW = session_run_id("run-raw")
+
+
+def test_a_components_malformed_ack_is_its_error_and_only_what_a_component_may_say_goes_on(daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_RAW, components=[
+                {"name": "fine", "program": str(PROGRAMS / "rawack.py"),
+                 "args": ['{"status": "ok", "message": "hi", "phases": 5, "clock": "x"}']},
+                {"name": "odd", "program": str(PROGRAMS / "rawack.py"),
+                 "args": ['{"status": "fine", "files": "x"}']}])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "fine"}, {"name": "odd"}])
+            fine, odd = await s.event("ack", "fine"), await s.event("ack", "odd")
+            await s.request("reset", clean=True)
+            return fine, odd, s.client.lost
+    fine, odd, lost = asyncio.run(scenario())
+    # The daemon kept its connection: what it passed on is what the controller takes.
+    assert lost is None
+    assert fine["status"] == "ok" and fine["message"] == "hi" and "clock" not in fine
+    assert odd["status"] == "error" and odd["message"].startswith(
+        "the component sent an ack whose status and files are malformed")
