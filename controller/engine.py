@@ -74,7 +74,8 @@ class Run:
         self.hosts: dict[str, Host] = {h.name: make_host(h, self.forks, accept_new_host_keys, keep_daemons)
                                        for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
-        self.fan_out = FanOut(self.clients, Tree(plan.fan_out, tuple(self.hosts)) if plan.fan_out else None)
+        self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)
+                              if plan.fan_out else None)
         self.endpoints: dict[str, tuple[str, int]] = {}  # where each daemon was reached
         self.facts: dict[str, dict[str, Any]] = {}
         self.addresses: dict[str, str] = {}

@@ -37,6 +37,13 @@ class Tree:
     def _index(self) -> dict[str, int]:
         return {h: i for i, h in enumerate(self.hosts)}
 
+    @classmethod
+    def over(cls, width: int, hosts: tuple[str, ...], reference: str | None) -> Tree:
+        """The tree over `hosts` with the clock `reference` last, so a leaf: it answers every
+        host's clock probes, and a relay's work beside that starved its probe server (at 1000
+        hosts on 2 cores it answered 20 probes a second, and 972 hosts got no estimate)."""
+        return cls(width, (*(h for h in hosts if h != reference), *(h for h in hosts if h == reference)))
+
     def children(self, host: str) -> tuple[str, ...]:
         start = self.width * (self._index[host] + 1)
         return self.hosts[start:start + self.width]

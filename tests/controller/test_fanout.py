@@ -34,6 +34,10 @@ def test_the_tree_puts_each_host_below_one_first_level_host_with_at_most_width_c
         assert all(len(tree.children(h)) <= width for h in tree.hosts)
         longest = max(len(path_to(tree, h)) for h in tree.hosts)
         assert longest == tree.depth(), (n, width)
+    # The clock reference answers every host's probes: it relays no one's steps.
+    for n, width in [(7, 2), (1000, 16), (2, 2)]:
+        tree = Tree.over(width, _hosts(n), "h0")
+        assert tree.children("h0") == () and sorted(tree.hosts) == sorted(_hosts(n))
 
 
 def path_to(tree: Tree, host: str) -> list[str]:
@@ -123,15 +127,16 @@ schedule:
 
 def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(experiment, tmp_path):
     lines = [f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work,rest,collect"]'
-             + (", params: {fail_in: rest}" if i == 6 else "") + "}" for i in range(7)]
+             + (", params: {fail_in: rest}" if i == 0 else "") + "}" for i in range(7)]
     path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)))
     done = ns_control("run", "--no-merge", str(path), "--runs", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 1
-    # h6 is a leaf two relays below the controller: its error ack is named all the same.
-    assert "phase 'rest' failed on h6" in done.stderr and "c6 fails in rest as asked" in done.stderr
+    # h0, the clock reference, is put last in the tree, a leaf (it relays no one's steps):
+    # h1 -> h3 -> h0. Its error ack, two relays below the controller, is named all the same.
+    assert "phase 'rest' failed on h0" in done.stderr and "c0 fails in rest as asked" in done.stderr
     assert "steps go through a fan-out tree: 7 hosts, 2 children at most, 3 levels" in done.stdout
     record = latest_record(tmp_path / "runs")
-    assert record["fan_out"] == {"width": 2, "depth": 3, "relays": 3, "first": ["h0", "h1"]}
+    assert record["fan_out"] == {"width": 2, "depth": 3, "relays": 3, "first": ["h1", "h2"]}
     steps = {s["phase"]: s for s in record["steps"]}
     for phase in ("launch", "sync_clocks", "work"):
         assert steps[phase]["status"] == "ok"
@@ -144,7 +149,7 @@ def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(
     assert steps["work"]["release"]["starts"] == 7 and "unplaced" not in steps["work"]["release"]
     rest = steps["rest"]
     assert rest["status"] == "failed"
-    assert rest["hosts"]["h6"]["components"]["c6"]["outcome"] == "error"
+    assert rest["hosts"]["h0"]["components"]["c0"]["outcome"] == "error"
     assert record["status"] == "failed"
     # The run still gathered every host's streams and outputs.
     assert all(record["hosts"][f"h{i}"].get("streams") for i in range(7))
@@ -195,7 +200,8 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
 
 
 def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_gathered(experiment, tmp_path):
-    # h1 relays to h4 and h5; it dies while every host waits in 'work' for h0's component.
+    # h1 relays to h3 and h4 (and h3 to h0, the clock reference, put last in the tree); it dies
+    # while every host waits in 'work' for h0's component.
     lines = [f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work,rest,collect"]'
              + (", params: {hang_in: work}" if i == 0 else "") + "}" for i in range(7)]
     path = experiment(SEVEN.replace("COMPONENTS", "\n".join(lines)).replace(
@@ -217,7 +223,7 @@ def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_g
     # and h1's own were salvaged from its disk.
     assert record["hosts"]["h1"]["salvaged"]["via"] == "the local filesystem"
     assert "[salvaged host h1: " in stdout
-    for host in ("h4", "h5"):
+    for host in ("h3", "h4"):
         assert record["hosts"][host].get("streams"), host
         assert (tmp_path / "runs" / "latest" / "hosts" / host / f"c{host[1:]}" / "exit.json").exists()
     assert not run_processes(record["id"])
