@@ -18,7 +18,7 @@ from .results import ComponentResult
 from .rundir import RunDir
 from .salvage import salvage_hosts
 
-CHUNK = 4 * 1024 * 1024
+CHUNK = m.READ_LIMIT  # each read asks for the most a daemon answers with
 STREAMED = ("stdout", "stderr")
 
 
@@ -76,11 +76,13 @@ async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], 
         StepFailed: a host's files could not all be gathered (after the others were).
     """
     names, done = list(clients), []
+    runs: dict[str, set[str]] = {}  # host -> its components, gathered once for the fleet
+    for name, result in results.items():
+        runs.setdefault(result.host, set()).add(name)
 
     async def fetch(host: str) -> list[tuple[str, Path]]:
         try:
-            return await fetch_host(clients[host], run, deadline,
-                                    {name for name, r in results.items() if r.host == host})
+            return await fetch_host(clients[host], run, deadline, runs.get(host, set()))
         finally:
             done.append(host)
             progress(Progress("count", "collect", host, done=len(done), total=len(names)))
