@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,18 @@ def _read(path: str) -> str:
         return ""
 
 
+@cache
 def _cpu_model() -> str:
     for line in _read("/proc/cpuinfo").splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor()
+
+
+@cache
+def _os_name() -> str:
+    """platform.platform(), found once: it reads the Python binary to name its libc."""
+    return platform.platform()
 
 
 def host_address() -> str:
@@ -45,7 +53,7 @@ def host_facts() -> dict[str, Any]:
     uname = os.uname()
     return {
         "hostname": socket.gethostname(),
-        "os": platform.platform(),
+        "os": _os_name(),
         "kernel": uname.release,
         "machine": uname.machine,
         "cpu_model": _cpu_model(),

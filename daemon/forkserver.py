@@ -25,6 +25,7 @@ import threading
 import traceback
 
 from netspec.daemon import main as daemon_main
+from netspec.daemon.facts import host_facts
 
 
 def _say(message: dict[str, object]) -> None:
@@ -65,6 +66,10 @@ def serve() -> None:
     if threading.active_count() != 1:
         raise SystemExit("netspecd fork server: a thread is running; forking now would copy it half-done")
     signal.signal(signal.SIGCHLD, _reap)
+    # What every daemon would otherwise find for itself, each in pages of its own: the
+    # host's facts (their search reads every installed distribution) and its argument parser.
+    host_facts()
+    daemon_main.parse_arguments([])
     gc.collect()
     gc.freeze()
     for line in sys.stdin:

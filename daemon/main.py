@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+from functools import cache
 from pathlib import Path
 
 from netspec.protocol.auth import load_or_create_key, netspec_home
@@ -27,7 +28,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
+@cache
+def _parser() -> argparse.ArgumentParser:
+    """Built once: a fork server builds it before it forks, so its daemons share it."""
     parser = argparse.ArgumentParser(
         prog="netspecd", description="The per-host netspec daemon: runs the components of "
         "experiments for ns_control. Every connection must first prove the shared key.")
@@ -49,7 +52,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="",
                         help="with --kill-run: only the processes of this host of the run")
     parser.add_argument("--verbose", "-v", action="store_true")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace, key: bytes) -> None:
@@ -89,7 +96,7 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
+    args = parse_arguments(argv)
     if args.kill_run:
         end_run_processes(args.kill_run, KILL_GRACE_S, args.host)
         return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterable
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -23,8 +24,10 @@ from typing import Any
 PROTOCOL_VERSION = 5
 
 
+@cache
 def netspec_version() -> str:
-    """This netspec's version, as installed ("unknown" when run from a bare tree)."""
+    """This netspec's version, as installed ("unknown" when run from a bare tree). Found
+    once: the search reads every installed distribution's metadata."""
     try:
         return metadata.version("netspec")
     except metadata.PackageNotFoundError:
