@@ -27,8 +27,11 @@ Figures per N:
   teardown        from the end of collect to the end of `execute`
   projection      with tree runs at two sizes or more: a step's cost at 10,000 hosts from
                   the per-step, per-host and per-relay costs measured (`projection`)
-Baseline, measured in the same run: the round trip of a bare asyncio TCP echo between two
-processes (bench/barrier.py), which a one-host step cannot beat.
+Baselines, measured in the same run: per N, the floor of a release at an instant on this
+machine, N bare processes waking at one instant (bench/wakefloor.py: the spread of their
+stamps, p50/p99; `at` skew is also printed as a ratio to its p50); and the round trip of a
+bare asyncio TCP echo between two processes (bench/barrier.py), which a one-host step
+cannot beat.
 
 Prints figures for people, then one JSON object as the last line.
 
@@ -49,6 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import wakefloor
 from barrier import echo_round_trips, percentile
 from netspec.controller.engine import Run
 from netspec.controller.fanout import Tree
@@ -212,7 +216,8 @@ def describe(n: int, kind: str, got: dict[str, float]) -> str:
         f"release skew p50/p99: message {got['message_skew_p50_us']:.0f}/"
         f"{got['message_skew_p99_us']:.0f} us, "
         f"at {got['at_skew_p50_us']:.0f}/{got['at_skew_p99_us']:.0f} us "
-        f"({got['at_missed']:.1f} hosts/step got it after its instant)",
+        f"(p50 {got['at_skew_p50_over_floor']:.2f}x the floor; "
+        f"{got['at_missed']:.1f} hosts/step got it after its instant)",
         f"run.json {got['runjson_mb']:.1f} MB", f"teardown {got['teardown_s']:.1f} s"])
 
 
@@ -234,6 +239,12 @@ def main() -> None:
               f"fd limit {soft}/{hard}")
         runs: dict[tuple[str, int | None], dict[int, dict[str, float]]] = {}
         for n in map(int, args.daemons.split(",")):
+            floor = wakefloor.spreads_us(n)
+            results.update({f"wake_floor_{n}_{q}_us": round(percentile(floor, p), 1)
+                            for q, p in (("p50", 0.5), ("p99", 0.99))})
+            print(f"floor: {n} bare processes waking at one instant (bench/wakefloor.py): spread "
+                  f"p50 {results[f'wake_floor_{n}_p50_us']:.0f} us, "
+                  f"p99 {results[f'wake_floor_{n}_p99_us']:.0f} us", flush=True)
             for kind, fan_out in itertools.product(("node", "component"), args.fan_out.split(",")):
                 if kind == "component" and n > args.component_max:
                     continue
@@ -246,6 +257,7 @@ def main() -> None:
                     print(f"N={n:5d} {label:>16}: FAILED: {first}", flush=True)
                     results[f"{label.replace(' ', '_')}_{n}_failed"] = first
                     continue
+                got["at_skew_p50_over_floor"] = got["at_skew_p50_us"] / results[f"wake_floor_{n}_p50_us"]
                 print(describe(n, label, got), flush=True)
                 results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
                 runs.setdefault((kind, width), {})[n] = got
