@@ -86,10 +86,11 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"root": str(sup.root)}
 
 
-async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Start the phase in each named component; each ack follows as its own event. In a
     fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
-    go up in batches (relay.py)."""
+    go up in batches (relay.py). Answered as it is read (INLINE_HANDLERS): nothing here
+    waits, and a node step of this daemon's own is acked before the next frame is read."""
     sup = _supervisor(session)
     _check_enter(request)
     comps, emit = request.get("components", []), session.emit
@@ -106,7 +107,7 @@ async def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
         session.tg.create_task(_release(sup, request, comps, emit))
     else:
         for comp in comps:
-            session.tg.create_task(_enter_one(sup, request, comp, emit))
+            _start(sup, request, comp, emit)
     return {"accepted": len(comps)}
 
 
@@ -145,15 +146,29 @@ async def _release(sup: Supervisor, request: dict[str, Any], comps: list[dict[st
     if refused:
         said["realtime_refused"] = True
     for comp in comps:
-        sup.tg.create_task(_enter_one(sup, request, comp, emit, said, entered))
+        _start(sup, request, comp, emit, said, entered)
+
+
+def _start(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit: Emit,
+           released: dict[str, Any] | None = None, entered: int | None = None) -> None:
+    """Enter the phase in one component. This daemon's own part in a step that waits for
+    nothing is done and acked at once: a task and a timeout for it cost a node step more
+    than its work (bench/nodestep.py)."""
+    entered = time.time_ns() if entered is None else entered
+    if comp["name"] == m.NODE and request["phase"] != m.SYNC_CLOCKS:
+        try:
+            ack = node_phase_now(sup, request["phase"])
+        except NetspecError as exc:
+            ack = {"status": m.ACK_ERROR, "message": str(exc)}
+        except Exception as exc:
+            ack = _fault_ack(exc)
+        _ack(sup, request, m.NODE, ack, entered, emit, released)
+    else:
+        sup.tg.create_task(_enter_one(sup, request, comp, emit, released, entered))
 
 
 async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit: Emit,
-                     released: dict[str, Any] | None = None, entered: int | None = None) -> None:
-    entered = time.time_ns() if entered is None else entered
-    # Where this host's clock stood from the reference as the phase began: the run puts
-    # every participant's start on the global timeline with it (the release skew).
-    est = sup.services.clock.estimate(entered)
+                     released: dict[str, Any] | None, entered: int) -> None:
     phase, step, name = request["phase"], request["step"], comp["name"]
     deadline_s = request.get("deadline_s")
     try:
@@ -164,12 +179,24 @@ async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, A
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: no ack within the step's deadline "
                f"of {deadline_s:g} s (and {ENTER_GRACE_S:g} s more)"}
     except Exception as exc:
-        err = m.error_map(exc)
-        ack = {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
-               "traceback": err["traceback"]}
+        ack = _fault_ack(exc)
     if name != m.NODE:
         sup.services.acked(step, phase, name, ack["status"])
-    emit({**ack, "t": m.ACK, "step": step, "component": name,
+    _ack(sup, request, name, ack, entered, emit, released)
+
+
+def _fault_ack(exc: Exception) -> dict[str, Any]:
+    err = m.error_map(exc)
+    return {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
+            "traceback": err["traceback"]}
+
+
+def _ack(sup: Supervisor, request: dict[str, Any], name: str, ack: dict[str, Any], entered: int,
+         emit: Emit, released: dict[str, Any] | None) -> None:
+    # Where this host's clock stood from the reference as the phase began: the run puts
+    # every participant's start on the global timeline with it (the release skew).
+    est = sup.services.clock.estimate(entered)
+    emit({**ack, "t": m.ACK, "step": request["step"], "component": name,
           "entered": entered, "acked": time.time_ns(),
           **({"entry_clock": [est.offset_ns, est.bound_ns]} if est is not None else {}),
           **({"release": released} if released is not None else {})})
@@ -192,6 +219,11 @@ async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dic
     if phase == m.SYNC_CLOCKS:
         est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
         return {"status": m.ACK_OK, "clock": est.as_dict()}
+    return node_phase_now(sup, phase)
+
+
+def node_phase_now(sup: Supervisor, phase: str) -> dict[str, Any]:
+    """The daemon's own part in a node-wide step other than sync_clocks: nothing to wait for."""
     if phase == m.START_LOGGING:
         sup.services.start_logging(sup.running_pids())
     elif phase == m.STOP_LOGGING:
@@ -303,6 +335,8 @@ async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 HANDLERS: dict[str, Handler] = {
-    m.HELLO: hello, m.SETUP: setup, m.ENTER: enter, m.END: end, m.RESET: reset, m.FILES: files,
+    m.HELLO: hello, m.SETUP: setup, m.END: end, m.RESET: reset, m.FILES: files,
     m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown, m.TREE: tree, m.JOIN: join,
 }
+# Requests answered as they are read, without a task of their own.
+INLINE_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], dict[str, Any]]] = {m.ENTER: enter}

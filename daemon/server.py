@@ -18,7 +18,7 @@ from netspec.protocol.auth import server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
 
-from .handlers import HANDLERS
+from .handlers import HANDLERS, INLINE_HANDLERS
 from .relay import Relay
 from .supervisor import Supervisor
 
@@ -89,6 +89,9 @@ class Session:
                 self.tg = tg
                 try:
                     while (request := await self.channel.recv()) is not None:
+                        if request.get("t") in INLINE_HANDLERS:
+                            self._answer_now(request)
+                            continue
                         await self.in_flight.acquire()
                         tg.create_task(self._answer(request))
                 except (ProtocolError, ConnectionError) as exc:
@@ -108,7 +111,6 @@ class Session:
             self.in_flight.release()
 
     async def _answer_one(self, request: dict[str, Any]) -> None:
-        rid = request.get("id")
         try:
             handler = HANDLERS.get(request.get("t"))  # type: ignore[arg-type]
             if handler is None:
@@ -119,13 +121,27 @@ class Session:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.debug("request %s failed", request["t"], exc_info=True)
-            # Without an id (a one-way command) the error is an event of its own.
-            error = {"t": m.ERROR, "error": m.error_map(exc)}
-            self.emit(error if rid is None else {**error, "id": rid})
+            self._refuse(request, exc)
         else:
-            if rid is not None:
-                self.emit({"t": m.REPLY, "id": rid, **reply})
+            self._reply(request, reply)
+
+    def _answer_now(self, request: dict[str, Any]) -> None:
+        try:
+            reply = INLINE_HANDLERS[request["t"]](self, request)
+        except Exception as exc:
+            self._refuse(request, exc)
+        else:
+            self._reply(request, reply)
+
+    def _reply(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        if request.get("id") is not None:
+            self.emit({"t": m.REPLY, "id": request["id"], **reply})
+
+    def _refuse(self, request: dict[str, Any], exc: Exception) -> None:
+        log.debug("request %s failed", request["t"], exc_info=True)
+        # Without an id (a one-way command) the error is an event of its own.
+        error = {"t": m.ERROR, "error": m.error_map(exc)}
+        self.emit(error if request.get("id") is None else {**error, "id": request["id"]})
 
 
 class Daemon:
