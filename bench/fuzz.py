@@ -182,13 +182,12 @@ async def pre_auth_one(port: int, payload: bytes, tally: Tally) -> None:
 
 
 async def session(port: int, key: bytes, rng: random.Random, count: int, tally: Tally) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    channel = Channel(reader, writer, "fuzz")
+    channel = await Channel.connect("127.0.0.1", port, "fuzz")
     await client_handshake(channel, key)
     waiting: set[int] = set()
     for n in range(1, count + 1):
         if rng.random() < 0.01:
-            writer.write(encode({"t": "hello", "id": n}) + os.urandom(16))  # a frame without its MAC
+            channel.transport.write(encode({"t": "hello", "id": n}) + os.urandom(16))  # no MAC
             tally.frames += 1
             tally.post_auth += 1
             break
@@ -256,8 +255,7 @@ async def fuzz(daemon: Daemon, key: bytes, frames: int, seed: int, seconds: floa
 
 async def hello_time(port: int, key: bytes) -> float:
     started = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    channel = Channel(reader, writer, "check")
+    channel = await Channel.connect("127.0.0.1", port, "check")
     await client_handshake(channel, key)
     channel.send({"t": "hello", "id": 1})
     async with asyncio.timeout(HANG_S):

@@ -112,9 +112,14 @@ class Link:
 
     async def read(self, relay: Relay) -> None:
         error = "the child closed it"
+
+        def take(message: dict[str, Any]) -> bool:
+            relay.from_child(self, message)
+            return True
+        self.channel.take(take)  # each batch handled as it is read, not by a task woken for it
         try:
             while (message := await self.channel.recv()) is not None:
-                relay.from_child(self, message)
+                take(message)
         except (ProtocolError, ConnectionError) as exc:
             error = str(exc)
         if not relay.closing:
@@ -213,8 +218,7 @@ async def _join(run: str, key: bytes, child: dict[str, Any]) -> Link:
     channel: Channel | None = None
     try:
         async with asyncio.timeout(JOIN_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(address[0], address[1])
-            channel = Channel(reader, writer, peer=f"host {name}")
+            channel = await Channel.connect(address[0], address[1], peer=f"host {name}")
             await client_handshake(channel, key)
             channel.send({"t": m.JOIN, "id": 1, "run": run})
             reply = await channel.recv()

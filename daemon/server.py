@@ -87,6 +87,7 @@ class Session:
         try:
             async with asyncio.TaskGroup() as tg:
                 self.tg = tg
+                self.channel.take(self._take)
                 try:
                     while (request := await self.channel.recv()) is not None:
                         if request.get("t") in INLINE_HANDLERS:
@@ -103,6 +104,13 @@ class Session:
             # However the session ends (hang-up, bad frame, a fault in a handler), its run
             # ends with it: no process, thread or open stream of it is left behind.
             await self.end_run()
+
+    def _take(self, request: dict[str, Any]) -> bool:
+        """A request answered as it is read (INLINE_HANDLERS); the rest wait for `serve`."""
+        if request.get("t") not in INLINE_HANDLERS:
+            return False
+        self._answer_now(request)
+        return True
 
     async def _answer(self, request: dict[str, Any]) -> None:
         try:
@@ -159,22 +167,21 @@ class Daemon:
     async def serve(self, host: str, port: int, on_ready: Any = None) -> None:
         """Listen until `stop()`; then end every session, killing the processes it owns."""
         self.root.mkdir(parents=True, exist_ok=True)
-        server = await asyncio.start_server(self._connection, host, port)
+        server = await Channel.serve(self._connection, host, port)
         if on_ready is not None:
             on_ready(server.sockets[0].getsockname()[1])
         async with server:
             await self._stopped.wait()
         # Hanging up ends each session the ordinary way, which resets its run.
         for channel in self.sessions.values():
-            channel.writer.close()
+            channel.abort()
         if self.sessions:
             _, stuck = await asyncio.wait(self.sessions, timeout=CLOSE_TIMEOUT_S)
             for task in stuck:
                 task.cancel()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = "{}:{}".format(*writer.get_extra_info("peername")[:2])
-        channel = Channel(reader, writer, peer)
+    async def _connection(self, channel: Channel) -> None:
+        peer = channel.peer
         if len(self.sessions) >= MAX_CONNECTIONS:
             log.warning("refused %s: already %d connections", peer, len(self.sessions))
             busy = f"netspecd has {MAX_CONNECTIONS} connections already"

@@ -164,8 +164,7 @@ class ComponentProcess:
         pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout")),
                  tg.create_task(self._pump(self.proc.stderr, "stderr"))]
         if ours:
-            reader, writer = await asyncio.open_connection(sock=ours)
-            self.channel = Channel(reader, writer, peer=f"component {self.spec.name}")
+            self.channel = await Channel.over(ours, peer=f"component {self.spec.name}")
             tg.create_task(self._read_channel())
         tg.create_task(self._watch_exit(protocol.exit_code, pumps))
 
@@ -227,7 +226,7 @@ class ComponentProcess:
     async def call(self, phase: str, params: dict[str, Any], published: dict[str, Any],
                    **fields: Any) -> dict[str, Any]:
         """Enter `phase` in an aware component and return its ack; `fields` go along."""
-        if self.channel is None or self.exited.done() or self.channel.writer.is_closing():
+        if self.channel is None or self.exited.done() or self.channel.closing:
             raise ComponentExited(f"{describe_returncode(self.proc and self.proc.returncode)} "
                                   "and cannot take part")
         self._next_id += 1

@@ -87,10 +87,11 @@ async def server_handshake(channel: Channel, key: bytes) -> None:
         await channel.drain()
         raise AuthError("authentication failed", channel.peer)
     channel.send({"t": "welcome", "mac": _mac(key, b"server", nonce_c, nonce_s)})
-    await channel.drain()
+    # Sealed before anything may wait: the client's first sealed frame can follow at once.
     channel.decoder.max_frame = limit
     to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
     channel.seal(outgoing=to_controller, incoming=to_daemon)
+    await channel.drain()
 
 
 async def client_handshake(channel: Channel, key: bytes) -> None:

@@ -9,58 +9,202 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .errors import ConnectionLost, ProtocolError
 from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
 READ_SIZE = 256 * 1024
+# Messages decoded but not yet taken by `recv` past which the socket is not read until they
+# are: a peer that floods is held back by TCP, not queued in memory.
+READY_LIMIT = 256
+
+Take = Callable[[dict[str, Any]], bool]
 
 
-class Channel:
-    """An asyncio message channel; `recv` returns None at a clean end of stream."""
+class Channel(asyncio.Protocol):
+    """An asyncio message channel: `recv` returns None at a clean end of stream.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 peer: str = "", max_frame: int = MAX_FRAME):
-        self.reader, self.writer, self.peer = reader, writer, peer
+    It is the connection's protocol itself, not a stream reader's consumer: a frame is
+    decoded as its bytes arrive, and a consumer that `take`s messages handles them there
+    and then, without a task woken per message (a node step's enter, a step's acks).
+
+    Lifecycle: made by `connect`, `over` or `serve`; `close` ends it and may be called twice.
+    """
+
+    def __init__(self, peer: str = "", max_frame: int = MAX_FRAME):
+        self.peer = peer
         self.decoder = FrameDecoder(max_frame)
+        self.transport: asyncio.Transport | None = None
         self._ready: deque[dict[str, Any]] = deque()
         self._seal: Seal | None = None
+        self._take: Take | None = None
+        self._eof = False
+        self._error: BaseException | None = None
+        self._reader: asyncio.Future[None] | None = None
+        self._paused_reading = False
+        self._writable: asyncio.Future[None] | None = None
+        self._lost = asyncio.get_running_loop().create_future()
+
+    @classmethod
+    async def connect(cls, host: str, port: int, peer: str = "") -> Channel:
+        _, channel = await asyncio.get_running_loop().create_connection(lambda: cls(peer), host, port)
+        return channel
+
+    @classmethod
+    async def over(cls, sock: socket.socket, peer: str = "") -> Channel:
+        """A channel over a socket already connected (a socketpair's end)."""
+        _, channel = await asyncio.get_running_loop().create_connection(lambda: cls(peer), sock=sock)
+        return channel
+
+    @classmethod
+    async def serve(cls, on_channel: Callable[[Channel], Awaitable[None]], host: str,
+                    port: int) -> asyncio.Server:
+        """Listen; each connection's channel is served by `on_channel` in a task of its own."""
+        loop = asyncio.get_running_loop()
+        tasks: set[asyncio.Task[None]] = set()
+
+        def accepted() -> Channel:
+            channel = cls()
+            channel._on_open = lambda: _spawn(tasks, on_channel(channel))
+            return channel
+        return await loop.create_server(accepted, host, port)
 
     def seal(self, outgoing: Seal, incoming: Seal) -> None:
-        """From now on every frame is tagged and every frame received must carry its tag."""
+        """From now on every frame is tagged and every frame received must carry its tag.
+        Frames are decoded as they arrive: the handshake seals before anything sealed can
+        come (auth.py)."""
         self._seal, self.decoder.seal = outgoing, incoming
+
+    def take(self, handler: Take | None) -> None:
+        """Hand each message, as it is decoded, to `handler` first: what it returns True for
+        is handled, the rest wait for `recv` in order. An exception it raises ends the
+        channel and is raised by `recv`. Only while no message waits, so that order holds."""
+        self._take = handler
 
     async def recv(self) -> dict[str, Any] | None:
         while not self._ready:
-            data = await self.reader.read(READ_SIZE)
-            if not data:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
                 if self.decoder.pending:
                     raise ProtocolError("connection closed inside a frame", self.peer)
                 return None
+            self._reader = asyncio.get_running_loop().create_future()
             try:
-                self._ready.extend(self.decoder.feed(data))
-            except ProtocolError as exc:
-                raise ProtocolError(str(exc), self.peer) from exc
-        return self._ready.popleft()
+                await self._reader
+            finally:
+                self._reader = None
+        message = self._ready.popleft()
+        if self._paused_reading and len(self._ready) < READY_LIMIT // 2 and self.transport is not None:
+            self._paused_reading = False
+            self.transport.resume_reading()
+        return message
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message; call `drain` where back-pressure matters."""
-        if self.writer.is_closing():
+        if self.closing:
             raise ConnectionLost(self.peer, detail="connection is closed")
-        self.writer.write(encode(message, self._seal))
+        assert self.transport is not None
+        self.transport.write(encode(message, self._seal))
 
     async def drain(self) -> None:
-        try:
-            await self.writer.drain()
-        except (ConnectionError, OSError) as exc:
-            raise ConnectionLost(self.peer, detail=str(exc)) from exc
+        if self._lost.done():
+            raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+            if self._lost.done():
+                raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
+
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def abort(self) -> None:
+        """Hang up now, without waiting (the peer sees the end of the stream)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
 
     async def close(self) -> None:
-        if not self.writer.is_closing():
-            self.writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.writer.wait_closed()
+        self.abort()
+        if self.transport is not None:
+            with contextlib.suppress(ConnectionError, OSError):
+                await asyncio.shield(self._lost)
+
+    # asyncio.Protocol
+
+    _on_open: Callable[[], None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if not self.peer:
+            peername = transport.get_extra_info("peername")
+            self.peer = "{}:{}".format(*peername[:2]) if isinstance(peername, tuple) else "peer"
+        if self._on_open is not None:
+            self._on_open()
+
+    def data_received(self, data: bytes) -> None:
+        if self._error is None:
+            self._decode(data)
+            if self._ready:  # what a `take` handled wakes nobody
+                self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        if not self._lost.done():
+            self._lost.set_result(exc)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def _decode(self, data: bytes) -> None:
+        try:
+            messages = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._fail(ProtocolError(str(exc), self.peer))
+            return
+        for message in messages:
+            if self._take is not None and not self._ready:
+                try:
+                    if self._take(message):
+                        continue
+                except Exception as exc:  # the consumer's refusal: raised by its recv
+                    self._fail(exc)
+                    return
+            self._ready.append(message)
+        if len(self._ready) >= READY_LIMIT and not self._paused_reading and self.transport is not None:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        self.abort()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.set_result(None)
+
+
+def _spawn(tasks: set[asyncio.Task[None]], work: Awaitable[None]) -> None:
+    task = asyncio.ensure_future(work)
+    tasks.add(task)  # held: the loop keeps only weak references to tasks
+    task.add_done_callback(tasks.discard)
 
 
 class BlockingChannel:

@@ -3,7 +3,6 @@
 
 import asyncio
 import os
-import socket
 
 import pytest
 from hypothesis import given, settings
@@ -70,18 +69,15 @@ async def _talk(answer, then):
     controller's side."""
     key, got = os.urandom(32), []
 
-    async def daemon(reader, writer):
-        channel = Channel(reader, writer, "controller")
+    async def daemon(channel):
         await server_handshake(channel, key)
         while (request := await channel.recv()) is not None:  # spoken to once its handshake is done
             for frame in answer(request):
                 channel.send(frame)
 
-    server = await asyncio.start_server(daemon, "127.0.0.1", 0)
+    server = await Channel.serve(daemon, "127.0.0.1", 0)
     async with server:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1],
-                                                       family=socket.AF_INET)
-        channel = Channel(reader, writer, "host a")
+        channel = await Channel.connect("127.0.0.1", server.sockets[0].getsockname()[1], "host a")
         await client_handshake(channel, key)
         client = DaemonClient("a", channel, lambda host, event: got.append((host, event)))
         serving = asyncio.create_task(client.serve())

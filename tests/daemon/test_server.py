@@ -83,7 +83,7 @@ def test_malformed_and_oversized_frames_drop_the_connection_not_the_daemon(daemo
 def test_an_oversized_frame_after_authentication_drops_only_that_connection(daemon, key):
     async def scenario():
         client, serving = await _client(daemon.port, key)
-        client.channel.writer.write(struct.pack(">I", 64 * 1024 * 1024) + b"x" * 1024)
+        client.channel.transport.write(struct.pack(">I", 64 * 1024 * 1024) + b"x" * 1024)
         await serving  # the daemon hangs up
         return await _hello(daemon.port, key)
     assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION

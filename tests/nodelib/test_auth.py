@@ -11,9 +11,7 @@ from netspec.protocol.wire import encode
 
 async def _pair() -> tuple[Channel, Channel]:
     a, b = __import__("socket").socketpair()
-    ra, wa = await asyncio.open_connection(sock=a)
-    rb, wb = await asyncio.open_connection(sock=b)
-    return Channel(ra, wa, "server-side"), Channel(rb, wb, "client-side")
+    return await Channel.over(a, "server-side"), await Channel.over(b, "client-side")
 
 
 async def _handshake(server_key: bytes, client_key: bytes):
@@ -63,7 +61,7 @@ def test_after_the_handshake_only_frames_sealed_for_this_connection_are_taken():
         server.send({"t": "reply", "id": 1})
         assert await client.recv() == {"t": "reply", "id": 1}
         # Someone on the path writes a well-formed but unsealed frame into the stream.
-        client.writer.write(encode({"t": "reset", "id": 2, "clean": True}))
+        client.transport.write(encode({"t": "reset", "id": 2, "clean": True}))
         with pytest.raises(ProtocolError, match="MAC check"):
             await server.recv()
         await server.close()

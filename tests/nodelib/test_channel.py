@@ -12,15 +12,17 @@ from netspec.protocol.errors import ProtocolError
 
 async def socketpair_channels():
     a, b = socket.socketpair()
-    return [Channel(*await asyncio.open_connection(sock=s), peer=n) for s, n in ((a, "a"), (b, "b"))]
+    return [await Channel.over(s, peer=n) for s, n in ((a, "a"), (b, "b"))]
 
 
 async def tcp_channels():
     accepted = asyncio.get_running_loop().create_future()
-    server = await asyncio.start_server(lambda r, w: accepted.set_result(Channel(r, w, "b")),
-                                        "127.0.0.1", 0)
+
+    async def on_channel(channel: Channel) -> None:
+        accepted.set_result(channel)
+    server = await Channel.serve(on_channel, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    a = Channel(*await asyncio.open_connection("127.0.0.1", port), peer="a")
+    a = await Channel.connect("127.0.0.1", port, peer="a")
     b = await accepted
     server.close()
     return [a, b]
@@ -67,7 +69,7 @@ def test_a_large_message_crosses_whole(transport):
 def test_a_connection_closed_inside_a_frame_is_a_protocol_error(transport):
     async def scenario():
         a, b = await transport()
-        a.writer.write(struct.pack(">I", 100) + b"short")
+        a.transport.write(struct.pack(">I", 100) + b"short")
         await a.close()
         with pytest.raises(ProtocolError, match="closed inside a frame"):
             await b.recv()
@@ -78,7 +80,7 @@ def test_a_connection_closed_inside_a_frame_is_a_protocol_error(transport):
 def test_the_blocking_channel_speaks_the_same_frames():
     async def scenario():
         ours, theirs = socket.socketpair()
-        channel = Channel(*await asyncio.open_connection(sock=ours), peer="daemon")
+        channel = await Channel.over(ours, peer="daemon")
         component = BlockingChannel(theirs)
         channel.send({"t": "enter", "id": 1})
         await channel.drain()
