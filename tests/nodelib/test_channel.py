@@ -6,7 +6,7 @@ import socket
 import struct
 
 import pytest
-from netspec.protocol.channel import BlockingChannel, Channel
+from netspec.protocol.channel import READY_LIMIT, BlockingChannel, Channel
 from netspec.protocol.errors import ProtocolError
 
 
@@ -50,6 +50,68 @@ def test_messages_arrive_in_order_both_ways(transport):
         return got_a, got_b
     got_a, got_b = asyncio.run(scenario())
     assert got_b == list(range(500)) and got_a == [-i for i in range(500)]
+
+
+def test_what_a_take_handles_skips_recv_and_the_rest_keeps_its_order(transport):
+    async def scenario():
+        a, b = await transport()
+        taken = []
+
+        def take(message):
+            if message["t"] == "fast":
+                taken.append(message["i"])
+                return True
+            return False
+        b.take(take)
+        for i in range(200):
+            a.send({"t": "slow" if i % 3 == 2 else "fast", "i": i})
+        await a.close()
+        received = []
+        while (message := await b.recv()) is not None:
+            received.append(message["i"])
+        await b.close()
+        return taken, received
+    taken, received = asyncio.run(scenario())
+    # A fast one is taken only while no slow one waits ahead of it: every slow one, and
+    # the fast ones that came behind it, reach recv in order.
+    assert sorted(taken + received) == list(range(200)) and received == sorted(received)
+    assert set(range(2, 200, 3)) <= set(received) and all(i % 3 != 2 for i in taken) and taken
+
+
+def test_a_take_that_refuses_a_message_ends_the_channel_and_recv_says_why(transport):
+    async def scenario():
+        a, b = await transport()
+
+        def take(message):
+            raise ProtocolError(f"refused {message['i']}")
+        b.take(take)
+        a.send({"t": "x", "i": 7})
+        with pytest.raises(ProtocolError, match="refused 7"):
+            await asyncio.wait_for(b.recv(), 5)
+        assert b.closing
+        assert await asyncio.wait_for(a.recv(), 5) is None  # the peer saw the hang-up
+        await a.close()
+        await b.close()
+    asyncio.run(scenario())
+
+
+def test_a_peer_that_floods_an_idle_reader_is_held_back_by_the_socket(transport):
+    async def scenario():
+        a, b = await transport()
+        sent = 0
+        while b.transport.is_reading() and sent < 100 * READY_LIMIT:
+            a.send({"t": "n", "i": sent})
+            sent += 1
+            await asyncio.sleep(0)  # let b read what came
+        held = len(b._ready)
+        got = [(await b.recv())["i"] for _ in range(sent)]
+        resumed = b.transport.is_reading()
+        await a.close()
+        await b.close()
+        return held, got, sent, resumed
+    held, got, sent, resumed = asyncio.run(scenario())
+    assert held >= READY_LIMIT and sent < 100 * READY_LIMIT
+    assert got == list(range(sent)) and resumed
 
 
 def test_a_large_message_crosses_whole(transport):
