@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .errors import ConnectionLost, ProtocolError
@@ -33,8 +33,9 @@ class Channel(asyncio.Protocol):
     Lifecycle: made by `connect`, `over` or `serve`; `close` ends it and may be called twice.
     """
 
-    def __init__(self, peer: str = "", max_frame: int = MAX_FRAME):
-        self.peer = peer
+    def __init__(self, peer: str = "", max_frame: int = MAX_FRAME,
+                 on_open: Callable[[Channel], None] | None = None):
+        self.peer, self._on_open = peer, on_open
         self.decoder = FrameDecoder(max_frame)
         self.transport: asyncio.Transport | None = None
         self._ready: deque[dict[str, Any]] = deque()
@@ -59,17 +60,17 @@ class Channel(asyncio.Protocol):
         return channel
 
     @classmethod
-    async def serve(cls, on_channel: Callable[[Channel], Awaitable[None]], host: str,
+    async def serve(cls, on_channel: Callable[[Channel], Coroutine[Any, Any, None]], host: str,
                     port: int) -> asyncio.Server:
         """Listen; each connection's channel is served by `on_channel` in a task of its own."""
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task[None]] = set()
 
-        def accepted() -> Channel:
-            channel = cls()
-            channel._on_open = lambda: _spawn(tasks, on_channel(channel))
-            return channel
-        return await loop.create_server(accepted, host, port)
+        def opened(channel: Channel) -> None:
+            task = loop.create_task(on_channel(channel))
+            tasks.add(task)  # held: the loop keeps only weak references to tasks
+            task.add_done_callback(tasks.discard)
+        return await loop.create_server(lambda: cls(on_open=opened), host, port)
 
     def seal(self, outgoing: Seal, incoming: Seal) -> None:
         """From now on every frame is tagged and every frame received must carry its tag.
@@ -110,12 +111,10 @@ class Channel(asyncio.Protocol):
         self.transport.write(encode(message, self._seal))
 
     async def drain(self) -> None:
+        if self._writable is not None and not self._lost.done():
+            await asyncio.shield(self._writable)
         if self._lost.done():
             raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
-        if self._writable is not None:
-            await asyncio.shield(self._writable)
-            if self._lost.done():
-                raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
 
     @property
     def closing(self) -> bool:
@@ -134,8 +133,6 @@ class Channel(asyncio.Protocol):
 
     # asyncio.Protocol
 
-    _on_open: Callable[[], None] | None = None
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
@@ -143,7 +140,7 @@ class Channel(asyncio.Protocol):
             peername = transport.get_extra_info("peername")
             self.peer = "{}:{}".format(*peername[:2]) if isinstance(peername, tuple) else "peer"
         if self._on_open is not None:
-            self._on_open()
+            self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
         if self._error is None:
@@ -199,12 +196,6 @@ class Channel(asyncio.Protocol):
     def _wake(self) -> None:
         if self._reader is not None and not self._reader.done():
             self._reader.set_result(None)
-
-
-def _spawn(tasks: set[asyncio.Task[None]], work: Awaitable[None]) -> None:
-    task = asyncio.ensure_future(work)
-    tasks.add(task)  # held: the loop keeps only weak references to tasks
-    task.add_done_callback(tasks.discard)
 
 
 class BlockingChannel:
