@@ -17,6 +17,7 @@ It ends at the end of stdin; the daemons it forked go on (each watches its contr
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import signal
@@ -70,6 +71,7 @@ def serve() -> None:
     # host's facts (their search reads every installed distribution) and its argument parser.
     host_facts()
     daemon_main.parse_arguments([])
+    importlib.import_module("concurrent.futures.thread")  # asyncio's executor, at a run's setup
     gc.collect()
     gc.freeze()
     for line in sys.stdin:

@@ -82,6 +82,7 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
                          request.get("streams"), config_from_wire(request.get("camp")))
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.services.open()
+        await release.prepare()
     log.info("run %s: %s", sup.run_id, ", ".join(s.name for s in specs) or "no components")
     return {"root": str(sup.root)}
 
