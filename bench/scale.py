@@ -27,7 +27,11 @@ Figures per N:
   teardown        from the end of collect to the end of `execute`
   projection      with tree runs at two sizes or more: a step's cost at 10,000 hosts from
                   the per-step, per-host and per-relay costs measured (`projection`)
-Baselines, measured in the same run: per N, the floor of a release at an instant on this
+Baselines, measured in the same run: per N, the floor of a flat step on this machine, N
+bare processes each sent a byte over loopback TCP and answering with one (bench/stepfloor.py:
+its step p50, the sender's CPU a process and each process's CPU a step; the step p50, the
+controller's and the daemons' CPU are also printed as ratios to them); the floor of a
+release at an instant on this
 machine, N bare processes waking at one instant (bench/wakefloor.py: the spread of their
 stamps, p50/p99; `at` skew is also printed as a ratio to its p50); and the round trip of a
 bare asyncio TCP echo between two processes (bench/barrier.py), which a one-host step
@@ -52,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import stepfloor
 import wakefloor
 from barrier import echo_round_trips, percentile
 from netspec.controller.engine import Run
@@ -65,6 +70,10 @@ from netspec.protocol.errors import NetspecError
 HERE = Path(__file__).resolve().parent
 IDLE_S = 5.0
 TICK_S = os.sysconf("SC_CLK_TCK")
+# Each figure against the bare step's (stepfloor.py): ratio, this run's key, the floor's key.
+FLOOR_RATIOS = (("step_p50", "step_p50_ms", "step_p50_ms"),
+                ("ctl_cpu", "ctl_cpu_us_per_step_host", "sender_cpu_us_per_step_process"),
+                ("daemon_cpu", "daemon_cpu_us_per_step", "process_cpu_us_per_step"))
 
 
 def experiment_text(n: int, steps: int, kind: str, fan_out: int | None) -> str:
@@ -209,9 +218,11 @@ def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, 
 def describe(n: int, kind: str, got: dict[str, float]) -> str:
     return " | ".join([
         f"N={n:5d} {kind:>16}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
-        f"step p50 {got['step_p50_ms']:7.2f} ms p99 {got['step_p99_ms']:7.2f} ms",
-        f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host",
-        f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step", f"PSS {got['pss_mb']:5.1f} MB",
+        f"step p50 {got['step_p50_ms']:7.2f} ms ({got['step_p50_over_floor']:.1f}x the floor) "
+        f"p99 {got['step_p99_ms']:7.2f} ms",
+        f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host ({got['ctl_cpu_over_floor']:.1f}x)",
+        f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step ({got['daemon_cpu_over_floor']:.1f}x)",
+        f"PSS {got['pss_mb']:5.1f} MB",
         f"idle {got['idle_cpu_pct']:.3f} %CPU/daemon, reference {got['reference_cpu_pct']:.1f} %",
         f"release skew p50/p99: message {got['message_skew_p50_us']:.0f}/"
         f"{got['message_skew_p99_us']:.0f} us, "
@@ -239,6 +250,11 @@ def main() -> None:
               f"fd limit {soft}/{hard}")
         runs: dict[tuple[str, int | None], dict[int, dict[str, float]]] = {}
         for n in map(int, args.daemons.split(",")):
+            bare = stepfloor.floor(n)
+            results.update({f"step_floor_{n}_{k}": round(v, 3) for k, v in bare.items() if k != "processes"})
+            print(f"floor: {n} bare processes, a byte each way a step (bench/stepfloor.py): step p50 "
+                  f"{bare['step_p50_ms']:.2f} ms; sender CPU {bare['sender_cpu_us_per_step_process']:.1f} us "
+                  f"/step/process; each process {bare['process_cpu_us_per_step']:.1f} us/step", flush=True)
             floor = wakefloor.spreads_us(n)
             results.update({f"wake_floor_{n}_{q}_us": round(percentile(floor, p), 1)
                             for q, p in (("p50", 0.5), ("p99", 0.99))})
@@ -258,6 +274,8 @@ def main() -> None:
                     results[f"{label.replace(' ', '_')}_{n}_failed"] = first
                     continue
                 got["at_skew_p50_over_floor"] = got["at_skew_p50_us"] / results[f"wake_floor_{n}_p50_us"]
+                for ratio, mine, theirs in FLOOR_RATIOS:
+                    got[f"{ratio}_over_floor"] = got[mine] / bare[theirs]
                 print(describe(n, label, got), flush=True)
                 results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
                 runs.setdefault((kind, width), {})[n] = got

@@ -1,0 +1,115 @@
+"""The machine's own floor for a flat barrier step: one process sends a byte to each of N
+processes over loopback TCP and waits until each has sent one back, as netspec's controller
+sends an enter to every daemon and waits for its ack, without anything of netspec's around it:
+no framing, MAC, msgpack, event loop or journal. Each of the N is a bare Python loop in
+blocking recv and send.
+
+Per step: its wall time (first send to last reply); the sender's CPU per step per process
+(time.process_time); the N processes' CPU per step each (/proc/<pid>/schedstat). netspec's
+flat step on this machine cannot be expected below it: every step wakes N processes, and
+the sender makes a send and a receive for each.
+
+Prints figures for people, then one JSON object as the last line.
+
+    python bench/stepfloor.py [--processes 100] [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from barrier import percentile
+
+WARM_UP = 20
+
+
+def _echo(sock: socket.socket) -> None:
+    """One of the N: answer each byte with a byte until the sender hangs up."""
+    while sock.recv(1):
+        sock.send(b"a")
+
+
+def _cpu_s(pid: int) -> float:
+    """The scheduler's own account of a one-thread process's CPU, to the nanosecond: ticks
+    (/proc/<pid>/stat) are too coarse for a few microseconds a step."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def measure(processes: int, steps: int) -> dict[str, float]:
+    """Fork `processes` echoers over loopback TCP and time `steps` steps across them. Forks:
+    call it from a process with no other thread (this file's own main does)."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=processes)
+    address, pids = listener.getsockname(), []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                listener.close()
+                with socket.create_connection(address) as sock:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    _echo(sock)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    peers = [listener.accept()[0] for _ in range(processes)]
+    listener.close()
+    selector = selectors.DefaultSelector()
+    for peer in peers:
+        peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer.setblocking(False)
+        selector.register(peer, selectors.EVENT_READ)
+    durations, cpu, children = [], 0.0, 0.0
+    for step in range(WARM_UP + steps):
+        if step == WARM_UP:
+            cpu, children = time.process_time(), sum(map(_cpu_s, pids))
+        started = time.perf_counter()
+        for peer in peers:
+            peer.send(b"e")
+        waiting = processes
+        while waiting:
+            for key, _ in selector.select():
+                waiting -= len(key.fileobj.recv(64))  # type: ignore[union-attr]
+        durations.append(time.perf_counter() - started)
+    cpu, children = time.process_time() - cpu, sum(map(_cpu_s, pids)) - children
+    for peer in peers:
+        peer.close()
+    for pid in pids:
+        os.waitpid(pid, 0)
+    measured = durations[WARM_UP:]
+    return {"processes": processes, "step_p50_ms": percentile(measured, 0.5) * 1e3,
+            "step_p99_ms": percentile(measured, 0.99) * 1e3,
+            "sender_cpu_us_per_step_process": cpu / steps / processes * 1e6,
+            "process_cpu_us_per_step": children / steps / processes * 1e6}
+
+
+def floor(processes: int, steps: int = 200) -> dict[str, float]:
+    """`measure`, in a process of its own (forking from a caller with threads would copy
+    them half-done)."""
+    argv = [sys.executable, __file__, "--processes", str(processes), "--steps", str(steps)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    got = measure(args.processes, args.steps)
+    print(f"{args.processes} bare processes, a byte each way a step, {args.steps} steps, "
+          f"{os.cpu_count()} CPUs: step p50 {got['step_p50_ms']:.2f} ms, p99 {got['step_p99_ms']:.2f} ms; "
+          f"sender CPU {got['sender_cpu_us_per_step_process']:.1f} us a step a process; "
+          f"each process {got['process_cpu_us_per_step']:.1f} us a step")
+    print(json.dumps({k: round(v, 3) for k, v in got.items()}))
+
+
+if __name__ == "__main__":
+    main()
