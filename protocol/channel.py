@@ -155,6 +155,8 @@ class Channel(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
+        if exc is not None and self._error is None:
+            self._error = exc  # a reset, not a clean end: recv says so, after what came before it
         if not self._lost.done():
             self._lost.set_result(exc)
         if self._writable is not None and not self._writable.done():
