@@ -114,6 +114,25 @@ def test_a_peer_that_floods_an_idle_reader_is_held_back_by_the_socket(transport)
     assert got == list(range(sent)) and resumed
 
 
+def test_a_reset_connection_is_an_error_after_what_came_before_it():
+    async def scenario():
+        a, b = await tcp_channels()
+        a.send({"t": "last", "i": 1})
+        await a.drain()
+        got = await asyncio.wait_for(b.recv(), 5)
+        a.send({"t": "after", "i": 2})
+        await a.drain()
+        sock = a.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        a.transport.abort()
+        after = await asyncio.wait_for(b.recv(), 5)
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(b.recv(), 5)
+        await b.close()
+        return got, after
+    assert asyncio.run(scenario()) == ({"t": "last", "i": 1}, {"t": "after", "i": 2})
+
+
 def test_a_large_message_crosses_whole(transport):
     async def scenario():
         a, b = await transport()
