@@ -68,11 +68,13 @@ class DaemonForks:
             elif "exited" in message:
                 pid = message["exited"]
                 _settle(self._future(self._ended, pid), message["returncode"])
-                self._future(self._ports, pid)  # made if missing, so that it is failed below
-                port = self._ports[pid]
+                asked = pid in self._ports
+                port = self._future(self._ports, pid)  # made if missing: a later `port` sees it failed
                 if not port.done():
                     port.set_exception(ConnectionLost(
                         "local daemon", detail=f"netspecd exited {message['returncode']} at start"))
+                    if not asked:
+                        port.exception()  # nobody waits on it yet: not an error left unseen
         self._lost = "the daemon fork server ended"
         for table in (self._forked, self._ports, self._ended):
             for waiter in table.values():

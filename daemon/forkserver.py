@@ -66,12 +66,13 @@ def _child(argv: list[str], log: str) -> None:
 def serve() -> None:
     if threading.active_count() != 1:
         raise SystemExit("netspecd fork server: a thread is running; forking now would copy it half-done")
-    signal.signal(signal.SIGCHLD, _reap)
     # What every daemon would otherwise find for itself, each in pages of its own: the
     # host's facts (their search reads every installed distribution) and its argument parser.
+    # Before the reaper is installed: platform runs `uname -p`, whose end is not a daemon's.
     host_facts()
     daemon_main.parse_arguments([])
     importlib.import_module("concurrent.futures.thread")  # asyncio's executor, at a run's setup
+    signal.signal(signal.SIGCHLD, _reap)
     gc.collect()
     gc.freeze()
     for line in sys.stdin:

@@ -63,3 +63,24 @@ import netspec.daemon.main, netspec.nodelib, netspec.nodelib.camp
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_fork_server_speaks_only_of_the_daemons_it_forked(key, tmp_path):
+    # Its warm-up runs a child of its own (platform's `uname -p`): that child's end must not
+    # reach the controller as a daemon's exit.
+    server = subprocess.Popen([sys.executable, "-m", "netspec.daemon.forkserver"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdin.write(json.dumps({"tag": 1, "argv": ["--listen", "127.0.0.1:0", "--announce",
+                                                          "--root", str(tmp_path / "root")],
+                                       "log": str(tmp_path / "log")}) + "\n")
+        server.stdin.flush()
+        said = [json.loads(server.stdout.readline()) for _ in range(2)]
+        pid = next(m["pid"] for m in said if m.get("tag") == 1)
+        assert any(m.get("port") and m.get("pid") == pid for m in said), said
+        subprocess.run(["kill", "-TERM", str(pid)], check=True)
+        ended = json.loads(server.stdout.readline())
+    finally:
+        server.stdin.close()
+        server.wait(timeout=10)
+    assert ended["exited"] == pid, [*said, ended]
