@@ -174,7 +174,7 @@ class Daemon:
             await self._stopped.wait()
         # Hanging up ends each session the ordinary way, which resets its run.
         for channel in self.sessions.values():
-            channel.abort()
+            channel.hang_up()
         if self.sessions:
             _, stuck = await asyncio.wait(self.sessions, timeout=CLOSE_TIMEOUT_S)
             for task in stuck:

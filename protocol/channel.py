@@ -120,13 +120,14 @@ class Channel(asyncio.Protocol):
     def closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
-    def abort(self) -> None:
-        """Hang up now, without waiting (the peer sees the end of the stream)."""
+    def hang_up(self) -> None:
+        """Close without waiting: what was written still goes first, then the peer sees the
+        end of the stream."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
     async def close(self) -> None:
-        self.abort()
+        self.hang_up()
         if self.transport is not None:
             with contextlib.suppress(ConnectionError, OSError):
                 await asyncio.shield(self._lost)
@@ -192,7 +193,7 @@ class Channel(asyncio.Protocol):
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
-        self.abort()
+        self.hang_up()
         self._wake()
 
     def _wake(self) -> None:
