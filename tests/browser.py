@@ -50,7 +50,8 @@ experiment: browse-failing
 hosts: {{a: {{}}, b: {{}}, c: {{}}}}
 components:
   w1: {{host: a, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{ticks: 20}}}}
-  w2: {{host: b, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{fail_in: work, lines: 40}}}}
+  w2: {{host: b, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"],
+        params: {{fail_in: work, fail_after_s: 0.5, lines: 40}}}}
   w3: {{host: c, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"]}}
 services: {{clksync: {{reference: a}}, camp: {{interval_ms: 10}}}}
 streams: {{play: {{enable: [PLAY]}}}}
