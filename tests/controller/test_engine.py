@@ -300,6 +300,12 @@ def test_an_exported_demo_imported_elsewhere_reports_merges_again_and_reruns(dem
     assert latest_record(elsewhere / "runs")["rerun_of"] == run_id
 
 
+def _raise_line() -> int:
+    """The line of actor.py that raises a phase's failure, as a traceback names it."""
+    lines = (PROGRAMS / "actor.py").read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if "raise RuntimeError(" in line)
+
+
 def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_output(
         experiment, tmp_path):
     path = two_hosts(experiment, two="{fail_in: prepare, lines: 15}")
@@ -311,7 +317,7 @@ def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_out
     assert "| two line 4" not in done.stderr  # only the last ten lines
     assert ("    its traceback (last lines; `ns_control show` has all):\n"
             "    | Traceback (most recent call last):\n"
-            f'    |   File "{PROGRAMS / "actor.py"}", line 42, in act\n'
+            f'    |   File "{PROGRAMS / "actor.py"}", line {_raise_line()}, in act\n'
             '    |     raise RuntimeError(f"{ctx.component} fails in {ctx.phase} as asked")\n'
             "    | RuntimeError: two fails in prepare as asked\n") in done.stderr
     record = latest_record(tmp_path / "runs")
