@@ -68,8 +68,7 @@ def subtree_summary(hosts: list[str], draw: random.Random) -> dict[str, Any]:
 
 async def first_level(key: bytes, width: int) -> None:
     """Serve `width` authenticated connections; answer each enter with its subtree's summary."""
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        channel = Channel(reader, writer, peer="controller")
+    async def serve(channel: Channel) -> None:
         await server_handshake(channel, key)
         summary = None
         while (message := await channel.recv()) is not None:
@@ -77,7 +76,7 @@ async def first_level(key: bytes, width: int) -> None:
             # their work must not take this machine's cores from the controller measured.
             summary = summary or subtree_summary(message["hosts"], random.Random(width))
             channel.send({"t": m.ACKS, "step": message["step"], "acks": [], "summary": summary})
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    server = await Channel.serve(serve, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     async with server:
         await server.serve_forever()
