@@ -90,8 +90,7 @@ class Session:
                 self.channel.take(self._take)
                 try:
                     while (request := await self.channel.recv()) is not None:
-                        if request.get("t") in INLINE_HANDLERS:
-                            self._answer_now(request)
+                        if self._take(request):  # one queued behind another, now answered inline
                             continue
                         await self.in_flight.acquire()
                         tg.create_task(self._answer(request))
