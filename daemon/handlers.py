@@ -158,9 +158,9 @@ def _start(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit:
     entered = time.time_ns() if entered is None else entered
     if comp["name"] == m.NODE and request["phase"] != m.SYNC_CLOCKS:
         try:
-            ack = node_phase_now(sup, request["phase"])
+            ack = node_phase(sup, request["phase"])
         except NetspecError as exc:
-            ack = {"status": m.ACK_ERROR, "message": str(exc)}
+            ack = _own_words(exc)
         except Exception as exc:
             ack = _fault_ack(exc)
         _ack(sup, request, m.NODE, ack, entered, emit, released)
@@ -186,6 +186,11 @@ async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, A
     _ack(sup, request, name, ack, entered, emit, released)
 
 
+def _own_words(exc: NetspecError) -> dict[str, Any]:
+    """The daemon's own part failed, said in its own words (e.g. why its clock is not in sync)."""
+    return {"status": m.ACK_ERROR, "message": str(exc)}
+
+
 def _fault_ack(exc: Exception) -> dict[str, Any]:
     err = m.error_map(exc)
     return {"status": m.ACK_ERROR, "message": f"netspecd: {err['type']}: {err['message']}",
@@ -205,26 +210,25 @@ def _ack(sup: Supervisor, request: dict[str, Any], name: str, ack: dict[str, Any
 
 async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
                      published: dict[str, Any]) -> dict[str, Any]:
-    if name == m.NODE:
+    if name == m.NODE:  # sync_clocks: every other node step is acked as it is read (_start)
         try:
-            return await node_phase(sup, phase, comp.get("params", {}))
-        except NetspecError as exc:  # the daemon's own words, e.g. why its clock is not in sync
-            return {"status": m.ACK_ERROR, "message": str(exc)}
+            return await sync_clocks(sup, comp.get("params", {}))
+        except NetspecError as exc:
+            return _own_words(exc)
     sup.services.entered(step, phase, name)
     return await sup.enter(name, phase, comp.get("params", {}), published)
 
 
-async def node_phase(sup: Supervisor, phase: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The daemon's own part in a node-wide step: node services start and stop here, and
-    sync_clocks waits until this host's clock bound is within the asked one."""
-    if phase == m.SYNC_CLOCKS:
-        est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
-        return {"status": m.ACK_OK, "clock": est.as_dict()}
-    return node_phase_now(sup, phase)
+async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's own part in sync_clocks: wait until this host's clock bound is within
+    the asked one."""
+    est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
+    return {"status": m.ACK_OK, "clock": est.as_dict()}
 
 
-def node_phase_now(sup: Supervisor, phase: str) -> dict[str, Any]:
-    """The daemon's own part in a node-wide step other than sync_clocks: nothing to wait for."""
+def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
+    """The daemon's own part in any other node-wide step, where node services start and
+    stop: nothing to wait for."""
     if phase == m.START_LOGGING:
         sup.services.start_logging(sup.running_pids())
     elif phase == m.STOP_LOGGING:
