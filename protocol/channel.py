@@ -44,7 +44,6 @@ class Channel(asyncio.Protocol):
         self._eof = False
         self._error: BaseException | None = None
         self._reader: asyncio.Future[None] | None = None
-        self._paused_reading = False
         self._writable: asyncio.Future[None] | None = None
         self._lost = asyncio.get_running_loop().create_future()
 
@@ -98,9 +97,8 @@ class Channel(asyncio.Protocol):
             finally:
                 self._reader = None
         message = self._ready.popleft()
-        if self._paused_reading and len(self._ready) < READY_LIMIT // 2 and self.transport is not None:
-            self._paused_reading = False
-            self.transport.resume_reading()
+        if len(self._ready) < READY_LIMIT // 2 and self.transport is not None:
+            self.transport.resume_reading()  # a no-op unless paused below
         return message
 
     def send(self, message: dict[str, Any]) -> None:
@@ -187,9 +185,8 @@ class Channel(asyncio.Protocol):
                     self._fail(exc)
                     return
             self._ready.append(message)
-        if len(self._ready) >= READY_LIMIT and not self._paused_reading and self.transport is not None:
-            self._paused_reading = True
-            self.transport.pause_reading()
+        if len(self._ready) >= READY_LIMIT and self.transport is not None:
+            self.transport.pause_reading()  # a no-op if paused already
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
