@@ -31,11 +31,10 @@ Baselines, measured in the same run: per N, the floor of a flat step on this mac
 bare processes each sent a byte over loopback TCP and answering with one (bench/stepfloor.py:
 its step p50, the sender's CPU a process and each process's CPU a step; the step p50, the
 controller's and the daemons' CPU are also printed as ratios to them); the floor of a
-release at an instant on this
-machine, N bare processes waking at one instant (bench/wakefloor.py: the spread of their
-stamps, p50/p99; `at` skew is also printed as a ratio to its p50); and the round trip of a
-bare asyncio TCP echo between two processes (bench/barrier.py), which a one-host step
-cannot beat.
+release at an instant on this machine, N bare processes waking at one instant
+(bench/wakefloor.py: the spread of their stamps, p50/p99; `at` skew is also printed as a
+ratio to its p50); and the round trip of a bare asyncio TCP echo between two processes
+(bench/barrier.py), which a one-host step cannot beat.
 
 Prints figures for people, then one JSON object as the last line.
 

@@ -36,6 +36,7 @@ from .wheels import build_id, local_wheels
 INSTALL_S = 300.0
 DAEMON_START_S = 20.0
 STOP_S = 15.0
+STATE_POLL_S = 0.05  # how often the host's shell looks for a detached daemon's state file
 
 # Runs on the remote host with its own python3, before netspec is there: one installer at a
 # time per home directory (hosts may share one over NFS), the build marker written last.
@@ -239,15 +240,15 @@ class SSHHost(Host):
         daemons = f"{self.base}/daemons"
         state, log = f"{daemons}/{self.daemon_id}.json", f"{daemons}/{self.daemon_id}.log"
         command = shlex.join([*self._netspecd(key_file), "--state-file", state])
-        # Started and waited for in one command: the host's shell looks for the state file
-        # every 50 ms. Asking from here each time cost a round trip and a Python start on the
-        # host, which 64 hosts sharing a machine's cores felt.
-        polls = round(DAEMON_START_S / 0.05)
+        # Started and waited for in one command, on the host. Asking from here each time cost
+        # a round trip and a Python start on the host, which 64 hosts sharing a machine's
+        # cores felt.
+        polls = round(DAEMON_START_S / STATE_POLL_S)
         status, out, _ = self.conn.run(["sh", "-c", (
             f"mkdir -p {shlex.quote(daemons)} && rm -f {shlex.quote(state)} && "
             f"(setsid {command} >>{shlex.quote(log)} 2>&1 </dev/null &) && i=0 && "
             f"while [ ! -s {shlex.quote(state)} ]; do i=$((i + 1)); [ $i -gt {polls} ] && exit 3; "
-            f"sleep 0.05 2>/dev/null || sleep 1; done && cat {shlex.quote(state)}")],
+            f"sleep {STATE_POLL_S} 2>/dev/null || sleep 1; done && cat {shlex.quote(state)}")],
             timeout=DAEMON_START_S + STOP_S)
         try:
             return int(json.loads(out)["port"]) if status == 0 else self._not_started(log)
