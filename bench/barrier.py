@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from netspec.controller.engine import Run
 from netspec.controller.load import parse
@@ -49,6 +50,14 @@ asyncio.run(main())
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measured_apart(script: str, **options: int) -> dict[str, Any]:
+    """The JSON object bench `script` prints last, run in a process of its own: a bench that
+    forks must not fork a caller that has threads (it would copy them half-done)."""
+    argv = [sys.executable, script, *(f"--{name}={value}" for name, value in options.items())]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 async def echo_round_trips(count: int) -> list[float]:

@@ -21,12 +21,10 @@ import json
 import os
 import selectors
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from barrier import percentile
+from barrier import measured_apart, percentile
 
 WARM_UP = 20
 
@@ -93,9 +91,7 @@ def measure(processes: int, steps: int) -> dict[str, float]:
 def floor(processes: int, steps: int = 200) -> dict[str, float]:
     """`measure`, in a process of its own (forking from a caller with threads would copy
     them half-done)."""
-    argv = [sys.executable, __file__, "--processes", str(processes), "--steps", str(steps)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
-    return json.loads(done.stdout.splitlines()[-1])
+    return measured_apart(__file__, processes=processes, steps=steps)
 
 
 def main() -> None:

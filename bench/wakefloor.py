@@ -19,12 +19,10 @@ import contextlib
 import ctypes
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
-from barrier import percentile
+from barrier import measured_apart, percentile
 
 PR_SET_TIMERSLACK = 29
 GAP_NS = 50_000_000  # between instants: every process is asleep again well before the next
@@ -76,9 +74,7 @@ def measure(processes: int, instants: int) -> list[list[int]]:
 def spreads_us(processes: int, instants: int = 20) -> list[float]:
     """Each instant's spread, in us, measured in a process of its own (forking from a caller
     with threads would copy them half-done)."""
-    argv = [sys.executable, __file__, "--processes", str(processes), "--instants", str(instants)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.splitlines()[-1])["spreads_us"]
+    return measured_apart(__file__, processes=processes, instants=instants)["spreads_us"]
 
 
 def main() -> None:
