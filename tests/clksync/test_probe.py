@@ -39,10 +39,13 @@ def run_exchanges(client, n=20):
 @pytest.mark.parametrize("kernel", [True, False])
 def test_exchanges_carry_ordered_timestamps_from_the_kernel_or_marked_user_space(server, kernel):
     found = run_exchanges(ProbeClient("127.0.0.1", server.port, KEY, kernel=kernel))
-    assert all(e is not None and e.kernel is kernel for e in found)
+    assert None not in found
+    # Under load a TX stamp can miss its wait; such an exchange must say it fell back to user space.
+    stamped = [e for e in found if e.kernel]
+    assert len(stamped) >= (1 if kernel else 0) and not (stamped and not kernel)
     for e in found:
         assert e.t1 < e.t2 <= e.t3 < e.t4 and e.u1 <= e.u4  # one clock: causality holds
-        assert e.u1 <= e.t1 if kernel else (e.t1, e.t4) == (e.u1, e.u4)
+        assert e.u1 <= e.t1 if e.kernel else (e.t1, e.t4) == (e.u1, e.u4)
         assert abs(e.offset) <= e.half_width + 1  # the true offset, 0, is within the exchange's bound
     assert [e.seq for e in found] == list(range(1, 21))
 
