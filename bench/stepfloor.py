@@ -4,6 +4,10 @@ sends an enter to every daemon and waits for its ack, without anything of netspe
 no framing, MAC, msgpack, event loop or journal. Each of the N is a bare Python loop in
 blocking recv and send.
 
+With `--sealed`, each byte is instead one of netspec's frames (wire.py: msgpack, each
+tagged by its connection's Seal), an enter down and an ack up, still in blocking loops: the
+floor of any step path that keeps netspec's wire, without its event loop or engine.
+
 Per step: its wall time (first send to last reply); the sender's CPU per step per process
 (time.process_time); the N processes' CPU per step each (/proc/<pid>/schedstat). netspec's
 flat step on this machine cannot be expected below it: every step wakes N processes, and
@@ -11,7 +15,7 @@ the sender makes a send and a receive for each.
 
 Prints figures for people, then one JSON object as the last line.
 
-    python bench/stepfloor.py [--processes 100] [--steps 200]
+    python bench/stepfloor.py [--processes 100] [--steps 200] [--sealed]
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import time
 from pathlib import Path
 
 from barrier import measured_apart, percentile
+from netspec.protocol.wire import FrameDecoder, Seal, encode
 
 WARM_UP = 20
+KEY = os.urandom(32)
 
 
 def _echo(sock: socket.socket) -> None:
@@ -35,15 +41,28 @@ def _echo(sock: socket.socket) -> None:
         sock.send(b"a")
 
 
+def _ack_sealed(sock: socket.socket, key: bytes) -> None:
+    """One of the N with netspec's wire: answer each sealed enter frame with a sealed ack
+    frame, as a daemon's node step does, until the sender hangs up."""
+    decoder, seal = FrameDecoder(), Seal(key, b"up")
+    decoder.seal = Seal(key, b"down")
+    while data := sock.recv(65536):
+        for enter in decoder.feed(data):
+            entered = time.time_ns()
+            sock.send(encode({"status": "ok", "t": "ack", "step": enter["step"], "component": "node",
+                              "entered": entered, "acked": time.time_ns(), "entry_clock": [0, 0]}, seal))
+
+
 def _cpu_s(pid: int) -> float:
     """The scheduler's own account of a one-thread process's CPU, to the nanosecond: ticks
     (/proc/<pid>/stat) are too coarse for a few microseconds a step."""
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def measure(processes: int, steps: int) -> dict[str, float]:
-    """Fork `processes` echoers over loopback TCP and time `steps` steps across them. Forks:
-    call it from a process with no other thread (this file's own main does)."""
+def measure(processes: int, steps: int, sealed: bool = False) -> dict[str, float]:
+    """Fork `processes` echoers (or ackers: `sealed`) over loopback TCP and time `steps`
+    steps across them. Forks: call it from a process with no other thread (this file's own
+    main does)."""
     listener = socket.create_server(("127.0.0.1", 0), backlog=processes)
     address, pids = listener.getsockname(), []
     for _ in range(processes):
@@ -53,7 +72,7 @@ def measure(processes: int, steps: int) -> dict[str, float]:
                 listener.close()
                 with socket.create_connection(address) as sock:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    _echo(sock)
+                    _ack_sealed(sock, KEY) if sealed else _echo(sock)
             finally:
                 os._exit(0)
         pids.append(pid)
@@ -64,17 +83,23 @@ def measure(processes: int, steps: int) -> dict[str, float]:
         peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer.setblocking(False)
         selector.register(peer, selectors.EVENT_READ)
+    seals = {peer: Seal(KEY, b"down") for peer in peers}
+    decoders = {peer: FrameDecoder() for peer in peers}
+    for peer in peers:
+        decoders[peer].seal = Seal(KEY, b"up")
     durations, cpu, children = [], 0.0, 0.0
     for step in range(WARM_UP + steps):
         if step == WARM_UP:
             cpu, children = time.process_time(), sum(map(_cpu_s, pids))
         started = time.perf_counter()
         for peer in peers:
-            peer.send(b"e")
+            peer.send(encode({"t": "enter", "components": [{"name": "node"}], "phase": "start_logging",
+                              "step": step, "deadline_s": 30.0}, seals[peer]) if sealed else b"e")
         waiting = processes
         while waiting:
             for key, _ in selector.select():
-                waiting -= len(key.fileobj.recv(64))  # type: ignore[union-attr]
+                data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                waiting -= len(decoders[key.fileobj].feed(data)) if sealed else len(data)
         durations.append(time.perf_counter() - started)
     cpu, children = time.process_time() - cpu, sum(map(_cpu_s, pids)) - children
     for peer in peers:
@@ -98,9 +123,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=100)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--sealed", action="store_true", help="netspec's sealed frames instead of bytes")
     args = parser.parse_args()
-    got = measure(args.processes, args.steps)
-    print(f"{args.processes} bare processes, a byte each way a step, {args.steps} steps, "
+    got = measure(args.processes, args.steps, args.sealed)
+    each_way = "a sealed frame" if args.sealed else "a byte"
+    print(f"{args.processes} bare processes, {each_way} each way a step, {args.steps} steps, "
           f"{os.cpu_count()} CPUs: step p50 {got['step_p50_ms']:.2f} ms, p99 {got['step_p99_ms']:.2f} ms; "
           f"sender CPU {got['sender_cpu_us_per_step_process']:.1f} us a step a process; "
           f"each process {got['process_cpu_us_per_step']:.1f} us a step")
