@@ -21,7 +21,8 @@ from typing import Any
 #   4: summarized acks: enter's summarize, the summary of acks.
 #   5: a first-level host deflates its summary's records (zlib); a tree's enter has lists and
 #      hosts by index; the controller checks every event.
-PROTOCOL_VERSION = 5
+#   6: frames tagged with keyed BLAKE2b instead of HMAC-SHA256.
+PROTOCOL_VERSION = 6
 
 
 @cache

@@ -23,15 +23,17 @@ _SEQ = struct.Struct(">Q")
 
 
 class Seal:
-    """One direction of an authenticated connection: frame number n carries
-    HMAC-SHA256(key, direction, n, body), truncated to TAG_BYTES.
+    """One direction of an authenticated connection: frame number n carries the keyed
+    BLAKE2b of (direction, n, body), TAG_BYTES long. BLAKE2b is a MAC of its own when keyed
+    (RFC 7693), and at a fraction of HMAC-SHA256's cost: in a fleet of 100 processes on two
+    cores, a frame's tag and check took a fifth of each process's CPU a step (bench/RESULTS.md).
 
     The number is never sent; each side counts. So a frame injected, replayed, dropped or
     reordered by anyone on the path fails the check of the frame it lands on.
     """
 
     def __init__(self, key: bytes, direction: bytes):
-        self._mac = hmac.new(key, direction, hashlib.sha256)
+        self._mac = hashlib.blake2b(direction, key=key, digest_size=TAG_BYTES)
         self.sequence = 0
 
     def tag(self, body: bytes) -> bytes:
@@ -39,7 +41,7 @@ class Seal:
         mac.update(_SEQ.pack(self.sequence))
         mac.update(body)
         self.sequence += 1
-        return mac.digest()[:TAG_BYTES]
+        return mac.digest()
 
 
 class Packed(bytes):
@@ -101,7 +103,7 @@ class FrameDecoder:
         self.seal: Seal | None = None
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes | memoryview) -> list[dict[str, Any]]:
         self._buffer += data
         messages = []
         while len(self._buffer) >= HEADER.size:
