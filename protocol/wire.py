@@ -53,7 +53,7 @@ class Packed(bytes):
 def encode(message: dict[str, Any], seal: Seal | None = None) -> bytes:
     """Return the frame carrying `message` (a map with at least a "t" key), tagged by
     `seal` on an authenticated connection."""
-    if any(isinstance(value, Packed) for value in message.values()):
+    if Packed in map(type, message.values()):
         body = _map_header(len(message)) + b"".join(
             _pack(key) + (value if isinstance(value, Packed) else _pack(value))
             for key, value in message.items())
