@@ -52,10 +52,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measured_apart(script: str, **options: int) -> dict[str, Any]:
+def measured_apart(script: str, **options: int | bool) -> dict[str, Any]:
     """The JSON object bench `script` prints last, run in a process of its own: a bench that
-    forks must not fork a caller that has threads (it would copy them half-done)."""
-    argv = [sys.executable, script, *(f"--{name}={value}" for name, value in options.items())]
+    forks must not fork a caller that has threads (it would copy them half-done). An option
+    True is a flag given, False one left out."""
+    argv = [sys.executable, script, *(f"--{name}" if value is True else f"--{name}={value}"
+                                      for name, value in options.items() if value is not False)]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 

@@ -30,7 +30,10 @@ Figures per N:
 Baselines, measured in the same run: per N, the floor of a flat step on this machine, N
 bare processes each sent a byte over loopback TCP and answering with one (bench/stepfloor.py:
 its step p50, the sender's CPU a process and each process's CPU a step; the step p50, the
-controller's and the daemons' CPU are also printed as ratios to them); the floor of a
+controller's and the daemons' CPU are also printed as ratios to them); the same with
+netspec's wire, each byte a sealed frame (`stepfloor.py --sealed`: the floor of any step
+path that keeps the wire, without event loop or engine; the step p50 is also printed as a
+ratio to it); the floor of a
 release at an instant on this machine, N bare processes waking at one instant
 (bench/wakefloor.py: the spread of their stamps, p50/p99; `at` skew is also printed as a
 ratio to its p50); and the round trip of a bare asyncio TCP echo between two processes
@@ -217,7 +220,8 @@ def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, 
 def describe(n: int, kind: str, got: dict[str, float]) -> str:
     return " | ".join([
         f"N={n:5d} {kind:>16}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
-        f"step p50 {got['step_p50_ms']:7.2f} ms ({got['step_p50_over_floor']:.1f}x the floor) "
+        f"step p50 {got['step_p50_ms']:7.2f} ms ({got['step_p50_over_floor']:.1f}x the floor, "
+        f"{got['step_p50_over_wire_floor']:.1f}x the wire's) "
         f"p99 {got['step_p99_ms']:7.2f} ms",
         f"ctl CPU {got['ctl_cpu_us_per_step_host']:6.1f} us/step/host ({got['ctl_cpu_over_floor']:.1f}x)",
         f"daemon CPU {got['daemon_cpu_us_per_step']:6.1f} us/step ({got['daemon_cpu_over_floor']:.1f}x)",
@@ -254,6 +258,12 @@ def main() -> None:
             print(f"floor: {n} bare processes, a byte each way a step (bench/stepfloor.py): step p50 "
                   f"{bare['step_p50_ms']:.2f} ms; sender CPU {bare['sender_cpu_us_per_step_process']:.1f} us "
                   f"/step/process; each process {bare['process_cpu_us_per_step']:.1f} us/step", flush=True)
+            wire = stepfloor.floor(n, sealed=True)
+            results.update({f"wire_floor_{n}_{k}": round(v, 3) for k, v in wire.items() if k != "processes"})
+            print(f"floor: {n} bare processes, a sealed frame each way a step (stepfloor.py --sealed): "
+                  f"step p50 {wire['step_p50_ms']:.2f} ms; sender CPU "
+                  f"{wire['sender_cpu_us_per_step_process']:.1f} us/step/process; each process "
+                  f"{wire['process_cpu_us_per_step']:.1f} us/step", flush=True)
             floor = wakefloor.spreads_us(n)
             results.update({f"wake_floor_{n}_{q}_us": round(percentile(floor, p), 1)
                             for q, p in (("p50", 0.5), ("p99", 0.99))})
@@ -275,6 +285,7 @@ def main() -> None:
                 got["at_skew_p50_over_floor"] = got["at_skew_p50_us"] / results[f"wake_floor_{n}_p50_us"]
                 for ratio, mine, theirs in FLOOR_RATIOS:
                     got[f"{ratio}_over_floor"] = got[mine] / bare[theirs]
+                got["step_p50_over_wire_floor"] = got["step_p50_ms"] / wire["step_p50_ms"]
                 print(describe(n, label, got), flush=True)
                 results.update({f"{label.replace(' ', '_')}_{n}_{k}": round(v, 3) for k, v in got.items()})
                 runs.setdefault((kind, width), {})[n] = got

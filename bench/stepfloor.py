@@ -113,10 +113,10 @@ def measure(processes: int, steps: int, sealed: bool = False) -> dict[str, float
             "process_cpu_us_per_step": children / steps / processes * 1e6}
 
 
-def floor(processes: int, steps: int = 200) -> dict[str, float]:
+def floor(processes: int, steps: int = 200, sealed: bool = False) -> dict[str, float]:
     """`measure`, in a process of its own (forking from a caller with threads would copy
     them half-done)."""
-    return measured_apart(__file__, processes=processes, steps=steps)
+    return measured_apart(__file__, processes=processes, steps=steps, sealed=sealed)
 
 
 def main() -> None:
