@@ -49,13 +49,14 @@ FAILING = f"""
 experiment: browse-failing
 hosts: {{a: {{}}, b: {{}}, c: {{}}}}
 components:
-  w1: {{host: a, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{ticks: 20}}}}
-  w2: {{host: b, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"],
-        params: {{fail_in: work, fail_after_s: 0.5, lines: 40}}}}
+  w1: {{host: a, program: {PROGRAMS / 'actor.py'}, args: ["play"], params: {{ticks: 20}}}}
+  w2: {{host: b, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"], params: {{fail_in: work, lines: 40}}}}
   w3: {{host: c, program: {PROGRAMS / 'actor.py'}, args: ["work,stop"]}}
 services: {{clksync: {{reference: a}}, camp: {{interval_ms: 10}}}}
 streams: {{play: {{enable: [PLAY]}}}}
-schedule: [launch, sync_clocks, start_logging, work, stop, stop_logging, collect]
+# w1's events are all in before w2 fails: its step's barrier is passed first.
+schedule: [launch, sync_clocks, start_logging, {{phase: play, components: [w1]}},
+           {{phase: work, components: [w2, w3]}}, stop, stop_logging, collect]
 """
 SWEEP = OK.replace("browse-ok", "browse-sweep").replace("count: 300", "count: 100") + """
 sweep: {params: {client.size: [64, 16384]}}

@@ -1,8 +1,7 @@
 """A NETSPEC-aware test program that misbehaves on request, as babeltrace2's tests use
 deliberately failing components. Its params say what to do in which phase:
 
-    fail_in: PHASE     raise an exception in PHASE (after printing `lines` lines, and
-                       waiting `fail_after_s` seconds)
+    fail_in: PHASE     raise an exception in PHASE (after printing `lines` lines)
     warn_in: PHASE     ack PHASE with a warning
     hang_in: PHASE     never return from PHASE
     exit_in: PHASE     exit the process with `exit_code` in PHASE
@@ -40,7 +39,6 @@ def act(ctx: nodelib.PhaseContext) -> str:
         print(f"{ctx.component} line {i}")
     print(f"{ctx.component} stderr in {ctx.phase}", file=sys.stderr)
     if p.get("fail_in") == ctx.phase:
-        time.sleep(float(p.get("fail_after_s", 0)))
         raise RuntimeError(f"{ctx.component} fails in {ctx.phase} as asked")
     if p.get("warn_in") == ctx.phase:
         ctx.warn("something looks odd")

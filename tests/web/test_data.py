@@ -99,7 +99,7 @@ def test_events_are_paged_and_filtered_with_bound_parameters(results: Path):
     origin = timeline.origin_ns(record)
     every = panels.events(db, origin, limit=500)
     assert every["total"] > 20 and every["rows"] == sorted(every["rows"], key=lambda r: r["ms"])
-    # w1 on a logged its phase and 20 ticks in work, where the run failed
+    # w1 on a logged its phase and 20 ticks in play, the step before the one that failed
     on_a = panels.events(db, origin, host="a", entity="PLAY/*", limit=5, offset=5)
     assert on_a["total"] == 1 + 20 and len(on_a["rows"]) == 5 and on_a["offset"] == 5
     assert {r["host"] for r in on_a["rows"]} == {"a"}
