@@ -20,7 +20,9 @@ Figures per N:
                   per step per host
   daemon CPU      the daemons' CPU (/proc utime + stime) over the measured steps, per step
                   per daemon
-  PSS             the daemons' proportional set size (smaps_rollup) mid-run, mean
+  PSS             the daemons' proportional set size (smaps_rollup) mid-run, mean, read as
+                  collect begins (outside the measured steps: the reads take the controller's
+                  CPU and hold its loop, 0.5 ms a daemon)
   idle CPU        the daemons' CPU over the idle window, per daemon, in % of one CPU; the
                   clksync reference daemon (probed by every host) apart
   run.json        its size at the end
@@ -130,13 +132,15 @@ class Watch:
         elif event.kind == "step_done" and event.step == "launch":
             self.figures["launch_s"] = now - self.marks["launch"]
             self._idle()
-        elif event.kind == "step" and event.step not in ("launch", "collect", "sync_clocks"):
+        elif event.kind == "step" and event.step == "collect":
+            # Mid-run still, and outside every measured step: reading N processes' page
+            # tables is the reader's CPU, 0.5 ms a daemon, with the controller's loop held.
+            pids = self.daemons()
+            self.figures["pss_mb"] = sum(map(pss_kb, pids)) / len(pids) / 1024
+        elif event.kind == "step" and event.step not in ("launch", "sync_clocks"):
             if self.seen == self.skip:
-                self.marks["cpu"] = time.process_time()
                 self.marks["daemon_cpu"] = sum(map(cpu_s, self.daemons()))
-            if self.seen == self.steps // 2:
-                pids = self.daemons()
-                self.figures["pss_mb"] = sum(map(pss_kb, pids)) / len(pids) / 1024
+                self.marks["cpu"] = time.process_time()
             if self.seen == self.steps:  # the first `at` step: its lead is idle time, not a step's work
                 self._cpu_per_step()
             self.seen += 1
