@@ -12,6 +12,8 @@ from typing import Any
 
 from netspec.clksync.node import ClockService
 
+from .realtime import set_policy
+
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
 # Up to this long before the instant the loop's own timer waits; the rest, a thread's sleep
 # (a run reset meanwhile leaves that thread asleep until the instant, no longer).
@@ -67,7 +69,7 @@ def _sleep_until(at_ns: int) -> tuple[int, bool]:
     aim = at_ns - _wake_late_ns
     if at_ns <= time.time_ns():
         return time.time_ns(), False  # nothing to wait for: no priority asked, none refused
-    realtime = _set_policy(os.SCHED_FIFO, 1)
+    realtime = set_policy(os.SCHED_FIFO, 1)
     # Slack batches wake-ups (up to 50 us late by default); this thread's sleep goes without.
     slack = _libc.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
     _libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
@@ -79,17 +81,8 @@ def _sleep_until(at_ns: int) -> tuple[int, bool]:
         started = time.time_ns()
     finally:
         if realtime:
-            _set_policy(os.SCHED_OTHER, 0)
+            set_policy(os.SCHED_OTHER, 0)
         if slack > 0:
             _libc.prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0)
     _wake_late_ns = min(max(round(0.7 * _wake_late_ns + 0.3 * (woke - aim)), 0), MAX_WAKE_LATE_NS)
     return started, not realtime
-
-
-def _set_policy(policy: int, priority: int) -> bool:
-    """This thread's scheduling policy; False where it may not (no CAP_SYS_NICE)."""
-    try:
-        os.sched_setscheduler(0, policy, os.sched_param(priority))
-    except PermissionError:
-        return False
-    return True

@@ -42,6 +42,8 @@ from netspec.nodelib.camp import (
 from netspec.nodelib.camp.procfs import TICK_NS
 from netspec.nodelib.instrument import Datastreams
 
+from .realtime import set_policy
+
 NET_FIELDS = NetCounters._fields
 DISK_FIELDS = DiskCounters._fields
 PROC_FIELDS = ("pid", *ProcessCounters._fields)
@@ -50,6 +52,7 @@ _NO_PROCESS = (None,) * len(PROC_FIELDS)
 # default, and a crash loses at most a second of them.
 STREAM = StreamConfig("camp", enable=("CAMP",), flush_ms=1000)
 CHECK_EVERY_NS = 1_000_000_000
+EPOLL_RESOLUTION_S = 0.001
 # /proc/stat counts in ticks of 10 ms: a disagreement has to be larger than its granularity.
 CHECK_SLACK_NS = 2 * TICK_NS
 CHECK_SLACK_SHARE = 0.05
@@ -175,22 +178,39 @@ class CampSampler:
                       window_ns=window, proc_stat_busy_ns=seen, processes_ns=ran)
 
     def run(self) -> None:
+        # At its instants the sampler must run, not wait for a core: a load that has just
+        # woken on the sampler's core held it off, and the slots skipped for it fell where
+        # the loads started, reading them low (tests/daemon/test_sampler.py).
+        if not set_policy(os.SCHED_FIFO, 1):
+            self.warn("not_realtime", "real-time priority refused (no CAP_SYS_NICE): a sample may "
+                                      "wait for a core, and a slot whose instant passed meanwhile is skipped")
         # The window's two ends are sampled as well as its random instants, so that a
         # counter's change over the window, and over every phase inside it, is measured
         # rather than cut short by up to an interval at each end.
         self.sample()
         interval_ns = int(self.config.interval_ms * 1e6)
+        slots = 0
         for instant in slot_instants(time.monotonic_ns(), interval_ns, self.rng):
+            slots += 1
             wait = (instant - time.monotonic_ns()) / 1e9
             if wait < 0:
-                self.late += 1  # the last sample overran this slot's instant: skip the slot
+                self.late += 1  # the last sample ended past this slot's instant: skip the slot
                 continue
             # Wait on a pipe, not an Event: an Event's wait allocates and takes locks, and
-            # every wakeup's cost is the sampler's own overhead. epoll has no fd limit.
-            if self._selector.select(wait):
+            # every wakeup's cost is the sampler's own overhead. epoll has no fd limit, but
+            # counts its timeout in whole milliseconds, rounded up: it waits for the pipe
+            # until within a millisecond of the instant, and a sleep to the nanosecond does
+            # the rest. Woken up to a millisecond late, the sampler skipped the next slot
+            # a third of the time at 1 ms, and those skips fell where the loads woke up.
+            if self._selector.select(max(wait - EPOLL_RESOLUTION_S, 0)):
                 break
+            time.sleep(max(instant - time.monotonic_ns(), 0) / 1e9)
             self.sample()
         self.sample()
+        if self.late:
+            self.warn("skipped", f"{self.late} of {slots} random instants had passed before the "
+                                 "sampler could take them: their slots have no sample",
+                      skipped=self.late, slots=slots)
 
     def start(self) -> None:
         self._wake = os.pipe()
