@@ -8,6 +8,9 @@
                       window, and what that makes it: CPU-, kernel- or I/O-bound (Spinellis)
     states.parquet    every counter's and histogram's last state, and how often it changed
                       (each state over time is a row of events.parquet)
+
+and what CAMP said of its own samples (`CAMP/warning`: a process gone, a part unreadable,
+CPU time /proc/stat missed, slots skipped), for the merge's warnings.
 """
 
 from __future__ import annotations
@@ -134,3 +137,17 @@ def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
     pq.write_table(pa.Table.from_pylist([w.row() for w in workloads], schema=WORKLOAD),
                    out / "workload.parquet")
     return workloads
+
+
+CAMP_WARNINGS_SQL = """
+SELECT host, warning, arg_min(message, ts) AS first, count(*) AS said
+FROM (SELECT host, ts, json_extract_string(data, '$.kind') AS warning,
+             json_extract_string(data, '$.message') AS message
+      FROM events WHERE entity = 'CAMP/warning')
+GROUP BY host, warning ORDER BY host, min(ts)"""
+
+
+def camp_warnings(db: duckdb.DuckDBPyConnection) -> list[str]:
+    """Each host's CAMP warnings, one line a kind: its first message, and how many more."""
+    return [f"host {host}: CAMP: {first}" + (f" (and {said - 1} more like it)" if said > 1 else "")
+            for host, _, first, said in db.execute(CAMP_WARNINGS_SQL).fetchall()]

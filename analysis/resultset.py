@@ -31,7 +31,7 @@ from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
 from netspec.protocol.runrecord import MERGED, RunRecord
 
-from .derive import Workload, write_derived
+from .derive import Workload, camp_warnings, write_derived
 from .graph import run_graph
 from .narrate import write_narration
 from .pairs import pair_params, pair_sql
@@ -136,6 +136,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
                         f"its {record.pairs[c.pair]['end']}; check both names against `ns_control dump`"
                         for c in result.causality if not c.matched]
     result.workloads = write_derived(db, out)
+    result.warnings += camp_warnings(db)
     db = open_tables(out)  # with the tables just written
     origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
