@@ -246,12 +246,21 @@ def sample_fields(interfaces: list[str], disks: list[str], processes: dict[str, 
             *(f"proc.{p}.{f}" for p in processes for f in PROC_FIELDS)]
 
 
+# The experiment file's bounds (experiment.schema.json): the sampler runs at real-time
+# priority, and slots shorter than a sample would keep it on its core.
+INTERVAL_MS = (1.0, 60_000.0)
+
+
 def config_from_wire(d: dict | None) -> CampConfig | None:
     if d is None:
         return None
     try:
-        return CampConfig(float(d.get("interval_ms", 100.0)),
-                          *(tuple(d[k]) if d.get(k) is not None else None
-                            for k in ("interfaces", "disks", "processes")))
+        config = CampConfig(float(d.get("interval_ms", 100.0)),
+                            *(tuple(d[k]) if d.get(k) is not None else None
+                              for k in ("interfaces", "disks", "processes")))
     except (TypeError, ValueError) as e:
         raise CampError(f"camp: bad configuration {d!r}: {e}") from None
+    if not INTERVAL_MS[0] <= config.interval_ms <= INTERVAL_MS[1]:
+        raise CampError(f"camp: interval_ms {config.interval_ms:g} is outside "
+                        f"{INTERVAL_MS[0]:g}-{INTERVAL_MS[1]:g}")
+    return config

@@ -8,7 +8,14 @@ import random
 import time
 
 import pytest
-from netspec.daemon.sampler import CHECK_SLACK_NS, CampConfig, CampSampler, open_stream, slot_instants
+from netspec.daemon.sampler import (
+    CHECK_SLACK_NS,
+    CampConfig,
+    CampSampler,
+    config_from_wire,
+    open_stream,
+    slot_instants,
+)
 from netspec.daemon.services import NodeServices
 from netspec.datastream.reader import StreamReader
 from netspec.nodelib import camp
@@ -118,6 +125,15 @@ def test_slots_whose_instant_passed_during_a_sample_are_said_skipped(camp_stream
     assert said["kind"] == "skipped" and said["skipped"] == sampler.late > 0
     assert said["skipped"] + taken - 2 <= said["slots"] <= said["skipped"] + taken  # the two ends are extra
     assert f"{said['skipped']} of {said['slots']} random instants" in said["message"]
+
+
+def test_a_configuration_from_the_wire_is_checked_before_a_sampler_takes_it():
+    assert config_from_wire({"interval_ms": 10, "disks": ["vda"]}) == CampConfig(10.0, None, ("vda",), None)
+    for bad, said in (({"interval_ms": 0.01}, "interval_ms 0.01 is outside 1-60000"),
+                      ({"interval_ms": float("nan")}, "interval_ms nan is outside"),
+                      ({"interval_ms": "x"}, "bad configuration"), ({"interfaces": 7}, "bad configuration")):
+        with pytest.raises(CampError, match=said):
+            config_from_wire(bad)
 
 
 def test_an_unknown_interface_names_what_there_is(camp_stream):
