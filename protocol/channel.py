@@ -15,8 +15,8 @@ from typing import Any
 from .errors import ConnectionLost, ProtocolError
 from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
-# Under glibc's mmap threshold (128 KiB): a read buffer of 256 KiB, asyncio's own, is mapped
-# and unmapped at every read, 20 us of a node step's 60 (bench/RESULTS.md, stop 34).
+# A component's read: under glibc's mmap threshold (128 KiB), which a read of 256 KiB is over
+# in a process whose allocator has not raised it yet: mapped and unmapped at every read, 20 us.
 READ_SIZE = 64 * 1024
 # Messages decoded but not yet taken by `recv` past which the socket is not read until they
 # are: a peer that floods is held back by TCP, not queued in memory.
@@ -25,13 +25,12 @@ READY_LIMIT = 256
 Take = Callable[[dict[str, Any]], bool]
 
 
-class Channel(asyncio.BufferedProtocol):
+class Channel(asyncio.Protocol):
     """An asyncio message channel: `recv` returns None at a clean end of stream.
 
     It is the connection's protocol itself, not a stream reader's consumer: a frame is
     decoded as its bytes arrive, and a consumer that `take`s messages handles them there
-    and then, without a task woken per message (a node step's enter, a step's acks). The
-    socket is read into one buffer of the channel's own, not into a new one per read.
+    and then, without a task woken per message (a node step's enter, a step's acks).
 
     Lifecycle: made by `connect`, `over` or `serve`; `close` ends it and may be called twice.
     """
@@ -40,7 +39,6 @@ class Channel(asyncio.BufferedProtocol):
                  on_open: Callable[[Channel], None] | None = None):
         self.peer, self._on_open = peer, on_open
         self.decoder = FrameDecoder(max_frame)
-        self._inbox = memoryview(bytearray(READ_SIZE))
         self.transport: asyncio.Transport | None = None
         self._ready: deque[dict[str, Any]] = deque()
         self._seal: Seal | None = None
@@ -134,7 +132,7 @@ class Channel(asyncio.BufferedProtocol):
             with contextlib.suppress(ConnectionError, OSError):
                 await asyncio.shield(self._lost)
 
-    # asyncio.BufferedProtocol
+    # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -145,12 +143,9 @@ class Channel(asyncio.BufferedProtocol):
         if self._on_open is not None:
             self._on_open(self)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._inbox
-
-    def buffer_updated(self, nbytes: int) -> None:
+    def data_received(self, data: bytes) -> None:
         if self._error is None:
-            self._decode(self._inbox[:nbytes])
+            self._decode(data)
             if self._ready:  # what a `take` handled wakes nobody
                 self._wake()
 
@@ -177,7 +172,7 @@ class Channel(asyncio.BufferedProtocol):
             self._writable.set_result(None)
         self._writable = None
 
-    def _decode(self, data: memoryview) -> None:
+    def _decode(self, data: bytes) -> None:
         try:
             messages = self.decoder.feed(data)
         except ProtocolError as exc:
