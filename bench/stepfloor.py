@@ -4,6 +4,9 @@ sends an enter to every daemon and waits for its ack, without anything of netspe
 no framing, MAC, msgpack, event loop or journal. Each of the N is a bare Python loop in
 blocking recv and send.
 
+With `--native`, each of the N is instead a compiled C loop (bench/echo.c, built with the
+machine's cc): the floor of a step path whose per-message work is not Python's.
+
 With `--sealed`, each byte is instead one of netspec's frames (wire.py: msgpack, each
 tagged by its connection's Seal), an enter down and an ack up, still in blocking loops: the
 floor of any step path that keeps netspec's wire, without its event loop or engine.
@@ -15,7 +18,7 @@ the sender makes a send and a receive for each.
 
 Prints figures for people, then one JSON object as the last line.
 
-    python bench/stepfloor.py [--processes 100] [--steps 200] [--sealed]
+    python bench/stepfloor.py [--processes 100] [--steps 200] [--sealed | --native]
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import json
 import os
 import selectors
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,10 +64,23 @@ def _cpu_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def measure(processes: int, steps: int, sealed: bool = False) -> dict[str, float]:
-    """Fork `processes` echoers (or ackers: `sealed`) over loopback TCP and time `steps`
-    steps across them. Forks: call it from a process with no other thread (this file's own
-    main does)."""
+def _compiled_echo(directory: str) -> str:
+    """bench/echo.c built into `directory`; the path of the program."""
+    program = str(Path(directory) / "echo")
+    subprocess.run(["cc", "-O2", "-o", program, str(Path(__file__).with_name("echo.c"))], check=True)
+    return program
+
+
+def measure(processes: int, steps: int, sealed: bool = False, native: bool = False) -> dict[str, float]:
+    """Fork `processes` echoers (ackers: `sealed`; compiled: `native`) over loopback TCP and
+    time `steps` steps across them. Forks: call it from a process with no other thread (this
+    file's own main does)."""
+    with tempfile.TemporaryDirectory() as built:
+        program = _compiled_echo(built) if native else ""
+        return _measure(processes, steps, sealed, program)
+
+
+def _measure(processes: int, steps: int, sealed: bool, program: str) -> dict[str, float]:
     listener = socket.create_server(("127.0.0.1", 0), backlog=processes)
     address, pids = listener.getsockname(), []
     for _ in range(processes):
@@ -72,6 +90,9 @@ def measure(processes: int, steps: int, sealed: bool = False) -> dict[str, float
                 listener.close()
                 with socket.create_connection(address) as sock:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    if program:
+                        os.set_inheritable(sock.fileno(), True)
+                        os.execv(program, [program, str(sock.fileno())])
                     _ack_sealed(sock, KEY) if sealed else _echo(sock)
             finally:
                 os._exit(0)
@@ -113,21 +134,24 @@ def measure(processes: int, steps: int, sealed: bool = False) -> dict[str, float
             "process_cpu_us_per_step": children / steps / processes * 1e6}
 
 
-def floor(processes: int, steps: int = 200, sealed: bool = False) -> dict[str, float]:
+def floor(processes: int, steps: int = 200, sealed: bool = False, native: bool = False) -> dict[str, float]:
     """`measure`, in a process of its own (forking from a caller with threads would copy
     them half-done)."""
-    return measured_apart(__file__, processes=processes, steps=steps, sealed=sealed)
+    return measured_apart(__file__, processes=processes, steps=steps, sealed=sealed, native=native)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=100)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--sealed", action="store_true", help="netspec's sealed frames instead of bytes")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--sealed", action="store_true", help="netspec's sealed frames instead of bytes")
+    kind.add_argument("--native", action="store_true", help="compiled processes instead of Python's")
     args = parser.parse_args()
-    got = measure(args.processes, args.steps, args.sealed)
+    got = measure(args.processes, args.steps, args.sealed, args.native)
     each_way = "a sealed frame" if args.sealed else "a byte"
-    print(f"{args.processes} bare processes, {each_way} each way a step, {args.steps} steps, "
+    print(f"{args.processes} bare {'compiled ' if args.native else ''}processes, {each_way} each way a step, "
+          f"{args.steps} steps, "
           f"{os.cpu_count()} CPUs: step p50 {got['step_p50_ms']:.2f} ms, p99 {got['step_p99_ms']:.2f} ms; "
           f"sender CPU {got['sender_cpu_us_per_step_process']:.1f} us a step a process; "
           f"each process {got['process_cpu_us_per_step']:.1f} us a step")
