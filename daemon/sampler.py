@@ -181,9 +181,7 @@ class CampSampler:
         # At its instants the sampler must run, not wait for a core: a load that has just
         # woken on the sampler's core held it off, and the slots skipped for it fell where
         # the loads started, reading them low (tests/daemon/test_sampler.py).
-        if not set_policy(os.SCHED_FIFO, 1):
-            self.warn("not_realtime", "real-time priority refused (no CAP_SYS_NICE): a sample may "
-                                      "wait for a core, and a slot whose instant passed meanwhile is skipped")
+        realtime = set_policy(os.SCHED_FIFO, 1)
         # The window's two ends are sampled as well as its random instants, so that a
         # counter's change over the window, and over every phase inside it, is measured
         # rather than cut short by up to an interval at each end.
@@ -209,7 +207,8 @@ class CampSampler:
         self.sample()
         if self.late:
             self.warn("skipped", f"{self.late} of {slots} random instants had passed before the "
-                                 "sampler could take them: their slots have no sample",
+                                 "sampler could take them: their slots have no sample"
+                                 + ("" if realtime else " (real-time priority refused: no CAP_SYS_NICE)"),
                       skipped=self.late, slots=slots)
 
     def start(self) -> None:
