@@ -68,10 +68,8 @@ class DaemonClient:
         lost: NetspecError = ConnectionLost(self.host, detail="daemon closed the connection")
         # Each message is handled as it is read, not by this task woken for it: a flat
         # step's acks from a thousand hosts are a thousand such wake-ups saved.
-        self.channel.take(self._deliver)
         try:
-            while (message := await self.channel.recv()) is not None:
-                self._deliver(message)
+            await self.channel.take_each(self._deliver)
         except (ProtocolError, ConnectionError) as exc:
             lost = ConnectionLost(self.host, detail=str(exc))
             await self.channel.close()  # a stream that broke the protocol is not read on
@@ -83,7 +81,7 @@ class DaemonClient:
         if not self.closing:
             self.on_event(self.host, {"t": "lost", "error": lost})
 
-    def _deliver(self, message: dict[str, Any]) -> bool:
+    def _deliver(self, message: dict[str, Any]) -> None:
         if message["t"] in (m.REPLY, m.ERROR) and "id" in message:
             if not isinstance(message["id"], int):
                 raise ProtocolError(f"dropped: it sent a reply whose id is {str(message['id'])[:40]}")
@@ -94,7 +92,6 @@ class DaemonClient:
             raise ProtocolError(f"dropped: it sent {wrong}")
         else:
             self.on_event(self.host, message)
-        return True
 
     async def request(self, kind: str, deadline: float | None = None, during: str = "",
                       **fields: Any) -> dict[str, Any]:

@@ -112,14 +112,9 @@ class Link:
 
     async def read(self, relay: Relay) -> None:
         error = "the child closed it"
-
-        def take(message: dict[str, Any]) -> bool:
-            relay.from_child(self, message)
-            return True
-        self.channel.take(take)  # each batch handled as it is read, not by a task woken for it
         try:
-            while (message := await self.channel.recv()) is not None:
-                take(message)
+            # Each batch handled as it is read, not by a task woken for it.
+            await self.channel.take_each(lambda message: relay.from_child(self, message))
         except (ProtocolError, ConnectionError) as exc:
             error = str(exc)
         if not relay.closing:

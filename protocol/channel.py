@@ -85,6 +85,16 @@ class Channel(asyncio.Protocol):
         channel and is raised by `recv`. Only while no message waits, so that order holds."""
         self._take = handler
 
+    async def take_each(self, handler: Callable[[dict[str, Any]], None]) -> None:
+        """Hand every message to `handler` as it is decoded (`take`), those decoded before in
+        order first, until a clean end of the stream; anything else is raised as by `recv`."""
+        def take(message: dict[str, Any]) -> bool:
+            handler(message)
+            return True
+        self.take(take)
+        while (message := await self.recv()) is not None:
+            handler(message)
+
     async def recv(self) -> dict[str, Any] | None:
         while not self._ready:
             if self._error is not None:

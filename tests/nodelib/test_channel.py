@@ -78,6 +78,24 @@ def test_what_a_take_handles_skips_recv_and_the_rest_keeps_its_order(transport):
     assert set(range(2, 200, 3)) <= set(received) and all(i % 3 != 2 for i in taken) and taken
 
 
+def test_take_each_hands_on_what_came_before_it_then_the_rest_in_order_until_the_end(transport):
+    async def scenario():
+        a, b = await transport()
+        for i in range(50):
+            a.send({"t": "n", "i": i})
+        await asyncio.sleep(0.05)  # decoded and queued before any taker
+        handled = []
+        each = asyncio.create_task(b.take_each(lambda message: handled.append(message["i"])))
+        await asyncio.sleep(0.05)
+        for i in range(50, 100):
+            a.send({"t": "n", "i": i})
+        await a.close()
+        await asyncio.wait_for(each, 5)  # a clean end returns
+        await b.close()
+        return handled
+    assert asyncio.run(scenario()) == list(range(100))
+
+
 def test_a_take_that_refuses_a_message_ends_the_channel_and_recv_says_why(transport):
     async def scenario():
         a, b = await transport()
