@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from netspec.daemon.sampler import CampConfig, CampSampler
 from netspec.nodelib import camp
+from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.runrecord import load_record
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -74,6 +76,19 @@ def start_loadgen(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def sample_a_process_that_exits(streams: Datastreams, after: int) -> tuple[CampSampler, int]:
+    """A CAMP sampler of component "load" (a real process) into `streams`: one sample while
+    it runs, then `after` once it has exited. The sampler, and the process's pid."""
+    load = start_loadgen("percent", "0")
+    sampler = CampSampler(streams, CampConfig(interfaces=("lo",), disks=()), {"load": load.pid})
+    sampler.sample()
+    load.kill()
+    load.wait()
+    for _ in range(after):
+        sampler.sample()
+    return sampler, load.pid
 
 
 

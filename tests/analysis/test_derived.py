@@ -20,9 +20,9 @@ from netspec.analysis.report import report_lines, write_csv
 from netspec.analysis.resultset import open_tables
 from netspec.analysis.stats import compare, outliers, summarize, trend
 from netspec.analysis.timeline import merge_files
-from netspec.daemon.sampler import CampConfig, CampSampler, open_stream
+from netspec.daemon.sampler import open_stream
 from scipy import stats
-from support import start_loadgen
+from support import sample_a_process_that_exits
 
 # Auto-pilot's figure 2 shows Ext2 Postmark elapsed times like these (seconds).
 ELAPSED = np.array([38.2, 37.7, 40.4, 38.1, 39.0, 38.3, 37.9, 38.2, 39.1, 39.6])
@@ -205,16 +205,11 @@ def test_what_scipy_warns_of_is_said_in_the_report_and_never_leaks(recwarn):
 
 def test_what_camp_said_of_its_samples_is_among_the_merges_warnings_a_line_a_kind(tmp_path):
     streams = open_stream(tmp_path / "a", "r", "a")
-    load = start_loadgen("percent", "0")
-    sampler = CampSampler(streams, CampConfig(interfaces=("lo",), disks=()), {"load": load.pid})
-    sampler.sample()
-    load.kill()
-    load.wait()
-    sampler.sample()
+    sampler, pid = sample_a_process_that_exits(streams, after=1)
     for _ in range(3):
         sampler.warn("skipped", "3 of 100 random instants had passed", skipped=3, slots=100)
     streams.stop()
     merge_files({"a": sorted((tmp_path / "a").glob("*.ds"))}, {}, tmp_path / "merged")
     assert camp_warnings(open_tables(tmp_path / "merged")) == [
-        f"host a: CAMP: component load: process {load.pid} (python) has exited",
+        f"host a: CAMP: component load: process {pid} (python) has exited",
         "host a: CAMP: 3 of 100 random instants had passed (and 2 more like it)"]

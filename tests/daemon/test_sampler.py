@@ -21,7 +21,7 @@ from netspec.datastream.reader import StreamReader
 from netspec.nodelib import camp
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
-from support import Steal, schedstat, schedstat_ns
+from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns
 from support import start_loadgen as start
 
 
@@ -79,21 +79,15 @@ def test_samples_every_counter_with_the_instant_it_was_read(camp_stream):
 
 def test_a_process_that_exits_is_recorded_as_missing_and_said_once(camp_stream):
     streams, directory = camp_stream
-    load = start("percent", "0")
-    sampler = CampSampler(streams, CampConfig(interfaces=("lo",), disks=()), {"load": load.pid})
-    sampler.sample()
-    load.kill()
-    load.wait()
-    sampler.sample()
-    sampler.sample()
+    _, pid = sample_a_process_that_exits(streams, after=2)
     records = read(streams, directory)
     samples = [r.value for r in records if r.entity.full_name == "CAMP/node"]
-    assert samples[0]["proc.load.pid"] == load.pid and samples[0]["proc.load.threads"] == 1
+    assert samples[0]["proc.load.pid"] == pid and samples[0]["proc.load.threads"] == 1
     assert all(s[f"proc.load.{f}"] is None for s in samples[1:] for f in ("pid", "cpu_ns", "threads"))
     assert all(s["net.lo.bytes_sent"] is not None for s in samples)
     warnings = [r.value for r in records if r.entity.full_name == "CAMP/warning"]
     assert [w["kind"] for w in warnings] == ["process_gone"]
-    assert f"process {load.pid}" in warnings[0]["message"] and "exited" in warnings[0]["message"]
+    assert f"process {pid}" in warnings[0]["message"] and "exited" in warnings[0]["message"]
 
 
 class SlowBackend:
