@@ -62,6 +62,13 @@ def measured_apart(script: str, **options: int | bool) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def compiled(source: str, directory: str) -> str:
+    """The C program bench/`source` built with the machine's cc into `directory`; its path."""
+    program = str(Path(directory) / Path(source).stem)
+    subprocess.run(["cc", "-O2", "-o", program, str(Path(__file__).with_name(source))], check=True)
+    return program
+
+
 async def echo_round_trips(count: int) -> list[float]:
     server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE, text=True)
     try:

@@ -35,11 +35,11 @@ its step p50, the sender's CPU a process and each process's CPU a step; the step
 controller's and the daemons' CPU are also printed as ratios to them); the same with
 netspec's wire, each byte a sealed frame (`stepfloor.py --sealed`: the floor of any step
 path that keeps the wire, without event loop or engine; the step p50 is also printed as a
-ratio to it); the floor of a
-release at an instant on this machine, N bare processes waking at one instant
-(bench/wakefloor.py: the spread of their stamps, p50/p99; `at` skew is also printed as a
-ratio to its p50); and the round trip of a bare asyncio TCP echo between two processes
-(bench/barrier.py), which a one-host step cannot beat.
+ratio to it); the same with compiled processes (`--native`: the floor whatever language
+the daemons were in); the floor of a release at an instant on this machine, N bare processes
+waking at one instant (bench/wakefloor.py: the spread of their stamps, p50/p99; `at` skew
+is also printed as a ratio to its p50), also compiled; and the round trip of a bare asyncio
+TCP echo between two processes (bench/barrier.py), which a one-host step cannot beat.
 
 Prints figures for people, then one JSON object as the last line.
 
@@ -221,6 +221,31 @@ def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, 
             "controller_ms": controller_ms, "step_ms": controller_ms + depth * c_relay / 1e3}
 
 
+def floors(n: int, results: dict[str, float | str]) -> tuple[dict[str, float], dict[str, float]]:
+    """The machine's floors for N processes, printed and put in `results`: the bare step, the
+    wire's, the compiled one, and the wake-ups at one instant of Python and of compiled
+    processes. Returns the bare and the wire's, which the runs' figures are divided by."""
+    steps = {"step": ({}, "a byte each way a step (bench/stepfloor.py)"),
+             "wire": ({"sealed": True}, "a sealed frame each way a step (stepfloor.py --sealed)"),
+             "compiled_step": ({"native": True}, "compiled, a byte each way a step (stepfloor.py --native)")}
+    got = {}
+    for name, (options, what) in steps.items():
+        got[name] = floor = stepfloor.floor(n, **options)
+        results.update({f"{name}_floor_{n}_{k}": round(v, 3) for k, v in floor.items() if k != "processes"})
+        print(f"floor: {n} bare processes, {what}: step p50 {floor['step_p50_ms']:.2f} ms; sender CPU "
+              f"{floor['sender_cpu_us_per_step_process']:.1f} us/step/process; each process "
+              f"{floor['process_cpu_us_per_step']:.1f} us/step", flush=True)
+    for name, native in (("wake", False), ("compiled_wake", True)):
+        spreads = wakefloor.spreads_us(n, native=native)
+        results.update({f"{name}_floor_{n}_{q}_us": round(percentile(spreads, p), 1)
+                        for q, p in (("p50", 0.5), ("p99", 0.99))})
+        print(f"floor: {n} bare {'compiled ' if native else ''}processes waking at one instant "
+              f"(bench/wakefloor.py{' --native' if native else ''}): spread p50 "
+              f"{results[f'{name}_floor_{n}_p50_us']:.0f} us, "
+              f"p99 {results[f'{name}_floor_{n}_p99_us']:.0f} us", flush=True)
+    return got["step"], got["wire"]
+
+
 def describe(n: int, kind: str, got: dict[str, float]) -> str:
     return " | ".join([
         f"N={n:5d} {kind:>16}: bring-up {got['connect_s']:6.1f} s + launch {got['launch_s']:5.1f} s",
@@ -257,23 +282,7 @@ def main() -> None:
               f"fd limit {soft}/{hard}")
         runs: dict[tuple[str, int | None], dict[int, dict[str, float]]] = {}
         for n in map(int, args.daemons.split(",")):
-            bare = stepfloor.floor(n)
-            results.update({f"step_floor_{n}_{k}": round(v, 3) for k, v in bare.items() if k != "processes"})
-            print(f"floor: {n} bare processes, a byte each way a step (bench/stepfloor.py): step p50 "
-                  f"{bare['step_p50_ms']:.2f} ms; sender CPU {bare['sender_cpu_us_per_step_process']:.1f} us "
-                  f"/step/process; each process {bare['process_cpu_us_per_step']:.1f} us/step", flush=True)
-            wire = stepfloor.floor(n, sealed=True)
-            results.update({f"wire_floor_{n}_{k}": round(v, 3) for k, v in wire.items() if k != "processes"})
-            print(f"floor: {n} bare processes, a sealed frame each way a step (stepfloor.py --sealed): "
-                  f"step p50 {wire['step_p50_ms']:.2f} ms; sender CPU "
-                  f"{wire['sender_cpu_us_per_step_process']:.1f} us/step/process; each process "
-                  f"{wire['process_cpu_us_per_step']:.1f} us/step", flush=True)
-            floor = wakefloor.spreads_us(n)
-            results.update({f"wake_floor_{n}_{q}_us": round(percentile(floor, p), 1)
-                            for q, p in (("p50", 0.5), ("p99", 0.99))})
-            print(f"floor: {n} bare processes waking at one instant (bench/wakefloor.py): spread "
-                  f"p50 {results[f'wake_floor_{n}_p50_us']:.0f} us, "
-                  f"p99 {results[f'wake_floor_{n}_p99_us']:.0f} us", flush=True)
+            bare, wire = floors(n, results)
             for kind, fan_out in itertools.product(("node", "component"), args.fan_out.split(",")):
                 if kind == "component" and n > args.component_max:
                     continue

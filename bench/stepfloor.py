@@ -28,12 +28,11 @@ import json
 import os
 import selectors
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from barrier import measured_apart, percentile
+from barrier import compiled, measured_apart, percentile
 from netspec.protocol.wire import FrameDecoder, Seal, encode
 
 WARM_UP = 20
@@ -64,19 +63,12 @@ def _cpu_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def _compiled_echo(directory: str) -> str:
-    """bench/echo.c built into `directory`; the path of the program."""
-    program = str(Path(directory) / "echo")
-    subprocess.run(["cc", "-O2", "-o", program, str(Path(__file__).with_name("echo.c"))], check=True)
-    return program
-
-
 def measure(processes: int, steps: int, sealed: bool = False, native: bool = False) -> dict[str, float]:
     """Fork `processes` echoers (ackers: `sealed`; compiled: `native`) over loopback TCP and
     time `steps` steps across them. Forks: call it from a process with no other thread (this
     file's own main does)."""
     with tempfile.TemporaryDirectory() as built:
-        program = _compiled_echo(built) if native else ""
+        program = compiled("echo.c", built) if native else ""
         return _measure(processes, steps, sealed, program)
 
 
