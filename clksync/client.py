@@ -55,6 +55,8 @@ class ProbeClient:
         self.sock.connect(self.server)
         self.kernel = kernel and stamps.enable(self.sock)
         self.sent = 0
+        self.poller = select.poll()
+        self.poller.register(self.sock, select.POLLIN | select.POLLERR)
         self.seqs = itertools.count(1)
         self.lost = 0
 
@@ -64,18 +66,17 @@ class ProbeClient:
         u1 = time.time_ns()
         self.sock.send(packets.request(self.key, seq))
         request_id, self.sent = self.sent, self.sent + 1
-        t1 = reply = followup = None
-        t4 = u4 = None
+        # Most often queued as send returns: taken now, it does not end the first wait.
+        t1 = stamps.tx_stamp(self.sock, request_id, 0) if self.kernel else None
+        reply = followup = t4 = u4 = None
         deadline = time.monotonic() + timeout_s
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN | select.POLLERR)
         while reply is None or followup is None:
             left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(left * 1000):
+            if left <= 0 or not self.poller.poll(left * 1000):
                 self.lost += 1
                 return None
             if self.kernel and t1 is None:
-                t1 = stamps.tx_stamps(self.sock, 0).get(request_id)
+                t1 = stamps.tx_stamp(self.sock, request_id, 0)
             try:
                 data, ancillary, _, _ = self.sock.recvmsg(packets.REQUEST_SIZE, stamps.ANCILLARY_SIZE,
                                                           socket.MSG_DONTWAIT)
@@ -93,7 +94,7 @@ class ProbeClient:
             else:
                 followup = answer
         if self.kernel and t1 is None:
-            t1 = stamps.tx_stamps(self.sock, TX_STAMP_WAIT_S).get(request_id)
+            t1 = stamps.tx_stamp(self.sock, request_id, TX_STAMP_WAIT_S)
         kernel = None not in (t1, reply.t2, followup.t3, t4)
         if kernel:
             return Exchange(seq, True, t1, reply.t2, followup.t3, t4, u1, reply.u2, reply.u3, u4)

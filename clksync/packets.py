@@ -4,7 +4,8 @@ request  (client -> server, REQUEST_SIZE bytes, zero padded)   magic, version, t
 reply    (server -> client)  + t2 (kernel RX of the request, 0 if none), u2, u3 (user space)
 followup (server -> client)  + t3 (kernel TX of the reply, 0 if none)
 
-Every datagram ends in TAG_BYTES of HMAC-SHA256 under the run's probe key, which the
+Every datagram ends in TAG_BYTES of keyed BLAKE2b (a MAC by design, RFC 7693, and a third of
+HMAC-SHA256's cost in Python) under the run's probe key, which the
 controller hands to the server and its clients over their authenticated connections: a
 server answers nobody else, and a client takes no forged answer for a clock reading.
 
@@ -20,7 +21,7 @@ import struct
 from typing import NamedTuple
 
 MAGIC = b"NSCK"
-VERSION = 2
+VERSION = 3
 REQUEST, REPLY, FOLLOWUP = 1, 2, 3
 TAG_BYTES = 12
 KEY_BYTES = 16
@@ -44,7 +45,7 @@ class Followup(NamedTuple):
 
 
 def _tag(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()[:TAG_BYTES]
+    return hashlib.blake2b(data, key=key, digest_size=TAG_BYTES).digest()
 
 
 def _signed(key: bytes, data: bytes) -> bytes:

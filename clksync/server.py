@@ -1,12 +1,14 @@
 """The probe server on the reference host: answers each well-formed request signed with the
 run's probe key with a reply
 (its kernel RX stamp) and a follow-up (the reply's kernel TX stamp), never with more bytes
-than the request had, and at most RATE_PER_PEER requests a second from any one prober's
+than the request had, asking the kernel for the reply's TX stamp alone (a follow-up's would
+only wake the server to be thrown away), and at most RATE_PER_PEER requests a second from any one prober's
 socket (address and port: hosts that share an address, as local daemons share 127.0.0.1,
 are each a prober of their own)."""
 
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import time
@@ -46,8 +48,8 @@ class ProbeServer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((address, port))
         self.port: int = self.sock.getsockname()[1]
-        self.kernel = kernel and stamps.enable(self.sock)
-        self.sent = 0  # the kernel's OPT_ID count of datagrams sent, for matching TX stamps
+        self.kernel = kernel and stamps.enable(self.sock, tx=False)
+        self.stamped = 0  # the kernel's OPT_ID count of replies sent with a TX stamp asked
         self.limit = RateLimit()
         self.poller = select.poll()
         self.poller.register(self.sock, select.POLLIN)
@@ -59,8 +61,8 @@ class ProbeServer:
         if not events:
             return
         if events[0][1] & select.POLLERR:
-            # The follow-ups' TX stamps, never needed: left queued they would end every poll.
-            stamps.tx_stamps(self.sock, 0)
+            # A reply's TX stamp that came after its wait: left queued it would end every poll.
+            stamps.drop_tx_stamps(self.sock)
         try:
             data, ancillary, _, peer = self.sock.recvmsg(packets.REQUEST_SIZE + 1, stamps.ANCILLARY_SIZE,
                                                          socket.MSG_DONTWAIT)
@@ -73,12 +75,24 @@ class ProbeServer:
             return
         t2 = stamps.rx_stamp(ancillary) if self.kernel else None
         u3 = time.time_ns()
-        self.sock.sendto(packets.reply(self.key, seq, t2, u2, u3), peer)
-        reply_id, self.sent = self.sent, self.sent + 1
-        t3 = stamps.tx_stamps(self.sock, TX_STAMP_WAIT_S).get(reply_id) if self.kernel else None
+        t3 = self._send_reply(packets.reply(self.key, seq, t2, u2, u3), peer)
         self.sock.sendto(packets.followup(self.key, seq, t3), peer)
-        self.sent += 1
         self.answered += 1
+
+    def _send_reply(self, reply: bytes, peer: tuple[str, int]) -> int | None:
+        """Send the reply; its kernel TX stamp, if this socket gives them."""
+        if self.kernel:
+            try:
+                self.sock.sendmsg([reply], stamps.ASK_TX, 0, peer)
+            except OSError as exc:  # a kernel before 4.13 takes no stamp asked per datagram
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.kernel = False
+            else:
+                self.stamped += 1
+                return stamps.tx_stamp(self.sock, self.stamped - 1, TX_STAMP_WAIT_S)
+        self.sock.sendto(reply, peer)
+        return None
 
     def close(self) -> None:
         self.sock.close()

@@ -22,7 +22,7 @@ from typing import Any
 #   5: a first-level host deflates its summary's records (zlib); a tree's enter has lists and
 #      hosts by index; the controller checks every event.
 #   6: frames tagged with keyed BLAKE2b instead of HMAC-SHA256.
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 
 
 @cache

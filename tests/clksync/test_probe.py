@@ -60,14 +60,31 @@ def test_a_volley_is_back_to_back_exchanges_and_leaves_the_server_nothing_to_wak
     volley = client.volley(4)
     stop.set()
     thread.join()
-    srv.handle(0.02)  # the wake-up that the last follow-up's TX stamp brings
     assert [e.seq for e in volley] == [1, 2, 3, 4] and all(e.kernel for e in volley)
     assert all(a.t4 < b.t1 for a, b in itertools.pairwise(volley))
-    # The follow-ups' TX stamps were taken off the error queue: a poll would sleep, not spin.
+    # The replies' TX stamps were taken and no follow-up asked for one: nothing is left on
+    # the error queue (a poll reports it whatever it asks for), so a poll sleeps.
     idle = select.poll()
     idle.register(srv.sock, select.POLLIN)
     assert idle.poll(0) == []
     client.close()
+    srv.close()
+
+
+def test_an_answer_carries_the_replys_kernel_send_time_and_leaves_the_server_no_stamp_to_read():
+    srv = ProbeServer("127.0.0.1", KEY)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("127.0.0.1", srv.port))
+        sent = time.time_ns()
+        sock.send(packets.request(KEY, 7))
+        srv.handle(5.0)
+        reply, followup = (packets.parse(KEY, sock.recv(100)) for _ in range(2))
+    assert (reply.seq, followup.seq) == (7, 7) and sent < reply.t2 <= followup.t3 < time.time_ns()
+    # Only the reply asked the kernel for its TX stamp, and the server took it: the follow-up's
+    # would be left on the error queue, which ends every poll whatever it asks for.
+    idle = select.poll()
+    idle.register(srv.sock, select.POLLIN)
+    assert idle.poll(0) == []
     srv.close()
 
 
