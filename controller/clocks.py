@@ -20,8 +20,9 @@ from netspec.protocol import messages as m
 from .fleet import DaemonClient
 from .model import ClockService
 
-# At most about 5 % of a CPU on this machine: the reference's daemon spends 250-260 us of
-# CPU per exchange answered (bench/scale.py, 100 hosts: 10 % at 400 exchanges/s, 5.2 % at 200).
+# At most about 5 % of a CPU on these machines: the reference's daemon spent 250-260 us of
+# CPU per exchange answered (bench/scale.py, 100 hosts: 10 % at 400 exchanges/s, 5.2 % at 200),
+# 100-120 us since it asks a TX stamp of its replies alone; among 1000 daemons on 2 cores more.
 REFERENCE_EXCHANGES_PER_S = 180.0
 
 
