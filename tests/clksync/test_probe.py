@@ -1,5 +1,6 @@
 """Probe server and client on loopback with real kernel timestamps, and the clock watch."""
 
+import errno
 import itertools
 import os
 import select
@@ -85,6 +86,35 @@ def test_an_answer_carries_the_replys_kernel_send_time_and_leaves_the_server_no_
     idle = select.poll()
     idle.register(srv.sock, select.POLLIN)
     assert idle.poll(0) == []
+    srv.close()
+
+
+class KernelBefore413:
+    """A server socket as a kernel before 4.13 has it: sendmsg refuses a TX stamp asked
+    for one datagram (EINVAL); everything else is the real socket's."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def __getattr__(self, name: str):
+        return getattr(self.sock, name)
+
+    def sendmsg(self, *args):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+
+def test_a_kernel_that_refuses_a_stamp_asked_per_datagram_gets_answers_marked_user_space():
+    srv = ProbeServer("127.0.0.1", KEY)
+    srv.sock = KernelBefore413(srv.sock)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("127.0.0.1", srv.port))
+        answers = []
+        for seq in (1, 2):
+            sock.send(packets.request(KEY, seq))
+            srv.handle(5.0)
+            answers += [packets.parse(KEY, sock.recv(100)) for _ in range(2)]
+    assert [a.seq for a in answers] == [1, 1, 2, 2] and not srv.kernel
+    assert answers[1].t3 is None and (answers[2].t2, answers[3].t3) == (None, None)
     srv.close()
 
 
