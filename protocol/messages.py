@@ -22,6 +22,8 @@ from typing import Any
 #   5: a first-level host deflates its summary's records (zlib); a tree's enter has lists and
 #      hosts by index; the controller checks every event.
 #   6: frames tagged with keyed BLAKE2b instead of HMAC-SHA256.
+#   7: clksync's probes tagged with keyed BLAKE2b too (probe version 3); the probe server
+#      asks the kernel for its reply's TX stamp alone.
 PROTOCOL_VERSION = 7
 
 
