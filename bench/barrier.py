@@ -62,6 +62,13 @@ def measured_apart(script: str, **options: int | bool) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def cpu_s(pid: int) -> float:
+    """The process's CPU to the nanosecond, every thread's (/proc/<pid>/task/*/schedstat):
+    /proc's ticks of 10 ms are too coarse for a few microseconds a step."""
+    return sum(int((task / "schedstat").read_text().split()[0])
+               for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+
+
 def compiled(source: str, directory: str) -> str:
     """The C program bench/`source` built with the machine's cc into `directory`; its path."""
     program = str(Path(directory) / Path(source).stem)

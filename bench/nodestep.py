@@ -25,19 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from barrier import echo_round_trips, percentile
+from barrier import cpu_s, echo_round_trips, percentile
 from netspec.controller.fleet import DaemonClient
 from netspec.protocol import messages as m
 from netspec.protocol.auth import load_or_create_key
 
 WARM_UP = 50
-
-
-def cpu_s(pid: int) -> float:
-    """The process's CPU to the nanosecond, every thread's (/proc/<pid>/task/*/schedstat):
-    /proc's ticks of 10 ms are 6 % of 3000 steps' worth."""
-    return sum(int((task / "schedstat").read_text().split()[0])
-               for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
 
 
 async def one_kind(summarized: bool, steps: int, root: Path) -> dict[str, float]:

@@ -30,9 +30,8 @@ import selectors
 import socket
 import tempfile
 import time
-from pathlib import Path
 
-from barrier import compiled, measured_apart, percentile
+from barrier import compiled, cpu_s, measured_apart, percentile
 from netspec.protocol.wire import FrameDecoder, Seal, encode
 
 WARM_UP = 20
@@ -55,12 +54,6 @@ def _ack_sealed(sock: socket.socket, key: bytes) -> None:
             entered = time.time_ns()
             sock.send(encode({"status": "ok", "t": "ack", "step": enter["step"], "component": "node",
                               "entered": entered, "acked": time.time_ns(), "entry_clock": [0, 0]}, seal))
-
-
-def _cpu_s(pid: int) -> float:
-    """The scheduler's own account of a one-thread process's CPU, to the nanosecond: ticks
-    (/proc/<pid>/stat) are too coarse for a few microseconds a step."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def measure(processes: int, steps: int, sealed: bool = False, native: bool = False) -> dict[str, float]:
@@ -103,7 +96,7 @@ def _measure(processes: int, steps: int, sealed: bool, program: str) -> dict[str
     durations, cpu, children = [], 0.0, 0.0
     for step in range(WARM_UP + steps):
         if step == WARM_UP:
-            cpu, children = time.process_time(), sum(map(_cpu_s, pids))
+            cpu, children = time.process_time(), sum(map(cpu_s, pids))
         started = time.perf_counter()
         for peer in peers:
             peer.send(encode({"t": "enter", "components": [{"name": "node"}], "phase": "start_logging",
@@ -114,7 +107,7 @@ def _measure(processes: int, steps: int, sealed: bool, program: str) -> dict[str
                 data = key.fileobj.recv(65536)  # type: ignore[union-attr]
                 waiting -= len(decoders[key.fileobj].feed(data)) if sealed else len(data)
         durations.append(time.perf_counter() - started)
-    cpu, children = time.process_time() - cpu, sum(map(_cpu_s, pids)) - children
+    cpu, children = time.process_time() - cpu, sum(map(cpu_s, pids)) - children
     for peer in peers:
         peer.close()
     for pid in pids:
