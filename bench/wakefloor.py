@@ -18,7 +18,6 @@ Prints figures for people, then one JSON object as the last line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import json
 import os
@@ -27,8 +26,9 @@ import threading
 import time
 
 from barrier import compiled, measured_apart, percentile
+from netspec.daemon.realtime import set_policy
+from netspec.daemon.release import PR_SET_TIMERSLACK
 
-PR_SET_TIMERSLACK = 29
 GAP_NS = 50_000_000  # between instants: every process is asleep again well before the next
 
 
@@ -37,8 +37,7 @@ def _waker(instants: list[int], out: int) -> None:
     lates: list[int] = []
 
     def run() -> None:
-        with contextlib.suppress(PermissionError):
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        set_policy(os.SCHED_FIFO, 1)
         ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
         for at in instants:
             time.sleep(max(at - time.time_ns(), 0) / 1e9)
