@@ -446,5 +446,4 @@ class Run:
                   "interrupted" if isinstance(error, Interrupted) else "failed")
         self.rundir.finish(status, None if error is None else {
             "type": type(error).__name__, "message": str(error), "phase": self.phase,
-            "causes": [str(c) for c in error.failed.values()] if isinstance(error, StepFailed)
-            else []})
+            "causes": error.causes() if isinstance(error, StepFailed) else []})

@@ -74,8 +74,9 @@ class LiveLine:
 def error_lines(exc: BaseException) -> list[str]:
     """The chain of causes, outermost first, root cause last."""
     lines = [f"error: {exc}"]
+    causes: list[BaseException | str]
     if isinstance(exc, StepFailed):
-        causes = [cause for _, cause in sorted(exc.failed.items())]
+        causes = exc.causes()  # each once: hosts that failed alike are counted on one line
     else:
         causes, cause = [], exc.__cause__
         while cause is not None:
@@ -84,6 +85,8 @@ def error_lines(exc: BaseException) -> list[str]:
     for cause in causes:
         lines.extend(f"  caused by: {line}" if i == 0 else f"  {line}"
                      for i, line in enumerate(str(cause).splitlines()))
+    if isinstance(exc, StepFailed) and len(causes) < len(exc.failed):
+        lines.append("  (each host's own detail: ns_control show --host HOST)")
     return lines
 
 

@@ -6,8 +6,27 @@ message names that context, so the CLI can print a chain of causes that says who
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+# Hosts named in one error's message; beyond, counted: an error shared by a thousand hosts
+# stays a line.
+NAMED_HOSTS = 8
+
+
+def in_order(hosts: Iterable[str]) -> list[str]:
+    """`hosts` in their natural order: h2 before h10."""
+    return sorted(hosts, key=lambda h: [(0, int(p), "") if p.isdigit() else (1, 0, p)
+                                        for p in re.split(r"(\d+)", h)])
+
+
+def some_hosts(hosts: Iterable[str], named: int = NAMED_HOSTS) -> str:
+    """`hosts` in their natural order, the first `named` by name and the rest counted:
+    "a, b" or "h0, h1, h2 and 428 more"."""
+    ordered = in_order(hosts)
+    more = len(ordered) - named
+    return ", ".join(ordered[:named]) + (f" and {more} more" if more > 0 else "")
 
 
 class NetspecError(Exception):
@@ -73,7 +92,10 @@ class DeadlineExceeded(NetspecError):
 
     def __init__(self, phase: str, waiting: Mapping[str, list[str]], seconds: float):
         self.phase, self.waiting, self.seconds = phase, dict(waiting), seconds
-        who = "; ".join(f"host {h}: {', '.join(cs)}" for h, cs in sorted(waiting.items()))
+        hosts = in_order(waiting)
+        who = "; ".join(f"host {h}: {', '.join(waiting[h])}" for h in hosts[:NAMED_HOSTS])
+        if len(hosts) > NAMED_HOSTS:
+            who += f" and {len(hosts) - NAMED_HOSTS} more hosts ({len(hosts)} in all)"
         super().__init__(f"phase '{phase}': deadline of {seconds:g} s passed, still waiting for {who}")
 
 
@@ -107,8 +129,9 @@ class StepFailed(NetspecError):
 
     def __init__(self, phase: str, results: Mapping[str, Any]):
         self.phase, self.results = phase, dict(results)
-        failed = sorted(h for h, r in self.results.items() if isinstance(r, BaseException))
-        super().__init__(f"phase '{phase}' failed on {', '.join(failed) or 'no host'}")
+        failed = [h for h, r in self.results.items() if isinstance(r, BaseException)]
+        count = f" ({len(failed)} hosts)" if len(failed) > NAMED_HOSTS else ""
+        super().__init__(f"phase '{phase}' failed on {some_hosts(failed) or 'no host'}{count}")
 
     @property
     def failed(self) -> dict[str, BaseException]:
@@ -117,6 +140,42 @@ class StepFailed(NetspecError):
     @property
     def succeeded(self) -> dict[str, Any]:
         return {h: r for h, r in self.results.items() if not isinstance(r, BaseException)}
+
+    def alike(self) -> list[list[str]]:
+        """The failed hosts grouped by the error they share (the same text but for their
+        own names: `shared_text`), the largest group first, each in its hosts' order."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        failed = self.failed
+        for host in in_order(failed):
+            error = failed[host]
+            groups.setdefault((type(error).__name__, shared_text(host, error)), []).append(host)
+        return sorted(groups.values(), key=lambda hosts: -len(hosts))
+
+    def causes(self, named: int = 3) -> list[str]:
+        """Each cause once: a host that failed its own way, its whole error; hosts that
+        failed alike, one line that counts them, names `named` of them and quotes the
+        first one's error."""
+        texts = []
+        for hosts in self.alike():
+            first = str(self.failed[hosts[0]])
+            alike = f"on {len(hosts)} hosts ({some_hosts(hosts, named)}) alike: {first.partition(chr(10))[0]}"
+            texts.append(first if len(hosts) == 1 else alike)
+        return texts
+
+
+def shared_text(host: str, error: BaseException) -> str:
+    """What `error` of `host` says with the names that are that host's own taken out (its
+    name, its component's, a component's run time): the same text for hosts that failed
+    alike, so that an error shared by hundreds of hosts is said once."""
+    names = [host]
+    if isinstance(error, ComponentFailed):
+        names.append(error.result.component)
+        what = error.reason or re.sub(r" after [0-9.]+ s$", "", error.result.describe_exit())
+        text = f"phase '{error.phase}': component {{name}} {what}"
+    else:
+        text = str(error).partition("\n")[0]
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    return re.sub(rf"(?<![\w.-])(?:{alternatives})(?![\w.-])", "{name}", text)
 
 
 class StreamError(NetspecError):

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from support import REPO, ns_control
+from support import REPO, latest_record, ns_control
 
 STORED = REPO / "tests" / "data" / "runs"
 RUN_ID = "20261121T181343Z-23d1a4"
@@ -168,3 +168,21 @@ def test_a_run_starts_without_the_merges_or_sshs_libraries():
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_step_failed_alike_on_thirty_hosts_is_one_line_that_counts_them(experiment, tmp_path):
+    hosts = 30
+    components = "\n".join(f'  c{i}: {{host: h{i}, program: ACTOR, args: ["launch,work"], '
+                           'params: {hang_in: work}}' for i in range(hosts))
+    path = experiment("experiment: many\nhosts: {" + ", ".join(f"h{i}: {{}}" for i in range(hosts))
+                      + "}\ncomponents:\n" + components + "\nschedule:\n  - launch\n"
+                      "  - {phase: work, deadline: 1s}\n")
+    done = ns_control("run", "--no-merge", "--quiet", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    alike = ("on 30 hosts (h0, h1, h2 and 27 more) alike: phase 'work', host h0: component 'c0' did not "
+             "finish within the deadline of 1 s")
+    assert done.stderr.splitlines()[:3] == [
+        "error: phase 'work' failed on h0, h1, h2, h3, h4, h5, h6, h7 and 22 more (30 hosts)",
+        f"  caused by: {alike}",
+        "  (each host's own detail: ns_control show --host HOST)"]
+    assert latest_record(tmp_path / "runs")["error"]["causes"] == [alike]

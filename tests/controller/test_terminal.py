@@ -1,9 +1,12 @@
-"""What a person sees on a terminal: a bar while a fleet is brought up or gathered."""
+"""What a person sees on a terminal: a bar while a fleet is brought up or gathered, and an
+error shared by many hosts said once."""
 
 import io
 
 from netspec.controller.cli import Terminal
-from netspec.controller.summary import LISTED_OK
+from netspec.controller.results import ComponentResult
+from netspec.controller.summary import LISTED_OK, error_lines
+from netspec.protocol.errors import ComponentFailed, RemoteError, StepFailed
 
 
 def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
@@ -28,3 +31,27 @@ def test_no_bar_for_a_few_hosts_or_off_a_terminal():
         for done in range(1, hosts + 1):
             terminal.count("connect", done, hosts)
         assert screen.getvalue() == "" and terminal.bar is None
+
+
+def test_hosts_that_failed_alike_are_one_line_each_cause_and_a_host_alone_keeps_its_whole_error():
+    failed = {}
+    for i in range(12):  # alike but for their names and run times
+        result = ComponentResult(f"h{i}", f"c{i}", ["actor.py"], exit_status=3, duration_s=1 + i / 10)
+        failed[f"h{i}"] = ComponentFailed(result, "collect")
+    for i in range(12, 15):
+        failed[f"h{i}"] = ComponentFailed(ComponentResult(f"h{i}", f"c{i}", ["actor.py"]), "collect",
+                                          f"failed: c{i} did not end within 2 s of SIGKILL")
+    failed["x"] = RemoteError("x", {"type": "OSError", "message": "disk full"})
+    lines = error_lines(StepFailed("collect", {**failed, "ok": [{"status": "ok"}]}))
+    assert lines == [
+        "error: phase 'collect' failed on h0, h1, h2, h3, h4, h5, h6, h7 and 8 more (16 hosts)",
+        "  caused by: on 12 hosts (h0, h1, h2 and 9 more) alike: phase 'collect', host h0: component 'c0' "
+        "exited 3 after 1.0 s",
+        "  caused by: on 3 hosts (h12, h13, h14) alike: phase 'collect', host h12: component 'c12' failed: "
+        "c12 did not end within 2 s of SIGKILL",
+        "  caused by: host x: OSError: disk full",
+        "  (each host's own detail: ns_control show --host HOST)"]
+    assert error_lines(StepFailed("collect", {"h3": failed["h3"]})) == [  # alone: its whole error
+        "error: phase 'collect' failed on h3",
+        "  caused by: phase 'collect', host h3: component 'c3' exited 3 after 1.3 s",
+        "    command: actor.py"]
