@@ -21,7 +21,16 @@ from netspec.web import DEFAULT_PORT
 from . import summary
 from .load import load, parse
 from .rundir import find_run, list_runs, settle
-from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
+from .runner import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    MergeInterrupted,
+    RunOptions,
+    merge,
+    run_plan,
+)
 from .summary import LISTED_OK
 
 # A command imports what only it uses in its own body: ns_control's start is every command's
@@ -425,6 +434,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a run's own handling (a merge, a collect)
+        if args.debug:
+            traceback.print_exc()
+        if not isinstance(exc, MergeInterrupted):  # which said what it left, and what to do
+            print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -156,6 +156,19 @@ def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     return run.record
 
 
+def note_merge(path: Path, note: str | None) -> None:
+    """Say in run.json how the run's merge went (`note`: why it has no whole result set;
+    None: it has one now). A run still running is its controller's to save: left alone."""
+    record = load_record(path)
+    if record.get("merge") == note or record.get("status") == "running":
+        return
+    if note is None:
+        record.pop("merge", None)
+    else:
+        record["merge"] = note
+    RunDir(path, record).save()
+
+
 def find_run(runs_root: Path, ref: str) -> Path:
     """A run by path, by 'latest', or by (a unique suffix of) its id."""
     if ref == "latest":

@@ -4,10 +4,11 @@ Ctrl-C and SIGTERM, the summary, and the merge at the end; the exit code says ho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,12 +16,13 @@ from typing import Any, Protocol
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import Interrupted, NetspecError
 from netspec.protocol.messages import netspec_version
+from netspec.protocol.runrecord import MERGED
 
 from . import summary
 from .engine import Run
 from .model import Plan
 from .progress import Progress
-from .rundir import RunDir
+from .rundir import RunDir, note_merge
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -157,10 +159,64 @@ def _merge_at_end(run: Path, options: RunOptions) -> Merged:
     return merge(run, options.output)
 
 
+class MergeInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a merge, once said and noted in run.json: it goes on up as
+    the KeyboardInterrupt it is (ns_control ends with 130, a campaign stops for `resume`,
+    which merges again), never as a traceback."""
+
+
 def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     """Merge a run's streams, gathered in full or not; the run's own files stay as they are
     whatever happens here. A failure is said on `output` at once; what the merge made is
-    returned for the caller to show or not."""
+    returned for the caller to show or not.
+
+    Raises:
+        MergeInterrupted: Ctrl-C or SIGTERM during the merge: said on `output` with how to
+            merge again, the half-made result set marked not current, run.json noting it.
+    """
+    try:
+        with _terminate_interrupts():
+            merged = _merge(run, output, out)
+    except KeyboardInterrupt:
+        with _interrupts_ignored():  # a second Ctrl-C does not cut the note short
+            (out or run / MERGED).joinpath("summary.json").unlink(missing_ok=True)
+            if out is None:
+                note_merge(run, MERGE_INTERRUPTED)
+            output.err(["", f"merge interrupted: the run and its streams are as they were, its result set "
+                        f"is incomplete; `ns_control fetch {run.name}` merges again"])
+        raise MergeInterrupted from None
+    if merged.ok and out is None:
+        note_merge(run, None)  # merged now, whatever an earlier merge or --no-merge left said
+    return merged
+
+
+# run.json's "merge" after an interrupted merge (NOT_MERGED after --no-merge; none once merged).
+MERGE_INTERRUPTED = ("interrupted (Ctrl-C or SIGTERM): the result set is incomplete; "
+                     "`ns_control fetch` merges again")
+
+
+@contextlib.contextmanager
+def _terminate_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs, as Ctrl-C does (the merge
+    runs in the main thread, outside the run's event loop and its handlers)."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def _merge(run: Path, output: Output, out: Path | None) -> Merged:
     started = time.monotonic()
     # The merge's libraries load here, not with ns_control: a run with --no-merge, and every
     # command that merges nothing, starts without them.

@@ -1,11 +1,13 @@
 """The CLI's output as whole text blocks, against a stored run."""
 
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 
-from support import REPO, latest_record, ns_control
+from netspec.controller.runner import MERGE_INTERRUPTED
+from support import REPO, latest_record, ns_control, wait_for
 
 STORED = REPO / "tests" / "data" / "runs"
 RUN_ID = "20261121T181343Z-23d1a4"
@@ -168,6 +170,53 @@ def test_a_run_starts_without_the_merges_or_sshs_libraries():
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+SLOW_FILTER = '''\
+import time
+from pathlib import Path
+
+
+def hold(rel, node, *, flag):
+    """The first merge says it reached this node, then holds until it is interrupted."""
+    if not Path(flag).exists():
+        Path(flag).write_text("")
+        time.sleep(60)
+'''
+
+
+def test_ctrl_c_during_the_merge_ends_with_130_and_says_fetch_merges_again(experiment, tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_FILTER)
+    began = tmp_path / "merge-began"
+    path = experiment(f"""\
+        experiment: held
+        components:
+          c: {{program: ACTOR, args: ["launch,work"], params: {{ticks: 3}}}}
+        schedule: [launch, start_logging, work, stop_logging]
+        analysis:
+          graph:
+            held: {{filter: "slow.py:hold", input: events, flag: "{began}"}}
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(began.exists, timeout=60, what="the merge to reach the held node")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, stderr
+    record = latest_record(tmp_path / "runs")
+    assert "Traceback" not in stderr
+    assert stderr.endswith(f"`ns_control fetch {record['id']}` merges again\n"), stderr
+    # The run went well; its merge did not end, and run.json says so until a merge does.
+    assert record["status"] == "ok" and record["merge"] == MERGE_INTERRUPTED
+    merged = tmp_path / "runs" / "latest" / "merged"
+    assert not (merged / "summary.json").exists()  # the half-made result set is not current
+    again = ns_control("fetch", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (merged / "summary.json").exists() and "merge" not in latest_record(tmp_path / "runs")
 
 
 def test_a_step_failed_alike_on_thirty_hosts_is_one_line_that_counts_them(experiment, tmp_path):
