@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from netspec.protocol.runrecord import load_record
 from .fleet import local_daemon_root
 from .model import Host as HostSpec
 from .remote import SSHHost
-from .rundir import RunDir, settle
+from .rundir import RunDir, note_collected, settle
 from .salvage import RunFiles, Salvaged, local_run_files, salvage_hosts
 
 COLLECT_DEADLINE_S = 300.0
@@ -49,8 +48,7 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     finally:
         for host in ssh_hosts:
             host.conn.close()
-    run.record["collected_ns"] = time.time_ns()
-    run.save()
+    note_collected(run, found)
     return found
 
 

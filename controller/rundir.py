@@ -145,15 +145,43 @@ class RunDir:
 
 def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """`record` as it is, or, for a run whose controller on this machine is gone while it
-    says `running`, marked interrupted (and saved): no run stays `running` for ever."""
+    says `running`, marked interrupted (and saved) in the step it was in: no run stays
+    `running` for ever."""
     if not controller_gone(record):
         return record
     run = RunDir(path, record)
+    steps = record.get("steps") or []
     run.finish("interrupted", {
-        "type": "Interrupted", "phase": None, "causes": [],
-        "message": f"its controller (pid {record['controller']['pid']}) ended without finishing the run: "
-                   "what the hosts held was not gathered"})
+        "type": "Interrupted", "phase": steps[-1].get("phase") if steps else None, "causes": [],
+        "message": f"{_gone(record)}: {NOT_GATHERED}", "gathered": False})
     return run.record
+
+
+NOT_GATHERED = "what the hosts held was not gathered (`ns_control collect` gathers it)"
+
+
+def _gone(record: dict[str, Any]) -> str:
+    return f"its controller (pid {record['controller']['pid']}) ended without finishing the run"
+
+
+def note_collected(run: RunDir, found: dict[str, Any]) -> None:
+    """Say in run.json what `ns_control collect` gathered (`found`: host -> its Salvaged),
+    in the error of a run whose controller ended without gathering it."""
+    now = time.time_ns()
+    failed = {host: salvaged.summary() for host, salvaged in found.items() if salvaged.error}
+    run.record["collected"] = {"at": utc_iso(now), "hosts": len(found), "failed": failed}
+    run.record["collected_ns"] = now
+    error = run.record.get("error") or {}
+    # Before run.json said "gathered", it ended its message with what collect gathers now.
+    if error.get("gathered") is False or error.get("message", "").endswith("was not gathered"):
+        got = (f"from {len(found) - len(failed)} of {len(found)} hosts" if failed else
+               f"from its {len(found)} host{'s' if len(found) > 1 else ''}")
+        error.update(gathered=True, message=f"{_gone(run.record)}: what the hosts held was gathered "
+                     f"later by `ns_control collect` at {utc_iso(now)} {got}" if found else
+                     f"{_gone(run.record)}, before it reached a host: nothing was left to gather",
+                     causes=[*error.get("causes", []),
+                             *(f"host {h}: collect: {said}" for h, said in sorted(failed.items()))])
+    run.save()
 
 
 def note_merge(path: Path, note: str | None) -> None:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import zlib
 
@@ -10,8 +11,9 @@ from netspec.controller.summary import run_lines
 from netspec.protocol import ackjournal
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import RUN_FORMAT, load_record
-from support import ns_control
+from support import ns_control, start_run, wait_for
 
 
 def make_run(root, name="exp"):
@@ -146,3 +148,45 @@ def test_a_journal_line_out_of_order_is_refused_naming_its_line(tmp_path):
     (run.path / "run.journal").write_text('{"index": 0, "phase": "a"}\n{"index": 5, "phase": "b"}\n')
     with pytest.raises(NetspecError, match=r"run.journal:2: step index 5 does not follow the 1 steps"):
         load_record(run.path)
+
+
+def test_ls_says_where_a_partial_and_a_killed_controllers_run_stopped_and_show_what_collect_gathered(
+        experiment, tmp_path):
+    partial = experiment("""\
+        experiment: part
+        hosts: {a: {}, b: {}}
+        components:
+          one: {host: a, program: ACTOR, args: ["launch,work"], params: {fail_in: work}}
+          two: {host: b, program: ACTOR, args: ["launch,work"]}
+        schedule: [launch, {phase: work, need: 1}]
+        """, "partial.yaml")
+    assert ns_control("run", "--no-merge", "-q", str(partial), cwd=tmp_path).returncode == 3
+    killed = experiment("""\
+        experiment: killed
+        components:
+          c: {program: ACTOR, args: ["launch,work"], params: {hang_in: work, ticks: 10}}
+        schedule: [launch, start_logging, {phase: work, deadline: 5m}]
+        """, "killed.yaml")
+    proc, record = start_run(killed, tmp_path, lambda r: r.get("steps") and r["steps"][-1]["phase"] == "work",
+                             "the run to reach phase 'work'")
+    proc.kill()
+    proc.communicate(timeout=30)
+    # Its daemon saw its controller go and ended the run's processes.
+    wait_for(lambda: not run_processes(record["id"]), what="the run's processes to end")
+    listed = ns_control("ls", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    stopped = {line.split()[1]: line.split()[2:] for line in listed.stdout.splitlines()[1:]}
+    assert stopped["part"][0] == "partial" and stopped["part"][-1] == "none"
+    assert stopped["killed"][0] == "interrupted" and stopped["killed"][-1] == "work"
+    assert "None" not in listed.stdout
+    shown = ns_control("show", cwd=tmp_path).stdout
+    assert "stopped in phase 'work':" in shown and "what the hosts held was not gathered" in shown
+    collected = ns_control("collect", cwd=tmp_path)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    shown = ns_control("show", cwd=tmp_path).stdout
+    assert "not gathered" not in shown
+    gathered = r"what the hosts held was gathered later by `ns_control collect` at \S+ from its 1 host\n"
+    assert re.search(gathered, shown), shown
+    record = load_record(tmp_path / "runs" / "latest")
+    assert record["collected"]["hosts"] == 1 and record["collected"]["failed"] == {}
+    assert record["error"]["gathered"] is True
