@@ -151,6 +151,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     resume.add_argument("campaign")
     rerun = command("rerun", help="run a past run again from its run directory alone")
     rerun.add_argument("run")
+    for p in (run, resume, rerun):
+        p.add_argument("--share-hosts", action="store_true",
+                       help="run on hosts whose daemons hold another run (refused otherwise, naming it)")
     for p in (resume, rerun):
         p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
         p.add_argument("--accept-new-host-keys", action="store_true",
@@ -191,7 +194,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(args.runs, args.quiet, getattr(args, "accept_new_host_keys", False),
-                      getattr(args, "keep_daemons", False), TERMINAL, not getattr(args, "no_merge", False))
+                      getattr(args, "keep_daemons", False), TERMINAL, not getattr(args, "no_merge", False),
+                      getattr(args, "share_hosts", False))
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

@@ -68,8 +68,9 @@ class Run:
     """One run of a plan. Lifecycle: `execute()` once; `interrupt()` from a signal handler."""
 
     def __init__(self, plan: Plan, rundir: RunDir, key: bytes, progress: ProgressSink,
-                 accept_new_host_keys: bool = False, keep_daemons: bool = False):
+                 accept_new_host_keys: bool = False, keep_daemons: bool = False, share_hosts: bool = False):
         self.plan, self.rundir, self.key, self.progress = plan, rundir, key, progress
+        self.share_hosts = share_hosts  # set up beside another run a host's daemon holds
         self.forks = DaemonForks()
         self.hosts: dict[str, Host] = {h.name: make_host(h, self.forks, accept_new_host_keys, keep_daemons)
                                        for h in plan.hosts}
@@ -184,7 +185,8 @@ class Run:
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
                                      components=components,
                                      streams={s.name: s.wire() for s in self.plan.streams},
-                                     camp=self.plan.camp.wire() if self.plan.camp else None)
+                                     camp=self.plan.camp.wire() if self.plan.camp else None,
+                                     share=self.share_hosts)
                 reached.append(name)
                 self.progress(Progress("count", "connect", name, done=len(reached), total=len(names)))
 

@@ -61,6 +61,7 @@ class RunOptions:
     keep_daemons: bool = False
     output: Output = field(default_factory=Silent)
     merge: bool = True  # False: the run leaves its streams unmerged (`ns_control fetch` merges them)
+    share_hosts: bool = False  # run on hosts another run is using (a daemon refuses it otherwise)
 
 
 async def _run(run: Run) -> None:
@@ -86,7 +87,8 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
         "components": {}, "versions": {"netspec": netspec_version(),
                                        "python": sys.version.split()[0]},
-        **({} if options.merge else {"merge": NOT_MERGED}), **(record or {})})
+        **({} if options.merge else {"merge": NOT_MERGED}),
+        **({"share_hosts": True} if options.share_hosts else {}), **(record or {})})
     rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
     if created is not None:
         created(rundir)
@@ -107,7 +109,8 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         return summary.wall_line(time.monotonic() - started, rundir.record.get("duration_s"), merged.seconds)
 
     run = Run(plan, rundir, key, (lambda e: None) if options.quiet else progress,
-              accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons)
+              accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons,
+              share_hosts=options.share_hosts)
     try:
         asyncio.run(_run(run))
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ from netspec.controller.load import parse
 from netspec.controller.progress import Progress
 from netspec.controller.summary import LISTED_OK, LiveLine
 from netspec.protocol.errors import ConnectionLost
-from support import latest_record, ns_control
+from support import latest_record, ns_control, start_run
 
 
 def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tmp_path):
@@ -153,3 +154,37 @@ def test_a_connect_deadline_set_in_the_file_is_kept(experiment, tmp_path):
     assert done.returncode == 1
     assert "connect" in done.stderr and "0.001" in done.stderr, done.stderr
     assert latest_record(tmp_path / "runs")["connect_deadline_s"] == 0.001
+
+
+def test_a_host_in_use_by_another_run_is_refused_naming_that_run_unless_asked_to_share_it(
+        daemon, experiment, tmp_path):
+    host = f'hosts: {{there: {{address: "127.0.0.1:{daemon.port}"}}}}'
+    held = experiment(f"""\
+        experiment: held
+        {host}
+        components:
+          holds: {{program: ACTOR, args: ["launch,work"], params: {{hang_in: work}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}]
+        """, "held.yaml")
+    other = experiment(f"""\
+        experiment: other
+        {host}
+        components:
+          one: {{program: ACTOR, args: [work]}}
+        schedule: [launch, work, collect]
+        """, "other.yaml")
+    proc, record = start_run(held, tmp_path, lambda r: r.get("steps") and r["steps"][-1]["phase"] == "work",
+                             "the first run to hold the host in phase 'work'")
+    try:
+        runs = str(tmp_path / "others")
+        refused = ns_control("run", "--no-merge", str(other), "--runs", runs, cwd=tmp_path)
+        assert refused.returncode == 1
+        said = next(line for line in refused.stderr.splitlines() if "in use by" in line)
+        assert "host there: " in said and f"run '{record['id']}'" in said and "--share-hosts" in said, said
+        shared = ns_control("run", "--no-merge", "--share-hosts", str(other), "--runs", runs, cwd=tmp_path)
+        assert shared.returncode == 0, shared.stderr
+        assert latest_record(tmp_path / "others")["share_hosts"] is True
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 130 and daemon.alive
