@@ -198,9 +198,11 @@ def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         return ["no runs"]
     lines = [f"{'run':<26} {'experiment':<24} {'status':<12} {'time':>8}  stopped in"]
     for _, r in runs:
-        # A partial run stopped in no step; one that stopped before its first says so.
+        # A partial run stopped in no step; an error that names none stopped in the last step
+        # run.json has, or before the first.
+        steps = r.get("steps") or [{"phase": "before step 1"}]
         stopped = (r.get("error") or {}).get("phase") or ("none" if r["status"] == "partial" else
-                                                           "before step 1" if r.get("error") else "")
+                                                           steps[-1].get("phase") if r.get("error") else "")
         lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "
                      f"{seconds(r.get('duration_s')):>8}  {stopped}".rstrip())
     return lines
