@@ -182,11 +182,15 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
             merged = _merge(run, output, out)
     except KeyboardInterrupt:
         with _interrupts_ignored():  # a second Ctrl-C does not cut the note short
-            (out or run / MERGED).joinpath("summary.json").unlink(missing_ok=True)
-            if out is None:
-                note_merge(run, MERGE_INTERRUPTED)
-            output.err(["", f"merge interrupted: the run and its streams are as they were, its result set "
-                        f"is incomplete; `ns_control fetch {run.name}` merges again"])
+            lines = ["", f"merge interrupted: the run and its streams are as they were, its result set "
+                     f"is incomplete; `ns_control fetch {run.name}` merges again"]
+            try:
+                (out or run / MERGED).joinpath("summary.json").unlink(missing_ok=True)
+                if out is None:
+                    note_merge(run, MERGE_INTERRUPTED)
+            except (OSError, NetspecError) as exc:
+                lines.append(f"(the half-made result set is not marked, nor run.json noted: {exc})")
+            output.err(lines)
         raise MergeInterrupted from None
     if merged.ok and out is None:
         note_merge(run, None)  # merged now, whatever an earlier merge or --no-merge left said
