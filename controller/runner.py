@@ -180,7 +180,9 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     try:
         with _terminate_interrupts():
             merged = _merge(run, output, out)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        if not _interrupted(exc):
+            raise
         with _interrupts_ignored():  # a second Ctrl-C does not cut the note short
             lines = ["", f"merge interrupted: the run and its streams are as they were, its result set "
                      f"is incomplete; `ns_control fetch {run.name}` merges again"]
@@ -200,6 +202,16 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
 # run.json's "merge" after an interrupted merge (NOT_MERGED after --no-merge; none once merged).
 MERGE_INTERRUPTED = ("interrupted (Ctrl-C or SIGTERM): the result set is incomplete; "
                      "`ns_control fetch` merges again")
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C: Python's KeyboardInterrupt, or DuckDB's own error for one
+    that landed in a query (it takes SIGINT while a query runs, to stop it: a
+    RuntimeError 'Query interrupted' in DuckDB 2, an InterruptException before)."""
+    import duckdb
+
+    return isinstance(exc, KeyboardInterrupt | duckdb.InterruptException) or (
+        type(exc) is RuntimeError and str(exc) == "Query interrupted")
 
 
 @contextlib.contextmanager
@@ -234,6 +246,8 @@ def _merge(run: Path, output: Output, out: Path | None) -> Merged:
     try:
         result = merge_run(run, out)
     except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
+        if _interrupted(exc):
+            raise
         output.err([f"merge failed: {exc} (the streams are untouched; `ns_control fetch` tries again)"])
         return Merged(False, [], time.monotonic() - started)
     took = time.monotonic() - started
@@ -241,5 +255,7 @@ def _merge(run: Path, output: Output, out: Path | None) -> Merged:
     try:
         lines.append(f"  report (opens in any browser, no network): {write_report(run, out)}")
     except Exception as exc:  # a page for people: whatever breaks it, the run and its result set stand
+        if _interrupted(exc):
+            raise
         output.err([f"report.html not written: {type(exc).__name__}: {exc} (the result set is complete)"])
     return Merged(True, lines, took)
