@@ -33,7 +33,7 @@ MAX_CONNECTIONS = 64
 # trip, so a few suffice. When all are taken, a new connection drops the oldest rather than
 # being refused: whoever holds half-open connections cannot keep a controller out unless it
 # opens this many within the controller's own round trip (item 2 of issue 38).
-MAX_HANDSHAKES = 16
+MAX_HANDSHAKES = 64
 # Requests of one session being answered at once; past it the session's frames are not
 # read until one is answered, so a flood is held back by TCP, not queued in memory.
 MAX_IN_FLIGHT = 256
@@ -194,11 +194,7 @@ class Daemon:
         task = asyncio.current_task()
         assert task is not None
         if len(self.handshakes) >= MAX_HANDSHAKES:
-            oldest, old = next(iter(self.handshakes.items()))
-            del self.handshakes[oldest]  # its own end finds it gone
-            log.warning("dropped %s, the oldest of %d connections in their handshake, for %s",
-                        old.peer, MAX_HANDSHAKES, peer)
-            old.hang_up()
+            self._drop_a_handshake(peer)
         self.handshakes[task] = channel
         try:
             try:
@@ -228,6 +224,17 @@ class Daemon:
             log.info("controller %s gone", peer)
             self.sessions.pop(task, None)
             await channel.close()
+
+    def _drop_a_handshake(self, newcomer: str) -> None:
+        """Make room for `newcomer`: drop the oldest connection in its handshake whose answer
+        is not in (a controller's auth may wait unread behind a burst of connections), or
+        the oldest of all if every answer is in."""
+        old = next((task for task, channel in self.handshakes.items() if not channel.answered),
+                   next(iter(self.handshakes)))
+        channel = self.handshakes.pop(old)  # its own end finds it gone
+        log.warning("dropped %s, the oldest of %d connections in their handshake, for %s",
+                    channel.peer, MAX_HANDSHAKES, newcomer)
+        channel.hang_up()
 
     async def _refuse_busy(self, channel: Channel) -> None:
         """Tell the peer every session is taken (in place of a challenge, or sealed after

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import socket
+import sys
+import termios
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -146,6 +149,19 @@ class Channel(asyncio.Protocol):
             await asyncio.shield(self._writable)
         if self._lost.done():
             raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
+
+    @property
+    def answered(self) -> bool:
+        """Whether the peer has sent what was not handled yet: a whole frame (decoded or
+        not), or bytes the socket holds unread. A handshake whose answer is in is not the
+        one to drop for a newcomer (daemon/server.py)."""
+        if self._ready or self.decoder.whole:
+            return True
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None or sock.fileno() < 0:
+            return False
+        unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        return int.from_bytes(unread, sys.byteorder) > 0
 
     @property
     def closing(self) -> bool:

@@ -210,6 +210,12 @@ class FrameDecoder:
         return messages
 
     @property
+    def whole(self) -> bool:
+        """Whether the bytes received hold a whole frame not yet decoded."""
+        return (len(self._buffer) >= HEADER.size
+                and len(self._buffer) >= HEADER.size + HEADER.unpack_from(self._buffer)[0])
+
+    @property
     def pending(self) -> int:
         """Bytes received that do not yet form a whole frame."""
         return len(self._buffer)
