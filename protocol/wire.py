@@ -23,9 +23,10 @@ _SEQ = struct.Struct(">Q")
 # The most objects (maps, arrays, strings, numbers...) one frame may decode to. An object
 # costs 1 byte on the wire and 30 to 60 in Python (an empty array: 1 byte, 64 with its
 # slot), so a frame is walked and counted before it is built: 3.8 MiB of empty arrays once
-# grew a daemon by 266 MiB for good. The largest legitimate frames are a fan-out tree's
-# (an enter's `hosts` at 10,000 hosts: some 20,000 objects; a batch of 10,000 acks
-# unsummarized: some 190,000); the rest are bytes (read, summary records).
+# took a daemon's peak memory 284 MiB higher (issue 38 saw 266 MiB of it kept); 11 MiB now,
+# the frame's own bytes. The largest legitimate frames are a fan-out tree's (an enter's
+# `hosts` at 10,000 hosts: some 20,000 objects; a batch of 10,000 acks unsummarized: some
+# 190,000); the rest are bytes (read, summary records).
 MAX_OBJECTS = 1 << 19
 # Bodies up to this size are not walked first: they cannot make more than this many
 # objects (a few MiB, freed with the message), and every step's frames are this small.
