@@ -160,7 +160,10 @@ class Channel(asyncio.Protocol):
         sock = self.transport.get_extra_info("socket") if self.transport is not None else None
         if sock is None or sock.fileno() < 0:
             return False
-        unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        try:
+            unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:  # closed under us: nothing will be read from it
+            return False
         return int.from_bytes(unread, sys.byteorder) > 0
 
     @property
