@@ -33,8 +33,9 @@ MAX_CONNECTIONS = 64
 # at most. When all are taken, a newcomer drops the oldest whose answer is not in, rather
 # than being refused: whoever holds half-open connections cannot keep a controller out
 # unless it opens this many while the controller's auth is on its way. Against 500 idle
-# and 64 half-open connections, each reopened as soon as it was dropped, 100 controllers of
-# 100 got in at 64 (median 0.5 ms), 98 at 32; 46 of 50 at 16 (bench/flood.py).
+# and 64 half-open connections, each reopened as soon as it was dropped, 98 to 100
+# controllers of 100 got in at 64 (median 0.5 ms, p95 110 ms), 98 at 32, 46 of 50 at 16,
+# and 39 of 50 at 16 dropping the oldest whatever it sent (bench/flood.py).
 MAX_HANDSHAKES = 64
 # Requests of one session being answered at once; past it the session's frames are not
 # read until one is answered, so a flood is held back by TCP, not queued in memory.

@@ -122,7 +122,10 @@ async def client_handshake(channel: Channel, key: bytes) -> None:
     channel.send({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", nonce_s, nonce_c)})
     await channel.drain()
     reply = await channel.recv()
-    if reply is None or reply["t"] != "welcome":
+    if reply is None:
+        raise AuthError("the daemon hung up during the handshake (one with too many connections "
+                        "in their handshake drops the oldest: try again)", channel.peer)
+    if reply["t"] != "welcome":
         raise AuthError("the daemon refused our key (do both sides share the same key file?)",
                         channel.peer)
     mac = reply.get("mac")
