@@ -7,6 +7,7 @@ import itertools
 import re
 from typing import Any
 
+import yaml
 from netspec.analysis.predicate import check_predicate
 
 from .model import DEFAULT_HOST, Campaign, Hook, Host
@@ -14,6 +15,25 @@ from .sourcefile import Path_, SourceFile, suggest
 
 CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}
 HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
+
+
+def point_text(text: str, point: dict[str, Any]) -> str:
+    """The experiment file of one point: the campaign's sections gone, the point's values in
+    its components' params. It is what the run directory keeps, and reruns."""
+    data = yaml.safe_load(text)
+    with_point(data, point)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def with_point(data: dict[str, Any], point: dict[str, Any]) -> None:
+    """`data` (a campaign file's) made one point's: the campaign's sections gone, the point's
+    values in its components' params."""
+    for key in CAMPAIGN_KEYS:
+        data.pop(key, None)
+    for key, value in point.items():
+        component, _, param = key.rpartition(".")
+        spec = data["components"][component]
+        spec["params"] = {**(spec.get("params") or {}), param: value}
 
 
 def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:

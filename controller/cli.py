@@ -315,7 +315,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     # The run's own copies of its programs stand in for the originals, wherever those are now.
     copies = {source: str((path / kept["copy"]).resolve())
               for source, kept in record.get("programs", {}).items()}
-    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies)
+    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies,
+                 shown=path.resolve() / "experiment.yaml")
     _, code = run_plan(plan, _options(args), {"rerun_of": record["id"]})
     return code
 

@@ -23,7 +23,7 @@ from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
 
-from .campaignfile import CAMPAIGN_KEYS, campaign_of
+from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -136,11 +136,18 @@ def load(path: str | Path) -> Plan:
     return parse(text, path)
 
 
-def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan:
+def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
+          point: dict[str, Any] | None = None, shown: Path | None = None) -> Plan:
     """The plan of `text`, as if read from `path` (relative paths start at its folder).
     `programs` maps a program's resolved path to the file to run instead: a run
-    directory's copy, when a run is repeated from it alone."""
-    src = SourceFile(path, text)
+    directory's copy, when a run is repeated from it alone. `point` makes the plan one
+    point of the campaign `text` is (its text the point's file, `point_text`); `shown` is
+    the file that errors and warnings name, when `text` was read from another than `path`.
+
+    Raises:
+        ConfigErrors: every problem found, each naming the file, line and key.
+    """
+    src = SourceFile(shown or path, text)
     data = src.data
     if not isinstance(data, dict):
         src.error("an experiment file is a YAML mapping", ())
@@ -150,8 +157,12 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
             _schema_error(src, error)
     for error in rejected:
         src.misshapen.append((key_name(tuple(error.absolute_path)), _prune(data, error)))
+    if point is not None and not rejected:
+        # Resolved from the campaign file's own data, so that every line cited is its line.
+        text = point_text(text, point)
+        with_point(data, point)
     try:
-        plan = _resolve(src, data, path, programs or {})
+        plan = _resolve(src, data, path, programs or {}, text)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError):
         # A check tripped over a shape the schema rejected, and that error is recorded.
         if not src.errors:
@@ -160,7 +171,8 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
     return plan
 
 
-def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str]) -> Plan:
+def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],
+             text: str) -> Plan:
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
@@ -176,8 +188,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     campaign = (src.checked(campaign_of, src, data, hosts)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
-    return Plan(data["experiment"], path.resolve(), src.text,
-                hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
+    return Plan(data["experiment"], path.resolve(), text,
+                hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from netspec.controller.campaign import _decide
@@ -85,8 +86,47 @@ def test_the_stop_rule_stops_when_the_predicate_holds_and_at_the_maximum():
     noisy = [("ok", 10.0), ("ok", 20.0), ("ok", 5.0)]
     assert _decide(runs(*noisy), rule) is None
     assert _decide(runs(*noisy, ("ok", 30.0), ("ok", 1.0)), rule) == "max"
-    assert _decide(runs(*noisy, *[("failed", None)] * 6), rule) == "failures"
+    assert _decide(runs(*noisy, ("failed", None)), rule) is None
+    assert _decide(runs(*noisy, ("failed", None), ("failed", None)), rule) == "max"
     assert _decide(runs(("ok", 1.0)), Campaign(({},), runs=1)) == "runs"
+
+
+def test_a_point_is_run_at_most_max_times_and_fails_without_its_counted_runs():
+    rule = Campaign(({},), runs=2, max_runs=3)
+    assert _decide(runs(("failed", None), ("failed", None)), rule) is None
+    assert _decide(runs(*[("failed", None)] * 3), rule) == "failures"
+    assert _decide(runs(("failed", None), ("ok", 1.0), ("failed", None)), rule) == "failures"
+    assert _decide(runs(("interrupted", None), ("failed", None), ("ok", 1.0)), rule) is None
+    once = Campaign(({},), runs=1)
+    assert _decide(runs(("failed", None)), once) == "failures"
+    warm = Campaign(({},), runs=1, warmup=1)
+    assert _decide(runs(("failed", None)), warm) is None
+    assert _decide(runs(("failed", None), ("failed", None)), warm) == "failures"
+
+
+EXIT_WITH_CODE = "import json, os, sys; sys.exit(json.loads(os.environ['NETSPEC_PARAMS'])['code'])"
+
+
+def test_a_campaign_whose_point_fails_every_run_fails_after_max_runs_of_it(experiment, tmp_path):
+    path = experiment(textwrap.dedent(f"""\
+        experiment: failing_point
+        components:
+          bad:
+            command: [{sys.executable}, -c, "{EXIT_WITH_CODE}"]
+            start: run
+            params: {{code: 0}}
+        schedule: [launch, run]
+        sweep: {{params: {{bad.code: [0, 3]}}}}
+        repeat: {{runs: 1, max: 2}}
+        """))
+    done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    state = campaign_state(tmp_path)
+    assert state["status"] == "failed"
+    assert [(p["done"], [r["status"] for r in p["runs"]]) for p in state["points"]] == [
+        ("runs", ["ok"]), ("failures", ["failed", "failed"])]
+    assert ("stopped: 1 of 2 point(s) failed: bad.code=3 (0 of 1 counted, 2 of 2 run(s) failed)"
+            in done.stderr), done.stderr
 
 
 def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment, tmp_path):
@@ -125,6 +165,29 @@ def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment,
     plots = tmp_path / "campaigns" / "camp" / state["id"] / "plots"
     assert {p.name for p in plots.iterdir()} >= {"interval_STIM_rtt-bars.png"}
     assert (tmp_path / "points.csv").read_text().count("interval STIM/rtt") == 2
+
+
+def test_a_campaign_run_and_its_rerun_cite_the_lines_of_the_file_each_read(experiment, tmp_path):
+    path = experiment(textwrap.dedent("""\
+        experiment: cited
+        components:
+          work: {command: "true", start: run, params: {size: 1, count: 1}}
+        schedule:
+          - launch
+          - {phase: run, params: {size: 2}}
+        sweep: {params: {work.count: [1]}}
+        """))
+    done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    warning = "schedule[1].params.size: overrides param size of component 'work' in phase 'run': 1 -> 2"
+    assert f"warning: {path}:6: {warning}" in done.stderr
+    (run,) = campaign_state(tmp_path)["points"][0]["runs"]
+    assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{path}:6: {warning}"]
+    again = ns_control("rerun", run["id"], "-q", cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    copy = Path(run["path"]) / "experiment.yaml"
+    line = next(n for n, text in enumerate(copy.read_text().splitlines(), 1) if "size: 2" in text)
+    assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{copy}:{line}: {warning}"]
 
 
 def test_fastfail_stops_at_the_first_failed_run_and_notifies(experiment, tmp_path):
