@@ -24,9 +24,11 @@ from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
+from .declared import check_stream_patterns, listing
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
+    NODE_STEPS,
     CampService,
     ClockService,
     Component,
@@ -76,9 +78,15 @@ def _schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
     path: Path_ = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = error.schema.get("properties", {})
-        extra = sorted(k for k in error.instance if k not in allowed)
-        key = extra[0]
-        src.error(f"unknown key '{key}'{suggest(key, allowed)}", (*path, key))
+        for key in sorted(k for k in error.instance if k not in allowed):  # every one, not the first
+            with src.checking():
+                src.error(f"unknown key '{key}'{suggest(key, allowed)}", (*path, key))
+        return
+    if error.validator in ("oneOf", "anyOf") and (fitting := _fitting_branch(error)):
+        for sub in fitting:
+            with src.checking():
+                _schema_error(src, sub)
+        return
     if error.validator == "required":
         missing = error.message.split("'")[1]
         allowed = error.schema.get("properties", {})
@@ -96,6 +104,18 @@ def _schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
         src.error(f"{error.instance!r} is not a valid {what} "
                   f"({error.schema.get('description', error.validator_value)})", path)
     src.error(error.message, path)
+
+
+def _fitting_branch(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors of the one branch of a oneOf/anyOf whose type the value has (a sweep's
+    range, not its list), so that they are said as themselves ("unknown key 'stpe'") and not
+    as "not valid under any of the given schemas"; none if no one branch fits."""
+    branches: dict[Any, list[jsonschema.ValidationError]] = {}
+    for sub in error.context or ():
+        branches.setdefault(sub.schema_path[0], []).append(sub)
+    fitting = [subs for subs in branches.values()
+               if not any(e.validator == "type" and not e.relative_path for e in subs)]
+    return fitting[0] if len(fitting) == 1 else []
 
 
 def _prune(data: Any, error: jsonschema.ValidationError) -> bool:
@@ -179,13 +199,15 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                        if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
     schedule = _schedule(src, data["schedule"], names)
     _check_plain_phases(src, components, schedule)
+    _check_needs(src, data["schedule"], components, len(hosts))
     clock = src.checked(_clock, src, data.get("services", {}).get("clksync", {}), hosts)
     streams = _streams(src, data.get("streams") or {}, names)
+    check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
     pairs = _pairs(src, analysis.get("pairs", {}), names)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = (src.checked(campaign_of, src, data, hosts)
+    campaign = (src.checked(campaign_of, src, data, hosts, components)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
     return Plan(data["experiment"], path.resolve(), text,
@@ -257,7 +279,23 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
                 src.error(f"a host reached over SSH cannot be in a fan-out tree (fan_out: at line "
                           f"{src.line(('fan_out',))}); drop fan_out, or give its daemon's address",
                           ("hosts", name, "ssh"))
+        if spec and "ssh" in spec:
+            with src.checking():
+                _check_ssh(src, name, spec["ssh"])
     return {name: Host(name, **(spec or {})) for name, spec in given.items()}
+
+
+def _check_ssh(src: SourceFile, host: str, target: str) -> None:
+    """Warns of an SSH target this machine knows nowhere: no address, not in /etc/hosts nor
+    in the SSH config. Only those are read: `check` sends nothing off the machine."""
+    from .ssh import CONFIG_ENV, known_here  # paramiko: only for a file with SSH hosts
+
+    known, aliases = known_here(target)
+    if not known:
+        name = target.rpartition("@")[2].partition(":")[0]
+        src.warn(f"host '{host}': '{name}' is no address, no alias of the SSH config (~/.ssh/config, "
+                 f"${CONFIG_ENV}) and not in /etc/hosts{suggest(name, aliases)}; unless DNS knows it "
+                 "(check asks no server), the run cannot reach it", ("hosts", host, "ssh"))
 
 
 def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str, Host],
@@ -354,6 +392,25 @@ def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synce
         src.error("'launch' must be the first step", where)
     if phase == "collect" and i != steps - 1:
         src.error("'collect' must be the last step", where)
+
+
+def _check_needs(src: SourceFile, raw: list[Any], components: tuple[Component, ...], hosts: int) -> None:
+    """A step's `need` is at most the participants it can have: those it lists, or every
+    program (which may register its phase), each plain command the phase starts or stops,
+    and in a node-wide step each host's daemon."""
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not item.get("need") or item.get("components"):
+            continue  # a step that lists its components is checked with them (_check_step)
+        phase = item["phase"]
+        who = [c.name for c in components
+               if c.aware or phase == "collect" or phase in (c.start, c.stop)]
+        count = len(who) + (hosts if phase in NODE_STEPS else 0)
+        if item["need"] > count:
+            daemons = f" and {hosts} host daemon(s)" if phase in NODE_STEPS else ""
+            with src.checking():
+                src.error(f"need {item['need']} in step '{phase}', which has at most {count} "
+                          f"participant(s): {listing(who) if who else 'no component'}{daemons}",
+                          ("schedule", i, "need"))
 
 
 def _check_plain_phases(src: SourceFile, components: tuple[Component, ...],

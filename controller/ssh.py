@@ -11,6 +11,7 @@ the connection (what `ssh -L` does), so a daemon there can listen on its own 127
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import select
@@ -67,6 +68,31 @@ def resolve(target: str) -> SSHTarget:
         user=user or found.get("user") or None,  # type: ignore[arg-type]
         identity_files=tuple(str(Path(p).expanduser()) for p in found.get("identityfile", [])),  # type: ignore[attr-defined]
         **({"known_hosts": known_files} if known_files else {}))
+
+
+HOSTS_FILE = Path("/etc/hosts")
+
+
+def known_here(target: str) -> tuple[bool, list[str]]:
+    """Whether the host of `[user@]host[:port]` is known on this machine without asking the
+    network (what `check` may do): an address, a name of /etc/hosts, or a host the SSH config
+    names (a `Host` line without wildcards, or one that gives it a HostName). Also the SSH
+    config's host names, for a "did you mean"."""
+    name = target.rpartition("@")[2].partition(":")[0]
+    aliases: list[str] = []
+    known = name == "localhost"
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(name)
+        known = True
+    for path in _config_files():
+        config = paramiko.SSHConfig.from_path(str(path))
+        named = sorted(h for h in config.get_hostnames() if not set(h) & set("*?!"))
+        aliases += named
+        known = known or name in named or config.lookup(name).get("hostname", name) != name
+    with contextlib.suppress(OSError):
+        for line in HOSTS_FILE.read_text().splitlines():
+            known = known or name in line.partition("#")[0].split()[1:]
+    return known, aliases
 
 
 def _config_files() -> list[Path]:
