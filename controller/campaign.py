@@ -3,7 +3,7 @@ and CHECKPOINT): every point of an experiment file's sweep is run at least `repe
 times, then until `repeat.until` holds on the metric's statistics across its runs, at most
 `repeat.max` times.
 
-campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
+RUNS/campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
 directory and outcome, and the run under way; it is rewritten after every step, so that a
 campaign killed at any moment resumes (`ns_control resume`) with the run it lost.
 """

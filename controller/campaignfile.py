@@ -15,6 +15,8 @@ from .model import DEFAULT_HOST, Campaign, Component, Hook, Host
 from .sourcefile import Path_, SourceFile, suggest
 
 CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}
+# A campaign's directory is RUNS/campaigns/<experiment>/<id>: one root holds its runs and it.
+CAMPAIGNS = "campaigns"
 HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
 
 

@@ -36,7 +36,7 @@ schedule: [launch, start_logging, {{phase: listen, components: [server]}},
 
 
 def campaign_state(tmp_path):
-    (path,) = (tmp_path / "campaigns").glob("*/*/campaign.json")
+    (path,) = (tmp_path / "runs" / "campaigns").glob("*/*/campaign.json")
     return json.loads(path.read_text())
 
 
@@ -182,7 +182,7 @@ def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment,
     assert report.returncode == 0, report.stderr
     against = "client.size=64 server.size=64 against client.size=16 server.size=16: interval STIM/rtt"
     assert against in report.stdout
-    plots = tmp_path / "campaigns" / "camp" / state["id"] / "plots"
+    plots = tmp_path / "runs" / "campaigns" / "camp" / state["id"] / "plots"
     assert {p.name for p in plots.iterdir()} >= {"interval_STIM_rtt-bars.png"}
     assert (tmp_path / "points.csv").read_text().count("interval STIM/rtt") == 2
 
@@ -208,6 +208,19 @@ def test_a_campaign_run_and_its_rerun_cite_the_lines_of_the_file_each_read(exper
     copy = Path(run["path"]) / "experiment.yaml"
     line = next(n for n, text in enumerate(copy.read_text().splitlines(), 1) if "size: 2" in text)
     assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{copy}:{line}: {warning}"]
+
+
+def test_runs_elsewhere_keep_their_campaigns_under_the_same_root(experiment, tmp_path):
+    path = experiment("experiment: rooted\ncomponents:\n  x: {command: \"true\"}\nschedule: [launch]\n"
+                      "repeat: {runs: 1}\n")
+    done = ns_control("run", "-q", str(path), "--runs", "elsewhere", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (state,) = (tmp_path / "elsewhere" / "campaigns" / "rooted").glob("*/campaign.json")
+    assert not (tmp_path / "campaigns").exists() and not (tmp_path / "runs").exists()
+    cid = json.loads(state.read_text())["id"]
+    again = ns_control("resume", cid, "--runs", "elsewhere", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"campaign {cid} is done: nothing to resume" in again.stdout
 
 
 def test_fastfail_stops_at_the_first_failed_run_and_notifies(experiment, tmp_path):
