@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from netspec.analysis.predicate import check_predicate
 
-from .declared import close_to, listing, of_programs
+from .declared import close_to, listing, of_components
 from .model import DEFAULT_HOST, Campaign, Component, Hook, Host
 from .sourcefile import Path_, SourceFile, suggest
 
@@ -104,7 +104,7 @@ def _check_metric(src: SourceFile, metric: str, data: dict[str, Any],
         if "/" not in name and name not in pairs:
             src.error(f"'{metric}': no pair '{name}' in analysis.pairs{suggest(name, pairs)} "
                       "(an interval is a pair's name or an interval entity's GROUP/name)", where)
-        entities = of_programs([c.program for c in components if c.program is not None])
+        entities = of_components(list(components))
         intervals = sorted(n for kind, n in entities or () if kind == "interval")
         if "/" in name and entities is not None and name not in intervals:
             close = close_to(name, intervals)

@@ -64,9 +64,17 @@ def _local_imports(tree: ast.Module, folder: Path) -> bool:
     return False
 
 
-@cache
 def declared(program: str) -> Declared:
     """The entities the program file `program` declares; incomplete if it cannot be read."""
+    try:
+        return _declared(program, Path(program).stat().st_mtime_ns)
+    except OSError:
+        return Declared(frozenset(), False)
+
+
+@cache
+def _declared(program: str, mtime_ns: int) -> Declared:
+    """declared(), once per version of the file (a fleet's components share a few programs)."""
     path = Path(program)
     try:
         tree = ast.parse(path.read_bytes(), str(path))
@@ -105,6 +113,14 @@ def of_programs(programs: list[str]) -> frozenset[tuple[str, str]] | None:
     return frozenset(found)
 
 
+def of_components(components: list[Component]) -> frozenset[tuple[str, str]] | None:
+    """Every entity the components declare, or None if any may declare more: a plain command
+    may use nodelib too, and what it runs is not read."""
+    if any(c.program is None for c in components):
+        return None
+    return of_programs([c.program for c in components if c.program is not None])
+
+
 def matches_any(pattern: str, names: list[str]) -> bool:
     """Whether `pattern` (GROUP, or GROUP/name with wildcards) selects one of `names`
     ("GROUP/name") or a node entity."""
@@ -135,9 +151,7 @@ def check_stream_patterns(src: SourceFile, streams: dict[str, Any],
     programs declare, where what they declare is known."""
     for name, stream in streams.items():
         listed = stream.get("components")
-        programs = [c.program for c in components
-                    if c.program is not None and (not listed or c.name in listed)]
-        entities = of_programs(programs)
+        entities = of_components([c for c in components if not listed or c.name in listed])
         if entities is None:
             continue
         names = sorted(n for _, n in entities)
