@@ -4,7 +4,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from netspec.controller.load import load, parse_duration, schema, validator
+from netspec.controller.load import load, parse_duration
+from netspec.controller.schemacheck import schema, validator
 from netspec.protocol.errors import ConfigError
 
 REPO = Path(__file__).parents[2]
