@@ -167,7 +167,10 @@ class Campaigner:
                         return self._fail(f"fastfail: a run of {point['label']} failed")
                     point["done"] = _decide(point, self.c)
                     self.cdir.save()
-            self._hooks("postcleanup", {})
+            if not state.get("postcleanup_done"):  # once: a failed campaign resumed is only said again
+                self._hooks("postcleanup", {})
+                state["postcleanup_done"] = True
+                self.cdir.save()
             failed = failed_points(state["points"], self.c)
             if failed:
                 return self._fail(f"{len(failed)} of {len(state['points'])} point(s) failed: "

@@ -138,6 +138,7 @@ def test_a_campaign_whose_point_fails_every_run_fails_after_max_runs_of_it(exper
         schedule: [launch, run]
         sweep: {{params: {{bad.code: [0, 3]}}}}
         repeat: {{runs: 1, max: 2}}
+        hooks: {{postcleanup: ["echo postcleanup >> {tmp_path / 'hooks.txt'}"]}}
         """))
     done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -145,8 +146,12 @@ def test_a_campaign_whose_point_fails_every_run_fails_after_max_runs_of_it(exper
     assert state["status"] == "failed"
     assert [(p["done"], [r["status"] for r in p["runs"]]) for p in state["points"]] == [
         ("runs", ["ok"]), ("failures", ["failed", "failed"])]
-    assert ("stopped: 1 of 2 point(s) failed: bad.code=3 (0 of 1 counted, 2 of 2 run(s) failed)"
-            in done.stderr), done.stderr
+    said = "stopped: 1 of 2 point(s) failed: bad.code=3 (0 of 1 counted, 2 of 2 run(s) failed)"
+    assert said in done.stderr, done.stderr
+    again = ns_control("resume", state["id"], cwd=tmp_path, timeout=120)
+    assert again.returncode == 1 and said in again.stderr, again.stdout + again.stderr
+    assert campaign_state(tmp_path)["points"] == state["points"]
+    assert (tmp_path / "hooks.txt").read_text() == "postcleanup\n"
 
 
 def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment, tmp_path):
