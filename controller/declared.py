@@ -1,9 +1,10 @@
-"""The instrumentation entities a program's file declares, read without running it (its
-Python syntax tree), so that `check` can say a stream pattern or a metric names none.
+"""The instrumentation entities a program's file declares and the phases it registers, read
+without running it (its Python syntax tree), so that `check` can say a stream pattern or a
+metric names none, or a step needs more participants than can register its phase.
 
-What a file declares is known only where every declaration names its group and name in
-literals and nothing it imports from beside it could declare more; otherwise the file's
-entities are unknown and nothing is said of them.
+What a file declares is known only where every declaration names its group and name (or
+its phase) in literals and nothing it imports from beside it could declare more; otherwise
+the file's entities (or phases) are unknown and nothing is said of them.
 """
 
 from __future__ import annotations
@@ -30,24 +31,42 @@ NODE_GROUPS = ("NETSPECD", "CAMP", "CLKSYNC")
 
 @dataclass(frozen=True)
 class Declared:
-    """The entities of a file as (kind, "GROUP/name"), and whether that is all of them."""
+    """The entities of a file as (kind, "GROUP/name") and the phases it registers, each with
+    whether that is all of them."""
 
     entities: frozenset[tuple[str, str]]
     complete: bool
+    phases: frozenset[str] = frozenset()
+    phases_complete: bool = False
 
 
 def _nodelib_names(tree: ast.Module) -> tuple[set[str], set[str]]:
     """The names the file calls nodelib by (`nodelib` in `nodelib.interval(...)`) and the
-    declaring functions it imported by name (`interval`, or what it renamed it to)."""
+    functions it imported from it by name (`interval`, or what it renamed it to)."""
     modules, functions = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "netspec":
             modules |= {a.asname or a.name for a in node.names if a.name == "nodelib"}
         elif isinstance(node, ast.ImportFrom) and node.module == "netspec.nodelib":
-            functions |= {a.asname or a.name for a in node.names if a.name in DECLARERS}
+            functions |= {a.asname or a.name for a in node.names}
         elif isinstance(node, ast.Import):
             modules |= {a.asname for a in node.names if a.name == "netspec.nodelib" and a.asname}
     return modules, functions
+
+
+def _nodelib_call(node: ast.expr, modules: set[str], functions: set[str]) -> str | None:
+    """The nodelib function `node` names (`nodelib.interval`, or `interval` imported), if any."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+        return node.attr
+    if isinstance(node, ast.Name) and node.id in functions:
+        return node.id
+    return None
+
+
+def _literals(args: list[ast.expr]) -> list[str] | None:
+    if all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args):
+        return [a.value for a in args]  # type: ignore[attr-defined]
+    return None
 
 
 def _local_imports(tree: ast.Module, folder: Path) -> bool:
@@ -81,25 +100,43 @@ def _declared(program: str, mtime_ns: int) -> Declared:
     except (OSError, SyntaxError, ValueError):
         return Declared(frozenset(), False)
     modules, functions = _nodelib_names(tree)
-    entities, complete = set(), not _local_imports(tree, path.parent)
+    entities, phases = set(), set()
+    complete = phases_complete = not _local_imports(tree, path.parent)
     for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for deco in node.decorator_list:  # @nodelib.phase() takes the function's name
+                if isinstance(deco, ast.Call) and _nodelib_call(deco.func, modules, functions) == "phase" \
+                        and not deco.args and not deco.keywords:
+                    phases.add(node.name)
         if not isinstance(node, ast.Call):
+            if _nodelib_call(node, modules, functions) == "Application":  # type: ignore[arg-type]
+                phases_complete = False  # an application of its own registers what it will
             continue
-        func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in modules:
-            kind = DECLARERS.get(func.attr)
-        elif isinstance(func, ast.Name) and func.id in functions:
-            kind = DECLARERS[func.id]
-        else:
-            continue
-        if kind is None:
-            continue
-        parts = node.args[:2]
-        if len(parts) == 2 and all(isinstance(p, ast.Constant) and isinstance(p.value, str) for p in parts):
-            entities.add((kind, f"{parts[0].value}/{parts[1].value}"))  # type: ignore[attr-defined]
-        else:
-            complete = False
-    return Declared(frozenset(entities), complete)
+        called = _nodelib_call(node.func, modules, functions)
+        if called in DECLARERS:
+            names = _literals(node.args[:2])
+            if names is not None and len(names) == 2:
+                entities.add((DECLARERS[called], "/".join(names)))
+            else:
+                complete = False
+        elif called in ("register", "phase") and (node.args or node.keywords):
+            names = _literals(node.args[:1]) if node.args and not node.keywords else None
+            if names:
+                phases.add(names[0])
+            else:
+                phases_complete = False
+    return Declared(frozenset(entities), complete, frozenset(phases), phases_complete)
+
+
+def takes_part(component: Component, phase: str) -> bool:
+    """Whether `component` may take part in a step of `phase` (False only where its program's
+    file says every phase it registers and `phase` is not one of them)."""
+    if component.program is None:
+        return phase == "collect" or phase in (component.start, component.stop)
+    if phase in ("launch", "collect"):
+        return True
+    d = declared(component.program)
+    return not d.phases_complete or phase in d.phases
 
 
 def of_programs(programs: list[str]) -> frozenset[tuple[str, str]] | None:

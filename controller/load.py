@@ -20,7 +20,7 @@ from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
-from .declared import check_stream_patterns, listing
+from .declared import check_stream_patterns, listing, takes_part
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -301,15 +301,14 @@ def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synce
 
 
 def _check_needs(src: SourceFile, raw: list[Any], components: tuple[Component, ...], hosts: int) -> None:
-    """A step's `need` is at most the participants it can have: those it lists, or every
-    program (which may register its phase), each plain command the phase starts or stops,
-    and in a node-wide step each host's daemon."""
+    """A step's `need` is at most the participants it can have: those it lists, or each
+    program that may register its phase (all but those whose file registers others only),
+    each plain command the phase starts or stops, and in a node-wide step each host's daemon."""
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or not item.get("need") or item.get("components"):
             continue  # a step that lists its components is checked with them (_check_step)
         phase = item["phase"]
-        who = [c.name for c in components
-               if c.aware or phase == "collect" or phase in (c.start, c.stop)]
+        who = [c.name for c in components if takes_part(c, phase)]
         count = len(who) + (hosts if phase in NODE_STEPS else 0)
         if item["need"] > count:
             daemons = f" and {hosts} host daemon(s)" if phase in NODE_STEPS else ""

@@ -217,3 +217,21 @@ def test_an_ssh_target_known_nowhere_here_is_a_warning(experiment, tmp_path, mon
         f"{tmp_path}/exp.yaml:3: hosts.a.ssh: host 'a': 'nodee1' is no address, no alias of the SSH config "
         "(~/.ssh/config, $NETSPEC_SSH_CONFIG) and not in /etc/hosts (did you mean 'node1'?); unless DNS "
         "knows it (check asks no server), the run cannot reach it",)
+
+
+def test_a_need_above_the_programs_that_register_the_phase_is_an_error(experiment, tmp_path):
+    (tmp_path / "primary.py").write_text("from netspec import nodelib\nnodelib.register('work', print)\n")
+    (tmp_path / "backup.py").write_text("from netspec import nodelib\n\n\n@nodelib.phase()\n"
+                                        "def fail_over(ctx):\n    pass\n")
+    text = """\
+        experiment: ha
+        components:
+          primary: {program: primary.py}
+          backup: {program: backup.py}
+        schedule: [launch, work, {phase: fail_over, need: NEED}]
+        """
+    assert load(experiment(text.replace("NEED", "1"))).schedule[2].need == 1
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text.replace("NEED", "2")))
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:5: schedule[2].need: need 2 in step 'fail_over', "
+                              "which has at most 1 participant(s): backup")
