@@ -11,6 +11,7 @@ the connection (what `ssh -L` does), so a daemon there can listen on its own 127
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -79,20 +80,26 @@ def known_here(target: str) -> tuple[bool, list[str]]:
     names (a `Host` line without wildcards, or one that gives it a HostName). Also the SSH
     config's host names, for a "did you mean"."""
     name = target.rpartition("@")[2].partition(":")[0]
-    aliases: list[str] = []
-    known = name == "localhost"
+    configs, aliases, listed = _local_names(tuple((str(p), p.stat().st_mtime_ns) for p in _config_files()))
+    known = name == "localhost" or name in aliases or name in listed
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(name)
         known = True
-    for path in _config_files():
-        config = paramiko.SSHConfig.from_path(str(path))
-        named = sorted(h for h in config.get_hostnames() if not set(h) & set("*?!"))
-        aliases += named
-        known = known or name in named or config.lookup(name).get("hostname", name) != name
+    known = known or any(c.lookup(name).get("hostname", name) != name for c in configs)
+    return known, aliases
+
+
+@functools.cache
+def _local_names(files: tuple[tuple[str, int], ...]) -> tuple[list[paramiko.SSHConfig], list[str], set[str]]:
+    """The SSH config files (each read once per version: a fleet's file names many hosts),
+    their host names without wildcards, and the names /etc/hosts gives."""
+    configs = [paramiko.SSHConfig.from_path(path) for path, _ in files]
+    aliases = sorted({h for c in configs for h in c.get_hostnames() if not set(h) & set("*?!")})
+    listed: set[str] = set()
     with contextlib.suppress(OSError):
         for line in HOSTS_FILE.read_text().splitlines():
-            known = known or name in line.partition("#")[0].split()[1:]
-    return known, aliases
+            listed.update(line.partition("#")[0].split()[1:])
+    return configs, aliases, listed
 
 
 def _config_files() -> list[Path]:
