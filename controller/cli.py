@@ -19,6 +19,7 @@ from netspec.protocol.runrecord import load_record
 from netspec.web import DEFAULT_PORT
 
 from . import summary
+from .campaignfile import CAMPAIGNS
 from .load import load, parse
 from .rundir import find_run, list_runs, settle
 from .runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunOptions, merge, run_plan
@@ -152,11 +153,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument("--open", action="store_true", help="open the page in this machine's browser")
     for p in (run, resume, report, serve):
-        p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
+        p.add_argument("--campaigns", type=Path, help=f"campaigns directory (default RUNS/{CAMPAIGNS})")
     for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun,
               serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
+        args.campaigns = args.runs / CAMPAIGNS
+    return args
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -315,7 +319,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     # The run's own copies of its programs stand in for the originals, wherever those are now.
     copies = {source: str((path / kept["copy"]).resolve())
               for source, kept in record.get("programs", {}).items()}
-    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies)
+    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies,
+                 shown=path.resolve() / "experiment.yaml")
     _, code = run_plan(plan, _options(args), {"rerun_of": record["id"]})
     return code
 
