@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .narrate import narrate_merged
-from .pairs import pair_params, pair_sql
+from .pairs import pair_counts, pair_params, pair_sql
 from .usercode import UserCodeError, load_function
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class Node:
     origin_ns: int  # the run's first instant
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> global (start, end)
     input: str = ""  # the input's view name, quoted for SQL
+    warnings: list[str] = field(default_factory=list)  # what the filter left out, for the merge's warnings
 
     def instant(self, when: str | float, end: bool = False) -> int:
         """A phase's start (its end if `end`), or a time since the run started ('2s', 500 ms as 0.5)."""
@@ -121,11 +122,14 @@ def trim(rel: duckdb.DuckDBPyRelation, node: Node, *, warmup: str | float = 0,
 
 
 def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str,
-         start_component: str | None = None, end_component: str | None = None) -> duckdb.DuckDBPyRelation:
+         start_component: str | None = None, end_component: str | None = None,
+         match: str | None = None) -> duckdb.DuckDBPyRelation:
     """Intervals from `start` records to `end` records with the same tag (as analysis: pairs),
-    each side only of the given component if one is."""
-    return node.db.sql(pair_sql(node.input), params=pair_params(node.name, start, end, start_component,
-                                                                end_component))
+    each side only of the given component if one is; every end of a tag, or its `first` or
+    `last` (`match`). What it left unmatched is among the merge's warnings."""
+    params = pair_params(node.name, start, end, start_component, end_component, match)
+    node.warnings += pair_counts(node.db, node.input, params).warnings()
+    return node.db.sql(pair_sql(node.input), params=params)
 
 
 def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = None, bins: int = 50,
@@ -242,5 +246,6 @@ def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], o
             failed.add(name)
             warnings.append(f"analysis node {name} ({spec['filter']}): {exc}")
             continue
+        warnings += [f"analysis node {name}: {w}" for w in node.warnings]
         done.append(name)
     return warnings

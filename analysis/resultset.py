@@ -34,7 +34,7 @@ from netspec.protocol.runrecord import MERGED, RunRecord
 from .derive import Workload, camp_warnings, write_derived
 from .graph import run_graph
 from .narrate import write_narration
-from .pairs import pair_params, pair_sql
+from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 from .usercode import UserCodeError, load_function
@@ -83,13 +83,16 @@ class ResultSet:
     intervals: int = 0
     warnings: list[str] = field(default_factory=list)
     causality: list[Causality] = field(default_factory=list)
+    pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
     workloads: list[Workload] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
-# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote).
-RESULT_FORMAT = 2
+# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3:
+# intervals' start_component and end_component, every end of a pair's tag (match: all), and
+# summary.json's pairs (what each matched and left unmatched).
+RESULT_FORMAT = 3
 
 
 def is_current(merged: Path) -> bool:
@@ -135,6 +138,8 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
                         f"its {record.pairs[c.pair]['end']}; check both names against `ns_control dump`"
                         for c in result.causality if not c.matched]
+    result.pairs = [pair_counts(db, "events", pair_params(name, **p)) for name, p in record.pairs.items()]
+    result.warnings += [w for counts in result.pairs for w in counts.warnings()]
     result.workloads = write_derived(db, out)
     result.warnings += camp_warnings(db)
     db = open_tables(out)  # with the tables just written
@@ -143,7 +148,9 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     if trace.truncated:
         result.warnings.append(f"trace.json holds the first {TRACE_LIMIT} events and intervals only")
     write_narration(db, out / "narration.txt")
-    if db.execute(PLOTTABLE_SQL).fetchone()[0]:
+    # fetchall, never fetchone, on this connection: DuckDB 2 keeps a result read in part
+    # pending, and refuses the graph's relations until it is read to its end.
+    if db.execute(PLOTTABLE_SQL).fetchall()[0][0]:
         # matplotlib takes half a second to import: a run with nothing to draw does not pay it.
         from .plots import plot_all
 
@@ -154,6 +161,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         "format": RESULT_FORMAT, "run": record.id, "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
+        "pairs": [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
         "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")
     return result
 
@@ -168,7 +176,7 @@ def _bounds(db: duckdb.DuckDBPyConnection) -> tuple[int, dict[str, tuple[int, in
         "SELECT phase, min(entered), max(acked) FROM phases GROUP BY phase").fetchall() if s is not None}
     origin = min((s for s, _ in phases.values()), default=None)
     if origin is None:
-        origin = db.execute("SELECT min(ts) FROM events").fetchone()[0] or 0
+        origin = db.execute("SELECT min(ts) FROM events").fetchall()[0][0] or 0
     return origin, phases
 
 
@@ -224,7 +232,8 @@ def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockF
 INTERVALS_SQL = """
 SELECT entity AS name, host AS start_host, host AS end_host, tag, "start" AS start_ts, ts AS end_ts,
        CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source,
-       ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns
+       ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns, component AS start_component,
+       component AS end_component
 FROM events WHERE kind = 'interval'
 """
 
@@ -237,16 +246,16 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
         db.execute("INSERT INTO intervals " + pair_sql("events"), pair_params(name, **p))
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY end_ts) TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
-    total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]
+    total = db.execute("SELECT count(*) FROM intervals").fetchall()[0][0]
     checks = []
     for name in pairs:
         matched, bad, worst, beyond = db.execute(
             "SELECT count(*), count(*) FILTER (duration_ns < 0), coalesce(-min(duration_ns) FILTER "
             "(duration_ns < 0), 0), count(*) FILTER (duration_ns < 0 AND -duration_ns > bound_ns) "
-            "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchone()
+            "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchall()[0]
         one = db.execute(
             "SELECT count(*), coalesce(max(abs(global_ns - duration_ns)), 0), "
             "count(*) FILTER (abs(global_ns - duration_ns) > global_bound_ns) FROM intervals "
-            "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchone()
+            "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchall()[0]
         checks.append(Causality(name, matched, bad, worst, beyond, *one))
     return total, checks
