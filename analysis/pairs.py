@@ -103,7 +103,7 @@ class PairCounts:
         if self.starts > self.start_tags:
             said.append(f"{self.starts - self.start_tags} starts repeat a tag (the first of each counts)")
         if self.ends_left_out:
-            said.append(f"{self.ends_left_out} later ends of a matched tag left out by match: {self.match}")
+            said.append(f"{self.ends_left_out} ends of a matched tag left out by match: {self.match}")
         if self.untagged:
             said.append(f"{self.untagged} records carry no tag")
         return [f"pair {self.pair}: " + "; ".join(said)] if said else []

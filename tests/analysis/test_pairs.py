@@ -1,6 +1,7 @@
-"""Pairs over real streams merged: a primary that replicates each write to two backups, one
-slower, gives each backup's latency its own row (match: all), or one end a tag (first, last);
-what is left unmatched is counted in summary.json and said in the merge's warnings."""
+"""Pairs over real streams merged, and in a real run of tests/analysis/replication.py: a
+primary that replicates each write to two backups, one slower, gives each backup's latency its
+own row (match: all), or one end a tag (first, last); what is left unmatched is counted in
+summary.json and said in the merge's warnings."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from netspec.analysis.graph import run_graph
 from netspec.analysis.resultset import merge_run, open_tables
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
+from support import ns_control
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -80,7 +82,7 @@ def test_a_pair_matching_one_end_a_tag_keeps_the_first_or_the_last_and_says_how_
                           WHERE name = 'replication' AND tag NOT IN {tuple(LOST_AT_BACKUP2)}
                           GROUP BY ALL""").fetchall()
     assert rows == [(backup, WRITES - len(LOST_AT_BACKUP2), latency)]
-    assert ("pair replication: 5 of 195 ends had no start; 90 later ends of a matched tag left out by "
+    assert ("pair replication: 5 of 195 ends had no start; 90 ends of a matched tag left out by "
             f"match: {match}") in result.warnings
 
 
@@ -101,3 +103,48 @@ def test_the_graphs_pair_filter_matches_every_end_too_and_says_what_it_left_unma
     assert run_graph(db, graph, run / "merged", tmp_path, T0, {}) == [
         "analysis node legs: pair legs: 5 of 195 ends had no start"]
     assert db.execute("SELECT count(*) FROM legs").fetchone() == (2 * WRITES - len(LOST_AT_BACKUP2),)
+
+
+REPLICATION = """\
+experiment: replication
+hosts: {p: {}, b1: {}, b2: {}}
+components:
+  primary: {host: p, program: PROGRAM, args: [--role, primary], params: {count: 200}}
+  backup1: {host: b1, program: PROGRAM, args: [--role, backup], params: {apply_us: 0}}
+  backup2: {host: b2, program: PROGRAM, args: [--role, backup], params: {apply_us: APPLY_US}}
+services:
+  clksync: {reference: p}
+streams:
+  kv: {enable: [KV]}
+analysis:
+  pairs:
+    replicate: {start: KV/replicate, end: KV/applied}
+schedule:
+  - launch
+  - sync_clocks
+  - start_logging
+  - {phase: listen, components: [backup1, backup2], deadline: 10s}
+  - {phase: run, components: [primary], deadline: 60s}
+  - stop_logging
+  - collect
+"""
+APPLY_US = 100
+
+
+@pytest.mark.e2e
+def test_a_real_replication_run_gives_each_backup_its_own_latency_the_slower_one_included(tmp_path):
+    program = Path(__file__).parent / "replication.py"
+    exp = tmp_path / "replication.yaml"
+    exp.write_text(REPLICATION.replace("PROGRAM", str(program)).replace("APPLY_US", str(APPLY_US)))
+    done = ns_control("run", str(exp), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "causality replicate: 400 matched, every end after its start" in done.stdout
+    merged = tmp_path / "runs" / "latest" / "merged"
+    ends = dict(duckdb.sql(f"""SELECT end_component, list(duration_ns + bound_ns)
+                               FROM '{merged}/intervals.parquet' WHERE name = 'replicate'
+                               GROUP BY ALL""").fetchall())
+    assert sorted(ends) == ["backup1", "backup2"] and all(len(v) == 200 for v in ends.values())
+    # backup2 applies each write APPLY_US after it arrives: no latency of its can be shorter.
+    assert min(ends["backup2"]) >= APPLY_US * 1000
+    (counts,) = json.loads((merged / "summary.json").read_text())["pairs"]
+    assert (counts["starts_without_end"], counts["ends_without_start"], counts["rows"]) == (0, 0, 400)
