@@ -22,14 +22,12 @@ APPLIED = nodelib.event("KV", "applied", "a backup has applied a write")
 COMMITTED = nodelib.event("KV", "committed", "every backup acked the write")
 
 
-def _recv_exactly(conn: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        part = conn.recv(size - len(data))
-        if not part:
-            raise ConnectionError("peer closed")
-        data += part
-    return data
+def _recv_write(conn: socket.socket) -> bytes:
+    """One write's 8 bytes (MSG_WAITALL: all of them, or the peer closed)."""
+    write = conn.recv(8, socket.MSG_WAITALL)
+    if len(write) < 8:
+        raise ConnectionError("peer closed")
+    return write
 
 
 class Backup:
@@ -52,7 +50,7 @@ class Backup:
         with conn, sock:
             while True:
                 try:
-                    write = _recv_exactly(conn, 8)
+                    write = _recv_write(conn)
                 except ConnectionError:
                     return
                 until = time.perf_counter_ns() + apply_ns
@@ -82,7 +80,7 @@ def primary_run(ctx: nodelib.PhaseContext) -> str:
             for conn in conns:
                 conn.sendall(write)
             for conn in conns:
-                _recv_exactly(conn, 8)
+                _recv_write(conn)
             COMMITTED.log(seq)
     finally:
         for conn in conns:
