@@ -11,8 +11,8 @@
     plots/*.png       intervals, clock offsets, CAMP per host
     summary.json      counts, warnings, the causality check and the workloads
 
-DuckDB queries the Parquet files in place (intervals are derived that way); pyarrow, pandas
-and polars read them as they are.
+DuckDB queries the Parquet files in place (intervals are derived that way); pyarrow reads them
+as they are.
 """
 
 from __future__ import annotations
