@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .narrate import narrate_merged
 from .pairs import pair_counts, pair_params, pair_sql
-from .usercode import UserCodeError, load_function
+from .usercode import UserCodeError, absolute, load_function
 
 if TYPE_CHECKING:
     # The file check imports this module for check_node: the merge's libraries load when a
@@ -228,13 +228,21 @@ def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
 
 
 def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], out: Path, base: Path,
-              origin_ns: int, phases: dict[str, tuple[int, int]]) -> list[str]:
-    """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped."""
+              origin_ns: int, phases: dict[str, tuple[int, int]], *, trusted: Collection[str]) -> list[str]:
+    """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped.
+    A filter of the user's own runs only if it is among `trusted` (as `UserCode.trusted_filters`
+    gives them: the user named it); another is a node not run, said."""
     warnings, failed, done = [], set(), []
     for name, spec in graph.items():
         if spec["input"] in failed:
             failed.add(name)
             warnings.append(f"analysis node {name}: skipped, its input {spec['input']} failed")
+            continue
+        if spec["filter"] not in BUILTIN and absolute(spec["filter"], base) not in trusted:
+            failed.add(name)
+            warnings.append(f"analysis node {name}: filter {spec['filter']} not run: the run's record names "
+                            "it, and a filter of your own runs only when you name it (the experiment file "
+                            f"you run, or ns_control fetch --filter {spec['filter']})")
             continue
         node = Node(name, db, out, origin_ns, phases, f'"{spec["input"]}"')
         try:

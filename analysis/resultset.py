@@ -37,7 +37,7 @@ from .narrate import write_narration
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
-from .usercode import UserCodeError, load_function
+from .usercode import NONE, UserCode, UserCodeError, load_function
 
 
 @dataclass
@@ -103,20 +103,27 @@ def is_current(merged: Path) -> bool:
         return False
 
 
-def _user_decoders(record: RunRecord, warnings: list[str]) -> dict[str, Decoder]:
-    """The decoders the experiment file allows, each loaded or said why not."""
+def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
+    """The decoders the user named, each loaded or said why not; those the run's record names
+    and the user did not are said, never loaded (a received run's record is data)."""
     found: dict[str, Decoder] = {}
-    for name in record.decoders:
+    for name in code.decoders:
         try:
-            found[name] = load_function(name, record.experiment_dir, "decoder")
-        except (UserCodeError, KeyError) as exc:  # KeyError: the record names no experiment file
+            found[name] = load_function(name, code.base, "decoder")
+        except UserCodeError as exc:
             warnings.append(f"decoder {name}: cannot be loaded ({exc}); its events' data stays raw")
+    unnamed = [name for name in record.decoders if name not in code.decoders]
+    if unnamed:
+        warnings.append(f"decoder {', '.join(unnamed)} not run: the run's record names it, and a decoder "
+                        "runs only when you name it (the experiment file you run, or ns_control fetch "
+                        f"--decoder {unnamed[0]}); its events' data stays raw")
     return found
 
 
-def merge_run(run: Path, out: Path | None = None) -> ResultSet:
+def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> ResultSet:
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
-    there."""
+    there. Of the user's own decoders and filters, only those in `code` run (the user named
+    them): what the run's record names beside them is said in the warnings, not run."""
     record = RunRecord.load(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
@@ -127,7 +134,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         fits = {}
         result.warnings.append(f"no clock fit ({exc}): times are each host's own")
     files = {d.name: sorted(d.glob("streams/*.ds")) for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
-    decoders = _user_decoders(record, result.warnings)
+    decoders = _user_decoders(record, code, result.warnings)
     counts = merge_files(files, fits, out, decoders)
     result.records, result.samples = counts.records, counts.samples
     result.warnings += counts.warnings
@@ -156,7 +163,8 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
 
         result.plots = plot_all(db, out / "plots", origin)
     if record.graph:
-        result.warnings += run_graph(db, record.graph, out, record.experiment_dir, origin, phases)
+        result.warnings += run_graph(db, record.graph, out, code.base, origin, phases,
+                                     trusted=code.trusted_filters())
     (out / "summary.json").write_text(json.dumps({
         "format": RESULT_FORMAT, "run": record.id, "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
