@@ -25,6 +25,7 @@ from netspec.analysis.metrics import Metric, run_metrics
 from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
+from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
@@ -212,7 +213,7 @@ class Campaigner:
         warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
         counted = status == "ok" and not warm
         first = next((r for r in point["runs"] if r["counted"]), None)
-        diffs = differences(load_record(Path(first["path"])), load_record(path)) if counted and first else []
+        diffs = differences(provenance(Path(first["path"])), provenance(path)) if counted and first else []
         if diffs:
             counted = False
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "

@@ -295,12 +295,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def run_differences(paths: list[Path]) -> list[str]:
     """What differs between each run and the first, said before they are compared."""
-    from netspec.analysis.provenance import differences
+    from netspec.analysis.provenance import differences, load
 
-    base = load_record(paths[0])
+    base = load(paths[0])
     lines = []
     for path in paths[1:]:
-        diffs = differences(base, load_record(path))
+        diffs = differences(base, load(path))
         if diffs:
             lines.append(f"{path.name} differs from {paths[0].name} in {len(diffs)} way(s):")
             lines.extend(f"  {d}" for d in diffs)

@@ -14,11 +14,10 @@ import numpy as np
 import yaml
 from netspec.analysis.metrics import run_metrics
 from netspec.analysis.points import UnlikeRuns, point_metrics
-from netspec.analysis.provenance import differences
+from netspec.analysis.provenance import differences, load
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
 from netspec.analysis.units import duration_text
-from netspec.protocol.runrecord import load_record
 
 from .timeline import bars
 
@@ -130,7 +129,7 @@ def _usage(run: Path) -> dict[tuple[int, str], float]:
 def compare_runs(a: Path, b: Path) -> dict[str, Any]:
     """Run b against run a: what differs between them, each step's duration (and Welch over
     its participants' durations), each metric's distribution, and resource use per step."""
-    ra, rb = load_record(a), load_record(b)
+    ra, rb = load(a), load(b)
     steps_a, steps_b = ra.get("steps") or [], rb.get("steps") or []
     takes_a, takes_b = _step_takes(ra), _step_takes(rb)
     usage_a, usage_b = _usage(a), _usage(b)
