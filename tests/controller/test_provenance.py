@@ -108,5 +108,6 @@ def test_report_says_first_that_the_hosts_cpu_cores_and_kernel_differ(tmp_path):
 def test_a_campaign_refuses_to_count_runs_on_unlike_hosts_as_repetitions(tmp_path):
     runs = [{"id": name, "path": str(run_on(tmp_path, name, stored(), **facts)), "counted": True}
             for name, facts in (("a", {}), ("b", {"kernel": "6.1.0"}))]
-    with pytest.raises(UnlikeRuns, match=r"host a kernel: 6.18.44 -> 6.1.0; host b kernel: 6.18.44 -> 6.1.0$"):
+    kernels = r"host a kernel: 6.18.44 -> 6.1.0; host b kernel: 6.18.44 -> 6.1.0$"
+    with pytest.raises(UnlikeRuns, match=kernels):
         check_repetitions({"label": "client.size=64"}, runs)
