@@ -6,9 +6,12 @@ program's hash, the versions, and each host's facts (CPU model, cores, kernel, .
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from netspec.protocol.errors import ProtocolError
+from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import load_record
 
 # What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
@@ -26,15 +29,31 @@ def load(run: Path) -> dict[str, Any]:
         NetspecError: as `load_record`.
     """
     record = load_record(run)
+    return {**record, HOST_FACTS_KEY: host_facts(run, record.get("hosts") or {})}
+
+
+def host_facts(run: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """What each of `hosts` (the run's, by name) said of itself when its daemon was reached
+    (hosts/<host>/facts.json); a host whose file is missing or unreadable is left out."""
     found: dict[str, dict[str, Any]] = {}
-    for host in sorted(record.get("hosts") or {}):
+    for host in sorted(hosts):
         try:
-            facts = json.loads((run / "hosts" / str(host) / "facts.json").read_text())
-        except (OSError, ValueError):
+            facts = json.loads((run / "hosts" / safe_name(host, "host") / "facts.json").read_text())
+        except (OSError, ValueError, ProtocolError):  # ProtocolError: a name no path is made of
             continue
         if isinstance(facts, dict):
             found[host] = facts
-    return {**record, HOST_FACTS_KEY: found}
+    return found
+
+
+def shared_kernels(facts: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Groups of two or more hosts whose daemons ran under one kernel (the same boot_id):
+    network namespaces or containers of one machine."""
+    by_boot: dict[str, list[str]] = {}
+    for host, known in sorted(facts.items()):
+        if isinstance(known.get("boot_id"), str) and known["boot_id"]:
+            by_boot.setdefault(known["boot_id"], []).append(host)
+    return [hosts for hosts in by_boot.values() if len(hosts) > 1]
 
 
 def facts(record: dict[str, Any]) -> dict[str, str]:

@@ -31,10 +31,11 @@ from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
 from netspec.protocol.runrecord import MERGED, RunRecord
 
-from .derive import Workload, camp_warnings, write_derived
+from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
 from .graph import run_graph
 from .narrate import write_narration
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
+from .provenance import host_facts, shared_kernels
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 from .usercode import NONE, UserCode, UserCodeError, load_function
@@ -85,13 +86,14 @@ class ResultSet:
     causality: list[Causality] = field(default_factory=list)
     pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
     workloads: list[Workload] = field(default_factory=list)
+    shared_kernel: list[list[str]] = field(default_factory=list)  # CAMP-sampled hosts on one kernel
     plots: list[Path] = field(default_factory=list)
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
 # clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3:
 # intervals' start_component and end_component, every end of a pair's tag (match: all), and
-# summary.json's pairs (what each matched and left unmatched).
+# summary.json's pairs (what each matched and left unmatched) and shared_kernel.
 RESULT_FORMAT = 3
 
 
@@ -149,6 +151,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.warnings += [w for counts in result.pairs for w in counts.warnings()]
     result.workloads = write_derived(db, out)
     result.warnings += camp_warnings(db)
+    result.shared_kernel = camp_on_one_kernel(db, shared_kernels(host_facts(run, record.hosts)))
+    result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
     origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
@@ -170,7 +174,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
         "pairs": [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
-        "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")
+        "workload": [w.row() for w in result.workloads], "shared_kernel": result.shared_kernel},
+        indent=1) + "\n")
     return result
 
 

@@ -291,7 +291,6 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
 def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:
     """Each metric's bars (and line, over a single numeric parameter) into the campaign's plots/."""
     from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
-    from netspec.analysis.stats import summarize
 
     (cdir.path / "plots").mkdir(exist_ok=True)
     params = [p["params"] for p in cdir.state["points"]]
@@ -301,7 +300,7 @@ def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list
     written = []
     for metric in dict.fromkeys(m for ms in points.values() for m in ms):
         labels = [label for label, ms in points.items() if metric in ms]
-        rows = [summarize(points[label][metric].values) for label in labels]
+        rows = [points[label][metric].summary() for label in labels]
         xs = ([p[axis] for p, label in zip(params, points, strict=True) if label in labels]
               if numeric else None)
         unit = points[labels[0]][metric].unit
