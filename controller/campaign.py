@@ -24,6 +24,7 @@ from netspec.analysis.metrics import Metric, run_metrics
 from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
+from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
@@ -218,7 +219,7 @@ class Campaigner:
         warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
         counted = status == "ok" and not warm
         first = next((r for r in point["runs"] if r["counted"]), None)
-        diffs = differences(load_record(Path(first["path"])), load_record(path)) if counted and first else []
+        diffs = differences(provenance(Path(first["path"])), provenance(path)) if counted and first else []
         if diffs:
             counted = False
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
@@ -296,7 +297,6 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
 def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:
     """Each metric's bars (and line, over a single numeric parameter) into the campaign's plots/."""
     from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
-    from netspec.analysis.stats import summarize
 
     (cdir.path / "plots").mkdir(exist_ok=True)
     params = [p["params"] for p in cdir.state["points"]]
@@ -306,7 +306,7 @@ def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list
     written = []
     for metric in dict.fromkeys(m for ms in points.values() for m in ms):
         labels = [label for label, ms in points.items() if metric in ms]
-        rows = [summarize(points[label][metric].values) for label in labels]
+        rows = [points[label][metric].summary() for label in labels]
         xs = ([p[axis] for p, label in zip(params, points, strict=True) if label in labels]
               if numeric else None)
         unit = points[labels[0]][metric].unit
