@@ -21,9 +21,10 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import psutil
 from netspec.datastream.writer import StreamConfig
@@ -48,6 +49,8 @@ from .services import NodeServices
 log = logging.getLogger("netspecd")
 
 STOP_GRACE_S = 5.0
+# How long a process that got SIGTERM at reset has before SIGKILL; and what a wait for a
+# killed process's end is bounded by when no deadline came with the request.
 KILL_GRACE_S = 2.0
 OUTPUT_GRACE_S = 1.0
 PR_SET_PDEATHSIG = 1
@@ -63,6 +66,10 @@ class Outbox(Protocol):
 
 class ComponentExited(NetspecError):
     """The component's process ended while something still waited on it."""
+
+
+class StartRefused(NetspecError):
+    """A component is not started: it was started in this run already, or the run was reset."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +88,25 @@ class ComponentSpec:
     def from_wire(cls, d: dict[str, Any]) -> ComponentSpec:
         """`program` (+ `args`) names a NETSPEC-aware program; `argv` a plain command."""
         aware = "program" in d
+        if d.get("name") == m.NODE:
+            raise ProtocolError(f"a component may not be named {m.NODE!r}: that is the daemon's own "
+                                "name in node-wide steps; rename the component")
         argv = python_argv(d["program"], list(d.get("args", []))) if aware else list(d["argv"])
         return cls(safe_name(d["name"], "component"), argv, aware, dict(d.get("params", {})),
                    dict(d.get("env", {})), d.get("start", "launch"), d.get("stop"))
 
 
-def _die_with_daemon() -> None:
-    """In the child before exec: be killed if the daemon dies without resetting."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _end_with(daemon_pid: int) -> Callable[[], None]:
+    """What the child runs before exec: get SIGTERM if the daemon dies without resetting
+    (killed, out of memory), so that nodelib flushes its streams as it exits, as at any
+    reset; whatever ignores it is ended by whoever gathers the lost host's files, with
+    SIGKILL after a grace (controller/salvage.py, `netspecd --kill-run`)."""
+    def end_with_daemon() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != daemon_pid:  # the daemon died before the prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+    return end_with_daemon
 
 
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -126,14 +143,31 @@ class ComponentProcess:
         self.forced = False  # netspec had to SIGKILL it after the stop grace
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
+        self.started_in: str | None = None  # the phase it was started in, from the first try on
         self._next_id = 0
 
     @property
     def started(self) -> bool:
         return self.proc is not None
 
-    async def start(self, tg: asyncio.TaskGroup) -> None:
+    async def start(self, tg: asyncio.TaskGroup, phase: str) -> None:
+        """Spawn the process, its output pumps and its exit's watcher in `tg`.
+
+        Raises:
+            StartRefused: it was started before in this run (a process is started once:
+                a second would share this one's exit, output files and streams).
+            ComponentExited: the program cannot be started.
+        """
+        if self.started_in is not None:
+            pid = f" (pid {self.proc.pid})" if self.proc is not None else ""
+            raise StartRefused(f"component '{self.spec.name}' was started in phase '{self.started_in}'"
+                               f"{pid} already: a component is started once in a run, not again in "
+                               f"phase '{phase}'")
+        self.started_in = phase
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Opened before the process is: its output has somewhere to go whatever happens to
+        # the directory meanwhile (a reset that cleans it).
+        outputs = [open(self.dir / name, "wb") for name in ("stdout", "stderr")]  # noqa: SIM115 - the pumps close them
         env = {**os.environ, **self.spec.env, m.RUN_ENV: self.run_id,
                m.COMPONENT_ENV: self.spec.name, m.PARAMS_ENV: json.dumps(self.spec.params),
                m.HOST_ADDRESS_ENV: host_address(), **self.env,
@@ -149,10 +183,12 @@ class ComponentProcess:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitProtocol(loop), *self.spec.argv, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=self.workdir,
-                env=env, pass_fds=pass_fds, start_new_session=True, preexec_fn=_die_with_daemon)
+                env=env, pass_fds=pass_fds, start_new_session=True, preexec_fn=_end_with(os.getpid()))
         except OSError as exc:
             if ours:
                 ours.close()
+            for f in outputs:
+                f.close()
             raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.strerror}") from exc
         finally:
             if theirs:
@@ -161,16 +197,16 @@ class ComponentProcess:
         if not protocol.exit_code.done():
             SPAWNED.add(self.proc.pid)
         self.started_ns = time.time_ns()
-        pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout")),
-                 tg.create_task(self._pump(self.proc.stderr, "stderr"))]
+        pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout", outputs[0])),
+                 tg.create_task(self._pump(self.proc.stderr, "stderr", outputs[1]))]
         if ours:
             self.channel = await Channel.over(ours, peer=f"component {self.spec.name}")
             tg.create_task(self._read_channel())
         tg.create_task(self._watch_exit(protocol.exit_code, pumps))
 
-    async def _pump(self, pipe: asyncio.StreamReader | None, stream: str) -> None:
+    async def _pump(self, pipe: asyncio.StreamReader | None, stream: str, f: BinaryIO) -> None:
         assert pipe is not None
-        with open(self.dir / stream, "wb") as f:
+        with f:
             while data := await pipe.read(65536):
                 f.write(data)
                 f.flush()
@@ -207,7 +243,10 @@ class ComponentProcess:
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
                 "expected": self.stopping, "ended_ns": time.time_ns()}
-        (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
+        try:
+            (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
+        except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal
+            log.warning("run %s: component %s: exit.json not written: %s", self.run_id, self.spec.name, exc)
         self._fail_waiters(ComponentExited(describe_returncode(code)))
         self.exited.set_result(info)
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,
@@ -242,8 +281,22 @@ class ComponentProcess:
         # Only what a component may say goes on: the rest of an ack is the daemon's to add.
         return {k: ack[k] for k in events.COMPONENT_ACK_FIELDS if k in ack}
 
-    async def stop(self, grace: float = STOP_GRACE_S) -> dict[str, Any]:
-        """Ask the component to end (STOP message or SIGTERM), then kill what remains."""
+    async def stop(self, grace: float = STOP_GRACE_S, deadline: float | None = None) -> dict[str, Any]:
+        """Ask the component to end (STOP message or SIGTERM), then kill what remains.
+
+        Args:
+            grace: how long it has to end before SIGKILL.
+            deadline: the loop time by which it must have ended, SIGKILL or not: the
+                step's (or the request's). A killed process is ending, however long a
+                loaded machine takes to tell: it is waited for until then, not for a fixed
+                grace. Without one, KILL_GRACE_S after the SIGKILL.
+
+        Returns:
+            Its exit record ({} if it never started).
+
+        Raises:
+            ComponentExited: it had not ended by `deadline`, SIGKILL sent.
+        """
         if not self.started:
             return {}
         self.stopping = True
@@ -260,10 +313,15 @@ class ComponentProcess:
             pids = self.pids()
             self.signal_group(signal.SIGKILL)
             signal_pids(pids, signal.SIGKILL)
+        loop = asyncio.get_running_loop()
+        killed = loop.time()
         try:
-            return await asyncio.wait_for(asyncio.shield(self.exited), KILL_GRACE_S)
+            async with asyncio.timeout_at(killed + KILL_GRACE_S if deadline is None else deadline):
+                return await asyncio.shield(self.exited)
         except TimeoutError:  # e.g. stuck in the kernel (D state): said, not waited on for ever
-            raise ComponentExited(f"did not end within {KILL_GRACE_S:g} s of SIGKILL") from None
+            waited = f"{loop.time() - killed:.1f} s after SIGKILL"
+            raise ComponentExited(f"had not ended by {'the deadline' if deadline is not None else 'now'}, "
+                                  f"{waited}") from None
 
     def pids(self) -> list[int]:
         """The component's process and every descendant it still has."""
@@ -288,6 +346,9 @@ class Supervisor:
         self.run_id, self.tg, self.host = run_id, tg, safe_name(host, "host") if host else host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
+        self.join_token: bytes | None = None  # what a parent in the run's tree shows to join it
+        self.was_reset = False  # no component starts once it is
+        self._spawning: set[asyncio.Future[None]] = set()  # starts under way
         self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)
                                for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
@@ -309,22 +370,40 @@ class Supervisor:
         return {"streams": chosen, "dir": str(self.services.directory), "host": self.host}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
-                    published: dict[str, Any]) -> dict[str, Any]:
-        """Run `phase` in component `name` and return the ack fields (never raises)."""
+                    published: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
+        """Run `phase` in component `name` and return the ack fields (never raises).
+        `deadline` (loop time) is the step's: what stopping the component may wait until."""
         comp = self.components[name]
         try:
-            return await self._enter(comp, phase, params, published)
+            return await self._enter(comp, phase, params, published, deadline)
         except ComponentExited as exc:
             return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+        except StartRefused as exc:
+            return {"status": m.ACK_ERROR, "message": str(exc)}
+
+    async def _start(self, comp: ComponentProcess, phase: str) -> None:
+        """Start a component, unless the run was reset; a reset waits for a start under way."""
+        if self.was_reset:
+            raise StartRefused(f"component '{comp.spec.name}' is not started in phase '{phase}': "
+                               "the run was reset")
+        spawned = asyncio.get_running_loop().create_future()
+        self._spawning.add(spawned)
+        try:
+            await comp.start(self.tg, phase)
+        finally:
+            self._spawning.discard(spawned)
+            spawned.set_result(None)
+        assert comp.proc is not None
+        self.services.started(comp.spec.name, comp.proc.pid)
 
     async def _enter(self, comp: ComponentProcess, phase: str, params: dict[str, Any],
-                     published: dict[str, Any]) -> dict[str, Any]:
+                     published: dict[str, Any], deadline: float | None) -> dict[str, Any]:
         spec = comp.spec
         if phase == "collect":
             ack: dict[str, Any] = {"status": m.ACK_OK}
             if spec.aware and comp.started and "collect" in await comp.registered:
                 ack = await comp.call(phase, params, published)
-            info = await comp.stop()
+            info = await comp.stop(deadline=deadline)
             if info and not ended_well(info["returncode"]) and not comp.forced:
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
             return ack
@@ -332,8 +411,7 @@ class Supervisor:
             if phase == m.START_LOGGING:
                 return await comp.call(phase, params, published, logging=self.logging_for(spec.name))
             if phase == "launch":
-                await comp.start(self.tg)
-                self.services.started(spec.name, comp.proc.pid)
+                await self._start(comp, phase)
                 phases = await comp.registered
                 ack = {"status": m.ACK_OK}
                 if "launch" in phases:
@@ -341,8 +419,8 @@ class Supervisor:
                 return {**ack, "phases": phases}
             return await comp.call(phase, params, published)
         if phase == spec.start:
-            await comp.start(self.tg)
-            self.services.started(spec.name, comp.proc.pid)
+            await self._start(comp, phase)
+            assert comp.proc is not None
             if spec.stop is not None:
                 return {"status": m.ACK_OK, "message": f"started pid {comp.proc.pid}"}
             comp.stopping = True
@@ -351,7 +429,7 @@ class Supervisor:
             return {"status": m.ACK_OK if ok else m.ACK_ERROR,
                     "message": describe_returncode(info["returncode"])}
         if phase == spec.stop:
-            await comp.stop()
+            await comp.stop(deadline=deadline)
             if comp.forced:
                 # Stopped all the same, as asked: worth a warning, not a failed run.
                 return {"status": m.ACK_WARNING, "message": f"ignored SIGTERM for {STOP_GRACE_S:g} s; "
@@ -362,22 +440,35 @@ class Supervisor:
     def pids(self) -> list[int]:
         return [pid for c in self.components.values() for pid in c.pids()]
 
-    async def reset(self, clean: bool) -> int:
-        """Kill every process of the run; with `clean`, delete its work directory.
+    async def reset(self, clean: bool, deadline: float | None = None) -> int:
+        """Kill every process of the run; with `clean`, delete its work directory. No
+        component is started after (a launch racing the reset is refused, or, under way,
+        waited for and killed with the rest).
+
+        Args:
+            clean: delete the run's work directory once its processes are gone.
+            deadline: the loop time (the request's) until which killed processes are
+                waited for; without one, KILL_GRACE_S after the SIGKILL.
 
         Returns the number of processes that had to be signalled.
         """
+        self.was_reset = True
+        loop = asyncio.get_running_loop()
+        if self._spawning:
+            await asyncio.wait(self._spawning, timeout=KILL_GRACE_S)
         victims = await asyncio.to_thread(self._run_processes)
         for comp in self.components.values():
             comp.stopping = True
         signal_pids([p.pid for p in victims], signal.SIGTERM)
-        if not await self._all_gone(victims, KILL_GRACE_S):
+        if not await self._all_gone(victims, loop.time() + KILL_GRACE_S):
             signal_pids([p.pid for p in await asyncio.to_thread(self._run_processes)], signal.SIGKILL)
-            await self._all_gone(victims, KILL_GRACE_S)
+            until = loop.time() + KILL_GRACE_S if deadline is None else deadline
+            await self._all_gone(victims, until)
         reap_adopted()
         waits = [c.exited for c in self.components.values() if c.started]
         if waits:
-            await asyncio.wait(waits, timeout=KILL_GRACE_S)
+            until = loop.time() + KILL_GRACE_S if deadline is None else deadline
+            await asyncio.wait(waits, timeout=max(until - loop.time(), 0.0))
         self.services.close()
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -386,12 +477,11 @@ class Supervisor:
     def _run_processes(self) -> list[psutil.Process]:
         return run_processes_below(self.run_id, self.pids(), self.host)
 
-    async def _all_gone(self, victims: list[psutil.Process], timeout: float) -> bool:
+    async def _all_gone(self, victims: list[psutil.Process], deadline: float) -> bool:
         """Wait until no process of the run is alive. Orphans are not our children and
         cannot be waited for (and our children are asyncio's to reap), so the victims are
         watched in /proc until they are gone; then the run's processes are looked for once
         more, for any they started meanwhile."""
-        deadline = asyncio.get_running_loop().time() + timeout
         while True:
             victims = still_alive(victims)
             if not victims:
