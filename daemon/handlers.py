@@ -5,7 +5,9 @@ and the request map and return the reply's fields, or raise to send an error rep
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import math
 import os
 import stat
 import time
@@ -34,11 +36,21 @@ class DaemonControl(Protocol):
     def stop(self) -> None: ...
 
 
+class Channel(Protocol):
+    peer: str  # who is at the other end, as a message names it
+
+
 class Session(Protocol):
     """What a handler sees of the connection it answers (server.Session): the daemon, the
-    run it set up, the task group that owns the run's tasks, and a way to send events."""
+    run it set up, the task group that owns the run's tasks, and a way to send events.
+
+    A session acts on one run: the one it set up (it owns it: it alone resets, lists, reads
+    and builds the tree of it, and the run is reset when the session ends, however it ends),
+    or, joined to a run as its parent in the tree with the run's join token, the one it
+    relays steps to (`enter` alone). It holds no other."""
 
     daemon: DaemonControl
+    channel: Channel
     supervisor: Supervisor | None
     tg: asyncio.TaskGroup
     lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
@@ -59,10 +71,32 @@ ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+# A run's join token: what a parent in its tree shows to join it (drawn by the controller).
+JOIN_TOKEN_BYTES = 16
+# clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
+MAX_PROBE_INTERVAL_MS = 3_600_000.0
+
+
 def _supervisor(session: Session) -> Supervisor:
+    """The run this connection acts on: the one it set up or joined."""
     if session.supervisor is None:
         raise NetspecError("no run is set up on this daemon connection")
     return session.supervisor
+
+
+def _own_run(session: Session, what: str) -> Supervisor:
+    """The run this connection set up; a connection that joined a run as a relay parent
+    only relays steps to it: `what` (reset, list the files of...) is its owner's to do."""
+    sup = _supervisor(session)
+    if session.joined:
+        raise NetspecError(f"this connection relays run {sup.run_id!r} as a parent in its tree: only "
+                           f"the connection that set the run up may {what} it")
+    return sup
+
+
+def _holder(runs: dict[str, Any], run: str) -> str:
+    session = runs[run]
+    return f"run {run!r} (set up by the controller at {session.channel.peer})"
 
 
 async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -71,15 +105,31 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """Set up a run on this connection (ending the one it had). Refused beside another
+    controller's live run unless the request says `share: true`, naming that run."""
     async with session.lifecycle:
-        run = request.get("run")
+        if session.joined:
+            raise NetspecError("this connection relays a run as a parent in its tree: it sets up none")
+        run, token, share = request.get("run"), request.get("join_token"), request.get("share", False)
+        if not isinstance(share, bool) or not (token is None or (isinstance(token, bytes)
+                                               and len(token) >= JOIN_TOKEN_BYTES)):
+            raise ProtocolError(f"setup takes share (true or false) and join_token (at least "
+                                f"{JOIN_TOKEN_BYTES} bytes)")
         holder = session.daemon.runs.get(run) if isinstance(run, str) else None
         if holder is not None and holder is not session:
             raise NetspecError(f"run {request['run']!r} is set up by another controller on this daemon")
+        # A run reset already holds no process: its connection is only on its way out.
+        others = [r for r, s in session.daemon.runs.items()
+                  if s is not session and s.supervisor is not None and not s.supervisor.was_reset]
+        if others and not share:
+            held = ", ".join(_holder(session.daemon.runs, r) for r in others)
+            raise NetspecError(f"this host is in use by {held}; a run shares a host only when asked "
+                               "to (setup share: true)")
         await session.end_run()
         specs = [ComponentSpec.from_wire(c) for c in request["components"]]
         sup = Supervisor(run, session.daemon.root, specs, session, session.tg, request.get("host", ""),
                          request.get("streams"), config_from_wire(request.get("camp")))
+        sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.services.open()
         await release.prepare()
@@ -132,9 +182,12 @@ def _check_enter(request: dict[str, Any]) -> None:
 
 
 def _relay(session: Session, sup: Supervisor) -> Relay:
-    """The run's relay on this daemon: its controller's session holds it (a leaf of the
-    tree gets one at its first relayed step, with no children)."""
-    owner = session.daemon.runs.get(sup.run_id, session)
+    """The run's relay on this daemon: its controller's session holds it and closes it
+    when the run ends (a leaf of the tree gets one at its first relayed step, with no
+    children)."""
+    owner = session.daemon.runs.get(sup.run_id)
+    if owner is None or owner.supervisor is not sup:
+        raise NetspecError(f"run {sup.run_id!r} has ended on this daemon")
     if owner.relay is None:
         owner.relay = Relay(sup.host, owner.emit)
     return owner.relay
@@ -172,10 +225,11 @@ async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, A
                      released: dict[str, Any] | None, entered: int) -> None:
     phase, step, name = request["phase"], request["step"], comp["name"]
     deadline_s = request.get("deadline_s")
+    deadline = asyncio.get_running_loop().time() + deadline_s if deadline_s else None
     try:
         # The controller acts at the step's deadline; this bound is for when it cannot.
         async with asyncio.timeout(deadline_s + ENTER_GRACE_S if deadline_s else None):
-            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}))
+            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}), deadline)
     except TimeoutError:
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: no ack within the step's deadline "
                f"of {deadline_s:g} s (and {ENTER_GRACE_S:g} s more)"}
@@ -209,14 +263,14 @@ def _ack(sup: Supervisor, request: dict[str, Any], name: str, ack: dict[str, Any
 
 
 async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
-                     published: dict[str, Any]) -> dict[str, Any]:
+                     published: dict[str, Any], deadline: float | None) -> dict[str, Any]:
     if name == m.NODE:  # sync_clocks: every other node step is acked as it is read (_start)
         try:
             return await sync_clocks(sup, comp.get("params", {}))
         except NetspecError as exc:
             return _own_words(exc)
     sup.services.entered(step, phase, name)
-    return await sup.enter(name, phase, comp.get("params", {}), published)
+    return await sup.enter(name, phase, comp.get("params", {}), published, deadline)
 
 
 async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:
@@ -238,29 +292,39 @@ def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
 
 async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
-    sup = _supervisor(session)
+    sup = _own_run(session, "end a component of")
     name = request["component"]
     if not isinstance(name, str) or name not in sup.components:
         raise NetspecError(f"unknown component {name!r}")
     comp = sup.components[name]
-    info = await comp.stop(grace=END_GRACE_S)
+    info = await comp.stop(grace=END_GRACE_S, deadline=_deadline(request))
     log.info("run %s: component %s ended as asked", sup.run_id, name)
     return {"returncode": info.get("returncode"), "forced": comp.forced}
 
 
+def _deadline(request: dict[str, Any]) -> float | None:
+    """The request's deadline (its `timeout_s`, which also bounds its handler) as a loop
+    time, a little before the handler's bound: what the handler waited for is said in its
+    own words, not as the bound's TimeoutError."""
+    timeout = request.get("timeout_s")
+    if not timeout:
+        return None
+    return asyncio.get_running_loop().time() + float(timeout) - min(0.5, float(timeout) / 10)
+
+
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
-        sup = session.supervisor
-        if sup is None:
+        if session.supervisor is None:
             return {"killed": 0}
-        killed = await sup.reset(clean=bool(request.get("clean")))
+        sup = _own_run(session, "reset")
+        killed = await sup.reset(clean=bool(request.get("clean")), deadline=_deadline(request))
     log.info("run %s: reset%s, %d process(es) ended", sup.run_id,
              " and cleaned" if request.get("clean") else "", killed)
     return {"killed": killed}
 
 
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    sup = _supervisor(session)
+    sup = _own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
@@ -270,7 +334,7 @@ async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A slice of a collectable file; nothing else on the host can be read."""
     path = request["path"]
-    if path not in _supervisor(session).listed:
+    if path not in _own_run(session, "read the files of").listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
     size = min(int(request.get("size", m.READ_LIMIT)), m.READ_LIMIT)
     data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
@@ -292,49 +356,92 @@ def read_regular(path: str, offset: int, size: int) -> bytes:
 async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """This host's part in clksync for the run: the probe server (role "serve", replies
     with its port) or a probe client of the reference host's server."""
-    clock = _supervisor(session).services.clock
+    clock = _own_run(session, "start clksync in").services.clock
     kernel = request.get("timestamps", "kernel") == "kernel"
     key = request.get("key")
     if not isinstance(key, bytes) or len(key) < packets.KEY_BYTES:
         raise ProtocolError(f"clksync needs a probe key of at least {packets.KEY_BYTES} bytes")
-    if request["role"] == "serve":
+    if request.get("role") == "serve":
         # Every host of the run must reach it, at addresses only they know; what keeps
         # others out is the key.
         return {"port": clock.serve("0.0.0.0", key, kernel)}
-    clock.probe(request["peer"], request["address"], request["port"], key, request["interval_ms"] / 1000,
-                kernel)
+    interval, port = request.get("interval_ms"), request.get("port")
+    if (request.get("role") != "probe" or not isinstance(request.get("peer"), str)
+            or not isinstance(request.get("address"), str)
+            or not (type(port) is int and 0 < port < 65536)
+            or not (type(interval) in (int, float) and math.isfinite(interval)
+                    and 1 <= interval <= MAX_PROBE_INTERVAL_MS)):
+        raise ProtocolError(f"clksync takes role \"serve\", or role \"probe\" with peer (text), address "
+                            f"(text), port (1-65535) and interval_ms (1 to {MAX_PROBE_INTERVAL_MS:.0f}); "
+                            f"interval_ms was {str(interval)[:40]}")
+    clock.probe(request["peer"], request["address"], port, key, interval / 1000, kernel)
     return {}
 
 
 async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
     hosts: its subtree's hosts}]."""
-    sup = _supervisor(session)
+    sup = _own_run(session, "build the tree of")
     children = request.get("children")
     if not isinstance(children, list) or not all(
             isinstance(c, dict) and isinstance(c.get("host"), str) and isinstance(c.get("hosts"), list)
+            and all(isinstance(h, str) for h in c["hosts"])
             and isinstance(c.get("address"), list) and len(c["address"]) == 2
             and isinstance(c["address"][0], str) and isinstance(c["address"][1], int) for c in children):
         raise ProtocolError("tree takes children ([{host, address: [ip, port], hosts: [host]}])")
+    _check_subtrees(sup.host, children)
+    if sup.join_token is None:
+        raise NetspecError(f"run {sup.run_id!r} was set up without a join token: its hosts take no "
+                           "parent in a tree")
     relay = _relay(session, sup)
-    await relay.open(sup.run_id, session.daemon.key, children, session.tg)
+    await relay.open(sup.run_id, session.daemon.key, sup.join_token, children, session.tg)
     return {"children": len(relay.links)}
+
+
+def _check_subtrees(host: str, children: list[dict[str, Any]]) -> None:
+    """A tree is a tree: each child heads its own subtree, no host is in two of them, and
+    none holds this host (a step relayed into a cycle would go round it for ever)."""
+    seen: set[str] = set()
+    for child in children:
+        subtree = [child["host"], *child["hosts"]]
+        if host in subtree:
+            raise ProtocolError(f"host {host!r} cannot be in its own child {child['host']!r}'s subtree "
+                                "(a cycle in the tree)")
+        twice = seen.intersection(subtree)
+        if twice:
+            raise ProtocolError(f"hosts {sorted(twice)[:5]} are in the subtrees of two children")
+        seen.update(subtree)
 
 
 async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A parent in the run's fan-out tree: this connection relays the run's steps to it and
-    carries their acks back. It uses the run another session set up, and never ends it."""
-    owner = session.daemon.runs.get(request.get("run"))  # type: ignore[arg-type]
+    carries their acks back. It uses the run another session set up, and never ends it.
+
+    Joined only by a connection that holds no run, showing the run's join token (which
+    its setup gave every host of the run), and asking for the host this daemon is in it:
+    a daemon asked to be its own child (a cycle) is not the host its parent expects."""
+    run, host, token = request.get("run"), request.get("host"), request.get("token")
+    owner = session.daemon.runs.get(run) if isinstance(run, str) else None
     if owner is None or owner.supervisor is None:
-        raise NetspecError(f"no run {request.get('run')!r} is set up on this daemon")
-    session.supervisor, session.joined = owner.supervisor, True
+        raise NetspecError(f"no run {run!r} is set up on this daemon")
+    if session.supervisor is not None:
+        raise NetspecError(f"this connection holds run {session.supervisor.run_id!r} already; a parent "
+                           "in a tree joins on a connection of its own")
+    sup = owner.supervisor
+    if (sup.join_token is None or not isinstance(token, bytes)
+            or not hmac.compare_digest(token, sup.join_token)):
+        raise NetspecError(f"run {run!r} is not joined without its join token")
+    if host != sup.host:
+        raise NetspecError(f"this daemon is host {sup.host!r} of run {run!r}, not {str(host)[:100]!r}")
+    session.supervisor, session.joined = sup, True
     return {}
 
 
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is not None:
-            await session.supervisor.reset(clean=bool(request.get("clean")))
+            await _own_run(session, "shut the daemon down under").reset(clean=bool(request.get("clean")),
+                                                                         deadline=_deadline(request))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
     return {}
 
