@@ -20,10 +20,11 @@ from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
 
 from . import release
+from .component import ComponentSpec
 from .facts import host_facts
 from .relay import Emit, Relay
 from .sampler import config_from_wire
-from .supervisor import ComponentSpec, Supervisor
+from .supervisor import Supervisor
 
 
 class DaemonControl(Protocol):

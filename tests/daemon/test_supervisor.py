@@ -8,7 +8,8 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
-from netspec.daemon.supervisor import KILL_GRACE_S, ComponentSpec, Supervisor
+from netspec.daemon.component import KILL_GRACE_S, ComponentSpec
+from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes
 from support import PROGRAMS, session_run_id, wait_for
