@@ -124,8 +124,8 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
                   if s is not session and s.supervisor is not None and not s.supervisor.was_reset]
         if others and not share:
             held = ", ".join(_holder(session.daemon.runs, r) for r in others)
-            raise NetspecError(f"this host is in use by {held}; a run shares a host only when asked "
-                               "to (setup share: true)")
+            raise NetspecError(f"this host is in use by {held}; a run shares a host only when asked to "
+                               "(ns_control run --share-hosts)")
         await session.end_run()
         specs = [ComponentSpec.from_wire(c) for c in request["components"]]
         sup = Supervisor(run, session.daemon.root, specs, session, session.tg, request.get("host", ""),

@@ -114,7 +114,7 @@ def test_a_setup_beside_another_controllers_live_run_is_refused_naming_it_unless
             return caught.value.error["message"], shared, peer
     refused, shared, peer = asyncio.run(scenario())
     assert refused == (f"this host is in use by run '{first}' (set up by the controller at {peer}); a run "
-                       "shares a host only when asked to (setup share: true)")
+                       "shares a host only when asked to (ns_control run --share-hosts)")
     assert "root" in shared
 
 
