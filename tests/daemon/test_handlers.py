@@ -3,8 +3,15 @@
 only when asked, and what crosses the wire is checked where it is read."""
 
 import asyncio
+import contextlib
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
+import psutil
 import pytest
 from daemonview import Session
 from netspec.protocol import messages as m
@@ -138,3 +145,45 @@ def test_a_probe_interval_out_of_bounds_is_refused_where_the_daemon_reads_it(dae
                                 key=os.urandom(16), interval_ms=interval_ms)
             return await s.request("hello")
     assert asyncio.run(scenario())["pid"] == daemon.proc.pid
+
+
+@contextlib.contextmanager
+def another_daemon(tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """A second real netspecd with the same key, for a tree's child; its port in `.port`."""
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0",
+                             "--announce", "--root", str(tmp_path / "child-root")], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        proc.port = json.loads(proc.stdout.readline())["port"]
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _joined_at(child: subprocess.Popen) -> int:
+    """How many connections the child daemon holds, beside its own controller's one."""
+    return len([c for c in psutil.Process(child.pid).net_connections("tcp")
+                if c.status == psutil.CONN_ESTABLISHED]) - 1
+
+
+def test_two_trees_asked_at_once_connect_one_set_of_children_and_the_run_closes_it(daemon, key, tmp_path):
+    run = session_run_id("r-two-trees")
+
+    async def scenario(child):
+        async with Session(daemon.port, key) as parent, Session(child.port, key) as own:
+            await own.request("setup", run=run, host="b", components=[], join_token=TOKEN)
+            await parent.request("setup", run=run, host="a", components=[], join_token=TOKEN)
+            tree = [{"host": "b", "address": ["127.0.0.1", child.port], "hosts": ["b"]}]
+            answers = await asyncio.gather(*(parent.request("tree", children=tree) for _ in range(2)),
+                                           return_exceptions=True)
+            joined = _joined_at(child)
+            await parent.client.close()  # the parent's run ends, and its relay's links with it
+            wait_for(lambda: _joined_at(child) == 0, timeout=10, what="the relay's link to close")
+            return answers, joined
+    with another_daemon(tmp_path) as child:
+        answers, joined = asyncio.run(scenario(child))
+    assert [a["children"] for a in answers if isinstance(a, dict)] == [1]
+    assert [str(a) for a in answers if isinstance(a, Exception)] == [
+        "host t: NetspecError: host a is connected to its children in the tree already"]
+    assert joined == 1  # one link: none left open without an owner
