@@ -5,15 +5,13 @@ and the request map and return the reply's fields, or raise to send an error rep
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from netspec.clksync import packets
 from netspec.protocol import messages as m
@@ -23,45 +21,9 @@ from . import release
 from .component import ComponentSpec
 from .facts import host_facts
 from .relay import Emit, Relay
+from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run
 from .sampler import config_from_wire
 from .supervisor import Supervisor
-
-
-class DaemonControl(Protocol):
-    """What a handler may do to the daemon: find its root and the runs set up on it, stop it."""
-
-    root: Path
-    key: bytes
-    runs: dict[str, Any]  # run id -> the session that set it up
-
-    def stop(self) -> None: ...
-
-
-class Channel(Protocol):
-    peer: str  # who is at the other end, as a message names it
-
-
-class Session(Protocol):
-    """What a handler sees of the connection it answers (server.Session): the daemon, the
-    run it set up, the task group that owns the run's tasks, and a way to send events.
-
-    A session acts on one run: the one it set up (it owns it: it alone resets, lists, reads
-    and builds the tree of it, and the run is reset when the session ends, however it ends),
-    or, joined to a run as its parent in the tree with the run's join token, the one it
-    relays steps to (`enter` alone). It holds no other."""
-
-    daemon: DaemonControl
-    channel: Channel
-    supervisor: Supervisor | None
-    tg: asyncio.TaskGroup
-    lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
-    relay: Relay | None  # the run's fan-out tree below this daemon, on its controller's session
-    joined: bool  # a parent's relay connection: it uses the run, another session owns it
-
-    async def end_run(self) -> None: ...
-
-    def emit(self, message: dict[str, Any]) -> None: ...
-
 
 log = logging.getLogger("netspecd")
 
@@ -71,33 +33,8 @@ ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
-
-# A run's join token: what a parent in its tree shows to join it (drawn by the controller).
-JOIN_TOKEN_BYTES = 16
 # clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
 MAX_PROBE_INTERVAL_MS = 3_600_000.0
-
-
-def _supervisor(session: Session) -> Supervisor:
-    """The run this connection acts on: the one it set up or joined."""
-    if session.supervisor is None:
-        raise NetspecError("no run is set up on this daemon connection")
-    return session.supervisor
-
-
-def _own_run(session: Session, what: str) -> Supervisor:
-    """The run this connection set up; a connection that joined a run as a relay parent
-    only relays steps to it: `what` (reset, list the files of...) is its owner's to do."""
-    sup = _supervisor(session)
-    if session.joined:
-        raise NetspecError(f"this connection relays run {sup.run_id!r} as a parent in its tree: only "
-                           f"the connection that set the run up may {what} it")
-    return sup
-
-
-def _holder(runs: dict[str, Any], run: str) -> str:
-    session = runs[run]
-    return f"run {run!r} (set up by the controller at {session.channel.peer})"
 
 
 async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -109,27 +46,13 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Set up a run on this connection (ending the one it had). Refused beside another
     controller's live run unless the request says `share: true`, naming that run."""
     async with session.lifecycle:
-        if session.joined:
-            raise NetspecError("this connection relays a run as a parent in its tree: it sets up none")
-        run, token, share = request.get("run"), request.get("join_token"), request.get("share", False)
-        if not isinstance(share, bool) or not (token is None or (isinstance(token, bytes)
-                                               and len(token) >= JOIN_TOKEN_BYTES)):
-            raise ProtocolError(f"setup takes share (true or false) and join_token (at least "
-                                f"{JOIN_TOKEN_BYTES} bytes)")
-        holder = session.daemon.runs.get(run) if isinstance(run, str) else None
-        if holder is not None and holder is not session:
-            raise NetspecError(f"run {request['run']!r} is set up by another controller on this daemon")
-        # A run reset already holds no process: its connection is only on its way out.
-        others = [r for r, s in session.daemon.runs.items()
-                  if s is not session and s.supervisor is not None and not s.supervisor.was_reset]
-        if others and not share:
-            held = ", ".join(_holder(session.daemon.runs, r) for r in others)
-            raise NetspecError(f"this host is in use by {held}; a run shares a host only when asked to "
-                               "(ns_control run --share-hosts)")
+        token = check_setup(session, request)
         await session.end_run()
         specs = [ComponentSpec.from_wire(c) for c in request["components"]]
-        sup = Supervisor(run, session.daemon.root, specs, session, session.tg, request.get("host", ""),
-                         request.get("streams"), config_from_wire(request.get("camp")))
+        run = request.get("run")  # checked where it becomes a path (safe_name)
+        sup = Supervisor(run, session.daemon.root, specs, session, session.tg,  # type: ignore[arg-type]
+                         request.get("host", ""), request.get("streams"),
+                         config_from_wire(request.get("camp")))
         sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.services.open()
@@ -143,7 +66,7 @@ def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
     go up in batches (relay.py). Answered as it is read (INLINE_HANDLERS): nothing here
     waits, and a node step of this daemon's own is acked before the next frame is read."""
-    sup = _supervisor(session)
+    sup = acted_on(session)
     _check_enter(request)
     comps, emit = request.get("components", []), session.emit
     if "hosts" in request:
@@ -293,7 +216,7 @@ def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
 
 async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
-    sup = _own_run(session, "end a component of")
+    sup = own_run(session, "end a component of")
     name = request["component"]
     if not isinstance(name, str) or name not in sup.components:
         raise NetspecError(f"unknown component {name!r}")
@@ -317,7 +240,7 @@ async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is None:
             return {"killed": 0}
-        sup = _own_run(session, "reset")
+        sup = own_run(session, "reset")
         killed = await sup.reset(clean=bool(request.get("clean")), deadline=_deadline(request))
     log.info("run %s: reset%s, %d process(es) ended", sup.run_id,
              " and cleaned" if request.get("clean") else "", killed)
@@ -325,7 +248,7 @@ async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    sup = _own_run(session, "list the files of")
+    sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
@@ -335,7 +258,7 @@ async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A slice of a collectable file; nothing else on the host can be read."""
     path = request["path"]
-    if path not in _own_run(session, "read the files of").listed:
+    if path not in own_run(session, "read the files of").listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
     size = min(int(request.get("size", m.READ_LIMIT)), m.READ_LIMIT)
     data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
@@ -357,7 +280,7 @@ def read_regular(path: str, offset: int, size: int) -> bytes:
 async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """This host's part in clksync for the run: the probe server (role "serve", replies
     with its port) or a probe client of the reference host's server."""
-    clock = _own_run(session, "start clksync in").services.clock
+    clock = own_run(session, "start clksync in").services.clock
     kernel = request.get("timestamps", "kernel") == "kernel"
     key = request.get("key")
     if not isinstance(key, bytes) or len(key) < packets.KEY_BYTES:
@@ -382,7 +305,7 @@ async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
     hosts: its subtree's hosts}]."""
-    sup = _own_run(session, "build the tree of")
+    sup = own_run(session, "build the tree of")
     children = request.get("children")
     if not isinstance(children, list) or not all(
             isinstance(c, dict) and isinstance(c.get("host"), str) and isinstance(c.get("hosts"), list)
@@ -390,7 +313,7 @@ async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
             and isinstance(c.get("address"), list) and len(c["address"]) == 2
             and isinstance(c["address"][0], str) and isinstance(c["address"][1], int) for c in children):
         raise ProtocolError("tree takes children ([{host, address: [ip, port], hosts: [host]}])")
-    _check_subtrees(sup.host, children)
+    check_subtrees(sup.host, children)
     if sup.join_token is None:
         raise NetspecError(f"run {sup.run_id!r} was set up without a join token: its hosts take no "
                            "parent in a tree")
@@ -399,49 +322,18 @@ async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"children": len(relay.links)}
 
 
-def _check_subtrees(host: str, children: list[dict[str, Any]]) -> None:
-    """A tree is a tree: each child heads its own subtree, no host is in two of them, and
-    none holds this host (a step relayed into a cycle would go round it for ever)."""
-    seen: set[str] = set()
-    for child in children:
-        subtree = [child["host"], *child["hosts"]]
-        if host in subtree:
-            raise ProtocolError(f"host {host!r} cannot be in its own child {child['host']!r}'s subtree "
-                                "(a cycle in the tree)")
-        twice = seen.intersection(subtree)
-        if twice:
-            raise ProtocolError(f"hosts {sorted(twice)[:5]} are in the subtrees of two children")
-        seen.update(subtree)
-
-
 async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A parent in the run's fan-out tree: this connection relays the run's steps to it and
-    carries their acks back. It uses the run another session set up, and never ends it.
-
-    Joined only by a connection that holds no run, showing the run's join token (which
-    its setup gave every host of the run), and asking for the host this daemon is in it:
-    a daemon asked to be its own child (a cycle) is not the host its parent expects."""
-    run, host, token = request.get("run"), request.get("host"), request.get("token")
-    owner = session.daemon.runs.get(run) if isinstance(run, str) else None
-    if owner is None or owner.supervisor is None:
-        raise NetspecError(f"no run {run!r} is set up on this daemon")
-    if session.supervisor is not None:
-        raise NetspecError(f"this connection holds run {session.supervisor.run_id!r} already; a parent "
-                           "in a tree joins on a connection of its own")
-    sup = owner.supervisor
-    if (sup.join_token is None or not isinstance(token, bytes)
-            or not hmac.compare_digest(token, sup.join_token)):
-        raise NetspecError(f"run {run!r} is not joined without its join token")
-    if host != sup.host:
-        raise NetspecError(f"this daemon is host {sup.host!r} of run {run!r}, not {str(host)[:100]!r}")
-    session.supervisor, session.joined = sup, True
+    carries their acks back. It uses the run another session set up, and never ends it
+    (who may join, runs.check_join)."""
+    session.supervisor, session.joined = check_join(session, request), True
     return {}
 
 
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is not None:
-            await _own_run(session, "shut the daemon down under").reset(clean=bool(request.get("clean")),
+            await own_run(session, "shut the daemon down under").reset(clean=bool(request.get("clean")),
                                                                          deadline=_deadline(request))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
     return {}
