@@ -45,6 +45,9 @@ STOP_GRACE_S = 5.0
 # killed process's end is bounded by when no deadline came with the request.
 KILL_GRACE_S = 2.0
 OUTPUT_GRACE_S = 1.0
+# A killed process is waited for this long at least, even past the step's deadline (and
+# less than the daemon's own grace past it, handlers.ENTER_GRACE_S, so its ack says why).
+KILLED_AT_LEAST_S = 1.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -281,8 +284,9 @@ class ComponentProcess:
             grace: how long it has to end before SIGKILL.
             deadline: the loop time by which it must have ended, SIGKILL or not: the
                 step's (or the request's). A killed process is ending, however long a
-                loaded machine takes to tell: it is waited for until then, not for a fixed
-                grace. Without one, KILL_GRACE_S after the SIGKILL.
+                loaded machine takes to tell: it is waited for until then (and at least
+                KILLED_AT_LEAST_S), not for a fixed grace. Without one, KILL_GRACE_S after
+                the SIGKILL.
 
         Returns:
             Its exit record ({} if it never started).
@@ -308,8 +312,10 @@ class ComponentProcess:
             signal_pids(pids, signal.SIGKILL)
         loop = asyncio.get_running_loop()
         killed = loop.time()
+        # A deadline that passed during the stop grace still leaves the kernel a moment.
+        until = killed + KILL_GRACE_S if deadline is None else max(deadline, killed + KILLED_AT_LEAST_S)
         try:
-            async with asyncio.timeout_at(killed + KILL_GRACE_S if deadline is None else deadline):
+            async with asyncio.timeout_at(until):
                 return await asyncio.shield(self.exited)
         except TimeoutError:  # e.g. stuck in the kernel (D state): said, not waited on for ever
             waited = f"{loop.time() - killed:.1f} s after SIGKILL"
