@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -158,6 +159,7 @@ class Run:
         self.rundir.record["connect_deadline_s"] = connect_s
         deadline = loop.time() + connect_s
         gate = asyncio.Semaphore(FAN_OUT)
+        join_token = os.urandom(16)  # what a parent in the run's fan-out tree shows its children
 
         async def reach(name: str) -> None:
             async with gate:
@@ -182,7 +184,7 @@ class Run:
                     if "program" in c:
                         c["program"] = placed[c["program"]]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
-                                     components=components,
+                                     components=components, join_token=join_token,
                                      streams={s.name: s.wire() for s in self.plan.streams},
                                      camp=self.plan.camp.wire() if self.plan.camp else None)
                 reached.append(name)
