@@ -241,8 +241,8 @@ class Run:
             scheduled: dict[str, Any] = {}
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
-                scheduled = {"release_ns": release.instant_ns(lead, self.controller_offset[0])}
-                record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
+                record["release"] = release.planned(lead, self.controller_offset[0])
+                scheduled = {"release_ns": record["release"]["instant_ns"]}
             sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                                    "deadline_s": step.deadline_s,
                                                    "published": self.published, **scheduled}, summarize)
@@ -402,9 +402,9 @@ class Run:
         if barrier.host_done(host):
             acks = barrier.by_host.get(host, [])
             worst = m.worst_status(a["status"] for _, a in acks)
-            sent = step["hosts"][host]["sent_ns"]
+            began = release.began_ns(step, step["hosts"][host]["sent_ns"])
             step["hosts"][host]["done_ns"] = now = time.time_ns()
-            self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
+            self.progress(Progress("host", barrier.step.phase, host, worst, (now - began) / 1e9,
                                    "; ".join(f"{c}: {a['message']}" for c, a in acks
                                              if a.get("message"))))
 

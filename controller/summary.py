@@ -12,6 +12,9 @@ from netspec.protocol.messages import worst_status
 from netspec.protocol.runrecord import MERGED, cut_short_texts
 
 from .progress import Progress
+from .release import began_ns as release_began
+from .release import headline_ns as release_headline
+from .release import skew_text as release_text
 from .release import troubles as release_troubles
 
 if TYPE_CHECKING:
@@ -112,7 +115,7 @@ def _step_hosts(step: dict[str, Any], only: str | None) -> str:
         quiet = "ended" if any(c.get("outcome") == "ended" for c in comps.values()) else "skipped"
         worst = worst_status(live) if live or not comps else quiet
         if "done_ns" in info and "sent_ns" in info:
-            took = (info["done_ns"] - info["sent_ns"]) / 1e9
+            took = (info["done_ns"] - release_began(step, info["sent_ns"])) / 1e9
             if worst == "ok" and len(parts) >= LISTED_OK:
                 rest.append((took, host))
             else:
@@ -134,11 +137,14 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
     unsaid = 0
     for step in record.get("steps", []):
         release = step.get("release", {})
-        skew = seconds(release["skew_ns"] / 1e9) if "skew_ns" in release else "-"
+        headline = release_headline(release)
+        skew = seconds(headline / 1e9) if headline is not None else "-"
         phase = step["phase"] + (" (at)" if release.get("mode") == "at" else "")
         lines.append(f"  {phase:<16} {step['status']:<8} "
                      f"{seconds(step.get('duration_s')):>8} {skew:>8}  {_step_hosts(step, only)}")
-        if troubles := release_troubles(release):
+        if release.get("mode") == "at" and (said := release_text(release)):
+            lines.append(f"  {'':<16} {said}")  # the programs' skew beside the daemons', and what went wrong
+        elif troubles := release_troubles(release):
             lines.append(f"  {'':<16} {troubles}")
         for host, info in step.get("hosts", {}).items():
             for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
