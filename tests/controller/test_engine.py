@@ -356,6 +356,33 @@ def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_
     assert "a ended" in line and "b FAIL" in line, line
 
 
+def test_a_failed_runs_follow_on_warnings_are_counted_after_its_error_not_piled_over_it(experiment, tmp_path):
+    path = experiment("""\
+        experiment: launchfail
+        hosts: {a: {}, b: {}}
+        components:
+          one: {host: a, program: ACTOR, args: ["launch,work"], params: {fail_in: launch}}
+          two: {host: b, program: ACTOR, args: ["launch,work"]}
+        streams: {play: {enable: [PLAY]}}
+        analysis:
+          pairs:
+            there: {start: PLAY/phase, end: PLAY/tick}
+            back: {start: PLAY/tick, end: PLAY/phase}
+        schedule: [launch, start_logging, work]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    error = "error: phase 'launch' failed on a\n  caused by: phase 'launch', host a: component 'one' failed: "
+    assert done.stderr.startswith(error), done.stderr
+    # Each pair matched nothing, as nothing ran: said as a count after the error, not line by line.
+    assert "warning:" not in done.stderr and "matched nothing" not in done.stderr, done.stderr
+    merged = next(line for line in done.stderr.splitlines() if line.startswith("merged: "))
+    counted = f"\n{merged}\n  2 warning(s), most likely following from the error above"
+    assert counted in done.stderr, done.stderr
+    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
+    assert sum("matched nothing" in w for w in summary["warnings"]) == 2
+
+
 def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):
     path = two_hosts(experiment, one="{hang_in: work}", deadline="1s")
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
