@@ -120,7 +120,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
             output.out("")  # end the progress line before the error goes to stderr
         output.err(summary.error_lines(exc))
         merged = _merge_at_end(rundir.path, options, plan)
-        output.err([*merged.lines, took(),
+        output.err([*summary.after_failure(merged.lines), took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
     if not options.quiet:

@@ -224,7 +224,11 @@ class ComponentProcess:
                     waiter = self.pending.pop(message.get("id"), None)
                     if waiter and not waiter.done():
                         waiter.set_result(message)
-        except (ProtocolError, ConnectionError) as exc:
+        except ConnectionError:
+            # Its end went away (a process killed with an enter unread resets it): its exit,
+            # watched below, says why to everything waiting on it.
+            await self.channel.close()
+        except ProtocolError as exc:
             # The stream cannot be trusted after a bad frame: drop it, and let everything
             # waiting on this component know now rather than at its deadline.
             self._fail_waiters(ComponentExited(f"broke the netspec protocol ({exc})"))
@@ -243,13 +247,16 @@ class ComponentProcess:
             (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal
             log.warning("run %s: component %s: exit.json not written: %s", self.run_id, self.spec.name, exc)
-        self._fail_waiters(ComponentExited(describe_returncode(code)))
+        # The exit goes before any ack it cuts short or lets through (a phase's, or
+        # collect's): the controller learns of a death first (in a k-of-n step it is that
+        # participant's failure, not the run's), and of every end before its step's end.
+        self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
         self.exited.set_result(info)
+        self._fail_waiters(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,
                  describe_returncode(code), info["duration_s"])
         if self.channel:
             await self.channel.close()
-        self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
 
     def _fail_waiters(self, error: ComponentExited) -> None:
         for waiter in [self.registered, *self.pending.values()]:
@@ -261,9 +268,13 @@ class ComponentProcess:
     async def call(self, phase: str, params: dict[str, Any], published: dict[str, Any],
                    **fields: Any) -> dict[str, Any]:
         """Enter `phase` in an aware component and return its ack; `fields` go along."""
+        if self.channel is not None and self.channel.closing and not self.exited.done():
+            # Its end of the channel closed: it is ending (or will not ack); its exit is the news.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), OUTPUT_GRACE_S + KILL_GRACE_S)
         if self.channel is None or self.exited.done() or self.channel.closing:
-            raise ComponentExited(f"{describe_returncode(self.proc and self.proc.returncode)} "
-                                  "and cannot take part")
+            code = self.exited.result()["returncode"] if self.exited.done() else None
+            raise ComponentExited(f"{describe_returncode(code)} and cannot take part")
         self._next_id += 1
         waiter = asyncio.get_running_loop().create_future()
         self.pending[self._next_id] = waiter
