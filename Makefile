@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins what changes results (DuckDB, pyarrow, numba, numpy, scipy) to the
+# versions the tests pass on; CI's .ci/run installs through this target too.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 demo: setup

@@ -5,7 +5,8 @@
     usage.parquet     per step and host, every CAMP counter's change between the step's global
                       boundaries (interpolated between the samples either side)
     workload.parquet  per component, real against user and system time over its sampled
-                      window, and what that makes it: CPU-, kernel- or I/O-bound (Spinellis)
+                      window, and what that makes it: CPU-bound, kernel-bound or waiting
+                      (after Spinellis)
     states.parquet    every counter's and histogram's last state, and how often it changed
                       (each state over time is a row of events.parquet)
 
@@ -25,8 +26,11 @@ import pyarrow.parquet as pq
 
 # CAMP/node fields that are levels, not running totals: they have no rate.
 GAUGES = r"^(mem_free|proc\..+\.(pid|running|threads|vm_size|working_set))$"
-# Real time a lot larger than CPU time: Spinellis's r >> u + s, taken as below half.
-IO_BOUND_BELOW = 0.5
+# Real time a lot larger than CPU time (Spinellis's r >> u + s, taken as below half): the
+# component spent most of its window waiting. Spinellis calls that I/O-bound, but CAMP counts
+# no process's I/O, and a loop busy 40 % of the time and asleep the rest waits on a timer:
+# what it waited for is not said.
+WAITING_BELOW = 0.5
 
 COUNTERS_SQL = f"""
 CREATE TEMP TABLE counters AS
@@ -108,11 +112,13 @@ class Workload:
 
     @property
     def kind(self) -> str:
-        """Spinellis's table 4.1: r >> u + s is I/O-bound, s > u kernel-bound, else CPU-bound."""
+        """After Spinellis's table 4.1: r >> u + s is waiting (blocked on I/O, asleep on a
+        timer, waiting for a peer: CAMP does not tell which, so not "I/O-bound"), s > u
+        kernel-bound, else CPU-bound."""
         if self.real_ns <= 0:
             return "unknown"
-        if (self.user_ns + self.system_ns) < IO_BOUND_BELOW * self.real_ns:
-            return "I/O-bound"
+        if (self.user_ns + self.system_ns) < WAITING_BELOW * self.real_ns:
+            return "waiting"
         return "kernel-bound" if self.system_ns > self.user_ns else "CPU-bound"
 
     def row(self) -> dict[str, Any]:
@@ -121,8 +127,11 @@ class Workload:
 
     def text(self) -> str:
         cpu = (self.user_ns + self.system_ns) / self.real_ns if self.real_ns > 0 else 0.0
+        waited = (f"; waiting {100 * (1 - cpu):.0f} % of the time: on I/O, a timer or a peer, "
+                  "which CAMP does not tell" if self.kind == "waiting" else "")
         return (f"{self.host}/{self.component}: {self.kind} (real {self.real_ns / 1e9:.2f} s, user "
-                f"{self.user_ns / 1e9:.2f} s, system {self.system_ns / 1e9:.2f} s: CPU {100 * cpu:.0f} %)")
+                f"{self.user_ns / 1e9:.2f} s, system {self.system_ns / 1e9:.2f} s: "
+                f"CPU {100 * cpu:.0f} %{waited})")
 
 
 def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
@@ -151,3 +160,18 @@ def camp_warnings(db: duckdb.DuckDBPyConnection) -> list[str]:
     """Each host's CAMP warnings, one line a kind: its first message, and how many more."""
     return [f"host {host}: CAMP: {first}" + (f" (and {said - 1} more like it)" if said > 1 else "")
             for host, _, first, said in db.execute(CAMP_WARNINGS_SQL).fetchall()]
+
+
+def camp_on_one_kernel(db: duckdb.DuckDBPyConnection, groups: list[list[str]]) -> list[list[str]]:
+    """Of the groups of hosts that share one kernel (`provenance.shared_kernels`), those CAMP
+    sampled a host of: their node counters are the machine's, the same for each."""
+    sampled = {h for (h,) in db.execute(
+        "SELECT DISTINCT host FROM samples WHERE entity = 'CAMP/node'").fetchall()}
+    return [hosts for hosts in groups if sampled & set(hosts)]
+
+
+def shared_kernel_text(hosts: list[str]) -> str:
+    """What CAMP's figures of hosts on one kernel are."""
+    return (f"hosts {', '.join(hosts)} share one kernel (one boot_id: namespaces or containers of one "
+            "machine): CAMP's CPU, memory and disk figures of each are the whole machine's, not the "
+            "host's own (each component's own CPU, proc.*, is its own)")

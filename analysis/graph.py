@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .narrate import narrate_merged
-from .pairs import pair_params, pair_sql
-from .usercode import UserCodeError, load_function
+from .pairs import pair_counts, pair_params, pair_sql
+from .usercode import UserCodeError, absolute, load_function
 
 if TYPE_CHECKING:
     # The file check imports this module for check_node: the merge's libraries load when a
@@ -50,6 +50,7 @@ class Node:
     origin_ns: int  # the run's first instant
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> global (start, end)
     input: str = ""  # the input's view name, quoted for SQL
+    warnings: list[str] = field(default_factory=list)  # what the filter left out, for the merge's warnings
 
     def instant(self, when: str | float, end: bool = False) -> int:
         """A phase's start (its end if `end`), or a time since the run started ('2s', 500 ms as 0.5)."""
@@ -121,11 +122,14 @@ def trim(rel: duckdb.DuckDBPyRelation, node: Node, *, warmup: str | float = 0,
 
 
 def pair(rel: duckdb.DuckDBPyRelation, node: Node, *, start: str, end: str,
-         start_component: str | None = None, end_component: str | None = None) -> duckdb.DuckDBPyRelation:
+         start_component: str | None = None, end_component: str | None = None,
+         match: str | None = None) -> duckdb.DuckDBPyRelation:
     """Intervals from `start` records to `end` records with the same tag (as analysis: pairs),
-    each side only of the given component if one is."""
-    return node.db.sql(pair_sql(node.input), params=pair_params(node.name, start, end, start_component,
-                                                                end_component))
+    each side only of the given component if one is; every end of a tag, or its `first` or
+    `last` (`match`). What it left unmatched is among the merge's warnings."""
+    params = pair_params(node.name, start, end, start_component, end_component, match)
+    node.warnings += pair_counts(node.db, node.input, params).warnings()
+    return node.db.sql(pair_sql(node.input), params=params)
 
 
 def histogram(rel: duckdb.DuckDBPyRelation, node: Node, *, column: str | None = None, bins: int = 50,
@@ -224,13 +228,21 @@ def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
 
 
 def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], out: Path, base: Path,
-              origin_ns: int, phases: dict[str, tuple[int, int]]) -> list[str]:
-    """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped."""
+              origin_ns: int, phases: dict[str, tuple[int, int]], *, trusted: Collection[str]) -> list[str]:
+    """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped.
+    A filter of the user's own runs only if it is among `trusted` (as `UserCode.trusted_filters`
+    gives them: the user named it); another is a node not run, said."""
     warnings, failed, done = [], set(), []
     for name, spec in graph.items():
         if spec["input"] in failed:
             failed.add(name)
             warnings.append(f"analysis node {name}: skipped, its input {spec['input']} failed")
+            continue
+        if spec["filter"] not in BUILTIN and absolute(spec["filter"], base) not in trusted:
+            failed.add(name)
+            warnings.append(f"analysis node {name}: filter {spec['filter']} not run: the run's record names "
+                            "it, and a filter of your own runs only when you name it (the experiment file "
+                            f"you run, or ns_control fetch --filter {spec['filter']})")
             continue
         node = Node(name, db, out, origin_ns, phases, f'"{spec["input"]}"')
         try:
@@ -242,5 +254,6 @@ def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], o
             failed.add(name)
             warnings.append(f"analysis node {name} ({spec['filter']}): {exc}")
             continue
+        warnings += [f"analysis node {name}: {w}" for w in node.warnings]
         done.append(name)
     return warnings

@@ -3,12 +3,21 @@ record) in microseconds, each host's CPU busy % and each sampled component's CPU
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .resultset import is_current, open_tables
+
+if TYPE_CHECKING:
+    from .stats import Summary
+
+# What a metric of each unit can be: a percentage 0 to 100, CPUs in use never below 0.
+UNIT_BOUNDS = {"%": (0.0, 100.0), "cpus": (0.0, math.inf)}
 
 
 @dataclass(frozen=True)
@@ -17,9 +26,21 @@ class Metric:
     unit: str
     values: np.ndarray
     at: np.ndarray  # global time of each value, ns
+    caveat: str = ""  # what makes its values other than they seem (a host sharing its kernel)
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def summary(self) -> Summary:
+        """Its Getstats row, the interval clamped to what its unit can be."""
+        from .stats import summarize  # scipy: only for what summarises
+
+        return summarize(self.values, bounds=unit_bounds(self.unit))
+
+
+def unit_bounds(unit: str) -> tuple[float, float]:
+    """What a value in `unit` can be (a summary's interval is clamped to it)."""
+    return UNIT_BOUNDS.get(unit, (-math.inf, math.inf))
 
 
 METRICS_SQL = """
@@ -47,5 +68,23 @@ def run_metrics(merged: Path) -> dict[str, Metric]:
         raise FileNotFoundError(f"{merged}: no {' or '.join(missing)} table: merge the run first "
                                 "(ns_control fetch)")
     rows = db.execute(f"SELECT * FROM ({METRICS_SQL}) ORDER BY metric LIKE 'cpu%', metric").fetchall()
-    return {name: Metric(name, unit, np.array(v, dtype=float), np.array(t, dtype=np.int64))
+    caveats = _shared_kernel_caveats(merged)
+    return {name: Metric(name, unit, np.array(v, dtype=float), np.array(t, dtype=np.int64),
+                         caveats.get(name, ""))
             for name, unit, v, t in rows}
+
+
+def _shared_kernel_caveats(merged: Path) -> dict[str, str]:
+    """The caveat of each host's CPU busy % where the host shares one kernel with others (the
+    result set's summary.json says which): it is the whole machine's."""
+    try:
+        groups = json.loads((merged / "summary.json").read_text()).get("shared_kernel") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    caveats = {}
+    for hosts in (g for g in groups if isinstance(g, list)):
+        for host in map(str, hosts):
+            others = ", ".join(str(h) for h in hosts if str(h) != host)
+            caveats[f"cpu busy {host}"] = (f"host {host} shares one kernel with {others}: this is the whole "
+                                           "machine's CPU, not the host's own")
+    return caveats

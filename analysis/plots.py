@@ -63,7 +63,7 @@ def plot_all(db: duckdb.DuckDBPyConnection, out: Path, origin: int) -> list[Path
     for (name,) in db.execute("SELECT DISTINCT name FROM intervals ORDER BY name").fetchall():
         t, d = db.execute('SELECT list(end_ts ORDER BY end_ts), list(duration_ns ORDER BY end_ts) '
                           "FROM intervals "
-                          "WHERE name = ?", [name]).fetchone()
+                          "WHERE name = ?", [name]).fetchall()[0]
         written.append(plot_interval(name, (np.array(t) - origin) / 1e9, np.array(d) / 1e3,
                                      out / f"interval-{file_name(name)}.png"))
     clock = db.execute("""SELECT host, list(ts ORDER BY ts), list(offset_ns ORDER BY ts),
@@ -146,7 +146,7 @@ def plot_camp(db: duckdb.DuckDBPyConnection, hosts: list[str], origin: int, path
     fig, axes = _figure(len(hosts), 2, (12, 2.8 * len(hosts)), sharex=True)
     for (cpu, net), host in zip(axes, hosts, strict=True):
         t, v = db.execute("SELECT list(ts ORDER BY ts), list(rate ORDER BY ts) FROM rates "
-                          "WHERE host = ? AND field = 'cpu.busy_pct'", [host]).fetchone()
+                          "WHERE host = ? AND field = 'cpu.busy_pct'", [host]).fetchall()[0]
         cpu.plot((np.array(t or []) - origin) / 1e9, v or [], drawstyle="steps-pre", marker=".")
         cpu.set(ylabel="%", title=f"host {host}: CPU busy", ylim=(0, 100))
         for field, t, v in db.execute(

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import load_record
 
 from .metrics import Metric, run_metrics
-from .provenance import differences
+from .provenance import differences, load
 from .resultset import MERGED
 
 STATISTICS = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max, "count": len,
@@ -25,7 +24,7 @@ class UnlikeRuns(NetspecError):
 
 def check_repetitions(point: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     """Raises UnlikeRuns unless the counted runs of `point` ran one experiment alike."""
-    records = [load_record(Path(r["path"])) for r in runs]
+    records = [load(Path(r["path"])) for r in runs]
     for r, record in zip(runs[1:], records[1:], strict=True):
         diffs = differences(records[0], record)
         if diffs:

@@ -1,17 +1,70 @@
 """What differs between runs: before runs are compared or combined, their records are
-checked (pyperf's habit), and every difference is said as `what: before -> after`."""
+checked (pyperf's habit), and every difference is said as `what: before -> after`: the
+experiment's name, components, hosts and schedule, its services, streams and analysis, each
+program's hash, the versions, and each host's facts (CPU model, cores, kernel, ...)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from netspec.protocol.errors import ProtocolError
+from netspec.protocol.names import safe_name
+from netspec.protocol.runrecord import load_record
+
+# What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
+# address and the paths of its Python do not.
+HOST_FACTS = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
+HOST_FACTS_KEY = "host_facts"  # where `load` puts them beside the record
+
+
+def load(run: Path) -> dict[str, Any]:
+    """The run directory's record (`load_record`) with each host's facts, as `differences`
+    reads them: what its daemon said of its host (hosts/<host>/facts.json), a host whose file
+    is missing or unreadable without them.
+
+    Raises:
+        NetspecError: as `load_record`.
+    """
+    record = load_record(run)
+    return {**record, HOST_FACTS_KEY: host_facts(run, record.get("hosts") or {})}
+
+
+def host_facts(run: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """What each of `hosts` (the run's, by name) said of itself when its daemon was reached
+    (hosts/<host>/facts.json); a host whose file is missing or unreadable is left out."""
+    found: dict[str, dict[str, Any]] = {}
+    for host in sorted(hosts):
+        try:
+            facts = json.loads((run / "hosts" / safe_name(host, "host") / "facts.json").read_text())
+        except (OSError, ValueError, ProtocolError):  # ProtocolError: a name no path is made of
+            continue
+        if isinstance(facts, dict):
+            found[host] = facts
+    return found
+
+
+def shared_kernels(facts: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Groups of two or more hosts whose daemons ran under one kernel (the same boot_id):
+    network namespaces or containers of one machine."""
+    by_boot: dict[str, list[str]] = {}
+    for host, known in sorted(facts.items()):
+        if isinstance(known.get("boot_id"), str) and known["boot_id"]:
+            by_boot.setdefault(known["boot_id"], []).append(host)
+    return [hosts for hosts in by_boot.values() if len(hosts) > 1]
 
 
 def facts(record: dict[str, Any]) -> dict[str, str]:
-    """What decides how a run went, flat: each component's params, program, command, args,
-    env and host, each host's address, the schedule, each program's hash, the versions."""
+    """What decides how a run went, flat: the experiment's name; each component's params,
+    program, command, args, env and host; each host's address and facts; the schedule; the
+    services (clksync, CAMP), streams and analysis (pairs, graph, decoders); each program's
+    hash; the versions."""
     plan = record.get("plan", {})
     flat: dict[str, str] = {}
+    if plan.get("experiment"):
+        flat["experiment"] = plan["experiment"]
     for comp in plan.get("components", []):
         name = comp["name"]
         for param, value in comp.get("params", {}).items():
@@ -22,8 +75,28 @@ def facts(record: dict[str, Any]) -> dict[str, str]:
     for host in plan.get("hosts", []):
         where = host.get("ssh") or host.get("address") or "local"
         flat[f"host {host['name']}"] = where
+    for host, known in sorted((record.get(HOST_FACTS_KEY) or {}).items()):
+        for key in HOST_FACTS:
+            if known.get(key) is not None:
+                flat[f"host {host} {key}"] = _text(known[key])
     for i, step in enumerate(plan.get("schedule", [])):
         flat[f"step {i}"] = _text({k: v for k, v in step.items() if k != "line"})
+    for key in ("connect_deadline_s", "fan_out"):
+        if plan.get(key) is not None:
+            flat[key] = _text(plan[key])
+    if plan.get("clock"):
+        flat["services clksync"] = _text(plan["clock"])
+    if plan.get("camp"):
+        flat["services camp"] = _text(plan["camp"])
+    for name, stream in (plan.get("streams") or {}).items():
+        flat[f"stream {name}"] = _text(stream)
+    analysis = plan.get("analysis") or {}
+    for name, pair in (analysis.get("pairs") or {}).items():
+        flat[f"analysis pair {name}"] = _text({k: v for k, v in pair.items() if v is not None})
+    for name, node in (analysis.get("graph") or {}).items():
+        flat[f"analysis graph {name}"] = _text(node)
+    if analysis.get("decoders"):
+        flat["analysis decoders"] = _text(analysis["decoders"])
     for path, kept in record.get("programs", {}).items():
         flat[f"program {path} sha256"] = kept.get("sha256", "")[:12]
     for name, version in record.get("versions", {}).items():
@@ -36,8 +109,8 @@ def _text(value: Any) -> str:
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Each fact that differs between two runs' records, as `what: before -> after`."""
+    """Each fact that differs between two runs' records (with their hosts' facts when read
+    by `load`), as `what: before -> after`."""
     a, b = facts(before), facts(after)
     return [f"{key}: {a.get(key, '(none)')} -> {b.get(key, '(none)')}"
             for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key)]
-

@@ -10,8 +10,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import IO
 
-from .metrics import Metric
-from .stats import Comparison, Summary, compare, outliers, summarize, trend
+from .metrics import Metric, unit_bounds
+from .stats import CONFIDENCE, Comparison, Summary, compare, outliers, trend
 
 MAX_OUTLIERS_SHOWN = 3
 
@@ -32,15 +32,18 @@ def rows(runs: dict[str, dict[str, Metric]]) -> list[Row]:
     for run, metrics in runs.items():
         for name, m in metrics.items():
             vs = compare(base[name].values, m.values) if run != base_name and name in base else None
-            out.append(Row(run, name, m.unit, summarize(m.values), vs))
+            out.append(Row(run, name, m.unit, m.summary(), vs))
     return out
 
 
 def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
-    """High z-scores, significant trends and shaky tests, grouped by run, after the tables."""
+    """Caveats, high z-scores, significant trends, clamped intervals and shaky tests, grouped
+    by run, after the tables."""
     by_run: dict[str, list[str]] = {}
     for run, metrics in runs.items():
         for name, m in metrics.items():
+            if m.caveat:
+                by_run.setdefault(run, []).append(f"{name}: {m.caveat}")
             far = outliers(m.values)
             if far:
                 worst = sorted(far, key=lambda o: -abs(o[2]))[:MAX_OUTLIERS_SHOWN]
@@ -53,6 +56,8 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
                     f"{name}: drifts {t.change_pct:+.1f} % of its mean across the run (slope p "
                     f"{t.p_value:.2g}): a leak or a gradual degradation?")
     for r in table:
+        if r.summary.clamped:
+            by_run.setdefault(r.run, []).append(_clamped(r))
         if r.against is not None and r.against.note:
             by_run.setdefault(r.run, []).append(f"{r.metric}: against the baseline, scipy: {r.against.note}: "
                                                 "its p-value is not to be trusted")
@@ -61,6 +66,14 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
         lines.append(f"  {run}:")
         lines.extend(f"    {t}" for t in texts)
     return lines
+
+
+def _clamped(r: Row) -> str:
+    low, high = unit_bounds(r.unit)
+    limits = f"{low:g} to {high:g} {r.unit}" if math.isfinite(high) else f"at least {low:g} {r.unit}"
+    few = f" (n = {r.summary.count}: more values narrow it)" if r.summary.count < 10 else ""
+    return (f"{r.metric}: its {100 * CONFIDENCE:.0f} % t interval runs past what it can be ({limits}): LOW "
+            f"and HIGH are clamped there{few}")
 
 
 COLUMNS = ("COUNT", "MEAN", "MEDIAN", "LOW", "HIGH", "MIN", "MAX", "SDEV%", "HW%")

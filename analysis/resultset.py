@@ -11,8 +11,8 @@
     plots/*.png       intervals, clock offsets, CAMP per host
     summary.json      counts, warnings, the causality check and the workloads
 
-DuckDB queries the Parquet files in place (intervals are derived that way); pyarrow, pandas
-and polars read them as they are.
+DuckDB queries the Parquet files in place (intervals are derived that way); pyarrow reads them
+as they are.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
 from netspec.protocol.runrecord import MERGED, RunRecord
 
-from .derive import Workload, camp_warnings, write_derived
+from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
 from .graph import run_graph
 from .narrate import write_narration
-from .pairs import pair_params, pair_sql
+from .pairs import PairCounts, pair_counts, pair_params, pair_sql
+from .provenance import host_facts, shared_kernels
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
-from .usercode import UserCodeError, load_function
+from .usercode import NONE, UserCode, UserCodeError, load_function
 
 
 @dataclass
@@ -83,13 +84,17 @@ class ResultSet:
     intervals: int = 0
     warnings: list[str] = field(default_factory=list)
     causality: list[Causality] = field(default_factory=list)
+    pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
     workloads: list[Workload] = field(default_factory=list)
+    shared_kernel: list[list[str]] = field(default_factory=list)  # CAMP-sampled hosts on one kernel
     plots: list[Path] = field(default_factory=list)
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
-# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote).
-RESULT_FORMAT = 2
+# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3:
+# intervals' start_component and end_component, every end of a pair's tag (match: all), and
+# summary.json's pairs (what each matched and left unmatched) and shared_kernel.
+RESULT_FORMAT = 3
 
 
 def is_current(merged: Path) -> bool:
@@ -100,20 +105,27 @@ def is_current(merged: Path) -> bool:
         return False
 
 
-def _user_decoders(record: RunRecord, warnings: list[str]) -> dict[str, Decoder]:
-    """The decoders the experiment file allows, each loaded or said why not."""
+def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
+    """The decoders the user named, each loaded or said why not; those the run's record names
+    and the user did not are said, never loaded (a received run's record is data)."""
     found: dict[str, Decoder] = {}
-    for name in record.decoders:
+    for name in code.decoders:
         try:
-            found[name] = load_function(name, record.experiment_dir, "decoder")
-        except (UserCodeError, KeyError) as exc:  # KeyError: the record names no experiment file
+            found[name] = load_function(name, code.base, "decoder")
+        except UserCodeError as exc:
             warnings.append(f"decoder {name}: cannot be loaded ({exc}); its events' data stays raw")
+    unnamed = [name for name in record.decoders if name not in code.decoders]
+    if unnamed:
+        warnings.append(f"decoder {', '.join(unnamed)} not run: the run's record names it, and a decoder "
+                        "runs only when you name it (the experiment file you run, or ns_control fetch "
+                        f"--decoder {unnamed[0]}); its events' data stays raw")
     return found
 
 
-def merge_run(run: Path, out: Path | None = None) -> ResultSet:
+def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> ResultSet:
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
-    there."""
+    there. Of the user's own decoders and filters, only those in `code` run (the user named
+    them): what the run's record names beside them is said in the warnings, not run."""
     record = RunRecord.load(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
@@ -124,7 +136,7 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
         fits = {}
         result.warnings.append(f"no clock fit ({exc}): times are each host's own")
     files = {d.name: sorted(d.glob("streams/*.ds")) for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
-    decoders = _user_decoders(record, result.warnings)
+    decoders = _user_decoders(record, code, result.warnings)
     counts = merge_files(files, fits, out, decoders)
     result.records, result.samples = counts.records, counts.samples
     result.warnings += counts.warnings
@@ -135,26 +147,35 @@ def merge_run(run: Path, out: Path | None = None) -> ResultSet:
     result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
                         f"its {record.pairs[c.pair]['end']}; check both names against `ns_control dump`"
                         for c in result.causality if not c.matched]
+    result.pairs = [pair_counts(db, "events", pair_params(name, **p)) for name, p in record.pairs.items()]
+    result.warnings += [w for counts in result.pairs for w in counts.warnings()]
     result.workloads = write_derived(db, out)
     result.warnings += camp_warnings(db)
+    result.shared_kernel = camp_on_one_kernel(db, shared_kernels(host_facts(run, record.hosts)))
+    result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
     origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
     if trace.truncated:
         result.warnings.append(f"trace.json holds the first {TRACE_LIMIT} events and intervals only")
     write_narration(db, out / "narration.txt")
-    if db.execute(PLOTTABLE_SQL).fetchone()[0]:
+    # fetchall, never fetchone, on this connection: DuckDB 2 keeps a result read in part
+    # pending, and refuses the graph's relations until it is read to its end.
+    if db.execute(PLOTTABLE_SQL).fetchall()[0][0]:
         # matplotlib takes half a second to import: a run with nothing to draw does not pay it.
         from .plots import plot_all
 
         result.plots = plot_all(db, out / "plots", origin)
     if record.graph:
-        result.warnings += run_graph(db, record.graph, out, record.experiment_dir, origin, phases)
+        result.warnings += run_graph(db, record.graph, out, code.base, origin, phases,
+                                     trusted=code.trusted_filters())
     (out / "summary.json").write_text(json.dumps({
         "format": RESULT_FORMAT, "run": record.id, "records": result.records, "samples": result.samples,
         "intervals": result.intervals, "warnings": result.warnings,
         "causality": [asdict(c) for c in result.causality],
-        "workload": [w.row() for w in result.workloads]}, indent=1) + "\n")
+        "pairs": [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
+        "workload": [w.row() for w in result.workloads], "shared_kernel": result.shared_kernel},
+        indent=1) + "\n")
     return result
 
 
@@ -168,7 +189,7 @@ def _bounds(db: duckdb.DuckDBPyConnection) -> tuple[int, dict[str, tuple[int, in
         "SELECT phase, min(entered), max(acked) FROM phases GROUP BY phase").fetchall() if s is not None}
     origin = min((s for s, _ in phases.values()), default=None)
     if origin is None:
-        origin = db.execute("SELECT min(ts) FROM events").fetchone()[0] or 0
+        origin = db.execute("SELECT min(ts) FROM events").fetchall()[0][0] or 0
     return origin, phases
 
 
@@ -224,7 +245,8 @@ def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockF
 INTERVALS_SQL = """
 SELECT entity AS name, host AS start_host, host AS end_host, tag, "start" AS start_ts, ts AS end_ts,
        CAST(value AS BIGINT) AS duration_ns, 0::BIGINT AS bound_ns, 'interval' AS source,
-       ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns
+       ts - "start" AS global_ns, 2 * bound_ns AS global_bound_ns, component AS start_component,
+       component AS end_component
 FROM events WHERE kind = 'interval'
 """
 
@@ -237,16 +259,16 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
         db.execute("INSERT INTO intervals " + pair_sql("events"), pair_params(name, **p))
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY end_ts) TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
-    total = db.execute("SELECT count(*) FROM intervals").fetchone()[0]
+    total = db.execute("SELECT count(*) FROM intervals").fetchall()[0][0]
     checks = []
     for name in pairs:
         matched, bad, worst, beyond = db.execute(
             "SELECT count(*), count(*) FILTER (duration_ns < 0), coalesce(-min(duration_ns) FILTER "
             "(duration_ns < 0), 0), count(*) FILTER (duration_ns < 0 AND -duration_ns > bound_ns) "
-            "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchone()
+            "FROM intervals WHERE source = 'pair' AND name = ?", [name]).fetchall()[0]
         one = db.execute(
             "SELECT count(*), coalesce(max(abs(global_ns - duration_ns)), 0), "
             "count(*) FILTER (abs(global_ns - duration_ns) > global_bound_ns) FROM intervals "
-            "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchone()
+            "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchall()[0]
         checks.append(Causality(name, matched, bad, worst, beyond, *one))
     return total, checks

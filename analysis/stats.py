@@ -28,15 +28,21 @@ class Summary:
     min: float
     max: float
     sdev_pct: float  # standard deviation, % of the mean
-    hw_pct: float  # the interval's half-width, % of the mean
+    hw_pct: float  # the t interval's half-width, % of the mean (before any clamping)
+    # The t interval ran past what the quantity can be (a percentage below 0 or above 100):
+    # low and high are clamped to its bounds, and the report says so.
+    clamped: bool = False
 
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
 
-def summarize(values: np.ndarray, confidence: float = CONFIDENCE) -> Summary:
-    """Getstats's row for one metric. With fewer than two values the spread is NaN."""
+def summarize(values: np.ndarray, confidence: float = CONFIDENCE,
+              bounds: tuple[float, float] = (-math.inf, math.inf)) -> Summary:
+    """Getstats's row for one metric. With fewer than two values the spread is NaN. A
+    quantity that cannot leave `bounds` (a percentage: 0 to 100) has its Student-t interval
+    clamped to them, and `clamped` set: with few values the t interval runs far past them."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n == 0:
@@ -48,8 +54,11 @@ def summarize(values: np.ndarray, confidence: float = CONFIDENCE) -> Summary:
         sdev = float(x.std(ddof=1))
         low, high = ((mean, mean) if sdev == 0
                      else stats.t.interval(confidence, n - 1, mean, sdev / math.sqrt(n)))
+    hw_pct = _pct((high - low) / 2, mean)
+    clamped = bool(low < bounds[0] or high > bounds[1])
+    low, high = max(low, bounds[0]), min(high, bounds[1])
     return Summary(n, mean, float(np.median(x)), float(low), float(high), float(x.min()), float(x.max()),
-                   _pct(sdev, mean), _pct((high - low) / 2, mean))
+                   _pct(sdev, mean), hw_pct, clamped)
 
 
 def _pct(part: float, whole: float) -> float:

@@ -8,21 +8,39 @@ from typing import Any
 
 from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError
 
 from .model import Step
+
+
+class NeedOutOfReach(NetspecError):
+    """A k-of-n step's `need` is more than its participants: its barrier could never open."""
+
+    def __init__(self, phase: str, need: int, count: int, left: int = 0):
+        self.phase, self.need, self.count = phase, need, count
+        gone = f" ({left} left the run earlier)" if left else ""
+        super().__init__(f"phase '{phase}' needs {need} participants to ack (need: {need}), but it has "
+                         f"only {count}{gone}: it could never get through")
 
 
 class Barrier:
     """The acks one step waits for; opens when `need` participants acked without error.
 
     Made in O(1) whatever the fleet: it keeps the step's participants by host as given,
-    and its per-host state only for hosts whose acks came one by one."""
+    and its per-host state only for hosts whose acks came one by one.
+
+    Raises:
+        NeedOutOfReach: the step needs more acks than it has participants (refused before
+        anything is sent: no ack is blamed for it).
+    """
 
     def __init__(self, index: int, step: Step, expected: dict[str, list[str]], count: int | None = None):
         self.index, self.step = index, step
         self.expected = expected  # host -> its participating components (shared: not changed here)
         self.count = sum(map(len, expected.values())) if count is None else count
         self.need = step.need or self.count
+        if self.need > self.count:
+            raise NeedOutOfReach(step.phase, self.need, self.count)
         self.acks: dict[tuple[str, str], dict[str, Any]] = {}
         self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.dropped: set[tuple[str, str]] = set()
@@ -43,17 +61,18 @@ class Barrier:
                 and (host, component) not in self.dropped)
 
     def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
-        """Record an ack; returns False if this error ack makes the step fail."""
+        """Record an ack; returns False if this error ack makes the step fail (an ok ack
+        never does: a need out of reach is refused before, or as the count drops)."""
         if not self._expects(host, component):
             return True
         self.acks[(host, component)] = ack
         self.by_host.setdefault(host, []).append((component, ack))
-        if ack["status"] == m.ACK_ERROR:
-            self.bad += 1
-        else:
+        if ack["status"] != m.ACK_ERROR:
             self.good += 1
-        if self.bad > self.count - self.need:
-            return False
+        else:
+            self.bad += 1
+            if self.bad > self.count - self.need:
+                return False
         self._settle()
         return True
 
@@ -81,6 +100,11 @@ class Barrier:
         self.count -= 1
         if self.step.need is None:
             self.need = self.count
+        elif self.need > self.count and not self.opened.done():
+            left = len(self.dropped)
+            self.opened.set_exception(NeedOutOfReach(self.step.phase, self.need, self.count, left))
+            self.opened.exception()  # the step's wait raises it; nothing else need read it
+            return
         self._settle()
 
     def give_up(self, host: str, component: str) -> None:

@@ -3,7 +3,7 @@ and CHECKPOINT): every point of an experiment file's sweep is run at least `repe
 times, then until `repeat.until` holds on the metric's statistics across its runs, at most
 `repeat.max` times.
 
-campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
+RUNS/campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
 directory and outcome, and the run under way; it is rewritten after every step, so that a
 campaign killed at any moment resumes (`ns_control resume`) with the run it lost.
 """
@@ -20,16 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from netspec.analysis.metrics import Metric, run_metrics
 from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
+from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import load_record
 
-from .campaignfile import CAMPAIGN_KEYS
 from .hooks import HookFailed, run_hook
 from .load import parse
 from .model import Campaign, Plan
@@ -41,18 +40,6 @@ HOOKS_LOG = "hooks.log"
 
 class CampaignError(NetspecError):
     """A campaign cannot go on: a metric that no run has, a missing directory."""
-
-
-def point_text(text: str, point: dict[str, Any]) -> str:
-    """The experiment file of one point: the campaign's sections gone, the point's values in
-    its components' params. It is what the run directory keeps, and reruns."""
-    data = yaml.safe_load(text)
-    for key in CAMPAIGN_KEYS:
-        data.pop(key, None)
-    for key, value in point.items():
-        component, _, param = key.rpartition(".")
-        data["components"][component].setdefault("params", {})[param] = value
-    return yaml.safe_dump(data, sort_keys=False)
 
 
 def point_label(point: dict[str, Any]) -> str:
@@ -118,21 +105,33 @@ def run_value(run: Path, metric: str | None, statistic: str) -> float | None:
 
 
 def _decide(point: dict[str, Any], c: Campaign) -> str | None:
-    """Why the point is done (runs, until, max, failures), or None if it needs another run."""
-    counted = [r["value"] for r in point["runs"] if r["counted"]]
-    failed = sum(r["status"] not in ("ok", "interrupted") for r in point["runs"])
+    """Why the point is done (runs, until, max, failures), or None if it needs another run.
+
+    A point is run at most `max` times (`runs` when no max is given), plus its warm-up runs;
+    a failed run spends one of them as a counted run does (an interrupted one does not: it is
+    run again). A point whose runs are spent before `runs` of them counted is done with
+    "failures": it failed, and so does its campaign."""
+    spent = [r for r in point["runs"] if r["status"] != "interrupted"]
+    counted = [r["value"] for r in spent if r["counted"]]
     limit = c.max_runs or c.runs
-    if failed > limit:
-        return "failures"
+    exhausted = len(spent) >= limit + c.warmup
     if len(counted) < c.runs:
-        return None
+        return "failures" if exhausted else None
     if c.until is None:
         return "runs"
     from netspec.analysis.stats import summarize  # scipy: only for a stop predicate
 
     if holds(c.until, asdict(summarize(np.array(counted)))):
         return "until"
-    return "max" if len(counted) >= limit else None
+    return "max" if len(counted) >= limit or exhausted else None
+
+
+def failed_points(points: list[dict[str, Any]], c: Campaign) -> list[str]:
+    """Each point that was done without its counted runs, as "LABEL (N of M runs counted, K failed)"."""
+    return [f"{p['label']} ({sum(r['counted'] for r in p['runs'])} of {c.runs} counted, "
+            f"{sum(r['status'] not in ('ok', 'interrupted') for r in p['runs'])} of "
+            f"{len(p['runs'])} run(s) failed)"
+            for p in points if p["done"] == "failures"]
 
 
 class Campaigner:
@@ -169,7 +168,14 @@ class Campaigner:
                         return self._fail(f"fastfail: a run of {point['label']} failed")
                     point["done"] = _decide(point, self.c)
                     self.cdir.save()
-            self._hooks("postcleanup", {})
+            if not state.get("postcleanup_done"):  # once: a failed campaign resumed is only said again
+                self._hooks("postcleanup", {})
+                state["postcleanup_done"] = True
+                self.cdir.save()
+            failed = failed_points(state["points"], self.c)
+            if failed:
+                return self._fail(f"{len(failed)} of {len(state['points'])} point(s) failed: "
+                                  + "; ".join(failed))
         except (HookFailed, CampaignError) as exc:
             return self._fail(str(exc))
         except KeyboardInterrupt:
@@ -197,7 +203,8 @@ class Campaigner:
             state["current"]["run"] = str(rundir.path.resolve())
             self.cdir.save()
 
-        plan = parse(point_text(state["text"], point["params"]), Path(state["file"]))
+        # The campaign file with the point's values: its warnings cite the campaign file's lines.
+        plan = parse(state["text"], Path(state["file"]), point=point["params"])
         self.options.output.out(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}")
         rundir, code = run_plan(plan, self.options, {"campaign": {
             "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
@@ -212,7 +219,7 @@ class Campaigner:
         warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
         counted = status == "ok" and not warm
         first = next((r for r in point["runs"] if r["counted"]), None)
-        diffs = differences(load_record(Path(first["path"])), load_record(path)) if counted and first else []
+        diffs = differences(provenance(Path(first["path"])), provenance(path)) if counted and first else []
         if diffs:
             counted = False
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
@@ -290,7 +297,6 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
 def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:
     """Each metric's bars (and line, over a single numeric parameter) into the campaign's plots/."""
     from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
-    from netspec.analysis.stats import summarize
 
     (cdir.path / "plots").mkdir(exist_ok=True)
     params = [p["params"] for p in cdir.state["points"]]
@@ -300,7 +306,7 @@ def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list
     written = []
     for metric in dict.fromkeys(m for ms in points.values() for m in ms):
         labels = [label for label, ms in points.items() if metric in ms]
-        rows = [summarize(points[label][metric].values) for label in labels]
+        rows = [points[label][metric].summary() for label in labels]
         xs = ([p[axis] for p, label in zip(params, points, strict=True) if label in labels]
               if numeric else None)
         unit = points[labels[0]][metric].unit

@@ -7,13 +7,36 @@ import itertools
 import re
 from typing import Any
 
+import yaml
 from netspec.analysis.predicate import check_predicate
 
-from .model import DEFAULT_HOST, Campaign, Hook, Host
+from .declared import close_to, listing, of_components
+from .model import DEFAULT_HOST, Campaign, Component, Hook, Host
 from .sourcefile import Path_, SourceFile, suggest
 
 CAMPAIGN_KEYS = {"sweep", "repeat", "hooks"}
+# A campaign's directory is RUNS/campaigns/<experiment>/<id>: one root holds its runs and it.
+CAMPAIGNS = "campaigns"
 HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
+
+
+def point_text(text: str, point: dict[str, Any]) -> str:
+    """The experiment file of one point: the campaign's sections gone, the point's values in
+    its components' params. It is what the run directory keeps, and reruns."""
+    data = yaml.safe_load(text)
+    with_point(data, point)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def with_point(data: dict[str, Any], point: dict[str, Any]) -> None:
+    """`data` (a campaign file's) made one point's: the campaign's sections gone, the point's
+    values in its components' params."""
+    for key in CAMPAIGN_KEYS:
+        data.pop(key, None)
+    for key, value in point.items():
+        component, _, param = key.rpartition(".")
+        spec = data["components"][component]
+        spec["params"] = {**(spec.get("params") or {}), param: value}
 
 
 def sweep_values(spec: list[Any] | dict[str, float]) -> list[Any]:
@@ -45,30 +68,72 @@ def _sweep_axis(src: SourceFile, key: str, spec: list[Any] | dict[str, float],
     values = sweep_values(spec)
     if not values:
         src.error(f"the range from {spec['from']} to {spec['to']} holds no value", where)
+    for i, value in enumerate(values):
+        if not _same_type(declared[param], value):
+            at: Path_ = (*where, i) if isinstance(spec, list) else where
+            src.error(f"{value!r} is {_kind(value)}, and param '{param}' of component '{component}' is "
+                      f"{_kind(declared[param])} ({declared[param]!r}): the program would be given "
+                      "another type at this point than outside the sweep", at)
     return values
 
 
-def _check_metric(src: SourceFile, metric: str, data: dict[str, Any]) -> None:
-    """`metric` names something a run can have (analysis/metrics.py makes the names)."""
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            type(None): "null", list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _same_type(declared: Any, value: Any) -> bool:
+    """Whether a swept `value` has the type of the param's `declared` one: an integer where a
+    number is declared too; anything where null is."""
+    if declared is None or type(value) is type(declared):
+        return True
+    return type(declared) is float and type(value) is int
+
+
+def _check_metric(src: SourceFile, metric: str, data: dict[str, Any],
+                  components: tuple[Component, ...]) -> None:
+    """`metric` names something a run of this file can have (analysis/metrics.py makes the
+    names): a pair of analysis.pairs, an interval entity a program declares, or the CPU of a
+    host or of a component on its own host that CAMP samples."""
     where: Path_ = ("repeat", "metric")
     pairs = list((data.get("analysis") or {}).get("pairs") or {})
     hosts = list(data.get("hosts") or {DEFAULT_HOST: {}})
+    camp = (data.get("services") or {}).get("camp")
     if metric.startswith("interval "):
         name = metric.removeprefix("interval ")
         if "/" not in name and name not in pairs:
             src.error(f"'{metric}': no pair '{name}' in analysis.pairs{suggest(name, pairs)} "
                       "(an interval is a pair's name or an interval entity's GROUP/name)", where)
-    elif match := re.fullmatch(r"cpu busy (\S+)", metric):
-        src.known("host", match[1], hosts, where)
-    elif match := re.fullmatch(r"cpu of (\S+) on (\S+)", metric):
-        src.known("component", match[1], data["components"], where)
-        src.known("host", match[2], hosts, where)
-    else:
+        entities = of_components(list(components))
+        intervals = sorted(n for kind, n in entities or () if kind == "interval")
+        if "/" in name and entities is not None and name not in intervals:
+            close = close_to(name, intervals)
+            src.error(f"'{metric}': no program of the file declares an interval '{name}' (they declare: "
+                      f"{listing(intervals)}){f' (did you mean {close!r}?)' if close else ''}", where)
+        return
+    cpu = re.fullmatch(r"cpu busy (\S+)", metric) or re.fullmatch(r"cpu of (\S+) on (\S+)", metric)
+    if cpu is None:
         src.error(f"unknown metric '{metric}': a metric is 'interval NAME', 'cpu busy HOST' "
                   "or 'cpu of COMPONENT on HOST'", where)
+    host = cpu[cpu.re.groups]
+    src.known("host", host, hosts, where)
+    if camp is None:
+        src.error(f"'{metric}': CPU is sampled by CAMP, and this file has no services: camp:", where)
+    if cpu.re.groups == 2:
+        name = cpu[1]
+        src.known("component", name, data["components"], where)
+        on = next((c.host for c in components if c.name == name), host)
+        if on != host:
+            src.error(f"'{metric}': component '{name}' runs on host '{on}', not '{host}'", where)
+        sampled = camp.get("processes")
+        if sampled is not None and name not in sampled:
+            src.error(f"'{metric}': CAMP samples only the processes of "
+                      f"{', '.join(sampled) or 'no component'} (services.camp.processes), "
+                      f"not '{name}'", where)
 
 
-def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host]) -> Campaign:
+def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
+                components: tuple[Component, ...]) -> Campaign:
     sweep = data.get("sweep") or {"params": {}}
     axes = {}
     for key, spec in sweep["params"].items():
@@ -89,7 +154,7 @@ def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host]) -
             src.error(str(exc), ("repeat", "until"))
     if "metric" in repeat:
         with src.checking():
-            _check_metric(src, repeat["metric"], data)
+            _check_metric(src, repeat["metric"], data, components)
     if repeat.get("max", 1 << 30) < repeat.get("runs", 1):
         src.error(f"max {repeat['max']} is below runs {repeat['runs']}", ("repeat", "max"))
     spec = data.get("hooks") or {}

@@ -13,12 +13,14 @@ from typing import IO
 
 import rich.console
 import rich.progress
+from netspec.analysis.usercode import UserCode
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
 from netspec.protocol.runrecord import load_record
 from netspec.web import DEFAULT_PORT
 
 from . import summary
+from .campaignfile import CAMPAIGNS
 from .load import load, parse
 from .rundir import find_run, list_runs, settle
 from .runner import (
@@ -131,11 +133,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
     fetch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust the --from host's ssh key if seen for the first time")
+    user_code_options(fetch)
     collect = command("collect", help="gather what a run whose controller was killed left on its hosts, "
                                       "then merge it")
     collect.add_argument("run", nargs="?", default="latest")
     collect.add_argument("--accept-new-host-keys", action="store_true",
                          help="trust ssh host keys seen for the first time (added to known_hosts)")
+    user_code_options(collect)
     export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)")
     export.add_argument("run", nargs="?", default="latest")
     export.add_argument("--to", type=Path, required=True, metavar="FILE",
@@ -164,11 +168,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     serve.add_argument("--open", action="store_true", help="open the page in this machine's browser")
     for p in (run, resume, report, serve):
-        p.add_argument("--campaigns", type=Path, default=Path("campaigns"), help="campaigns directory")
+        p.add_argument("--campaigns", type=Path, help=f"campaigns directory (default RUNS/{CAMPAIGNS})")
     for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun,
               serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
+        args.campaigns = args.runs / CAMPAIGNS
+    return args
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -198,6 +205,21 @@ def _options(args: argparse.Namespace) -> RunOptions:
                       getattr(args, "share_hosts", False))
 
 
+def user_code_options(parser: argparse.ArgumentParser) -> None:
+    """--decoder and --filter: the user's own code a merge runs, named by the user (a run's
+    record names its experiment's, and the merge never runs them on the record's say)."""
+    parser.add_argument("--decoder", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="run this decoder of your own in the merge (file.py:FUNCTION from here; "
+                             "repeatable); one the run's record names is not run otherwise")
+    parser.add_argument("--filter", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="run this analysis filter of your own (file.py:FUNCTION from here; "
+                             "repeatable); one the run's record names is not run otherwise")
+
+
+def user_code(args: argparse.Namespace) -> UserCode:
+    return UserCode(tuple(args.decoder), tuple(args.filter), Path.cwd())
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
     from netspec.analysis.resultset import MERGED
 
@@ -208,7 +230,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"fetched {path.name} from {args.source} into {path}")
     else:
         path = find_run(args.runs, args.run)
-    merged = merge(path, TERMINAL, args.to)
+    merged = merge(path, TERMINAL, args.to, user_code(args))
     print_lines(merged.lines)
     if merged.ok:
         print_lines(summary.written_lines(args.to or path / MERGED))
@@ -224,7 +246,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print("no host of this run was reached: nothing to collect")
         return EXIT_OK
     print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()])
-    merged = merge(path, TERMINAL)
+    merged = merge(path, TERMINAL, code=user_code(args))
     print_lines(merged.lines)
     failed = [host for host, salvaged in found.items() if salvaged.error]
     return EXIT_FAILED if failed or not merged.ok else EXIT_OK
@@ -290,12 +312,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def run_differences(paths: list[Path]) -> list[str]:
     """What differs between each run and the first, said before they are compared."""
-    from netspec.analysis.provenance import differences
+    from netspec.analysis.provenance import differences, load
 
-    base = load_record(paths[0])
+    base = load(paths[0])
     lines = []
     for path in paths[1:]:
-        diffs = differences(base, load_record(path))
+        diffs = differences(base, load(path))
         if diffs:
             lines.append(f"{path.name} differs from {paths[0].name} in {len(diffs)} way(s):")
             lines.extend(f"  {d}" for d in diffs)
@@ -328,7 +350,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     # The run's own copies of its programs stand in for the originals, wherever those are now.
     copies = {source: str((path / kept["copy"]).resolve())
               for source, kept in record.get("programs", {}).items()}
-    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies)
+    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies,
+                 shown=path.resolve() / "experiment.yaml")
     _, code = run_plan(plan, _options(args), {"rerun_of": record["id"]})
     return code
 

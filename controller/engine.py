@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -29,12 +30,12 @@ from netspec.protocol.errors import (
     RemoteError,
     StepFailed,
 )
-from netspec.protocol.exits import kill_run_processes
+from netspec.protocol.exits import describe_returncode, kill_run_processes
 
 from . import release
 from .barrier import Barrier
 from .clocks import start_clocks, stretched
-from .failures import ack_failure, raise_if_any_failed, step_failures
+from .failures import CONNECTING, Unreachable, ack_failure, connect_failed, not_reached, step_failures
 from .fanout import FanOut, Tree
 from .fetch import fetch_fleet
 from .fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
@@ -94,13 +95,14 @@ class Run:
         # waited for until the step's deadline, beside the steps that follow.
         self.saves = Saves(rundir)
         self.stragglers = Stragglers(rundir.record, progress, self.saves.soon, self._end)
-        self.phase = "connect"
+        self.phase = ""  # none before the first step (while CONNECTING)
         self.collected = False
         self.failure: asyncio.Future[None]
         self.tg: asyncio.TaskGroup
 
     def interrupt(self) -> None:
-        self._fail(Interrupted(f"interrupted by the user in phase '{self.phase}'"))
+        where = f"in phase '{self.phase}'" if self.phase else f"while {CONNECTING} to the hosts"
+        self._fail(Interrupted(f"interrupted by the user {where}"))
 
     def _fail(self, exc: NetspecError) -> None:
         if not self.failure.done():
@@ -159,11 +161,15 @@ class Run:
         self.rundir.record["connect_deadline_s"] = connect_s
         deadline = loop.time() + connect_s
         gate = asyncio.Semaphore(FAN_OUT)
+        join_token = os.urandom(16)  # what a parent in the run's fan-out tree shows its children
 
         async def reach(name: str) -> None:
             async with gate:
-                address = self.endpoints[name] = await self.hosts[name].start(self.rundir.host_dir(name))
-                client = await DaemonClient.connect(name, address, self.key, self._on_event)
+                try:
+                    address = self.endpoints[name] = await self.hosts[name].start(self.rundir.host_dir(name))
+                    client = await DaemonClient.connect(name, address, self.key, self._on_event)
+                except (NetspecError, OSError) as exc:  # no connection opened: none was lost
+                    raise Unreachable(name, exc) from exc
                 self.clients[name] = client
                 self.tg.create_task(client.serve())
                 sent = time.time_ns()
@@ -183,24 +189,24 @@ class Run:
                     if "program" in c:
                         c["program"] = placed[c["program"]]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
-                                     components=components,
+                                     components=components, join_token=join_token,
                                      streams={s.name: s.wire() for s in self.plan.streams},
                                      camp=self.plan.camp.wire() if self.plan.camp else None,
                                      share=self.share_hosts)
                 reached.append(name)
-                self.progress(Progress("count", "connect", name, done=len(reached), total=len(names)))
+                self.progress(Progress("count", CONNECTING, name, done=len(reached), total=len(names)))
 
         names, reached = list(self.hosts), []
         outcome = await self._guard(
             asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
-            lambda: DeadlineExceeded("connect", {n: ["netspecd"] for n in names
-                                                 if n not in self.clients}, connect_s))
-        raise_if_any_failed("connect", dict(zip(names, outcome, strict=True)))
+            lambda: not_reached({n: ["its setup" if n in self.clients else "netspecd"]
+                                for n in names if n not in reached}, connect_s))
+        connect_failed(dict(zip(names, outcome, strict=True)))
         try:
             tree = await self.fan_out.connect(self.endpoints, deadline)
             clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
-            raise DeadlineExceeded("connect", exc.waiting, connect_s) from exc
+            raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
             self.rundir.record["fan_out"] = tree
             self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
@@ -239,8 +245,8 @@ class Run:
             scheduled: dict[str, Any] = {}
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
-                scheduled = {"release_ns": release.instant_ns(lead, self.controller_offset[0])}
-                record["release"] = {"mode": "at", "instant_ns": scheduled["release_ns"], "lead_s": lead}
+                record["release"] = release.planned(lead, self.controller_offset[0])
+                scheduled = {"release_ns": record["release"]["instant_ns"]}
             sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                                    "deadline_s": step.deadline_s,
                                                    "published": self.published, **scheduled}, summarize)
@@ -341,12 +347,27 @@ class Run:
             self.rundir.record["components"][f"{host}/{event['component']}"] = {
                 "returncode": event["returncode"], "duration_s": event["duration_s"],
                 "argv": event["argv"], "ended_ns": event["ended_ns"]}
-            if event["failed"] and event["component"] not in self.stragglers.ended:
+            name = event["component"]
+            if event["failed"] and name not in self.stragglers.ended and not self._failed_over(host, name):
                 self._fail(ComponentFailed(result, self.phase))
         elif kind == m.ERROR:
             self._fail(RemoteError(host, event.get("error", {})))
         elif kind == "lost":
             self._fail(ConnectionLost(host, self.phase, event["error"].detail))
+
+    def _failed_over(self, host: str, name: str) -> bool:
+        """Whether component `name`, whose process just died, was in a k-of-n step it had
+        not acked ok (the step under way, or one whose barrier opened without it): then it
+        counts as failing there, as a raise does (the run is partial), and leaves the run.
+        False where it fails the run: no such step, or one that cannot get through without it."""
+        for barrier in (self.barrier, *self.stragglers.waiting.values()):
+            if barrier is None or barrier.step.need is None or name not in barrier.expected.get(host, ()):
+                continue
+            ack = barrier.acks.get((host, name))
+            if ack is not None and ack["status"] != m.ACK_ERROR:
+                continue  # done with that step: it died between phases
+            return self.stragglers.died(barrier, host, name, self.results[name].describe_exit(), self.barrier)
+        return False
 
     def _on_ack(self, host: str, ack: dict[str, Any]) -> None:
         name = ack["component"]
@@ -360,8 +381,8 @@ class Run:
         # A summarized step's host that acks as itself gets its entry here (fanout.py).
         sent = step.get("sent_ns", step["entered_ns"])
         entries = step["hosts"].setdefault(host, {"components": {}, "sent_ns": sent})["components"]
-        if entries.get(name, {}).get("outcome") == "killed":
-            return  # the error ack of its ending says nothing new
+        if entries.get(name, {}).get("outcome") == "killed" or entries.get(name, {}).get("died"):
+            return  # the error ack of its ending, or of its death, says nothing new
         if name in self.stragglers.ended:
             entries[name] = {"status": ack["status"], "outcome": "skipped",
                              "message": self.stragglers.ended[name]}
@@ -385,9 +406,9 @@ class Run:
         if barrier.host_done(host):
             acks = barrier.by_host.get(host, [])
             worst = m.worst_status(a["status"] for _, a in acks)
-            sent = step["hosts"][host]["sent_ns"]
+            began = release.began_ns(step, step["hosts"][host]["sent_ns"])
             step["hosts"][host]["done_ns"] = now = time.time_ns()
-            self.progress(Progress("host", barrier.step.phase, host, worst, (now - sent) / 1e9,
+            self.progress(Progress("host", barrier.step.phase, host, worst, (now - began) / 1e9,
                                    "; ".join(f"{c}: {a['message']}" for c, a in acks
                                              if a.get("message"))))
 
@@ -415,6 +436,21 @@ class Run:
             async with asyncio.timeout(seconds):
                 await asyncio.gather(*(one(c) for c in self.clients.values()))
 
+    def _unclean_ends(self) -> list[str]:
+        """Each component that did not end cleanly (an exit status other than 0, or the
+        SIGTERM netspec sent it), which nothing has said yet: one netspec ended mid-run
+        is a trouble already. A component killed because it would not end when asked is
+        one of them: a run is ok only if every component ended cleanly."""
+        said = []
+        for name, result in self.results.items():
+            if result.exit_status is None or result.ok or name in self.stragglers.ended:
+                continue
+            forced = " (it did not end when asked, so netspec killed it)" \
+                if result.exit_status == -signal.SIGKILL else ""
+            said.append(f"host {result.host}: {name}: {describe_returncode(result.exit_status)} "
+                        f"at its end{forced}")
+        return said
+
     async def _finish(self, error: NetspecError | None) -> None:
         loop = asyncio.get_running_loop()
         await self.stragglers.run_ended(CLEANUP_DEADLINE_S)
@@ -439,10 +475,13 @@ class Run:
             self.failure.exception()
         self.saves.cancel()
         troubles = self.stragglers.troubles
-        if error is None and troubles:
+        unclean = self._unclean_ends() if error is None else []
+        if error is None and (troubles or unclean):
+            said = [f"{len(troubles)} participant(s) did not"] if troubles else []
+            said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
             self.rundir.finish("partial", {
-                "type": "Partial", "phase": None, "causes": troubles,
-                "message": f"every step got through, but {len(troubles)} participant(s) did not"})
+                "type": "Partial", "phase": None, "causes": troubles + unclean,
+                "message": f"every step got through, but {' and '.join(said)}"})
             return
         status = ("ok" if error is None else
                   "interrupted" if isinstance(error, Interrupted) else "failed")

@@ -1,12 +1,20 @@
 """What a failed step says about each host: its acks if it finished, or the error that
-stands for its failure (an error ack, a deadline passed, a lost daemon)."""
+stands for its failure (an error ack, a deadline passed, a lost daemon); and what the run
+says of a host it could not reach before its first step."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from netspec.protocol import messages as m
-from netspec.protocol.errors import ComponentFailed, DeadlineExceeded, NetspecError, RemoteError, StepFailed
+from netspec.protocol.errors import (
+    ComponentFailed,
+    ConnectionLost,
+    DeadlineExceeded,
+    NetspecError,
+    RemoteError,
+    StepFailed,
+)
 
 from .barrier import Barrier
 from .model import Component
@@ -58,3 +66,42 @@ def raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
             raise error  # cancellation is not a host's failure
     if errors:
         raise StepFailed(phase, results)
+
+
+CONNECTING = "connecting"  # what a run does before its first step: never a phase's name
+
+
+class Unreachable(NetspecError):
+    """A host whose daemon could not be started or connected to: no connection opened, so
+    none was lost. Its words cannot be taken for a step's (a step may be named `connect`)."""
+
+    def __init__(self, host: str, cause: BaseException | str):
+        self.host = host
+        detail = cause if isinstance(cause, str) else (
+            cause.detail if isinstance(cause, ConnectionLost) and cause.detail else str(cause))
+        super().__init__(f"could not reach host {host} ({CONNECTING}): {detail}")
+
+
+class NotConnected(StepFailed):
+    """The run could not reach or set up every host before its first step; `results` maps
+    each host to what it got or its error (an Unreachable, or what failed once connected)."""
+
+    def __init__(self, results: dict[str, Any]):
+        super().__init__(CONNECTING, results)
+        failed = sorted(self.failed)
+        self.args = (f"could not reach or set up {len(failed)} of {len(results)} host(s) before the "
+                     f"first step: {', '.join(failed)}",)
+
+
+def connect_failed(results: dict[str, Any]) -> None:
+    """As `raise_if_any_failed`, before the first step: raises NotConnected."""
+    try:
+        raise_if_any_failed(CONNECTING, results)
+    except StepFailed as exc:
+        raise NotConnected(exc.results) from None
+
+
+def not_reached(waiting: dict[str, list[str]], seconds: float) -> NotConnected:
+    """The error for hosts still `waiting` (host -> what was not ready) at the connect deadline."""
+    return NotConnected({h: Unreachable(h, f"{', '.join(what)} not ready within the connect deadline "
+                                           f"of {seconds:g} s") for h, what in waiting.items()})

@@ -38,21 +38,6 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 DAEMON_START_S = 20.0
 
 
-IN_USE = "in use by"  # a daemon's refusal of a setup beside another controller's run names it so
-
-
-def _shared(kind: str, fields: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
-    """A daemon's error reply, with, where it refused a setup because the host is in use by
-    another run (which it names), how the user shares the host all the same."""
-    message = error.get("message")
-    if kind != m.SETUP or fields.get("share") or not isinstance(message, str) or IN_USE not in message:
-        return error
-    # The daemon says how a setup asks to share; the user asks it so.
-    asked = "`ns_control run --share-hosts`"
-    wire = "setup share: true"
-    return {**error, "message": message.replace(wire, asked) if wire in message else f"{message} ({asked})"}
-
-
 class DaemonClient:
     """An authenticated connection to one daemon.
 
@@ -139,7 +124,7 @@ class DaemonClient:
             self.pending.pop(rid, None)
         if reply["t"] == m.ERROR:
             error = reply.get("error", {})
-            raise RemoteError(self.host, _shared(kind, fields, error) if isinstance(error, dict) else {
+            raise RemoteError(self.host, error if isinstance(error, dict) else {
                 "type": "ProtocolError", "message": f"an error reply that is not a map: {str(error)[:80]}"})
         if wrong := events.reply_problem({"t": kind, **fields}, reply):
             raise ProtocolError(f"it sent {wrong}", f"host {self.host}")

@@ -1,32 +1,30 @@
 """Experiment file to Plan: YAML with line numbers, JSON Schema, then semantic checks.
 
-The published schema (experiment.schema.json) is the single source of the file's shape;
-this module adds what a schema cannot say (references between sections, files that must
-exist, phase order) and turns every error into "file:line: key: message".
+The published schema (experiment.schema.json, checked in schemacheck.py) is the single
+source of the file's shape; this module adds what a schema cannot say (references between
+sections, files that must exist, phase order, what a step can need) and turns every error
+into "file:line: key: message".
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import re
 import shlex
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 from netspec.analysis.graph import GraphError, check_node
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
 
-from .campaignfile import CAMPAIGN_KEYS, campaign_of
+from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
+from .declared import check_stream_patterns, listing, takes_part
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
+    NODE_STEPS,
     CampService,
     ClockService,
     Component,
@@ -35,84 +33,12 @@ from .model import (
     Plan,
     Step,
 )
+from .schemacheck import prune, schema_error, validator
 from .sourcefile import Path_, SourceFile, key_name, suggest
 
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
 FLEET_S_PER_COMPONENT = 0.1
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-@cache
-def schema() -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath("experiment.schema.json").read_text())
-
-
-@cache
-def validator() -> jsonschema.Draft202012Validator:
-    """The schema's validator, its `$ref`s to `$defs` written out in place: looking each up
-    as it is met was two thirds of checking a 10,000-host file (2.5 s -> 0.8 s)."""
-    full = schema()
-    return jsonschema.Draft202012Validator(_inline(full, full.get("$defs", {}), ()))
-
-
-def _inline(node: Any, defs: dict[str, Any], within: tuple[str, ...]) -> Any:
-    """`node` with each `$ref` to a definition replaced by the definition, except where a
-    definition refers to itself (that `$ref` stays, and resolves as before). A `$ref` beside
-    other keywords becomes an `allOf` beside them, so each error is the definition's own."""
-    if isinstance(node, list):
-        return [_inline(v, defs, within) for v in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs and ref[8:] not in within:
-        name = ref[8:]
-        target = _inline(defs[name], defs, (*within, name))
-        rest = {k: _inline(v, defs, within) for k, v in node.items() if k != "$ref"}
-        return {"allOf": [target], **rest} if rest else target
-    return {k: _inline(v, defs, within) for k, v in node.items()}
-
-
-def _schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
-    path: Path_ = tuple(error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = error.schema.get("properties", {})
-        extra = sorted(k for k in error.instance if k not in allowed)
-        key = extra[0]
-        src.error(f"unknown key '{key}'{suggest(key, allowed)}", (*path, key))
-    if error.validator == "required":
-        missing = error.message.split("'")[1]
-        allowed = error.schema.get("properties", {})
-        unknown = [k for k in error.instance if k not in allowed]
-        if difflib.get_close_matches(missing, unknown, n=1, cutoff=0.6):
-            return  # the unknown key's own error says "did you mean '{missing}'"
-        src.error(f"missing key '{missing}'", path)
-    if error.validator == "type":
-        wanted = error.validator_value
-        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
-        src.error(f"expected {wanted}, got {type(error.instance).__name__} "
-                  f"{error.instance!r}", path)
-    if error.validator == "pattern":
-        what = error.schema.get("title", "value")
-        src.error(f"{error.instance!r} is not a valid {what} "
-                  f"({error.schema.get('description', error.validator_value)})", path)
-    src.error(error.message, path)
-
-
-def _prune(data: Any, error: jsonschema.ValidationError) -> bool:
-    """Removes from the file's data what the schema rejected, so that the checks after the
-    schema see only what it accepted; False when nothing could be removed."""
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = error.schema.get("properties", {})
-        for key in [k for k in error.instance if k not in allowed]:
-            del error.instance[key]
-        return True
-    *where, last = error.absolute_path or [None]
-    if error.validator == "required" or not isinstance(last, str):
-        return False
-    for part in where:
-        data = data[part]
-    data.pop(last, None)
-    return True
 
 
 def parse_duration(value: float | str) -> float:
@@ -136,22 +62,33 @@ def load(path: str | Path) -> Plan:
     return parse(text, path)
 
 
-def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan:
+def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
+          point: dict[str, Any] | None = None, shown: Path | None = None) -> Plan:
     """The plan of `text`, as if read from `path` (relative paths start at its folder).
     `programs` maps a program's resolved path to the file to run instead: a run
-    directory's copy, when a run is repeated from it alone."""
-    src = SourceFile(path, text)
+    directory's copy, when a run is repeated from it alone. `point` makes the plan one
+    point of the campaign `text` is (its text the point's file, `point_text`); `shown` is
+    the file that errors and warnings name, when `text` was read from another than `path`.
+
+    Raises:
+        ConfigErrors: every problem found, each naming the file, line and key.
+    """
+    src = SourceFile(shown or path, text)
     data = src.data
     if not isinstance(data, dict):
         src.error("an experiment file is a YAML mapping", ())
     rejected = list(validator().iter_errors(data))
     for error in rejected:
         with src.checking():
-            _schema_error(src, error)
+            schema_error(src, error)
     for error in rejected:
-        src.misshapen.append((key_name(tuple(error.absolute_path)), _prune(data, error)))
+        src.misshapen.append((key_name(tuple(error.absolute_path)), prune(data, error)))
+    if point is not None and not rejected:
+        # Resolved from the campaign file's own data, so that every line cited is its line.
+        text = point_text(text, point)
+        with_point(data, point)
     try:
-        plan = _resolve(src, data, path, programs or {})
+        plan = _resolve(src, data, path, programs or {}, text)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError):
         # A check tripped over a shape the schema rejected, and that error is recorded.
         if not src.errors:
@@ -160,24 +97,27 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None) -> Plan
     return plan
 
 
-def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str]) -> Plan:
+def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],
+             text: str) -> Plan:
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
                        if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
     schedule = _schedule(src, data["schedule"], names)
     _check_plain_phases(src, components, schedule)
+    _check_needs(src, data["schedule"], components, len(hosts))
     clock = src.checked(_clock, src, data.get("services", {}).get("clksync", {}), hosts)
     streams = _streams(src, data.get("streams") or {}, names)
+    check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
     pairs = _pairs(src, analysis.get("pairs", {}), names)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = (src.checked(campaign_of, src, data, hosts)
+    campaign = (src.checked(campaign_of, src, data, hosts, components)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
-    return Plan(data["experiment"], path.resolve(), src.text,
-                hashlib.sha256(src.text.encode()).hexdigest(), tuple(hosts.values()), components,
+    return Plan(data["experiment"], path.resolve(), text,
+                hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
@@ -245,7 +185,23 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
                 src.error(f"a host reached over SSH cannot be in a fan-out tree (fan_out: at line "
                           f"{src.line(('fan_out',))}); drop fan_out, or give its daemon's address",
                           ("hosts", name, "ssh"))
+        if spec and "ssh" in spec:
+            with src.checking():
+                _check_ssh(src, name, spec["ssh"])
     return {name: Host(name, **(spec or {})) for name, spec in given.items()}
+
+
+def _check_ssh(src: SourceFile, host: str, target: str) -> None:
+    """Warns of an SSH target this machine knows nowhere: no address, not in /etc/hosts nor
+    in the SSH config. Only those are read: `check` sends nothing off the machine."""
+    from .ssh import CONFIG_ENV, known_here  # paramiko: only for a file with SSH hosts
+
+    known, aliases = known_here(target)
+    if not known:
+        name = target.rpartition("@")[2].partition(":")[0]
+        src.warn(f"host '{host}': '{name}' is no address, no alias of the SSH config (~/.ssh/config, "
+                 f"${CONFIG_ENV}) and not in /etc/hosts{suggest(name, aliases)}; unless DNS knows it "
+                 "(check asks no server), the run cannot reach it", ("hosts", host, "ssh"))
 
 
 def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str, Host],
@@ -342,6 +298,24 @@ def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synce
         src.error("'launch' must be the first step", where)
     if phase == "collect" and i != steps - 1:
         src.error("'collect' must be the last step", where)
+
+
+def _check_needs(src: SourceFile, raw: list[Any], components: tuple[Component, ...], hosts: int) -> None:
+    """A step's `need` is at most the participants it can have: those it lists, or each
+    program that may register its phase (all but those whose file registers others only),
+    each plain command the phase starts or stops, and in a node-wide step each host's daemon."""
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not item.get("need") or item.get("components"):
+            continue  # a step that lists its components is checked with them (_check_step)
+        phase = item["phase"]
+        who = [c.name for c in components if takes_part(c, phase)]
+        count = len(who) + (hosts if phase in NODE_STEPS else 0)
+        if item["need"] > count:
+            daemons = f" and {hosts} host daemon(s)" if phase in NODE_STEPS else ""
+            with src.checking():
+                src.error(f"need {item['need']} in step '{phase}', which has at most {count} "
+                          f"participant(s): {listing(who) if who else 'no component'}{daemons}",
+                          ("schedule", i, "need"))
 
 
 def _check_plain_phases(src: SourceFile, components: tuple[Component, ...],

@@ -115,6 +115,7 @@ class Pair:
     end: str
     start_component: str | None = None
     end_component: str | None = None
+    match: str = "all"  # which ends of a tag: all, first, last (analysis/pairs.py)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ clock, and each daemon starts at that instant by its own clock estimate (daemon/
 Either way each ack carries the daemon's clock estimate at the moment the phase began
 (`entry_clock`), so every participant's start is put on the global timeline with a bound,
 and the step's release skew is the spread of those starts: max - min, give or take the
-bounds of the two hosts at its ends.
+bounds of the two hosts at its ends. It is measured twice: where each program began its
+callback (the `started` nodelib stamps in its ack: where the participants start, what a
+user's experiment sees) and where each daemon began the phase (what the release itself
+achieved; the programs start later, each after its daemon handed it the step).
 """
 
 from __future__ import annotations
@@ -37,35 +40,64 @@ def instant_ns(lead: float, controller_offset_ns: int) -> int:
     return time.time_ns() - controller_offset_ns + round(lead * 1e9)
 
 
+def planned(lead: float, controller_offset_ns: int) -> dict[str, Any]:
+    """A `release: at` step's release as its record keeps it: the instant on the reference
+    clock `lead` seconds from now, the lead, and the instant on this controller's clock
+    (where each host's time in the step begins)."""
+    instant = instant_ns(lead, controller_offset_ns)
+    return {"mode": "at", "instant_ns": instant, "lead_s": lead,
+            "instant_controller_ns": instant + controller_offset_ns}
+
+
+def began_ns(step: dict[str, Any], sent_ns: int) -> int:
+    """When a host's part in a step began, on the controller's clock, from its step record:
+    when the step was sent to it, or with `release: at` the instant (the lead is nobody's
+    time: a host's time in the step counts from the release)."""
+    return max(sent_ns, step.get("release", {}).get("instant_controller_ns", sent_ns))
+
+
 def skew(step: dict[str, Any], folded: AckSummary | None = None) -> dict[str, Any]:
     """The release skew of a finished step's record and the acks a fan-out tree folded
-    for it: the spread of its participants' starts on the global timeline (`skew_ns`, by
-    the estimates; `at_most_ns`, the widest it can be within their bounds), the
-    participants at its ends, and every start that missed its instant, could not be
-    placed, had no clock estimate for the instant or was refused real-time priority for
-    its wake-up."""
+    for it, where the programs began their callbacks (`program`: their spread on the global
+    timeline, `skew_ns` by the estimates and `at_most_ns` the widest it can be within their
+    bounds, the participants at its ends, how many `starts`) and where the daemons began
+    the phase (the same at the top level); and every start that missed its instant, could
+    not be placed, had no clock estimate for the instant or was refused real-time priority
+    for its wake-up."""
     starts = folded if folded is not None else AckSummary()
     for host, entry in step.get("hosts", {}).items():
         for name, info in entry.get("components", {}).items():
             if "entered_ns" in info:  # else skipped, or never acked
                 starts.add_start(f"{host}/{name}", info)
-    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"), "starts": starts.starts}
+    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"),
+                            "starts": starts.daemons.count}
     if starts.unplaced:
         said["unplaced"] = starts.unplaced  # acks without a clock estimate
     if starts.missed:
         said["missed_ns"] = starts.missed
     said.update({flag: hosts for flag, hosts in starts.flagged.items() if hosts})
-    if starts.starts >= 2 and starts.first is not None and starts.last is not None:
-        said.update(skew_ns=starts.last[0] - starts.first[0], first=starts.first[1], last=starts.last[1],
-                    at_most_ns=starts.high - starts.low)  # type: ignore[operator]
+    said.update(starts.daemons.said())
+    if programs := starts.programs.said():
+        said["program"] = {"starts": starts.programs.count, **programs}
     return said
 
 
 def skew_text(said: dict[str, Any]) -> str:
-    """The release skew in a few words, and what went wrong with the release, for the live line."""
-    skew = (f"{said['mode']} release skew {_spread(said['skew_ns'])} (at most {_spread(said['at_most_ns'])})"
-            if "skew_ns" in said else "")
+    """The release skew in a few words, and what went wrong with the release, for the live line:
+    the programs' (where the participants start), beside the daemons'."""
+    program = said.get("program")
+    parts = [f"{_spread(program['skew_ns'])} at the programs (at most {_spread(program['at_most_ns'])})"] \
+        if program else []
+    if "skew_ns" in said:
+        parts.append(f"{_spread(said['skew_ns'])} at the daemons (at most {_spread(said['at_most_ns'])})")
+    skew = f"{said['mode']} release skew {', '.join(parts)}" if parts else ""
     return "; ".join(part for part in (skew, troubles(said)) if part)
+
+
+def headline_ns(said: dict[str, Any]) -> int | None:
+    """A step's release skew in one figure: the programs' where they stamped their starts,
+    else the daemons'; None if fewer than two starts were placed."""
+    return said.get("program", said).get("skew_ns")
 
 
 def troubles(said: dict[str, Any]) -> str:

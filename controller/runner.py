@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from netspec.analysis.usercode import NONE, UserCode
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import Interrupted, NetspecError
 from netspec.protocol.messages import netspec_version
@@ -123,15 +124,15 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         if not options.quiet:
             output.out("")  # end the progress line before the error goes to stderr
         output.err(summary.error_lines(exc))
-        merged = _merge_at_end(rundir.path, options)
-        output.err([*merged.lines, took(),
+        merged = _merge_at_end(rundir.path, options, plan)
+        output.err([*summary.after_failure(merged.lines), took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
         return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
     if not options.quiet:
         for line in summary.run_lines(rundir.path, rundir.record):
             output.out(line)
     # The run went well even if its merge did not: that is said, and `fetch` tries again.
-    merged = _merge_at_end(rundir.path, options)
+    merged = _merge_at_end(rundir.path, options, plan)
     if not options.quiet:
         for line in merged.lines:
             output.out(line)
@@ -155,11 +156,13 @@ class Merged:
     seconds: float = 0.0
 
 
-def _merge_at_end(run: Path, options: RunOptions) -> Merged:
-    """The merge a run ends with, or what it says when --no-merge asked for none."""
+def _merge_at_end(run: Path, options: RunOptions, plan: Plan) -> Merged:
+    """The merge a run ends with, or what it says when --no-merge asked for none. The user's
+    own decoders and filters the experiment file names run: the user is running that file."""
     if not options.merge:
         return Merged(True, [f"{NOT_MERGED}: `ns_control fetch RUN` merges it"])
-    return merge(run, options.output)
+    code = UserCode(plan.decoders, tuple(spec["filter"] for spec in plan.graph.values()), plan.path.parent)
+    return merge(run, options.output, code=code)
 
 
 class MergeInterrupted(KeyboardInterrupt):
@@ -168,10 +171,11 @@ class MergeInterrupted(KeyboardInterrupt):
     which merges again), never as a traceback."""
 
 
-def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
+def merge(run: Path, output: Output, out: Path | None = None, code: UserCode = NONE) -> Merged:
     """Merge a run's streams, gathered in full or not; the run's own files stay as they are
     whatever happens here. A failure is said on `output` at once; what the merge made is
-    returned for the caller to show or not.
+    returned for the caller to show or not. Only the user's own decoders and filters in
+    `code` run (resultset.merge_run).
 
     Raises:
         MergeInterrupted: Ctrl-C or SIGTERM during the merge: said on `output` with how to
@@ -179,7 +183,7 @@ def merge(run: Path, output: Output, out: Path | None = None) -> Merged:
     """
     try:
         with _terminate_interrupts():
-            merged = _merge(run, output, out)
+            merged = _merge(run, output, out, code)
     except (KeyboardInterrupt, RuntimeError) as exc:
         if not _interrupted(exc):
             raise
@@ -235,7 +239,7 @@ def _interrupts_ignored() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous[1])
 
 
-def _merge(run: Path, output: Output, out: Path | None) -> Merged:
+def _merge(run: Path, output: Output, out: Path | None, code: UserCode) -> Merged:
     started = time.monotonic()
     # The merge's libraries load here, not with ns_control: a run with --no-merge, and every
     # command that merges nothing, starts without them.
@@ -244,7 +248,7 @@ def _merge(run: Path, output: Output, out: Path | None) -> Merged:
     from netspec.web.report import write_report
 
     try:
-        result = merge_run(run, out)
+        result = merge_run(run, out, code)
     except (OSError, ValueError, NetspecError, duckdb.Error) as exc:
         if _interrupted(exc):
             raise

@@ -11,6 +11,8 @@ the connection (what `ssh -L` does), so a daemon there can listen on its own 127
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import logging
 import os
 import select
@@ -67,6 +69,37 @@ def resolve(target: str) -> SSHTarget:
         user=user or found.get("user") or None,  # type: ignore[arg-type]
         identity_files=tuple(str(Path(p).expanduser()) for p in found.get("identityfile", [])),  # type: ignore[attr-defined]
         **({"known_hosts": known_files} if known_files else {}))
+
+
+HOSTS_FILE = Path("/etc/hosts")
+
+
+def known_here(target: str) -> tuple[bool, list[str]]:
+    """Whether the host of `[user@]host[:port]` is known on this machine without asking the
+    network (what `check` may do): an address, a name of /etc/hosts, or a host the SSH config
+    names (a `Host` line without wildcards, or one that gives it a HostName). Also the SSH
+    config's host names, for a "did you mean"."""
+    name = target.rpartition("@")[2].partition(":")[0]
+    configs, aliases, listed = _local_names(tuple((str(p), p.stat().st_mtime_ns) for p in _config_files()))
+    known = name == "localhost" or name in aliases or name in listed
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(name)
+        known = True
+    known = known or any(c.lookup(name).get("hostname", name) != name for c in configs)
+    return known, aliases
+
+
+@functools.cache
+def _local_names(files: tuple[tuple[str, int], ...]) -> tuple[list[paramiko.SSHConfig], list[str], set[str]]:
+    """The SSH config files (each read once per version: a fleet's file names many hosts),
+    their host names without wildcards, and the names /etc/hosts gives."""
+    configs = [paramiko.SSHConfig.from_path(path) for path, _ in files]
+    aliases = sorted({h for c in configs for h in c.get_hostnames() if not set(h) & set("*?!")})
+    listed: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in HOSTS_FILE.read_text().splitlines():
+            listed.update(line.partition("#")[0].split()[1:])
+    return configs, aliases, listed
 
 
 def _config_files() -> list[Path]:

@@ -72,6 +72,28 @@ class Stragglers:
         self.progress(Progress("outcome", phase, host, "killed", text=f"{name}: {why}"))
         self.save()
 
+    def died(self, barrier: Barrier, host: str, name: str, why: str, current: Barrier | None) -> bool:
+        """Component `name` on `host`, a participant of k-of-n `barrier`, died before it
+        acked (or as it acked an error): it fails there as a raise would, said on its own
+        line, and is out of the rest of the run. False if the step cannot get through
+        without it (the run fails)."""
+        acked = (host, name) in barrier.acks  # its error ack came first: already a trouble
+        if not acked and not barrier.add(host, name, {"status": m.ACK_ERROR, "message": why}):
+            return False
+        phase = barrier.step.phase
+        entry = self.record["steps"][barrier.index]["hosts"][host]["components"]
+        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "error", "died": True,
+                       "message": entry.get(name, {}).get("message") or why}
+        self.ended[name] = f"ended in phase '{phase}': {why}"
+        for later in [current, *self.waiting.values()]:
+            if later is not None and later is not barrier:
+                later.drop(host, name)
+        if not acked:
+            self.trouble(phase, host, name, why)
+        self.progress(Progress("outcome", phase, host, "died", text=f"{name} died: {why}"))
+        self.save()
+        return True
+
     def late_ack(self, index: int, host: str, name: str, ack: dict[str, Any]) -> bool:
         """An ack of a step whose barrier opened before it: recorded with how late it came.
         False if no k-of-n step of that index waits for it."""

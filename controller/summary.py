@@ -12,6 +12,9 @@ from netspec.protocol.messages import worst_status
 from netspec.protocol.runrecord import MERGED, cut_short_texts
 
 from .progress import Progress
+from .release import began_ns as release_began
+from .release import headline_ns as release_headline
+from .release import skew_text as release_text
 from .release import troubles as release_troubles
 
 if TYPE_CHECKING:
@@ -41,14 +44,18 @@ class LiveLine:
     def __init__(self) -> None:
         self.unlisted: list[tuple[float, str]] = []  # the slowest of those counted
         self.counted = self.listed = 0
+        self.step = ""  # the step whose line is open, if any
 
     def text(self, event: Progress) -> tuple[str, bool]:
         """The text for one progress event, and whether it ends a line."""
         if event.kind == "step":
-            self.unlisted, self.counted, self.listed = [], 0, 0
+            self.unlisted, self.counted, self.listed, self.step = [], 0, 0, event.step
             return f"  {event.step:<16}", False
-        if event.kind == "outcome":  # a k-of-n step's straggler, while later steps go on
-            return f" [{event.step}: {event.host}/{event.text}]", False
+        if event.kind == "outcome":
+            # A k-of-n step's participant that failed, died, was late or was ended after its
+            # barrier opened: a line of its own, naming it; the open step's line goes on below.
+            said = f"    {event.step}: {event.host}/{event.text}"
+            return (f"\n{said}\n  {self.step:<16}", False) if self.step else (said, True)
         if event.kind == "salvaged":  # a lost daemon's host, gathered without it
             return f" [salvaged host {event.host}: {event.text}]", False
         if event.kind == "notice":
@@ -66,6 +73,7 @@ class LiveLine:
             note = f" ({event.text})" if event.text and event.status != "ok" else ""
             mark = MARK.get(event.status, event.status)
             return f" {event.host} {mark} {seconds(event.seconds)}{note} ", False
+        self.step = ""
         counted = _more_ok(self.counted, self.unlisted, self.listed)
         said = f"; {event.text}" if event.text else ""
         return f"{' ' if counted else ''}{counted} [{seconds(event.seconds)}{said}]", True
@@ -104,11 +112,13 @@ def _step_hosts(step: dict[str, Any], only: str | None) -> str:
         if only is not None and host != only:
             continue
         comps = info.get("components", {})
-        # A component still in the step when the run failed, ended with it, is no failure.
-        live = [c["status"] for c in comps.values() if c.get("outcome") != "ended"]
-        worst = worst_status(live) if live or not comps else "ended"
+        # A component still in the step when the run failed, ended with it, is no failure;
+        # nor is one skipped there, having left the run in an earlier step (said there).
+        live = [c["status"] for c in comps.values() if c.get("outcome") not in ("ended", "skipped")]
+        quiet = "ended" if any(c.get("outcome") == "ended" for c in comps.values()) else "skipped"
+        worst = worst_status(live) if live or not comps else quiet
         if "done_ns" in info and "sent_ns" in info:
-            took = (info["done_ns"] - info["sent_ns"]) / 1e9
+            took = (info["done_ns"] - release_began(step, info["sent_ns"])) / 1e9
             if worst == "ok" and len(parts) >= LISTED_OK:
                 rest.append((took, host))
             else:
@@ -130,11 +140,14 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
     unsaid = 0
     for step in record.get("steps", []):
         release = step.get("release", {})
-        skew = seconds(release["skew_ns"] / 1e9) if "skew_ns" in release else "-"
+        headline = release_headline(release)
+        skew = seconds(headline / 1e9) if headline is not None else "-"
         phase = step["phase"] + (" (at)" if release.get("mode") == "at" else "")
         lines.append(f"  {phase:<16} {step['status']:<8} "
                      f"{seconds(step.get('duration_s')):>8} {skew:>8}  {_step_hosts(step, only)}")
-        if troubles := release_troubles(release):
+        if release.get("mode") == "at" and (said := release_text(release)):
+            lines.append(f"  {'':<16} {said}")  # the programs' skew beside the daemons', and what went wrong
+        elif troubles := release_troubles(release):
             lines.append(f"  {'':<16} {troubles}")
         for host, info in step.get("hosts", {}).items():
             for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
@@ -170,7 +183,8 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
     if record.get("error"):
         error = record["error"]
         partial = record["status"] == "partial"
-        lines.append("  partial:" if partial else f"  stopped in phase '{error.get('phase')}':")
+        stopped = f"in phase '{error['phase']}'" if error.get("phase") else "before the first step"
+        lines.append("  partial:" if partial else f"  stopped {stopped}:")
         for text in [error["message"], *error.get("causes", [])]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
@@ -214,14 +228,28 @@ def host_lines(outcome: dict[str, Any]) -> list[str]:
             for host, r in outcome.items()]
 
 
+WARNING = "  warning: "  # how a merge's warning begins, among its lines
+
+
 def merge_lines(result: ResultSet, took_s: float) -> list[str]:
     """What the merge made of a run: counts, the causality check, warnings."""
     lines = [f"merged: {result.records} records, {result.samples} sample values, {result.intervals} "
              f"intervals on one timeline in {seconds(took_s)} -> {result.directory}"]
     lines += [f"  causality {c.text()}" for c in result.causality]
     lines += [f"  workload {w.text()}" for w in result.workloads]
-    lines += [f"  warning: {w}" for w in result.warnings]
+    lines += [f"{WARNING}{w}" for w in result.warnings]
     return lines
+
+
+def after_failure(lines: list[str]) -> list[str]:
+    """A failed run's merge lines, its warnings counted: most follow from the failure (a
+    process gone, a pair with no ends) and would bury the error above them."""
+    warnings = [line for line in lines if line.startswith(WARNING)]
+    if not warnings:
+        return lines
+    kept = [line for line in lines if not line.startswith(WARNING)]
+    return [*kept[:1], f"  {len(warnings)} warning(s), most likely following from the error above "
+            "(merged/summary.json lists them; `ns_control fetch RUN` shows them)", *kept[1:]]
 
 
 def wall_line(total_s: float, run_s: float | None, merge_s: float) -> str:

@@ -6,49 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from netspec.clksync import packets
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
 
 from . import release
+from .component import ComponentSpec
 from .facts import host_facts
 from .relay import Emit, Relay
+from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run
 from .sampler import config_from_wire
-from .supervisor import ComponentSpec, Supervisor
-
-
-class DaemonControl(Protocol):
-    """What a handler may do to the daemon: find its root and the runs set up on it, stop it."""
-
-    root: Path
-    key: bytes
-    runs: dict[str, Any]  # run id -> the session that set it up
-
-    def stop(self) -> None: ...
-
-
-class Session(Protocol):
-    """What a handler sees of the connection it answers (server.Session): the daemon, the
-    run it set up, the task group that owns the run's tasks, and a way to send events."""
-
-    daemon: DaemonControl
-    supervisor: Supervisor | None
-    tg: asyncio.TaskGroup
-    lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
-    relay: Relay | None  # the run's fan-out tree below this daemon, on its controller's session
-    joined: bool  # a parent's relay connection: it uses the run, another session owns it
-
-    async def end_run(self) -> None: ...
-
-    def emit(self, message: dict[str, Any]) -> None: ...
-
+from .supervisor import Supervisor
 
 log = logging.getLogger("netspecd")
 
@@ -58,11 +33,8 @@ ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
-
-def _supervisor(session: Session) -> Supervisor:
-    if session.supervisor is None:
-        raise NetspecError("no run is set up on this daemon connection")
-    return session.supervisor
+# clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
+MAX_PROBE_INTERVAL_MS = 3_600_000.0
 
 
 async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -71,15 +43,17 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+    """Set up a run on this connection (ending the one it had). Refused beside another
+    controller's live run unless the request says `share: true`, naming that run."""
     async with session.lifecycle:
-        run = request.get("run")
-        holder = session.daemon.runs.get(run) if isinstance(run, str) else None
-        if holder is not None and holder is not session:
-            raise NetspecError(f"run {request['run']!r} is set up by another controller on this daemon")
+        token = check_setup(session, request)
         await session.end_run()
         specs = [ComponentSpec.from_wire(c) for c in request["components"]]
-        sup = Supervisor(run, session.daemon.root, specs, session, session.tg, request.get("host", ""),
-                         request.get("streams"), config_from_wire(request.get("camp")))
+        run = request.get("run")  # checked where it becomes a path (safe_name)
+        sup = Supervisor(run, session.daemon.root, specs, session, session.tg,  # type: ignore[arg-type]
+                         request.get("host", ""), request.get("streams"),
+                         config_from_wire(request.get("camp")))
+        sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.services.open()
         await release.prepare()
@@ -92,7 +66,7 @@ def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
     go up in batches (relay.py). Answered as it is read (INLINE_HANDLERS): nothing here
     waits, and a node step of this daemon's own is acked before the next frame is read."""
-    sup = _supervisor(session)
+    sup = acted_on(session)
     _check_enter(request)
     comps, emit = request.get("components", []), session.emit
     if "hosts" in request:
@@ -132,9 +106,12 @@ def _check_enter(request: dict[str, Any]) -> None:
 
 
 def _relay(session: Session, sup: Supervisor) -> Relay:
-    """The run's relay on this daemon: its controller's session holds it (a leaf of the
-    tree gets one at its first relayed step, with no children)."""
-    owner = session.daemon.runs.get(sup.run_id, session)
+    """The run's relay on this daemon: its controller's session holds it and closes it
+    when the run ends (a leaf of the tree gets one at its first relayed step, with no
+    children)."""
+    owner = session.daemon.runs.get(sup.run_id)
+    if owner is None or owner.supervisor is not sup:
+        raise NetspecError(f"run {sup.run_id!r} has ended on this daemon")
     if owner.relay is None:
         owner.relay = Relay(sup.host, owner.emit)
     return owner.relay
@@ -172,10 +149,11 @@ async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, A
                      released: dict[str, Any] | None, entered: int) -> None:
     phase, step, name = request["phase"], request["step"], comp["name"]
     deadline_s = request.get("deadline_s")
+    deadline = asyncio.get_running_loop().time() + deadline_s if deadline_s else None
     try:
         # The controller acts at the step's deadline; this bound is for when it cannot.
         async with asyncio.timeout(deadline_s + ENTER_GRACE_S if deadline_s else None):
-            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}))
+            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}), deadline)
     except TimeoutError:
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: no ack within the step's deadline "
                f"of {deadline_s:g} s (and {ENTER_GRACE_S:g} s more)"}
@@ -209,14 +187,14 @@ def _ack(sup: Supervisor, request: dict[str, Any], name: str, ack: dict[str, Any
 
 
 async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
-                     published: dict[str, Any]) -> dict[str, Any]:
+                     published: dict[str, Any], deadline: float | None) -> dict[str, Any]:
     if name == m.NODE:  # sync_clocks: every other node step is acked as it is read (_start)
         try:
             return await sync_clocks(sup, comp.get("params", {}))
         except NetspecError as exc:
             return _own_words(exc)
     sup.services.entered(step, phase, name)
-    return await sup.enter(name, phase, comp.get("params", {}), published)
+    return await sup.enter(name, phase, comp.get("params", {}), published, deadline)
 
 
 async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:
@@ -238,29 +216,39 @@ def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
 
 async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
-    sup = _supervisor(session)
+    sup = own_run(session, "end a component of")
     name = request["component"]
     if not isinstance(name, str) or name not in sup.components:
         raise NetspecError(f"unknown component {name!r}")
     comp = sup.components[name]
-    info = await comp.stop(grace=END_GRACE_S)
+    info = await comp.stop(grace=END_GRACE_S, deadline=_deadline(request))
     log.info("run %s: component %s ended as asked", sup.run_id, name)
     return {"returncode": info.get("returncode"), "forced": comp.forced}
 
 
+def _deadline(request: dict[str, Any]) -> float | None:
+    """The request's deadline (its `timeout_s`, which also bounds its handler) as a loop
+    time, a little before the handler's bound: what the handler waited for is said in its
+    own words, not as the bound's TimeoutError."""
+    timeout = request.get("timeout_s")
+    if not timeout:
+        return None
+    return asyncio.get_running_loop().time() + float(timeout) - min(0.5, float(timeout) / 10)
+
+
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
-        sup = session.supervisor
-        if sup is None:
+        if session.supervisor is None:
             return {"killed": 0}
-        killed = await sup.reset(clean=bool(request.get("clean")))
+        sup = own_run(session, "reset")
+        killed = await sup.reset(clean=bool(request.get("clean")), deadline=_deadline(request))
     log.info("run %s: reset%s, %d process(es) ended", sup.run_id,
              " and cleaned" if request.get("clean") else "", killed)
     return {"killed": killed}
 
 
 async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
-    sup = _supervisor(session)
+    sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
@@ -270,7 +258,7 @@ async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A slice of a collectable file; nothing else on the host can be read."""
     path = request["path"]
-    if path not in _supervisor(session).listed:
+    if path not in own_run(session, "read the files of").listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
     size = min(int(request.get("size", m.READ_LIMIT)), m.READ_LIMIT)
     data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
@@ -292,49 +280,61 @@ def read_regular(path: str, offset: int, size: int) -> bytes:
 async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """This host's part in clksync for the run: the probe server (role "serve", replies
     with its port) or a probe client of the reference host's server."""
-    clock = _supervisor(session).services.clock
+    clock = own_run(session, "start clksync in").services.clock
     kernel = request.get("timestamps", "kernel") == "kernel"
     key = request.get("key")
     if not isinstance(key, bytes) or len(key) < packets.KEY_BYTES:
         raise ProtocolError(f"clksync needs a probe key of at least {packets.KEY_BYTES} bytes")
-    if request["role"] == "serve":
+    if request.get("role") == "serve":
         # Every host of the run must reach it, at addresses only they know; what keeps
         # others out is the key.
         return {"port": clock.serve("0.0.0.0", key, kernel)}
-    clock.probe(request["peer"], request["address"], request["port"], key, request["interval_ms"] / 1000,
-                kernel)
+    interval, port = request.get("interval_ms"), request.get("port")
+    if (request.get("role") != "probe" or not isinstance(request.get("peer"), str)
+            or not isinstance(request.get("address"), str)
+            or not (type(port) is int and 0 < port < 65536)
+            or not (type(interval) in (int, float) and math.isfinite(interval)
+                    and 1 <= interval <= MAX_PROBE_INTERVAL_MS)):
+        raise ProtocolError(f"clksync takes role \"serve\", or role \"probe\" with peer (text), address "
+                            f"(text), port (1-65535) and interval_ms (1 to {MAX_PROBE_INTERVAL_MS:.0f}); "
+                            f"interval_ms was {str(interval)[:40]}")
+    clock.probe(request["peer"], request["address"], port, key, interval / 1000, kernel)
     return {}
 
 
 async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
     hosts: its subtree's hosts}]."""
-    sup = _supervisor(session)
+    sup = own_run(session, "build the tree of")
     children = request.get("children")
     if not isinstance(children, list) or not all(
             isinstance(c, dict) and isinstance(c.get("host"), str) and isinstance(c.get("hosts"), list)
+            and all(isinstance(h, str) for h in c["hosts"])
             and isinstance(c.get("address"), list) and len(c["address"]) == 2
             and isinstance(c["address"][0], str) and isinstance(c["address"][1], int) for c in children):
         raise ProtocolError("tree takes children ([{host, address: [ip, port], hosts: [host]}])")
+    check_subtrees(sup.host, children)
+    if sup.join_token is None:
+        raise NetspecError(f"run {sup.run_id!r} was set up without a join token: its hosts take no "
+                           "parent in a tree")
     relay = _relay(session, sup)
-    await relay.open(sup.run_id, session.daemon.key, children, session.tg)
+    await relay.open(sup.run_id, session.daemon.key, sup.join_token, children, session.tg)
     return {"children": len(relay.links)}
 
 
 async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """A parent in the run's fan-out tree: this connection relays the run's steps to it and
-    carries their acks back. It uses the run another session set up, and never ends it."""
-    owner = session.daemon.runs.get(request.get("run"))  # type: ignore[arg-type]
-    if owner is None or owner.supervisor is None:
-        raise NetspecError(f"no run {request.get('run')!r} is set up on this daemon")
-    session.supervisor, session.joined = owner.supervisor, True
+    carries their acks back. It uses the run another session set up, and never ends it
+    (who may join, runs.check_join)."""
+    session.supervisor, session.joined = check_join(session, request), True
     return {}
 
 
 async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is not None:
-            await session.supervisor.reset(clean=bool(request.get("clean")))
+            await own_run(session, "shut the daemon down under").reset(clean=bool(request.get("clean")),
+                                                                         deadline=_deadline(request))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
     return {}
 

@@ -18,9 +18,9 @@ from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
 
+from .component import KILL_GRACE_S
 from .orphans import adopt_orphans
 from .server import Daemon
-from .supervisor import KILL_GRACE_S
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -13,7 +13,9 @@ children's summaries into its own: the controller then reads one summary per fir
 host and step, whatever the fleet's size. Any other ack still goes up as itself.
 
 A daemon reaches its children over connections of its own, authenticated with the key
-the controller's connection was; a child attaches that connection to the run (`join`).
+the controller's connection was; a child attaches that connection to the run (`join`) when
+it shows the run's join token and names the host the child is in the run. The run's owner
+(the controller's session) holds the relay and closes its links when the run ends.
 """
 
 from __future__ import annotations
@@ -133,20 +135,28 @@ class Relay:
         self.links: dict[str, Link] = {}
         self.below: dict[str, Link] = {}  # every descendant -> the link to its subtree
         self.batches: dict[int, Batch] = {}
-        self.closing = False
+        self.opened = self.closing = False
 
-    async def open(self, run: str, key: bytes, children: list[dict[str, Any]], tg: asyncio.TaskGroup) -> None:
-        """Connect to every child, authenticate and join it to `run`; each link's events are
-        read in a task of `tg`."""
-        if self.links:
+    async def open(self, run: str, key: bytes, token: bytes, children: list[dict[str, Any]],
+                   tg: asyncio.TaskGroup) -> None:
+        """Connect to every child, authenticate and join it to `run` with the run's join
+        `token`; each link's events are read in a task of `tg` (the run owner's).
+
+        Raises:
+            NetspecError: the relay has children already, or a child could not be joined
+                (none of the links is left open then).
+        """
+        if self.opened or self.closing:
             raise NetspecError(f"host {self.host} is connected to its children in the tree already")
-        joined = await asyncio.gather(*(_join(run, key, c) for c in children), return_exceptions=True)
+        self.opened = True  # at once: a second `tree` meanwhile would leave one set of links unowned
+        joined = await asyncio.gather(*(_join(run, key, token, c) for c in children), return_exceptions=True)
         links = [j for j in joined if isinstance(j, Link)]
         failed = [j for j in joined if not isinstance(j, Link)]
-        if failed:
+        if failed or self.closing:  # the run ended meanwhile: no link outlives it
             for link in links:  # none half-made is left open
-                await link.channel.close()
-            raise failed[0]
+                await _close(link.channel)
+            raise failed[0] if failed else NetspecError(f"the run ended on host {self.host} as its tree "
+                                                        "was being connected")
         for link in links:
             self.links[link.child] = link
             self.below.update(dict.fromkeys(link.hosts, link))
@@ -201,21 +211,23 @@ class Relay:
                                                           f"{self.host}): {error.get('message', '')}"}})
 
     async def close(self) -> None:
+        """Send what the batches hold and close every link (each child's joined connection
+        ends, and with it the cap slot it held there)."""
         self.closing = True
         for batch in self.batches.values():
             batch.flush()
         for link in self.links.values():
-            await link.channel.close()
+            await _close(link.channel)
 
 
-async def _join(run: str, key: bytes, child: dict[str, Any]) -> Link:
+async def _join(run: str, key: bytes, token: bytes, child: dict[str, Any]) -> Link:
     name, address, hosts = child["host"], child["address"], frozenset(child["hosts"])
     channel: Channel | None = None
     try:
         async with asyncio.timeout(JOIN_TIMEOUT_S):
             channel = await Channel.connect(address[0], address[1], peer=f"host {name}")
             await client_handshake(channel, key)
-            channel.send({"t": m.JOIN, "id": 1, "run": run})
+            channel.send({"t": m.JOIN, "id": 1, "run": run, "host": name, "token": token})
             reply = await channel.recv()
     except (OSError, NetspecError, TimeoutError) as exc:
         await _close(channel)

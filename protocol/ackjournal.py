@@ -23,9 +23,10 @@ from .wire import MAX_FRAME
 
 ACK_JOURNAL = "run.acks"
 ZLIB = "zlib"  # a frame whose records are deflated, as its first level sent them
-ENTRY_FIELDS = {"status": str, "message": str, "entered_ns": int, "acked_ns": int, "start_ns": int,
-                "start_bound_ns": int, "release_at_ns": int, "release_bound_ns": int,
-                "release_missed_ns": int, "release_unsynchronised": bool, "release_realtime_refused": bool}
+ENTRY_FIELDS = {"status": str, "message": str, "entered_ns": int, "acked_ns": int, "started_ns": int,
+                "start_ns": int, "program_start_ns": int, "start_bound_ns": int, "release_at_ns": int,
+                "release_bound_ns": int, "release_missed_ns": int, "release_unsynchronised": bool,
+                "release_realtime_refused": bool}
 
 
 def frame(index: int, received_ns: int, records: bytes, compressed: bool = False) -> bytes:

@@ -4,8 +4,9 @@ does not grow with the fleet (docs/protocol.md, "acks").
 
 A summary counts the acks and the hosts, names the slowest hosts (the longest from entry
 to last ack, on each host's clock), keeps the two ends of the step's release skew and the
-widest spread within the bounds, lists the starts that could not be placed or were late
-for their instant, and holds each ack's run.json entry as msgpack bytes. Relays join
+widest spread within the bounds (of the daemons' starts, and of the programs' callbacks:
+`programs`), lists the starts that could not be placed or were late for their instant,
+and holds each ack's run.json entry as msgpack bytes. Relays join
 their children's bytes without reading them; the controller appends them to the run's
 ack journal (runrecord.ACK_JOURNAL) without reading them either, and run.json gets them
 when the run ends (runrecord.fold_ack_journal).
@@ -43,6 +44,10 @@ def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
     if "entry_clock" in ack:
         offset, bound = ack["entry_clock"]
         kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
+        if isinstance(ack.get("started"), int):
+            # The program's own start of its callback, on its host's clock (nodelib stamps it):
+            # where the participant starts, placed by the same estimate, milliseconds apart.
+            kept["program_start_ns"] = ack["started"] - offset
     release = ack.get("release") or {}
     for said in ("at_ns", "bound_ns"):  # the instant on the host's clock, and how far off it may be
         if isinstance(release.get(said), int):
@@ -58,7 +63,43 @@ def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
 def entry(ack: dict[str, Any]) -> dict[str, Any]:
     """A component's entry in its step's record, but for when the controller received it."""
     return {"status": ack["status"], "message": ack.get("message", ""), "entered_ns": ack["entered"],
-            "acked_ns": ack["acked"], **start_on_timeline(ack)}
+            "acked_ns": ack["acked"], **({"started_ns": ack["started"]} if isinstance(ack.get("started"), int)
+                                         else {}), **start_on_timeline(ack)}
+
+
+class Spread:
+    """Starts on the global timeline: how many, the first and the last ([start_ns,
+    "host/component"]), and the widest spread within their bounds (low, high)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[Any] | None = None
+        self.last: list[Any] | None = None
+        self.low: int | None = None  # the earliest start minus its bound
+        self.high: int | None = None  # the latest start plus its bound
+
+    def add(self, count: int, first: list[Any], last: list[Any], low: int, high: int) -> None:
+        if self.count == 0:
+            self.first, self.last, self.low, self.high = first, last, low, high
+        else:
+            self.first = min(self.first, first)  # type: ignore[type-var]
+            self.last = max(self.last, last)  # type: ignore[type-var]
+            self.low, self.high = min(self.low, low), max(self.high, high)  # type: ignore[type-var]
+        self.count += count
+
+    def one(self, start: int, bound: int, who: str) -> None:
+        self.add(1, [start, who], [start, who], start - bound, start + bound)
+
+    def wire(self) -> list[Any]:
+        return [self.count, self.first, self.last, self.low, self.high]
+
+    def said(self) -> dict[str, Any]:
+        """Its spread by the estimates (`skew_ns`), its ends, and the widest it can be
+        (`at_most_ns`); nothing for fewer than two starts."""
+        if self.count < 2 or self.first is None or self.last is None:
+            return {}
+        return {"skew_ns": self.last[0] - self.first[0], "first": self.first[1], "last": self.last[1],
+                "at_most_ns": self.high - self.low}  # type: ignore[operator]
 
 
 class AckSummary:
@@ -66,12 +107,10 @@ class AckSummary:
     summaries, merged by the controller from its first level's."""
 
     def __init__(self) -> None:
-        self.acks = self.hosts = self.starts = 0
+        self.acks = self.hosts = 0
         self.slowest: list[list[Any]] = []  # [took_ns, host], slowest first
-        self.first: list[Any] | None = None  # [start_ns, "host/component"]
-        self.last: list[Any] | None = None
-        self.low: int | None = None  # the earliest start minus its bound
-        self.high: int | None = None  # the latest start plus its bound
+        self.daemons = Spread()  # where each daemon began the phase
+        self.programs = Spread()  # where each program began its callback
         self.unplaced: list[str] = []  # acks without a clock estimate
         self.missed: dict[str, int] = {}
         self.flagged: dict[str, list[str]] = {flag: [] for flag in FLAGS}
@@ -91,8 +130,9 @@ class AckSummary:
     def add_start(self, who: str, kept: dict[str, Any]) -> None:
         """The start of one participant (`who`: host/component), from its step entry."""
         if "start_ns" in kept:
-            start, bound = kept["start_ns"], kept["start_bound_ns"]
-            self._starts(1, [start, who], [start, who], start - bound, start + bound)
+            self.daemons.one(kept["start_ns"], kept["start_bound_ns"], who)
+            if "program_start_ns" in kept:
+                self.programs.one(kept["program_start_ns"], kept["start_bound_ns"], who)
         else:
             self.unplaced.append(who)
         if kept.get("release_missed_ns"):
@@ -107,7 +147,10 @@ class AckSummary:
         self.hosts += wire["hosts"]
         self._slow(wire["slowest"])
         if wire["starts"]:
-            self._starts(wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"])
+            self.daemons.add(wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"])
+        programs = wire.get("programs")  # a relay of an older netspec sends none
+        if programs and programs[0]:
+            self.programs.add(*programs)
         self.unplaced.extend(wire["unplaced"])
         self.missed.update(wire["missed"])
         for flag in FLAGS:
@@ -121,24 +164,17 @@ class AckSummary:
         they shrink 5x, but deflating costs 70 us however few they are."""
         records = b"".join(self.records)
         compress = compress and len(records) >= COMPRESS_FROM
-        return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": self.starts,
-                "first": self.first, "last": self.last, "low": self.low, "high": self.high,
-                "unplaced": self.unplaced, "missed": self.missed, **self.flagged,
+        daemons = self.daemons
+        return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": daemons.count,
+                "first": daemons.first, "last": daemons.last, "low": daemons.low, "high": daemons.high,
+                "programs": self.programs.wire(), "unplaced": self.unplaced, "missed": self.missed,
+                **self.flagged,
                 **({"records": zlib.compress(records, 1), "zlib": True} if compress
                    else {"records": records})}
 
     def _slow(self, slowest: list[list[Any]]) -> None:
         if slowest:
             self.slowest = sorted([*self.slowest, *slowest], key=lambda s: s[0], reverse=True)[:SLOWEST]
-
-    def _starts(self, count: int, first: list[Any], last: list[Any], low: int, high: int) -> None:
-        if self.starts == 0:
-            self.first, self.last, self.low, self.high = first, last, low, high
-        else:
-            self.first = min(self.first, first)  # type: ignore[type-var]
-            self.last = max(self.last, last)  # type: ignore[type-var]
-            self.low, self.high = min(self.low, low), max(self.high, high)  # type: ignore[type-var]
-        self.starts += count
 
 
 def problem(wire: Any, allowed: Callable[[str], bool], compressed: bool = False) -> str | None:
@@ -157,19 +193,28 @@ def problem(wire: Any, allowed: Callable[[str], bool], compressed: bool = False)
     if not isinstance(wire.get("records"), bytes):
         return "a summary without its records"
     ends = [wire.get(k) for k in ("first", "last")]
-    if wire["starts"] and not (all(_mark(e) for e in ends) and isinstance(wire.get("low"), int)
-                               and isinstance(wire.get("high"), int)):
+    if not _spread(wire["starts"], *ends, wire.get("low"), wire.get("high")):
         return "a summary whose starts have no ends"
+    programs = wire.get("programs", [0, None, None, None, None])
+    if not (isinstance(programs, list) and len(programs) == 5 and isinstance(programs[0], int)
+            and programs[0] >= 0 and _spread(*programs)):
+        return "a summary whose programs' starts are malformed"
+    marks = [*(ends if wire["starts"] else []), *(programs[1:3] if programs[0] else [])]
     slowest, missed = wire.get("slowest"), wire.get("missed")
     lists = [wire.get(k) for k in ("unplaced", *FLAGS)]
     if not (isinstance(slowest, list) and all(_mark(s) for s in slowest) and isinstance(missed, dict)
             and all(isinstance(v, int) for v in missed.values())
             and all(isinstance(names, list) for names in lists)):
         return "a summary whose slowest, unplaced, missed or flagged hosts are malformed"
-    whos = itertools.chain((e[1] for e in ends if wire["starts"]), missed, *lists)
+    whos = itertools.chain((e[1] for e in marks), missed, *lists)
     named = [s[1] for s in slowest] + [_host(w) for w in whos]
     strangers = sorted({str(h) for h in named if not isinstance(h, str) or not allowed(h)})
     return f"a summary naming hosts {strangers[:5]} outside its subtree" if strangers else None
+
+
+def _spread(count: int, first: Any, last: Any, low: Any, high: Any) -> bool:
+    """Whether a Spread from the wire has its ends where it counts starts."""
+    return not count or (_mark(first) and _mark(last) and isinstance(low, int) and isinstance(high, int))
 
 
 def _mark(pair: Any) -> bool:

@@ -71,7 +71,12 @@ def _seals(key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[Seal, Seal]:
 
 
 async def server_handshake(channel: Channel, key: bytes) -> None:
-    """Authenticate the client on `channel`; raises AuthError (after telling the peer)."""
+    """Authenticate the client on `channel`; raises AuthError (after telling the peer).
+
+    The channel decodes only the frame the handshake asks for (`Channel.hold`): whatever
+    the client writes after its auth, in the same segment or not, is decoded under the
+    seal, and a frame without it ends the connection."""
+    channel.hold()
     limit, channel.decoder.max_frame = channel.decoder.max_frame, HANDSHAKE_FRAME_LIMIT
     nonce_s = os.urandom(NONCE_BYTES)
     channel.send({"t": "challenge", "nonce": nonce_s, "proto": PROTOCOL_VERSION})
@@ -95,7 +100,12 @@ async def server_handshake(channel: Channel, key: bytes) -> None:
 
 
 async def client_handshake(channel: Channel, key: bytes) -> None:
-    """Prove the key to the daemon and check that the daemon knows it too."""
+    """Prove the key to the daemon and check that the daemon knows it too; raises AuthError.
+
+    As in `server_handshake`, what the daemon writes after its welcome is decoded only
+    under the seal."""
+    channel.hold()
+    limit, channel.decoder.max_frame = channel.decoder.max_frame, HANDSHAKE_FRAME_LIMIT
     challenge = await channel.recv()
     if challenge is not None and challenge["t"] == "error":
         raise AuthError(f"the daemon refused the connection: {challenge.get('error', {}).get('message')}",
@@ -112,11 +122,15 @@ async def client_handshake(channel: Channel, key: bytes) -> None:
     channel.send({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", nonce_s, nonce_c)})
     await channel.drain()
     reply = await channel.recv()
-    if reply is None or reply["t"] != "welcome":
+    if reply is None:
+        raise AuthError("the daemon hung up during the handshake (one with too many connections "
+                        "in their handshake drops the oldest: try again)", channel.peer)
+    if reply["t"] != "welcome":
         raise AuthError("the daemon refused our key (do both sides share the same key file?)",
                         channel.peer)
     mac = reply.get("mac")
     if not isinstance(mac, bytes) or not hmac.compare_digest(mac, _mac(key, b"server", nonce_c, nonce_s)):
         raise AuthError("the daemon failed to prove it knows the key", channel.peer)
+    channel.decoder.max_frame = limit
     to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
     channel.seal(outgoing=to_daemon, incoming=to_controller)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import socket
+import sys
+import termios
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -42,6 +45,7 @@ class Channel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._ready: deque[dict[str, Any]] = deque()
         self._seal: Seal | None = None
+        self._held = False  # in a handshake: a frame is decoded only when `recv` asks for it
         self._take: Take | None = None
         self._eof = False
         self._error: BaseException | None = None
@@ -73,11 +77,25 @@ class Channel(asyncio.Protocol):
             task.add_done_callback(tasks.discard)
         return await loop.create_server(lambda: cls(on_open=opened), host, port)
 
+    def hold(self) -> None:
+        """Decode no frame until `recv` asks for one, and then that one alone, until `seal`:
+        what a handshake's peer writes after its last handshake frame (in the same segment
+        or not) waits undecoded for the seal, which it must then carry (auth.py)."""
+        self._held = True
+
     def seal(self, outgoing: Seal, incoming: Seal) -> None:
-        """From now on every frame is tagged and every frame received must carry its tag.
-        Frames are decoded as they arrive: the handshake seals before anything sealed can
-        come (auth.py)."""
-        self._seal, self.decoder.seal = outgoing, incoming
+        """From now on every frame is tagged and every frame received must carry its tag,
+        the bytes held since the handshake's last frame too (`hold`). A message decoded
+        before the seal and never read ends the channel: it came unsealed after the
+        handshake's own."""
+        self._seal, self.decoder.seal, self._held = outgoing, incoming, False
+        if self._ready:
+            self._fail(ProtocolError(f"{len(self._ready)} frame(s) came unsealed after the handshake",
+                                     self.peer))
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self.data_received(b"")
 
     def take(self, handler: Take | None) -> None:
         """Hand each message, as it is decoded, to `handler` first: what it returns True for
@@ -97,6 +115,12 @@ class Channel(asyncio.Protocol):
 
     async def recv(self) -> dict[str, Any] | None:
         while not self._ready:
+            if self._held and self._error is None:
+                self._decode(b"", most=1)  # one held back: the handshake asks for it now
+                if self._ready:
+                    break
+                if self.transport is not None:
+                    self.transport.resume_reading()
             if self._error is not None:
                 raise self._error
             if self._eof:
@@ -127,6 +151,22 @@ class Channel(asyncio.Protocol):
             raise ConnectionLost(self.peer, detail=str(self._lost.result() or "connection is closed"))
 
     @property
+    def answered(self) -> bool:
+        """Whether the peer has sent what was not handled yet: a whole frame (decoded or
+        not), or bytes the socket holds unread. A handshake whose answer is in is not the
+        one to drop for a newcomer (daemon/server.py)."""
+        if self._ready or self.decoder.whole:
+            return True
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None or sock.fileno() < 0:
+            return False
+        try:
+            unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:  # closed under us: nothing will be read from it
+            return False
+        return int.from_bytes(unread, sys.byteorder) > 0
+
+    @property
     def closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
@@ -155,6 +195,9 @@ class Channel(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._error is None:
+            if self._held:
+                self._hold_back(data)
+                return
             self._decode(data)
             if self._ready:  # what a `take` handled wakes nobody
                 self._wake()
@@ -182,9 +225,19 @@ class Channel(asyncio.Protocol):
             self._writable.set_result(None)
         self._writable = None
 
-    def _decode(self, data: bytes) -> None:
+    def _hold_back(self, data: bytes) -> None:
+        """In a handshake: decode one frame if `recv` waits for one, keep the rest undecoded,
+        and read no more while a frame or more is held (a peer cannot fill memory)."""
+        asked = self._reader is not None and not self._reader.done() and not self._ready
+        self._decode(data, most=1 if asked else 0)
+        if self._ready:
+            self._wake()
+        if (self._ready or not asked) and self.decoder.pending and self.transport is not None:
+            self.transport.pause_reading()
+
+    def _decode(self, data: bytes, most: int | None = None) -> None:
         try:
-            messages = self.decoder.feed(data)
+            messages = self.decoder.feed(data, most)
         except ProtocolError as exc:
             self._fail(ProtocolError(str(exc), self.peer))
             return

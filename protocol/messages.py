@@ -24,7 +24,10 @@ from typing import Any
 #   6: frames tagged with keyed BLAKE2b instead of HMAC-SHA256.
 #   7: clksync's probes tagged with keyed BLAKE2b too (probe version 3); the probe server
 #      asks the kernel for its reply's TX stamp alone.
-PROTOCOL_VERSION = 7
+#   8: setup's join_token and share, join's host and token: a run is joined only with its
+#      token as the host it is; a daemon holding another controller's run refuses a setup
+#      unless it says share.
+PROTOCOL_VERSION = 8
 
 
 @cache

@@ -20,6 +20,17 @@ HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
 TAG_BYTES = 16
 _SEQ = struct.Struct(">Q")
+# The most objects (maps, arrays, strings, numbers...) one frame may decode to. An object
+# costs 1 byte on the wire and 30 to 60 in Python (an empty array: 1 byte, 64 with its
+# slot), so a frame is walked and counted before it is built: 3.8 MiB of empty arrays once
+# took a daemon's peak memory 284 MiB higher (issue 38 saw 266 MiB of it kept); 11 MiB now,
+# the frame's own bytes. The largest legitimate frames are a fan-out tree's (an enter's
+# `hosts` at 10,000 hosts: some 20,000 objects; a batch of 10,000 acks unsummarized: some
+# 190,000); the rest are bytes (read, summary records).
+MAX_OBJECTS = 1 << 19
+# Bodies up to this size are not walked first: they cannot make more than this many
+# objects (a few MiB, freed with the message), and every step's frames are this small.
+WALK_FROM = 64 * 1024
 
 
 class Seal:
@@ -81,14 +92,85 @@ def _map_header(size: int) -> bytes:
 
 
 def decode_body(body: bytes) -> dict[str, Any]:
-    """Decode one frame body; anything but a map with a string "t" is a ProtocolError."""
+    """Decode one frame body; anything but a map with a string "t" is a ProtocolError.
+
+    Every length in it is bounded before anything is built: msgpack refuses any one length
+    past the body's own (its default), and a body over WALK_FROM is walked first
+    (`count_objects`) and refused past MAX_OBJECTS in all."""
     try:
-        message = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        if len(body) > WALK_FROM:
+            count_objects(body, MAX_OBJECTS)
+            message = msgpack.unpackb(body, raw=False, strict_map_key=False,
+                                      max_array_len=MAX_OBJECTS, max_map_len=MAX_OBJECTS)
+        else:  # the step's frames: a keyword costs 0.4 us here, and bounds nothing more
+            message = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except ProtocolError:
+        raise
     except Exception as exc:
         raise ProtocolError(f"undecodable frame body: {exc}") from exc
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):
         raise ProtocolError("frame is not a message map with a string 't'")
     return message
+
+
+# msgpack's first byte: how many bytes a scalar of fixed size takes in all, or for the rest
+# (None) how they are read in `count_objects`.
+_FIXED: list[int | None] = [None] * 256
+for _b in (*range(0x00, 0x80), *range(0xe0, 0x100), 0xc0, 0xc2, 0xc3):
+    _FIXED[_b] = 1
+for _b, _size in ((0xca, 5), (0xcb, 9), (0xcc, 2), (0xcd, 3), (0xce, 5), (0xcf, 9), (0xd0, 2),
+                  (0xd1, 3), (0xd2, 5), (0xd3, 9), (0xd4, 3), (0xd5, 4), (0xd6, 6), (0xd7, 10),
+                  (0xd8, 18)):
+    _FIXED[_b] = _size
+# A length that follows the first byte: its size in bytes, and whether it counts bytes
+# (str, bin, ext: +1 for ext's type) or items (array: 1 each, map: 2 each).
+_LENGTH = {0xc4: (1, 0), 0xc5: (2, 0), 0xc6: (4, 0), 0xc7: (1, 1), 0xc8: (2, 1), 0xc9: (4, 1),
+           0xd9: (1, 0), 0xda: (2, 0), 0xdb: (4, 0)}
+_ITEMS = {0xdc: (2, 1), 0xdd: (4, 1), 0xde: (2, 2), 0xdf: (4, 2)}
+
+
+def count_objects(body: bytes, limit: int) -> int:
+    """Walk one msgpack value in `body` without building it and return how many objects it
+    holds.
+
+    Raises:
+        ProtocolError: it holds more than `limit` objects, declares more items or bytes than
+            the rest of the body could hold, or uses the byte msgpack never uses (0xc1).
+    """
+    pos, end, objects, pending = 0, len(body), 0, 1
+    while pending:
+        if pos >= end:
+            raise ProtocolError("frame body ends inside a value")
+        pending -= 1
+        objects += 1
+        if objects > limit:
+            raise ProtocolError(f"frame body holds more than {limit} objects")
+        first = body[pos]
+        size = _FIXED[first]
+        if size is not None:
+            pos += size
+            continue
+        if 0x80 <= first <= 0x9f:  # fixmap, fixarray
+            pos, items = pos + 1, (first & 0x0f) * 2 if first < 0x90 else first & 0x0f
+        elif 0xa0 <= first <= 0xbf:  # fixstr
+            pos += 1 + (first & 0x1f)
+            continue
+        elif first in _LENGTH:
+            width, extra = _LENGTH[first]
+            pos += 1 + width + extra + int.from_bytes(body[pos + 1:pos + 1 + width], "big")
+            continue
+        elif first in _ITEMS:
+            width, each = _ITEMS[first]
+            items = each * int.from_bytes(body[pos + 1:pos + 1 + width], "big")
+            pos += 1 + width
+        else:
+            raise ProtocolError(f"frame body holds the byte 0x{first:02x}, which msgpack never uses")
+        pending += items
+        if pending > end - pos:  # every item takes a byte at least
+            raise ProtocolError(f"frame body declares {items} items where {end - pos} bytes are left")
+    if pos > end:
+        raise ProtocolError("frame body ends inside a value")
+    return objects
 
 
 class FrameDecoder:
@@ -103,10 +185,13 @@ class FrameDecoder:
         self.seal: Seal | None = None
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes, most: int | None = None) -> list[dict[str, Any]]:
+        """Take `data`; return the messages it completes, `most` of them at most: the rest
+        stay in the buffer, undecoded, for a later `feed` (the handshake's, auth.py: frames
+        after its own are decoded only under the seal it sets)."""
         self._buffer += data
-        messages = []
-        while len(self._buffer) >= HEADER.size:
+        messages: list[dict[str, Any]] = []
+        while len(self._buffer) >= HEADER.size and (most is None or len(messages) < most):
             (length,) = HEADER.unpack_from(self._buffer)
             tag_bytes = TAG_BYTES if self.seal is not None else 0
             if length > self.max_frame + tag_bytes:
@@ -124,6 +209,12 @@ class FrameDecoder:
             del self._buffer[:end]
             messages.append(decode_body(body))
         return messages
+
+    @property
+    def whole(self) -> bool:
+        """Whether the bytes received hold a whole frame not yet decoded."""
+        return (len(self._buffer) >= HEADER.size
+                and len(self._buffer) >= HEADER.size + HEADER.unpack_from(self._buffer)[0])
 
     @property
     def pending(self) -> int:

@@ -66,7 +66,7 @@ repeat: {runs: 2, metric: interval to_client}
 
 @pytest.fixture(scope="session")
 def results() -> Path:
-    """A directory with runs/ and campaigns/ made by real runs, once per session."""
+    """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
     root = session_dir() / "browser"
     with open(session_dir() / "browser.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -97,8 +97,8 @@ def serving(root: Path) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(create_app(root / "runs", root / "campaigns"), log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(create_app(root / "runs", root / "runs" / "campaigns"),
+                                           log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import yaml
-from netspec.analysis.metrics import run_metrics
+from netspec.analysis.metrics import run_metrics, unit_bounds
 from netspec.analysis.points import UnlikeRuns, point_metrics
-from netspec.analysis.provenance import differences
+from netspec.analysis.provenance import differences, load
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
 from netspec.analysis.units import duration_text
-from netspec.protocol.runrecord import load_record
 
 from .timeline import bars
 
@@ -32,7 +31,7 @@ def _number(value: float, unit: str) -> str:
 
 
 def _cell(values: np.ndarray, unit: str, baseline: np.ndarray | None) -> dict[str, Any]:
-    s = summarize(values)
+    s = summarize(values, bounds=unit_bounds(unit))
     cell = {"n": s.count, "mean": s.mean, "low": s.low, "high": s.high,
             "text": _number(s.mean, unit), "interval": "" if math.isnan(s.low) else
             f"[{s.low:.4g}, {s.high:.4g}]", "verdict": "baseline" if baseline is None else "n/a", "p": None}
@@ -89,7 +88,7 @@ def _lines(points: list[dict[str, Any]], table: dict[str, Any], metrics: list[st
             metric = table.get(p["label"], {}).get(m)
             if metric is None or not len(metric):
                 continue
-            s = summarize(metric.values)
+            s = metric.summary()
             xs.append(p["params"][axis])
             ys.append(s.mean)
             lo.append(0 if math.isnan(s.low) else s.mean - s.low)
@@ -130,7 +129,7 @@ def _usage(run: Path) -> dict[tuple[int, str], float]:
 def compare_runs(a: Path, b: Path) -> dict[str, Any]:
     """Run b against run a: what differs between them, each step's duration (and Welch over
     its participants' durations), each metric's distribution, and resource use per step."""
-    ra, rb = load_record(a), load_record(b)
+    ra, rb = load(a), load(b)
     steps_a, steps_b = ra.get("steps") or [], rb.get("steps") or []
     takes_a, takes_b = _step_takes(ra), _step_takes(rb)
     usage_a, usage_b = _usage(a), _usage(b)

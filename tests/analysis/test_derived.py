@@ -130,7 +130,7 @@ def test_camp_counters_become_rates_phase_usage_and_a_workload(camp_set):
     assert usage["warm", "proc.app.kernel_ns"][0] == pytest.approx(0.15 * SECOND)
     assert usage["after", "cpu.user"] == (None, None)  # outside the sampled window: not guessed
     assert workload == Workload("h", "app", 10 * SECOND, 2 * SECOND, SECOND // 2)
-    assert workload.kind == "I/O-bound"
+    assert workload.kind == "waiting"
     assert Workload("h", "x", SECOND, SECOND // 5, SECOND // 2).kind == "kernel-bound"
     assert Workload("h", "x", SECOND, SECOND * 9 // 10, 0).kind == "CPU-bound"
     assert db.execute("SELECT entity, updates, value FROM states").fetchall() == [("A/done", 3, 3.0)]
@@ -168,7 +168,7 @@ def test_the_graph_selects_trims_pairs_exports_and_runs_a_users_filter(tmp_path)
              "broken": {"filter": "select", "input": "legs", "where": "no_such_column > 1"},
              "after_broken": {"filter": "export", "input": "broken"}}
     db = open_tables(tmp_path)
-    warnings = run_graph(db, graph, tmp_path, tmp_path, T0, {})
+    warnings = run_graph(db, graph, tmp_path, tmp_path, T0, {}, trusted={graph["big"]["filter"]})
     assert len(warnings) == 2 and "analysis node broken (select)" in warnings[0]
     assert "no_such_column" in warnings[0]
     assert warnings[1] == "analysis node after_broken: skipped, its input broken failed"
@@ -186,7 +186,7 @@ def test_a_histogram_node_counts_and_draws(tmp_path):
     (tmp_path / "plots").mkdir()
     db = open_tables(tmp_path)
     assert run_graph(db, {"h": {"filter": "histogram", "input": "intervals", "bins": 4}}, tmp_path, tmp_path,
-                     T0, {}) == []
+                     T0, {}, trusted=()) == []
     assert [c for (c,) in db.execute("SELECT count FROM h ORDER BY lo").fetchall()] == [1, 2, 3, 4]
     assert (tmp_path / "plots" / "h.png").read_bytes()[:4] == b"\x89PNG"
     assert duckdb.sql(f"SELECT 1 FROM '{tmp_path}/intervals.parquet' LIMIT 1").fetchall() == [(1,)]
@@ -213,3 +213,24 @@ def test_what_camp_said_of_its_samples_is_among_the_merges_warnings_a_line_a_kin
     assert camp_warnings(open_tables(tmp_path / "merged")) == [
         f"host a: CAMP: component load: process {pid} (python) has exited",
         "host a: CAMP: 3 of 100 random instants had passed (and 2 more like it)"]
+
+
+def test_a_loop_busy_40_percent_of_the_time_is_waiting_not_io_bound():
+    loop = Workload("h", "duty", 10 * SECOND, 4 * SECOND, 0)
+    assert loop.kind == "waiting"
+    assert loop.text() == ("h/duty: waiting (real 10.00 s, user 4.00 s, system 0.00 s: CPU 40 %; waiting "
+                           "60 % of the time: on I/O, a timer or a peer, which CAMP does not tell)")
+
+
+def test_a_percentages_interval_from_two_values_stays_within_0_and_100_and_the_report_says_it_was_clamped():
+    busy = Metric("cpu busy a", "%", np.array([2.0, 30.0]), np.arange(2))
+    unclamped = summarize(busy.values)
+    assert unclamped.low < 0 and unclamped.high > 100 and not unclamped.clamped  # Student's t, n = 2
+    s = busy.summary()
+    assert (s.low, s.high, s.clamped, s.mean) == (0.0, 100.0, True, 16.0)
+    lines = report_lines({"r": {busy.name: busy}})
+    assert lines[2].split()[7:9] == ["0", "100"]  # LOW and HIGH
+    assert lines[-1] == ("    cpu busy a: its 95 % t interval runs past what it can be (0 to 100 %): LOW and "
+                         "HIGH are clamped there (n = 2: more values narrow it)")
+    cpus = Metric("cpu of x on a", "cpus", np.array([0.01, 0.5]), np.arange(2)).summary()
+    assert cpus.low == 0.0 and cpus.high > 1 and cpus.clamped

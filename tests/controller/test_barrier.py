@@ -1,6 +1,7 @@
 import asyncio
 
-from netspec.controller.barrier import Barrier
+import pytest
+from netspec.controller.barrier import Barrier, NeedOutOfReach
 from netspec.controller.model import Step
 
 OK, ERROR = {"status": "ok"}, {"status": "error"}
@@ -53,4 +54,24 @@ def test_a_duplicate_or_unexpected_ack_changes_nothing():
 def test_a_step_with_no_participants_is_open_at_once():
     async def scenario():
         assert Barrier(0, Step("start_logging"), {}).opened.done()
+    asyncio.run(scenario())
+
+
+def test_a_need_above_the_participants_is_refused_naming_the_step_before_any_ack():
+    async def scenario():
+        with pytest.raises(NeedOutOfReach) as caught:
+            make(need=4)
+        assert str(caught.value) == ("phase 'work' needs 4 participants to ack (need: 4), but it has only 3: "
+                                     "it could never get through")
+    asyncio.run(scenario())
+
+
+def test_a_need_put_out_of_reach_by_those_who_left_fails_the_step_and_blames_no_ok_ack():
+    async def scenario():
+        barrier = make(need=3)
+        assert barrier.add("a", "x", OK)
+        barrier.drop("b", "z")  # ended in an earlier step
+        assert barrier.opened.done() and isinstance(barrier.opened.exception(), NeedOutOfReach)
+        assert "but it has only 2 (1 left the run earlier)" in str(barrier.opened.exception())
+        assert barrier.add("a", "y", OK)  # an ok ack is never the cause
     asyncio.run(scenario())

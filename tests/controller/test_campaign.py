@@ -4,10 +4,12 @@ resume after the controller is SIGKILLed mid-run, and rerun from a run directory
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from netspec.controller.campaign import _decide
@@ -34,7 +36,7 @@ schedule: [launch, start_logging, {{phase: listen, components: [server]}},
 
 
 def campaign_state(tmp_path):
-    (path,) = (tmp_path / "campaigns").glob("*/*/campaign.json")
+    (path,) = (tmp_path / "runs" / "campaigns").glob("*/*/campaign.json")
     return json.loads(path.read_text())
 
 
@@ -48,15 +50,17 @@ def test_a_sweep_expands_lists_and_ranges_as_a_product_or_zipped(experiment):
     points = plan.campaign.points
     assert len(points) == 12 and points[0] == {"client.count": 10, "client.size": 1}
     assert [p["client.size"] for p in points[:6]] == [1, 2, 4, 8, 16, 32]
-    zipped = load(experiment(BASE + textwrap.dedent("""\
+    typed = BASE.replace("params: {size: 32}", "params: {size: 32, mode: x}").replace(
+        "count: 50, size: 32", "count: 50, size: 32, rate: 1.0")
+    zipped = load(experiment(typed + textwrap.dedent("""\
         sweep:
           mode: zip
           params:
-            client.size: {from: 0.5, to: 1.5, step: 0.5}
-            server.size: [a, b, c]
+            client.rate: {from: 0.5, to: 1.5, step: 0.5}
+            server.mode: [a, b, c]
         """))).campaign.points
-    assert zipped == ({"client.size": 0.5, "server.size": "a"}, {"client.size": 1.0, "server.size": "b"},
-                      {"client.size": 1.5, "server.size": "c"})
+    assert zipped == ({"client.rate": 0.5, "server.mode": "a"}, {"client.rate": 1.0, "server.mode": "b"},
+                      {"client.rate": 1.5, "server.mode": "c"})
     assert load(experiment(BASE + "repeat: {runs: 3}\n")).campaign.points == ({},)
 
 
@@ -68,9 +72,26 @@ def test_a_sweep_expands_lists_and_ranges_as_a_product_or_zipped(experiment):
     ("repeat: {until: 'hw_pct < 5'}", "repeat.until: 'until' needs the 'metric'"),
     ("repeat: {runs: 5, max: 2}", "repeat.max: max 2 is below runs 5"),
     ("hooks: {setup: [{command: x, hosts: [c]}]}", "hooks.setup[0].hosts[0]: unknown host 'c'"),
+    ("sweep: {params: {client.size: {from: 1, to: 4, stpe: 1}}}",
+     "exp.yaml:9: sweep.params.client.size.stpe: unknown key 'stpe' (did you mean 'step'?)"),
+    ("sweep: {params: {client.size: [16, big]}}",
+     "exp.yaml:9: sweep.params.client.size[1]: 'big' is a string, and param 'size' of component 'client' "
+     "is an integer (32)"),
+    ("sweep: {params: {client.size: {from: 0.5, to: 2, step: 0.5}}}",
+     "exp.yaml:9: sweep.params.client.size: 0.5 is a number, and param 'size' of component 'client' "
+     "is an integer (32)"),
+    ("repeat: {metric: interval STIM/rt}",
+     "exp.yaml:9: repeat.metric: 'interval STIM/rt': no program of the file declares an interval 'STIM/rt' "
+     "(they declare: STIM/rtt) (did you mean 'STIM/rtt'?)"),
+    ("repeat: {metric: cpu busy a}",
+     "exp.yaml:9: repeat.metric: 'cpu busy a': CPU is sampled by CAMP, and this file has no services: camp:"),
+    ("services: {camp: {}}\nrepeat: {metric: cpu of client on a}",
+     "exp.yaml:10: repeat.metric: 'cpu of client on a': component 'client' runs on host 'b', not 'a'"),
+    ("services: {camp: {processes: [server]}}\nrepeat: {metric: cpu of client on b}",
+     "exp.yaml:10: repeat.metric: 'cpu of client on b': CAMP samples only the processes of server"),
 ])
 def test_a_bad_campaign_section_names_its_key(experiment, section, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load(experiment(BASE + section + "\n"))
 
 
@@ -85,8 +106,52 @@ def test_the_stop_rule_stops_when_the_predicate_holds_and_at_the_maximum():
     noisy = [("ok", 10.0), ("ok", 20.0), ("ok", 5.0)]
     assert _decide(runs(*noisy), rule) is None
     assert _decide(runs(*noisy, ("ok", 30.0), ("ok", 1.0)), rule) == "max"
-    assert _decide(runs(*noisy, *[("failed", None)] * 6), rule) == "failures"
+    assert _decide(runs(*noisy, ("failed", None)), rule) is None
+    assert _decide(runs(*noisy, ("failed", None), ("failed", None)), rule) == "max"
     assert _decide(runs(("ok", 1.0)), Campaign(({},), runs=1)) == "runs"
+
+
+def test_a_point_is_run_at_most_max_times_and_fails_without_its_counted_runs():
+    rule = Campaign(({},), runs=2, max_runs=3)
+    assert _decide(runs(("failed", None), ("failed", None)), rule) is None
+    assert _decide(runs(*[("failed", None)] * 3), rule) == "failures"
+    assert _decide(runs(("failed", None), ("ok", 1.0), ("failed", None)), rule) == "failures"
+    assert _decide(runs(("interrupted", None), ("failed", None), ("ok", 1.0)), rule) is None
+    once = Campaign(({},), runs=1)
+    assert _decide(runs(("failed", None)), once) == "failures"
+    warm = Campaign(({},), runs=1, warmup=1)
+    assert _decide(runs(("failed", None)), warm) is None
+    assert _decide(runs(("failed", None), ("failed", None)), warm) == "failures"
+
+
+EXIT_WITH_CODE = "import json, os, sys; sys.exit(json.loads(os.environ['NETSPEC_PARAMS'])['code'])"
+
+
+def test_a_campaign_whose_point_fails_every_run_fails_after_max_runs_of_it(experiment, tmp_path):
+    path = experiment(textwrap.dedent(f"""\
+        experiment: failing_point
+        components:
+          bad:
+            command: [{sys.executable}, -c, "{EXIT_WITH_CODE}"]
+            start: run
+            params: {{code: 0}}
+        schedule: [launch, run]
+        sweep: {{params: {{bad.code: [0, 3]}}}}
+        repeat: {{runs: 1, max: 2}}
+        hooks: {{postcleanup: ["echo postcleanup >> {tmp_path / 'hooks.txt'}"]}}
+        """))
+    done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    state = campaign_state(tmp_path)
+    assert state["status"] == "failed"
+    assert [(p["done"], [r["status"] for r in p["runs"]]) for p in state["points"]] == [
+        ("runs", ["ok"]), ("failures", ["failed", "failed"])]
+    said = "stopped: 1 of 2 point(s) failed: bad.code=3 (0 of 1 counted, 2 of 2 run(s) failed)"
+    assert said in done.stderr, done.stderr
+    again = ns_control("resume", state["id"], cwd=tmp_path, timeout=120)
+    assert again.returncode == 1 and said in again.stderr, again.stdout + again.stderr
+    assert campaign_state(tmp_path)["points"] == state["points"]
+    assert (tmp_path / "hooks.txt").read_text() == "postcleanup\n"
 
 
 def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment, tmp_path):
@@ -122,9 +187,45 @@ def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment,
     assert report.returncode == 0, report.stderr
     against = "client.size=64 server.size=64 against client.size=16 server.size=16: interval STIM/rtt"
     assert against in report.stdout
-    plots = tmp_path / "campaigns" / "camp" / state["id"] / "plots"
+    plots = tmp_path / "runs" / "campaigns" / "camp" / state["id"] / "plots"
     assert {p.name for p in plots.iterdir()} >= {"interval_STIM_rtt-bars.png"}
     assert (tmp_path / "points.csv").read_text().count("interval STIM/rtt") == 2
+
+
+def test_a_campaign_run_and_its_rerun_cite_the_lines_of_the_file_each_read(experiment, tmp_path):
+    path = experiment(textwrap.dedent("""\
+        experiment: cited
+        components:
+          work: {command: "true", start: run, params: {size: 1, count: 1}}
+        schedule:
+          - launch
+          - {phase: run, params: {size: 2}}
+        sweep: {params: {work.count: [1]}}
+        """))
+    done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    warning = "schedule[1].params.size: overrides param size of component 'work' in phase 'run': 1 -> 2"
+    assert f"warning: {path}:6: {warning}" in done.stderr
+    (run,) = campaign_state(tmp_path)["points"][0]["runs"]
+    assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{path}:6: {warning}"]
+    again = ns_control("rerun", run["id"], "-q", cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    copy = Path(run["path"]) / "experiment.yaml"
+    line = next(n for n, text in enumerate(copy.read_text().splitlines(), 1) if "size: 2" in text)
+    assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{copy}:{line}: {warning}"]
+
+
+def test_runs_elsewhere_keep_their_campaigns_under_the_same_root(experiment, tmp_path):
+    path = experiment("experiment: rooted\ncomponents:\n  x: {command: \"true\"}\nschedule: [launch]\n"
+                      "repeat: {runs: 1}\n")
+    done = ns_control("run", "-q", str(path), "--runs", "elsewhere", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (state,) = (tmp_path / "elsewhere" / "campaigns" / "rooted").glob("*/campaign.json")
+    assert not (tmp_path / "campaigns").exists() and not (tmp_path / "runs").exists()
+    cid = json.loads(state.read_text())["id"]
+    again = ns_control("resume", cid, "--runs", "elsewhere", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"campaign {cid} is done: nothing to resume" in again.stdout
 
 
 def test_fastfail_stops_at_the_first_failed_run_and_notifies(experiment, tmp_path):

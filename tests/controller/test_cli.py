@@ -159,7 +159,7 @@ def test_no_merge_is_refused_for_a_campaign_whose_runs_must_be_merged(experiment
     assert done.returncode == 1
     assert "a campaign's repeat and report need each run merged: --no-merge applies to a single run" \
         in done.stderr
-    assert not (tmp_path / "campaigns").exists()
+    assert not (tmp_path / "runs" / "campaigns").exists()
 
 
 def test_a_run_starts_without_the_merges_or_sshs_libraries():

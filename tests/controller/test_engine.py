@@ -1,5 +1,6 @@
 """End to end: the real CLI drives real daemons and real component processes."""
 
+import contextlib
 import csv
 import fcntl
 import hashlib
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import psutil
 import pyarrow.parquet as pq
 import pytest
 from conftest import session_dir
@@ -41,6 +43,12 @@ schedule:
 def two_hosts(experiment, one="{}", two="{}", deadline="30s"):
     return experiment(TWO_HOSTS.replace("PARAMS_ONE", one).replace("PARAMS_TWO", two)
                       .replace("DEADLINE", deadline))
+
+
+def k_of_n(experiment, one, work):
+    """TWO_HOSTS whose component one has params `one` and whose step work is `work` (a k-of-n step)."""
+    return experiment(TWO_HOSTS.replace("PARAMS_ONE", one).replace("PARAMS_TWO", "{}")
+                      .replace("{phase: work, deadline: DEADLINE}", work))
 
 
 def two_hosts_logging(experiment, one, two):
@@ -348,6 +356,33 @@ def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_
     assert "a ended" in line and "b FAIL" in line, line
 
 
+def test_a_failed_runs_follow_on_warnings_are_counted_after_its_error_not_piled_over_it(experiment, tmp_path):
+    path = experiment("""\
+        experiment: launchfail
+        hosts: {a: {}, b: {}}
+        components:
+          one: {host: a, program: ACTOR, args: ["launch,work"], params: {fail_in: launch}}
+          two: {host: b, program: ACTOR, args: ["launch,work"]}
+        streams: {play: {enable: [PLAY]}}
+        analysis:
+          pairs:
+            there: {start: PLAY/phase, end: PLAY/tick}
+            back: {start: PLAY/tick, end: PLAY/phase}
+        schedule: [launch, start_logging, work]
+        """)
+    done = ns_control("run", str(path), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    error = "error: phase 'launch' failed on a\n  caused by: phase 'launch', host a: component 'one' failed: "
+    assert done.stderr.startswith(error), done.stderr
+    # Each pair matched nothing, as nothing ran: said as a count after the error, not line by line.
+    assert "warning:" not in done.stderr and "matched nothing" not in done.stderr, done.stderr
+    merged = next(line for line in done.stderr.splitlines() if line.startswith("merged: "))
+    counted = f"\n{merged}\n  2 warning(s), most likely following from the error above"
+    assert counted in done.stderr, done.stderr
+    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
+    assert sum("matched nothing" in w for w in summary["warnings"]) == 2
+
+
 def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp_path):
     path = two_hosts(experiment, one="{hang_in: work}", deadline="1s")
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
@@ -433,15 +468,13 @@ def test_a_plain_command_that_fails_shows_its_output(experiment, tmp_path):
 
 def test_k_of_n_opens_the_barrier_at_k_and_a_failure_among_the_rest_makes_the_run_partial(
         experiment, tmp_path):
-    path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{fail_in: work}")
-                      .replace("PARAMS_TWO", "{}")
-                      .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1}"))
+    path = k_of_n(experiment, "{fail_in: work}", "{phase: work, need: 1}")
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     # Shown live: on the step's line (in whichever order the hosts finished), or, if it came
     # after the barrier opened, as that step's outcome on a later line.
     work = next(line for line in done.stdout.splitlines() if line.startswith("  work "))
-    assert " a FAIL " in work or "[work: a/one: failed" in done.stdout, done.stdout
+    assert " a FAIL " in work or "\n    work: a/one: failed " in done.stdout, done.stdout
     assert done.stderr.endswith("partial: every step got through, but 1 participant(s) did not:\n"
                                 "  phase 'work', host a: one: RuntimeError: one fails in work as asked\n")
     record = latest_record(tmp_path / "runs")
@@ -452,12 +485,12 @@ def test_k_of_n_opens_the_barrier_at_k_and_a_failure_among_the_rest_makes_the_ru
 
 
 def test_a_k_of_n_straggler_is_ended_at_the_steps_deadline_and_leaves_the_run(experiment, tmp_path):
-    path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{hang_in: work}")
-                      .replace("PARAMS_TWO", "{}")
-                      .replace("{phase: work, deadline: DEADLINE}", "{phase: work, need: 1, deadline: 1s}"))
+    path = k_of_n(experiment, "{hang_in: work}", "{phase: work, need: 1, deadline: 1s}")
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
-    assert "[work: a/one: no ack within the deadline of 1 s: ended]" in done.stdout
+    # On a line of its own, naming it; the step under way goes on on the next.
+    own_line = "\n    work: a/one: no ack within the deadline of 1 s: ended\n  collect "
+    assert own_line in done.stdout, done.stdout
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "partial"
     assert record["error"]["causes"] == [
@@ -468,6 +501,68 @@ def test_a_k_of_n_straggler_is_ended_at_the_steps_deadline_and_leaves_the_run(ex
     assert collect["outcome"] == "skipped" and collect["message"].startswith("ended in phase 'work'")
     assert record["components"]["a/one"]["returncode"] < 0
     assert not run_processes(record["id"])
+
+
+def test_a_need_that_those_left_cannot_meet_fails_its_step_and_blames_no_ok_ack(experiment, tmp_path):
+    path = experiment(TWO_HOSTS.replace("PARAMS_ONE", "{hang_in: work}").replace("PARAMS_TWO", "{}")
+                      .replace("launch,prepare,work,collect", "launch,work,rest,collect")
+                      .replace("  - prepare\n", "")
+                      .replace("{phase: work, deadline: DEADLINE}",
+                               "{phase: work, need: 1, deadline: 1s}\n  - {phase: rest, need: 2}"))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    # one was ended at work's deadline, rest under way: rest has one participant left, and needs two.
+    assert ("error: phase 'rest' needs 2 participants to ack (need: 2), but it has only 1 (1 left the "
+            "run earlier): it could never get through\n") in done.stderr
+    assert "component 'two'" not in done.stderr
+    record = latest_record(tmp_path / "runs")
+    rest = record["steps"][-1]
+    assert (rest["phase"], rest["status"], record["error"]["phase"]) == ("rest", "failed", "rest")
+
+
+def _component_pid(run_id: str, name: str) -> int | None:
+    """The pid of the run's component `name` (its environment names it), if it runs."""
+    for proc in run_processes(run_id):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("NETSPEC_COMPONENT") == name and "actor.py" in " ".join(proc.cmdline()):
+                return proc.pid
+    return None
+
+
+def test_a_k_of_n_participant_killed_by_a_signal_fails_over_and_the_run_is_partial(experiment, tmp_path):
+    path = k_of_n(experiment, "{hang_in: work}", "{phase: work, need: 1, deadline: 5m}")
+    proc, record = start_run(path, tmp_path, lambda r: any(s["phase"] == "work" for s in r.get("steps", [])),
+                             "the run to enter phase 'work'")
+    pid = wait_for(lambda: _component_pid(record["id"], "one"), what="component one's process")
+    os.kill(pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3, stderr
+    # Said on its own line as it happens, and as the cause of the partial run.
+    assert "\n    work: a/one died: was killed by SIGKILL\n" in stdout, stdout
+    assert stderr.endswith("partial: every step got through, but 1 participant(s) did not:\n"
+                           "  phase 'work', host a: one: was killed by SIGKILL\n"), stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial" and record["components"]["a/one"]["returncode"] == -signal.SIGKILL
+    one = record["steps"][2]["hosts"]["a"]["components"]["one"]
+    assert (one["status"], one["outcome"], one["died"]) == ("error", "error", True), one
+    # Out of the rest of the run: skipped in collect, if collect began before it died.
+    collect = record["steps"][3]["hosts"]["a"]["components"]
+    assert collect.get("one", {"outcome": "skipped"})["outcome"] == "skipped", collect
+    shown = run_lines(tmp_path / "runs" / "latest", record)
+    line = next(x for x in shown if x.lstrip().startswith("collect"))
+    assert "a FAIL" not in line, line
+    assert not run_processes(record["id"])
+
+
+def test_a_k_of_n_participant_that_exits_mid_phase_makes_the_run_partial_like_a_raise(experiment, tmp_path):
+    path = k_of_n(experiment, "{exit_in: work, exit_code: 5}", "{phase: work, need: 1}")
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial", record["error"]
+    assert len(record["error"]["causes"]) == 1 and record["error"]["causes"][0].startswith(
+        "phase 'work', host a: one: "), record["error"]
+    assert record["components"]["a/one"]["returncode"] == 5
 
 
 def test_params_and_published_values_reach_later_phases(experiment, tmp_path):
@@ -501,18 +596,25 @@ def test_a_host_with_an_address_uses_the_daemon_already_running(daemon, experime
     assert record["hosts"]["there"]["daemon_pid"] == daemon.proc.pid
 
 
-def test_an_unreachable_daemon_fails_with_the_host_name(experiment, tmp_path):
+def test_an_unreachable_daemon_is_said_in_words_no_step_or_lost_connection_could_have(experiment, tmp_path):
     path = experiment("""\
         experiment: nowhere
-        hosts: {gone: {address: "127.0.0.1:1"}}
+        hosts: {gone: {address: "127.0.0.1:1"}, here: {}}
         components:
-          one: {program: ACTOR, args: [work]}
-        schedule: [launch, work]
+          one: {host: here, program: ACTOR, args: [connect]}
+        schedule: [launch, connect]
         """)
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
-    assert "host gone: connection lost (cannot connect to 127.0.0.1:1" in done.stderr
-    assert latest_record(tmp_path / "runs")["status"] == "failed"
+    assert done.stderr.startswith(
+        "error: could not reach or set up 1 of 2 host(s) before the first step: gone\n"
+        "  caused by: could not reach host gone (connecting): cannot connect to 127.0.0.1:1: "), done.stderr
+    assert "connection lost" not in done.stderr and "phase 'connect'" not in done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "failed" and record["steps"] == [] and not record["error"]["phase"]
+    assert record["error"]["causes"][0].startswith("could not reach host gone (connecting): cannot connect")
+    shown = ns_control("show", cwd=tmp_path).stdout
+    assert "  stopped before the first step:\n    could not reach or set up 1 of 2" in shown, shown
 
 
 def test_a_daemon_killed_mid_run_fails_the_run_and_its_host_is_salvaged(experiment, tmp_path, netspec_home):
@@ -598,6 +700,10 @@ def test_a_plain_program_given_as_program_is_told_apart_at_launch(experiment, tm
     assert "never registered its phases" in done.stderr and "`command:`" in done.stderr
 
 
+KILLED_AT_ITS_END = ("host local: stubborn: was killed by SIGKILL at its end (it did not end when asked, "
+                     "so netspec killed it)")
+
+
 def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experiment, tmp_path):
     path = experiment("""\
         experiment: stubborn
@@ -607,14 +713,39 @@ def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experime
         schedule: [launch, work, later, collect]
         """)
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr  # stopped as asked, if by force: a warning
+    # Stopped as asked, if by force: a warning, and the run is not ok (it did not end cleanly).
+    assert done.returncode == 3, done.stderr
     record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial" and record["error"]["causes"] == [KILLED_AT_ITS_END]
     work, later = record["steps"][1], record["steps"][2]
     stubborn = work["hosts"]["local"]["components"]["stubborn"]
     assert (stubborn["status"], stubborn["message"]) == ("warning", "ignored SIGTERM for 5 s; killed")
     assert later["status"] == "ok"  # the actor was not killed with the stubborn command
     assert later["hosts"]["local"]["components"]["actor"]["status"] == "ok"
     assert record["components"]["local/stubborn"]["returncode"] == -signal.SIGKILL
+
+
+def test_a_component_killed_at_the_end_because_it_ignored_sigterm_makes_the_run_partial_naming_it(
+        experiment, tmp_path):
+    path = experiment("""\
+        experiment: stubborn
+        components:
+          stubborn: {command: "trap '' TERM; while true; do sleep 0.1; done", stop: collect}
+          actor: {program: ACTOR, args: [work]}
+        schedule: [launch, work, collect]
+        """)
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    cause = KILLED_AT_ITS_END
+    assert done.stderr.endswith("partial: every step got through, but 1 component(s) did not end cleanly:\n"
+                                f"  {cause}\n"), done.stderr
+    assert f"  partial:\n    every step got through, but 1 component(s) did not end cleanly\n    {cause}\n" \
+        in done.stdout, done.stdout
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "partial" and record["error"]["causes"] == [cause]
+    assert all(s["status"] == "ok" for s in record["steps"])
+    assert record["components"]["local/stubborn"]["returncode"] == -signal.SIGKILL
+    assert record["components"]["local/actor"]["returncode"] == 0
 
 
 def test_a_second_ctrl_c_leaves_at_once_and_still_marks_the_run_interrupted(experiment, tmp_path):

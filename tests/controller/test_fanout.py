@@ -6,6 +6,7 @@ import os
 import signal
 
 import pytest
+from netspec.controller import release
 from netspec.controller.fanout import FanOut, Tree
 from netspec.controller.fleet import DaemonClient
 from netspec.controller.load import load
@@ -99,6 +100,34 @@ def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted()
     assert fan_out.owed == {}
     with pytest.raises(ProtocolError, match="1 more acks than step 0"):
         fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire})
+
+
+def test_a_summary_carries_the_programs_starts_beside_the_daemons_and_is_checked_for_them():
+    def ack(component, entered, started, offset):
+        return {"component": component, "status": m.ACK_OK, "entered": entered, "acked": started + 9,
+                "started": started, "entry_clock": [offset, 2]}
+    child = AckSummary()
+    child.add_host("h6", [ack("c", 100, 400, 10)])
+    mine = AckSummary()
+    mine.add_host("h2", [ack("d", 95, 150, -5)])
+    mine.merge(child.wire())
+    wire = mine.wire()
+    # The daemons began at 90 and 100 on the global timeline; the programs at 390 and 155.
+    assert (wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"]) == (
+        2, [90, "h6/c"], [100, "h2/d"], 88, 102)
+    assert wire["programs"] == [2, [155, "h2/d"], [390, "h6/c"], 153, 392]
+    folded = AckSummary()
+    folded.merge(wire, keep_records=False)
+    said = release.skew({"release": {"mode": "at"}}, folded)
+    assert said["skew_ns"] == 10 and said["program"] == {"starts": 2, "skew_ns": 235, "first": "h2/d",
+                                                         "last": "h6/c", "at_most_ns": 239}
+    subtree = {"h2", "h6"}.__contains__
+    assert acksummary.problem(wire, subtree) is None
+    assert acksummary.problem({**wire, "programs": [2, [155, "h4/d"], [390, "h6/c"], 153, 392]},
+                              subtree) == "a summary naming hosts ['h4'] outside its subtree"
+    for malformed in ([2, None, None, 1, 2], [-1, None, None, None, None], "x", [1, 2]):
+        assert acksummary.problem({**wire, "programs": malformed}, subtree) == (
+            "a summary whose programs' starts are malformed")
 
 
 def test_an_ssh_host_in_a_fan_out_tree_is_an_error_naming_its_line(tmp_path):

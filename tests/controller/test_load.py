@@ -4,7 +4,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from netspec.controller.load import load, parse_duration, schema, validator
+from netspec.controller.load import load, parse_duration
+from netspec.controller.schemacheck import schema, validator
 from netspec.protocol.errors import ConfigError
 
 REPO = Path(__file__).parents[2]
@@ -80,6 +81,13 @@ def test_a_good_file_resolves_defaults_and_paths(experiment):
      "exp.yaml:13: analysis.graph.n.since: 'rnu' is neither a phase of the schedule (launch, run, collect)"),
     (GOOD + "analysis:\n  graph:\n    n: {filter: mine.py:f, input: events}\n",
      "exp.yaml:13: analysis.graph.n.filter: filter module mine.py not found"),
+    (GOOD + "  - {phase: run, need: 3}\n",
+     "exp.yaml:11: schedule[2].need: need 3 in step 'run', which has at most 2 participant(s): server, load"),
+    (GOOD + "  - {phase: sync_clocks, need: 5}\n",
+     "exp.yaml:11: schedule[2].need: need 5 in step 'sync_clocks', which has at most 3 participant(s): "
+     "server and 2 host daemon(s)"),
+    (GOOD.replace("  server:", "  netspecd:"),
+     "exp.yaml:6: components.netspecd: 'netspecd' is the daemon's own name in node-wide steps"),
 ])
 def test_errors_name_the_file_line_and_key(experiment, tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
@@ -154,3 +162,76 @@ def test_the_schema_with_its_refs_written_out_finds_the_same_errors_as_the_schem
         def said(errors):
             return sorted((e.validator, tuple(e.absolute_path), e.message) for e in errors)
         assert said(validator().iter_errors(document)) == said(plain.iter_errors(document)), document
+
+
+def test_every_misspelt_key_is_an_error_at_once(experiment, tmp_path):
+    text = (REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml").read_text()
+    lines = text.splitlines()
+    bad = text.replace("\ncomponents:", "\ncomponets:").replace("\nschedule:", "\nschedul:")
+    with pytest.raises(ConfigError) as err:
+        load(experiment(bad))
+    path = tmp_path / "exp.yaml"
+    assert [str(e) for e in err.value.errors] == [
+        f"{path}:{lines.index('components:') + 1}: componets: unknown key 'componets' "
+        "(did you mean 'components'?)",
+        f"{path}:{lines.index('schedule:') + 1}: schedul: unknown key 'schedul' (did you mean 'schedule'?)"]
+
+
+def test_a_stream_pattern_no_program_declares_is_a_warning_with_a_did_you_mean(experiment, tmp_path):
+    text = (GOOD + "streams:\n  s: {enable: [play, PLAY/tick, CAMP], trigger: [PLAY/tock], ring_chunks: 2, "
+            "components: [server]}\n")
+    plan = load(experiment(text))
+    # A plain command may log through nodelib too: with one in the stream, nothing is known.
+    assert load(experiment(text.replace(", components: [server]", ""))).warnings == ()
+    assert plan.warnings == tuple(
+        f"{tmp_path}/exp.yaml:12: streams.s.{key}: '{pattern}' matches no entity the stream's programs "
+        "declare (PLAY/phase, PLAY/tick) nor the daemon's (NETSPECD, CAMP, CLKSYNC) "
+        f"(did you mean '{close}'?)"
+        for key, pattern, close in (("enable[0]", "play", "PLAY"), ("trigger[0]", "PLAY/tock", "PLAY/tick")))
+
+
+def test_a_program_whose_entities_are_not_all_literal_is_not_warned_of(experiment, tmp_path):
+    program = tmp_path / "dynamic.py"
+    program.write_text("from netspec import nodelib\nGROUP = 'KV'\nPUT = nodelib.event(GROUP, 'put')\n")
+    text = (GOOD.replace("program: ACTOR", f"program: {program}")
+            + "streams:\n  s: {enable: [kv], components: [server]}\n")
+    assert load(experiment(text)).warnings == ()
+
+
+def test_an_ssh_target_known_nowhere_here_is_a_warning(experiment, tmp_path, monkeypatch):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host node1 node2\n  HostName 127.0.0.1\n")
+    monkeypatch.setenv("NETSPEC_SSH_CONFIG", str(config))
+    text = """\
+        experiment: s
+        hosts:
+          a: {ssh: "me@nodee1:2222"}
+          b: {ssh: node2}
+          c: {ssh: "127.0.0.1:2222"}
+          d: {ssh: localhost}
+        components:
+          c: {host: a, command: "true"}
+        schedule: [launch]
+        """
+    assert load(experiment(text)).warnings == (
+        f"{tmp_path}/exp.yaml:3: hosts.a.ssh: host 'a': 'nodee1' is no address, no alias of the SSH config "
+        "(~/.ssh/config, $NETSPEC_SSH_CONFIG) and not in /etc/hosts (did you mean 'node1'?); unless DNS "
+        "knows it (check asks no server), the run cannot reach it",)
+
+
+def test_a_need_above_the_programs_that_register_the_phase_is_an_error(experiment, tmp_path):
+    (tmp_path / "primary.py").write_text("from netspec import nodelib\nnodelib.register('work', print)\n")
+    (tmp_path / "backup.py").write_text("from netspec import nodelib\n\n\n@nodelib.phase()\n"
+                                        "def fail_over(ctx):\n    pass\n")
+    text = """\
+        experiment: ha
+        components:
+          primary: {program: primary.py}
+          backup: {program: backup.py}
+        schedule: [launch, work, {phase: fail_over, need: NEED}]
+        """
+    assert load(experiment(text.replace("NEED", "1"))).schedule[2].need == 1
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text.replace("NEED", "2")))
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:5: schedule[2].need: need 2 in step 'fail_over', "
+                              "which has at most 1 participant(s): backup")

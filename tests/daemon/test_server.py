@@ -4,12 +4,14 @@ import asyncio
 import os
 import socket
 import struct
+from pathlib import Path
 
 import msgpack
 import pytest
 from netspec.controller.fleet import DaemonClient
-from netspec.daemon.server import MAX_CONNECTIONS, MAX_IN_FLIGHT
+from netspec.daemon.server import HANDSHAKE_TIMEOUT_S, MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
+from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
@@ -181,17 +183,37 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
     wait_for(lambda: not run_processes(run_id), what="the hung-up session's run to end")
 
 
-def test_connections_past_the_cap_are_told_so_and_the_daemon_serves_on(daemon, key):
+def test_sessions_past_the_cap_are_told_so_and_the_daemon_serves_on(daemon, key):
     async def scenario():
-        held = [await asyncio.open_connection("127.0.0.1", daemon.port) for _ in range(MAX_CONNECTIONS)]
-        for reader, _ in held:  # each is a session now: it got its challenge
-            assert b"challenge" in await reader.read(4096)
+        held = [await _client(daemon.port, key) for _ in range(MAX_CONNECTIONS)]
         with pytest.raises(AuthError, match=f"refused the connection: netspecd has {MAX_CONNECTIONS} "):
             await _hello(daemon.port, key)
-        for _, writer in held:
-            writer.close()
+        for client, serving in held:
+            await client.close()
+            await serving
         return await wait_for_async(lambda: _hello(daemon.port, key))
     assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION
+    assert daemon.alive
+
+
+def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(daemon, key):
+    async def scenario():
+        idle = [await asyncio.open_connection("127.0.0.1", daemon.port) for _ in range(300)]
+        half_open = []
+        for _ in range(MAX_CONNECTIONS + MAX_HANDSHAKES):
+            reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+            await reader.read(4096)  # the challenge
+            writer.write(struct.pack(">I", 100) + b"\x83")  # an auth begun, never finished
+            half_open.append((reader, writer))
+        started = asyncio.get_running_loop().time()
+        reply = await _hello(daemon.port, key)
+        took = asyncio.get_running_loop().time() - started
+        for _, writer in idle + half_open:
+            writer.close()
+        return reply, took
+    reply, took = asyncio.run(scenario())
+    assert reply["protocol"] == m.PROTOCOL_VERSION
+    assert took < HANDSHAKE_TIMEOUT_S / 5  # not by waiting out the others' handshake deadline
     assert daemon.alive
 
 
@@ -202,6 +224,72 @@ async def wait_for_async(attempt, tries=50):
         except AuthError:
             await asyncio.sleep(0.1)
     return await attempt()
+
+
+def _auth_frame(sock: socket.socket, key: bytes) -> bytes:
+    """Read the daemon's challenge from `sock` and return a genuine auth frame for it."""
+    length = struct.unpack(">I", _exactly(sock, 4))[0]
+    challenge = msgpack.unpackb(_exactly(sock, length))
+    nonce_c = os.urandom(32)
+    return encode({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", challenge["nonce"], nonce_c)})
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the daemon hung up"
+        data += chunk
+    return data
+
+
+def _until_hang_up(sock: socket.socket) -> tuple[bytes, bool]:
+    """All the daemon sends until it hangs up (True) or is silent for 10 s (False)."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        return received, False
+    return received, True
+
+
+def test_commands_written_unsealed_behind_a_genuine_auth_are_never_run(daemon, key, tmp_path):
+    run_id = session_run_id("r-unsealed")
+    setup = {"t": "setup", "id": 1, "run": run_id, "host": "h",
+             "components": [{"name": "sleeper", "argv": ["sleep", "300"], "stop": "collect"}]}
+    enter = {"t": "enter", "phase": "launch", "step": 0, "components": [{"name": "sleeper"}],
+             "published": {}}
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as sock:
+        # One segment: the genuine auth, then a setup and a launch that no one sealed.
+        sock.sendall(_auth_frame(sock, key) + encode(setup) + encode(enter) + encode({"t": "hello", "id": 2}))
+        received, hung_up = _until_hang_up(sock)
+    welcome = encode({"t": "welcome", "mac": b"\0" * 32})
+    assert hung_up and len(received) == len(welcome), received  # the welcome, then nothing
+    assert not (tmp_path / "droot" / run_id).exists()
+    assert not run_processes(run_id)
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+
+
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def test_a_sealed_frame_of_millions_of_empty_arrays_is_refused_without_growing_the_daemon(daemon, key):
+    async def scenario():
+        client, serving = await _client(daemon.port, key)
+        await client.request("hello", asyncio.get_running_loop().time() + 10)
+        before = _peak_rss_mib(daemon.proc.pid)
+        # Issue 38's frame: 3.8 MiB of empty arrays (one byte each, 64 once built).
+        client.channel.send({"t": "hello", "id": 99, "pad": [[]] * (38 * 1024 * 1024 // 10)})
+        await asyncio.wait_for(serving, 10)  # the daemon hangs up
+        return before
+    before = asyncio.run(scenario())
+    # Its peak, not what is left: once built, the arrays are let go (284 MiB more at the peak
+    # before they were bounded; 11 MiB now, the frame's own bytes).
+    assert _peak_rss_mib(daemon.proc.pid) - before < 32
+    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
 
 
 def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limit(daemon, key):

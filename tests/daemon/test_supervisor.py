@@ -1,48 +1,18 @@
 """The supervisor through a real daemon: spawn, exit reports, reset without orphans."""
 
 import asyncio
+import signal
+import sys
+import time
 from pathlib import Path
 
-from netspec.controller.fleet import DaemonClient
-from netspec.daemon.supervisor import ComponentSpec, Supervisor
+import psutil
+from daemonview import Session
+from netspec.daemon.component import KILL_GRACE_S, ComponentSpec
+from netspec.daemon.supervisor import Supervisor
+from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes
 from support import PROGRAMS, session_run_id, wait_for
-
-
-class Session:
-    """A controller's view of one daemon: requests plus every event that arrived."""
-
-    def __init__(self, port: int, key: bytes):
-        self.port, self.key = port, key
-        self.events: list[dict] = []
-        self.arrived = asyncio.Event()
-
-    def on_event(self, host: str, event: dict) -> None:
-        self.events.append(event)
-        self.arrived.set()
-
-    async def __aenter__(self):
-        self.client = await DaemonClient.connect("t", ("127.0.0.1", self.port), self.key,
-                                                 self.on_event)
-        self.serving = asyncio.create_task(self.client.serve())
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.client.close()
-        await self.serving
-
-    async def request(self, kind: str, **fields):
-        return await self.client.request(kind, asyncio.get_running_loop().time() + 20, **fields)
-
-    async def event(self, kind: str, component: str) -> dict:
-        async with asyncio.timeout(20):
-            while True:
-                for e in self.events:
-                    if e["t"] == kind and e.get("component") == component:
-                        return e
-                self.arrived.clear()
-                await self.arrived.wait()
-
 
 RUN_RESET = session_run_id("run-reset")
 RUN_EXIT = session_run_id("run-exit")
@@ -205,3 +175,136 @@ def test_a_components_malformed_ack_is_its_error_and_only_what_a_component_may_s
     assert fine["status"] == "ok" and fine["message"] == "hi" and "clock" not in fine
     assert odd["status"] == "error" and odd["message"].startswith(
         "the component sent an ack whose status and files are malformed")
+
+
+RUN_TWICE = session_run_id("run-twice")
+
+
+def test_a_command_entered_again_at_its_start_phase_is_refused_naming_it_and_the_session_lives(daemon, key):
+    # [launch, run, run, collect] with a plain command that starts at `run`: it is started
+    # once; the second `run` is its error ack, not a second process sharing its exit.
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_TWICE,
+                            components=[{"name": "once", "argv": ["true"], "start": "run"}])
+            for step in (1, 2):
+                s.client.notify("enter", phase="run", step=step, published={}, components=[{"name": "once"}])
+                await s.event("ack", "once", step=step)
+            again = await s.event("ack", "once", step=2)
+            first = await s.event("ack", "once", step=1)
+            hello = await s.request("hello")
+            return first, again, hello, [e for e in s.events if e["t"] == "exit"], s.client.lost
+    first, again, hello, exits, lost = asyncio.run(scenario())
+    assert first["status"] == "ok"
+    assert again["status"] == "error"
+    assert again["message"].startswith("component 'once' was started in phase 'run' (pid ")
+    assert again["message"].endswith("a component is started once in a run, not again in phase 'run'")
+    assert len(exits) == 1 and lost is None and hello["pid"] == daemon.proc.pid
+
+
+RUN_RESET_LAUNCH = session_run_id("run-reset-launch")
+
+
+def test_no_component_starts_once_its_run_was_reset_and_the_session_lives(daemon, key):
+    # A launch that comes after (or races) a `reset {clean: true}` starts nothing: once the
+    # work directory is gone, a process started anyway had its outputs nowhere.
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_RESET_LAUNCH, components=[
+                {"name": "sleeper", "argv": ["sleep", "300"], "start": "launch", "stop": "work"}])
+            await s.request("reset", clean=True)
+            s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "sleeper"}])
+            ack = await s.event("ack", "sleeper")
+            return ack, run_processes(RUN_RESET_LAUNCH), await s.request("hello"), s.client.lost
+    ack, left, hello, lost = asyncio.run(scenario())
+    assert ack["status"] == "error"
+    assert ack["message"] == "component 'sleeper' is not started in phase 'launch': the run was reset"
+    assert left == [] and lost is None and hello["pid"] > 0
+
+
+class Outbox:
+    """Where a supervisor in this process sends its events: kept, for the test to read."""
+
+    def __init__(self):
+        self.events: list[dict] = []
+
+    def emit(self, message: dict) -> None:
+        self.events.append(message)
+
+    async def drain(self) -> None:
+        pass
+
+    async def said(self, text: bytes) -> None:
+        async with asyncio.timeout(20):
+            while not any(e["t"] == "output" and text in e["data"] for e in self.events):
+                await asyncio.sleep(0.01)
+
+
+def _busy_once_killed(pid: int, seconds: float) -> None:
+    """Keep this loop busy for `seconds` from the moment process `pid` is dead, as the exits
+    of a thousand components keep a daemon's loop on a loaded machine: its exit is not
+    seen before then. Until it dies, the loop runs on (this only looks, each turn)."""
+    loop = asyncio.get_running_loop()
+
+    def look() -> None:
+        try:
+            dead = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            dead = True
+        if not dead:
+            loop.call_soon(look)
+            return
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    loop.call_soon(look)
+
+
+STUBBORN = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(300)\n"]
+
+
+def test_a_killed_component_is_waited_for_until_the_deadline_however_long_its_exit_takes_to_be_seen(tmp_path):
+    run_id = session_run_id("run-stubborn")
+
+    async def scenario():
+        outbox = Outbox()
+        async with asyncio.TaskGroup() as tg:
+            spec = ComponentSpec("stubborn", STUBBORN, False, stop="work")
+            sup = Supervisor(run_id, tmp_path, [spec], outbox, tg)
+            assert (await sup.enter("stubborn", "launch", {}, {}))["status"] == "ok"
+            await outbox.said(b"ready")
+            comp = sup.components["stubborn"]
+            loop = asyncio.get_running_loop()
+            _busy_once_killed(comp.proc.pid, KILL_GRACE_S + 0.5)
+            info = await comp.stop(grace=0.2, deadline=loop.time() + 20)
+            await sup.reset(clean=True)
+            return info, comp.forced
+    info, forced = asyncio.run(scenario())
+    assert info["returncode"] == -signal.SIGKILL and forced
+
+
+RUN_DAEMON_KILLED = session_run_id("run-daemon-killed")
+
+
+def test_a_component_whose_daemon_is_killed_gets_sigterm_and_its_last_records_reach_its_stream(daemon, key,
+                                                                                                tmp_path):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            # Nothing is flushed before the process ends: a record still buffered is lost to SIGKILL.
+            await s.request("setup", run=RUN_DAEMON_KILLED, host="h", components=[ACTOR],
+                            streams={"s": {"enable": ["PLAY"], "flush_ms": 600_000,
+                                           "chunk_records": 100_000}})
+            steps = ((0, "launch", {}), (1, "start_logging", {}), (2, "work", {"ticks": 5}))
+            for step, phase, params in steps:
+                s.client.notify("enter", phase=phase, step=step, published={},
+                                components=[{"name": "actor", "params": params}])
+                assert (await s.event("ack", "actor", step=step))["status"] == "ok"
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=20)
+    asyncio.run(scenario())
+    wait_for(lambda: not run_processes(RUN_DAEMON_KILLED), what="the actor to end with its daemon")
+    (stream,) = (tmp_path / "droot" / RUN_DAEMON_KILLED / "streams").glob("s.actor.*.ds")
+    reader = StreamReader(stream)
+    assert [r.tag for r in reader if r.entity.full_name == "PLAY/tick"] == [0, 1, 2, 3, 4]
+    assert reader.closed_cleanly

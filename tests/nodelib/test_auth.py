@@ -2,10 +2,12 @@ import asyncio
 import os
 import stat
 
+import msgpack
 import pytest
-from netspec.protocol.auth import client_handshake, load_or_create_key, server_handshake
+from netspec.protocol.auth import _mac, _seals, client_handshake, load_or_create_key, server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import AuthError, ConfigError, ProtocolError
+from netspec.protocol.messages import PROTOCOL_VERSION
 from netspec.protocol.wire import encode
 
 
@@ -65,5 +67,60 @@ def test_after_the_handshake_only_frames_sealed_for_this_connection_are_taken():
         with pytest.raises(ProtocolError, match="MAC check"):
             await server.recv()
         await server.close()
+        await client.close()
+    asyncio.run(scenario())
+
+
+async def _peer_of(channel_side: str):
+    """A channel of the side under test and, for the other end, raw asyncio streams."""
+    a, b = __import__("socket").socketpair()
+    channel = await Channel.over(a, channel_side)
+    reader, writer = await asyncio.open_connection(sock=b)
+    return channel, reader, writer
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> dict:
+    length = int.from_bytes(await reader.readexactly(4), "big")
+    return msgpack.unpackb(await reader.readexactly(length))
+
+
+def test_a_frame_written_unsealed_behind_a_genuine_auth_is_refused_by_the_daemon_side():
+    async def scenario():
+        key = os.urandom(32)
+        server, reader, writer = await _peer_of("server-side")
+        handshake = asyncio.create_task(server_handshake(server, key))
+        challenge = await _read_frame(reader)
+        nonce_c = os.urandom(32)
+        auth = {"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", challenge["nonce"], nonce_c)}
+        # One segment: the genuine auth, then a command no one sealed.
+        writer.write(encode(auth) + encode({"t": "setup", "id": 1, "run": "r", "components": []}))
+        await handshake
+        with pytest.raises(ProtocolError, match="MAC check"):
+            await asyncio.wait_for(server.recv(), 10)
+        writer.close()
+        await server.close()
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("behind", ["unsealed", "sealed"])
+def test_a_frame_behind_the_welcome_in_one_segment_is_taken_only_sealed_by_the_client(behind):
+    async def scenario():
+        key = os.urandom(32)
+        client, reader, writer = await _peer_of("client-side")
+        nonce_s = os.urandom(32)
+        writer.write(encode({"t": "challenge", "nonce": nonce_s, "proto": PROTOCOL_VERSION}))
+        handshake = asyncio.create_task(client_handshake(client, key))
+        auth = await _read_frame(reader)
+        welcome = encode({"t": "welcome", "mac": _mac(key, b"server", auth["nonce"], nonce_s)})
+        _, to_controller = _seals(key, auth["nonce"], nonce_s)
+        event = {"t": "exit", "component": "c", "returncode": 0}
+        writer.write(welcome + encode(event, to_controller if behind == "sealed" else None))
+        await handshake
+        if behind == "sealed":
+            assert await asyncio.wait_for(client.recv(), 10) == event
+        else:
+            with pytest.raises(ProtocolError, match="MAC check"):
+                await asyncio.wait_for(client.recv(), 10)
+        writer.close()
         await client.close()
     asyncio.run(scenario())

@@ -8,6 +8,7 @@ import struct
 import pytest
 from netspec.protocol.channel import READY_LIMIT, BlockingChannel, Channel
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.wire import encode
 
 
 async def socketpair_channels():
@@ -190,3 +191,26 @@ def test_the_blocking_channel_speaks_the_same_frames():
         assert await channel.recv() is None
         await channel.close()
     asyncio.run(scenario())
+
+
+def test_a_held_channel_is_answered_once_a_whole_frame_is_in_not_a_part_of_one():
+    async def scenario():
+        a, b = await socketpair_channels()
+        a.hold()
+        frame = encode({"t": "auth", "nonce": b"n" * 32})
+        b.transport.write(frame[:5])
+        await wait_until(lambda: a.decoder.pending == 5)
+        assert not a.answered
+        b.transport.write(frame[5:])
+        await wait_until(lambda: a.answered)
+        assert await a.recv() == {"t": "auth", "nonce": b"n" * 32}
+        assert not a.answered
+        await a.close()
+        await b.close()
+    asyncio.run(scenario())
+
+
+async def wait_until(condition, timeout=10.0):
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)

@@ -32,7 +32,7 @@ def _get(url: str) -> tuple[int, bytes]:
 
 
 def test_the_index_lists_every_run_and_campaign_with_its_status(results: Path):
-    catalog = Catalog(results / "runs", results / "campaigns")
+    catalog = Catalog(results / "runs", results / "runs" / "campaigns")
     runs, campaigns, unreadable = catalog.index()
     by_experiment = {}
     for r in runs:
@@ -46,7 +46,7 @@ def test_the_index_lists_every_run_and_campaign_with_its_status(results: Path):
 
 
 def test_a_reference_resolves_only_to_a_run_under_the_root(results: Path):
-    catalog = Catalog(results / "runs", results / "campaigns")
+    catalog = Catalog(results / "runs", results / "runs" / "campaigns")
     with pytest.raises(ProtocolError):
         catalog.run_path("../..")
     with pytest.raises(NotFound):
@@ -108,8 +108,8 @@ def test_events_are_paged_and_filtered_with_bound_parameters(results: Path):
 
 
 def test_the_campaign_matrix_has_a_row_per_point_and_says_what_differs_from_the_baseline(results: Path):
-    [path] = (results / "campaigns").glob("*/*/campaign.json")
-    catalog = Catalog(results / "runs", results / "campaigns")
+    [path] = (results / "runs" / "campaigns").glob("*/*/campaign.json")
+    catalog = Catalog(results / "runs", results / "runs" / "campaigns")
     view = campaign_view(json.loads(path.read_text()), catalog.run_ref)
     assert [r["label"] for r in view["rows"]] == ["client.size=64", "client.size=16384"]
     base, big = (r["cells"]["interval to_client"] for r in view["rows"])

@@ -42,7 +42,7 @@ def test_the_index_run_and_campaign_pages_show_what_the_runs_did(results: Path, 
         assert "of" in driver.find_element(By.ID, "events-page").text
         assert not console_errors(driver)
 
-        [campaign] = (results / "campaigns").glob("*/*")
+        [campaign] = (results / "runs" / "campaigns").glob("*/*")
         open_page(driver, f"{url}/campaign/{campaign.parent.name}/{campaign.name}")
         driver.save_screenshot(str(tmp_path / "campaign.png"))
         points = driver.find_elements(By.CSS_SELECTOR, "#matrix tbody tr.point")

@@ -1,0 +1,150 @@
+"""Pairs over real streams merged, and in a real run of tests/analysis/replication.py: a
+primary that replicates each write to two backups, one slower, gives each backup's latency its
+own row (match: all), or one end a tag (first, last); what is left unmatched is counted in
+summary.json and said in the merge's warnings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from netspec.analysis.graph import run_graph
+from netspec.analysis.resultset import merge_run, open_tables
+from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.nodelib.instrument import Datastreams
+from support import ns_control
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+# The backups' latencies, ns after the primary's send of each tag.
+LATENCY = {"backup1": 50_000, "backup2": 140_000}
+WRITES = 100
+LOST_AT_BACKUP2 = range(90, 100)  # backup2 never got these: starts with one end only
+STRAYS = range(1000, 1005)  # backup1 logs tags the primary never sent: ends without a start
+
+
+def write_stream(directory: Path, host: str, component: str, records: list[tuple[str, int, int]]) -> None:
+    """A real stream file of `component` on `host` with the records (entity, ts, tag)."""
+    ds = Datastreams()
+    entities = {name: ds.event("KV", name) for name in {r[0] for r in records}}
+    ds.start([StreamConfig("kv", enable=("KV",), chunk_records=500)],
+             StreamInfo(directory, run="r", host=host, component=component), exit_hooks=False)
+    for name, ts, tag in sorted(records, key=lambda r: r[1]):
+        ds.streams[0].put((entities[name].id, ts, tag))
+    ds.stop()
+
+
+def replicated_run(tmp_path: Path, pairs: dict[str, dict]) -> Path:
+    """A run directory: host p's primary sends WRITES writes, hosts b1 and b2's backups apply
+    them after their LATENCY (all on one clock: each host's own, no fit)."""
+    run = tmp_path / "run"
+    sends = [("replicate", T0 + i * MS, i) for i in range(WRITES)]
+    write_stream(run / "hosts" / "p" / "streams", "p", "primary", sends)
+    applied1 = [("applied", T0 + i * MS + LATENCY["backup1"], i) for i in range(WRITES)]
+    applied1 += [("applied", T0 + WRITES * MS + k, tag) for k, tag in enumerate(STRAYS)]
+    write_stream(run / "hosts" / "b1" / "streams", "b1", "backup1", applied1)
+    applied2 = [("applied", T0 + i * MS + LATENCY["backup2"], i) for i in range(WRITES)
+                if i not in LOST_AT_BACKUP2]
+    write_stream(run / "hosts" / "b2" / "streams", "b2", "backup2", applied2)
+    (run / "run.json").write_text(json.dumps({
+        "format": 1, "id": "r", "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": {"pairs": pairs}},
+        "hosts": {}, "steps": []}))
+    return run
+
+
+def test_every_backups_end_of_a_replicated_write_is_its_own_row_and_the_unmatched_are_counted(tmp_path):
+    run = replicated_run(tmp_path, {"replication": {"start": "KV/replicate", "end": "KV/applied"}})
+    result = merge_run(run)
+    rows = duckdb.sql(f"""SELECT end_host, end_component, count(*), min(duration_ns), max(duration_ns)
+                          FROM '{run}/merged/intervals.parquet' WHERE name = 'replication'
+                          GROUP BY ALL ORDER BY end_host""").fetchall()
+    assert rows == [("b1", "backup1", WRITES, LATENCY["backup1"], LATENCY["backup1"]),
+                    ("b2", "backup2", WRITES - len(LOST_AT_BACKUP2), LATENCY["backup2"], LATENCY["backup2"])]
+    (counts,) = json.loads((run / "merged" / "summary.json").read_text())["pairs"]
+    assert counts == {"pair": "replication", "match": "all", "starts": WRITES, "start_tags": WRITES,
+                      "starts_without_end": 0, "ends": 2 * WRITES - len(LOST_AT_BACKUP2) + len(STRAYS),
+                      "ends_without_start": len(STRAYS), "matched_tags": WRITES, "untagged": 0,
+                      "rows": 2 * WRITES - len(LOST_AT_BACKUP2), "ends_left_out": 0}
+    assert "pair replication: 5 of 195 ends had no start" in result.warnings
+
+
+@pytest.mark.parametrize(("match", "backup", "latency"), [("first", "backup1", LATENCY["backup1"]),
+                                                           ("last", "backup2", LATENCY["backup2"])])
+def test_a_pair_matching_one_end_a_tag_keeps_the_first_or_the_last_and_says_how_many_it_left_out(
+        tmp_path, match, backup, latency):
+    pair = {"start": "KV/replicate", "end": "KV/applied", "match": match}
+    run = replicated_run(tmp_path, {"replication": pair})
+    result = merge_run(run)
+    rows = duckdb.sql(f"""SELECT end_component, count(*), max(duration_ns)
+                          FROM '{run}/merged/intervals.parquet'
+                          WHERE name = 'replication' AND tag NOT IN {tuple(LOST_AT_BACKUP2)}
+                          GROUP BY ALL""").fetchall()
+    assert rows == [(backup, WRITES - len(LOST_AT_BACKUP2), latency)]
+    assert ("pair replication: 5 of 195 ends had no start; 90 ends of a matched tag left out by "
+            f"match: {match}") in result.warnings
+
+
+def test_a_start_no_end_carries_is_counted_and_said(tmp_path):
+    run = replicated_run(tmp_path, {"to_b2": {"start": "KV/replicate", "end": "KV/applied",
+                                              "end_component": "backup2"}})
+    result = merge_run(run)
+    (counts,) = json.loads((run / "merged" / "summary.json").read_text())["pairs"]
+    assert (counts["starts_without_end"], counts["ends_without_start"], counts["rows"]) == (10, 0, 90)
+    assert "pair to_b2: 10 of 100 starts had no end" in result.warnings
+
+
+def test_the_graphs_pair_filter_matches_every_end_too_and_says_what_it_left_unmatched(tmp_path):
+    run = replicated_run(tmp_path, {})
+    merge_run(run)
+    db = open_tables(run / "merged")
+    graph = {"legs": {"filter": "pair", "input": "events", "start": "KV/replicate", "end": "KV/applied"}}
+    assert run_graph(db, graph, run / "merged", tmp_path, T0, {}, trusted=()) == [
+        "analysis node legs: pair legs: 5 of 195 ends had no start"]
+    assert db.execute("SELECT count(*) FROM legs").fetchone() == (2 * WRITES - len(LOST_AT_BACKUP2),)
+
+
+REPLICATION = """\
+experiment: replication
+hosts: {p: {}, b1: {}, b2: {}}
+components:
+  primary: {host: p, program: PROGRAM, args: [--role, primary], params: {count: 200}}
+  backup1: {host: b1, program: PROGRAM, args: [--role, backup], params: {apply_us: 0}}
+  backup2: {host: b2, program: PROGRAM, args: [--role, backup], params: {apply_us: APPLY_US}}
+services:
+  clksync: {reference: p}
+streams:
+  kv: {enable: [KV]}
+analysis:
+  pairs:
+    replicate: {start: KV/replicate, end: KV/applied}
+schedule:
+  - launch
+  - sync_clocks
+  - start_logging
+  - {phase: listen, components: [backup1, backup2], deadline: 10s}
+  - {phase: run, components: [primary], deadline: 60s}
+  - stop_logging
+  - collect
+"""
+APPLY_US = 100
+
+
+@pytest.mark.e2e
+def test_a_real_replication_run_gives_each_backup_its_own_latency_the_slower_one_included(tmp_path):
+    program = Path(__file__).parent / "replication.py"
+    exp = tmp_path / "replication.yaml"
+    exp.write_text(REPLICATION.replace("PROGRAM", str(program)).replace("APPLY_US", str(APPLY_US)))
+    done = ns_control("run", str(exp), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "causality replicate: 400 matched, every end after its start" in done.stdout
+    merged = tmp_path / "runs" / "latest" / "merged"
+    ends = dict(duckdb.sql(f"""SELECT end_component, list(duration_ns + bound_ns)
+                               FROM '{merged}/intervals.parquet' WHERE name = 'replicate'
+                               GROUP BY ALL""").fetchall())
+    assert sorted(ends) == ["backup1", "backup2"] and all(len(v) == 200 for v in ends.values())
+    # backup2 applies each write APPLY_US after it arrives: no latency of its can be shorter.
+    assert min(ends["backup2"]) >= APPLY_US * 1000
+    (counts,) = json.loads((merged / "summary.json").read_text())["pairs"]
+    assert (counts["starts_without_end"], counts["ends_without_start"], counts["rows"]) == (0, 0, 400)

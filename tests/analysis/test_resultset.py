@@ -1,0 +1,105 @@
+"""A run's result set made by merge_run from real streams: the analysis graph runs whatever
+else the run has or lacks, and no code a run directory names runs unless the user names it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from netspec.analysis.resultset import merge_run
+from netspec.analysis.usercode import UserCode
+from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.nodelib.instrument import Datastreams
+from support import ns_control
+from test_pairs import T0, write_stream
+
+
+def a_run(tmp_path: Path, analysis: dict) -> Path:
+    run = tmp_path / "run"
+    write_stream(run / "hosts" / "p" / "streams", "p", "primary", [("note", T0 + i, i) for i in range(10)])
+    (run / "run.json").write_text(json.dumps({
+        "format": 1, "id": "r", "status": "ok", "plan": {"source": str(tmp_path / "exp.yaml"),
+                                                         "analysis": analysis}, "hosts": {}, "steps": []}))
+    return run
+
+
+def test_a_graph_runs_in_a_run_with_nothing_to_plot(tmp_path):
+    run = a_run(tmp_path, {"graph": {"notes": {"filter": "select", "input": "events", "entity": "KV/*"},
+                                     "notes_csv": {"filter": "export", "input": "notes", "format": "csv"}}})
+    result = merge_run(run)
+    assert result.plots == []
+    assert not [w for w in result.warnings if "analysis node" in w]
+    assert len((run / "merged" / "notes_csv.csv").read_text().splitlines()) == 11
+
+
+def test_a_filter_the_runs_record_names_runs_only_when_the_user_names_it(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "mine.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                      "def same(rel, node):\n    return rel\n")
+    run = a_run(tmp_path, {"graph": {"mine": {"filter": f"{tmp_path}/mine.py:same", "input": "events"}}})
+    result = merge_run(run)
+    assert not marker.exists() and not (run / "merged" / "mine.csv").exists()
+    assert (f"analysis node mine: filter {tmp_path}/mine.py:same not run: the run's record names it, and a "
+            "filter of your own runs only when you name it (the experiment file you run, or ns_control "
+            f"fetch --filter {tmp_path}/mine.py:same)") in result.warnings
+    result = merge_run(run, code=UserCode(filters=("mine.py:same",), base=tmp_path))
+    assert marker.exists() and not [w for w in result.warnings if "analysis node" in w]
+
+
+def test_an_imported_bundle_whose_record_names_os_system_is_fetched_and_nothing_runs(tmp_path):
+    """The stream's event names os:system as its decoder and carries a command as its data;
+    the bundle's own run.json allows that decoder."""
+    marker = tmp_path / "ran"
+    source = tmp_path / "made" / "hostile" / "20261125T000000Z-0dd0a1"  # imported into tmp_path/runs
+    ds = Datastreams()
+    event = ds.event("EVIL", "command", decoder="os:system")
+    ds.start([StreamConfig("evil", enable=("EVIL",))],
+             StreamInfo(source / "hosts" / "a" / "streams", run="r", host="a", component="c"),
+             exit_hooks=False)
+    event.log(1, f"touch {marker}".encode())
+    ds.stop()
+    (source / "run.json").write_text(json.dumps({
+        "format": 1, "id": source.name, "experiment": "hostile", "status": "ok",
+        "plan": {"experiment": "hostile", "source": str(source / "exp.yaml"),
+                 "analysis": {"decoders": ["os:system"]}}, "hosts": {}, "steps": []}))
+    exported = ns_control("export", str(source), "--to", str(tmp_path / "hostile.tar.gz"), cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    imported = ns_control("import", str(tmp_path / "hostile.tar.gz"), cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    fetched = ns_control("fetch", source.name, cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    assert not marker.exists()
+    assert ("warning: decoder os:system not run: the run's record names it, and a decoder runs only when "
+            "you name it (the experiment file you run, or ns_control fetch --decoder os:system); its events' "
+            "data stays raw") in fetched.stdout
+
+
+ONE_MACHINE = """\
+experiment: one-machine
+hosts: {a: {}, b: {}}
+components:
+  one: {host: a, command: [sleep, "0.3"], start: run}
+  two: {host: b, command: [sleep, "0.3"], start: run}
+services:
+  camp: {interval_ms: 20}
+schedule: [launch, start_logging, run, stop_logging, collect]
+"""
+
+
+@pytest.mark.e2e
+def test_hosts_on_one_kernel_are_said_to_show_the_machines_cpu_in_the_merge_and_the_report(tmp_path):
+    """Two local hosts: two daemons under one kernel, as namespaces or containers would be."""
+    (tmp_path / "exp.yaml").write_text(ONE_MACHINE)
+    done = ns_control("run", "exp.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = ("hosts a, b share one kernel (one boot_id: namespaces or containers of one machine): CAMP's CPU, "
+            "memory and disk figures of each are the whole machine's, not the host's own (each component's "
+            "own CPU, proc.*, is its own)")
+    assert f"warning: {said}" in done.stdout
+    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
+    assert summary["shared_kernel"] == [["a", "b"]] and said in summary["warnings"]
+    report = ns_control("report", "latest", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    caveat = "cpu busy a: host a shares one kernel with b: this is the whole machine's CPU, not the host's"
+    assert f"    {caveat} own" in report.stdout.splitlines()
