@@ -14,6 +14,7 @@ from netspec.protocol.errors import (
     NetspecError,
     RemoteError,
     StepFailed,
+    some_hosts,
 )
 
 from .barrier import Barrier
@@ -88,9 +89,8 @@ class NotConnected(StepFailed):
 
     def __init__(self, results: dict[str, Any]):
         super().__init__(CONNECTING, results)
-        failed = sorted(self.failed)
-        self.args = (f"could not reach or set up {len(failed)} of {len(results)} host(s) before the "
-                     f"first step: {', '.join(failed)}",)
+        self.args = (f"could not reach or set up {len(self.failed)} of {len(results)} host(s) before the "
+                     f"first step: {some_hosts(self.failed)}",)
 
 
 def connect_failed(results: dict[str, Any]) -> None:

@@ -214,7 +214,7 @@ def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     for _, r in runs:
         # A partial run stopped in no step; an error that names none stopped in the last step
         # run.json has, or before the first.
-        steps = r.get("steps") or [{"phase": "before step 1"}]
+        steps = r.get("steps") or [{"phase": "before the first step"}]
         stopped = (r.get("error") or {}).get("phase") or ("none" if r["status"] == "partial" else
                                                            steps[-1].get("phase") if r.get("error") else "")
         lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "

@@ -165,8 +165,8 @@ class StepFailed(NetspecError):
 
 def shared_text(host: str, error: BaseException) -> str:
     """What `error` of `host` says with the names that are that host's own taken out (its
-    name, its component's, a component's run time): the same text for hosts that failed
-    alike, so that an error shared by hundreds of hosts is said once."""
+    name, its component's, its address, a component's run time): the same text for hosts
+    that failed alike, so that an error shared by hundreds of hosts is said once."""
     names = [host]
     if isinstance(error, ComponentFailed):
         names.append(error.result.component)
@@ -175,7 +175,13 @@ def shared_text(host: str, error: BaseException) -> str:
     else:
         text = str(error).partition("\n")[0]
     alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
-    return re.sub(rf"(?<![\w.-])(?:{alternatives})(?![\w.-])", "{name}", text)
+    text = re.sub(rf"(?<![\w.-])(?:{alternatives})(?![\w.-])", "{name}", text)
+    return ADDRESS.sub("{address}", text)
+
+
+# An IPv4 address with its port, as netspec says it (1.2.3.4:5) and as Python's socket
+# errors do ('1.2.3.4', 5).
+ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+\b|', \d+\b)?")
 
 
 class StreamError(NetspecError):

@@ -6,7 +6,7 @@ import io
 from netspec.controller.cli import Terminal
 from netspec.controller.results import ComponentResult
 from netspec.controller.summary import LISTED_OK, error_lines
-from netspec.protocol.errors import ComponentFailed, RemoteError, StepFailed
+from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
 
 
 def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
@@ -42,13 +42,18 @@ def test_hosts_that_failed_alike_are_one_line_each_cause_and_a_host_alone_keeps_
         failed[f"h{i}"] = ComponentFailed(ComponentResult(f"h{i}", f"c{i}", ["actor.py"]), "collect",
                                           f"failed: c{i} did not end within 2 s of SIGKILL")
     failed["x"] = RemoteError("x", {"type": "OSError", "message": "disk full"})
+    for host, port in (("p1", 7001), ("p2", 7002)):  # alike but for their addresses
+        failed[host] = ConnectionLost(host, "collect", f"cannot connect to 127.0.0.1:{port}: Connect call "
+                                      f"failed ('127.0.0.1', {port})")
     lines = error_lines(StepFailed("collect", {**failed, "ok": [{"status": "ok"}]}))
     assert lines == [
-        "error: phase 'collect' failed on h0, h1, h2, h3, h4, h5, h6, h7 and 8 more (16 hosts)",
+        "error: phase 'collect' failed on h0, h1, h2, h3, h4, h5, h6, h7 and 10 more (18 hosts)",
         "  caused by: on 12 hosts (h0, h1, h2 and 9 more) alike: phase 'collect', host h0: component 'c0' "
         "exited 3 after 1.0 s",
         "  caused by: on 3 hosts (h12, h13, h14) alike: phase 'collect', host h12: component 'c12' failed: "
         "c12 did not end within 2 s of SIGKILL",
+        "  caused by: on 2 hosts (p1, p2) alike: phase 'collect', host p1: connection lost (cannot connect "
+        "to 127.0.0.1:7001: Connect call failed ('127.0.0.1', 7001))",
         "  caused by: host x: OSError: disk full",
         "  (each host's own detail: ns_control show --host HOST)"]
     assert error_lines(StepFailed("collect", {"h3": failed["h3"]})) == [  # alone: its whole error
