@@ -29,6 +29,8 @@ from netspec.protocol.errors import (
     ProtocolError,
     RemoteError,
     StepFailed,
+    said_once,
+    without_names,
 )
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 
@@ -436,19 +438,20 @@ class Run:
             async with asyncio.timeout(seconds):
                 await asyncio.gather(*(one(c) for c in self.clients.values()))
 
-    def _unclean_ends(self) -> list[str]:
+    def _unclean_ends(self) -> list[tuple[str, str, str]]:
         """Each component that did not end cleanly (an exit status other than 0, or the
         SIGTERM netspec sent it), which nothing has said yet: one netspec ended mid-run
         is a trouble already. A component killed because it would not end when asked is
-        one of them: a run is ok only if every component ended cleanly."""
+        one of them: a run is ok only if every component ended cleanly. Each is (host,
+        what it says but for the host's names, what it says), for `said_once`."""
         said = []
         for name, result in self.results.items():
             if result.exit_status is None or result.ok or name in self.stragglers.ended:
                 continue
             forced = " (it did not end when asked, so netspec killed it)" \
                 if result.exit_status == -signal.SIGKILL else ""
-            said.append(f"host {result.host}: {name}: {describe_returncode(result.exit_status)} "
-                        f"at its end{forced}")
+            text = f"host {result.host}: {name}: {describe_returncode(result.exit_status)} at its end{forced}"
+            said.append((result.host, without_names(text, [result.host, name]), text))
         return said
 
     async def _finish(self, error: NetspecError | None) -> None:
@@ -480,7 +483,7 @@ class Run:
             said = [f"{len(troubles)} participant(s) did not"] if troubles else []
             said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
             self.rundir.finish("partial", {
-                "type": "Partial", "phase": None, "causes": troubles + unclean,
+                "type": "Partial", "phase": None, "causes": troubles + said_once(unclean),
                 "message": f"every step got through, but {' and '.join(said)}"})
             return
         status = ("ok" if error is None else

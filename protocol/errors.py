@@ -141,26 +141,29 @@ class StepFailed(NetspecError):
     def succeeded(self) -> dict[str, Any]:
         return {h: r for h, r in self.results.items() if not isinstance(r, BaseException)}
 
-    def alike(self) -> list[list[str]]:
-        """The failed hosts grouped by the error they share (the same text but for their
-        own names: `shared_text`), the largest group first, each in its hosts' order."""
-        groups: dict[tuple[str, str], list[str]] = {}
-        failed = self.failed
-        for host in in_order(failed):
-            error = failed[host]
-            groups.setdefault((type(error).__name__, shared_text(host, error)), []).append(host)
-        return sorted(groups.values(), key=lambda hosts: -len(hosts))
-
     def causes(self, named: int = 3) -> list[str]:
-        """Each cause once: a host that failed its own way, its whole error; hosts that
-        failed alike, one line that counts them, names `named` of them and quotes the
-        first one's error."""
-        texts = []
-        for hosts in self.alike():
-            first = str(self.failed[hosts[0]])
-            alike = f"on {len(hosts)} hosts ({some_hosts(hosts, named)}) alike: {first.partition(chr(10))[0]}"
-            texts.append(first if len(hosts) == 1 else alike)
-        return texts
+        """Each cause once (`said_once`): a host that failed its own way, its whole error;
+        hosts that failed alike, one line that counts them."""
+        return said_once([(host, f"{type(error).__name__}: {shared_text(host, error)}", str(error))
+                          for host, error in self.failed.items()], named)
+
+
+def said_once(entries: Iterable[tuple[str, str, str]], named: int = 3) -> list[str]:
+    """Each text once for the hosts it was said of alike, the most said first. `entries`
+    are (host, what identifies the text alike: it without the host's own names, as
+    `without_names` leaves it, the text). A host alone keeps its whole text; hosts alike
+    get one line that counts them, names `named` of them and quotes the first one's text's
+    first line."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for host, key, text in entries:
+        groups.setdefault(key, []).append((host, text))
+    said = []
+    for members in sorted(groups.values(), key=lambda m: -len(m)):
+        hosts = in_order(h for h, _ in members)
+        first = dict(members)[hosts[0]]
+        alike = f"on {len(hosts)} hosts ({some_hosts(hosts, named)}) alike: {first.partition(chr(10))[0]}"
+        said.append(first if len(hosts) == 1 else alike)
+    return said
 
 
 def shared_text(host: str, error: BaseException) -> str:
@@ -171,9 +174,13 @@ def shared_text(host: str, error: BaseException) -> str:
     if isinstance(error, ComponentFailed):
         names.append(error.result.component)
         what = error.reason or re.sub(r" after [0-9.]+ s$", "", error.result.describe_exit())
-        text = f"phase '{error.phase}': component {{name}} {what}"
-    else:
-        text = str(error).partition("\n")[0]
+        return without_names(f"phase '{error.phase}': component {{name}} {what}", names)
+    return without_names(str(error).partition("\n")[0], names)
+
+
+def without_names(text: str, names: Iterable[str]) -> str:
+    """`text` with each of `names` (a host's, its component's: whole words) and each
+    address in it taken out."""
     alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
     text = re.sub(rf"(?<![\w.-])(?:{alternatives})(?![\w.-])", "{name}", text)
     return ADDRESS.sub("{address}", text)

@@ -235,3 +235,20 @@ def test_a_step_failed_alike_on_thirty_hosts_is_one_line_that_counts_them(experi
         f"  caused by: {alike}",
         "  (each host's own detail: ns_control show --host HOST)"]
     assert latest_record(tmp_path / "runs")["error"]["causes"] == [alike]
+
+
+def test_components_of_many_hosts_that_end_alike_uncleanly_are_one_partial_cause(experiment, tmp_path):
+    hosts = 12
+    # Each ignores the SIGTERM of its stop, and is killed when its grace is over.
+    stubborn = "trap '' TERM; while true; do sleep 0.1; done"
+    components = "\n".join(f'  c{i}: {{host: h{i}, command: "{stubborn}", stop: collect}}'
+                           for i in range(hosts))
+    path = experiment("experiment: unclean\nhosts: {" + ", ".join(f"h{i}: {{}}" for i in range(hosts))
+                      + "}\ncomponents:\n" + components + "\nschedule: [launch, collect]\n")
+    done = ns_control("run", "--no-merge", "--quiet", str(path), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    cause = ("on 12 hosts (h0, h1, h2 and 9 more) alike: host h0: c0: was killed by SIGKILL at its end "
+             "(it did not end when asked, so netspec killed it)")
+    assert done.stderr.endswith("partial: every step got through, but 12 component(s) did not end cleanly:\n"
+                                f"  {cause}\n"), done.stderr
+    assert latest_record(tmp_path / "runs")["error"]["causes"] == [cause]
