@@ -4,6 +4,10 @@ merge and clksync alike.
 
 run.json version history (readers accept every older version):
   1: first format (id, experiment, status, plan, programs, hosts, steps, components, error).
+     Keys added since, each optional (a reader takes its absence as before): merge (why the
+     run has no whole result set: --no-merge, or a merge interrupted), collected (what
+     `ns_control collect` gathered: at, hosts, failed), error.gathered (a killed
+     controller's run: whether collect gathered what its hosts held), share_hosts.
 """
 
 from __future__ import annotations
