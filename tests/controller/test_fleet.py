@@ -188,3 +188,17 @@ def test_a_host_in_use_by_another_run_is_refused_naming_that_run_unless_asked_to
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     assert proc.returncode == 130 and daemon.alive
+
+
+def test_a_campaigns_runs_ask_to_share_their_hosts_when_it_was_run_with_share_hosts(experiment, tmp_path):
+    path = experiment("""\
+        experiment: shared
+        components:
+          one: {program: ACTOR, args: [work]}
+        schedule: [launch, work]
+        repeat: {runs: 2}
+        """)
+    done = ns_control("run", "--share-hosts", "--quiet", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "shared").glob("*/run.json")]
+    assert len(records) == 2 and all(r["share_hosts"] is True for r in records)
