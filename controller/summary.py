@@ -4,6 +4,7 @@ only cli.py prints."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,14 +172,17 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
                   if only in (None, name.partition("/")[0])}
     if components:
         lines.append("  components:")
-        listed = [(n, i) for n, i in components.items() if i["returncode"] != 0 or not many]
-        listed += [(n, i) for n, i in components.items() if i["returncode"] == 0 and many][:LISTED_OK]
-        for name, info in listed:
-            code = info["returncode"]
-            how = f"exit {code}" if code >= 0 else f"signal {-code}"
+        # At fleet scale the first LISTED_OK of those that ended badly and of those that
+        # exited 0 are listed, and the rest counted by how they ended.
+        ended = [(n, i, _ended(i["returncode"])) for n, i in components.items()]
+        bad = [e for e in ended if e[2] != "exit 0"]
+        good = [e for e in ended if e[2] == "exit 0"]
+        listed = ([*bad[:LISTED_OK], *good[:LISTED_OK]] if many else ended)
+        for name, info, how in listed:
             lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
         if len(listed) < len(components):
-            lines.append(f"    and {len(components) - len(listed)} more exit 0")
+            rest = Counter(how for *_, how in [*bad[LISTED_OK:], *good[LISTED_OK:]])
+            lines.append(f"    and {', '.join(f'{n} more {how}' for how, n in rest.most_common())}")
     lines.extend(f"  {text}" for text in cut_short_texts(record))
     if record.get("error"):
         error = record["error"]
@@ -188,6 +192,10 @@ def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> li
         for text in [error["message"], *error.get("causes", [])]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
+
+
+def _ended(code: int) -> str:
+    return f"exit {code}" if code >= 0 else f"signal {-code}"
 
 
 def _clock_lines(hosts: dict[str, Any], reference: str | None, many: bool) -> list[str]:

@@ -252,3 +252,6 @@ def test_components_of_many_hosts_that_end_alike_uncleanly_are_one_partial_cause
     assert done.stderr.endswith("partial: every step got through, but 12 component(s) did not end cleanly:\n"
                                 f"  {cause}\n"), done.stderr
     assert latest_record(tmp_path / "runs")["error"]["causes"] == [cause]
+    # show lists the first 8 and counts the rest by how they ended.
+    shown = ns_control("show", cwd=tmp_path).stdout
+    assert shown.count(" signal 9 ") == 8 and "\n    and 4 more signal 9\n" in shown, shown
