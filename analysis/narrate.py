@@ -55,7 +55,7 @@ def describe(kind: str, name: str, tag: int | None, v: Any, start: int | None,
         return "  ".join(f"{k}={x}" for k, x in v.items())
     if kind == "admin" and isinstance(v, dict):
         return _admin(name, v)
-    return "" if v is None else json.dumps(v)
+    return "" if v is None else json.dumps(v, default=repr)  # a record of an unknown kind: as it is
 
 
 def _histogram(spec: dict[str, Any], counts: list[int], total: float) -> str:
