@@ -27,6 +27,7 @@ from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import StreamError
+from support import ns_control
 
 _encode = msgspec.msgpack.encode
 T0 = 1_700_000_000_000_000_000
@@ -162,6 +163,21 @@ def test_event_data_that_fits_no_decoder_is_kept_raw_counted_and_said(
     assert any(said in w for w in counts.warnings)
     rows = pq.read_table(tmp_path / "merged" / "events.parquet").to_pylist()
     assert len([r for r in rows if r["entity"] == "T/data"]) == len(payloads)
+
+
+def test_dump_shows_data_that_fits_no_decoder_raw_and_says_so(tmp_path: Path) -> None:
+    ds = Datastreams()
+    event = ds.event("T", "data", decoder="json")
+    (path,) = ds.start([StreamConfig("s", enable=("T",))], StreamInfo(tmp_path, component="c"),
+                       exit_hooks=False)
+    event.log(1, b'{"ok": 1}')
+    event.log(2, b"{not json")
+    ds.stop()
+    done = ns_control("dump", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "tag 1  {'ok': 1}" in done.stdout and "tag 2  b'{not json'" in done.stdout
+    said = "T/data: the data of 1 event(s) did not fit decoder 'json' (first: JSONDecodeError: "
+    assert said in done.stderr
 
 
 def test_a_zeroed_or_emptied_file_is_left_out_of_the_merge_and_said(tmp_path: Path) -> None:
