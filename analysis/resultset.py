@@ -88,8 +88,9 @@ class ResultSet:
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
-# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote).
-RESULT_FORMAT = 2
+# clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3: events'
+# value_int, integers exact.
+RESULT_FORMAT = 3
 
 
 def is_current(merged: Path) -> bool:
