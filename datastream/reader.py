@@ -46,6 +46,7 @@ _decode = msgspec.msgpack.decode
 # header: a chunk that says it holds more records than its body has room for is damaged,
 # whatever its CRC (nothing is allocated for a count a file states).
 MIN_RECORD_BYTES = 3
+SPANNING_CHECKED = 4
 # The header's keys this reader uses, with their types; one of another type is dropped.
 HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
     "stream": str, "run": str, "host": str, "component": str, "clock": str, "mode": str,
@@ -143,7 +144,8 @@ class StreamReader:
         unpacker.feed(self._data[:64 * 1024])
         try:
             header = unpacker.unpack()
-        except (msgpack.OutOfData, ValueError, msgpack.UnpackException):
+        # TypeError: a map with a list for a key, which msgpack cannot hash.
+        except (msgpack.OutOfData, ValueError, TypeError, msgpack.UnpackException):
             return self._header_lost("no header")
         if not isinstance(header, dict) or header.get("magic") != HEADER_MAGIC:
             return self._header_lost("bad header magic")
@@ -215,6 +217,11 @@ class StreamReader:
         first = self.header.get("header_damaged", False)
         seen: set[int] = set()
         self.duplicate_chunks = 0
+        # Resynchronising checks candidate chunks; those whose bodies hold no other marker
+        # do not overlap, so checking them costs the file once. A crafted file of markers
+        # whose bodies each span the rest would cost its length squared: such bodies are
+        # checked up to a few times the file's length, then refused.
+        self._spanning = SPANNING_CHECKED * len(buf) + (1 << 20)
         while o < len(buf):
             try:
                 seq, records, end = self._chunk_at(o, decode)
@@ -241,7 +248,11 @@ class StreamReader:
             self.warn("no clean close record: the writer was killed or is still running "
                       "(records it still held in memory, at most one chunk, are not in the file)")
 
-    def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any]) -> tuple[int, Any, int]:
+    def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any],
+                  marker: int = -1) -> tuple[int, Any, int]:
+        """The chunk at `o`: (seq, its records decoded, where it ends). `marker`: where the
+        next chunk marker after `o` is, when resynchronising; a body that would span it is
+        checked only while the file's budget for such bodies lasts."""
         buf = self._data
         if buf[o:o + len(SYNC)] != SYNC:
             raise _Damaged("no chunk marker")
@@ -251,6 +262,10 @@ class StreamReader:
         size, p = _bin_len(buf, p)
         if p + size > len(buf):
             raise _Damaged(f"file ends inside chunk {seq}")
+        if marker != -1 and p + size > marker:
+            if size > self._spanning:
+                raise _Damaged(f"chunk {seq} spans other chunk markers, past what is checked of them")
+            self._spanning -= size
         body = buf[p:p + size]
         if count >> 32 or chunk_crc(seq, count, body) != crc:
             raise _Damaged(f"chunk {seq} fails its CRC")
@@ -268,7 +283,7 @@ class StreamReader:
         buf, at = self._data, o + 1
         while (at := buf.find(SYNC, at)) != -1:
             try:
-                seq, *_ = self._chunk_at(at, decode)
+                seq, *_ = self._chunk_at(at, decode, buf.find(SYNC, at + 1))
             except _Damaged:
                 at += 1
                 continue

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,12 @@ def test_a_flipped_bit_in_the_header_version_costs_only_the_header(tmp_path: Pat
     assert [r.tag for r in StreamReader(path) if r.entity.name == "tick"] == [5]
 
 
+def test_a_header_whose_map_has_a_list_for_a_key_costs_only_the_header(tmp_path: Path) -> None:
+    path = crafted(tmp_path / "s.c.1.ds", NAMESPACE, [[16, T0 + 1, 5]], [CLOSE], head=b"\x81\x91\x01\x02")
+    reader = read_every_way(path, tmp_path)
+    assert reader is not None and any("the header is damaged (no header)" in w for w in reader.warnings)
+
+
 def test_records_not_of_their_kinds_form_are_skipped_counted_and_said(tmp_path: Path) -> None:
     bad = [[16], [16, "late"], [16, -5, 1], [18, T0, 1], [18, T0, 1, "start"], [19, T0, [1, 2], 3],
            [19, T0, "counts", 3], [20, T0, 7], [21, T0, "ten"], [3, T0, "x"], [1, T0, -1, "r"], 5,
@@ -208,6 +215,21 @@ def test_a_run_whose_clock_stream_is_zeroed_still_merges_and_says_so(tmp_path: P
     assert summary["warnings"] == result.warnings
 
 
+def test_chunk_markers_whose_bodies_each_span_the_rest_of_the_file_cost_linear_time(tmp_path: Path) -> None:
+    """250,000 frames 16 bytes apart, each saying its body runs to the end of the 4 MB file:
+    checking every one would CRC 500 GB; reading it takes about a second here."""
+    size = 4_000_000
+    frames = (SYNC + b"\x01\x01\x00\xc6" + (size - 16 * (i + 1)).to_bytes(4, "big") + b"\x00"
+              for i in range(size // 16))
+    path = tmp_path / "s.c.1.ds"
+    path.write_bytes(header() + b"".join(frames))
+    started = time.monotonic()
+    with StreamReader(path) as reader:
+        assert [r.entity.name for r in reader] == ["lost"]
+    assert time.monotonic() - started < 30
+    assert "the rest of the file (4000000 bytes) is unreadable" in reader.warnings[0]
+
+
 def test_a_chunk_that_says_more_records_than_it_holds_is_refused_before_allocating(tmp_path: Path) -> None:
     path = tmp_path / "s.c.1.ds"
     path.write_bytes(header() + frame(1, NAMESPACE) + frame(2, [[16, T0, 1]], count=2**31)
@@ -286,7 +308,9 @@ def test_a_real_stream_damaged_anywhere_never_crashes_the_reader_dump_or_merge(
         tmp_path: Path, real_stream: bytes, edits: list[tuple[int, str, int]]) -> None:
     data = bytearray(real_stream)
     for at, how, byte in edits:
-        at %= max(len(data), 1)
+        if not data:
+            break
+        at %= len(data)
         if how == "flip":
             data[at] ^= 1 << (byte % 8)
         elif how == "zero":
