@@ -106,7 +106,8 @@ class FileSource:
         declared = np.flatnonzero(eid == NAMESPACE)
         for i in declared:
             try:
-                self.reader.declare(self._record(cols, i))
+                self.reader.declare(r := self._record(cols, i))
+                self._entity_code.pop(r[2], None)  # declared again: its kind may differ
             except Malformed as exc:
                 malformed[str(exc)] = malformed.get(str(exc), 0) + 1
         # Most batches hold no namespace records and no samples: their rows are all kept,
@@ -156,8 +157,7 @@ class FileSource:
                 bad[j] = True
                 malformed[str(exc)] = malformed.get(str(exc), 0) + 1
                 continue
-            k = KINDS[kind[j]]
-            if k == "samples":
+            if record.entity.kind == "samples":
                 is_sample[j] = True
                 self.samples.append((ts_local[j], record.value, self.names.entity.names[entity[j]]))
             else:

@@ -35,7 +35,7 @@ def read_host(paths: list[Path]) -> HostClock:
         with reader:
             for rec in reader:
                 name = rec.entity.full_name
-                if name == "CLKSYNC/exchange":
+                if name == "CLKSYNC/exchange" and isinstance(rec.value, dict):
                     v = rec.value
                     times = [v.get(k) for k in ("t1", "t2", "t3", "t4")]
                     if all(type(t) is int and t in INT64 for t in times):

@@ -84,6 +84,10 @@ def is_int(v: Any) -> bool:
 
 
 def is_number(v: Any) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def is_finite(v: Any) -> bool:
     return type(v) is int or (type(v) is float and math.isfinite(v))
 
 
@@ -108,7 +112,7 @@ def declared(r: list[Any]) -> EntityInfo:
             or not isinstance(decoder, str | None) or not isinstance(spec, dict | None):
         raise Malformed(f"a namespace record of entity id {eid} whose items are not text")
     spec = spec or {}
-    if kind == "histogram" and not (is_number(spec.get("lo")) and is_number(spec.get("hi"))
+    if kind == "histogram" and not (is_finite(spec.get("lo")) and is_finite(spec.get("hi"))
                                     and spec["lo"] < spec["hi"] and is_int(spec.get("buckets"))
                                     and 1 <= spec["buckets"] <= MAX_BUCKETS):
         raise Malformed(f"histogram {group}/{name}: spec {spec!r} is not {{lo, hi, buckets}}")
