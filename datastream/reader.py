@@ -24,7 +24,6 @@ from .format import CLOSE, DROPPED, FORMAT_VERSION, HEADER_MAGIC, NAMESPACE, SYN
 from .records import (
     ADMIN,
     LOST,
-    TIMES,
     Decoder,
     DecoderRefused,
     EntityInfo,
@@ -36,6 +35,9 @@ from .records import (
     decoder_for,
     entity_value,
     head,
+    header_version,
+    holds_close,
+    misfit_header_keys,
 )
 
 __all__ = ["ADMIN", "LOST", "SYNC", "Decoder", "DecoderRefused", "EntityInfo", "Malformed", "Record",
@@ -48,11 +50,6 @@ _decode = msgspec.msgpack.decode
 MIN_RECORD_BYTES = 3
 SPANNING_CHECKED = 4
 _TIME_END, _INT_MIN = 1 << 63, -(1 << 63)
-# The header's keys this reader uses, with their types; one of another type is dropped.
-HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
-    "stream": str, "run": str, "host": str, "component": str, "clock": str, "mode": str,
-    "pid": int, "parent_pid": (int, type(None)), "created_ns": int, "ring_chunks": int,
-    "chunk_records": int}
 
 
 class _Damaged(Exception):
@@ -83,14 +80,6 @@ def _records_list(body: bytes, count: int) -> list[Any]:
     if not isinstance(records, list) or len(records) != count:
         raise ValueError(f"not {count} records")
     return records
-
-
-def _holds_close(records: Any) -> bool:
-    """Whether a chunk's records (a list, or columns.Columns) hold a clean close record."""
-    ids = getattr(records, "ints", None)
-    if ids is not None:
-        return bool((ids[:, 0] == CLOSE).any())
-    return any(type(r) is list and len(r) > 1 and r[0] == CLOSE for r in records)
 
 
 class StreamReader:
@@ -150,18 +139,15 @@ class StreamReader:
             return self._header_lost("no header")
         if not isinstance(header, dict) or header.get("magic") != HEADER_MAGIC:
             return self._header_lost("bad header magic")
-        version = header.get("version")
-        if not (isinstance(version, list) and len(version) >= 2 and all(type(v) is int for v in version[:2])):
-            return self._header_lost(f"bad version {version!r}")
+        version = header_version(header)
+        if version is None:
+            return self._header_lost(f"bad version {header.get('version')!r}")
         if version[0] > FORMAT_VERSION[0]:
             raise StreamError(str(self.path), f"stream format {version[0]}.{version[1]} is newer "
                               f"than this netspec reads ({FORMAT_VERSION[0]}.x); "
                               "upgrade netspec to read it")
-        bad = sorted(str(k) for k, t in HEADER_TYPES.items() if k in header and not isinstance(header[k], t))
-        if not isinstance(header.get("created_ns", 0), int) or header.get("created_ns", 0) not in TIMES:
-            bad.append("created_ns")
-        if bad:
-            self.warn(f"the header's {', '.join(sorted(set(bad)))} not of their kind: ignored")
+        if bad := misfit_header_keys(header):
+            self.warn(f"the header's {', '.join(bad)} not of their kind: ignored")
             header = {k: v for k, v in header.items() if k not in bad}
         return header, unpacker.tell()
 
@@ -254,7 +240,7 @@ class StreamReader:
                 yield None, self._lost(None, f"chunks {last_seq + 1}-{seq - 1} missing")
             first = False
             last_seq = seq
-            if _holds_close(records):
+            if holds_close(records):
                 self.closed_cleanly = True
             yield seq, records
         if self.duplicate_chunks:

@@ -22,6 +22,35 @@ TIMES = range(0, 1 << 63)  # ns since the epoch, as an int64 column holds them
 MAX_BUCKETS = 1 << 20
 
 
+# The header's keys a reader uses, with their types; one of another type is ignored.
+HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "stream": str, "run": str, "host": str, "component": str, "clock": str, "mode": str,
+    "pid": int, "parent_pid": (int, type(None)), "created_ns": int, "ring_chunks": int,
+    "chunk_records": int}
+
+
+def header_version(header: dict[Any, Any]) -> tuple[int, int] | None:
+    """A header's (major, minor) version; None if it has not two integers there."""
+    v = header.get("version")
+    return (v[0], v[1]) if isinstance(v, list) and len(v) >= 2 and is_int(v[0]) and is_int(v[1]) else None
+
+
+def misfit_header_keys(header: dict[Any, Any]) -> list[str]:
+    """The header's keys a reader uses whose values are not of their type."""
+    bad = {k for k, t in HEADER_TYPES.items() if k in header and not isinstance(header[k], t)}
+    if header.get("created_ns", 0) not in TIMES:
+        bad.add("created_ns")
+    return sorted(bad)
+
+
+def holds_close(records: Any) -> bool:
+    """Whether a chunk's records (a list, or columns.Columns) hold a clean close record."""
+    ids = getattr(records, "ints", None)
+    if ids is not None:
+        return bool((ids[:, 0] == CLOSE).any())
+    return any(type(r) is list and len(r) > 1 and r[0] == CLOSE for r in records)
+
+
 class Malformed(ValueError):
     """A record whose items do not have the form its kind asks for."""
 
