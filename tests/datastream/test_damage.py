@@ -114,6 +114,15 @@ def test_a_flipped_bit_in_the_header_version_costs_only_the_header(tmp_path: Pat
     assert [r.tag for r in StreamReader(path) if r.entity.name == "tick"] == [5]
 
 
+@pytest.mark.parametrize("created", [1.5, "x", [1], None, True, -1])
+def test_a_header_key_of_the_wrong_type_is_ignored_and_said(tmp_path: Path, created: Any) -> None:
+    path = crafted(tmp_path / "s.c.1.ds", NAMESPACE, [[16, T0 + 1, 5]], [CLOSE],
+                   head=header(created_ns=created))
+    reader = read_every_way(path, tmp_path)
+    assert reader is not None and "created_ns" not in reader.header
+    assert any("the header's created_ns not of their kind: ignored" in w for w in reader.warnings)
+
+
 def test_a_header_whose_map_has_a_list_for_a_key_costs_only_the_header(tmp_path: Path) -> None:
     path = crafted(tmp_path / "s.c.1.ds", NAMESPACE, [[16, T0 + 1, 5]], [CLOSE], head=b"\x81\x91\x01\x02")
     reader = read_every_way(path, tmp_path)
