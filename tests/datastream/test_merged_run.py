@@ -51,6 +51,8 @@ def test_time_ns_logged_as_event_data_comes_back_exact_from_the_merge(experiment
                      "ORDER BY tag").fetchall()
     assert [v for v, _ in got] == logged
     assert all(d == float(v) for v, d in got)  # the double beside it, as before
+    narration = (run / "merged" / "narration.txt").read_text()
+    assert all(f"tag {i}  {v}\n" in narration for i, v in enumerate(logged))
 
 
 def test_the_merge_says_which_stream_has_no_clean_close(experiment: Experiment, tmp_path: Path) -> None:
