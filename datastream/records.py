@@ -125,8 +125,8 @@ def head(r: Any) -> tuple[int, int]:
     """(entity id, ts) of a record: an array led by two integers, the time an int64 >= 0."""
     if type(r) is not list or len(r) < 2 or not is_int(r[0]) or not is_int(r[1]):
         raise Malformed("not an array led by an entity id and a time")
-    if r[1] not in TIMES:
-        raise Malformed(f"time {r[1]} out of range")
+    if r[1] not in TIMES or r[0] not in INT64:  # as the merge's int64 columns hold them
+        raise Malformed("an entity id or a time out of range")
     return r[0], r[1]
 
 
