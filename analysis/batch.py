@@ -49,6 +49,7 @@ class Batch:
     kind: np.ndarray
     tag: np.ndarray  # MISSING where none
     value: np.ndarray  # NaN where none
+    value_int: np.ndarray  # the value where it is an int64, exact; MISSING where not
     start: np.ndarray  # MISSING where none
     data: pa.StringArray  # JSON text or null; Arrow's, since numpy would hold Python objects
     ts_local: np.ndarray

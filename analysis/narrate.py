@@ -55,7 +55,7 @@ def describe(kind: str, name: str, tag: int | None, v: Any, start: int | None,
         return "  ".join(f"{k}={x}" for k, x in v.items())
     if kind == "admin" and isinstance(v, dict):
         return _admin(name, v)
-    return "" if v is None else json.dumps(v)
+    return "" if v is None else json.dumps(v, default=repr)  # a record of an unknown kind: as it is
 
 
 def _histogram(spec: dict[str, Any], counts: list[int], total: float) -> str:
@@ -101,23 +101,26 @@ def narrate_merged(db: duckdb.DuckDBPyConnection, limit: int = NARRATION_LIMIT,
                    source: str = "events") -> Iterator[str]:
     """The view `source` (events, or a selection of it) on the global timeline: time, error
     bound, where, what."""
-    rows = db.execute(f"SELECT ts, bound_ns, host || '/' || component, entity, kind, tag, value, start, data "
-                      f"FROM {source} LIMIT {limit + 1}")
+    # An integer is exact in value_int (a selection made before it existed may lack it).
+    columns = {d[0] for d in db.execute(f"SELECT * FROM {source} LIMIT 0").description}
+    exact = "value_int" if "value_int" in columns else "NULL"
+    rows = db.execute(f"SELECT ts, bound_ns, host || '/' || component, entity, kind, tag, value, {exact}, "
+                      f"start, data FROM {source} LIMIT {limit + 1}")
     n = 0
     while batch := rows.fetchmany(65536):
-        for ts, bound, who, entity, kind, tag, value, start, data in batch:
+        for ts, bound, who, entity, kind, tag, value, value_int, start, data in batch:
             n += 1
             if n > limit:
                 yield f"... more records than the {limit} narrated: query events.parquet for the rest"
                 return
             pm = "        ?" if bound is None else f"{bound / 1e3:>9.1f}"
-            v = json.loads(data) if data is not None else _number(value)
+            v = json.loads(data) if data is not None else _number(value) if value_int is None else value_int
             what = describe(kind, entity.partition("/")[2], tag, v, start)
             yield f"{clock_text(ts)} \u00b1{pm} us  {who:<20} {entity:<24} {what}"
 
 
 def _number(value: float | None) -> float | int | None:
-    """A value as it was logged: the events table holds every number as a double."""
+    """A value as it was logged, from its double (where value_int holds none)."""
     return int(value) if value is not None and value.is_integer() else value
 
 

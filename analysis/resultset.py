@@ -92,8 +92,9 @@ class ResultSet:
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
 # clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3:
-# intervals' start_component and end_component, every end of a pair's tag (match: all), and
-# summary.json's pairs (what each matched and left unmatched) and shared_kernel.
+# intervals' start_component and end_component, every end of a pair's tag (match: all),
+# summary.json's pairs (what each matched and left unmatched) and shared_kernel, and events'
+# value_int (integers exact).
 RESULT_FORMAT = 3
 
 

@@ -23,8 +23,8 @@ EVENTS = pa.schema([
     ("ts", pa.int64()), ("bound_ns", pa.int64()), ("host", pa.dictionary(pa.int32(), pa.string())),
     ("component", pa.dictionary(pa.int32(), pa.string())), ("stream", pa.dictionary(pa.int32(), pa.string())),
     ("entity", pa.dictionary(pa.int32(), pa.string())), ("kind", pa.dictionary(pa.int32(), pa.string())),
-    ("tag", pa.int64()), ("value", pa.float64()), ("start", pa.int64()), ("data", pa.string()),
-    ("ts_local", pa.int64())])
+    ("tag", pa.int64()), ("value", pa.float64()), ("value_int", pa.int64()), ("start", pa.int64()),
+    ("data", pa.string()), ("ts_local", pa.int64())])
 DICTIONARY_COLUMNS = [f.name for f in EVENTS if pa.types.is_dictionary(f.type)]
 DELTA_COLUMNS = ("ts", "ts_local", "tag", "start")
 SAMPLES = pa.schema([
@@ -68,7 +68,8 @@ class EventsSink:
             pa.array(b.ts), pa.array(b.bound, mask=b.bound < 0), n.host.array(b.host),
             n.component.array(b.component), n.stream.array(b.stream), n.entity.array(b.entity),
             n.kind.array(b.kind), pa.array(b.tag, mask=b.tag == MISSING), pa.array(b.value, from_pandas=True),
-            pa.array(b.start, mask=b.start == MISSING), b.data, pa.array(b.ts_local)], schema=EVENTS)
+            pa.array(b.value_int, mask=b.value_int == MISSING), pa.array(b.start, mask=b.start == MISSING),
+            b.data, pa.array(b.ts_local)], schema=EVENTS)
             for b in self.buffered], schema=EVENTS)
         self.buffered, self.held = [], 0
         self._wait(WRITES_AHEAD - 1)

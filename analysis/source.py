@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow as pa
 from netspec.clksync.fit import ClockFit
 from netspec.datastream.columns import MISSING, Columns
-from netspec.datastream.format import NAMESPACE
-from netspec.datastream.reader import ADMIN, Decoder, StreamReader
+from netspec.datastream.format import DROPPED, NAMESPACE
+from netspec.datastream.reader import ADMIN, Decoder, Malformed, Record, StreamReader
+from netspec.datastream.records import INT64
 
 from .batch import BATCH_RECORDS, KINDS, Batch, Counts, Dictionaries
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from .convert import CompiledFit
 
 DISTINCT_TABLE_LIMIT = 1 << 16
+HEADLESS = "not an array led by an entity id and a time"
 _KIND = {k: i for i, k in enumerate(KINDS)}
 _decode = msgspec.msgpack.decode
 _json = msgspec.json.encode
@@ -59,25 +61,25 @@ class FileSource:
         # Chunks are gathered into batches of about BATCH_RECORDS: what a batch costs is
         # mostly per call, and a chunk holds a few thousand records.
         held: list[Columns] = []
-        for seq, item in self.reader.columns(self.compiled):
-            if seq is not None:
-                held.append(item)
-                if sum(map(len, held)) < BATCH_RECORDS:
-                    continue
-            if held:
-                yield from self._batches(held)
-                held = []
-            if seq is None:
-                yield self._lost(item)
-        yield from self._batches(held)
+        with self.reader:
+            for seq, item in self.reader.columns(self.compiled):
+                if seq is not None:
+                    held.append(item)
+                    if sum(map(len, held)) < BATCH_RECORDS:
+                        continue
+                if held:
+                    yield from self._batches(held)
+                    held = []
+                if seq is None:
+                    yield self._lost(item)
+            yield from self._batches(held)
+        self.reader.finish()
         self.counts.warnings.extend(self.reader.warnings)
 
     def _batches(self, held: list[Columns]) -> Iterator[Batch]:
         columns = Columns.concat(held) if held else None
         if columns is not None and len(columns):
-            batch = self._batch(columns)
-            if len(batch):
-                yield batch
+            yield from self._batch(columns)
 
     def to_global(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.fitted:
@@ -95,58 +97,72 @@ class FileSource:
             self._entity_code[eid] = codes
         return codes
 
-    def _batch(self, cols: Columns) -> Batch:
+    def _batch(self, cols: Columns) -> Iterator[Batch]:
+        """The batch of `cols`' records, then, if some had not their kind's form, a DS/lost
+        batch counting them."""
         ints = cols.ints
         eid = ints[:, 0]
+        malformed: dict[str, int] = {}
         declared = np.flatnonzero(eid == NAMESPACE)
         for i in declared:
-            self.reader.declare(self._record(cols, i))
+            try:
+                self.reader.declare(r := self._record(cols, i))
+                self._entity_code.pop(r[2], None)  # declared again: its kind may differ
+            except Malformed as exc:
+                malformed[str(exc)] = malformed.get(str(exc), 0) + 1
         # Most batches hold no namespace records and no samples: their rows are all kept,
         # by slices, which copy nothing.
         keep = np.flatnonzero(eid != NAMESPACE) if len(declared) else slice(None)
         eid, ts_local = eid[keep], np.ascontiguousarray(ints[keep, 1])
         a2, a3, items = ints[keep, 2], ints[keep, 3], cols.items[keep]
-        ids, inverse = _distinct(eid)
+        # A record that is not [id, ts, ...] with integers there is refused, never a row (a
+        # ts MISSING is below 0 too); its id is looked up as a stream record's, said nowhere.
+        bad = _note(malformed, (eid == MISSING) | (ts_local < 0), HEADLESS)
+        ids, inverse = _distinct(np.where(bad, DROPPED, eid))
         table = np.array([self._codes(int(i)) for i in ids], dtype=np.int32).reshape(-1, 2)
         entity, kind = table[inverse, 0], table[inverse, 1]
         n = len(eid)
         tag = np.full(n, MISSING, dtype=np.int64)
         value = np.full(n, np.nan)
+        exact = np.full(n, MISSING, dtype=np.int64)
         start = np.full(n, MISSING, dtype=np.int64)
         data: list[str | None] = [None] * n
 
-        ev = kind == _KIND["event"]
+        bad |= _note(malformed, (kind == _KIND["event"]) & (items < 3) & ~bad, "an event without a tag")
+        ev = (kind == _KIND["event"]) & ~bad
         tag[ev] = a2[ev]
         # Integer data of an entity without a decoder is the event's value as it stands.
         decoded = np.array([self.reader.has_decoder(int(i)) for i in ids], dtype=bool)[inverse]
         plain = ev & (items == 4) & (a3 != MISSING) & ~decoded
         value[plain] = a3[plain]
-        iv = kind == _KIND["interval"]
-        tag[iv], value[iv], start[iv] = a2[iv], (ts_local[iv] - a3[iv]).astype(float), a3[iv]
-        ct = (kind == _KIND["counter"]) & (a2 != MISSING)
-        value[ct] = a2[ct]
+        exact[plain] = a3[plain]
+        iv = (kind == _KIND["interval"]) & ~bad
+        bad |= _note(malformed, iv & ((items < 4) | (a3 < 0)), "an interval without a start time")
+        iv &= ~bad
+        tag[iv], start[iv], exact[iv] = a2[iv], a3[iv], ts_local[iv] - a3[iv]
+        value[iv] = exact[iv]
+        ct = (kind == _KIND["counter"]) & (a2 != MISSING) & (items >= 3) & ~bad
+        value[ct], exact[ct] = a2[ct], a2[ct]
         # The rest need their whole record decoded: event data, float counters,
         # histograms, samples, admin and unknown records. They are few.
-        slow = np.flatnonzero((ev & (items > 3) & ~plain) | ((kind == _KIND["counter"]) & (a2 == MISSING))
-                              | (kind >= _KIND["histogram"]))
+        slow = np.flatnonzero(((ev & (items > 3) & ~plain) | ((kind == _KIND["counter"]) & ~ct)
+                               | (kind >= _KIND["histogram"])) & ~bad)
         is_sample = np.zeros(n, dtype=bool)
         for j in slow:
-            r = self._record(cols, keep[j] if len(declared) else j)
-            k = KINDS[kind[j]]
-            if k == "event":
-                value[j], data[j] = _event_data(self.reader, int(eid[j]), r[3])
-            elif k == "counter":
-                value[j] = r[2]
-            elif k == "histogram":
-                value[j], data[j] = r[3], _text({"counts": r[2], "sum": r[3]})
-            elif k == "samples":
+            try:
+                r = self._record(cols, keep[j] if len(declared) else j)
+                record = self.reader.record(r)
+                assert record is not None  # namespace records were taken out above
+            except Malformed as exc:
+                bad[j] = True
+                malformed[str(exc)] = malformed.get(str(exc), 0) + 1
+                continue
+            if record.entity.kind == "samples":
                 is_sample[j] = True
-                spec = self.reader.entities[int(eid[j])].spec.get("fields", ())
-                self.samples.append((ts_local[j], dict(zip(spec, r[2], strict=False)),
-                                     self.names.entity.names[entity[j]]))
+                self.samples.append((ts_local[j], record.value, self.names.entity.names[entity[j]]))
             else:
-                data[j] = _text(_admin_value(self.reader, r))
-        rows = np.flatnonzero(~is_sample) if is_sample.any() else slice(None)
+                value[j], exact[j], data[j] = _columns_of(record)
+        rows = np.flatnonzero(~(is_sample | bad)) if is_sample.any() or bad.any() else slice(None)
         ts_local = ts_local[rows]
         ts, bound = self.to_global(ts_local)
         st = start[rows]
@@ -160,12 +176,18 @@ class FileSource:
         else:
             texts = pa.array(data, pa.string())
             texts = texts.take(rows) if m < n else texts
-        return Batch(ts, bound, np.full(m, h, np.int32), np.full(m, c, np.int32), np.full(m, s, np.int32),
-                     entity[rows], kind[rows], tag[rows], value[rows], st, texts, ts_local)
+        if m:
+            yield Batch(ts, bound, np.full(m, h, np.int32), np.full(m, c, np.int32), np.full(m, s, np.int32),
+                        entity[rows], kind[rows], tag[rows], value[rows], exact[rows], st, texts, ts_local)
+        if malformed:
+            yield self._lost(self.reader.malformed(None, malformed))
 
     def _record(self, cols: Columns, i: int) -> list[Any]:
         a, b = cols.spans[i]
-        return _decode(cols.body[a:b])
+        try:
+            return _decode(cols.body[a:b])
+        except ValueError as exc:  # a string that is not UTF-8, say: the scanner skips strings unread
+            raise Malformed(f"not MessagePack ({exc})") from None
 
     def _lost(self, loss: dict[str, Any]) -> Batch:
         last = self.reader.header.get("created_ns", 0)
@@ -175,7 +197,7 @@ class FileSource:
         return Batch(ts, bound, np.array([h], np.int32), np.array([c], np.int32), np.array([s], np.int32),
                      np.array([self.names.entity.code("DS/lost")], np.int32),
                      np.array([_KIND["admin"]], np.int32), np.array([MISSING]), np.array([np.nan]),
-                     np.array([MISSING]), pa.array([_text(loss)], pa.string()), local)
+                     np.array([MISSING]), np.array([MISSING]), pa.array([_text(loss)], pa.string()), local)
 
 
 def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,22 +210,37 @@ def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _text(value: Any) -> str:
-    return _json(value, enc_hook=_bytes_hex).decode()
+    """`value` as JSON: bytes as hex, a MessagePack extension as {ext, data}; what JSON cannot
+    hold at all (a user's decoder may make anything) as the JSON string of its repr."""
+    try:
+        return _json(value, enc_hook=_plain).decode()
+    except (TypeError, ValueError, OverflowError):
+        return _json(repr(value)).decode()
 
 
-def _bytes_hex(value: Any) -> Any:
+def _plain(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
+    if isinstance(value, msgspec.msgpack.Ext):
+        return {"ext": value.code, "data": value.data.hex()}
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _event_data(reader: StreamReader, eid: int, raw: Any) -> tuple[float, str | None]:
-    """Numeric data goes to the value column, anything else to data as JSON."""
-    value = reader.event_data(eid, raw)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value), None
-    return np.nan, _text(value)
+def _note(malformed: dict[str, int], rows: np.ndarray, reason: str) -> np.ndarray:
+    """Count the records `rows` marks as malformed for `reason`; returns `rows`."""
+    if (n := int(rows.sum())):
+        malformed[reason] = malformed.get(reason, 0) + n
+    return rows
 
 
-def _admin_value(reader: StreamReader, r: list[Any]) -> Any:
-    return reader.admin_record(r).value if r[0] in ADMIN else r[2:]
+def _columns_of(record: Record) -> tuple[float, int, str | None]:
+    """(value, the value as an exact int64 or MISSING, data as JSON or None) of a record the
+    columns alone did not give: numeric data goes to the value columns, anything else to
+    data as JSON."""
+    kind, v = record.entity.kind, record.value
+    if kind in ("event", "counter") and type(v) in (int, float):
+        return float(v), v if type(v) is int and v in INT64 else MISSING, None
+    if kind == "histogram":
+        total = v["sum"]
+        return float(total), total if type(total) is int and total in INT64 else MISSING, _text(v)
+    return np.nan, MISSING, _text(v)

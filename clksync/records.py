@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 from netspec.datastream.reader import StreamReader
+from netspec.datastream.records import INT64
+from netspec.protocol.errors import StreamError
 from netspec.protocol.runrecord import RunRecord
 
 from .fit import ClockFit, Exchanges, fit
@@ -22,15 +24,24 @@ class HostClock:
 
 
 def read_host(paths: list[Path]) -> HostClock:
+    """A host's clksync records. A file that is no stream, and an exchange whose times are
+    not integers, are left out here; the merge, which reads every stream file, says so."""
     host = HostClock()
     for path in paths:
-        for rec in StreamReader(path):
-            name = rec.entity.full_name
-            if name == "CLKSYNC/exchange":
-                v = rec.value
-                host.exchanges.append((v["t1"], v["t2"], v["t3"], v["t4"], bool(v["kernel"])))
-            elif name == "CLKSYNC/change":
-                host.changes.append(rec.ts)
+        try:
+            reader = StreamReader(path)
+        except StreamError:
+            continue
+        with reader:
+            for rec in reader:
+                name = rec.entity.full_name
+                if name == "CLKSYNC/exchange" and isinstance(rec.value, dict):
+                    v = rec.value
+                    times = [v.get(k) for k in ("t1", "t2", "t3", "t4")]
+                    if all(type(t) is int and t in INT64 for t in times):
+                        host.exchanges.append((*times, bool(v.get("kernel"))))
+                elif name == "CLKSYNC/change":
+                    host.changes.append(rec.ts)
     return host
 
 

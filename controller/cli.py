@@ -392,6 +392,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `ns_control dump ... | head`
         sys.stderr.close()
         return EXIT_OK
+    finally:
+        for reader in readers:
+            reader.close()
     warnings = [w for r in readers for w in r.warnings]
     print_lines([f"warning: {w}" for w in warnings], sys.stderr)
     return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK

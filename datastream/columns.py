@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
+from .records import INT64
+
 # Where an item is absent or not an integer (nil, a float, a container, a string).
 MISSING = np.iinfo(np.int64).min
 # A merge of this many stream bytes or more decodes with the compiled scanner: where the
 # unpacker's extra time per record outweighs numba's start (both about 1.5 s at 4.7 MB here).
 COMPILED_FROM_BYTES = 4 << 20
-_INT64 = range(-(1 << 63), 1 << 63)
 
 
 @dataclass
@@ -51,6 +52,13 @@ class Columns:
                    b"".join(p.body for p in parts))
 
 
+def _room_for(body: bytes, count: int) -> None:
+    """Refuse a count the body has no room for before allocating its columns: a record is
+    three bytes at least (a fixarray of two fixints)."""
+    if count < 0 or 3 * count > max(len(body) - 1, 0):
+        raise ValueError(f"a body of {len(body)} bytes cannot hold {count} records")
+
+
 def scan(body: bytes, count: int) -> Columns:
     """The columns of a chunk body holding `count` records, by the compiled scanner.
 
@@ -59,6 +67,7 @@ def scan(body: bytes, count: int) -> Columns:
     """
     from .scanner import scan_body
 
+    _room_for(body, count)
     buf = np.frombuffer(body, dtype=np.uint8)
     out = np.empty((count, 5), dtype=np.int64)
     offsets = np.empty((count, 2), dtype=np.int64)
@@ -71,6 +80,7 @@ def scan(body: bytes, count: int) -> Columns:
 def unpack(body: bytes, count: int) -> Columns:
     """`scan`'s columns, read by msgpack's unpacker: no compiler to start. Strings stay bytes,
     as the scanner skips them unread."""
+    _room_for(body, count)
     unpacker = msgpack.Unpacker(raw=True, strict_map_key=False)
     unpacker.feed(body)
     out = np.full((count, 5), MISSING, dtype=np.int64)
@@ -81,15 +91,18 @@ def unpack(body: bytes, count: int) -> Columns:
         start = unpacker.tell()
         for i in range(count):
             record = unpacker.unpack()
-            if not isinstance(record, list) or len(record) < 2:
-                raise ValueError
-            out[i, 4] = len(record)
-            for k, item in enumerate(record[:4]):
-                if type(item) is int and item in _INT64:
+            # Not a record (no array of an id and a time): its columns stay MISSING, for the
+            # reader to count as malformed, as the scanner leaves them.
+            is_record = isinstance(record, list) and len(record) >= 2
+            out[i, 4] = len(record) if isinstance(record, list) else 0
+            for k, item in enumerate(record[:4] if is_record else ()):
+                if type(item) is int and item in INT64:
                     out[i, k] = item
             end = unpacker.tell()
             offsets[i] = start, end
             start = end
+        if start != len(body):
+            raise ValueError("bytes after the records")
     except Exception as exc:  # msgpack's errors are of several kinds; all mean the same here
         raise ValueError(f"chunk body does not hold {count} records") from exc
     return Columns(out[:, :4], out[:, 4], offsets, body)

@@ -1,91 +1,55 @@
 """Stream sources: read datastream files (docs/stream-format.md) back into records.
 
 A damaged chunk is skipped and the reader resynchronises on the next chunk marker; a file
-cut short ends at its last whole chunk. Every loss travels with the records as a DS/lost
-record counting what was lost, and is listed in `StreamReader.warnings`, so no sink can
-miss it.
+cut short ends at its last whole chunk; a record whose items do not have its kind's form
+(datastream.records) is skipped. Every loss travels with the records as a DS/lost record
+counting what was lost, and is listed in `StreamReader.warnings`, so no sink can miss it.
+No byte string makes the reader raise but StreamError, for a file that is not a stream.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import mmap
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 import msgspec
 from netspec.protocol.errors import StreamError
 
-from .format import (
-    CLOSE,
-    DROPPED,
-    FORMAT_VERSION,
-    HEADER_MAGIC,
-    NAMESPACE,
-    SYNC,
-    TRIGGER,
-    chunk_crc,
+from .format import CLOSE, DROPPED, FORMAT_VERSION, HEADER_MAGIC, NAMESPACE, SYNC, chunk_crc
+from .records import (
+    ADMIN,
+    LOST,
+    Decoder,
+    DecoderRefused,
+    EntityInfo,
+    Malformed,
+    Record,
+    Source,
+    admin_value,
+    declared,
+    decoder_for,
+    entity_value,
+    head,
+    header_version,
+    holds_close,
+    misfit_header_keys,
 )
 
+__all__ = ["ADMIN", "LOST", "SYNC", "Decoder", "DecoderRefused", "EntityInfo", "Malformed", "Record",
+           "Source", "StreamReader", "read_streams"]
+
 _decode = msgspec.msgpack.decode
-
-
-@dataclass(frozen=True)
-class EntityInfo:
-    """An entity as a stream's namespace record declared it."""
-
-    id: int
-    kind: str
-    group: str
-    name: str
-    desc: str = ""
-    decoder: str | None = None
-    spec: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def full_name(self) -> str:
-        return f"{self.group}/{self.name}"
-
-
-def _admin(eid: int, name: str) -> EntityInfo:
-    return EntityInfo(eid, "admin", "DS", name)
-
-
-ADMIN = {DROPPED: _admin(DROPPED, "dropped"), TRIGGER: _admin(TRIGGER, "trigger"),
-         CLOSE: _admin(CLOSE, "close")}
-LOST = _admin(-1, "lost")
-
-
-@dataclass(frozen=True)
-class Source:
-    """The file a record came from and its header."""
-
-    path: Path
-    header: dict[str, Any]
-
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self.header[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-
-class Record(NamedTuple):
-    """One record. `ts` is when it was logged (an interval's end); `value` depends on the
-    entity's kind: event extra data (decoded), interval duration ns, counter total,
-    histogram {counts, sum}, samples {field: value}, admin and DS/lost details."""
-
-    ts: int
-    entity: EntityInfo
-    tag: int | None
-    value: Any
-    start: int | None
-    source: Source
+# The smallest record is three bytes (a fixarray of two fixints), after the body's own array
+# header: a chunk that says it holds more records than its body has room for is damaged,
+# whatever its CRC (nothing is allocated for a count a file states).
+MIN_RECORD_BYTES = 3
+SPANNING_CHECKED = 4
+_TIME_END, _INT_MIN = 1 << 63, -(1 << 63)
 
 
 class _Damaged(Exception):
@@ -93,6 +57,8 @@ class _Damaged(Exception):
 
 
 def _uint(buf: bytes | mmap.mmap, o: int) -> tuple[int, int]:
+    if o >= len(buf):
+        raise _Damaged("file ends inside a chunk frame")
     b = buf[o]
     if b <= 0x7F:
         return b, o + 1
@@ -103,37 +69,10 @@ def _uint(buf: bytes | mmap.mmap, o: int) -> tuple[int, int]:
 
 
 def _bin_len(buf: bytes | mmap.mmap, o: int) -> tuple[int, int]:
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(buf[o])
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(buf[o]) if o < len(buf) else None
     if width is None or o + 1 + width > len(buf):
         raise _Damaged("bad body length")
     return int.from_bytes(buf[o + 1:o + 1 + width], "big"), o + 1 + width
-
-
-Decoder = Callable[[Any], Any]
-
-
-class DecoderRefused(LookupError):
-    """A stream names a decoder that is not built in and that the user did not allow."""
-
-
-def _decoder(name: str | None, allowed: Mapping[str, Decoder]) -> Decoder | None:
-    """How an event's extra data is unpacked: None keeps the MessagePack value as is. A
-    stream is data: the decoders it names are looked up in a fixed registry, or in
-    `allowed` (the user's own, given on the command line or in the experiment file);
-    nothing a file says is ever imported."""
-    if name in (None, "", "msgpack"):
-        return None
-    if name == "utf8":
-        return lambda d: d.decode() if isinstance(d, bytes) else d
-    if name == "json":
-        return json.loads
-    if name.startswith("struct:"):
-        unpack = struct.Struct(name[len("struct:"):]).unpack
-        return lambda d: unpack(d)
-    if name in allowed:
-        return allowed[name]
-    raise DecoderRefused("not built in, and not allowed (pass it with --decoder, or list it in the "
-                         "experiment's analysis: decoders:)")
 
 
 def _records_list(body: bytes, count: int) -> list[Any]:
@@ -146,6 +85,12 @@ def _records_list(body: bytes, count: int) -> list[Any]:
 class StreamReader:
     """One stream file. Iterate it for its records, in the order they were logged.
 
+    Lifecycle: opening maps the file and reads its header; iterating (or `chunks`,
+    `columns`) reads the rest; `close` unmaps it. Use it as a context manager:
+
+        with StreamReader(path) as reader:
+            records = list(reader)
+
     Raises:
         StreamError: the file is not a netspec datastream, or its format is newer than
             this reader's major version.
@@ -157,29 +102,53 @@ class StreamReader:
         self.warnings: list[str] = []
         self.entities: dict[int, EntityInfo] = {}
         self.closed_cleanly: bool | None = None  # known once the records were read
-        self.records_lost = 0
+        self.records_lost = 0  # lost with damaged chunks, dropped by the writer, or malformed
         self.duplicate_chunks = 0  # chunks whose sequence number came before: read once
+        self.undecodable: dict[str, list[Any]] = {}  # entity -> [events, first error]
         self._decoders: dict[int, Callable[[Any], Any] | None] = {}
+        self._finished = False
         with open(self.path, "rb") as f:
             self._data: bytes | mmap.mmap = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                                               if self.path.stat().st_size else b"")
-        self.header, self._body_at = self._read_header()
+        try:
+            self.header, self._body_at = self._read_header()
+        except BaseException:
+            self.close()
+            raise
         self.source = Source(self.path, self.header)
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unmap the file; idempotent. Records already read stay valid."""
+        data, self._data = self._data, b""
+        if isinstance(data, mmap.mmap):
+            data.close()
 
     def _read_header(self) -> tuple[dict[str, Any], int]:
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(self._data[:64 * 1024])
         try:
             header = unpacker.unpack()
-        except (msgpack.OutOfData, ValueError, msgpack.UnpackException):
+        # TypeError: a map with a list for a key, which msgpack cannot hash.
+        except (msgpack.OutOfData, ValueError, TypeError, msgpack.UnpackException):
             return self._header_lost("no header")
         if not isinstance(header, dict) or header.get("magic") != HEADER_MAGIC:
             return self._header_lost("bad header magic")
-        version = tuple(header.get("version", (0, 0)))
+        version = header_version(header)
+        if version is None:
+            return self._header_lost(f"bad version {header.get('version')!r}")
         if version[0] > FORMAT_VERSION[0]:
             raise StreamError(str(self.path), f"stream format {version[0]}.{version[1]} is newer "
                               f"than this netspec reads ({FORMAT_VERSION[0]}.x); "
                               "upgrade netspec to read it")
+        if bad := misfit_header_keys(header):
+            self.warn(f"the header's {', '.join(bad)} not of their kind: ignored")
+            header = {k: v for k, v in header.items() if k not in bad}
         return header, unpacker.tell()
 
     def _header_lost(self, why: str) -> tuple[dict[str, Any], int]:
@@ -196,17 +165,38 @@ class StreamReader:
 
     def __iter__(self) -> Iterator[Record]:
         last_ts = self.header.get("created_ns", 0)
+        entities, source = self.entities, self.source
         for seq, item in self.chunks():
             if seq is None:
                 yield Record(last_ts, LOST, None, item, None, self.source)
                 continue
-            for record in self._records(item):
-                last_ts = record.ts
-                yield record
-        if not self.closed_cleanly:
-            self.closed_cleanly = False
-            self.warn("no clean close record: the writer was killed or is still running "
-                       "(records it still held in memory, at most one chunk, are not in the file)")
+            malformed: dict[str, int] = {}
+            for r in item:
+                # The commonest forms, an event without data and an interval, are checked
+                # here inline (a call per record costs a third of the reading); `record`
+                # checks every form, these too.
+                if type(r) is list and len(r) >= 3 and type(r[0]) is int and type(ts := r[1]) is int \
+                        and 0 <= ts < _TIME_END and (e := entities.get(r[0])) is not None:
+                    tag = r[2] if type(r[2]) is int and _INT_MIN <= r[2] < _TIME_END else None
+                    if e.kind == "event" and len(r) == 3:
+                        last_ts = ts
+                        yield Record(ts, e, tag, None, None, source)
+                        continue
+                    if e.kind == "interval" and len(r) >= 4 and type(r[3]) is int and 0 <= r[3] < _TIME_END:
+                        last_ts = ts
+                        yield Record(ts, e, tag, ts - r[3], r[3], source)
+                        continue
+                try:
+                    record = self.record(r)
+                except Malformed as exc:
+                    malformed[str(exc)] = malformed.get(str(exc), 0) + 1
+                    continue
+                if record is not None:
+                    last_ts = record.ts
+                    yield record
+            if malformed:
+                yield Record(last_ts, LOST, None, self.malformed(seq, malformed), None, self.source)
+        self.finish()
 
     def columns(self, compiled: bool = True) -> Iterator[tuple[int | None, Any]]:
         """`chunks` with each chunk's records as columns (columns.Columns): the merge's view.
@@ -220,7 +210,8 @@ class StreamReader:
         """(seq, records) for every good chunk, in file order, and (None, {records,
         reason}) where something was lost. `decode(body, count)` makes the records of a
         chunk's body (default: a list of record lists); it raises ValueError if the body
-        does not hold `count` records."""
+        does not hold `count` records. Once the chunks are read, a file without a clean
+        close record is said in `warnings`, whoever reads it."""
         decode = decode or _records_list
         buf, o, last_seq = self._data, self._body_at, 0
         # A damaged header leaves the first chunk's number unknown: no gap is counted before it.
@@ -228,6 +219,11 @@ class StreamReader:
         first = self.header.get("header_damaged", False)
         seen: set[int] = set()
         self.duplicate_chunks = 0
+        # Resynchronising checks candidate chunks; those whose bodies hold no other marker
+        # do not overlap, so checking them costs the file once. A crafted file of markers
+        # whose bodies each span the rest would cost its length squared: such bodies are
+        # checked up to a few times the file's length, then refused.
+        self._spanning = SPANNING_CHECKED * len(buf) + (1 << 20)
         while o < len(buf):
             try:
                 seq, records, end = self._chunk_at(o, decode)
@@ -244,11 +240,21 @@ class StreamReader:
                 yield None, self._lost(None, f"chunks {last_seq + 1}-{seq - 1} missing")
             first = False
             last_seq = seq
+            if holds_close(records):
+                self.closed_cleanly = True
             yield seq, records
         if self.duplicate_chunks:
             self.warn(f"{self.duplicate_chunks} chunk(s) appear more than once: each read once")
+        if not self.closed_cleanly:
+            self.closed_cleanly = False
+            self.warn("no clean close record: the writer was killed or is still running "
+                      "(records it still held in memory, at most one chunk, are not in the file)")
 
-    def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any]) -> tuple[int, Any, int]:
+    def _chunk_at(self, o: int, decode: Callable[[bytes, int], Any],
+                  marker: int = -1) -> tuple[int, Any, int]:
+        """The chunk at `o`: (seq, its records decoded, where it ends). `marker`: where the
+        next chunk marker after `o` is, when resynchronising; a body that would span it is
+        checked only while the file's budget for such bodies lasts."""
         buf = self._data
         if buf[o:o + len(SYNC)] != SYNC:
             raise _Damaged("no chunk marker")
@@ -258,9 +264,15 @@ class StreamReader:
         size, p = _bin_len(buf, p)
         if p + size > len(buf):
             raise _Damaged(f"file ends inside chunk {seq}")
+        if marker != -1 and p + size > marker:
+            if size > self._spanning:
+                raise _Damaged(f"chunk {seq} spans other chunk markers, past what is checked of them")
+            self._spanning -= size
         body = buf[p:p + size]
-        if chunk_crc(seq, count, body) != crc:
+        if count >> 32 or chunk_crc(seq, count, body) != crc:
             raise _Damaged(f"chunk {seq} fails its CRC")
+        if MIN_RECORD_BYTES * count > max(size - 1, 0):
+            raise _Damaged(f"chunk {seq} says {count} records, more than its {size} bytes hold")
         try:
             return seq, decode(body, count), p + size
         except ValueError:
@@ -273,7 +285,7 @@ class StreamReader:
         buf, at = self._data, o + 1
         while (at := buf.find(SYNC, at)) != -1:
             try:
-                seq, *_ = self._chunk_at(at, decode)
+                seq, *_ = self._chunk_at(at, decode, buf.find(SYNC, at + 1))
             except _Damaged:
                 at += 1
                 continue
@@ -291,10 +303,10 @@ class StreamReader:
         try:
             found, p = _uint(self._data, o + len(SYNC))
             count = _uint(self._data, p)[0]
-        except (_Damaged, IndexError):
+        except _Damaged:
             return None
         ring = self.header.get("mode") == "ring"
-        return count if ring or found == seq else None
+        return count if (ring or found == seq) and not count >> 32 else None
 
     def _lost(self, records: int | None, reason: str) -> dict[str, Any]:
         self.records_lost += records or 0
@@ -305,18 +317,41 @@ class StreamReader:
     def warn(self, text: str) -> None:
         self.warnings.append(f"{self.path}: {text}")
 
-    def _records(self, records: list[Any]) -> Iterator[Record]:
-        for r in records:
-            eid, ts = r[0], r[1]
-            entity = self.entities.get(eid)
-            if entity is not None:
-                yield self._entity_record(entity, r)
-            elif eid == NAMESPACE:
-                self.declare(r)
-            elif eid in ADMIN:
-                yield self.admin_record(r)
-            else:
-                yield Record(ts, self.undeclared(eid), None, r[2:], None, self.source)
+    def malformed(self, seq: int | None, reasons: dict[str, int]) -> dict[str, Any]:
+        """The loss of the records of chunk `seq` that had not their kind's form (reason ->
+        how many), counted and said as one DS/lost value."""
+        n = sum(reasons.values())
+        first = next(iter(reasons))
+        more = f" and {len(reasons) - 1} other form(s)" if len(reasons) > 1 else ""
+        where = f" of chunk {seq}" if seq is not None else ""
+        return self._lost(n, f"{n} record(s){where} not of their kind's form ({first}{more}): skipped")
+
+    def finish(self) -> None:
+        """Said once the records were read (by `__iter__`, or by the caller that read the
+        columns): the events whose data did not fit their decoder. Idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        for name, (n, decoder, error) in self.undecodable.items():
+            self.warn(f"{name}: the data of {n} event(s) did not fit decoder {decoder!r} (first: {error}): "
+                      "kept raw")
+
+    def record(self, r: Any) -> Record | None:
+        """The Record of one decoded record; None for a namespace record, which declares its
+        entity. Raises Malformed if `r` has not its kind's form."""
+        eid, ts = head(r)
+        entity = self.entities.get(eid)
+        if entity is not None:
+            tag, value, start = entity_value(entity, r)
+            if entity.kind == "event":
+                value = self.event_data(entity, value)
+            return Record(ts, entity, tag, value, start, self.source)
+        if eid == NAMESPACE:
+            self.declare(r)
+            return None
+        if eid in ADMIN:
+            return self.admin_record(r)
+        return Record(ts, self.undeclared(eid), None, r[2:], None, self.source)
 
     def undeclared(self, eid: int) -> EntityInfo:
         """A stand-in for an entity whose namespace record was lost with a damaged chunk;
@@ -326,49 +361,45 @@ class StreamReader:
         return entity
 
     def declare(self, r: list[Any]) -> None:
-        _, _, eid, kind, group, name, desc, decoder, spec = r[:9]
-        self.entities[eid] = EntityInfo(eid, kind, group, name, desc, decoder, spec or {})
+        """Declare the entity of namespace record `r`. Raises Malformed if it has not a
+        namespace record's form."""
+        e = self.entities[r[2]] = declared(r)
         try:
-            self._decoders[eid] = _decoder(decoder, self.allowed_decoders)
+            self._decoders[e.id] = decoder_for(e.decoder, self.allowed_decoders)
         except (DecoderRefused, struct.error) as exc:
-            self._decoders[eid] = None
-            self.warn(f"{group}/{name}: decoder {decoder!r} unavailable ({exc}); extra data kept raw")
+            self._decoders[e.id] = None
+            self.warn(f"{e.full_name}: decoder {e.decoder!r} unavailable ({exc}); extra data kept raw")
 
     def has_decoder(self, eid: int) -> bool:
         return self._decoders.get(eid) is not None
 
-    def event_data(self, eid: int, data: Any) -> Any:
-        """An event's extra data, unpacked by its entity's decoder."""
-        decode = self._decoders.get(eid)
-        return decode(data) if data is not None and decode is not None else data
+    def event_data(self, entity: EntityInfo, data: Any) -> Any:
+        """An event's extra data, unpacked by its entity's decoder; kept raw, and counted for
+        `finish` to say, where the decoder refuses it (bad JSON, bad UTF-8, a short struct,
+        or whatever a user's decoder raises)."""
+        decode = self._decoders.get(entity.id)
+        if data is None or decode is None:
+            return data
+        try:
+            return decode(data)
+        except Exception as exc:  # a decoder is the user's or the file's guess: any error is the data's
+            self.undecodable_event(entity, f"{type(exc).__name__}: {exc}")
+            return data
 
-    def _entity_record(self, e: EntityInfo, r: list[Any]) -> Record:
-        kind, ts = e.kind, r[1]
-        if kind == "event":
-            return Record(ts, e, r[2], self.event_data(e.id, r[3] if len(r) > 3 else None), None,
-                          self.source)
-        if kind == "interval":
-            return Record(ts, e, r[2], ts - r[3], r[3], self.source)
-        if kind == "counter":
-            return Record(ts, e, None, r[2], None, self.source)
-        if kind == "histogram":
-            return Record(ts, e, None, {"counts": r[2], "sum": r[3]}, None, self.source)
-        if kind == "samples":
-            return Record(ts, e, None, dict(zip(e.spec.get("fields", ()), r[2], strict=False)),
-                          None, self.source)
-        return Record(ts, e, None, r[2:], None, self.source)
+    def undecodable_event(self, entity: EntityInfo, error: str) -> None:
+        """Count one event of `entity` whose data its decoder could not unpack."""
+        seen = self.undecodable.setdefault(entity.full_name, [0, entity.decoder, error[:200]])
+        seen[0] += 1
 
     def admin_record(self, r: list[Any]) -> Record:
+        """The Record of a stream record (dropped, trigger, close). Raises Malformed."""
         eid, ts = r[0], r[1]
+        value = admin_value(r)
         if eid == DROPPED:
-            value = {"records": r[2], "reason": r[3]}
-            self.records_lost += r[2]
-            self.warn(f"the writer dropped {r[2]} records ({r[3]})")
-        elif eid == TRIGGER:
-            value = {"reason": r[2], "chunks": r[3], "discarded_chunks": r[4]}
-        else:
+            self.records_lost += value["records"]
+            self.warn(f"the writer dropped {value['records']} records ({value['reason']})")
+        elif eid == CLOSE:
             self.closed_cleanly = True
-            value = {"records": r[2], "chunks": r[3], "unwritten_ring_chunks": r[4]}
         return Record(ts, ADMIN[eid], None, value, None, self.source)
 
 

@@ -1,6 +1,9 @@
 """The compiled scanner of a chunk body (numba): each record's leading integers and where
 it lies, without a Python object per record. Imported only by a merge large enough to
-pay numba's start (datastream.columns says when)."""
+pay numba's start (datastream.columns says when).
+
+Compiled code checks no index: every read here is checked against the body's end first,
+so a body of any bytes (a crafted one with a valid CRC too) is refused, never read past."""
 
 from __future__ import annotations
 
@@ -21,12 +24,14 @@ def _be(buf, p, n):
 @numba.njit(cache=True, nogil=True)
 def _container(buf, p):
     """(items, header length) of an array at p, or (-1, 0) if none is there."""
+    if p >= buf.shape[0]:
+        return np.int64(-1), 0
     b = buf[p]
     if 0x90 <= b <= 0x9F:
         return np.int64(b - 0x90), 1
-    if b == 0xDC:
+    if b == 0xDC and p + 3 <= buf.shape[0]:
         return np.int64(_be(buf, p + 1, 2)), 3
-    if b == 0xDD:
+    if b == 0xDD and p + 5 <= buf.shape[0]:
         return np.int64(_be(buf, p + 1, 4)), 5
     return np.int64(-1), 0
 
@@ -62,11 +67,22 @@ def _int(buf, p):
 
 
 @numba.njit(cache=True, nogil=True)
+def _length(buf, p, n):
+    """The n-byte big-endian length at p, or -1 if the body ends before it does."""
+    if p + n > buf.shape[0]:
+        return np.int64(-1)
+    return np.int64(_be(buf, p, n))
+
+
+@numba.njit(cache=True, nogil=True)
 def _skip(buf, p):
-    """The offset just past the value at p, nested containers included."""
+    """The offset just past the value at p, nested containers included; -1 if the body
+    ends inside it or holds a byte no value begins with. A length read from the body is
+    checked before it is used: one that runs past the end is the body's end."""
     todo = 1
+    end = buf.shape[0]
     while todo > 0:
-        if p >= buf.shape[0]:
+        if p >= end:
             return -1
         todo -= 1
         b = buf[p]
@@ -80,18 +96,18 @@ def _skip(buf, p):
             p += 1
         elif 0xA0 <= b <= 0xBF:
             p += 1 + (b - 0xA0)
-        elif b == 0xC4 or b == 0xD9:
-            p += 2 + buf[p + 1]
-        elif b == 0xC5 or b == 0xDA:
-            p += 3 + np.int64(_be(buf, p + 1, 2))
-        elif b == 0xC6 or b == 0xDB:
-            p += 5 + np.int64(_be(buf, p + 1, 4))
-        elif b == 0xC7:
-            p += 3 + buf[p + 1]
-        elif b == 0xC8:
-            p += 4 + np.int64(_be(buf, p + 1, 2))
-        elif b == 0xC9:
-            p += 6 + np.int64(_be(buf, p + 1, 4))
+        elif b == 0xC4 or b == 0xD9 or b == 0xC5 or b == 0xDA or b == 0xC6 or b == 0xDB:
+            w = 1 if (b == 0xC4 or b == 0xD9) else (2 if (b == 0xC5 or b == 0xDA) else 4)
+            n = _length(buf, p + 1, w)
+            if n < 0:
+                return -1
+            p += 1 + w + n
+        elif b == 0xC7 or b == 0xC8 or b == 0xC9:
+            w = 1 << (b - 0xC7)
+            n = _length(buf, p + 1, w)
+            if n < 0:
+                return -1
+            p += 2 + w + n  # the extension's type byte, then its data
         elif b == 0xCA:
             p += 5
         elif b == 0xCB:
@@ -102,27 +118,24 @@ def _skip(buf, p):
             p += 1 + (1 << (b - 0xD0))
         elif 0xD4 <= b <= 0xD8:
             p += 2 + (1 << (b - 0xD4))
-        elif b == 0xDC:
-            todo += np.int64(_be(buf, p + 1, 2))
-            p += 3
-        elif b == 0xDD:
-            todo += np.int64(_be(buf, p + 1, 4))
-            p += 5
-        elif b == 0xDE:
-            todo += 2 * np.int64(_be(buf, p + 1, 2))
-            p += 3
-        elif b == 0xDF:
-            todo += 2 * np.int64(_be(buf, p + 1, 4))
-            p += 5
+        elif b == 0xDC or b == 0xDD or b == 0xDE or b == 0xDF:
+            w = 2 if (b == 0xDC or b == 0xDE) else 4
+            n = _length(buf, p + 1, w)
+            if n < 0:
+                return -1
+            todo += n if b <= 0xDD else 2 * n
+            p += 1 + w
         else:
             return -1  # 0xC1 is never used
+        if p > end:
+            return -1
     return p
 
 
 @numba.njit(cache=True, nogil=True)
 def scan_body(buf, out, offsets):
     """Fill out[i] = (id, ts, a2, a3, items) and offsets[i] = (start, end) per record.
-    Returns the number of records, or -1 if the body is not an array of arrays."""
+    Returns the number of records, or -1 if the body is not an array of arrays, exactly."""
     count, head = _container(buf, 0)
     if count < 0 or count > out.shape[0]:
         return -1
@@ -131,7 +144,17 @@ def scan_body(buf, out, offsets):
         start = p
         items, h = _container(buf, p)
         if items < 2:
-            return -1
+            # Not a record (no array of an id and a time): skipped whole, its columns
+            # MISSING, for the reader to count as malformed.
+            p = _skip(buf, p)
+            if p < 0:
+                return -1
+            for k in range(4):
+                out[i, k] = MISSING
+            out[i, 4] = max(items, 0)
+            offsets[i, 0] = start
+            offsets[i, 1] = p
+            continue
         p += h
         out[i, 4] = items
         for k in range(4):
@@ -148,4 +171,6 @@ def scan_body(buf, out, offsets):
                 return -1
         offsets[i, 0] = start
         offsets[i, 1] = p
+    if p != buf.shape[0]:
+        return -1  # bytes after the records: msgpack's reading refuses them too
     return count

@@ -168,3 +168,23 @@ def test_many_files_merge_in_time_order(tmp_path: Path) -> None:
     assert len(merged) == 40 and len(readers) == 2
     assert [r.ts for r in merged] == sorted(r.ts for r in merged)
     assert {r.source.stream for r in merged} == {"a", "b"}
+
+
+@pytest.mark.parametrize("way", ["records", "chunks", "columns", "compiled columns"])
+def test_every_way_of_reading_says_a_stream_has_no_clean_close(tmp_path: Path, way: str) -> None:
+    path = write_ticks(tmp_path, 30)
+    path.write_bytes(path.read_bytes()[:chunk_offsets(path)[-1]])  # the close record's chunk cut off
+    with StreamReader(path) as reader:
+        ways = {"records": lambda: reader, "chunks": reader.chunks, "columns": lambda: reader.columns(False),
+                "compiled columns": reader.columns}
+        for _ in ways[way]():
+            pass
+    assert reader.closed_cleanly is False
+    assert [w for w in reader.warnings if "no clean close record" in w] != []
+
+
+def test_a_closed_reader_has_unmapped_its_file(tmp_path: Path) -> None:
+    with StreamReader(write_ticks(tmp_path, 3)) as reader:
+        mapped = reader._data
+        assert len(mapped) > 0
+    assert mapped.closed and reader.records_lost == 0

@@ -1,0 +1,243 @@
+"""A stream's records as their kinds give them form (docs/stream-format.md, Records): what a
+namespace record declares, each entity record checked against its kind, and the decoders
+of an event's data. A file's bytes are data: a record whose items do not have its kind's
+form is refused (`Malformed`) and counted by the reader, never passed on to crash a sink.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .format import CLOSE, DROPPED, FIRST_ENTITY_ID, TRIGGER
+
+KINDS = ("event", "interval", "counter", "histogram", "samples")
+INT64 = range(-(1 << 63), 1 << 63)
+TIMES = range(0, 1 << 63)  # ns since the epoch, as an int64 column holds them
+MAX_BUCKETS = 1 << 20
+
+
+# The header's keys a reader uses, with their types; one of another type is ignored.
+HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "stream": str, "run": str, "host": str, "component": str, "clock": str, "mode": str,
+    "pid": int, "parent_pid": (int, type(None)), "created_ns": int, "ring_chunks": int,
+    "chunk_records": int}
+
+
+def header_version(header: dict[Any, Any]) -> tuple[int, int] | None:
+    """A header's (major, minor) version; None if it has not two integers there."""
+    v = header.get("version")
+    return (v[0], v[1]) if isinstance(v, list) and len(v) >= 2 and is_int(v[0]) and is_int(v[1]) else None
+
+
+def misfit_header_keys(header: dict[Any, Any]) -> list[str]:
+    """The header's keys a reader uses whose values are not of their type."""
+    bad = {k for k, t in HEADER_TYPES.items() if k in header and not isinstance(header[k], t)}
+    created = header.get("created_ns", 0)
+    if not (is_int(created) and created in TIMES):  # `in` a range scans it for what is not an int
+        bad.add("created_ns")
+    return sorted(bad)
+
+
+def holds_close(records: Any) -> bool:
+    """Whether a chunk's records (a list, or columns.Columns) hold a clean close record."""
+    ids = getattr(records, "ints", None)
+    if ids is not None:
+        return bool((ids[:, 0] == CLOSE).any())
+    return any(type(r) is list and len(r) > 1 and r[0] == CLOSE for r in records)
+
+
+class Malformed(ValueError):
+    """A record whose items do not have the form its kind asks for."""
+
+
+@dataclass(frozen=True)
+class EntityInfo:
+    """An entity as a stream's namespace record declared it."""
+
+    id: int
+    kind: str
+    group: str
+    name: str
+    desc: str = ""
+    decoder: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.group}/{self.name}"
+
+
+def _admin(eid: int, name: str) -> EntityInfo:
+    return EntityInfo(eid, "admin", "DS", name)
+
+
+ADMIN = {DROPPED: _admin(DROPPED, "dropped"), TRIGGER: _admin(TRIGGER, "trigger"),
+         CLOSE: _admin(CLOSE, "close")}
+LOST = _admin(-1, "lost")
+
+
+@dataclass(frozen=True)
+class Source:
+    """The file a record came from and its header."""
+
+    path: Path
+    header: dict[str, Any]
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.header[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+class Record(NamedTuple):
+    """One record. `ts` is when it was logged (an interval's end); `value` depends on the
+    entity's kind: event extra data (decoded), interval duration ns, counter total,
+    histogram {counts, sum}, samples {field: value}, admin and DS/lost details."""
+
+    ts: int
+    entity: EntityInfo
+    tag: int | None
+    value: Any
+    start: int | None
+    source: Source
+
+
+def is_int(v: Any) -> bool:
+    return type(v) is int  # not a bool
+
+
+def is_number(v: Any) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def is_finite(v: Any) -> bool:
+    return type(v) is int or (type(v) is float and math.isfinite(v))
+
+
+def head(r: Any) -> tuple[int, int]:
+    """(entity id, ts) of a record: an array led by two integers, the time an int64 >= 0."""
+    if type(r) is not list or len(r) < 2 or not is_int(r[0]) or not is_int(r[1]):
+        raise Malformed("not an array led by an entity id and a time")
+    if r[1] not in TIMES or r[0] not in INT64:  # as the merge's int64 columns hold them
+        raise Malformed("an entity id or a time out of range")
+    return r[0], r[1]
+
+
+def declared(r: list[Any]) -> EntityInfo:
+    """The entity a namespace record [0, ts, id, kind, group, name, desc, decoder, spec]
+    declares. Raises Malformed if it has not that form."""
+    if len(r) < 9:
+        raise Malformed("a namespace record of fewer than 9 items")
+    _, _, eid, kind, group, name, desc, decoder, spec = r[:9]
+    if not is_int(eid) or eid not in range(FIRST_ENTITY_ID, 1 << 63):
+        raise Malformed(f"a namespace record declares id {eid!r}, not an entity's")
+    if not all(isinstance(s, str) for s in (kind, group, name)) or not isinstance(desc, str | None) \
+            or not isinstance(decoder, str | None) or not isinstance(spec, dict | None):
+        raise Malformed(f"a namespace record of entity id {eid} whose items are not text")
+    spec = spec or {}
+    if kind == "histogram" and not (is_finite(spec.get("lo")) and is_finite(spec.get("hi"))
+                                    and spec["lo"] < spec["hi"] and is_int(spec.get("buckets"))
+                                    and 1 <= spec["buckets"] <= MAX_BUCKETS):
+        raise Malformed(f"histogram {group}/{name}: spec {spec!r} is not {{lo, hi, buckets}}")
+    if kind == "samples" and not (isinstance(spec.get("fields"), list)
+                                  and all(isinstance(f, str) for f in spec["fields"])):
+        raise Malformed(f"samples {group}/{name}: spec {spec!r} names no fields")
+    return EntityInfo(eid, kind, group, name, desc or "", decoder, spec)
+
+
+def tag_of(r: list[Any]) -> int | None:
+    """A record's tag: the integer the program logged with it; None if it logged another kind
+    of value (the merge's int64 column cannot hold it either)."""
+    return r[2] if is_int(r[2]) and r[2] in INT64 else None
+
+
+def entity_value(e: EntityInfo, r: list[Any]) -> tuple[int | None, Any, int | None]:
+    """(tag, value, start) of the record `r` of entity `e`, its event data still raw.
+    Raises Malformed if `r` has not the form of `e`'s kind."""
+    kind, ts = e.kind, r[1]
+    if kind == "event":
+        if len(r) < 3:
+            raise Malformed(f"event {e.full_name} without a tag")
+        return tag_of(r), r[3] if len(r) > 3 else None, None
+    if kind == "interval":
+        if len(r) < 4 or not is_int(r[3]) or r[3] not in TIMES:
+            raise Malformed(f"interval {e.full_name} without a start time")
+        return tag_of(r), ts - r[3], r[3]
+    if kind == "counter":
+        if len(r) < 3 or not is_number(r[2]):
+            raise Malformed(f"counter {e.full_name} without a numeric total")
+        return None, r[2], None
+    if kind == "histogram":
+        counts = r[2] if len(r) > 3 else None
+        if type(counts) is not list or len(counts) != e.spec["buckets"] + 2 \
+                or not all(is_int(c) and c >= 0 for c in counts) or not is_number(r[3]):
+            raise Malformed(f"histogram {e.full_name} whose counts are not {e.spec['buckets'] + 2} "
+                            "integers and a sum")
+        return None, {"counts": counts, "sum": r[3]}, None
+    if kind == "samples":
+        if len(r) < 3 or type(r[2]) is not list:
+            raise Malformed(f"samples {e.full_name} without their values")
+        return None, dict(zip(e.spec["fields"], r[2], strict=False)), None
+    return None, r[2:], None  # a kind a newer minor version added: its items as they are
+
+
+def _count(v: Any) -> bool:
+    return is_int(v) and v >= 0
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+_ADMIN_FORMS = {DROPPED: (_count, _text), TRIGGER: (_text, _count, _count), CLOSE: (_count, _count, _count)}
+_ADMIN_KEYS = {DROPPED: ("records", "reason"), TRIGGER: ("reason", "chunks", "discarded_chunks"),
+               CLOSE: ("records", "chunks", "unwritten_ring_chunks")}
+
+
+def admin_value(r: list[Any]) -> dict[str, Any]:
+    """The value of a stream record (dropped, trigger, close) as a map. Raises Malformed if
+    it has not its form."""
+    forms = _ADMIN_FORMS[r[0]]
+    items = r[2:2 + len(forms)]
+    if len(items) < len(forms) or not all(ok(v) for ok, v in zip(forms, items, strict=True)):
+        raise Malformed(f"a stream record {ADMIN[r[0]].name} whose items are not its own")
+    return dict(zip(_ADMIN_KEYS[r[0]], items, strict=True))
+
+
+Decoder = Callable[[Any], Any]
+
+
+class DecoderRefused(LookupError):
+    """A stream names a decoder that is not built in and that the user did not allow."""
+
+
+def decoder_for(name: str | None, allowed: Mapping[str, Decoder]) -> Decoder | None:
+    """How an event's extra data is unpacked: None keeps the MessagePack value as is. A
+    stream is data: the decoders it names are looked up in a fixed registry, or in
+    `allowed` (the user's own, given on the command line or in the experiment file);
+    nothing a file says is ever imported.
+
+    Raises:
+        DecoderRefused: the name is neither built in nor allowed.
+        struct.error: a `struct:` format that does not compile.
+    """
+    if name in (None, "", "msgpack"):
+        return None
+    if name == "utf8":
+        return lambda d: d.decode() if isinstance(d, bytes) else d
+    if name == "json":
+        return json.loads
+    if name.startswith("struct:"):
+        unpack = struct.Struct(name[len("struct:"):]).unpack
+        return lambda d: unpack(d)
+    if name in allowed:
+        return allowed[name]
+    raise DecoderRefused("not built in, and not allowed (pass it with --decoder, or list it in the "
+                         "experiment's analysis: decoders:)")
