@@ -1,0 +1,1028 @@
+"""A stateful protocol fuzz of a real netspecd, shared by tests/daemon/test_fuzz_protocol.py
+and bench/fuzz.py.
+
+`Client` speaks the protocol over a plain blocking socket, frame by frame, so that it can do
+what no well-behaved peer does: write frames in the same segment as the auth frame (sealed,
+as they must be, or not), leave a connection in its handshake, send a frame unsealed after
+it. `Fuzz` is a seeded state machine over every request type and sequences of them (setup,
+join, tree, enter, end, reset, files, read, clksync, hang-ups; repeated and out of order)
+on a few sessions at once, and checks after every action what must hold:
+
+- the daemon lives;
+- every request with an id is answered, or its connection dropped, within HANG_S; a session
+  that sent only valid requests is never dropped;
+- no frame after the auth frame is executed unless it carries its seal;
+- a session's run is acted on by that session alone, and when it ends, however it ends, no
+  process of its run is left and its run id can be set up again (no run held);
+- the daemon burns no CPU once every request is answered (no relay loop), and its RSS stays
+  within RSS_BOUND_MB of where it started;
+- once every session is gone, its fds, threads and child processes are back to baseline.
+
+Each broken rule is a `Finding`, named by its kind and the actions that led to it. Traffic
+goes to 127.0.0.1 only; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import psutil
+from netspec.protocol.auth import NONCE_BYTES, client_handshake
+from netspec.protocol.channel import Channel
+from netspec.protocol.errors import AuthError, NetspecError
+from netspec.protocol.exits import descendants, run_processes
+from netspec.protocol.messages import PROTOCOL_VERSION
+from netspec.protocol.wire import HEADER, TAG_BYTES, Seal, decode_body, encode
+
+HANG_S = 15.0  # a request's answer, or its connection's end
+RUN_END_S = 10.0  # a run's processes gone after its session ended
+QUIET_WINDOW_S = 0.5
+# Of one core, over QUIET_WINDOW_S once every request is answered: an idle daemon takes none
+# (a relay loop took 36 % of a core on two loaded cores, 75-100 % on an idle machine).
+SPIN_SHARE = 0.15
+RSS_BOUND_MB = 128.0
+ENTER_DEADLINE_S = 3
+ACK_SLACK_S = 2.0 + 5.0  # the daemon's own grace past the step's deadline, and some
+THREAD_CEILING = 2 + min(32, (os.cpu_count() or 1) + 4)  # main, flusher, an idle executor's workers
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    """The handshake's MACs and the connection's key, as docs/protocol.md gives them."""
+    return hmac.new(key, b"netspec-" + role + first + second, hashlib.sha256).digest()
+
+
+def _seals(key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[Seal, Seal]:
+    session_key = _mac(key, b"session", nonce_c, nonce_s)
+    return Seal(session_key, b"controller->daemon"), Seal(session_key, b"daemon->controller")
+
+
+class Dropped(Exception):
+    """The daemon ended the connection."""
+
+
+class Hang(Exception):
+    """Nothing came within the deadline."""
+
+
+@dataclass
+class Finding:
+    kind: str  # crash, hang, dropped, unsealed, isolation, run-held, spin, rss, leak, accepted
+    what: str
+    trail: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        trail = " -> ".join(self.trail[-8:])
+        return f"[{self.kind}] {self.what}" + (f"\n      after: {trail}" if trail else "")
+
+
+class Daemon:
+    """netspecd as a real process on a free loopback port, and what it holds."""
+
+    def __init__(self, workdir: Path, key_file: Path):
+        self.root, self.key_file = workdir / "droot", key_file
+        self.log = workdir / "netspecd.log"
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0", "--announce",
+                 "--root", str(self.root), "--key", str(self.key_file)],
+                stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdout is not None
+        self.port = json.loads(self.proc.stdout.readline())["port"]
+        self.ps = psutil.Process(self.proc.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def held(self) -> dict[str, float]:
+        with self.ps.oneshot():
+            return {"fds": self.ps.num_fds(), "threads": self.ps.num_threads(),
+                    "children": len(descendants(self.proc.pid)), "rss_mb": self.ps.memory_info().rss / 1e6}
+
+    def cpu_s(self) -> float:
+        times = self.ps.cpu_times()
+        return times.user + times.system
+
+    def run_processes(self, run_id: str) -> list[psutil.Process]:
+        return run_processes(run_id, among=descendants(self.proc.pid))
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines()[-lines:]
+
+    def stop(self) -> None:
+        if self.alive:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Client:
+    """One connection to netspecd, spoken frame by frame over a blocking socket.
+
+    `extra` is written in the same segment as the auth frame: a function of the two seals
+    (controller->daemon, daemon->controller) that returns the bytes to append, so that frames
+    can go sealed as the handshake's key says, or unsealed as an attacker would send them.
+    """
+
+    def __init__(self, port: int, key: bytes, extra: Any = None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=HANG_S)
+        self.buf = bytearray()
+        self.out: Seal | None = None
+        self.incoming: Seal | None = None
+        self.events: list[dict[str, Any]] = []
+        self.replies: dict[Any, dict[str, Any]] = {}
+        self.next_id = 0
+        self.closed = False
+        challenge = self.frame(time.monotonic() + HANG_S)
+        if challenge.get("t") != "challenge":
+            raise Dropped(f"refused before the handshake: {challenge}")
+        if challenge.get("proto") != PROTOCOL_VERSION:
+            raise Dropped(f"daemon speaks protocol {challenge.get('proto')}")
+        nonce_s, nonce_c = challenge["nonce"], os.urandom(NONCE_BYTES)
+        to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
+        auth = encode({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", nonce_s, nonce_c)})
+        self.out = to_daemon
+        self.sock.sendall(auth + (extra(self) if extra is not None else b""))
+        welcome = self.frame(time.monotonic() + HANG_S)
+        if welcome.get("t") != "welcome" or not hmac.compare_digest(
+                welcome.get("mac", b""), _mac(key, b"server", nonce_c, nonce_s)):
+            raise Dropped(f"the daemon refused the key: {welcome}")
+        self.incoming = to_controller
+
+    def sealed(self, message: dict[str, Any]) -> bytes:
+        assert self.out is not None
+        return encode(message, self.out)
+
+    def send(self, t: str, fields: dict[str, Any] | None = None, with_id: bool = True) -> int | None:
+        rid = None
+        if with_id:
+            self.next_id += 1
+            rid = self.next_id
+        message = {"t": t, **(fields or {}), **({"id": rid} if with_id else {})}
+        self.write(self.sealed(message))
+        return rid
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            self.closed = True
+            raise Dropped(str(exc)) from None
+
+    def frame(self, deadline: float) -> dict[str, Any]:
+        """The next frame, checked against the daemon's seal once the handshake set it."""
+        while True:
+            tag = TAG_BYTES if self.incoming is not None else 0
+            if len(self.buf) >= HEADER.size:
+                (length,) = HEADER.unpack_from(self.buf)
+                if len(self.buf) >= HEADER.size + length:
+                    body = bytes(self.buf[HEADER.size:HEADER.size + length - tag])
+                    mac = bytes(self.buf[HEADER.size + length - tag:HEADER.size + length])
+                    del self.buf[:HEADER.size + length]
+                    if self.incoming is not None and not hmac.compare_digest(self.incoming.tag(body), mac):
+                        raise Dropped("a frame from the daemon failed its MAC check")
+                    return decode_body(body)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Hang("nothing within the deadline")
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(1 << 20)
+            except TimeoutError:
+                raise Hang("nothing within the deadline") from None
+            except OSError as exc:
+                self.closed = True
+                raise Dropped(str(exc)) from None
+            if not data:
+                self.closed = True
+                raise Dropped("end of stream")
+            self.buf += data
+
+    def wait(self, ids: set[Any], deadline: float) -> None:
+        """Read until every id in `ids` is answered (raises Hang or Dropped otherwise)."""
+        while not ids <= self.replies.keys():
+            message = self.frame(deadline)
+            if message.get("t") in ("reply", "error") and "id" in message:
+                self.replies[message["id"]] = message
+            else:
+                self.events.append(message)
+
+    def poll(self) -> None:
+        """Take in what has arrived, without waiting; raises Dropped at the end of the stream."""
+        self.sock.setblocking(False)
+        try:
+            while data := self.sock.recv(1 << 20):
+                self.buf += data
+            self.closed = True
+            raise Dropped("end of stream")
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            self.closed = True
+            raise Dropped(str(exc)) from None
+        finally:
+            if not self.closed:
+                self.sock.setblocking(True)
+
+    def ask(self, t: str, fields: dict[str, Any] | None = None, timeout: float = HANG_S) -> dict[str, Any]:
+        rid = self.send(t, fields)
+        self.wait({rid}, time.monotonic() + timeout)
+        return self.replies.pop(rid)
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+
+def refused(answer: dict[str, Any]) -> str | None:
+    """An error answer's message, or None for a reply."""
+    return answer["error"].get("message", "") if answer.get("t") == "error" else None
+
+
+def empty_arrays_frame(client: Client, rid: int, megabytes: float = 3.8) -> bytes:
+    """A sealed hello carrying megabytes of empty msgpack arrays: one byte on the wire each,
+    a Python list each in a decoder with no length limits."""
+    count = int(megabytes * 2**20)
+    body = b"\x83" + msgpack.packb("t") + msgpack.packb("hello") + msgpack.packb("id") + msgpack.packb(rid)
+    body += msgpack.packb("fz") + b"\xdd" + count.to_bytes(4, "big") + b"\x90" * count
+    assert client.out is not None
+    return HEADER.pack(len(body) + TAG_BYTES) + body + client.out.tag(body)
+
+
+@dataclass
+class Session:
+    """What the fuzz knows of one of its connections."""
+
+    client: Client
+    name: str
+    run: str | None = None  # the run it set up (and so owns)
+    components: list[str] = field(default_factory=list)
+    running: dict[str, int] = field(default_factory=dict)  # a long component it started -> its pid
+    launching: set[int] = field(default_factory=set)  # steps whose ack says which pid it started
+    joined: str | None = None
+    valid: bool = True  # every request it sent was well formed
+    pending: dict[int, float] = field(default_factory=dict)  # request id -> when sent
+    acks_due: dict[int, tuple[int, float]] = field(default_factory=dict)  # step -> (acks, by when)
+    acks: dict[int, int] = field(default_factory=dict)
+    trail: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    served_port: int | None = None
+    phase: int = -1  # where it is in LIFECYCLE
+
+    def forget(self) -> None:
+        """What it started may have been stopped by its own request: watch it no longer."""
+        self.running.clear()
+        self.launching.clear()
+
+
+COMPONENTS = {
+    # a long-lived plain command: started at launch, stopped at collect
+    "sleeper": {"argv": ["sleep", "60"], "stop": "collect"},
+    # a plain command that starts at `run` and runs to its end: [launch, run, run, collect]
+    "late": {"argv": ["true"], "start": "run"},
+    "oneshot": {"argv": ["true"]},
+}
+LIFECYCLE = ["launch", "start_logging", "run", "stop_logging", "collect"]
+PHASES = ["launch", "launch", "run", "run", "collect", "start_logging", "stop_logging", "sync_clocks",
+          "fz-phase"]
+ACTIONS = {  # action -> weight
+    "connect": 3, "hello": 1, "setup": 3, "enter": 20, "tree": 2, "tree_enter": 2, "join": 2,
+    "reset": 1, "end": 2, "files": 2, "read": 1, "clksync": 2, "burst": 2, "hang_up": 1,
+    "mutated": 2, "unsealed": 1, "garbage": 1, "coalesced": 1, "half_open": 1, "big_frame": 0,
+}
+
+
+class Fuzz:
+    """The state machine: `step()` takes one action, chosen by the seeded `rng` among those
+    that make sense now, then checks every invariant that action may have broken."""
+
+    def __init__(self, daemon: Daemon, key: bytes, rng: random.Random, tag: str, max_sessions: int = 3,
+                 weights: dict[str, int] | None = None, run_end_s: float = RUN_END_S):
+        self.daemon, self.key, self.rng, self.tag = daemon, key, rng, tag
+        self.run_end_s = run_end_s
+        self.max_sessions = max_sessions
+        self.weights = {**ACTIONS, **(weights or {})}
+        self.sessions: list[Session] = []
+        self.ended: dict[str, tuple[float, list[str]]] = {}  # run id -> (when its session ended, trail)
+        self.findings: list[Finding] = []
+        self.seen: set[tuple[str, str]] = set()
+        self.counts = {"actions": 0, "frames": 0, "sessions": 0, "answered": 0, "dropped": 0}
+        self.held_start = daemon.held()
+        self.runs_made = 0
+        self.half_open: list[socket.socket] = []
+        self.spin = 0.0  # the most CPU share seen with every request answered
+
+    # -- findings
+
+    def find(self, kind: str, what: str, trail: list[str] | None = None) -> None:
+        if (kind, what) in self.seen:
+            return
+        self.seen.add((kind, what))
+        self.findings.append(Finding(kind, what, list(trail or [])))
+
+    # -- the machine
+
+    def step(self) -> None:
+        if not self.daemon.alive:
+            return
+        names = [a for a, w in self.weights.items() if w > 0 and self._possible(a)]
+        action = self.rng.choices(names, [self.weights[a] for a in names])[0]
+        self.counts["actions"] += 1
+        session = None if action in ("connect", "coalesced", "half_open") else self.rng.choice(self.sessions)
+        try:
+            getattr(self, f"_{action}")(session) if session is not None else getattr(self, f"_{action}")()
+        except Dropped as exc:
+            if session is not None:
+                self._lost(session, f"{action}: {exc}")
+        if session is not None and session in self.sessions:
+            self._settle(session)
+        self.check()
+        if action in ("tree", "tree_enter"):
+            self.quiet()  # a relayed step answered: nothing left to do
+
+    def _possible(self, action: str) -> bool:
+        if action in ("connect", "coalesced"):
+            return len(self.sessions) < self.max_sessions
+        if action == "half_open":
+            return len(self.half_open) < 8
+        return bool(self.sessions)
+
+    def _connect(self, extra: Any = None, who: str = "a controller with the key") -> Session | None:
+        try:
+            client = Client(self.daemon.port, self.key, extra)
+        except (Dropped, Hang, OSError) as exc:
+            self.find("refused", f"{who} could not connect: {exc}")
+            return None
+        self.counts["sessions"] += 1
+        session = Session(client, f"s{self.counts['sessions']}")
+        self.sessions.append(session)
+        return session
+
+    def _note(self, session: Session, text: str) -> None:
+        session.trail.append(f"{session.name}:{text}")
+        self.counts["frames"] += 1
+
+    def _request(self, session: Session, t: str, fields: dict[str, Any] | None = None) -> int:
+        rid = session.client.send(t, fields)
+        assert rid is not None
+        session.pending[rid] = time.monotonic()
+        self._note(session, t + (f"({_short(fields)})" if fields else ""))
+        return rid
+
+    def _answer(self, session: Session, rid: int, timeout: float = HANG_S) -> dict[str, Any] | None:
+        """The answer to `rid`, or None if the session was lost or the request hung (said)."""
+        try:
+            session.client.wait({rid}, time.monotonic() + timeout)
+        except Hang:
+            self.find("hang", f"request {session.trail[-1].split(':', 1)[-1][:60]} unanswered after "
+                      f"{timeout:g} s", session.trail)
+            self._hang_up(session, said=False)
+            return None
+        except Dropped as exc:
+            self._lost(session, str(exc))
+            return None
+        session.pending.pop(rid, None)
+        self.counts["answered"] += 1
+        return session.client.replies.pop(rid)
+
+    def _settle(self, session: Session) -> None:
+        """Every request of the session answered, or a finding; acks counted as they come."""
+        try:
+            session.client.poll()
+            session.client.wait(set(session.pending), time.monotonic() + HANG_S)
+        except Hang:
+            self.find("hang", f"{len(session.pending)} request(s) unanswered after {HANG_S:g} s",
+                      session.trail)
+            self._hang_up(session, said=False)
+            return
+        except Dropped as exc:
+            self._lost(session, str(exc))
+            return
+        for rid in list(session.pending):
+            session.client.replies.pop(rid, None)
+            session.pending.pop(rid)
+            self.counts["answered"] += 1
+        self._count_acks(session)
+
+    def _count_acks(self, session: Session) -> None:
+        for event in session.client.events:
+            if event.get("t") == "ack" and isinstance(event.get("step"), int):
+                session.acks[event["step"]] = session.acks.get(event["step"], 0) + 1
+                started = str(event.get("message", ""))
+                if (event["step"] in session.launching and event.get("component") == "sleeper"
+                        and started.startswith("started pid ")):
+                    session.running["sleeper"] = int(started.split()[-1])
+        session.client.events.clear()
+        now = time.monotonic()
+        for step, (expected, due) in list(session.acks_due.items()):
+            if session.acks.get(step, 0) >= expected:
+                del session.acks_due[step]
+            elif now > due:
+                del session.acks_due[step]
+                self.find("hang", f"enter of step {step}: {session.acks.get(step, 0)} of {expected} acks "
+                          f"after {ENTER_DEADLINE_S + ACK_SLACK_S:g} s", session.trail)
+
+    def _lost(self, session: Session, why: str) -> None:
+        """The daemon ended the session, whose every frame was sealed and whole: a request
+        it cannot take is refused, and the session goes on."""
+        self.counts["dropped"] += 1
+        what = "valid requests" if session.valid else "sealed frames (some requests malformed)"
+        self.find("dropped", f"a session of {what} was dropped ({why[:80]})", session.trail)
+        self._hang_up(session, said=False)
+
+    # -- actions: sessions
+
+    def _hang_up(self, session: Session, said: bool = True) -> None:
+        if said:  # alive until it hangs up: its last hello is answered
+            rid = self._request(session, "hello")
+            if self._answer(session, rid) is None:
+                return  # said, and hung up
+            self._note(session, "hang-up")
+        session.client.close()
+        if session in self.sessions:
+            self.sessions.remove(session)
+        if session.run is not None:
+            self.ended[session.run] = (time.monotonic(), list(session.trail))
+
+    def _hello(self, session: Session) -> None:
+        self._request(session, "hello")
+
+    def _new_run(self) -> str:
+        self.runs_made += 1
+        return f"fz-{self.tag}-{self.runs_made}"
+
+    def _setup(self, session: Session) -> None:
+        rng = self.rng
+        run = session.run if session.run and rng.random() < 0.3 else self._new_run()
+        names = (sorted(COMPONENTS) if rng.random() < 0.6
+                 else rng.sample(sorted(COMPONENTS), rng.randrange(0, len(COMPONENTS) + 1)))
+        comps = [{"name": n, **COMPONENTS[n]} for n in names]
+        if rng.random() < 0.05:
+            comps.append({"name": "netspecd", "argv": ["true"]})  # the daemon's own name: refused
+        rid = self._request(session, "setup", {"run": run, "host": "h", "components": comps, "camp": None})
+        session.forget()  # a setup resets the session's run first
+        answer = self._answer(session, rid)
+        if answer is None:
+            return
+        if any(c["name"] == "netspecd" for c in comps):
+            if refused(answer) is None:
+                self.find("accepted", "setup accepted a component named 'netspecd' (it never starts)",
+                          session.trail)
+            return
+        if refused(answer) is not None:
+            return
+        if session.run is not None and session.run != run:
+            self.ended[session.run] = (time.monotonic(), list(session.trail))  # set up over: reset
+        session.run, session.components, session.joined, session.phase = run, names, None, -1
+        session.forget()
+        session.acks_due.clear()
+        self.ended.pop(run, None)
+
+    def _enter_fields(self, session: Session) -> tuple[dict[str, Any], list[str]]:
+        rng = self.rng
+        pool = [*session.components, "netspecd"] + (["fz-nobody"] if rng.random() < 0.1 else [])
+        names = pool[:-1] if rng.random() < 0.5 else rng.sample(pool, rng.randrange(0, len(pool) + 1))
+        # Mostly a run's own course, one phase after the other; else the last phase again,
+        # or any phase: repeated and out of order.
+        pick = rng.random()
+        if pick < 0.6:
+            session.phase = (session.phase + 1) % len(LIFECYCLE)
+            phase = LIFECYCLE[session.phase]
+        elif pick < 0.8:
+            phase = LIFECYCLE[session.phase]
+        else:
+            phase = rng.choice(PHASES)
+        step = self.counts["actions"]
+        params = {"wait_s": 0.1} if phase == "sync_clocks" else {}
+        return ({"phase": phase, "step": step, "deadline_s": ENTER_DEADLINE_S,
+                 "components": [{"name": n, "params": params} for n in names], "published": {}}, names)
+
+    def _enter(self, session: Session) -> None:
+        fields, names = self._enter_fields(session)
+        with_id = self.rng.random() < 0.7
+        if with_id:
+            rid = self._request(session, "enter", fields)
+        else:
+            session.client.send("enter", fields, with_id=False)
+            self._note(session, f"enter({_short(fields)})")
+            rid = None
+        phase = fields["phase"]
+        if session.run is not None and session.joined is None and "fz-nobody" not in names:
+            session.acks_due[fields["step"]] = (len(names), time.monotonic() + ENTER_DEADLINE_S + ACK_SLACK_S)
+            if phase == "launch" and "sleeper" in names:
+                session.launching.add(fields["step"])
+            if phase == "collect" and "sleeper" in names:
+                session.forget()
+        if rid is not None:
+            answer = self._answer(session, rid)
+            if answer is not None and refused(answer) is not None:
+                session.acks_due.pop(fields["step"], None)
+
+    def _tree(self, session: Session) -> None:
+        rng = self.rng
+        pick = rng.randrange(3)
+        if pick == 0:  # this daemon as its own child
+            children = [{"host": "h2", "address": ["127.0.0.1", self.daemon.port], "hosts": ["h2"]}]
+        elif pick == 1:  # nobody listens there
+            children = [{"host": "h3", "address": ["127.0.0.1", 1], "hosts": ["h3"]}]
+        else:
+            children = []
+        rid = self._request(session, "tree", {"children": children})
+        answer = self._answer(session, rid)
+        if answer is not None and answer.get("children"):
+            self._tree_enter(session)  # a step through the tree just made
+
+    def _tree_enter(self, session: Session) -> None:
+        fields, _ = self._enter_fields(session)
+        comps = fields.pop("components")
+        hosts = {"h": 0, **({"h2": 0} if self.rng.random() < 0.8 else {})}
+        fields.update(hosts=hosts, lists=[comps], summarize=self.rng.random() < 0.5)
+        session.forget()
+        rid = self._request(session, "enter", fields)
+        self._answer(session, rid)
+
+    def _join(self, session: Session) -> None:
+        others = [s.run for s in self.sessions if s.run and s is not session]
+        run = self.rng.choice([session.run or "fz-none", *others, "fz-no-such-run"])
+        rid = self._request(session, "join", {"run": run})
+        answer = self._answer(session, rid)
+        if answer is not None and refused(answer) is None:
+            session.joined = run
+
+    def _reset(self, session: Session) -> None:
+        rid = self._request(session, "reset", {"clean": self.rng.random() < 0.5})
+        if self._answer(session, rid) is not None:
+            session.forget()
+            session.acks_due.clear()
+
+    def _end(self, session: Session) -> None:
+        name = self.rng.choice([*session.components, "fz-nobody"])
+        rid = self._request(session, "end", {"component": name})
+        if self._answer(session, rid) is not None:
+            session.forget()
+
+    def _files(self, session: Session) -> None:
+        rid = self._request(session, "files")
+        answer = self._answer(session, rid)
+        if answer is not None and refused(answer) is None and isinstance(answer.get("files"), list):
+            session.files = [f["path"] for f in answer["files"]
+                             if isinstance(f, dict) and not f.get("missing")]
+
+    def _read(self, session: Session) -> None:
+        path = self.rng.choice([*session.files, "/etc/hostname", "../../etc/passwd"])
+        self._request(session, "read", {"path": path, "offset": self.rng.choice([0, 1, 2**40, -1]),
+                                        "size": self.rng.choice([16, 4 << 20, 1 << 40])})
+
+    def _clksync(self, session: Session) -> None:
+        rng = self.rng
+        key = os.urandom(16)
+        if rng.random() < 0.5 or session.served_port is None:
+            rid = self._request(session, "clksync", {"role": "serve", "key": key,
+                                                     "timestamps": rng.choice(["kernel", "user"])})
+            answer = self._answer(session, rid)
+            if answer is not None and isinstance(answer.get("port"), int):
+                session.served_port = answer["port"]
+            return
+        self._request(session, "clksync", {
+            "role": "probe", "peer": "fz", "address": "127.0.0.1", "port": session.served_port, "key": key,
+            "timestamps": "user", "interval_ms": rng.choice([200, 1000, 10**15, -5, 0.0001])})
+
+    def _burst(self, session: Session) -> None:
+        """Requests one after the other without waiting, in any order."""
+        for _ in range(self.rng.randrange(2, 8)):
+            action = self.rng.choice(["hello", "files", "reset", "enter", "join", "setup", "end"])
+            if action in ("hello", "files"):
+                self._request(session, action)
+            elif action == "reset":
+                self._request(session, "reset", {"clean": False})
+                session.forget()
+                session.acks_due.clear()
+            elif action == "enter":
+                fields, _ = self._enter_fields(session)
+                self._request(session, "enter", fields)
+            elif action == "join":
+                self._request(session, "join", {"run": session.run or "fz-none"})
+            elif action == "end":
+                self._request(session, "end", {"component": self.rng.choice([*session.components, "x"])})
+            else:
+                self._request(session, "setup", {"run": session.run or self._new_run(), "host": "h",
+                                                 "components": [], "camp": None})
+        session.acks_due.clear()  # which enter's acks are due is not known in a burst
+        session.forget()  # nor whether one of them stopped its own component
+
+    def _mutated(self, session: Session) -> None:
+        session.valid = False
+        session.forget()  # a mutated reset, setup or enter may stop its own component
+        message = mutated_request(self.rng, session.client.next_id + 1)
+        try:
+            frame = session.client.sealed(message)
+        except Exception:
+            return  # too big for a frame: refused on this side, as it should be
+        session.client.next_id += 1
+        session.client.write(frame)
+        self._note(session, f"mutated {message['t']}")
+        if message.get("id") == session.client.next_id:
+            session.pending[message["id"]] = time.monotonic()
+
+    def _unsealed(self, session: Session) -> None:
+        """A frame without its seal after the handshake: the connection must end, unexecuted."""
+        session.valid = False
+        marker = 900_000 + self.counts["actions"]
+        self._note(session, "unsealed hello")
+        session.client.write(encode({"t": "hello", "id": marker}))
+        try:
+            session.client.wait({marker}, time.monotonic() + HANG_S)
+        except Hang:
+            self.find("hang", "an unsealed frame after the handshake neither dropped nor refused",
+                      session.trail)
+        except Dropped:
+            pass
+        else:
+            self.find("unsealed", "a frame without its seal after the handshake was executed", session.trail)
+        self._hang_up(session, said=False)
+
+    def _garbage(self, session: Session) -> None:
+        session.valid = False
+        self._note(session, "garbage")
+        pick = self.rng.randrange(3)
+        data = (HEADER.pack(64 << 20) + b"x" * 64 if pick == 0
+                else HEADER.pack(40) + os.urandom(40) if pick == 1 else os.urandom(self.rng.randrange(1, 64)))
+        session.client.write(data)
+        if pick < 2:  # a bad length or a bad MAC: the connection must end
+            try:
+                session.client.wait({-1}, time.monotonic() + HANG_S)
+            except Hang:
+                self.find("hang", "a frame failing its MAC or its limit left the connection open",
+                          session.trail)
+            except Dropped:
+                pass
+        self._hang_up(session, said=False)
+
+    def _big_frame(self, session: Session) -> None:
+        rid = session.client.next_id = session.client.next_id + 1
+        session.client.write(empty_arrays_frame(session.client, rid))
+        session.pending[rid] = time.monotonic()
+        self._note(session, "hello(3.8 MiB of empty arrays)")
+
+    def _coalesced(self) -> None:
+        """Frames in the same segment as the auth frame: sealed ones must be served, and
+        unsealed ones never executed."""
+        rng = self.rng
+        run = self._new_run()
+        attack = rng.random() < 0.5
+        marker = 800_000 + self.counts["actions"]
+
+        def extra(client: Client) -> bytes:
+            frames = [{"t": "setup", "id": marker, "run": run, "host": "h", "components": [], "camp": None},
+                      {"t": "hello", "id": marker + 1}]
+            if attack:
+                return b"".join(encode(f) for f in frames)
+            client.next_id = marker + 1
+            return b"".join(client.sealed(f) for f in frames)
+        session = self._connect(extra, "a controller whose first sealed requests came with its auth frame"
+                                if not attack else "a controller")
+        if session is None:
+            return
+        self._note(session, f"coalesced {'unsealed' if attack else 'sealed'} setup+hello with auth")
+        if not attack:
+            session.pending.update({marker: time.monotonic(), marker + 1: time.monotonic()})
+            session.run = run
+            return
+        session.valid = False
+        try:
+            # In order behind what came before: by the time reset and files are answered,
+            # an unsealed setup that was taken has run (reset waits for it).
+            client = session.client
+            client.wait({client.send("reset", {"clean": False})}, time.monotonic() + HANG_S)
+            files = client.send("files")
+            client.wait({files}, time.monotonic() + HANG_S)
+        except (Dropped, Hang):
+            self._hang_up(session, said=False)
+            return
+        if (refused(client.replies[files]) is None or marker in client.replies
+                or marker + 1 in client.replies):
+            self.find("unsealed", "frames written with the auth frame were executed without their seal",
+                      session.trail)
+            session.run = run
+        self._hang_up(session, said=False)
+
+    def _half_open(self) -> None:
+        """A connection left in its handshake, for as long as the daemon keeps it."""
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=HANG_S)
+        except OSError:
+            return
+        self.half_open.append(sock)
+        self.counts["frames"] += 1
+
+    # -- invariants
+
+    def check(self) -> None:
+        """What must hold after every action."""
+        if not self.daemon.alive:
+            trail = self.sessions[0].trail if self.sessions else []
+            self.find("crash", f"the daemon died (exit {self.daemon.proc.returncode}): "
+                      + " | ".join(self.daemon.log_tail(3)), trail)
+            return
+        held = self.daemon.held()
+        if held["rss_mb"] - self.held_start["rss_mb"] > RSS_BOUND_MB:
+            self.find("rss", f"RSS grew {held['rss_mb'] - self.held_start['rss_mb']:.0f} MB "
+                      f"(bound {RSS_BOUND_MB:g})", self._last_trail())
+        for session in list(self.sessions):
+            self._isolated(session)
+        self._runs_ended(wait=False)
+
+    def _last_trail(self) -> list[str]:
+        """The last few actions of every session."""
+        return [t for s in self.sessions for t in s.trail[-3:]]
+
+    def _isolated(self, session: Session) -> None:
+        """A long component this session started, and did not stop, still runs: no other
+        session's request ended it."""
+        if session.joined is not None:
+            session.forget()
+        for name, pid in list(session.running.items()):
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if not alive:
+                others = [s.trail[-1] for s in self.sessions if s is not session and s.trail]
+                self.find("isolation", f"run {session.run}: component {name} ended by no request of its "
+                          f"session (the other sessions' last: {others[:3]})", session.trail)
+                del session.running[name]
+
+    def _runs_ended(self, wait: bool) -> None:
+        """Each run whose session ended: no process left once run_end_s passed, and its id free."""
+        now = time.monotonic()
+        for run, (when, trail) in list(self.ended.items()):
+            if any(s.run == run for s in self.sessions):
+                del self.ended[run]  # set up again meanwhile
+                continue
+            if not wait and now < when + self.run_end_s:
+                continue
+            deadline = when + self.run_end_s
+            while self.daemon.run_processes(run) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            left = self.daemon.run_processes(run)
+            del self.ended[run]
+            if left:
+                self.find("run-held", f"run {run}: {len(left)} process(es) alive {self.run_end_s:g} s "
+                          "after its session ended", trail)
+            if not self._free(run):
+                self.find("run-held", f"run {run}: its id refused to a new session after its own ended",
+                          trail)
+
+    def _free(self, run: str) -> bool:
+        try:
+            probe = Client(self.daemon.port, self.key)
+        except (Dropped, Hang, OSError):
+            return True  # said by the connect checks
+        try:
+            answer = probe.ask("setup", {"run": run, "host": "h", "components": [], "camp": None})
+            return refused(answer) is None or "set up by another" not in (refused(answer) or "")
+        except (Dropped, Hang):
+            return True
+        finally:
+            probe.close()
+
+    def quiet(self) -> None:
+        """Every request answered: the daemon must be idle now (no relay loop)."""
+        for session in list(self.sessions):
+            self._settle(session)
+        if not self.daemon.alive:
+            return
+        before, t0 = self.daemon.cpu_s(), time.monotonic()
+        time.sleep(QUIET_WINDOW_S)
+        share = (self.daemon.cpu_s() - before) / (time.monotonic() - t0)
+        self.spin = max(self.spin, share)
+        if share > SPIN_SHARE:
+            self.find("spin", f"the daemon used over {SPIN_SHARE:.0%} of a core with every request "
+                      f"answered (first {share:.0%})" if "spin" not in digest(self.findings) else
+                      f"the daemon used over {SPIN_SHARE:.0%} of a core again", self._last_trail())
+
+    def finish(self) -> dict[str, float]:
+        """End every session, check that nothing is held, and return the leaks."""
+        self.quiet()
+        for session in list(self.sessions):
+            self._hang_up(session)
+        for sock in self.half_open:
+            sock.close()
+        self.half_open.clear()
+        if not self.daemon.alive:
+            self.check()
+            return {}
+        self._runs_ended(wait=True)
+        start = self.held_start
+        deadline = time.monotonic() + self.run_end_s
+        while True:
+            held = self.daemon.held()
+            leaks = {"fds": held["fds"] - start["fds"], "children": held["children"] - start["children"],
+                     "threads": max(held["threads"] - max(THREAD_CEILING, start["threads"]), 0)}
+            if all(v <= 0 for v in leaks.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for kind, n in leaks.items():
+            if n > 0:
+                self.find("leak", f"{n} {kind} more than before, {self.run_end_s:g} s after every session "
+                          "ended")
+        self.check()
+        return {**leaks, "rss_mb": held["rss_mb"] - start["rss_mb"]}
+
+
+def _short(fields: dict[str, Any]) -> str:
+    text = ",".join(f"{k}={v}" for k, v in fields.items() if k not in ("camp", "published", "deadline_s"))
+    return text if len(text) < 70 else text[:67] + "..."
+
+
+# -- requests of every type, mutated (the malformed-frame fuzz's grammar)
+
+TYPES = ["hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "tree", "join", "fz-unknown"]
+
+
+def templates(rng: random.Random) -> dict[str, dict[str, Any]]:
+    """A plausible request of each type, for mutations to start from."""
+    return {
+        "hello": {},
+        "setup": {"run": f"fz-run-{rng.randrange(4)}", "host": "fz-host",
+                  "components": [{"name": "c1", "argv": ["fz-no-such-command"]},
+                                 {"name": "c2", "program": "fz-no-such-program.py", "args": []}],
+                  "streams": {"s": {"enable": ["G"]}}, "camp": None},
+        "enter": {"phase": "launch", "step": 0, "deadline_s": 2,
+                  "components": [{"name": "c1", "params": {}}], "published": {}},
+        "end": {"component": "c1"},
+        "reset": {"clean": True},
+        "files": {},
+        "read": {"path": "/etc/hostname", "offset": 0, "size": 100},
+        "clksync": {"role": rng.choice(["serve", "probe"]), "key": os.urandom(16), "peer": "fz",
+                    "port": rng.randrange(1, 65536), "interval_ms": 1000, "timestamps": "kernel"},
+        "tree": {"children": [{"host": "fz", "address": ["127.0.0.1", 1], "hosts": ["fz"]}]},
+        "join": {"run": f"fz-run-{rng.randrange(4)}"},
+        "fz-unknown": {"x": 1},
+    }
+
+
+def value(rng: random.Random, depth: int = 0) -> Any:
+    """Any msgpack value: wrong types, edge numbers, now and then a huge one."""
+    pick = rng.random()
+    if pick < 0.01:
+        return "fz-" + "x" * rng.choice([2**16, 2**20, 3 * 2**20])
+    if pick < 0.02:
+        return os.urandom(rng.choice([2**16, 2**20]))
+    choices = [None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**64 - 1, float("nan"), float("inf"), 1e308,
+               "", "fz-" + "".join(rng.choice("abc/.%\0\n") for _ in range(rng.randrange(12))),
+               "../../fz", "/fz-abs", b"\xff\x00"]
+    if depth < 3:
+        choices += [[value(rng, depth + 1) for _ in range(rng.randrange(4))],
+                    {str(value(rng, 3)): value(rng, depth + 1) for _ in range(rng.randrange(4))}]
+    return rng.choice(choices)
+
+
+def mutate(rng: random.Random, message: dict[str, Any]) -> dict[str, Any]:
+    message = dict(message)
+    for _ in range(rng.randrange(1, 4)):
+        action = rng.random()
+        keys = [k for k in message if k not in ("t", "address")]
+        if action < 0.3 and keys:
+            del message[rng.choice(keys)]
+        elif action < 0.5:
+            message[f"fz-extra-{rng.randrange(5)}"] = value(rng)
+        elif action < 0.9 and keys:
+            key = rng.choice(keys)
+            inner = message[key]
+            if isinstance(inner, list) and inner and isinstance(inner[0], dict) and rng.random() < 0.5:
+                first = dict(inner[0])
+                first[rng.choice([*first, "fz"])] = value(rng)
+                message[key] = [first, *inner[1:]]
+            else:
+                message[key] = value(rng)
+    return message
+
+
+def mutated_request(rng: random.Random, rid: int) -> dict[str, Any]:
+    """A request of any type with fields missing, extra, of the wrong type or huge. clksync's
+    `address` is never mutated (a random name would be looked up in DNS: traffic would leave
+    the machine); nor is `tree`'s (connections go to 127.0.0.1 only)."""
+    kind = rng.choice(TYPES)
+    message = {"t": kind, **templates(rng)[kind]}
+    if kind == "clksync":
+        message["address"] = "127.0.0.1"
+    if rng.random() < 0.8:
+        message = mutate(rng, message)
+    if kind == "tree":
+        message["children"] = templates(rng)["tree"]["children"]
+    message["id"] = rid if rng.random() < 0.95 else value(rng, 3)
+    return message
+
+
+def digest(findings: list[Finding]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+    return counts
+
+
+# -- a flood of connections held in their handshake
+
+
+async def _hold(port: int, half_open: bool, stop: asyncio.Event, tally: dict[str, int]) -> None:
+    """One connection held in the handshake for as long as the daemon keeps it, then opened
+    again, until `stop`: idle (not a byte sent) or half-open (the challenge read, then a
+    part of an auth frame)."""
+    partial = encode({"t": "auth", "nonce": os.urandom(NONCE_BYTES), "mac": os.urandom(32)})[:10]
+    while not stop.is_set():
+        writer = None
+        try:
+            async with asyncio.timeout(HANG_S):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                if half_open:
+                    await reader.read(4096)
+                    writer.write(partial)
+            tally["open"] += 1
+            tally["opened"] += 1
+            try:
+                while not stop.is_set():
+                    try:
+                        if not await asyncio.wait_for(reader.read(4096), 0.2):
+                            tally["dropped"] += 1  # the daemon hung up: open another
+                            break
+                    except TimeoutError:
+                        continue
+            finally:
+                tally["open"] -= 1
+        except (OSError, TimeoutError):
+            tally["failed"] += 1
+            await asyncio.sleep(0.1)
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+async def _controller(port: int, key: bytes) -> float:
+    """A legitimate controller: connect, authenticate, one hello answered. Its time, in s."""
+    started = time.perf_counter()
+    async with asyncio.timeout(HANG_S):
+        channel = await Channel.connect("127.0.0.1", port, "fz-controller")
+        try:
+            await client_handshake(channel, key)
+            channel.send({"t": "hello", "id": 1})
+            reply = await channel.recv()
+            if reply is None or reply.get("t") != "reply":
+                raise AuthError(f"hello not answered: {reply}", "daemon")
+        finally:
+            await channel.close()
+    return time.perf_counter() - started
+
+
+async def flood(port: int, key: bytes, idle: int, half_open: int, controllers: int,
+                seconds: float = 60.0) -> dict[str, Any]:
+    """`idle` and `half_open` connections held in their handshake (each reopened when the
+    daemon drops it), and meanwhile `controllers` legitimate controllers one after another:
+    how long each took to connect and be answered, and how many were refused."""
+    stop = asyncio.Event()
+    tally = {"open": 0, "opened": 0, "dropped": 0, "failed": 0}
+    give_up = time.monotonic() + seconds
+    async with asyncio.TaskGroup() as tg:
+        for n in range(idle + half_open):
+            tg.create_task(_hold(port, n >= idle, stop, tally))
+            if n % 50 == 49:
+                await asyncio.sleep(0.05)  # the daemon's accept backlog
+        while tally["open"] < idle + half_open and time.monotonic() < min(give_up, time.monotonic() + 5):
+            await asyncio.sleep(0.05)
+        held = tally["open"]
+        times, refusals = [], []
+        for _ in range(controllers):
+            if time.monotonic() > give_up:
+                break
+            try:
+                times.append(await _controller(port, key))
+            except (NetspecError, OSError, TimeoutError) as exc:
+                refusals.append(f"{type(exc).__name__}: {exc}"[:120])
+            await asyncio.sleep(0.05)
+        stop.set()
+    ms = sorted(t * 1e3 for t in times)
+    return {"idle": idle, "half_open": half_open, "held_when_measured": held, "controllers": controllers,
+            "answered": len(times), "refused": len(refusals), "refusals": refusals[:3],
+            "connect_ms_median": round(ms[len(ms) // 2], 2) if ms else None,
+            "connect_ms_max": round(ms[-1], 2) if ms else None,
+            "flood_reopened": tally["dropped"], "flood_failed": tally["failed"]}
