@@ -60,13 +60,13 @@ THREAD_CEILING = 2 + min(32, (os.cpu_count() or 1) + 4)  # main, flusher, an idl
 PROGRAMS = Path(__file__).parent / "programs"
 
 
-def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+def handshake_mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
     """The handshake's MACs and the connection's key, as docs/protocol.md gives them."""
     return hmac.new(key, b"netspec-" + role + first + second, hashlib.sha256).digest()
 
 
-def _seals(key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[Seal, Seal]:
-    session_key = _mac(key, b"session", nonce_c, nonce_s)
+def connection_seals(key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[Seal, Seal]:
+    session_key = handshake_mac(key, b"session", nonce_c, nonce_s)
     return Seal(session_key, b"controller->daemon"), Seal(session_key, b"daemon->controller")
 
 
@@ -159,13 +159,13 @@ class Client:
         if challenge.get("proto") != PROTOCOL_VERSION:
             raise Dropped(f"daemon speaks protocol {challenge.get('proto')}")
         nonce_s, nonce_c = challenge["nonce"], os.urandom(NONCE_BYTES)
-        to_daemon, to_controller = _seals(key, nonce_c, nonce_s)
-        auth = encode({"t": "auth", "nonce": nonce_c, "mac": _mac(key, b"client", nonce_s, nonce_c)})
+        to_daemon, to_controller = connection_seals(key, nonce_c, nonce_s)
+        auth = encode({"t": "auth", "nonce": nonce_c, "mac": handshake_mac(key, b"client", nonce_s, nonce_c)})
         self.out = to_daemon
         self.sock.sendall(auth + (extra(self) if extra is not None else b""))
         welcome = self.frame(time.monotonic() + HANG_S)
         if welcome.get("t") != "welcome" or not hmac.compare_digest(
-                welcome.get("mac", b""), _mac(key, b"server", nonce_c, nonce_s)):
+                welcome.get("mac", b""), handshake_mac(key, b"server", nonce_c, nonce_s)):
             raise Dropped(f"the daemon refused the key: {welcome}")
         self.incoming = to_controller
 
@@ -964,7 +964,8 @@ async def _hold(port: int, half_open: bool, stop: asyncio.Event, tally: dict[str
                 while not stop.is_set():
                     try:
                         if not await asyncio.wait_for(reader.read(4096), 0.2):
-                            tally["dropped"] += 1  # the daemon hung up: open another
+                            tally["dropped"] += 1  # the daemon hung up: open another, soon
+                            await asyncio.sleep(0.1)
                             break
                     except TimeoutError:
                         continue
@@ -1007,7 +1008,8 @@ async def flood(port: int, key: bytes, idle: int, half_open: int, controllers: i
             tg.create_task(_hold(port, n >= idle, stop, tally))
             if n % 50 == 49:
                 await asyncio.sleep(0.05)  # the daemon's accept backlog
-        while tally["open"] < idle + half_open and time.monotonic() < min(give_up, time.monotonic() + 5):
+        opened_by = min(give_up, time.monotonic() + 5)
+        while tally["open"] < idle + half_open and time.monotonic() < opened_by:
             await asyncio.sleep(0.05)
         held = tally["open"]
         times, refusals = [], []

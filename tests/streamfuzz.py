@@ -71,7 +71,9 @@ def pick(ch: Chooser, items: Sequence[Any]) -> Any:
 
 
 def chance(ch: Chooser, percent: int) -> bool:
-    return ch.int(0, 99) < percent
+    """True `percent` times in 100; False for a chooser that has run out (atheris's input,
+    hypothesis shrinking): the plain path is where choices of 0 lead."""
+    return ch.int(0, 99) >= 100 - percent
 
 
 # -- the file
@@ -97,11 +99,11 @@ def header(ch: Chooser) -> bytes:
         h[key] = pick(ch, [odd(ch), [1], [], ["1", "0"], [1, 0, 0], "1.0", 1, [2, 0], [1, 9], None])
     data = msgpack.packb(h, use_bin_type=True)
     how = ch.int(0, 19)
-    if how == 0:
+    if how == 19:
         return b""  # no header: chunks alone
-    if how == 1:
+    if how == 18:
         return ch.bytes(ch.int(1, 40))
-    if how == 2:  # one bit flipped anywhere in it (the version byte among others)
+    if how == 17:  # one bit flipped anywhere in it (the version byte among others)
         at = ch.int(0, len(data) - 1)
         return data[:at] + bytes([data[at] ^ (1 << ch.int(0, 7))]) + data[at + 1:]
     return data
@@ -122,7 +124,7 @@ def entities(ch: Chooser) -> list[Entity]:
                              {"lo": 5, "hi": 5, "buckets": 2}, {"lo": "a", "hi": 1, "buckets": 2}, {}, None])
         elif kind == "samples":
             spec = pick(ch, [{"fields": ["a", "b"]}, {"fields": 5}, {"fields": None}, "fz", None])
-        eid = 16 + n if chance(ch, 90) else odd(ch)
+        eid = odd(ch) if chance(ch, 10) else 16 + n
         found.append(Entity(eid, kind, pick(ch, DECODERS) if kind == "event" else None, spec))
     return found
 
@@ -145,18 +147,18 @@ def event_data(ch: Chooser, decoder: Any) -> Any:
 
 
 def record(ch: Chooser, e: Entity) -> Any:
-    ts = TS + ch.int(0, 10**9) if chance(ch, 90) else odd(ch)
+    ts = odd(ch) if chance(ch, 10) else TS + ch.int(0, 10**9)
     kind = e.kind
     if kind == "event":
-        r = [e.eid, ts, ch.int(0, 100)] + ([event_data(ch, e.decoder)] if chance(ch, 70) else [])
+        r = [e.eid, ts, ch.int(0, 100)] + ([] if chance(ch, 30) else [event_data(ch, e.decoder)])
     elif kind == "interval":
-        r = [e.eid, ts, 1, TS if chance(ch, 80) else odd(ch)]
+        r = [e.eid, ts, 1, odd(ch) if chance(ch, 20) else TS]
     elif kind == "counter":
-        r = [e.eid, ts, ch.int(0, 10**6) if chance(ch, 80) else odd(ch)]
+        r = [e.eid, ts, odd(ch) if chance(ch, 20) else ch.int(0, 10**6)]
     elif kind == "histogram":
-        r = [e.eid, ts, [ch.int(0, 3) for _ in range(ch.int(0, 7))] if chance(ch, 80) else odd(ch), 1.5]
+        r = [e.eid, ts, odd(ch) if chance(ch, 20) else [ch.int(0, 3) for _ in range(ch.int(0, 7))], 1.5]
     else:
-        r = [e.eid, ts, [ch.int(0, 9), 2.5] if chance(ch, 80) else odd(ch)]
+        r = [e.eid, ts, odd(ch) if chance(ch, 20) else [ch.int(0, 9), 2.5]]
     if chance(ch, 10):
         r = r[:ch.int(0, 3)]  # short
     elif chance(ch, 5):
@@ -183,15 +185,15 @@ def body(ch: Chooser, ents: list[Entity]) -> tuple[bytes, int]:
     records: list[Any] = []
     for _ in range(ch.int(0, 6)):
         what = ch.int(0, 9)
-        if what == 0 or not ents:
+        if what == 9 or not ents:
             records.append(admin(ch))
-        elif what <= 2:
+        elif what >= 7:
             e = pick(ch, ents)
             records.append(namespace(ch, e))
         else:
             records.append(record(ch, pick(ch, ents)))
     data = msgpack.packb(records, use_bin_type=True)
-    count = len(records) if chance(ch, 90) else len(records) + pick(ch, [-1, 1, 2**31])
+    count = len(records) + pick(ch, [-1, 1, 2**31]) if chance(ch, 10) else len(records)
     return data, max(count, 0)
 
 
@@ -206,21 +208,21 @@ def craft(ch: Chooser) -> bytes:
     ents = entities(ch)
     seq = 0
     for _ in range(ch.int(1, 6)):
-        seq = seq + 1 if chance(ch, 80) else pick(ch, [seq, seq + 3, 0, 2**32, 2**64 - 1])
+        seq = pick(ch, [seq, seq + 3, 0, 2**32, 2**64 - 1]) if chance(ch, 20) else seq + 1
         data, count = body(ch, ents)
         if count >= 2**32:
             count = 2**32 - 1
-        crc = None if chance(ch, 95) else ch.int(0, 2**32 - 1)
+        crc = ch.int(0, 2**32 - 1) if chance(ch, 5) else None
         out.append(chunk(min(seq, 2**64 - 1), count, data, crc))
     file = b"".join(out)
     tail = ch.int(0, 9)
-    if tail == 0:
+    if tail == 9:
         file += SYNC  # the bare 7-byte chunk marker
-    elif tail == 1:
+    elif tail == 8:
         file += SYNC + pick(ch, [b"\xcf", b"\x01\xce\x00", b"\x01\x01\xce\x00\x00\x00\x01\xc6"])
-    elif tail == 2 and file:
+    elif tail == 7 and file:
         file = file[:ch.int(0, len(file) - 1)]  # cut short
-    elif tail == 3 and file:
+    elif tail == 6 and file:
         at = ch.int(0, len(file) - 1)  # one byte changed
         file = file[:at] + bytes([ch.int(0, 255)]) + file[at + 1:]
     return file
