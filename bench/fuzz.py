@@ -59,19 +59,9 @@ from netspec.protocol.auth import client_handshake, load_or_create_key  # noqa: 
 from netspec.protocol.channel import Channel  # noqa: E402
 from netspec.protocol.errors import NetspecError  # noqa: E402
 from netspec.protocol.wire import HEADER, encode  # noqa: E402
-from protofuzz import (  # noqa: E402
-    THREAD_CEILING,
-    Client,
-    Daemon,
-    Dropped,
-    Fuzz,
-    Hang,
-    digest,
-    empty_arrays_frame,
-    flood,
-    mutated_request,
-    value,
-)
+from protoclient import Client, Daemon, Dropped, Hang, empty_arrays_frame, mutated_request, value  # noqa: E402
+from protoflood import flood  # noqa: E402
+from protofuzz import THREAD_CEILING, Fuzz, digest  # noqa: E402
 
 HANG_S = 15.0
 PRE_AUTH_SHARE = 0.4
@@ -548,7 +538,9 @@ def main() -> int:
         valid_sessions_dropped=state.get("valid_sessions_dropped", 0),
         spins=state.get("findings", {}).get("spin", 0),
         refusals=result.get("flood", {}).get("refused", 0) + state.get("refused", 0))
-    print(f"in all: crashes {result['crashes']}, hangs {result['hangs']}, leaks {result['leaks']}, "
+    daemon_crashes = sum(s.get("crashes", 0) for k, s in result.items() if k in ("frames", "state", "flood"))
+    print(f"in all: crashes {result['crashes']} (the daemon {daemon_crashes}, the stream reader "
+          f"{result.get('stream', {}).get('crashes', 0)}), hangs {result['hangs']}, leaks {result['leaks']}, "
           f"runs held {result['runs_held']}, unsealed frames executed {result['unsealed_executed']}, "
           f"sessions of sealed requests dropped {result['valid_sessions_dropped']}, CPU spins "
           f"{result['spins']}, legitimate controllers refused {result['refusals']}")

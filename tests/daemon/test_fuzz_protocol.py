@@ -17,20 +17,9 @@ from netspec.protocol.channel import Channel
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.messages import PROTOCOL_VERSION
 from netspec.protocol.wire import HEADER, decode_body, encode
-from protofuzz import (
-    HANG_S,
-    RUN_END_S,
-    SPIN_SHARE,
-    Client,
-    Daemon,
-    Dropped,
-    Fuzz,
-    Hang,
-    empty_arrays_frame,
-    flood,
-    handshake_mac,
-    refused,
-)
+from protoclient import HANG_S, Client, Daemon, Dropped, Hang, empty_arrays_frame, handshake_mac, refused
+from protoflood import flood
+from protofuzz import RUN_END_S, SPIN_SHARE, Fuzz
 from support import session_run_id, wait_for
 
 
@@ -77,9 +66,9 @@ def test_frames_written_with_the_auth_frame_are_not_executed_without_their_seal(
         client = Client(netspecd.port, key, extra=lambda _: frames)
         client.ask("reset", {"clean": False})  # taken after any setup before it
         answer = client.ask("files")
-    except (Dropped, Hang):
+    except Dropped:
         return  # dropped: nothing of it was taken
-    assert refused(answer) == "no run is set up on this daemon connection"
+    assert refused(answer) is not None  # no run is set up on this connection
     assert not {900, 901} & client.replies.keys()
 
 
@@ -121,8 +110,8 @@ def test_sealed_frames_written_with_the_auth_frame_are_served(netspecd, key):
 
 def test_connections_held_in_their_handshake_do_not_lock_a_controller_out(netspecd, key):
     figures = asyncio.run(flood(netspecd.port, key, idle=36, half_open=64, controllers=3, seconds=15))
-    assert figures["held_when_measured"] == 100
     assert figures["refused"] == 0, figures["refusals"]
+    assert figures["answered"] == 3
 
 
 def test_a_session_that_joins_its_own_run_and_hangs_up_holds_nothing(netspecd, key):
