@@ -398,7 +398,7 @@ def stream_worker(args: argparse.Namespace) -> int:
         import atheris
     except ImportError:
         atheris = None
-    if atheris is not None:
+    if atheris is not None and args.engine != "random":
         # Coverage of netspec's own code steers the choices; the numba scanner stays as it is
         # (its bytecode is compiled, not run).
         with atheris.instrument_imports(include=["netspec", "streamfuzz"],
@@ -416,7 +416,7 @@ def stream_worker(args: argparse.Namespace) -> int:
         return 0
     import streamfuzz
 
-    stats["engine"] = "seeded random (atheris is not installed)"
+    stats["engine"] = "seeded random" + (" (atheris is not installed)" if atheris is None else "")
     rng = random.Random(args.seed)
     give_up = time.monotonic() + args.seconds
     while stats["inputs"] < args.inputs and time.monotonic() < give_up:
@@ -425,7 +425,7 @@ def stream_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def stream_section(workdir: Path, inputs: int, seed: int, seconds: float) -> dict[str, Any]:
+def stream_section(workdir: Path, inputs: int, seed: int, seconds: float, choices: str) -> dict[str, Any]:
     """Workers one after another until the time or the inputs are used up: a worker that a
     deadly signal, a hang or its memory limit ended counts as a crash or a hang, and the next
     starts with another seed."""
@@ -444,7 +444,7 @@ def stream_section(workdir: Path, inputs: int, seed: int, seconds: float) -> dic
         proc = subprocess.run(
             [sys.executable, __file__, "--stream-worker", "--out", str(out), "--workdir", str(workdir),
              "--seconds", str(left), "--inputs", str(inputs - total["inputs"]),
-             "--seed", str(seed + attempt)],
+             "--seed", str(seed + attempt), "--engine", choices],
             capture_output=True, text=True, timeout=left + 60)
         stats = json.loads(out.read_text()) if out.exists() else {}
         engine = stats.get("engine", engine)
@@ -495,6 +495,8 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=500, help="idle connections (flood)")
     parser.add_argument("--half-open", type=int, default=64, help="half-open connections (flood)")
     parser.add_argument("--controllers", type=int, default=20, help="legitimate controllers (flood)")
+    parser.add_argument("--engine", choices=["atheris", "random"], default="atheris",
+                        help="the stream fuzz's choices: coverage-guided (if installed) or seeded random")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--stream-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -524,7 +526,8 @@ def main() -> int:
             result["flood"] = flood_section(place("flood"), key_file, key, args.idle, args.half_open,
                                             args.controllers, budget["flood"])
         if "stream" in modes:
-            result["stream"] = stream_section(place("stream"), args.inputs, args.seed, budget["stream"])
+            result["stream"] = stream_section(place("stream"), args.inputs, args.seed, budget["stream"],
+                                              args.engine)
     sections = [v for k, v in result.items() if isinstance(v, dict)]
     state = result.get("state", {})
     result.update(
