@@ -21,7 +21,7 @@ from . import release
 from .component import ComponentSpec
 from .facts import host_facts
 from .relay import Emit, Relay
-from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run
+from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run, reset_under_way
 from .sampler import config_from_wire
 from .supervisor import Supervisor
 
@@ -30,6 +30,9 @@ log = logging.getLogger("netspecd")
 # A straggler ended by `end` is stuck in a phase: its callback cannot take a STOP message.
 END_GRACE_S = 2.0
 ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter as failed itself
+# A setup of a run id whose last connection ended waits this long for its reset (a reset
+# waits for spawns, SIGTERM, then SIGKILL: KILL_GRACE_S each) when the request has no deadline.
+RESET_WAIT_S = 8.0
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -45,6 +48,8 @@ async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
 async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     """Set up a run on this connection (ending the one it had). Refused beside another
     controller's live run unless the request says `share: true`, naming that run."""
+    loop = asyncio.get_running_loop()
+    await reset_under_way(session, request, _deadline(request) or loop.time() + RESET_WAIT_S)
     async with session.lifecycle:
         token = check_setup(session, request)
         await session.end_run()

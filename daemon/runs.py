@@ -11,6 +11,7 @@ controller's live run takes another's only when it says to share the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,6 +80,19 @@ def own_run(session: Session, what: str) -> Supervisor:
         raise NetspecError(f"this connection relays run {sup.run_id!r} as a parent in its tree: only "
                            f"the connection that set the run up may {what} it")
     return sup
+
+
+async def reset_under_way(session: Session, request: dict[str, Any], until: float) -> None:
+    """Wait (until the loop time `until`) while the run id `request` sets up is still held by
+    a connection that ended and is resetting it: its controller may come back for it at once
+    (a reconnect), and is then not told that another controller holds it."""
+    run = request.get("run")
+    holder = session.daemon.runs.get(run) if isinstance(run, str) else None
+    if holder is None or holder is session or holder.supervisor is None or not holder.supervisor.was_reset:
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(until):
+            await holder.supervisor.let_go.wait()
 
 
 def check_setup(session: Session, request: dict[str, Any]) -> bytes | None:

@@ -74,6 +74,7 @@ class Session:
             self.supervisor = None
         if self.daemon.runs.get(sup.run_id) is self:
             del self.daemon.runs[sup.run_id]
+        sup.let_go.set()
 
     def emit(self, message: dict[str, Any]) -> None:
         """Send an event; if the controller is gone there is nobody left to tell."""

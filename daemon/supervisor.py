@@ -57,6 +57,7 @@ class Supervisor:
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
         self.join_token: bytes | None = None  # what a parent in the run's tree shows to join it
         self.was_reset = False  # no component starts once it is
+        self.let_go = asyncio.Event()  # set once reset and its id free (Session.end_run)
         self._spawning: set[asyncio.Future[None]] = set()  # starts under way
         self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)
                                for n, d in (streams or {}).items()]
