@@ -251,7 +251,8 @@ def templates(rng: random.Random) -> dict[str, dict[str, Any]]:
         "setup": {"run": f"fz-run-{rng.randrange(4)}", "host": "fz-host",
                   "components": [{"name": "c1", "argv": ["fz-no-such-command"]},
                                  {"name": "c2", "program": "fz-no-such-program.py", "args": []}],
-                  "streams": {"s": {"enable": ["G"]}}, "camp": None},
+                  "streams": {"s": {"enable": ["G"]}}, "camp": None, "share": True,
+                  "join_token": os.urandom(16)},
         "enter": {"phase": "launch", "step": 0, "deadline_s": 2,
                   "components": [{"name": "c1", "params": {}}], "published": {}},
         "end": {"component": "c1"},
@@ -261,7 +262,7 @@ def templates(rng: random.Random) -> dict[str, dict[str, Any]]:
         "clksync": {"role": rng.choice(["serve", "probe"]), "key": os.urandom(16), "peer": "fz",
                     "port": rng.randrange(1, 65536), "interval_ms": 1000, "timestamps": "kernel"},
         "tree": {"children": [{"host": "fz", "address": ["127.0.0.1", 1], "hosts": ["fz"]}]},
-        "join": {"run": f"fz-run-{rng.randrange(4)}"},
+        "join": {"run": f"fz-run-{rng.randrange(4)}", "host": "fz-host", "token": os.urandom(16)},
         "fz-unknown": {"x": 1},
     }
 

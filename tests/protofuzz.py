@@ -127,6 +127,10 @@ class Fuzz:
         self._warm_up()
         self.held_start = daemon.held()
         self.runs_made = 0
+        # Each run's join token: a parent shows it to join (protocol 8). A run a session joined
+        # with it is entered by that parent as its controller's would be: not a finding.
+        self.tokens: dict[str, bytes] = {}
+        self.parented: set[str] = set()
         self.half_open: list[socket.socket] = []
         self.spin = 0.0  # the most CPU share seen with every request answered
 
@@ -297,7 +301,10 @@ class Fuzz:
         comps = [{"name": n, **COMPONENTS[n]} for n in names]
         if rng.random() < 0.05:
             comps.append({"name": "netspecd", "argv": ["true"]})  # the daemon's own name: refused
-        rid = self._request(session, "setup", {"run": run, "host": "h", "components": comps, "camp": None})
+        token = os.urandom(16)
+        # Mostly shared: the fuzz's sessions are many controllers on one host at once.
+        rid = self._request(session, "setup", {"run": run, "host": "h", "components": comps, "camp": None,
+                                               "share": rng.random() < 0.9, "join_token": token})
         session.forget()  # a setup resets the session's run first
         answer = self._answer(session, rid)
         if answer is None:
@@ -312,6 +319,8 @@ class Fuzz:
         if session.run is not None and session.run != run:
             self.ended[session.run] = (time.monotonic(), list(session.trail))  # set up over: reset
         session.run, session.components, session.joined, session.phase = run, names, None, -1
+        self.tokens[run] = token
+        self.parented.discard(run)
         session.forget()
         session.acks_due.clear()
         self.ended.pop(run, None)
@@ -382,10 +391,13 @@ class Fuzz:
     def _join(self, session: Session) -> None:
         others = [s.run for s in self.sessions if s.run and s is not session]
         run = self.rng.choice([session.run or "fz-none", *others, "fz-no-such-run"])
-        rid = self._request(session, "join", {"run": run})
+        token = self.tokens.get(run, b"") if self.rng.random() < 0.7 else os.urandom(16)
+        host = "h" if self.rng.random() < 0.8 else "fz-elsewhere"
+        rid = self._request(session, "join", {"run": run, "host": host, "token": token})
         answer = self._answer(session, rid)
         if answer is not None and refused(answer) is None:
             session.joined = run
+            self.parented.add(run)
 
     def _reset(self, session: Session) -> None:
         rid = self._request(session, "reset", {"clean": self.rng.random() < 0.5})
@@ -439,12 +451,13 @@ class Fuzz:
                 fields, _ = self._enter_fields(session)
                 self._request(session, "enter", fields)
             elif action == "join":
-                self._request(session, "join", {"run": session.run or "fz-none"})
+                self._request(session, "join", {"run": session.run or "fz-none", "host": "h",
+                                                "token": self.tokens.get(session.run or "", b"")})
             elif action == "end":
                 self._request(session, "end", {"component": self.rng.choice([*session.components, "x"])})
             else:
                 self._request(session, "setup", {"run": session.run or self._new_run(), "host": "h",
-                                                 "components": [], "camp": None})
+                                                 "components": [], "camp": None, "share": True})
         session.acks_due.clear()  # which enter's acks are due is not known in a burst
         session.forget()  # nor whether one of them stopped its own component
 
@@ -577,7 +590,7 @@ class Fuzz:
     def _isolated(self, session: Session) -> None:
         """A long component this session started, and did not stop, still runs: no other
         session's request ended it."""
-        if session.joined is not None:
+        if session.joined is not None or session.run in self.parented:
             session.forget()
         for name, pid in list(session.running.items()):
             try:
