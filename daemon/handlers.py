@@ -38,6 +38,8 @@ Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 # clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
 MAX_PROBE_INTERVAL_MS = 3_600_000.0
+# A request's own bound: a day is longer than any step a controller asks for.
+MAX_TIMEOUT_S = 86_400.0
 
 
 async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
@@ -235,10 +237,26 @@ def _deadline(request: dict[str, Any]) -> float | None:
     """The request's deadline (its `timeout_s`, which also bounds its handler) as a loop
     time, a little before the handler's bound: what the handler waited for is said in its
     own words, not as the bound's TimeoutError."""
+    timeout = timeout_of(request)
+    if timeout is None:
+        return None
+    return asyncio.get_running_loop().time() + timeout - min(0.5, timeout / 10)
+
+
+def timeout_of(request: dict[str, Any]) -> float | None:
+    """A request's `timeout_s`: a finite number of seconds, at most MAX_TIMEOUT_S.
+
+    Raises:
+        ProtocolError: it is anything else (NaN or infinity would become a timer that
+            never fires, or one asyncio cannot order).
+    """
     timeout = request.get("timeout_s")
     if not timeout:
         return None
-    return asyncio.get_running_loop().time() + float(timeout) - min(0.5, float(timeout) / 10)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise ProtocolError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
+                            f"not {str(timeout)[:40]!r}")
+    return float(timeout)
 
 
 async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class Session(Protocol):
     lifecycle: asyncio.Lock  # setup, reset and shutdown of the session's run, one at a time
     relay: Relay | None  # the run's fan-out tree below this daemon, on its controller's session
     joined: bool  # a parent's relay connection: it uses the run, another session owns it
+    ending: bool  # its connection is over: its run is being reset
 
     async def end_run(self) -> None: ...
 
@@ -88,7 +89,8 @@ async def reset_under_way(session: Session, request: dict[str, Any], until: floa
     (a reconnect), and is then not told that another controller holds it."""
     run = request.get("run")
     holder = session.daemon.runs.get(run) if isinstance(run, str) else None
-    if holder is None or holder is session or holder.supervisor is None or not holder.supervisor.was_reset:
+    if (holder is None or holder is session or holder.supervisor is None
+            or not (holder.ending or holder.supervisor.was_reset)):
         return
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout_at(until):

@@ -18,7 +18,7 @@ from netspec.protocol.auth import server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
 
-from .handlers import HANDLERS, INLINE_HANDLERS
+from .handlers import HANDLERS, INLINE_HANDLERS, timeout_of
 from .relay import Relay
 from .supervisor import Supervisor
 
@@ -54,6 +54,7 @@ class Session:
         self.supervisor: Supervisor | None = None
         self.relay: Relay | None = None
         self.joined = False
+        self.ending = False  # its connection is over: its run is reset, and its id let go, next
         self.tg: asyncio.TaskGroup
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.lifecycle = asyncio.Lock()
@@ -68,8 +69,22 @@ class Session:
             self.supervisor = None
             return
         # Let go of it only once reset: a reset cut short (the session ending while a setup
-        # resets the run before it) is done again by the session's own end.
-        await sup.reset(clean=False)
+        # resets the run before it) is done again by the session's own end. That one is the
+        # last: it lets go of the id whatever the reset met (cancelled too), or the id would
+        # be refused to everyone until the daemon restarts.
+        try:
+            await sup.reset(clean=False)
+        except Exception:
+            if not self.ending:
+                raise
+            log.exception("run %s: its reset at its connection's end failed", sup.run_id)
+        finally:
+            if self.ending:
+                self._let_go(sup)
+        if not self.ending:
+            self._let_go(sup)
+
+    def _let_go(self, sup: Supervisor) -> None:
         if self.supervisor is sup:
             self.supervisor = None
         if self.daemon.runs.get(sup.run_id) is self:
@@ -105,12 +120,14 @@ class Session:
                         tg.create_task(self._answer(request))
                 except (ProtocolError, ConnectionError) as exc:
                     log.warning("dropping %s: %s", self.channel.peer, exc)
+                self.ending = True  # before its tasks unwind: a setup of its run id waits
                 raise _SessionOver
         except* _SessionOver:
             pass
         finally:
             # However the session ends (hang-up, bad frame, a fault in a handler), its run
             # ends with it: no process, thread or open stream of it is left behind.
+            self.ending = True
             await self.end_run()
 
     def _take(self, request: dict[str, Any]) -> bool:
@@ -131,8 +148,7 @@ class Session:
             handler = HANDLERS.get(request.get("t"))  # type: ignore[arg-type]
             if handler is None:
                 raise ProtocolError(f"unknown request type {request.get('t')!r}")
-            timeout = request.get("timeout_s")
-            async with asyncio.timeout(float(timeout) if timeout else None):
+            async with asyncio.timeout(timeout_of(request)):
                 reply = await handler(self, request)
         except asyncio.CancelledError:
             raise

@@ -41,16 +41,37 @@ def test_a_connection_cannot_join_the_run_it_set_up_and_its_hang_up_still_ends_t
     asyncio.run(scenario())
     wait_for(lambda: not run_processes(run), timeout=10, what="the hung-up connection's run to end")
 
-    async def again():  # and its id is free again, once the run's reset is over
+    async def again():  # and its id is free again: a setup of it waits for the reset under way
         async with Session(daemon.port, key) as s, asyncio.timeout(10):
-            while True:
-                try:
-                    return await s.request("setup", run=run, host="a", components=[])
-                except RemoteError as exc:
-                    if "is set up by another controller" not in str(exc):
-                        raise
-                await asyncio.sleep(0.02)
+            return await s.request("setup", run=run, host="a", components=[])
     assert "root" in asyncio.run(again())
+
+
+def test_a_run_set_up_again_the_moment_its_connection_hangs_up_is_its_own_again(daemon, key):
+    """A controller that reconnects at once is not told that another controller holds its run."""
+    run = session_run_id("r-reconnect")
+
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await _launched(s, run)
+        async with Session(daemon.port, key) as s, asyncio.timeout(20):
+            return await s.request("setup", run=run, host="a", components=[])
+    for _ in range(3):
+        assert "root" in asyncio.run(scenario())
+    wait_for(lambda: not run_processes(run), timeout=10, what="the last run to end")
+
+
+@pytest.mark.parametrize("timeout_s", [float("nan"), float("inf"), -1.0, 1e12, "5", True])
+def test_a_request_timeout_that_is_no_number_of_seconds_is_refused_and_the_daemon_serves_on(
+        daemon, key, timeout_s):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            with pytest.raises(RemoteError, match="timeout_s must be a number of seconds"):
+                async with asyncio.timeout(20):  # no deadline of the client's: it would set timeout_s
+                    await s.client.request("setup", None, run=session_run_id("r-timeout"), host="a",
+                                           components=[], timeout_s=timeout_s)
+            return await s.request("hello")
+    assert asyncio.run(scenario())["pid"] == daemon.proc.pid
 
 
 def test_a_run_is_joined_only_with_its_token_and_its_host_and_a_joined_connection_only_relays(daemon, key):
