@@ -155,6 +155,7 @@ class Relay:
         if failed or self.closing:  # the run ended meanwhile: no link outlives it
             for link in links:  # none half-made is left open
                 await _close(link.channel)
+            self.opened = self.closing  # no link is open: a later `tree` may try again
             raise failed[0] if failed else NetspecError(f"the run ended on host {self.host} as its tree "
                                                         "was being connected")
         for link in links:

@@ -208,3 +208,19 @@ def test_two_trees_asked_at_once_connect_one_set_of_children_and_the_run_closes_
     assert [str(a) for a in answers if isinstance(a, Exception)] == [
         "host t: NetspecError: host a is connected to its children in the tree already"]
     assert joined == 1  # one link: none left open without an owner
+
+
+def test_a_tree_whose_child_could_not_be_joined_may_be_asked_again(daemon, key, tmp_path):
+    run = session_run_id("r-tree-again")
+
+    async def scenario(child):
+        async with Session(daemon.port, key) as parent, Session(child.port, key) as own:
+            await own.request("setup", run=run, host="b", components=[], join_token=TOKEN)
+            await parent.request("setup", run=run, host="a", components=[], join_token=TOKEN)
+            wrong = [{"host": "c", "address": ["127.0.0.1", child.port], "hosts": ["c"]}]  # b is there
+            with pytest.raises(RemoteError, match="this daemon is host 'b'"):
+                await parent.request("tree", children=wrong)
+            right = [{"host": "b", "address": ["127.0.0.1", child.port], "hosts": ["b"]}]
+            return await parent.request("tree", children=right)
+    with another_daemon(tmp_path) as child:
+        assert asyncio.run(scenario(child))["children"] == 1
