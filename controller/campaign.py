@@ -33,7 +33,7 @@ from .hooks import HookFailed, run_hook
 from .load import parse
 from .model import Campaign, Plan
 from .rundir import RunDir
-from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, run_plan
+from .runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, plan_code, run_plan
 
 CAMPAIGN_FILE = "campaign.json"
 HOOKS_LOG = "hooks.log"
@@ -248,7 +248,7 @@ class Campaigner:
                 "message": "its controller was killed; the campaign resumed and runs it again"})
             record["status"] = "interrupted"
         elif not is_current(path / MERGED):
-            merge(path, self.options.output)
+            merge(path, self.options.output, code=plan_code(self.plan))
         self._record(point, path, record["status"])
         point["done"] = _decide(point, self.c)
         self.cdir.save()

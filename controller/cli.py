@@ -151,6 +151,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                                            "baseline of the others; or of a campaign's points, with plots")
     report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN")
     report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
+    user_code_options(report)  # a run of an older netspec is merged again first
     resume = command("resume", help="go on with a campaign that was stopped or killed")
     resume.add_argument("campaign")
     rerun = command("rerun", help="run a past run again from its run directory alone")
@@ -297,7 +298,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 if (path / MERGED / "summary.json").is_file():
                     print(f"{path.name}: its result set is of an older netspec: merging it again",
                           file=sys.stderr)
-                if not merge(path, TERMINAL).ok:
+                if not merge(path, TERMINAL, code=user_code(args)).ok:
                     return EXIT_FAILED
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):

@@ -161,8 +161,13 @@ def _merge_at_end(run: Path, options: RunOptions, plan: Plan) -> Merged:
     own decoders and filters the experiment file names run: the user is running that file."""
     if not options.merge:
         return Merged(True, [f"{NOT_MERGED}: `ns_control fetch RUN` merges it"])
-    code = UserCode(plan.decoders, tuple(spec["filter"] for spec in plan.graph.values()), plan.path.parent)
-    return merge(run, options.output, code=code)
+    return merge(run, options.output, code=plan_code(plan))
+
+
+def plan_code(plan: Plan) -> UserCode:
+    """The user's own decoders and filters an experiment file names, for the merges of the
+    file the user runs (a run it ends with, a campaign's resumed run): never a record's."""
+    return UserCode(plan.decoders, tuple(spec["filter"] for spec in plan.graph.values()), plan.path.parent)
 
 
 class MergeInterrupted(KeyboardInterrupt):
