@@ -346,6 +346,7 @@ class Run:
         elif kind == m.EXIT:
             result = self.results[event["component"]]
             result.exit_status, result.duration_s = event["returncode"], event["duration_s"]
+            result.forced = event.get("forced") is True  # an older daemon's exit does not say
             self.rundir.record["components"][f"{host}/{event['component']}"] = {
                 "returncode": event["returncode"], "duration_s": event["duration_s"],
                 "argv": event["argv"], "ended_ns": event["ended_ns"]}
@@ -439,17 +440,16 @@ class Run:
                 await asyncio.gather(*(one(c) for c in self.clients.values()))
 
     def _unclean_ends(self) -> list[tuple[str, str, str]]:
-        """Each component that did not end cleanly (an exit status other than 0, or the
+        """Each component that did not end cleanly (an exit status neither 0 nor the
         SIGTERM netspec sent it), which nothing has said yet: one netspec ended mid-run
-        is a trouble already. A component killed because it would not end when asked is
-        one of them: a run is ok only if every component ended cleanly. Each is (host,
-        what it says but for the host's names, what it says), for `said_once`."""
+        is a trouble already. A component its daemon killed because it would not end when
+        asked is one of them: a run is ok only if every component ended cleanly. Each is
+        (host, what it says but for the host's names, what it says), for `said_once`."""
         said = []
         for name, result in self.results.items():
             if result.exit_status is None or result.ok or name in self.stragglers.ended:
                 continue
-            forced = " (it did not end when asked, so netspec killed it)" \
-                if result.exit_status == -signal.SIGKILL else ""
+            forced = " (it did not end when asked, so netspec killed it)" if result.forced else ""
             text = f"host {result.host}: {name}: {describe_returncode(result.exit_status)} at its end{forced}"
             said.append((result.host, without_names(text, [result.host, name]), text))
         return said

@@ -22,6 +22,7 @@ class ComponentResult:
     argv: list[str]
     exit_status: int | None = None
     duration_s: float | None = None
+    forced: bool = False  # its daemon killed it: it did not end when asked
     files: list[Path] = field(default_factory=list)
     _lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     _partial: dict[str, str] = field(default_factory=dict)

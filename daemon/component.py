@@ -242,7 +242,7 @@ class ComponentProcess:
         await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
-                "expected": self.stopping, "ended_ns": time.time_ns()}
+                "expected": self.stopping, "forced": self.forced, "ended_ns": time.time_ns()}
         try:
             (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal

@@ -4,7 +4,6 @@ the sequences it found, each as a test of its own (issue 38)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import time
@@ -17,7 +16,7 @@ from netspec.protocol.channel import Channel
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.messages import PROTOCOL_VERSION
 from netspec.protocol.wire import HEADER, decode_body, encode
-from protoclient import HANG_S, Client, Daemon, Dropped, Hang, empty_arrays_frame, handshake_mac, refused
+from protoclient import HANG_S, Client, Daemon, Dropped, Hang, handshake_mac, refused
 from protoflood import flood
 from protofuzz import RUN_END_S, SPIN_SHARE, Fuzz
 from support import session_run_id, wait_for
@@ -51,11 +50,12 @@ def _launched(client: Client, netspecd: Daemon, run: str) -> None:
 
 def test_the_stateful_fuzz_finds_no_fault_in_a_short_seeded_run(netspecd, key):
     fuzz = Fuzz(netspecd, key, random.Random(6), session_run_id("sfz"), run_end_s=4)
-    deadline = time.monotonic() + 10  # bounded: about 15 s with its warm-up and end, on two cores
+    deadline = time.monotonic() + 15  # bounded: about 15 s with its warm-up and end, on two cores
     while fuzz.counts["actions"] < 150 and time.monotonic() < deadline:
         fuzz.step()
     fuzz.finish()
     assert not fuzz.findings, "\n".join(f.line() for f in fuzz.findings)
+    assert fuzz.counts["actions"] >= 40, f"only {fuzz.counts['actions']} actions: it tried too little to tell"
 
 
 def test_frames_written_with_the_auth_frame_are_not_executed_without_their_seal(netspecd, key):
@@ -177,17 +177,6 @@ def test_a_tree_with_the_daemon_as_its_own_child_leaves_the_daemon_idle(netspecd
     share = (netspecd.cpu_s() - before) / (time.monotonic() - started)
     client.close()
     assert share < SPIN_SHARE
-
-
-def test_a_frame_of_empty_arrays_does_not_grow_the_daemon(netspecd, key):
-    client = Client(netspecd.port, key)
-    client.ask("hello")
-    start = netspecd.held()["rss_mb"]
-    client.next_id += 1
-    client.write(empty_arrays_frame(client, client.next_id))
-    with contextlib.suppress(Dropped):  # refused as too many items for its length: as good
-        client.wait({client.next_id}, time.monotonic() + HANG_S)
-    assert netspecd.held()["rss_mb"] - start < 64
 
 
 def test_a_component_named_like_the_daemon_is_refused(netspecd, key):
