@@ -127,11 +127,20 @@ def _decide(point: dict[str, Any], c: Campaign) -> str | None:
 
 
 def failed_points(points: list[dict[str, Any]], c: Campaign) -> list[str]:
-    """Each point that was done without its counted runs, as "LABEL (N of M runs counted, K failed)"."""
-    return [f"{p['label']} ({sum(r['counted'] for r in p['runs'])} of {c.runs} counted, "
-            f"{sum(r['status'] not in ('ok', 'interrupted') for r in p['runs'])} of "
-            f"{len(p['runs'])} run(s) failed)"
-            for p in points if p["done"] == "failures"]
+    """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
+    run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
+    warm-up or unlike the point's first run (provenance)."""
+    lines = []
+    for p in points:
+        if p["done"] != "failures":
+            continue
+        failed = sum(r["status"] not in ("ok", "interrupted") for r in p["runs"])
+        uncounted = sum(r["status"] == "ok" and not r["counted"] for r in p["runs"])
+        lines.append(f"{p['label']} ({sum(r['counted'] for r in p['runs'])} of {c.runs} counted, "
+                     f"{failed} of {len(p['runs'])} run(s) failed"
+                     + (f", {uncounted} ok but not counted: a warm-up, or unlike the point's first run"
+                        if uncounted else "") + ")")
+    return lines
 
 
 class Campaigner:
