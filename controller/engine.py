@@ -169,7 +169,7 @@ class Run:
             async with gate:
                 try:
                     address = self.endpoints[name] = await self.hosts[name].start(self.rundir.host_dir(name))
-                    client = await DaemonClient.connect(name, address, self.key, self._on_event)
+                    client = await DaemonClient.connect(name, address, self.key, self._on_event, deadline)
                 except (NetspecError, OSError) as exc:  # no connection opened: none was lost
                     raise Unreachable(name, exc) from exc
                 self.clients[name] = client

@@ -24,6 +24,7 @@ from netspec.protocol.channel import Channel
 from netspec.protocol.errors import (
     ConnectionLost,
     DeadlineExceeded,
+    HandshakeDropped,
     NetspecError,
     ProtocolError,
     RemoteError,
@@ -36,6 +37,7 @@ from .salvage import RunFiles, local_run_files
 
 EventHandler = Callable[[str, dict[str, Any]], None]
 DAEMON_START_S = 20.0
+HANDSHAKE_TRIES = 3  # a handshake the daemon dropped for a newcomer is tried twice more
 
 
 class DaemonClient:
@@ -50,18 +52,48 @@ class DaemonClient:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.closing = False
         self.lost: NetspecError | None = None
+        self.dropped = 0  # handshakes the daemon hung up on before this one got in (`connect`)
         self._next_id = 0
 
     @classmethod
     async def connect(cls, host: str, address: tuple[str, int], key: bytes,
-                      on_event: EventHandler) -> DaemonClient:
-        try:
-            channel = await Channel.connect(*address, peer=f"host {host}")
-        except OSError as exc:
-            raise ConnectionLost(host, detail=f"cannot connect to {address[0]}:{address[1]}: "
-                                 f"{exc.strerror or exc}") from exc
-        await client_handshake(channel, key)
-        return cls(host, channel, on_event)
+                      on_event: EventHandler, deadline: float | None = None) -> DaemonClient:
+        """Open an authenticated connection to the daemon at `address`.
+
+        A daemon with too many connections in their handshake drops the oldest for each
+        newcomer (a flood of half-open connections, or a fleet's burst): a handshake it
+        hung up on is tried again on a new connection, HANDSHAKE_TRIES in all, none begun
+        past `deadline` (loop time). A refusal is never tried again.
+
+        Raises:
+            ConnectionLost: nothing accepts connections at `address`, or the daemon
+                hung up as the last handshake tried wrote to it.
+            AuthError: the daemon refused the handshake (our key, our protocol, no room
+                for a session), or it failed to prove it knows the key.
+            HandshakeDropped: the daemon hung up in each handshake tried.
+            ConnectionError: the connection was reset in the last handshake tried.
+        """
+        loop, dropped = asyncio.get_running_loop(), 0
+        while True:
+            try:
+                channel = await Channel.connect(*address, peer=f"host {host}")
+            except OSError as exc:
+                raise ConnectionLost(host, detail=f"cannot connect to {address[0]}:{address[1]}: "
+                                     f"{exc.strerror or exc}") from exc
+            try:
+                await client_handshake(channel, key)
+            except (HandshakeDropped, ConnectionError, ConnectionLost):
+                await channel.close()
+                dropped += 1
+                if dropped >= HANDSHAKE_TRIES or (deadline is not None and loop.time() >= deadline):
+                    raise
+                continue
+            except BaseException:
+                await channel.close()
+                raise
+            client = cls(host, channel, on_event)
+            client.dropped = dropped
+            return client
 
     async def serve(self) -> None:
         """Deliver replies to their requests and events to `on_event` until the end."""

@@ -35,12 +35,20 @@ from netspec.protocol.exits import (
 )
 from netspec.protocol.names import safe_name
 
+from .ending import activity, ending
 from .facts import host_address
 from .orphans import SPAWNED
 
 log = logging.getLogger("netspecd")
 
+# How long a component asked to stop may sit idle (asleep, its CPU time still) before
+# SIGKILL; one at work on its end is waited for up to the step's deadline instead (`stop`).
 STOP_GRACE_S = 5.0
+# How often a component that is ending is looked at in /proc, between waits for its exit.
+LOOK_S = 0.5
+# What a patient stop keeps of the step's deadline, for the SIGKILL, the exit it brings and
+# (at collect) the gathering of files after: a tenth of the time left, this at least.
+KILL_RESERVE_S = 2.0
 # How long a process that got SIGTERM at reset has before SIGKILL; and what a wait for a
 # killed process's end is bounded by when no deadline came with the request.
 KILL_GRACE_S = 2.0
@@ -136,7 +144,8 @@ class ComponentProcess:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.handed_back: list[str] = []
         self.stopping = False
-        self.forced = False  # netspec had to SIGKILL it after the stop grace
+        self.forced = False  # netspec had to SIGKILL it once asked to stop
+        self.forced_why = ""  # after what: idle for the grace, or still ending at the deadline
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self.started_in: str | None = None  # the phase it was started in, from the first try on
@@ -291,8 +300,19 @@ class ComponentProcess:
     async def stop(self, grace: float = STOP_GRACE_S, deadline: float | None = None) -> dict[str, Any]:
         """Ask the component to end (STOP message or SIGTERM), then kill what remains.
 
+        A component at work on its end (its process exited but not yet reaped, or it or
+        its descendants using CPU or runnable, as /proc/PID/stat tells: `ending`) is
+        waited for until `deadline` less a reserve (a tenth of the time left,
+        KILL_RESERVE_S at least): a fleet's worth of exits on a loaded machine takes
+        longer than any fixed grace. One that sits idle for `grace` (it ignores the
+        request, or hangs) is killed then, as is one still in a phase's callback when
+        asked (its work is the phase's, not its end) and any stopped without a deadline:
+        a fixed `grace` each. One that ignores the request but keeps the CPU busy is
+        waited for until the deadline's reserve.
+
         Args:
-            grace: how long it has to end before SIGKILL.
+            grace: how long it may sit idle before SIGKILL; without a deadline, or while
+                in a phase, how long it has in all.
             deadline: the loop time by which it must have ended, SIGKILL or not: the
                 step's (or the request's). A killed process is ending, however long a
                 loaded machine takes to tell: it is waited for until then (and at least
@@ -300,7 +320,8 @@ class ComponentProcess:
                 the SIGKILL.
 
         Returns:
-            Its exit record ({} if it never started).
+            Its exit record ({} if it never started). `forced` is then set if it had to
+            be killed, and `forced_why` says after what.
 
         Raises:
             ComponentExited: it had not ended by `deadline`, SIGKILL sent.
@@ -308,20 +329,25 @@ class ComponentProcess:
         if not self.started:
             return {}
         self.stopping = True
+        loop = asyncio.get_running_loop()
         if not self.exited.done():
+            asked = loop.time()
+            in_phase = bool(self.pending)
             if self.channel is not None:
                 with contextlib.suppress(NetspecError, ConnectionError):
                     self.channel.send({"t": m.STOP})
             else:
                 self.signal_group(signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(asyncio.shield(self.exited), grace)
+            patience = None if deadline is None or in_phase else \
+                deadline - max(KILL_RESERVE_S, (deadline - asked) / 10)
+            how = "STOP" if self.channel is not None else "SIGTERM"
+            if (info := await self._wait_while_ending(grace, patience, how)) is not None:
+                return info
             # Only this component's processes: the rest of the run goes on.
             self.forced = True
             pids = self.pids()
             self.signal_group(signal.SIGKILL)
             signal_pids(pids, signal.SIGKILL)
-        loop = asyncio.get_running_loop()
         killed = loop.time()
         # A deadline that passed during the stop grace still leaves the kernel a moment.
         until = killed + KILL_GRACE_S if deadline is None else max(deadline, killed + KILLED_AT_LEAST_S)
@@ -332,6 +358,28 @@ class ComponentProcess:
             waited = f"{loop.time() - killed:.1f} s after SIGKILL"
             raise ComponentExited(f"had not ended by {'the deadline' if deadline is not None else 'now'}, "
                                   f"{waited}") from None
+
+    async def _wait_while_ending(self, grace: float, until: float | None, how: str) -> dict[str, Any] | None:
+        """Its exit record once it ends, looked at every LOOK_S meanwhile; None (and
+        `forced_why` set) once it sat idle for `grace`, or if it was still at work at
+        `until` (loop time; never before `grace` is up; None: `grace` from now whatever
+        it does). `how` it was asked to stop, for `forced_why`."""
+        loop = asyncio.get_running_loop()
+        asked = busy = loop.time()
+        cap = asked + grace if until is None else max(until, asked + grace)
+        seen, looked_at = activity(self.pids()), asked
+        while (left := min(busy + grace, cap) - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(self.exited), min(left, LOOK_S))
+            if until is None or self.proc is None:
+                continue
+            looked, now = activity(self.pids()), loop.time()
+            if ending(self.proc.pid, seen, looked, now - looked_at):
+                busy = now
+            seen, looked_at = looked, now
+        self.forced_why = (f"still ending at its deadline, {loop.time() - asked:.1f} s after {how}"
+                           if busy + grace > cap else f"idle {grace:g} s after {how}")
+        return None
 
     def pids(self) -> list[int]:
         """The component's process and every descendant it still has."""
@@ -345,7 +393,7 @@ class ComponentProcess:
                 os.killpg(self.proc.pid, sig)
 
 
-
 def python_argv(program: str, args: list[str]) -> list[str]:
     """A .py program runs under the daemon's own interpreter, which has nodelib."""
     return [sys.executable, program, *args] if program.endswith(".py") else [program, *args]
+

@@ -30,7 +30,6 @@ from netspec.protocol.names import as_name, safe_name
 
 from .component import (
     KILL_GRACE_S,
-    STOP_GRACE_S,
     ComponentExited,
     ComponentProcess,
     ComponentSpec,
@@ -142,8 +141,7 @@ class Supervisor:
             await comp.stop(deadline=deadline)
             if comp.forced:
                 # Stopped all the same, as asked: worth a warning, not a failed run.
-                return {"status": m.ACK_WARNING, "message": f"ignored SIGTERM for {STOP_GRACE_S:g} s; "
-                        "killed"}
+                return {"status": m.ACK_WARNING, "message": f"killed: {comp.forced_why}"}
             return {"status": m.ACK_OK, "message": "stopped"}
         return {"status": m.ACK_ERROR, "message": f"plain command takes no part in '{phase}'"}
 

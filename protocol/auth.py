@@ -16,7 +16,7 @@ import secrets
 from pathlib import Path
 
 from .channel import Channel
-from .errors import AuthError, ConfigError
+from .errors import AuthError, ConfigError, HandshakeDropped
 from .messages import PROTOCOL_VERSION
 from .wire import Seal
 
@@ -100,7 +100,8 @@ async def server_handshake(channel: Channel, key: bytes) -> None:
 
 
 async def client_handshake(channel: Channel, key: bytes) -> None:
-    """Prove the key to the daemon and check that the daemon knows it too; raises AuthError.
+    """Prove the key to the daemon and check that the daemon knows it too; raises AuthError
+    (HandshakeDropped if the daemon hung up without refusing).
 
     As in `server_handshake`, what the daemon writes after its welcome is decoded only
     under the seal."""
@@ -110,7 +111,10 @@ async def client_handshake(channel: Channel, key: bytes) -> None:
     if challenge is not None and challenge["t"] == "error":
         raise AuthError(f"the daemon refused the connection: {challenge.get('error', {}).get('message')}",
                         channel.peer)
-    if challenge is None or challenge["t"] != "challenge":
+    if challenge is None:
+        raise HandshakeDropped("the daemon hung up before its challenge (one with too many connections "
+                               "in their handshake drops the oldest: try again)", channel.peer)
+    if challenge["t"] != "challenge":
         raise AuthError("expected a challenge from the daemon", channel.peer)
     if challenge.get("proto") != PROTOCOL_VERSION:
         raise AuthError(f"daemon speaks protocol {challenge.get('proto')}, "
@@ -123,8 +127,8 @@ async def client_handshake(channel: Channel, key: bytes) -> None:
     await channel.drain()
     reply = await channel.recv()
     if reply is None:
-        raise AuthError("the daemon hung up during the handshake (one with too many connections "
-                        "in their handshake drops the oldest: try again)", channel.peer)
+        raise HandshakeDropped("the daemon hung up during the handshake (one with too many connections "
+                               "in their handshake drops the oldest: try again)", channel.peer)
     if reply["t"] != "welcome":
         raise AuthError("the daemon refused our key (do both sides share the same key file?)",
                         channel.peer)

@@ -69,6 +69,12 @@ class AuthError(ProtocolError):
     """A peer failed the challenge-response handshake."""
 
 
+class HandshakeDropped(AuthError):
+    """The daemon hung up in the handshake without refusing it: one with too many
+    connections in their handshake drops the oldest for a newcomer. Worth trying again,
+    unlike a refusal (a key it does not share, a protocol it does not speak, no room)."""
+
+
 class ConnectionLost(NetspecError):
     """A daemon or component connection closed while it was still needed."""
 

@@ -719,7 +719,7 @@ def test_a_command_ignoring_sigterm_is_killed_alone_and_the_run_goes_on(experime
     assert record["status"] == "partial" and record["error"]["causes"] == [KILLED_AT_ITS_END]
     work, later = record["steps"][1], record["steps"][2]
     stubborn = work["hosts"]["local"]["components"]["stubborn"]
-    assert (stubborn["status"], stubborn["message"]) == ("warning", "ignored SIGTERM for 5 s; killed")
+    assert (stubborn["status"], stubborn["message"]) == ("warning", "killed: idle 5 s after SIGTERM")
     assert later["status"] == "ok"  # the actor was not killed with the stubborn command
     assert later["hosts"]["local"]["components"]["actor"]["status"] == "ok"
     assert record["components"]["local/stubborn"]["returncode"] == -signal.SIGKILL

@@ -1,22 +1,29 @@
 """A fleet at scale: local daemons forked from one process, the open-file limit, the
-connect deadline, the probe interval's budget, and a live line that stays readable."""
+connect deadline and a handshake the daemon dropped, the probe interval's budget, and a
+live line that stays readable."""
 
 import asyncio
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
+import psutil
 import pytest
 from netspec.controller.clocks import REFERENCE_EXCHANGES_PER_S, probe_interval_ms
+from netspec.controller.fleet import DaemonClient
 from netspec.controller.forks import DaemonForks
 from netspec.controller.load import parse
 from netspec.controller.progress import Progress
 from netspec.controller.summary import LISTED_OK, LiveLine
-from netspec.protocol.errors import ConnectionLost
-from support import latest_record, ns_control, start_run
+from netspec.daemon.server import MAX_HANDSHAKES
+from netspec.protocol import messages as m
+from netspec.protocol.errors import AuthError, ConnectionLost, HandshakeDropped
+from support import latest_record, ns_control, start_run, wait_for
 
 
 def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tmp_path):
@@ -202,3 +209,97 @@ def test_a_campaigns_runs_ask_to_share_their_hosts_when_it_was_run_with_share_ho
     assert done.returncode == 0, done.stderr
     records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "shared").glob("*/run.json")]
     assert len(records) == 2 and all(r["share_hosts"] is True for r in records)
+
+
+
+class LoggedDaemon:
+    """A real netspecd on a free loopback port, its log in a file the test reads."""
+
+    def __init__(self, root: Path):
+        self.log = root / "netspecd.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "netspec.daemon.main", "--listen",
+                                          "127.0.0.1:0", "--announce", "--root", str(root / "droot")],
+                                         stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdout is not None
+        self.port = json.loads(self.proc.stdout.readline())["port"]
+
+    def said(self, text: str) -> int:
+        """How many lines of its log say `text`."""
+        return sum(text in line for line in self.log.read_text().splitlines())
+
+
+@pytest.fixture
+def logged_daemon(key, tmp_path):
+    daemon = LoggedDaemon(tmp_path)
+    yield daemon
+    daemon.proc.send_signal(signal.SIGCONT)  # should the test have failed with it stopped
+    daemon.proc.terminate()
+    daemon.proc.wait(timeout=20)
+
+
+def _connected_to(port: int) -> bool:
+    return any(c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+               for c in psutil.Process().net_connections(kind="tcp"))
+
+
+async def _flooded_connect(daemon: LoggedDaemon, key: bytes):
+    """Connect to the daemon while it is stopped, then open as many connections as it holds
+    in their handshake, each with the start of a frame written: once it goes on, ours is
+    the oldest of all in its handshake, and the one it drops for the last of them."""
+    loop, flood = asyncio.get_running_loop(), []
+    daemon.proc.send_signal(signal.SIGSTOP)  # its kernel queues the connections meanwhile, in order
+    try:
+        connecting = asyncio.create_task(DaemonClient.connect("t", ("127.0.0.1", daemon.port), key,
+                                                              lambda host, event: None, loop.time() + 60))
+        async with asyncio.timeout(20):
+            while not _connected_to(daemon.port):
+                await asyncio.sleep(0.01)
+        for _ in range(MAX_HANDSHAKES):
+            _, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+            writer.write(struct.pack(">I", 100) + b"\x83")  # bytes unread: an answer in, as ours may be
+            flood.append(writer)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    return connecting, flood
+
+
+DROPPED = "the oldest of 64 connections in their handshake"
+
+
+def test_a_controller_whose_handshake_a_flooded_daemon_dropped_gets_in_on_its_next_try(logged_daemon, key):
+    async def scenario():
+        connecting, flood = await _flooded_connect(logged_daemon, key)
+        try:
+            async with asyncio.timeout(60):
+                client = await connecting
+            serving = asyncio.create_task(client.serve())
+            hello = await client.request(m.HELLO, asyncio.get_running_loop().time() + 20)
+            await client.close()
+            await serving
+            return client.dropped, hello
+        finally:
+            for writer in flood:
+                writer.close()
+    dropped, hello = asyncio.run(scenario())
+    assert dropped == 1  # the first handshake was the one dropped: the flood did what it should
+    assert hello["pid"] == logged_daemon.proc.pid
+    assert logged_daemon.said(DROPPED) >= 1
+
+
+def test_a_key_the_daemon_refuses_is_not_tried_again(logged_daemon, key):
+    async def scenario():
+        connecting, flood = await _flooded_connect(logged_daemon, bytes(32))
+        try:
+            with pytest.raises(AuthError, match="refused our key") as refused:
+                async with asyncio.timeout(60):
+                    await connecting
+            return refused.value
+        finally:
+            for writer in flood:
+                writer.close()
+    refused = asyncio.run(scenario())
+    assert not isinstance(refused, HandshakeDropped)
+    # Dropped once for the flood, tried again and refused: not tried a third time.
+    wait_for(lambda: logged_daemon.said(": authentication failed"), what="the refusal in the daemon's log")
+    assert logged_daemon.said(": authentication failed") == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
-from netspec.daemon.component import KILL_GRACE_S, ComponentSpec
+from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentSpec
 from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes
@@ -308,3 +308,53 @@ def test_a_component_whose_daemon_is_killed_gets_sigterm_and_its_last_records_re
     reader = StreamReader(stream)
     assert [r.tag for r in reader if r.entity.full_name == "PLAY/tick"] == [0, 1, 2, 3, 4]
     assert reader.closed_cleanly
+
+
+RUN_IDLE_IGNORER = session_run_id("run-idle-ignorer")
+
+
+def test_a_command_that_ignores_sigterm_and_sits_idle_is_killed_after_the_grace_not_at_the_deadline(
+        daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_IDLE_IGNORER, components=[
+                {"name": "stubborn", "argv": STUBBORN, "start": "launch", "stop": "work"}])
+            s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "stubborn"}])
+            assert (await s.event("ack", "stubborn", step=0))["status"] == "ok"
+            await s.event("output", "stubborn")  # 'ready': its SIGTERM is ignored from now on
+            s.client.notify("enter", phase="work", step=1, published={}, deadline_s=60,
+                            components=[{"name": "stubborn"}])
+            ack = await s.event("ack", "stubborn", step=1)
+            return ack, await s.event("exit", "stubborn")
+    ack, exit_event = asyncio.run(scenario())
+    assert (ack["status"], ack["message"]) == ("warning", f"killed: idle {STOP_GRACE_S:g} s after SIGTERM")
+    assert STOP_GRACE_S <= (ack["acked"] - ack["entered"]) / 1e9 < STOP_GRACE_S + 10  # the deadline: 60 s
+    assert exit_event["returncode"] == -signal.SIGKILL
+
+
+RUN_WRAPS_UP = session_run_id("run-wraps-up")
+WORK_AT_END_S = STOP_GRACE_S + 2
+# A NETSPEC-aware program that wraps up once told to stop, with more CPU work than the stop
+# grace allows: as a fleet's components, ending at once on two cores, each take longer than
+# any fixed grace to end.
+WRAPS_UP = ["-c", "import time\nfrom netspec import nodelib\nnodelib.run()\n"
+            f"end = time.monotonic() + {WORK_AT_END_S}\nwhile time.monotonic() < end:\n    pass\n"]
+
+
+def test_a_component_at_work_on_its_end_longer_than_the_stop_grace_is_waited_for_and_ends_cleanly(
+        daemon, key):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_WRAPS_UP, components=[
+                {"name": "wrapper", "program": sys.executable, "args": WRAPS_UP}])
+            s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "wrapper"}])
+            assert (await s.event("ack", "wrapper", step=0))["status"] == "ok"
+            s.client.notify("enter", phase="collect", step=1, published={}, deadline_s=60,
+                            components=[{"name": "wrapper"}])
+            async with asyncio.timeout(60):
+                ack = await s.event("ack", "wrapper", step=1)
+            return ack, await s.event("exit", "wrapper")
+    ack, exit_event = asyncio.run(scenario())
+    assert exit_event["returncode"] == 0 and exit_event["expected"]
+    assert ack["status"] == "ok"
+    assert (ack["acked"] - ack["entered"]) / 1e9 >= WORK_AT_END_S
