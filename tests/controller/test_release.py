@@ -62,7 +62,10 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
         slack = sum(sorted(info["start_bound_ns"] for info in infos)[-2:])  # the two widest estimates
         assert abs(program["skew_ns"] - (max(started) - min(started))) <= slack, (program, started)
         assert max(started) - min(started) <= program["at_most_ns"]
-        assert program["skew_ns"] >= said["skew_ns"], (program, said)  # the daemons' is the release's alone
+    # At an instant the daemons' own spread is the release's alone (tens of us), the
+    # programs' adds each one's way to its callback. (Released by message, each daemon's
+    # start and its program's delay may cancel: neither figure bounds the other.)
+    assert at["program"]["skew_ns"] >= at["skew_ns"], at
     assert re.search(r"\[\d+ ms; at release skew \d.* at the programs \(at most .*\), .* at the daemons "
                      r"\(at most .*\)\]", done.stdout), done.stdout
     assert "message release skew" in done.stdout
