@@ -34,8 +34,9 @@ MAX_CONNECTIONS = 64
 # than being refused: whoever holds half-open connections cannot keep a controller out
 # unless it opens this many while the controller's auth is on its way. Against 500 idle
 # and 64 half-open connections, each reopened as soon as it was dropped, 98 to 100
-# controllers of 100 got in at 64 (median 0.5 ms, p95 110 ms), 98 at 32, 46 of 50 at 16,
-# and 39 of 50 at 16 dropping the oldest whatever it sent (bench/flood.py).
+# controllers of 100 got in at the first try at 64, 98 at 32, 46 of 50 at 16, and 39 of 50
+# at 16 dropping the oldest whatever it sent; with the controller's own retry of a dropped
+# handshake, 100 of 100 (bench/fuzz.py --mode flood, bench/RESULTS.md).
 MAX_HANDSHAKES = 64
 # Requests of one session being answered at once; past it the session's frames are not
 # read until one is answered, so a flood is held back by TCP, not queued in memory.
