@@ -14,13 +14,14 @@ from typing import IO
 import rich.console
 import rich.progress
 from netspec.analysis.usercode import UserCode
-from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
+from netspec.protocol.errors import ConfigError, ConfigErrors, ConnectionLost, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
 from netspec.protocol.runrecord import load_record
 from netspec.web import DEFAULT_PORT
 
 from . import summary
 from .campaignfile import CAMPAIGNS
+from .failures import Unreachable
 from .load import load, parse
 from .rundir import find_run, list_runs, settle
 from .runner import (
@@ -410,6 +411,8 @@ def cmd_up_down(args: argparse.Namespace) -> int:
         print(f"{args.file}: no ssh hosts (local hosts get a daemon for each run)")
         return EXIT_OK
     outcome = for_each_host(ssh_hosts, args.command, args.accept_new_host_keys)
+    # A host whose ssh or daemon could not be reached lost no connection: said as a run says it.
+    outcome = {h: Unreachable(h, r) if isinstance(r, ConnectionLost) else r for h, r in outcome.items()}
     print_lines(summary.host_lines(outcome))
     return EXIT_FAILED if any(isinstance(r, BaseException) for r in outcome.values()) else EXIT_OK
 

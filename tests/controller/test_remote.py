@@ -92,8 +92,8 @@ def test_a_wrong_key_is_refused_naming_host_and_key(ssh_env, experiment, tmp_pat
     done = subprocess.run([sys.executable, "-m", "netspec.controller.cli", "up", str(path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert f"a: FAILED: host a: connection lost (authentication failed for root@{ssh_env[0].address}:22 " \
-           f"(keys tried: {wrong}" in done.stdout
+    assert f"a: FAILED: could not reach host a (connecting): authentication failed for " \
+           f"root@{ssh_env[0].address}:22 (keys tried: {wrong}" in done.stdout, done.stdout
 
 
 def test_an_unknown_host_key_is_refused_unless_accept_new_is_asked(ssh_env, experiment, tmp_path):
