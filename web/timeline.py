@@ -174,12 +174,19 @@ def step_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
             "step": index, "phase": step.get("phase", "?"), "status": step.get("status", "?"),
             "took": duration_text(step["duration_s"] * 1e9) if step.get("duration_s") is not None else "-",
             "release": release.get("mode", "message"),
-            "skew": duration_text(release["skew_ns"]) if "skew_ns" in release else "-",
-            "skew_at_most": duration_text(release["at_most_ns"]) if "at_most_ns" in release else "-",
+            "skew": _skew(release, "skew_ns"), "skew_at_most": _skew(release, "at_most_ns"),
             "troubles": _troubles(release),
             "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(counts.items())),
             "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-"})
     return rows
+
+
+def _skew(release: dict[str, Any], key: str) -> str:
+    """A step's release skew (or its bound) where the programs started, beside the daemons'
+    (the programs' is what the participants saw; the daemons' is the release's alone)."""
+    daemons = duration_text(release[key]) if key in release else "-"
+    program = release.get("program") or {}
+    return f"{duration_text(program[key])} programs, {daemons} daemons" if key in program else daemons
 
 
 def _troubles(release: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from browser import run_ref, serving
 from netspec.analysis.resultset import open_tables
+from netspec.analysis.units import duration_text
 from netspec.controller.rundir import RunDir
 from netspec.protocol import ackjournal
 from netspec.protocol.errors import ProtocolError
@@ -64,7 +65,15 @@ def test_the_timeline_has_a_bar_per_step_and_participant_placed_within_its_bound
     bars = [t for t in figure["data"] if t["type"] == "bar"]
     assert sum(len(t["y"]) for t in bars) == entered
     assert {t["name"] for t in bars} == {"ok"}
-    assert [r["phase"] for r in timeline.step_rows(record)] == [s["phase"] for s in record["steps"]]
+    rows = timeline.step_rows(record)
+    assert [r["phase"] for r in rows] == [s["phase"] for s in record["steps"]]
+    # Where the programs' starts were placed, their skew comes first, the daemons' beside it.
+    placed = [(row, step["release"]) for row, step in zip(rows, record["steps"], strict=True)
+              if "skew_ns" in (step.get("release") or {}).get("program", {})]
+    assert placed
+    for row, release in placed:
+        programs, daemons = (duration_text(r["skew_ns"]) for r in (release["program"], release))
+        assert row["skew"] == f"{programs} programs, {daemons} daemons", row
 
 
 def test_the_failed_runs_triage_names_the_component_its_output_and_every_host(results: Path):
