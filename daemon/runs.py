@@ -116,9 +116,11 @@ def check_setup(session: Session, request: dict[str, Any]) -> bytes | None:
     holder = runs.get(run) if isinstance(run, str) else None
     if holder is not None and holder is not session:
         raise NetspecError(f"run {run!r} is set up by another controller on this daemon")
-    # A run reset already holds no process: its connection is only on its way out.
+    # A run reset already holds no process, and one whose connection ended is being reset:
+    # its connection is only on its way out (a controller's next run may come at once).
     others = [(r, s) for r, s in runs.items()
-              if s is not session and s.supervisor is not None and not s.supervisor.was_reset]
+              if s is not session and s.supervisor is not None and not s.supervisor.was_reset
+              and not s.ending]
     if others and not share:
         held = ", ".join(f"run {r!r} (set up by the controller at {s.channel.peer})" for r, s in others)
         raise NetspecError(f"this host is in use by {held}; a run shares a host only when asked to "
