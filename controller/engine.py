@@ -363,7 +363,9 @@ class Run:
         not acked ok (the step under way, or one whose barrier opened without it): then it
         counts as failing there, as a raise does (the run is partial), and leaves the run.
         False where it fails the run: no such step, or one that cannot get through without it."""
-        for barrier in (self.barrier, *self.stragglers.waiting.values()):
+        # The earliest such step is the one it died in: its exit may be read once a later
+        # step is under way (a barrier opens without it), which it then never reached.
+        for barrier in (*self.stragglers.waiting.values(), self.barrier):
             if barrier is None or barrier.step.need is None or name not in barrier.expected.get(host, ()):
                 continue
             ack = barrier.acks.get((host, name))

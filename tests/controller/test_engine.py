@@ -827,3 +827,37 @@ def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, 
     assert (run / "merged" / "events.parquet").exists()
     again = ns_control("collect", cwd=tmp_path)  # nothing left: said, and nothing lost
     assert again.returncode == 0 and "0 files" in again.stdout
+
+
+THREE_DIE_THEN_GO = """\
+experiment: diethengo
+hosts: {a: {}, b: {}, c: {}}
+components:
+  x: {host: a, program: ACTOR, args: ["launch,die,go,collect"]}
+  y: {host: b, program: ACTOR, args: ["launch,die,go,collect"]}
+  z: {host: c, program: ACTOR, args: ["launch,die,go,collect"], params: {exit_in: die, exit_code: 7}}
+schedule:
+  - launch
+  - {phase: die, need: 2}
+  - {phase: go, need: GO_NEED}
+  - collect
+"""
+
+
+@pytest.mark.parametrize("go_need", [2, 3])
+def test_a_participant_that_dies_in_a_k_of_n_step_fails_there_not_in_the_step_after(experiment, tmp_path,
+                                                                                       go_need):
+    """Its death may be read once the next step is under way: it is still the step it died in
+    that it failed, and the next step goes on without it (or, if it cannot, fails naming its need)."""
+    path = experiment(THREE_DIE_THEN_GO.replace("GO_NEED", str(go_need)))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    record = latest_record(tmp_path / "runs")
+    die = record["steps"][1]["hosts"]["c"]["components"]["z"]
+    assert die.get("died") and die["outcome"] == "error", die
+    if go_need == 2:
+        assert done.returncode == 3, done.stderr
+        assert record["error"]["causes"][0].startswith("phase 'die', host c: z: "), record["error"]
+    else:
+        assert done.returncode == 1, done.stderr
+        assert "phase 'go' needs 3 participants" in done.stderr, done.stderr
+        assert "exited 7" not in done.stderr.split("\n")[0], done.stderr
