@@ -84,6 +84,14 @@ class PairCounts:
     ends_without_start: int  # end records whose tag no start carries
     matched_tags: int  # tags with a start and at least one end
     untagged: int  # start and end records with no tag at all: nothing to pair them by
+    start_component: str | None = None  # only this component's starts count (None: any)
+    end_component: str | None = None  # only this component's ends count
+
+    def only(self) -> str:
+        """The pair's component filters in words ("" without): what a count of 0 may owe to."""
+        said = [f"{side}_component: {c}" for side, c in (("start", self.start_component),
+                                                         ("end", self.end_component)) if c]
+        return f" (counting only {' and '.join(said)})" if said else ""
 
     @property
     def rows(self) -> int:
@@ -108,11 +116,12 @@ class PairCounts:
             said.append(f"{self.ends_left_out} ends of a matched tag left out by match: {self.match}")
         if self.untagged:
             said.append(f"{self.untagged} records carry no tag")
-        return [f"pair {self.pair}: " + "; ".join(said)] if said else []
+        return [f"pair {self.pair}{self.only()}: " + "; ".join(said)] if said else []
 
 
 def pair_counts(db: duckdb.DuckDBPyConnection, source: str, params: dict[str, Any]) -> PairCounts:
     """The counts of the pair `params` (from `pair_params`) over the table or view `source`."""
     row = db.execute(_COUNT_SQL.format(source=source),
                      {k: v for k, v in params.items() if k not in ("name", "match")}).fetchall()[0]
-    return PairCounts(params["name"], params["match"], *row)
+    return PairCounts(params["name"], params["match"], *row, start_component=params["start_component"],
+                      end_component=params["end_component"])

@@ -145,10 +145,12 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
     result.intervals, result.causality = write_intervals(db, out, record.pairs)
-    result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
-                        f"its {record.pairs[c.pair]['end']}; check both names against `ns_control dump`"
-                        for c in result.causality if not c.matched]
     result.pairs = [pair_counts(db, "events", pair_params(name, **p)) for name, p in record.pairs.items()]
+    only = {counts.pair: counts.only() for counts in result.pairs}
+    result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
+                        f"its {record.pairs[c.pair]['end']}{only[c.pair]}; check both names, and the "
+                        "components a pair counts only, against `ns_control dump`"
+                        for c in result.causality if not c.matched]
     result.warnings += [w for counts in result.pairs for w in counts.warnings()]
     result.workloads = write_derived(db, out)
     result.warnings += camp_warnings(db)

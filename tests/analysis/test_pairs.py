@@ -66,7 +66,8 @@ def test_every_backups_end_of_a_replicated_write_is_its_own_row_and_the_unmatche
     assert counts == {"pair": "replication", "match": "all", "starts": WRITES, "start_tags": WRITES,
                       "starts_without_end": 0, "ends": 2 * WRITES - len(LOST_AT_BACKUP2) + len(STRAYS),
                       "ends_without_start": len(STRAYS), "matched_tags": WRITES, "untagged": 0,
-                      "rows": 2 * WRITES - len(LOST_AT_BACKUP2), "ends_left_out": 0}
+                      "rows": 2 * WRITES - len(LOST_AT_BACKUP2), "ends_left_out": 0,
+                      "start_component": None, "end_component": None}
     assert "pair replication: 5 of 195 ends had no start" in result.warnings
 
 
@@ -92,7 +93,17 @@ def test_a_start_no_end_carries_is_counted_and_said(tmp_path):
     result = merge_run(run)
     (counts,) = json.loads((run / "merged" / "summary.json").read_text())["pairs"]
     assert (counts["starts_without_end"], counts["ends_without_start"], counts["rows"]) == (10, 0, 90)
-    assert "pair to_b2: 10 of 100 starts had no end" in result.warnings
+    assert (counts["start_component"], counts["end_component"]) == (None, "backup2")
+    assert "pair to_b2 (counting only end_component: backup2): 10 of 100 starts had no end" in result.warnings
+
+
+def test_a_pair_a_component_filter_empties_says_the_filter_beside_the_names(tmp_path):
+    run = replicated_run(tmp_path, {"wrong_side": {"start": "KV/replicate", "end": "KV/applied",
+                                                   "start_component": "backup1"}})
+    result = merge_run(run)
+    said = ("pair wrong_side matched nothing: no KV/replicate was followed by its KV/applied "
+            "(counting only start_component: backup1)")
+    assert any(w.startswith(said) for w in result.warnings), result.warnings
 
 
 def test_the_graphs_pair_filter_matches_every_end_too_and_says_what_it_left_unmatched(tmp_path):
