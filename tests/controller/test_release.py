@@ -111,6 +111,6 @@ def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_
                                 "at_most_ns": 1_940_000}}
     assert skew_text(said) == (
         "at release skew 1.9 ms at the programs (at most 1.9 ms), 250 us at the daemons (at most 290 us); "
-        "1 participant(s) got the step after its instant (latest by 4.0 ms); 1 start(s) without a clock "
-        "estimate; 1 woke without real-time priority (refused)")
+        "1 participant(s) got the step after its instant (latest by 4.0 ms: b/y); 1 start(s) without a "
+        "clock estimate, left out of the skew: c/z; 1 woke without real-time priority (refused)")
     assert json.dumps(said)
