@@ -120,9 +120,20 @@ def comparison_lines(table: list[Row]) -> list[str]:
 
 
 def report_lines(runs: dict[str, dict[str, Metric]]) -> list[str]:
-    """The tables, each later run against the first, then the warnings."""
+    """The tables, each later run against the first, then the warnings, then what could not
+    be reported or compared (a run with no metric, a metric the first run has not)."""
     table = rows(runs)
-    return [*table_lines(table), *comparison_lines(table), *warnings(runs, table)]
+    return [*table_lines(table), *comparison_lines(table), *warnings(runs, table), *left_out(runs)]
+
+
+def left_out(runs: dict[str, dict[str, Metric]]) -> list[str]:
+    """A line for each run with no metric and each metric the baseline (the first run) has not."""
+    base_name, base = next(iter(runs.items()))
+    lines = [f"{run}: no metric to report (no interval, pair or CAMP counter in its result set)"
+             for run, metrics in runs.items() if not metrics]
+    lines += [f"{run}: {name} is not in {base_name}, the first run: not compared"
+              for run, metrics in runs.items() if run != base_name for name in metrics if name not in base]
+    return lines
 
 
 def write_csv(runs: dict[str, dict[str, Metric]], out: IO[str]) -> None:

@@ -234,3 +234,12 @@ def test_a_percentages_interval_from_two_values_stays_within_0_and_100_and_the_r
                          "HIGH are clamped there (n = 2: more values narrow it)")
     cpus = Metric("cpu of x on a", "cpus", np.array([0.01, 0.5]), np.arange(2)).summary()
     assert cpus.low == 0.0 and cpus.high > 1 and cpus.clamped
+
+
+def test_a_run_with_no_metric_and_a_metric_the_first_run_lacks_are_said_not_dropped():
+    runs = {"r1": {"rtt": metric("rtt", [10.0, 11.0, 12.0])},
+            "r2": {"rtt": metric("rtt", [10.0, 11.0, 12.0]), "new": metric("new", [1.0, 2.0])},
+            "r3": {}}
+    lines = report_lines(runs)
+    assert lines[-2:] == ["r3: no metric to report (no interval, pair or CAMP counter in its result set)",
+                          "r2: new is not in r1, the first run: not compared"]
