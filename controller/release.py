@@ -16,10 +16,10 @@ achieved; the programs start later, each after its daemon handed it the step).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from netspec.protocol.acksummary import AckSummary
+from netspec.protocol.errors import some_hosts
 
 from .model import Step
 
@@ -106,12 +106,12 @@ def troubles(said: dict[str, Any]) -> str:
     parts = []
     if missed := said.get("missed_ns"):
         parts.append(f"{len(missed)} participant(s) got the step after its instant "
-                     f"(latest by {max(missed.values()) / 1e6:.1f} ms: {_some(missed)})")
+                     f"(latest by {max(missed.values()) / 1e6:.1f} ms: {some_hosts(missed, 3)})")
     # By message, a start without an estimate is only unknown (before sync_clocks, all are):
     # said where a skew is given all the same, of the others.
     if said.get("unplaced") and (said["mode"] == "at" or "skew_ns" in said):
         parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate, left out of the skew: "
-                     f"{_some(said['unplaced'])}")
+                     f"{some_hosts(said['unplaced'], 3)}")
     if said.get("unsynchronised"):
         parts.append(f"{len(said['unsynchronised'])} took the instant on their own clock (no estimate)")
     if said.get("realtime_refused"):
@@ -124,9 +124,3 @@ def _spread(ns: int) -> str:
         return f"{ns} ns"
     return f"{ns / 1e3:.0f} us" if ns < 1_000_000 else f"{ns / 1e6:.1f} ms"
 
-
-def _some(names: Iterable[str], most: int = 3) -> str:
-    """Up to `most` of `names`, and how many more."""
-    names = list(names)
-    more = f" and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more

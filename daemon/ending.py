@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from netspec.nodelib.camp.procfs import stat_fields
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time, per second
 
 
@@ -16,8 +18,7 @@ def activity(pids: list[int]) -> dict[int, tuple[bytes, int]]:
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                # The command name may hold spaces and parentheses: the fields follow its last ')'.
-                fields = f.read().rpartition(b")")[2].split()
+                fields = stat_fields(f.read())
             seen[pid] = (fields[0], int(fields[11]) + int(fields[12]))
         except (OSError, IndexError, ValueError):
             continue

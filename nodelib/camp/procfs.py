@@ -40,7 +40,7 @@ def _token(tokens: list[bytes], name: bytes, first: int, stride: int) -> int:
     return -1
 
 
-def _stat_fields(data: bytes) -> list[bytes]:
+def stat_fields(data: bytes) -> list[bytes]:
     """/proc/PID/stat after the command name, which may itself hold spaces and parens:
     index 0 is field 3 (state) of proc(5); fields past rss (index 21) stay unsplit."""
     return data[data.rindex(b")") + 2:].split(None, 22)
@@ -119,7 +119,7 @@ class ProcBackend:
         except OSError as e:  # ESRCH once it has exited, ENOENT or EINVAL if never seen
             self._forget(proc)
             raise ProcessGone(f"process {proc.pid} ({proc.name}) has exited") from e
-        f = _stat_fields(data)
+        f = stat_fields(data)
         if f[0] in (b"Z", b"X"):
             self._forget(proc)
             raise ProcessGone(f"process {proc.pid} ({proc.name}) has exited")
@@ -131,7 +131,7 @@ class ProcBackend:
         fd = self.processes.get(proc)
         if fd is None:
             fd = os.open(f"{self.proc}/{proc.pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-            if int(_stat_fields(os.pread(fd, 1024, 0))[19]) != proc.started:
+            if int(stat_fields(os.pread(fd, 1024, 0))[19]) != proc.started:
                 os.close(fd)
                 raise ProcessLookupError(proc.pid)  # the pid belongs to a newer process
             self.processes[proc] = fd
@@ -163,7 +163,7 @@ class ProcBackend:
         except (FileNotFoundError, ProcessLookupError):
             raise ProcessGone(f"no process {pid}") from None
         return ProcessId(pid, data[data.index(b"(") + 1:data.rindex(b")")].decode(errors="replace"),
-                         int(_stat_fields(data)[19]))
+                         int(stat_fields(data)[19]))
 
     def process_identifiers(self, name: str) -> list[ProcessId]:
         found = []
