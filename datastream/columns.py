@@ -19,10 +19,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from .records import INT64
+from .records import INT64, MISSING
 
-# Where an item is absent or not an integer (nil, a float, a container, a string).
-MISSING = np.iinfo(np.int64).min
 # A merge of this many stream bytes or more decodes with the compiled scanner: where the
 # unpacker's extra time per record outweighs numba's start (both about 1.5 s at 4.7 MB here).
 COMPILED_FROM_BYTES = 4 << 20

@@ -18,6 +18,10 @@ from .format import CLOSE, DROPPED, FIRST_ENTITY_ID, TRIGGER
 
 KINDS = ("event", "interval", "counter", "histogram", "samples")
 INT64 = range(-(1 << 63), 1 << 63)
+# Where an item of a record's columns is absent or not an integer (nil, a float, a
+# container, a string): below every int64 a record may carry in its place (columns.py, and
+# the compiled scanner, which imports it from here, not through columns.py).
+MISSING = INT64.start
 TIMES = range(0, 1 << 63)  # ns since the epoch, as an int64 column holds them
 MAX_BUCKETS = 1 << 20
 

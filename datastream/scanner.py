@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .columns import MISSING
+from .records import MISSING
 
 
 @numba.njit(cache=True, nogil=True)
