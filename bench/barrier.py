@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from netspec.controller.engine import Run
-from netspec.controller.load import parse
-from netspec.controller.rundir import RunDir
+from netspec.controller.engine.run import Run
+from netspec.controller.experiment.load import parse
+from netspec.controller.record.rundir import RunDir
 from netspec.protocol.auth import load_or_create_key
 
 HERE = Path(__file__).resolve().parent

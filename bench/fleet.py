@@ -35,11 +35,11 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import nethosts  # noqa: E402
 from barrier import percentile  # noqa: E402
-from netspec.controller import remote, wheels  # noqa: E402
-from netspec.controller.engine import Run  # noqa: E402
-from netspec.controller.load import parse  # noqa: E402
-from netspec.controller.model import Host  # noqa: E402
-from netspec.controller.rundir import RunDir  # noqa: E402
+from netspec.controller.engine.run import Run  # noqa: E402
+from netspec.controller.experiment.load import parse  # noqa: E402
+from netspec.controller.experiment.model import Host  # noqa: E402
+from netspec.controller.hosts import remote, wheels  # noqa: E402
+from netspec.controller.record.rundir import RunDir  # noqa: E402
 from netspec.protocol.auth import load_or_create_key  # noqa: E402
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from barrier import cpu_s, echo_round_trips, percentile
-from netspec.controller.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient
 from netspec.protocol import messages as m
 from netspec.protocol.auth import load_or_create_key
 

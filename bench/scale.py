@@ -63,11 +63,11 @@ from pathlib import Path
 import stepfloor
 import wakefloor
 from barrier import echo_round_trips, percentile
-from netspec.controller.engine import Run
-from netspec.controller.fanout import Tree
-from netspec.controller.load import parse
-from netspec.controller.progress import Progress
-from netspec.controller.rundir import RunDir
+from netspec.controller.engine.fanout import Tree
+from netspec.controller.engine.run import Run
+from netspec.controller.experiment.load import parse
+from netspec.controller.record.progress import Progress
+from netspec.controller.record.rundir import RunDir
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
 

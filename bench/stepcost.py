@@ -34,10 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from netspec.controller.engine import Run
-from netspec.controller.fleet import DaemonClient
-from netspec.controller.load import parse
-from netspec.controller.rundir import RunDir
+from netspec.controller.engine.run import Run
+from netspec.controller.experiment.load import parse
+from netspec.controller.hosts.fleet import DaemonClient
+from netspec.controller.record.rundir import RunDir
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.auth import load_or_create_key, server_handshake

@@ -208,3 +208,14 @@ class StreamError(NetspecError):
 
 class Interrupted(NetspecError):
     """The user interrupted the run (Ctrl-C or SIGTERM)."""
+
+
+def raise_if_any_failed(phase: str, results: dict[str, Any]) -> None:
+    """`results` maps each host to its result or exception (asyncio.gather's
+    return_exceptions); any exception fails the step, naming every host."""
+    errors = [r for r in results.values() if isinstance(r, BaseException)]
+    for error in errors:
+        if not isinstance(error, Exception):
+            raise error  # cancellation is not a host's failure
+    if errors:
+        raise StepFailed(phase, results)

@@ -228,8 +228,8 @@ def _install_netspec(host: Any) -> None:
     """What the first run over SSH would do: build this netspec's wheels and install them in
     the hosts' home (once per session: the hosts share it), here in set-up rather than in a
     test whose time counts."""
-    from netspec.controller.model import Host
-    from netspec.controller.remote import SSHHost
+    from netspec.controller.experiment.model import Host
+    from netspec.controller.hosts.remote import SSHHost
 
     env = {"NETSPEC_SSH_CONFIG": str(host.set.ssh_config), "NETSPEC_CACHE": str(_wheel_cache()),
            "NETSPEC_HOME": str(session_dir() / "install-home")}

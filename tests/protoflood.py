@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from netspec.controller.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient
 from netspec.protocol.auth import NONCE_BYTES
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.wire import encode

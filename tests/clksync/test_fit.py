@@ -1,11 +1,10 @@
 """The offline clock fit on synthetic exchanges whose true offset is known."""
 
 import numpy as np
+from clockwarp import EPOCH, warp
 from netspec.analysis.convert import CompiledFit
 from netspec.clksync.fit import ClockFit, Exchanges, fit, hard_bounds, line_bounds
 from netspec.clksync.hull import offset_range
-
-EPOCH = 1_795_000_000_000_000_000  # late 2026: a float64 has 256 ns steps here
 
 
 def exchanges(theta, seconds=120.0, rate_hz=20, seed=1, one_way_ns=5_000, jitter_ns=2_000):
@@ -18,15 +17,6 @@ def exchanges(theta, seconds=120.0, rate_hz=20, seed=1, one_way_ns=5_000, jitter
     g3 = g2 + rng.integers(10_000, 80_000, n)
     g4 = g3 + one_way_ns + rng.exponential(jitter_ns, n).astype(np.int64)
     return Exchanges(g1 + theta(g1), g2, g3, g4 + theta(g4), np.ones(n, bool)), (int(g1[0]), int(g4[-1]))
-
-
-def warp(offset_ns=123_456_789, drift_ppm=50.0, wander_ppm=0.5, period_s=60.0):
-    def theta(g):
-        s = (g - EPOCH) / 1e9
-        amplitude_ns = wander_ppm * 1e-6 * period_s / (2 * np.pi) * 1e9
-        return np.round(offset_ns + drift_ppm * 1e-6 * (g - EPOCH)
-                        + amplitude_ns * np.sin(2 * np.pi * s / period_s)).astype(np.int64)
-    return theta
 
 
 def errors(result: ClockFit, theta, span, n=200_000, seed=2):

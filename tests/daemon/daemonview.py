@@ -3,7 +3,7 @@ that arrived."""
 
 import asyncio
 
-from netspec.controller.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient
 
 
 class Session:

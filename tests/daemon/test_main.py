@@ -48,7 +48,7 @@ def test_the_daemon_and_what_components_import_need_only_the_daemons_dependencie
     # A remote host gets netspec without its dependencies and these alone (wheels.py): here
     # every other installed distribution is hidden, as it is there, and the daemon's side
     # must still import (and a daemon that loaded numpy would triple its memory).
-    from netspec.controller.wheels import DAEMON_DEPENDENCIES
+    from netspec.controller.hosts.wheels import DAEMON_DEPENDENCIES
     probe = f"""
 import importlib.abc, importlib.metadata, sys
 allowed = {{"netspec", *{list(DAEMON_DEPENDENCIES)!r}}}

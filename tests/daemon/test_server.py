@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from netspec.controller.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient
 from netspec.daemon.server import HANDSHAKE_TIMEOUT_S, MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
 from netspec.protocol.auth import _mac

@@ -1,0 +1,1 @@
+"""Campaigns: a sweep of parameter points, repeated until stable, and their hooks."""

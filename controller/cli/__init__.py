@@ -1,0 +1,1 @@
+"""ns_control, the command line."""

@@ -1,0 +1,5 @@
+"""python -m netspec.controller.cli"""
+
+from .main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The experiment file: its model, its schema and checks, the loader, campaigns' sections."""

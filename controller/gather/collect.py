@@ -1,0 +1,69 @@
+"""`ns_control collect RUN`: gather what a run whose controller was killed left on its hosts.
+
+The daemons of such a run reset it when their controller went (a local daemon watches its
+parent, an SSH daemon its channel), which ends its processes but keeps its files. Each host
+is reached again without a daemon, as a lost daemon's host is at collect (salvage.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+from typing import Any
+
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import load_record
+
+from ..experiment.model import Host as HostSpec
+from ..hosts.fleet import local_daemon_root
+from ..hosts.remote import SSHHost
+from ..hosts.runfiles import RunFiles, local_run_files
+from ..record.rundir import RunDir, note_collected, settle
+from .salvage import Salvaged, salvage_hosts
+
+COLLECT_DEADLINE_S = 300.0
+
+
+def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Salvaged]:
+    """Salvage every host of the run at `path` that was reached; returns what each gave.
+
+    Raises:
+        NetspecError: the run's controller is still at it.
+    """
+    record = settle(path, load_record(path))
+    if record.get("status") == "running":
+        raise NetspecError(f"run {record['id']} is still running (controller pid "
+                           f"{record['controller']['pid']}): nothing to collect yet")
+    run = RunDir(path, record)
+    ssh_hosts: list[SSHHost] = []
+    sources = {}
+    for spec in (HostSpec(**h) for h in record["plan"]["hosts"]):
+        if spec.name in record["hosts"]:  # reached by the run: something may be there
+            sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts)
+
+    async def gather() -> dict[str, Salvaged]:
+        return await salvage_hosts(sources, run, asyncio.get_running_loop().time() + COLLECT_DEADLINE_S)
+    try:
+        found = asyncio.run(gather())
+    finally:
+        for host in ssh_hosts:
+            host.conn.close()
+    note_collected(run, found)
+    return found
+
+
+def _source(spec: HostSpec, record: dict[str, Any], accept_new: bool, opened: list[SSHHost]) -> Any:
+    if spec.ssh:
+        host = SSHHost(spec, accept_new)
+        opened.append(host)
+        return functools.partial(host.run_files, record["id"])
+    if spec.address:
+        return lambda: None
+    return functools.partial(_local_files, record, spec.name)
+
+
+def _local_files(record: dict[str, Any], host: str) -> RunFiles:
+    """A local host's run directory, under the daemon root its controller gave it."""
+    root = local_daemon_root(int(record.get("controller", {}).get("pid", 0)), host)
+    return local_run_files(root, record["id"], host)

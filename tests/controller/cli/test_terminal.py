@@ -1,0 +1,62 @@
+"""What a person sees on a terminal: a bar while a fleet is brought up or gathered, and an
+error shared by many hosts said once."""
+
+import io
+
+from netspec.controller.cli.main import Terminal
+from netspec.controller.engine.summary import LISTED_OK, error_lines
+from netspec.controller.record.results import ComponentResult
+from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
+
+
+def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
+    screen = io.StringIO()
+    terminal = Terminal(screen, bars=True)
+    terminal.out("  collect         ", end=False)
+    hosts = LISTED_OK + 4
+    for done in range(1, hosts + 1):
+        terminal.count("collect", done, hosts)
+    terminal.out(" and 12 more ok [3 ms]")
+    shown = screen.getvalue()
+    assert "collect hosts" in shown and f"{hosts}/{hosts}" in shown
+    # The open line was ended before the bar drew, and the bar is gone once done.
+    assert shown.startswith("  collect         \n") and terminal.bar is None
+    assert shown.endswith(" and 12 more ok [3 ms]\n")
+
+
+def test_no_bar_for_a_few_hosts_or_off_a_terminal():
+    for bars, hosts in ((True, LISTED_OK), (False, 100)):
+        screen = io.StringIO()
+        terminal = Terminal(screen, bars=bars)
+        for done in range(1, hosts + 1):
+            terminal.count("connect", done, hosts)
+        assert screen.getvalue() == "" and terminal.bar is None
+
+
+def test_hosts_that_failed_alike_are_one_line_each_cause_and_a_host_alone_keeps_its_whole_error():
+    failed = {}
+    for i in range(12):  # alike but for their names and run times
+        result = ComponentResult(f"h{i}", f"c{i}", ["actor.py"], exit_status=3, duration_s=1 + i / 10)
+        failed[f"h{i}"] = ComponentFailed(result, "collect")
+    for i in range(12, 15):
+        failed[f"h{i}"] = ComponentFailed(ComponentResult(f"h{i}", f"c{i}", ["actor.py"]), "collect",
+                                          f"failed: c{i} did not end within 2 s of SIGKILL")
+    failed["x"] = RemoteError("x", {"type": "OSError", "message": "disk full"})
+    for host, port in (("p1", 7001), ("p2", 7002)):  # alike but for their addresses
+        failed[host] = ConnectionLost(host, "collect", f"cannot connect to 127.0.0.1:{port}: Connect call "
+                                      f"failed ('127.0.0.1', {port})")
+    lines = error_lines(StepFailed("collect", {**failed, "ok": [{"status": "ok"}]}))
+    assert lines == [
+        "error: phase 'collect' failed on h0, h1, h2, h3, h4, h5, h6, h7 and 10 more (18 hosts)",
+        "  caused by: on 12 hosts (h0, h1, h2 and 9 more) alike: phase 'collect', host h0: component 'c0' "
+        "exited 3 after 1.0 s",
+        "  caused by: on 3 hosts (h12, h13, h14) alike: phase 'collect', host h12: component 'c12' failed: "
+        "c12 did not end within 2 s of SIGKILL",
+        "  caused by: on 2 hosts (p1, p2) alike: phase 'collect', host p1: connection lost (cannot connect "
+        "to 127.0.0.1:7001: Connect call failed ('127.0.0.1', 7001))",
+        "  caused by: host x: OSError: disk full",
+        "  (each host's own detail: ns_control show --host HOST)"]
+    assert error_lines(StepFailed("collect", {"h3": failed["h3"]})) == [  # alone: its whole error
+        "error: phase 'collect' failed on h3",
+        "  caused by: phase 'collect', host h3: component 'c3' exited 3 after 1.3 s",
+        "    command: actor.py"]

@@ -1,0 +1,89 @@
+"""Run bundles: export writes a run with its RO-Crate; import checks every name and hash
+before anything lands under the runs directory, and the imported run works as any other."""
+
+import io
+import json
+import re
+import tarfile
+
+import pytest
+from netspec.controller.gather.bundle import CRATE, BundleError, export_run, import_run
+from support import REPO, ns_control
+
+STORED = REPO / "tests" / "data" / "runs"
+RUN_ID = "20261121T181343Z-23d1a4"
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    """The stored run, exported."""
+    return export_run(STORED / "stimulus-response" / RUN_ID, tmp_path / "run.tar.gz")
+
+
+def test_export_describes_the_run_in_an_ro_crate_and_import_brings_it_back(bundle, tmp_path):
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        crate = json.load(tar.extractfile(f"stimulus-response/{RUN_ID}/{CRATE}"))
+    assert set(names) == {f"stimulus-response/{RUN_ID}/{n}" for n in (CRATE, "run.json")}
+    graph = {e["@id"]: e for e in crate["@graph"]}
+    assert graph[CRATE]["conformsTo"] == {"@id": "https://w3id.org/ro/crate/1.1"}
+    root = graph["./"]
+    assert root["identifier"] == RUN_ID and root["hasPart"] == [{"@id": "run.json"}]
+    assert len(graph["run.json"]["sha256"]) == 64 and root["experiment_sha256"]
+    assert {"#netspec", "#python"} <= {i["@id"] for i in root["instrument"]}
+    run = import_run(bundle, tmp_path / "runs")
+    assert run == tmp_path / "runs" / "stimulus-response" / RUN_ID
+    original = STORED / "stimulus-response" / RUN_ID / "run.json"
+    assert (run / "run.json").read_bytes() == original.read_bytes()
+    with pytest.raises(BundleError, match="is already in"):
+        import_run(bundle, tmp_path / "runs")
+
+
+def hostile(tmp_path, bundle, change):
+    """The bundle rewritten member by member through `change(member, data) -> [(info, data)]`;
+    what it adds after the crate (the first member) is added once."""
+    out = tmp_path / "hostile.tar.gz"
+    with tarfile.open(bundle) as src, tarfile.open(out, "w:gz") as dst:
+        for m in src.getmembers():
+            read = src.extractfile(m).read()
+            for info, data in (change(m, read) if m.name.endswith(CRATE) else [(m, read)]):
+                dst.addfile(info, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def renamed(name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/../../escape", b"x")], "not inside a run"),
+    (lambda m, d: [(m, d), renamed("/tmp/absolute", b"x")], "not inside a run"),
+    (lambda m, d: [(m, d), renamed(f"other/{RUN_ID}/x", b"x")], "not under one runs/<experiment>/<run id>"),
+    (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/extra", b"x")], "not listed: ['extra']"),
+    (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/run.json", b"{}")], "appears twice"),
+    (lambda m, d: [renamed(m.name, re.sub(rb'"sha256": "[0-9a-f]{64}"', b'"sha256": "' + b"0" * 64 + b'"',
+                                          d))],
+     "run.json does not match its sha256 in the crate"),
+    (lambda m, d: [(m, d), (_symlink(f"stimulus-response/{RUN_ID}/link", "/etc/passwd"), None)],
+     "links are refused"),
+])
+def test_import_refuses_an_archive_that_escapes_or_does_not_match_its_crate(bundle, tmp_path, change,
+                                                                           message):
+    with pytest.raises(BundleError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        import_run(hostile(tmp_path, bundle, change), tmp_path / "runs")
+    assert not (tmp_path / "escape").exists() and not any((tmp_path / "runs").rglob("run.json"))
+
+
+def _symlink(name, target):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info
+
+
+def test_import_of_a_file_that_is_not_an_archive_says_so(tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"\x1f\x8b" + b"\0" * 100)
+    done = ns_control("import", str(junk), cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {junk}: not a readable run bundle")

@@ -1,0 +1,37 @@
+from netspec.controller.record.results import ComponentResult
+from netspec.protocol.errors import (
+    ComponentFailed,
+    ConfigError,
+    ConnectionLost,
+    DeadlineExceeded,
+    RemoteError,
+    StepFailed,
+)
+
+
+def test_messages_name_who_and_where():
+    assert str(ConfigError("unknown host 'c'", "exp.yaml", 14, "components.client.host")) == \
+        "exp.yaml:14: components.client.host: unknown host 'c'"
+    assert str(ConnectionLost("b", "run", "reset by peer")) == \
+        "phase 'run', host b: connection lost (reset by peer)"
+    assert str(DeadlineExceeded("run", {"b": ["client"], "a": ["x", "y"]}, 2.5)) == \
+        "phase 'run': deadline of 2.5 s passed, still waiting for host a: x, y; host b: client"
+    assert str(RemoteError("a", {"type": "KeyError", "message": "'x'"})) == "host a: KeyError: 'x'"
+
+
+def test_component_failed_shows_command_exit_and_the_last_ten_lines():
+    result = ComponentResult("b", "client", ["client.py", "--n", "3"], exit_status=3,
+                             duration_s=12.4)
+    result.add_output("stdout", "".join(f"line {i}\n" for i in range(15)).encode())
+    assert str(ComponentFailed(result, "run")).splitlines() == [
+        "phase 'run', host b: component 'client' exited 3 after 12.4 s",
+        "  command: client.py --n 3",
+        "  last lines of output:",
+        *[f"  | line {i}" for i in range(5, 15)]]
+
+
+def test_step_failed_tells_succeeded_from_failed_hosts():
+    cause = RemoteError("b", {"type": "X", "message": "y"})
+    error = StepFailed("run", {"a": [{"status": "ok"}], "b": cause})
+    assert str(error) == "phase 'run' failed on b"
+    assert error.failed == {"b": cause} and list(error.succeeded) == ["a"]
