@@ -1,0 +1,294 @@
+"""A run or a campaign opened from Python: a run's record, its outcome, its steps and
+participants, and its result set's tables (DuckDB, Arrow; pandas or polars where installed).
+
+    from netspec import results
+
+    run = results.open_run("latest")          # a path, 'latest', or (a suffix of) a run id
+    print(run.outcome.status, [s.phase for s in run.steps])
+    with run.tables() as t:                   # every Parquet table of RUN/merged/, by name
+        t.sql("SELECT median(duration_ns) FROM intervals WHERE name = 'STIM/rtt'").fetchall()
+
+Runs are looked up under a runs directory, ./runs by default as for ns_control; campaigns
+under its campaigns/. Nothing here changes a run, but for what `ns_control show` does too: a
+run whose controller on this machine is gone while it says `running` is marked interrupted.
+docs/api.md describes it; docs/results.md describes the tables' columns.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from netspec.analysis.resultset import is_current, open_tables
+from netspec.controller.campaigns.campaign import CAMPAIGN_FILE, CampaignDir, find_campaign
+from netspec.controller.experiment.campaignfile import CAMPAIGNS
+from netspec.controller.record.rundir import find_run, settle
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import MERGED, load_record
+
+__all__ = ["Ack", "Campaign", "CampaignRun", "NetspecError", "Outcome", "Participant", "Point",
+           "Run", "Step", "Tables", "open_campaign", "open_run"]
+
+RUNS = Path("runs")
+"""The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
+
+# A run's status and the exit code ns_control ends with for it (a run still running: none).
+_EXIT_CODES = {"ok": 0, "failed": 1, "partial": 3, "interrupted": 130}
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """The only read of a run's record here: run.json with its journals, settled as `show`
+    settles it."""
+    return settle(path, load_record(path))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: `status` is ok, partial, failed, interrupted (or running), and
+    `exit_code` what ns_control ended with for it (None while it runs)."""
+
+    status: str
+    exit_code: int | None
+    message: str | None = None  # why it failed, or what made it partial
+    causes: tuple[str, ...] = ()  # each host's or component's part in it
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Ack:
+    """What a participant said at the end of a step: its status and message."""
+
+    host: str
+    component: str
+    status: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the run's schedule as it went."""
+
+    index: int
+    phase: str
+    status: str
+    duration_s: float | None
+    acks: tuple[Ack, ...]  # one per participant that took part in the step
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A component of the run on its host, and how its process ended."""
+
+    host: str
+    component: str
+    returncode: int | None  # None: its end is not known (a lost host, a run still going)
+    duration_s: float | None
+
+
+class Tables:
+    """A run's result set (RUN/merged/): a DuckDB connection with a view on each Parquet
+    table, named as its file (events, intervals, samples, phases, clock, ..., and what the
+    experiment's analysis graph wrote). Close it, or use it as a context manager: the
+    connection is this object's, and closing it twice is harmless.
+
+    Attributes:
+        directory: the result set's directory.
+        names: every table's name, sorted.
+        db: the DuckDB connection (a view per table; query it as you like).
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.names = tuple(sorted(p.stem for p in directory.glob("*.parquet")))
+        self.db: duckdb.DuckDBPyConnection = open_tables(directory)
+
+    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
+        """`query` on the tables, as a DuckDB relation (`.fetchall()`, `.arrow()`, `.pl()`...)."""
+        return self.db.sql(query, params=params)
+
+    def arrow(self, name: str) -> pa.Table:
+        """Table `name` whole, read by pyarrow.
+
+        Raises:
+            NetspecError: the result set has no table `name` (the message lists those it has).
+        """
+        if name not in self.names:
+            raise NetspecError(f"{self.directory}: no table '{name}' (it has: {', '.join(self.names)})")
+        return pq.read_table(self.directory / f"{name}.parquet")
+
+    def pandas(self, name: str) -> Any:
+        """Table `name` as a pandas DataFrame.
+
+        Raises:
+            NetspecError: pandas is not installed, or there is no table `name`.
+        """
+        _optional("pandas")
+        return self.arrow(name).to_pandas()
+
+    def polars(self, name: str) -> Any:
+        """Table `name` as a polars DataFrame.
+
+        Raises:
+            NetspecError: polars is not installed, or there is no table `name`.
+        """
+        return _optional("polars").from_arrow(self.arrow(name))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Tables:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _optional(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise NetspecError(f"{module} is not installed (netspec does not depend on it): "
+                           f"`pip install {module}`, or read the table as Arrow (Tables.arrow)") from exc
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory and its record, as it was when opened (open it again for news)."""
+
+    path: Path
+    record: dict[str, Any] = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.record["id"]
+
+    @property
+    def experiment(self) -> str:
+        return self.record["experiment"]
+
+    @property
+    def outcome(self) -> Outcome:
+        error = self.record.get("error") or {}
+        status = self.record["status"]
+        return Outcome(status, _EXIT_CODES.get(status), error.get("message"), tuple(error.get("causes", ())))
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(Step(i, step["phase"], step["status"], step.get("duration_s"), tuple(
+            Ack(host, name, ack.get("status", ""), ack.get("message") or "")
+            for host, info in step.get("hosts", {}).items()
+            for name, ack in info.get("components", {}).items()))
+            for i, step in enumerate(self.record.get("steps") or []))
+
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        ended = self.record.get("components") or {}
+        return tuple(Participant(c["host"], c["name"], *(
+            (e.get("returncode"), e.get("duration_s")) if (e := ended.get(f"{c['host']}/{c['name']}"))
+            else (None, None))) for c in (self.record.get("plan") or {}).get("components", []))
+
+    def tables(self) -> Tables:
+        """The run's result set, its tables registered by name in a DuckDB connection.
+
+        Raises:
+            NetspecError: the run has no result set of this netspec's format (never merged,
+                its merge failed or was interrupted, or made by an older netspec): the
+                message says why, and that `ns_control fetch RUN` merges it.
+        """
+        merged = self.path / MERGED
+        if not is_current(merged):
+            why = self.record.get("merge") or (
+                "its result set is of another netspec's format" if merged.is_dir() else "it was not merged")
+            raise NetspecError(f"run {self.id} has no result set: {why}; `ns_control fetch {self.id}` "
+                               "merges it")
+        return Tables(merged)
+
+
+def open_run(ref: str | Path = "latest", runs: str | Path = RUNS) -> Run:
+    """The run `ref`: a run directory's path, 'latest', or (a unique suffix of) a run id
+    under `runs`.
+
+    Raises:
+        NetspecError: no such run (the message names `ref` and where it was looked for), or
+            a directory that holds no run, or a run.json that cannot be read.
+    """
+    if Path(ref).is_dir() and not (Path(ref) / "run.json").is_file():
+        raise NetspecError(f"{ref}: not a run directory (no run.json in it)")
+    path = find_run(Path(runs), str(ref))
+    return Run(path, _record(path))
+
+
+@dataclass(frozen=True)
+class CampaignRun:
+    """One run of a campaign's point, as the campaign counted it."""
+
+    id: str | None  # None: its setup hook failed before a run started
+    path: Path | None
+    status: str
+    value: float | None  # the campaign's statistic of its metric in this run
+    counted: bool
+    warmup: bool = False
+
+    def open(self) -> Run:
+        """The run itself.
+
+        Raises:
+            NetspecError: the run never started (its setup failed) or its directory is gone.
+        """
+        if self.path is None:
+            raise NetspecError(f"no run directory: this run's setup ended it first ({self.status})")
+        return open_run(self.path)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a campaign's sweep: its params and its runs."""
+
+    params: dict[str, Any]
+    label: str
+    done: str | None  # why the point is done (runs, until, max, failures); None: not yet
+    runs: tuple[CampaignRun, ...]
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A campaign directory and its checkpoint (campaign.json), as it was when opened."""
+
+    path: Path
+    id: str
+    experiment: str
+    status: str  # running, done, failed, interrupted
+    points: tuple[Point, ...]
+
+    def runs(self) -> tuple[Run, ...]:
+        """Every run of every point that has a directory, opened, in the order they ran."""
+        return tuple(r.open() for p in self.points for r in p.runs if r.path is not None)
+
+
+def open_campaign(ref: str | Path, runs: str | Path = RUNS, campaigns: str | Path | None = None) -> Campaign:
+    """The campaign `ref`: its directory's path, or (a unique suffix of) its id under
+    `campaigns` (RUNS/campaigns by default, as for ns_control).
+
+    Raises:
+        NetspecError: no such campaign, or more than one, or a campaign.json unreadable.
+    """
+    if Path(ref).is_dir() and not (Path(ref) / CAMPAIGN_FILE).is_file():
+        raise NetspecError(f"{ref}: not a campaign directory (no {CAMPAIGN_FILE} in it)")
+    root = Path(campaigns) if campaigns is not None else Path(runs) / CAMPAIGNS
+    path = find_campaign(root, str(ref))
+    state = CampaignDir.open(path).state
+    return Campaign(path, state["id"], state["experiment"], state["status"], tuple(
+        Point(p["params"], p["label"], p["done"], tuple(
+            CampaignRun(r["id"], Path(r["path"]) if r["path"] else None, r["status"], r["value"],
+                        r["counted"], r.get("warmup", False)) for r in p["runs"]))
+        for p in state["points"]))
