@@ -16,21 +16,13 @@ import rich.progress
 from netspec.analysis.usercode import UserCode
 from netspec.protocol.errors import ConfigError, ConfigErrors, ConnectionLost, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from netspec.protocol.runrecord import read_run
 from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.failures import Unreachable
-from ..engine.runner import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    MergeInterrupted,
-    RunOptions,
-    merge,
-    run_plan,
-)
+from ..engine.runner import MergeInterrupted, RunOptions, merge, run_plan
 from ..engine.summary import LISTED_OK
 from ..experiment.campaignfile import CAMPAIGNS
 from ..experiment.load import load, parse
@@ -189,16 +181,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..campaigns.campaign import CampaignDir, Campaigner
 
         return Campaigner(CampaignDir.create(args.campaigns, plan), _options(args)).run()
-    _, code = run_plan(plan, _options(args))
-    return code
+    _, outcome = run_plan(plan, _options(args))
+    return outcome.exit_code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The demo from the installed package: works the same from a checkout, a wheel or pipx."""
     demo = resources.files("netspec.experiments").joinpath("stimulus_response", "stimulus_response.yaml")
     with resources.as_file(demo) as path:
-        _, code = run_plan(load(path), _options(args))
-    return code
+        _, outcome = run_plan(load(path), _options(args))
+    return outcome.exit_code
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
@@ -348,14 +340,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    record = load_record(path)
+    record = read_run(path)
     # The run's own copies of its programs stand in for the originals, wherever those are now.
-    copies = {source: str((path / kept["copy"]).resolve())
-              for source, kept in record.get("programs", {}).items()}
-    plan = parse((path / "experiment.yaml").read_text(), Path(record["plan"]["source"]), copies,
+    copies = {source: str((path / kept.copy).resolve()) for source, kept in record.programs.items()}
+    plan = parse((path / "experiment.yaml").read_text(), Path(record.plan["source"]), copies,
                  shown=path.resolve() / "experiment.yaml")
-    _, code = run_plan(plan, _options(args), {"rerun_of": record["id"]})
-    return code
+    _, outcome = run_plan(plan, _options(args), {"rerun_of": record.id})
+    return outcome.exit_code
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -424,11 +415,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     path = find_run(args.runs, args.run)
-    record = settle(path, load_record(path))
-    if args.host is not None and args.host not in record.get("hosts", {}):
-        names = sorted(record.get("hosts", {}))
+    record = settle(path, read_run(path))
+    if args.host is not None and args.host not in record.hosts:
+        names = sorted(record.hosts)
         listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-        raise NetspecError(f"run {record['id']} has no host '{args.host}' (its hosts: {listed or 'none'})")
+        raise NetspecError(f"run {record.id} has no host '{args.host}' (its hosts: {listed or 'none'})")
     print_lines(summary.run_lines(path, record, args.host))
     return EXIT_OK
 

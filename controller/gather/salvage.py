@@ -14,15 +14,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import HostRecord
 
 from ..hosts.runfiles import RunFiles
 from ..record.rundir import RunDir
-
-if TYPE_CHECKING:
-    pass
 
 OUTPUTS = ("stdout", "stderr", "exit.json")
 
@@ -79,7 +77,7 @@ async def salvage_hosts(sources: dict[str, Callable[[], RunFiles | None]], run: 
     except TimeoutError:
         found = {h: Salvaged(error="the collect's deadline passed first") for h in sources}
     for host, salvaged in found.items():
-        run.record["hosts"].setdefault(host, {})["salvaged"] = salvaged.record(run.path)
+        run.record.hosts.setdefault(host, HostRecord()).salvaged = salvaged.record(run.path)
     run.save()
     return found
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+
+from netspec.protocol.runrecord import Step
 
 from .rundir import RunDir
 
@@ -35,9 +36,9 @@ class Saves:
         else:
             self._timer = asyncio.get_running_loop().call_later(wait, self._save)
 
-    def while_running(self, record: dict[str, Any]) -> None:
+    def while_running(self, record: Step) -> None:
         """Save every LIVE_SAVE_S (or as `soon` allows) while step `record` runs."""
-        if record["status"] == "running" and record is self.rundir.record["steps"][-1]:
+        if record.status == "running" and record is self.rundir.record.steps[-1]:
             self.soon()
             asyncio.get_running_loop().call_later(LIVE_SAVE_S, self.while_running, record)
 

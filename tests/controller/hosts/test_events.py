@@ -133,7 +133,7 @@ def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_h
 def test_a_listing_that_names_a_component_the_host_does_not_run_is_refused_before_anything_is_written(
         tmp_path):
     listing = {"files": [{"component": "other", "name": "out", "path": "/etc/hostname", "size": 3}]}
-    run = RunDir.create(tmp_path / "runs", "x", "x: 1\n", {"steps": []})
+    run = RunDir.create(tmp_path / "runs", "x", "x: 1\n")
 
     async def controller(client):
         with pytest.raises(ProtocolError) as caught:
@@ -152,8 +152,7 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
 
     async def failure(host, event):
         plan = parse(text, tmp_path / "strangers.yaml")
-        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, {"hosts": {}, "steps": [],
-                                                                         "components": {}})
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
         run.failure = asyncio.get_running_loop().create_future()
         run._on_event(host, event)
