@@ -4,7 +4,7 @@ participants, and its result set's tables (DuckDB, Arrow; pandas or polars where
     from netspec import results
 
     run = results.open_run("latest")          # a path, 'latest', or (a suffix of) a run id
-    print(run.outcome.status, [s.phase for s in run.steps])
+    print(run.outcome.status, [s.phase for s in run.steps])  # run.record: run.json, typed
     with run.tables() as t:                   # every Parquet table of RUN/merged/, by name
         t.sql("SELECT median(duration_ns) FROM intervals WHERE name = 'STIM/rtt'").fetchall()
 
@@ -30,58 +30,21 @@ from netspec.controller.campaigns.campaign import CAMPAIGN_FILE, CampaignDir, fi
 from netspec.controller.experiment.campaignfile import CAMPAIGNS
 from netspec.controller.record.rundir import find_run, settle
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import MERGED, load_record
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import MERGED, Entry, RunError, RunRecord, Step, read_run
 
-__all__ = ["Ack", "Campaign", "CampaignRun", "NetspecError", "Outcome", "Participant", "Point",
-           "Run", "Step", "Tables", "open_campaign", "open_run"]
+__all__ = ["Campaign", "CampaignRun", "Entry", "NetspecError", "Participant", "Point", "Run", "RunError",
+           "RunOutcome", "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
 
-# A run's status and the exit code ns_control ends with for it (a run still running: none).
-_EXIT_CODES = {"ok": 0, "failed": 1, "partial": 3, "interrupted": 130}
 
 
-def _record(path: Path) -> dict[str, Any]:
+def _record(path: Path) -> RunRecord:
     """The only read of a run's record here: run.json with its journals, settled as `show`
     settles it."""
-    return settle(path, load_record(path))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a run ended: `status` is ok, partial, failed, interrupted (or running), and
-    `exit_code` what ns_control ended with for it (None while it runs)."""
-
-    status: str
-    exit_code: int | None
-    message: str | None = None  # why it failed, or what made it partial
-    causes: tuple[str, ...] = ()  # each host's or component's part in it
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-@dataclass(frozen=True)
-class Ack:
-    """What a participant said at the end of a step: its status and message."""
-
-    host: str
-    component: str
-    status: str
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the run's schedule as it went."""
-
-    index: int
-    phase: str
-    status: str
-    duration_s: float | None
-    acks: tuple[Ack, ...]  # one per participant that took part in the step
+    return settle(path, read_run(path))
 
 
 @dataclass(frozen=True)
@@ -163,39 +126,39 @@ def _optional(module: str) -> ModuleType:
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory and its record, as it was when opened (open it again for news)."""
+    """A run directory and its record (run.json, typed: protocol/runrecord.py), as it was when
+    opened: open it again for news."""
 
     path: Path
-    record: dict[str, Any] = field(repr=False)
+    record: RunRecord = field(repr=False)
 
     @property
     def id(self) -> str:
-        return self.record["id"]
+        return self.record.id
 
     @property
     def experiment(self) -> str:
-        return self.record["experiment"]
+        return self.record.experiment
 
     @property
-    def outcome(self) -> Outcome:
-        error = self.record.get("error") or {}
-        status = self.record["status"]
-        return Outcome(status, _EXIT_CODES.get(status), error.get("message"), tuple(error.get("causes", ())))
+    def outcome(self) -> RunOutcome:
+        """How the run went: `status`, `ok`, `exit_code` (what ns_control ends with for it),
+        and `error` (why it is not ok: its message, phase and causes)."""
+        return RunOutcome.of(self.record)
 
     @property
     def steps(self) -> tuple[Step, ...]:
-        return tuple(Step(i, step["phase"], step["status"], step.get("duration_s"), tuple(
-            Ack(host, name, ack.get("status", ""), ack.get("message") or "")
-            for host, info in step.get("hosts", {}).items()
-            for name, ack in info.get("components", {}).items()))
-            for i, step in enumerate(self.record.get("steps") or []))
+        """Each step as it ran: its phase, status, duration, and each host's entries
+        (`Step.participants()`: every host, component and its Entry, acked or not)."""
+        return tuple(self.record.steps)
 
     @property
     def participants(self) -> tuple[Participant, ...]:
-        ended = self.record.get("components") or {}
+        """Each component of the experiment on its host, and how its process ended."""
+        ended = self.record.components
         return tuple(Participant(c["host"], c["name"], *(
-            (e.get("returncode"), e.get("duration_s")) if (e := ended.get(f"{c['host']}/{c['name']}"))
-            else (None, None))) for c in (self.record.get("plan") or {}).get("components", []))
+            (e.returncode, e.duration_s) if (e := ended.get(f"{c['host']}/{c['name']}")) else (None, None)))
+            for c in self.record.plan.get("components", []))
 
     def tables(self) -> Tables:
         """The run's result set, its tables registered by name in a DuckDB connection.
@@ -207,7 +170,7 @@ class Run:
         """
         merged = self.path / MERGED
         if not is_current(merged):
-            why = self.record.get("merge") or (
+            why = self.record.merge or (
                 "its result set is of another netspec's format" if merged.is_dir() else "it was not merged")
             raise NetspecError(f"run {self.id} has no result set: {why}; `ns_control fetch {self.id}` "
                                "merges it")

@@ -106,9 +106,10 @@ def test_a_failed_run_from_python_gives_its_outcome_and_says_it_only_on_the_outp
     said = Collected()
     run = experiment.run(experiment_file(FAILS), runs=tmp_path / "runs", output=said)
     assert (run.outcome.status, run.outcome.exit_code, run.outcome.ok) == ("failed", 1, False)
-    assert "one fails in work as asked" in "\n".join(run.outcome.causes)
+    assert run.outcome.error.phase == "work"
+    assert "one fails in work as asked" in "\n".join(run.outcome.error.causes)
     assert [(s.phase, s.status) for s in run.steps] == [("launch", "ok"), ("work", "failed")]
-    assert [(a.host, a.component, a.status) for a in run.steps[1].acks] == [("a", "one", "error")]
+    assert [(h, c, e.status) for h, c, e in run.steps[1].participants()] == [("a", "one", "error")]
     assert said.lines[0] == f"netspec: running api-fails as {run.id}"
     assert any("one fails in work as asked" in line for line in said.errors)
     assert capfd.readouterr() == ("", "")

@@ -35,21 +35,23 @@ def demo():
 
 
 def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
-    assert sorted(results.__all__) == ["Ack", "Campaign", "CampaignRun", "NetspecError", "Outcome",
-                                       "Participant", "Point", "Run", "Step", "Tables", "open_campaign",
-                                       "open_run"]
+    assert sorted(results.__all__) == ["Campaign", "CampaignRun", "Entry", "NetspecError", "Participant",
+                                       "Point", "Run", "RunError", "RunOutcome", "RunRecord", "Step",
+                                       "Tables", "open_campaign", "open_run"]
     assert [n for n in results.__all__ if not (getattr(results, n).__doc__ or "").strip()] == []
 
 
 @pytest.mark.e2e
 def test_the_demo_run_from_python_reads_its_latency_back_through_the_api(demo):
     run = results.open_run(demo.id, runs=demo.path.parent.parent)
-    assert run.path == demo.path and run.outcome == results.Outcome("ok", 0)
+    assert run.path == demo.path and run.record == demo.record
+    assert (run.outcome, run.outcome.exit_code) == (results.RunOutcome("ok"), 0)
     assert [s.phase for s in run.steps] == ["launch", "sync_clocks", "start_logging", "listen", "run",
                                             "stop_logging", "collect"]
     assert [(p.host, p.component, p.returncode) for p in run.participants] == [("a", "server", 0),
                                                                               ("b", "client", 0)]
-    (client,) = run.steps[4].acks
+    ((host, name, client),) = run.steps[4].participants()
+    assert (host, name, client.status) == ("b", "client", "ok")
     assert client.message.startswith(f"{COUNT} round trips: median")
     with run.tables() as tables:
         assert {"events", "intervals", "samples", "clock", "phases"} <= set(tables.names)
@@ -89,8 +91,11 @@ def test_a_table_the_result_set_lacks_is_named_with_those_it_has_and_frames_need
 def test_a_stored_run_gives_its_outcome_steps_and_participants():
     run = results.open_run(STORED)
     assert (run.id, run.experiment, run.outcome.ok) == ("20261121T181343Z-23d1a4", "stimulus-response", True)
-    assert run.steps[4] == results.Step(4, "run", "ok", 0.134768221, (results.Ack(
-        "b", "client", "ok", "2000 round trips: median 65.2 us, p99 102.6 us"),))
+    assert isinstance(run.record, results.RunRecord) and run.record.hosts["b"].clock["bound_ns"] == 812
+    step = run.steps[4]
+    assert (step.phase, step.status, step.duration_s) == ("run", "ok", 0.134768221)
+    assert [(h, c, e.status, e.message) for h, c, e in step.participants()] == [
+        ("b", "client", "ok", "2000 round trips: median 65.2 us, p99 102.6 us")]
     assert run.participants[1] == results.Participant("b", "client", 0, 0.260923234)
 
 
