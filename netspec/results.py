@@ -17,6 +17,7 @@ docs/api.md describes it; docs/results.md describes the tables' columns.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -66,12 +67,15 @@ class Tables:
     Attributes:
         directory: the result set's directory.
         names: every table's name, sorted.
+        warnings: what the merge said of it (records dropped or kept raw, pairs that matched
+            nothing, clocks without a fit...), as `ns_control fetch` printed them.
         db: the DuckDB connection (a view per table; query it as you like).
     """
 
     def __init__(self, directory: Path):
         self.directory = directory
         self.names = tuple(sorted(p.stem for p in directory.glob("*.parquet")))
+        self.warnings = tuple(json.loads((directory / "summary.json").read_text()).get("warnings", ()))
         self.db: duckdb.DuckDBPyConnection = open_tables(directory)
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:

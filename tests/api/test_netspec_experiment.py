@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 
 import pytest
 from netspec import experiment
-from netspec.protocol.errors import ConfigError, ConfigErrors
+from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from support import PROGRAMS, REPO, ns_control
 
 DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
@@ -28,7 +29,9 @@ experiment: api-fails
 hosts: {a: {}}
 components:
   one: {host: a, program: ACTOR, args: ["launch,work,collect"], params: {fail_in: work, lines: 1}}
-schedule: [launch, work, collect]
+schedule: [launch, start_logging, work, stop_logging, collect]
+streams: {play: {enable: [PLAY]}}
+analysis: {pairs: {never: {start: PLAY/phase, end: PLAY/tick}}}
 """
 
 
@@ -100,6 +103,15 @@ def test_a_campaign_file_runs_from_python_only_as_one_of_its_points(experiment_f
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_run_where_an_event_loop_runs_is_refused_before_anything_runs(tmp_path):
+    async def in_a_loop():  # as a Jupyter cell runs: the kernel's event loop is running
+        experiment.run(DEMO, runs=tmp_path / "runs")
+
+    with pytest.raises(NetspecError, match="this thread has one running"):
+        asyncio.run(in_a_loop())
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.e2e
 def test_a_failed_run_from_python_gives_its_outcome_and_says_it_only_on_the_output_given(
         experiment_file, tmp_path, capfd):
@@ -108,8 +120,12 @@ def test_a_failed_run_from_python_gives_its_outcome_and_says_it_only_on_the_outp
     assert (run.outcome.status, run.outcome.exit_code, run.outcome.ok) == ("failed", 1, False)
     assert run.outcome.error.phase == "work"
     assert "one fails in work as asked" in "\n".join(run.outcome.error.causes)
-    assert [(s.phase, s.status) for s in run.steps] == [("launch", "ok"), ("work", "failed")]
-    assert [(h, c, e.status) for h, c, e in run.steps[1].participants()] == [("a", "one", "error")]
+    assert [(s.phase, s.status) for s in run.steps] == [("launch", "ok"), ("start_logging", "ok"),
+                                                         ("work", "failed")]
+    assert [(h, c, e.status) for h, c, e in run.steps[2].participants()] == [("a", "one", "error")]
+    with run.tables() as tables:  # what was gathered of a failed run is merged, and what its merge said
+        assert tables.sql("SELECT count(*) FROM events WHERE entity = 'PLAY/phase'").fetchall() == [(1,)]
+        assert tables.warnings[0].startswith("pair never matched nothing: no PLAY/phase was followed by")
     assert said.lines[0] == f"netspec: running api-fails as {run.id}"
     assert any("one fails in work as asked" in line for line in said.errors)
     assert capfd.readouterr() == ("", "")
