@@ -41,7 +41,6 @@ RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
 
 
-
 def _record(path: Path) -> RunRecord:
     """The only read of a run's record here: run.json with its journals, settled as `show`
     settles it."""
