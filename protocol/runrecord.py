@@ -84,7 +84,7 @@ class Step(msgspec.Struct, omit_defaults=True):
     skew)."""
 
     phase: str
-    status: str = "running"  # running, ok, failed
+    status: str  # running, ok, failed
     entered_ns: int | None = None
     hosts: dict[str, StepHost] = {}
     sent_ns: int | None = None  # a summarized step's: one instant for the first level
@@ -165,14 +165,15 @@ class CutShort(msgspec.Struct, omit_defaults=True):
     step: int | None = None  # the step a frame cut short begins with, when that much was written
 
 
-class RunRecord(msgspec.Struct, omit_defaults=True):
+class RunRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
     """run.json. `plan` is the experiment as it ran (controller/experiment/model.py's
-    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree."""
+    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree.
+    Its format, id, experiment and status are always written."""
 
-    id: str = ""
-    experiment: str = ""
-    status: str = "running"  # running, ok, partial, failed, interrupted: runoutcome.RunOutcome
-    format: int = RUN_FORMAT
+    format: int
+    id: str
+    experiment: str
+    status: str  # running, ok, partial, failed, interrupted: runoutcome.RunOutcome
     started: str = ""
     started_ns: int = 0
     ended: str | None = None
@@ -283,6 +284,7 @@ def decode(data: bytes, where: str) -> RunRecord:
     if not isinstance(head.get("format", 1), int) or head.get("format", 1) > RUN_FORMAT:
         raise NetspecError(f"{where} has format {head['format']}; this netspec "
                            f"reads up to {RUN_FORMAT}: upgrade netspec")
+    head.setdefault("format", 1)  # the first records did not say
     try:
         return msgspec.convert(head, RunRecord)
     except msgspec.ValidationError as exc:
@@ -302,8 +304,6 @@ def read_run(run: Path) -> RunRecord:
     except OSError as exc:
         raise NetspecError(f"{run}: no readable run.json ({exc})") from exc
     record = decode(data, f"{run}/run.json")
-    if not record.id:
-        record.id = run.name
     _with_journal(run, record)
     fold_acks(run, record)
     return record
@@ -337,13 +337,13 @@ def _with_journal(run: Path, record: RunRecord) -> None:
         try:
             index = msgspec.json.decode(line, type=_Index).index
             entry = msgspec.json.decode(line, type=Step)
+        except msgspec.ValidationError as exc:  # a DecodeError too: JSON, but not a step
+            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a step ({exc})") from None
         except msgspec.DecodeError:
             if number == len(lines):  # the last line, cut short by a kill
                 record.note_cut_short(CutShort(JOURNAL, len(line), line=number))
                 break
             raise NetspecError(f"{run}/{JOURNAL}:{number}: not a JSON line") from None
-        except msgspec.ValidationError as exc:
-            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a step ({exc})") from None
         if index is None or not 0 <= index <= len(steps):
             raise NetspecError(f"{run}/{JOURNAL}:{number}: step index {index!r} does not follow "
                                f"the {len(steps)} steps before it")

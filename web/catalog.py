@@ -142,7 +142,8 @@ class Catalog:
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
         head = msgspec.json.decode((run / "run.json").read_bytes(), type=_Head)
-        status = RunOutcome.of(RunRecord(status=head.status, controller=head.controller)).status
+        status = RunOutcome.of(RunRecord(format=1, id=head.id, experiment=head.experiment, status=head.status,
+                                         controller=head.controller)).status
         campaign = head.campaign or {}
         entry = RunEntry(f"{run.parent.name}/{run.name}", head.experiment or run.parent.name,
                          head.id or run.name, status, head.started_ns, head.duration_s,

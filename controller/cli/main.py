@@ -409,7 +409,9 @@ def cmd_up_down(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    print_lines(summary.list_lines(list_runs(args.runs)))
+    unreadable: list[str] = []
+    print_lines(summary.list_lines(list_runs(args.runs, unreadable)))
+    print_lines([f"warning: not listed: {said}" for said in unreadable], sys.stderr)
     return EXIT_OK
 
 
