@@ -11,13 +11,20 @@ run directory.
     print(run.outcome.status)
 
 Nothing is printed unless an output is given (`output=Terminal()` prints as ns_control does).
+From a Jupyter cell (an event loop runs there) or a thread, a run goes in a process of its own.
 docs/api.md describes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,14 +142,18 @@ def run(experiment: Experiment | str | Path, params: Mapping[str, Any] | None = 
     sweep does; the run directory keeps the file with their values. A campaign file runs
     one of its points: the one `params` gives.
 
+    A run owns its thread's event loop and the process's signal handlers; called where it
+    cannot (an event loop already runs there, as in a Jupyter cell, or not the main thread),
+    it runs in a Python process of its own, to which Ctrl-C here is passed on, and what it
+    says reaches `output` when it ends.
+
     Returns:
         The run, opened (netspec.results.Run): its outcome, record, steps and tables.
 
     Raises:
         ConfigError: the file has errors (ConfigErrors: every one), a param override does
             not hold, or a campaign file was given no point.
-        NetspecError: called where an asyncio event loop runs (a Jupyter cell): a run owns
-            its own loop and signal handlers; run it from a script or `ns_control run`.
+        NetspecError: the run's own process ended without making a run (its last words).
     """
     if not isinstance(experiment, Experiment):
         experiment = load(experiment)
@@ -150,19 +161,82 @@ def run(experiment: Experiment | str | Path, params: Mapping[str, Any] | None = 
         raise ConfigError("a campaign file: give its point as params= to run one run of it, or run the "
                           "campaign with `ns_control run`", str(experiment.path))
     plan = _with_params(experiment, params or {})
+    options = RunOptions(Path(runs).resolve(), quiet=output is None, output=output or Silent(), merge=merge,
+                         share_hosts=share_hosts, accept_new_host_keys=accept_new_host_keys)
+    if not _owns_its_thread():
+        return _run_apart(experiment.path, dict(params or {}), options, output)
+    return open_run(_run_here(plan, options))
+
+
+def _owns_its_thread() -> bool:
+    """Whether a run can own this thread: the main thread (signals), with no event loop running."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        pass
-    else:
-        raise NetspecError("netspec.experiment.run runs its own event loop and this thread has one "
-                           "running (a Jupyter cell?): run the experiment from a script or `ns_control "
-                           "run`, and open its results here with netspec.results")
-    options = RunOptions(Path(runs), quiet=output is None, accept_new_host_keys=accept_new_host_keys,
-                         output=output or Silent(), merge=merge, share_hosts=share_hosts)
+        return True
+    return False
+
+
+def _run_here(plan: Plan, options: RunOptions, told: Path | None = None) -> Path:
     umask = os.umask(PRIVATE_UMASK)  # as ns_control: the run directory is its owner's alone
     try:
-        rundir, _ = run_plan(plan, options)
+        rundir, _ = run_plan(plan, options, created=None if told is None else (
+            lambda rundir: told.write_text(str(rundir.path))))
     finally:
         os.umask(umask)
-    return open_run(rundir.path)
+    return rundir.path
+
+
+def _run_apart(path: Path, params: dict[str, Any], options: RunOptions, output: Output | None) -> Run:
+    """The run in a Python process of its own (`_apart`), ended on every way out of here.
+    Ctrl-C here is passed on to it, once per Ctrl-C: the first interrupts the run, which
+    gathers what it has and merges it, as ns_control's does; a second stops it at once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        told = Path(tmp) / "run"
+        spec = {"file": str(path), "params": params, "runs": str(options.runs), "print": output is not None,
+                "merge": options.merge, "share_hosts": options.share_hosts,
+                "accept_new_host_keys": options.accept_new_host_keys, "told": str(told)}
+        # A session of its own: a terminal's Ctrl-C reaches it once, through this process.
+        with subprocess.Popen([sys.executable, "-c", "import sys; from netspec.experiment import _apart; "
+                               "_apart(sys.argv[1])", json.dumps(spec)], text=True, start_new_session=True,
+                              stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) as proc:
+            try:
+                said, errors = _communicate(proc)
+            finally:
+                if proc.poll() is None:  # an error of ours, not the run's: it goes no further
+                    proc.kill()
+                    proc.wait()
+        if output is not None:
+            for line in said.splitlines():
+                output.out(line)
+            output.err(errors.splitlines())
+        if not told.exists():
+            last = "\n".join(errors.splitlines()[-10:])
+            raise NetspecError(f"the run's own process ended with {proc.returncode} before a run started"
+                               + (f":\n{last}" if last else ""))
+        return open_run(Path(told.read_text()))
+
+
+def _communicate(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    while True:
+        try:
+            return proc.communicate()
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)  # the run's own Ctrl-C; what it read so far is kept
+
+
+def _apart(spec: str) -> None:
+    """A run in this process, for `_run_apart`, which gave `spec`; the run directory is told
+    as soon as it is made."""
+    given = json.loads(spec)
+    plan = _with_params(load(given["file"]), given["params"])
+    options = RunOptions(Path(given["runs"]), quiet=not given["print"], output=Terminal() if given["print"]
+                         else Silent(), merge=given["merge"], share_hosts=given["share_hosts"],
+                         accept_new_host_keys=given["accept_new_host_keys"])
+    try:
+        _run_here(plan, options, Path(given["told"]))
+    except KeyboardInterrupt:  # a merge interrupted (said, and noted in run.json), or a Ctrl-C before the run
+        sys.exit(130)

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import textwrap
+import threading
 
 import pytest
 from netspec import experiment
-from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
-from support import PROGRAMS, REPO, ns_control
+from netspec.protocol.errors import ConfigError, ConfigErrors
+from netspec.protocol.exits import run_processes
+from netspec.protocol.runrecord import read_run
+from support import PROGRAMS, REPO, ns_control, wait_for
 
 DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
 
@@ -103,13 +108,52 @@ def test_a_campaign_file_runs_from_python_only_as_one_of_its_points(experiment_f
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_run_where_an_event_loop_runs_is_refused_before_anything_runs(tmp_path):
-    async def in_a_loop():  # as a Jupyter cell runs: the kernel's event loop is running
-        experiment.run(DEMO, runs=tmp_path / "runs")
+@pytest.mark.e2e
+def test_a_run_where_an_event_loop_runs_goes_in_a_process_of_its_own_and_says_what_it_said(
+        experiment_file, tmp_path, capfd):
+    said = Collected()
 
-    with pytest.raises(NetspecError, match="this thread has one running"):
-        asyncio.run(in_a_loop())
-    assert not (tmp_path / "runs").exists()
+    async def in_a_loop():  # as a Jupyter cell runs: in the kernel's event loop
+        return experiment.run(experiment_file(FAILS), {"one.fail_in": "none"}, runs=tmp_path / "runs",
+                              output=said)
+
+    run = asyncio.run(in_a_loop())
+    assert (run.outcome.status, [s.status for s in run.steps]) == ("ok", ["ok"] * 5)
+    assert run.record.controller.pid != os.getpid() and not run_processes(run.id)
+    assert said.lines[0] == f"netspec: running api-fails as {run.id}"
+    assert said.errors == []
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.e2e
+def test_ctrl_c_where_an_event_loop_runs_interrupts_the_run_in_its_own_process(experiment_file, tmp_path):
+    runs = tmp_path / "runs"
+
+    def ctrl_c_in_work():
+        wait_for(lambda: any(s.phase == "work" for s in _steps(runs)), what="the step work")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    async def in_a_loop():  # as a Jupyter cell runs: Ctrl-C raises KeyboardInterrupt where it is
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return experiment.run(experiment_file(FAILS.replace("fail_in", "hang_in")), runs=runs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    sender = threading.Thread(target=ctrl_c_in_work)
+    sender.start()
+    try:
+        run = asyncio.run(in_a_loop())
+    finally:
+        sender.join(timeout=30)
+    outcome = run.outcome
+    assert (outcome.status, outcome.exit_code, outcome.error.phase) == ("interrupted", 130, "work")
+    assert not run_processes(run.id)
+
+
+def _steps(runs):
+    latest = runs / "latest"
+    return read_run(latest).steps if (latest / "run.json").exists() else []
 
 
 @pytest.mark.e2e
