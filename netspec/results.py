@@ -167,11 +167,14 @@ class Run:
         """The run's result set, its tables registered by name in a DuckDB connection.
 
         Raises:
-            NetspecError: the run has no result set of this netspec's format (never merged,
-                its merge failed or was interrupted, or made by an older netspec): the
-                message says why, and that `ns_control fetch RUN` merges it.
+            NetspecError: the run has no result set of this netspec's format (still running,
+                never merged, its merge failed or was interrupted, or made by an older
+                netspec): the message says why, and that `ns_control fetch RUN` merges it.
         """
         merged = self.path / MERGED
+        if self.record.status == "running":
+            raise NetspecError(f"run {self.id} is still running: its result set is made at its end "
+                               "(open the run again then)")
         if not is_current(merged):
             why = self.record.merge or (
                 "its result set is of another netspec's format" if merged.is_dir() else "it was not merged")

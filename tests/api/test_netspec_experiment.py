@@ -10,8 +10,8 @@ import textwrap
 import threading
 
 import pytest
-from netspec import experiment
-from netspec.protocol.errors import ConfigError, ConfigErrors
+from netspec import experiment, results
+from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import read_run
 from support import PROGRAMS, REPO, ns_control, wait_for
@@ -127,10 +127,14 @@ def test_a_run_where_an_event_loop_runs_goes_in_a_process_of_its_own_and_says_wh
 
 @pytest.mark.e2e
 def test_ctrl_c_where_an_event_loop_runs_interrupts_the_run_in_its_own_process(experiment_file, tmp_path):
-    runs = tmp_path / "runs"
+    runs, said = tmp_path / "runs", []
 
     def ctrl_c_in_work():
         wait_for(lambda: any(s.phase == "work" for s in _steps(runs)), what="the step work")
+        try:
+            results.open_run("latest", runs=runs).tables()
+        except NetspecError as exc:  # the run is opened as it is now
+            said.append(str(exc))
         os.kill(os.getpid(), signal.SIGINT)
 
     async def in_a_loop():  # as a Jupyter cell runs: Ctrl-C raises KeyboardInterrupt where it is
@@ -146,6 +150,8 @@ def test_ctrl_c_where_an_event_loop_runs_interrupts_the_run_in_its_own_process(e
         run = asyncio.run(in_a_loop())
     finally:
         sender.join(timeout=30)
+    assert said == [f"run {run.id} is still running: its result set is made at its end "
+                    "(open the run again then)"]
     outcome = run.outcome
     assert (outcome.status, outcome.exit_code, outcome.error.phase) == ("interrupted", 130, "work")
     assert not run_processes(run.id)
