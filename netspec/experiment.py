@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netspec.controller.cli.main import Terminal
+from netspec.controller.cli.terminal import Terminal
 from netspec.controller.engine.runner import Output, RunOptions, Silent, run_plan
 from netspec.controller.experiment import load as loader
 from netspec.controller.experiment.model import Plan

@@ -108,6 +108,20 @@ class Controller(msgspec.Struct, omit_defaults=True):
     pid_started: int | None = None  # clock ticks since boot: the pid's identity
 
 
+class Salvage(msgspec.Struct, omit_defaults=True):
+    """What was gathered of a host without its daemon (controller/gather/salvage.py): over
+    what, from where on the host, the files (in the run directory) and their bytes, what was
+    left on the host, whether the host's copy was removed, and why not all of it, if not."""
+
+    via: str
+    source: str = msgspec.field(default="", name="from")
+    files: list[str] = []
+    bytes: int = 0
+    left: list[str] = []
+    removed: bool = False
+    error: str = ""
+
+
 class HostRecord(msgspec.Struct, omit_defaults=True):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
     streams gathered, and what a salvage gathered without its daemon."""
@@ -116,7 +130,7 @@ class HostRecord(msgspec.Struct, omit_defaults=True):
     daemon_pid: int | None = None
     clock: dict[str, Any] | None = None  # offset_ns, bound_ns, exchanges, source
     streams: list[str] = []
-    salvaged: dict[str, Any] | None = None  # controller/gather/salvage.py's Salvaged.record
+    salvaged: Salvage | None = None
 
 
 class ComponentEnd(msgspec.Struct, omit_defaults=True):
