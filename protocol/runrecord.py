@@ -270,7 +270,12 @@ class _Index(msgspec.Struct):
     index: int | None = None
 
 
+class _Format(msgspec.Struct):
+    format: int = 1
+
+
 _ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(RunRecord)
 
 
 def encode(record: RunRecord | Step) -> bytes:
@@ -292,16 +297,19 @@ def decode(data: bytes, where: str) -> RunRecord:
             wrong type, named with its place), or of a format newer than this netspec reads.
     """
     try:
-        head = msgspec.json.decode(data, type=dict[str, Any])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
-    if not isinstance(head.get("format", 1), int) or head.get("format", 1) > RUN_FORMAT:
-        raise NetspecError(f"{where} has format {head['format']}; this netspec "
-                           f"reads up to {RUN_FORMAT}: upgrade netspec")
-    head.setdefault("format", 1)  # the first records did not say
-    try:
-        return msgspec.convert(head, RunRecord)
+        version = msgspec.json.decode(data, type=_Format).format
     except msgspec.ValidationError as exc:
+        raise NetspecError(f"{where}: not a run record: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
+    if version > RUN_FORMAT:
+        raise NetspecError(f"{where} has format {version}; this netspec reads up to {RUN_FORMAT}: "
+                           "upgrade netspec")
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        if "missing required field `format`" in str(exc):  # the first records did not say
+            return msgspec.convert({**msgspec.json.decode(data), "format": 1}, RunRecord)
         raise NetspecError(f"{where}: not a run record: {exc}") from None
 
 
