@@ -167,8 +167,8 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
 
 
 def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_never_recorded(tmp_path):
-    text = ("experiment: clocks\nhosts: {a: {}, b: {}}\ncomponents:\n  one: {host: a, command: [sleep, '1']}\n"
-            "schedule: [sync_clocks]\n")
+    text = ("experiment: clocks\nhosts: {a: {}, b: {}}\n"
+            "components:\n  one: {host: a, command: [sleep, '1']}\nschedule: [sync_clocks]\n")
 
     async def told(clock):
         plan = parse(text, tmp_path / "clocks.yaml")
