@@ -32,7 +32,8 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        """What `ns_control run` ends with: 0 ok, 3 partial, 1 failed, 130 interrupted."""
+        """What `ns_control run` ends with: 0 ok, 3 partial, 1 failed (or a status this
+        netspec does not know), 130 interrupted."""
         return EXIT_CODES.get(self.status, EXIT_FAILED)
 
     @property
@@ -58,8 +59,7 @@ class RunOutcome:
         gone was interrupted, whatever the record still says (`gone` gives its error)."""
         if controller_gone(record):
             return cls.gone(record)
-        status = record.status if record.status in STATUSES else "failed"
-        return cls(status, record.error)
+        return cls(record.status, record.error)  # a status this netspec does not know exits 1
 
     @classmethod
     def gone(cls, record: RunRecord) -> RunOutcome:

@@ -123,13 +123,24 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     error: str = ""
 
 
+class Clock(msgspec.Struct):
+    """A host's clock estimate at sync_clocks: its offset from the reference, a bound on it,
+    how many recent exchanges it rests on, and their timestamps' source (kernel, user;
+    reference for the reference host)."""
+
+    offset_ns: int
+    bound_ns: int
+    exchanges: int
+    source: str
+
+
 class HostRecord(msgspec.Struct):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
     streams gathered, and what a salvage gathered without its daemon."""
 
     address: str = ""
     daemon_pid: int | None = None
-    clock: dict[str, Any] | None = None  # offset_ns, bound_ns, exchanges, source
+    clock: Clock | None = None
     streams: list[str] = []
     salvaged: Salvage | None = None
 

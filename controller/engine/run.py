@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from netspec.protocol import acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
@@ -33,7 +34,7 @@ from netspec.protocol.errors import (
 )
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import ComponentEnd, Entry, HostRecord, StepHost, Summarized
+from netspec.protocol.runrecord import Clock, ComponentEnd, Entry, HostRecord, StepHost, Summarized
 from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Host as HostSpec
@@ -380,7 +381,11 @@ class Run:
             self.published.setdefault(name, {}).update(ack["published"])
         step = self.rundir.record.steps[ack["step"]]
         if "clock" in ack:
-            self.rundir.record.hosts[host].clock = ack["clock"]
+            try:
+                self.rundir.record.hosts[host].clock = msgspec.convert(ack["clock"], Clock)
+            except msgspec.ValidationError as exc:
+                self._fail(ProtocolError(f"a clock estimate that is not one ({exc})", f"host {host}"))
+                return
         # A summarized step's host that acks as itself gets its entry here (fanout.py).
         sent = step.sent_ns if step.sent_ns is not None else step.entered_ns
         entries = step.hosts.setdefault(host, StepHost(components={}, sent_ns=sent)).components

@@ -206,15 +206,15 @@ def _clock_lines(hosts: dict[str, HostRecord], reference: str | None, many: bool
     served = reference in hosts and hosts[reference].clock
     lines = [f"  clock {reference}: reference"] if served else []
     if many and clocks:
-        bounds = sorted((c["bound_ns"], h) for h, c in clocks.items())
+        bounds = sorted((c.bound_ns, h) for h, c in clocks.items())
         median, (widest, host) = bounds[len(bounds) // 2][0], bounds[-1]
         lines.append(f"  clock: {len(clocks)} hosts, bound median {median / 1e3:.1f} us, "
                      f"widest {widest / 1e3:.1f} us ({host})")
         return lines
     for host, clock in clocks.items():
-        lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
-                     f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['source']} timestamps, "
-                     f"{clock['exchanges']} recent exchanges)")
+        lines.append(f"  clock {host}: offset {clock.offset_ns / 1e3:+.1f} us "
+                     f"± {clock.bound_ns / 1e3:.1f} us ({clock.source} timestamps, "
+                     f"{clock.exchanges} recent exchanges)")
     return lines
 
 

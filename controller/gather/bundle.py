@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import msgspec
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RunRecord, read_run
 
@@ -65,7 +66,7 @@ def crate(run: Path, record: RunRecord) -> dict[str, Any]:
         facts = run / "hosts" / name / "facts.json"
         hosts.append({"@id": f"#host-{name}", "@type": "Thing", "name": f"host {name}",
                       **({"subjectOf": {"@id": f"hosts/{name}/facts.json"}} if facts.is_file() else {}),
-                      **({"clock": info.clock} if info.clock else {})})
+                      **({"clock": msgspec.to_builtins(info.clock)} if info.clock else {})})
     software = [{"@id": f"#{name}", "@type": "SoftwareApplication", "name": name, "version": version}
                 for name, version in sorted(record.versions.items())]
     root = {"@id": "./", "@type": "Dataset", "name": f"netspec run {record.id} of {record.experiment}",

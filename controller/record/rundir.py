@@ -31,6 +31,7 @@ from netspec.protocol.runrecord import (
     Controller,
     Program,
     RunRecord,
+    controller_gone,
     encode,
     fold_acks,
     journal_line,
@@ -172,9 +173,9 @@ def settle(path: Path, record: RunRecord) -> RunRecord:
     """`record` as it is, or, for a run whose controller on this machine is gone while it
     says `running`, marked interrupted (and saved) in the step it was in: no run stays
     `running` for ever."""
-    outcome = RunOutcome.of(record)
-    if outcome.status == record.status:
+    if not controller_gone(record):
         return record
+    outcome = RunOutcome.gone(record)
     run = RunDir(path, record)
     run.finish(outcome)
     return run.record
