@@ -91,7 +91,7 @@ def test_a_table_the_result_set_lacks_is_named_with_those_it_has_and_frames_need
 def test_a_stored_run_gives_its_outcome_steps_and_participants():
     run = results.open_run(STORED)
     assert (run.id, run.experiment, run.outcome.ok) == ("20261121T181343Z-23d1a4", "stimulus-response", True)
-    assert isinstance(run.record, results.RunRecord) and run.record.hosts["b"].clock["bound_ns"] == 812
+    assert isinstance(run.record, results.RunRecord) and run.record.hosts["b"].clock.bound_ns == 812
     step = run.steps[4]
     assert (step.phase, step.status, step.duration_s) == ("run", "ok", 0.134768221)
     assert [(h, c, e.status, e.message) for h, c, e in step.participants()] == [
