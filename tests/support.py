@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from netspec.daemon.sampler import CampConfig, CampSampler
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib import camp
 from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.runrecord import load_record
@@ -67,6 +68,18 @@ def start_run(path: Path, cwd: Path, until: Callable[[dict], object],
 
 def latest_record(runs: Path) -> dict:
     return json.loads((runs / "latest" / "run.json").read_text())
+
+
+def write_stream(directory: Path, host: str, component: str, records: list[tuple[str, int, int]]) -> None:
+    """A real stream file of `component` on `host` with the records (entity name in group KV,
+    ts, tag), written in time order."""
+    ds = Datastreams()
+    entities = {name: ds.event("KV", name) for name in {r[0] for r in records}}
+    ds.start([StreamConfig("kv", enable=("KV",), chunk_records=500)],
+             StreamInfo(directory, run="r", host=host, component=component), exit_hooks=False)
+    for name, ts, tag in sorted(records, key=lambda r: r[1]):
+        ds.streams[0].put((entities[name].id, ts, tag))
+    ds.stop()
 
 
 def start_loadgen(*args: str) -> subprocess.Popen:
