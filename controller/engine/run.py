@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from netspec.protocol import acksummary
@@ -309,23 +309,16 @@ class Run:
 
     # -- events from daemons ------------------------------------------------------------
 
-    def _stranger(self, host: str, event: dict[str, Any]) -> bool:
-        """Whether the event names a component `host` does not run, or a step never sent:
-        then the run fails, naming the host (protocol/events.py checked its shape)."""
-        name, step = event["component"], event.get("step")
-        result = self.results.get(name)
-        if not ((result is not None and result.host == host) or (name == m.NODE and step is not None)):
-            self._fail(ProtocolError(f"an event of component '{name}', which it does not run",
-                                     f"host {host}"))
-        elif step is not None and step >= len(self.rundir.record["steps"]):
-            self._fail(ProtocolError(f"an ack of step {step}, which was never sent", f"host {host}"))
-        else:
-            return False
-        return True
+    def _stranger(self, host: str, event: dict[str, Any]) -> ProtocolError | None:
+        """What is wrong with who sent the event, if anything (`stranger`); nothing done with
+        it here: the caller fails the run (protocol/events.py checked the event's shape)."""
+        return stranger(host, event["component"], event.get("step"), self.results,
+                        len(self.rundir.record["steps"]))
 
     def _on_event(self, host: str, event: dict[str, Any]) -> None:
         kind = event["t"]
-        if kind in (m.OUTPUT, m.EXIT, m.ACK) and self._stranger(host, event):
+        if kind in (m.OUTPUT, m.EXIT, m.ACK) and (wrong := self._stranger(host, event)) is not None:
+            self._fail(wrong)  # nothing of it is taken or written
             return
         if kind == m.OUTPUT:
             self.results[event["component"]].add_output(event["stream"], event["data"])
@@ -339,7 +332,9 @@ class Run:
                 self._fail(exc)
                 return
             for below, ack in acks:
-                if not self._stranger(below, ack):
+                if (wrong := self._stranger(below, ack)) is not None:
+                    self._fail(wrong)
+                else:
                     self._on_ack(below, ack)
             if summary is not None:
                 self._on_summary(event["step"], summary)
@@ -493,3 +488,27 @@ class Run:
         self.rundir.finish(status, None if error is None else {
             "type": type(error).__name__, "message": str(error), "phase": self.phase,
             "causes": error.causes() if isinstance(error, StepFailed) else []})
+
+
+def stranger(host: str, component: str, step: int | None, results: Mapping[str, ComponentResult],
+             steps_sent: int) -> ProtocolError | None:
+    """Whether an event `host` sent of `component` (of `step`, if it names one) could be its:
+    the error that says why not, None if it could. A check only; the caller decides.
+
+    Args:
+        host: the host whose connection the event came on (or whose ack a relay passed up).
+        component: the component the event names; the node itself (`m.NODE`) acks steps too.
+        step: the step the event names, None for an event of no step (output, exit).
+        results: every component of the run by name, each with the host that runs it.
+        steps_sent: how many steps were sent so far (steps 0 to steps_sent - 1).
+
+    Returns:
+        A ProtocolError naming the host, when the component is not one `host` runs or the
+        step was never sent; None otherwise.
+    """
+    result = results.get(component)
+    if not ((result is not None and result.host == host) or (component == m.NODE and step is not None)):
+        return ProtocolError(f"an event of component '{component}', which it does not run", f"host {host}")
+    if step is not None and step >= steps_sent:
+        return ProtocolError(f"an ack of step {step}, which was never sent", f"host {host}")
+    return None
