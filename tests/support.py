@@ -122,13 +122,15 @@ def schedstat_ns(pid: int) -> int:
 
 
 class Steal:
-    """The share of one CPU the hypervisor took from this machine while the block ran: time a
-    guest cannot see, in which its busy loops stand still and its processes stay runnable."""
+    """The share of one CPU the hypervisor took from this machine while the block ran (and
+    the time, ns, summed over its CPUs): time a guest cannot see, in which its busy loops
+    stand still and its processes stay runnable."""
 
     def __enter__(self) -> Steal:
-        self.share = 0.0
+        self.share, self.stolen_ns = 0.0, 0
         self._stolen, self._t0 = camp.cpu_times().steal, time.monotonic_ns()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.share = (camp.cpu_times().steal - self._stolen) / (time.monotonic_ns() - self._t0)
+        self.stolen_ns = camp.cpu_times().steal - self._stolen
+        self.share = self.stolen_ns / (time.monotonic_ns() - self._t0)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
-from support import PROGRAMS, wait_for
+from support import PROGRAMS, Steal, wait_for
 
 
 def streamer(tmp_path: Path, count: int, then: str, *extra: str) -> subprocess.Popen[str]:
@@ -58,29 +61,99 @@ def test_a_normal_exit_flushes_and_closes(tmp_path: Path) -> None:
     assert reader.closed_cleanly is True
 
 
+# What a chunk may take beyond its stream's flush_ms. The flusher starts with a process's
+# first stream and wakes every tick (the smallest flush_ms of the open streams), writing
+# each stream whose flush_ms, less half a tick, has passed since its last chunk
+# (datastream/writer.py): a record logged once its stream opened is written at the first
+# tick flush_ms after the flusher started, then the flusher's own work (encoding and
+# writing a chunk, well under a millisecond), allowed OWN_WORK_NS. On a loaded machine the
+# flusher also waits for a CPU: that time, the scheduler's own account of it (and what the
+# hypervisor stole meanwhile), is added to the bound rather than guessed.
+HALF_TICK = 0.5
+OWN_WORK_NS = 3_000_000
+CLOCK_REALTIME_COARSE = 5  # <linux/time.h>; the clock of a file's stamps (not in Python's time)
+
+
+def written_ns(path: Path) -> int:
+    """When the stream file was last written (the kernel's stamp: CLOCK_REALTIME, as the
+    records' ts are, read at its coarse resolution, so never later than the write)."""
+    return path.stat().st_mtime_ns
+
+
+def waited_for_cpu_ns(pid: int, but: int | None = None) -> int:
+    """How long the threads of process `pid` (but thread `but`) were runnable and waited
+    for a CPU since each started: /proc's schedstat run_delay."""
+    delay = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if int(task.name) != but:
+            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+                delay += int((task / "schedstat").read_text().split()[1])
+    return delay
+
+
+def flusher_waited_ns() -> int:
+    """How long this process's stream flusher thread has waited for a CPU, since it started."""
+    (flusher,) = [t for t in threading.enumerate() if t.name == "netspec-flusher"]
+    return int(Path(f"/proc/self/task/{flusher.native_id}/schedstat").read_text().split()[1])
+
+
 def test_records_wait_no_longer_than_flush_ms_in_memory(tmp_path: Path) -> None:
-    proc = streamer(tmp_path, 5, "sleep", "--chunk", "1000", "--flush-ms", "20")
+    flush_ms = 20
+    proc = streamer(tmp_path, 5, "sleep", "--chunk", "1000", "--flush-ms", str(flush_ms))
     try:
-        (path,) = wait_for(lambda: list(tmp_path.glob("*.ds")), what="the stream file")
-        wait_for(lambda: ticks(path) == list(range(5)), what="the flusher to write the chunk")
+        with Steal() as steal:
+            (path,) = list(tmp_path.glob("*.ds"))  # made before the streamer logs
+            # Failing at 100 times the bound, not at the suite's 20 s.
+            wait_for(lambda: ticks(path) == list(range(5)), timeout=100 * flush_ms / 1000,
+                     what="the flusher to write the chunk")
+        written = written_ns(path)
+        # Its main thread sleeps; its other thread is the flusher, started with the stream.
+        delayed = waited_for_cpu_ns(proc.pid, but=proc.pid)
     finally:
         proc.kill()
         proc.wait()
+    first = min(r.ts for r in StreamReader(path) if r.entity.full_name == "TEST/tick")
+    bound = flush_ms * 1_000_000 + OWN_WORK_NS + delayed + steal.stolen_ns
+    assert written - first <= bound, (f"the first record waited {(written - first) / 1e6:.1f} ms in memory, "
+                                      f"over {bound / 1e6:.1f} ms (its flusher waited {delayed / 1e6:.1f} "
+                                      f"ms for a CPU, {steal.stolen_ns / 1e6:.1f} ms stolen)")
 
 
 def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Path) -> None:
+    fast_ms, slow_ms = 20, 1500
     ds = Datastreams()
     tick = ds.event("T", "tick")
-    fast, slow = ds.start([StreamConfig("fast", enable=("T",), flush_ms=20),
-                           StreamConfig("slow", enable=("T",), flush_ms=1500)],
-                          StreamInfo(tmp_path, run="r", host="h", component="c"), exit_hooks=False)
-    try:
-        tick.log(1)
-        wait_for(lambda: ticks(fast, "T/tick") == [1], what="the fast stream's chunk")
-        assert ticks(slow, "T/tick") == []
-        wait_for(lambda: ticks(slow, "T/tick") == [1], what="the slow stream's chunk")
-    finally:
-        ds.stop()
+    before = time.time_ns()
+    with Steal() as steal:
+        fast, slow = ds.start([StreamConfig("fast", enable=("T",), flush_ms=fast_ms),
+                               StreamConfig("slow", enable=("T",), flush_ms=slow_ms)],
+                              StreamInfo(tmp_path, run="r", host="h", component="c"), exit_hooks=False)
+        try:
+            delayed_from = flusher_waited_ns()
+            tick.log(1)
+            wait_for(lambda: ticks(fast, "T/tick") == [1], timeout=100 * fast_ms / 1000,
+                     what="the fast stream's chunk")
+            fast_written, fast_delayed = written_ns(fast), flusher_waited_ns() - delayed_from
+            assert ticks(slow, "T/tick") == []
+            wait_for(lambda: ticks(slow, "T/tick") == [1], timeout=3 * slow_ms / 1000,
+                     what="the slow stream's chunk")
+            slow_written = written_ns(slow)
+            slow_delayed = flusher_waited_ns() - delayed_from
+        finally:
+            ds.stop()
+    logged = next(r.ts for r in StreamReader(fast) if r.entity.full_name == "T/tick")
+    # The slow stream's wait starts as it opens: after `before`, and before its header's
+    # stamp. The fast one's ticks (every fast_ms) may find it due half of one early, and
+    # the kernel's stamp of the write may lag the write by one tick of the coarse clock.
+    opened = StreamReader(slow).header["created_ns"]
+    coarse = time.clock_getres(CLOCK_REALTIME_COARSE) * 1e9
+    half_tick, slack = fast_ms * HALF_TICK * 1_000_000, OWN_WORK_NS + steal.stolen_ns
+    assert fast_written - logged <= fast_ms * 1_000_000 + fast_delayed + slack, \
+        f"the fast stream's record waited {(fast_written - logged) / 1e6:.1f} ms"
+    assert slow_written - before >= slow_ms * 1_000_000 - half_tick - coarse, \
+        f"the slow stream was written {(slow_written - before) / 1e6:.1f} ms after it opened"
+    assert slow_written - opened <= slow_ms * 1_000_000 + half_tick + slow_delayed + slack, \
+        f"the slow stream was written {(slow_written - opened) / 1e6:.1f} ms after it opened"
 
 
 def test_a_forked_child_writes_its_own_file_and_the_parent_loses_nothing(tmp_path: Path) -> None:
