@@ -65,6 +65,8 @@ def test_an_error_leaves_at_once_and_a_late_hosts_held_acks_go_up_as_themselves(
         batch.add_own(_ack("x"))
         batch.add([{**_ack("e", m.ACK_ERROR, message="boom"), "host": "c"}])
         error = list(sent)
+        # Not a wait for something to happen: the window in which the timer a's first ack
+        # set would have fired, had the error's batch not cancelled it; nothing may leave in it.
         await asyncio.sleep(BATCH_WAIT_S * 3)
         return error, sent
     error, sent = asyncio.run(scenario())

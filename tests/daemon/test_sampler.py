@@ -21,7 +21,7 @@ from netspec.datastream.reader import StreamReader
 from netspec.nodelib import camp
 from netspec.nodelib.camp import CampError
 from netspec.nodelib.instrument import Datastreams
-from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns
+from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns, wait_for
 from support import start_loadgen as start
 
 
@@ -111,7 +111,9 @@ def test_slots_whose_instant_passed_during_a_sample_are_said_skipped(camp_stream
     sampler = CampSampler(streams, CampConfig(interval_ms=1, interfaces=("lo",), disks=()), {},
                           backend=SlowBackend(0.0015))
     sampler.start()
-    time.sleep(0.3)
+    # Slots skipped and samples taken, each more than once: what the warning is to count.
+    wait_for(lambda: sampler.late >= 10 and sampler.samples >= 10, timeout=10,
+             what="ten slots skipped and ten samples taken")
     sampler.stop()
     records = read(streams, directory)
     [said] = [r.value for r in records if r.entity.full_name == "CAMP/warning"]
@@ -245,6 +247,13 @@ def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_
         assert "run between the kernel's ticks" in w["message"]
 
 
+def sampled(services: NodeServices, window: str) -> None:
+    """Wait until the logging window's sampler took a sample at one of its random instants
+    (beyond the one it takes as the window opens)."""
+    sampler = services.sampler
+    wait_for(lambda: sampler.samples >= 2, timeout=10, what=f"a sample in {window}")
+
+
 def test_every_logging_window_samples_the_same_fields_whichever_components_run(tmp_path):
     services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=10, interfaces=("lo",), disks=()),
                             components=("load", "idle"))
@@ -252,13 +261,13 @@ def test_every_logging_window_samples_the_same_fields_whichever_components_run(t
     load = start("percent", "0")
     try:
         services.start_logging({"load": load.pid})
-        time.sleep(0.2)
+        sampled(services, "the first window")
         services.stop_logging()
     finally:
         load.kill()
         load.wait()
     services.start_logging({})
-    time.sleep(0.2)
+    sampled(services, "the second window")
     services.close()
     samples = [r.value for p in tmp_path.glob("camp.*.ds") for r in StreamReader(p)
                if r.entity.full_name == "CAMP/node"]

@@ -168,8 +168,9 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
                              components=[{"name": "sleeper", "argv": ["sleep", "300"],
                                           "stop": "collect"}])
         client.notify("enter", phase="launch", step=0, components=[{"name": "sleeper"}], published={})
-        while not any(e.get("t") == "ack" for _, e in events):
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout_at(deadline):
+            while not any(e.get("t") == "ack" for _, e in events):
+                await asyncio.sleep(0.01)
         assert run_processes(run_id)
         for bad in ({"components": [{"name": "sleeper"}]}, {"phase": "x", "step": "1", "components": []},
                     {"phase": "x", "step": 1, "components": [7]}):
@@ -217,13 +218,17 @@ def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(da
     assert daemon.alive
 
 
-async def wait_for_async(attempt, tries=50):
-    for _ in range(tries):
+async def wait_for_async(attempt, timeout=10.0):
+    """`attempt()`, tried again while it is refused (AuthError) until `timeout` s have passed;
+    the last refusal raised."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
         try:
             return await attempt()
         except AuthError:
-            await asyncio.sleep(0.1)
-    return await attempt()
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def _auth_frame(sock: socket.socket, key: bytes) -> bytes:

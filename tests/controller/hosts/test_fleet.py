@@ -64,10 +64,9 @@ def test_a_daemon_whose_spawn_was_given_up_is_stopped_when_its_fork_is_said(tmp_
             given_up = asyncio.create_task(forks.spawn(argv("d1"), tmp_path / "d1.log"))
             await asyncio.sleep(0)
             given_up.cancel()
-            for _ in range(500):  # its fork is said, then its end
-                if forks._ended:
-                    break
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(20):  # its fork is said, then its end
+                while not forks._ended:
+                    await asyncio.sleep(0.01)
             return first, {pid: f.result() for pid, f in forks._ended.items()}
         finally:
             await forks.terminate(first)
