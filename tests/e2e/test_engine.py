@@ -16,13 +16,12 @@ import duckdb
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from conftest import session_dir
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, ns_control, start_run, wait_for
+from support import PROGRAMS, REPO, latest_record, ns_control, session_dir, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
