@@ -33,6 +33,12 @@ def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, ke
                                         {"name": "sleeper"}])
             assert (await s.event("ack", "actor"))["status"] == "ok"
             assert (await s.event("ack", "sleeper"))["status"] == "ok"
+            # What the reset is to end, waited for rather than read once: under load one of
+            # the three was seen missing just after the acks (not yet found by the run's id
+            # in its environment).
+            async with asyncio.timeout(10):
+                while len(run_processes(RUN_RESET)) < 3:
+                    await asyncio.sleep(0.01)
             assert len(run_processes(RUN_RESET)) == 3  # actor, its orphan, sleeper
             killed = (await s.request("reset", clean=True))["killed"]
             return killed, setup["root"]

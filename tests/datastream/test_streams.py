@@ -6,10 +6,10 @@ import contextlib
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+import pytest
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib.instrument import Datastreams
@@ -91,12 +91,6 @@ def waited_for_cpu_ns(pid: int, but: int | None = None) -> int:
     return delay
 
 
-def flusher_waited_ns() -> int:
-    """How long this process's stream flusher thread has waited for a CPU, since it started."""
-    (flusher,) = [t for t in threading.enumerate() if t.name == "netspec-flusher"]
-    return int(Path(f"/proc/self/task/{flusher.native_id}/schedstat").read_text().split()[1])
-
-
 def test_records_wait_no_longer_than_flush_ms_in_memory(tmp_path: Path) -> None:
     flush_ms = 20
     proc = streamer(tmp_path, 5, "sleep", "--chunk", "1000", "--flush-ms", str(flush_ms))
@@ -119,41 +113,70 @@ def test_records_wait_no_longer_than_flush_ms_in_memory(tmp_path: Path) -> None:
                                       f"ms for a CPU, {steal.stolen_ns / 1e6:.1f} ms stolen)")
 
 
+def flushes(tmp_path: Path, *streams: str, apart_ms: float = 0) -> subprocess.Popen[str]:
+    """tests/programs/flushes.py with `streams` (NAME:FLUSH_MS), once each has its record."""
+    proc = subprocess.Popen([sys.executable, str(PROGRAMS / "flushes.py"), str(tmp_path), *streams,
+                             "--apart-ms", str(apart_ms)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "logged"
+    return proc
+
+
+def flushed(proc: subprocess.Popen[str], tmp_path: Path, name: str, timeout: float) -> tuple[Path, int, int]:
+    """Wait for stream `name`'s record to be written: its file, the kernel's stamp of the
+    write, and how long the process's flusher had waited for a CPU by then."""
+    (path,) = tmp_path.glob(f"{name}.*.ds")
+    wait_for(lambda: ticks(path, f"T/{name}") == [1], timeout=timeout, what=f"stream {name}'s chunk")
+    # Its main thread sleeps; its other thread is the flusher, started with its first stream.
+    return path, written_ns(path), waited_for_cpu_ns(proc.pid, but=proc.pid)
+
+
+def logged_ns(path: Path, name: str) -> int:
+    return next(r.ts for r in StreamReader(path) if r.entity.full_name == f"T/{name}")
+
+
 def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Path) -> None:
     fast_ms, slow_ms = 20, 1500
-    ds = Datastreams()
-    tick = ds.event("T", "tick")
     before = time.time_ns()
     with Steal() as steal:
-        fast, slow = ds.start([StreamConfig("fast", enable=("T",), flush_ms=fast_ms),
-                               StreamConfig("slow", enable=("T",), flush_ms=slow_ms)],
-                              StreamInfo(tmp_path, run="r", host="h", component="c"), exit_hooks=False)
+        proc = flushes(tmp_path, f"fast:{fast_ms}", f"slow:{slow_ms}")
         try:
-            delayed_from = flusher_waited_ns()
-            tick.log(1)
-            wait_for(lambda: ticks(fast, "T/tick") == [1], timeout=100 * fast_ms / 1000,
-                     what="the fast stream's chunk")
-            fast_written, fast_delayed = written_ns(fast), flusher_waited_ns() - delayed_from
-            assert ticks(slow, "T/tick") == []
-            wait_for(lambda: ticks(slow, "T/tick") == [1], timeout=3 * slow_ms / 1000,
-                     what="the slow stream's chunk")
-            slow_written = written_ns(slow)
-            slow_delayed = flusher_waited_ns() - delayed_from
+            fast, fast_written, fast_delayed = flushed(proc, tmp_path, "fast", 100 * fast_ms / 1000)
+            assert ticks(next(tmp_path.glob("slow.*.ds")), "T/slow") == []
+            slow, slow_written, slow_delayed = flushed(proc, tmp_path, "slow", 3 * slow_ms / 1000)
         finally:
-            ds.stop()
-    logged = next(r.ts for r in StreamReader(fast) if r.entity.full_name == "T/tick")
+            proc.kill()
+            proc.wait()
     # The slow stream's wait starts as it opens: after `before`, and before its header's
     # stamp. The fast one's ticks (every fast_ms) may find it due half of one early, and
     # the kernel's stamp of the write may lag the write by one tick of the coarse clock.
     opened = StreamReader(slow).header["created_ns"]
     coarse = time.clock_getres(CLOCK_REALTIME_COARSE) * 1e9
     half_tick, slack = fast_ms * HALF_TICK * 1_000_000, OWN_WORK_NS + steal.stolen_ns
-    assert fast_written - logged <= fast_ms * 1_000_000 + fast_delayed + slack, \
-        f"the fast stream's record waited {(fast_written - logged) / 1e6:.1f} ms"
+    waited, delayed = fast_written - logged_ns(fast, "fast"), fast_delayed
+    assert waited <= fast_ms * 1_000_000 + delayed + slack, \
+        f"the fast stream's record waited {waited / 1e6:.1f} ms, its flusher {delayed / 1e6:.1f} ms for a CPU"
     assert slow_written - before >= slow_ms * 1_000_000 - half_tick - coarse, \
         f"the slow stream was written {(slow_written - before) / 1e6:.1f} ms after it opened"
     assert slow_written - opened <= slow_ms * 1_000_000 + half_tick + slow_delayed + slack, \
         f"the slow stream was written {(slow_written - opened) / 1e6:.1f} ms after it opened"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "datastream/writer.py: the flusher sleeps the tick it chose before the stream opened (the "
+    "slower stream's flush_ms, or 100 ms with none open), so a faster stream's record waits that "
+    "tick out (about 950 ms for 20 ms here); to fix there: wake the flusher when a stream opens"))
+def test_a_stream_opened_beside_a_slower_one_waits_only_its_own_flush_ms(tmp_path: Path) -> None:
+    fast_ms, slow_ms = 20, 1000
+    with Steal() as steal:
+        proc = flushes(tmp_path, f"slow:{slow_ms}", f"fast:{fast_ms}", apart_ms=50)
+        try:
+            fast, written, delayed = flushed(proc, tmp_path, "fast", 3 * slow_ms / 1000)
+        finally:
+            proc.kill()
+            proc.wait()
+    waited = written - logged_ns(fast, "fast")
+    assert waited <= fast_ms * 1_000_000 + delayed + OWN_WORK_NS + steal.stolen_ns, \
+        f"the fast stream's record waited {waited / 1e6:.1f} ms, its flusher {delayed / 1e6:.1f} ms for a CPU"
 
 
 def test_a_forked_child_writes_its_own_file_and_the_parent_loses_nothing(tmp_path: Path) -> None:
