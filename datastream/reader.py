@@ -85,8 +85,11 @@ def _records_list(body: bytes, count: int) -> list[Any]:
 class StreamReader:
     """One stream file. Iterate it for its records, in the order they were logged.
 
-    Lifecycle: opening maps the file and reads its header; iterating (or `chunks`,
-    `columns`) reads the rest; `close` unmaps it. Use it as a context manager:
+    Lifecycle: opening reads the header; each pass over the records (iterating, or
+    `chunks`, `columns`) maps the file and unmaps it when the pass ends, is closed or is
+    dropped, so a reader holds no map and no file between passes, nor after one read to
+    its end. `close` ends a pass still running. Use it as a context manager all the same,
+    so a pass left half read is ended where the block ends:
 
         with StreamReader(path) as reader:
             records = list(reader)
@@ -107,15 +110,18 @@ class StreamReader:
         self.undecodable: dict[str, list[Any]] = {}  # entity -> [events, first error]
         self._decoders: dict[int, Callable[[Any], Any] | None] = {}
         self._finished = False
-        with open(self.path, "rb") as f:
-            self._data: bytes | mmap.mmap = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                                              if self.path.stat().st_size else b"")
+        self._passes = 0  # passes over the chunks under way: the map is held while any is
+        self._data: bytes | mmap.mmap = self._map()
         try:
             self.header, self._body_at = self._read_header()
-        except BaseException:
+        finally:
             self.close()
-            raise
         self.source = Source(self.path, self.header)
+
+    def _map(self) -> bytes | mmap.mmap:
+        """The file's bytes, mapped (the map holds its own descriptor; the file's is closed)."""
+        with open(self.path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
 
     def __enter__(self) -> StreamReader:
         return self
@@ -124,8 +130,9 @@ class StreamReader:
         self.close()
 
     def close(self) -> None:
-        """Unmap the file; idempotent. Records already read stay valid."""
-        data, self._data = self._data, b""
+        """Unmap the file, ending any pass still running; idempotent. Records already read
+        stay valid, and a later pass maps the file again."""
+        data, self._data, self._passes = self._data, b"", 0
         if isinstance(data, mmap.mmap):
             data.close()
 
@@ -213,6 +220,20 @@ class StreamReader:
         does not hold `count` records. Once the chunks are read, a file without a clean
         close record is said in `warnings`, whoever reads it."""
         decode = decode or _records_list
+        if not self._passes:
+            self._data = self._map()
+        data = self._data
+        self._passes += 1
+        try:
+            yield from self._read_chunks(decode)
+        finally:
+            # The last pass to end unmaps the file; one that `close` ended counts no more.
+            if self._data is data and self._passes:
+                self._passes -= 1
+                if not self._passes:
+                    self.close()
+
+    def _read_chunks(self, decode: Callable[[bytes, int], Any]) -> Iterator[tuple[int | None, Any]]:
         buf, o, last_seq = self._data, self._body_at, 0
         # A damaged header leaves the first chunk's number unknown: no gap is counted before it.
         ring = self.header.get("mode") == "ring"

@@ -41,6 +41,9 @@ from .format import (
 )
 
 _encode = msgspec.msgpack.Encoder().encode
+# How long the last stream's close waits for the flusher to end: at most one flush of a
+# chunk it had begun.
+STOP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,8 @@ class Stream:
 
     Lifecycle: created open (header written), records are `put`, chunks leave by `flush`
     (when full, by the flusher thread, at exit or on SIGTERM), `close` writes the clean
-    close record. After a fork the child reopens its own file (`_reopen_in_child`).
+    close record (the last stream of the process to close ends the flusher thread too).
+    After a fork the child reopens its own file (`_reopen_in_child`).
     """
 
     def __init__(self, config: StreamConfig, info: StreamInfo):
@@ -187,19 +191,25 @@ class Stream:
     def close(self) -> None:
         """Flush, write the clean close record and close the file. Idempotent."""
         _live_streams.discard(self)
-        with _flushing(self):
-            if self.closed:
-                return
-            if self.fd is None and not self.buf:
-                self.closed = True  # a forked child that logged nothing leaves no file
-                return
-            self._flush_locked()
-            kept = len(self.ring) if self.ring is not None else 0
-            self._write_chunk([(CLOSE, time.time_ns(), self.records, self.chunks,
-                                kept + self.ring_discarded)])
-            self.closed = True
-            if self.fd is not None:
-                os.close(self.fd)
+        try:
+            with _flushing(self):
+                self._close_locked()
+        finally:
+            _flusher.stop_if_idle()
+
+    def _close_locked(self) -> None:
+        if self.closed:
+            return
+        if self.fd is None and not self.buf:
+            self.closed = True  # a forked child that logged nothing leaves no file
+            return
+        self._flush_locked()
+        kept = len(self.ring) if self.ring is not None else 0
+        self._write_chunk([(CLOSE, time.time_ns(), self.records, self.chunks,
+                            kept + self.ring_discarded)])
+        self.closed = True
+        if self.fd is not None:
+            os.close(self.fd)
 
     def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
         if self.fd is None:
@@ -296,21 +306,46 @@ class _flushing:
 
 
 class _Flusher:
-    """One daemon thread per process writes chunks that wait longer than `flush_ms`."""
+    """The one thread per process that writes chunks waiting longer than `flush_ms`.
+
+    Owned by the open streams: the first to open starts it, and the last to close (or
+    `close_all`) stops it and joins it within STOP_S, so a process with no stream open
+    has no flusher. A thread whose streams were all dropped unclosed ends by itself."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
 
     def ensure_running(self) -> None:
-        if self.thread is None or not self.thread.is_alive():
-            self.thread = threading.Thread(target=self._loop, name="netspec-flusher", daemon=True)
+        with self.lock:
+            if self.thread is not None:
+                return
+            self.stopping = threading.Event()
+            self.thread = threading.Thread(target=self._loop, args=(self.stopping,),
+                                           name="netspec-flusher", daemon=True)
             self.thread.start()
 
-    def _loop(self) -> None:
+    def stop_if_idle(self) -> None:
+        """Stop and join the thread if no stream is open. Call with no stream's lock held:
+        the thread may be waiting for one to flush it."""
+        with self.lock:
+            if _live_streams or self.thread is None:
+                return
+            thread, self.thread = self.thread, None
+            self.stopping.set()
+        if thread is not threading.current_thread():
+            thread.join(STOP_S)
+            if thread.is_alive():
+                print(f"netspec: the stream flusher did not end within {STOP_S:g} s (a write blocked?)",
+                      file=sys.stderr)
+
+    def _loop(self, stopping: threading.Event) -> None:
         while True:
             streams = list(_live_streams)
             tick = min((s.config.flush_ms for s in streams), default=DEFAULT_FLUSH_MS) / 1000
-            time.sleep(tick)
+            if stopping.wait(tick):
+                return
             now = time.monotonic_ns()
             for stream in list(_live_streams):
                 # Each stream waits its own flush_ms (minus half a tick, so a tick never
@@ -318,8 +353,14 @@ class _Flusher:
                 due = stream.flushed_ns + (stream.config.flush_ms - tick * 500) * 1_000_000
                 if stream.buf and now >= due:
                     stream.flush()
+            with self.lock:
+                if not _live_streams and self.thread is threading.current_thread():
+                    self.thread = None  # its streams were dropped without a close
+                    return
 
     def forget(self) -> None:
+        """After fork: the parent's thread is not the child's."""
+        self.lock = threading.Lock()
         self.thread = None
 
 
@@ -327,9 +368,11 @@ _flusher = _Flusher()
 
 
 def close_all() -> None:
-    """Flush and close every stream of this process (at exit, on SIGTERM)."""
+    """Flush and close every stream of this process (at exit, on SIGTERM); the flusher
+    ends with the last."""
     for stream in list(_live_streams):
         stream.close()
+    _flusher.stop_if_idle()
 
 
 def _terminate() -> None:

@@ -1,0 +1,52 @@
+"""The stream writer's lifetimes: the flusher thread is owned by the open streams and ends,
+joined, with the last one's close; a closed stream leaves no descriptor open."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from netspec.datastream import writer
+from netspec.datastream.reader import StreamReader
+from netspec.datastream.writer import Stream, StreamConfig, StreamInfo
+
+
+def flushers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "netspec-flusher"]
+
+
+def open_files(directory: Path) -> list[str]:
+    """This process's descriptors open on files under `directory`."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # the listing's own descriptor, closed since
+            continue
+    return [link for link in links if link.startswith(str(directory))]
+
+
+def test_the_last_stream_to_close_ends_the_flusher_and_leaves_no_descriptor(tmp_path: Path) -> None:
+    writer.close_all()  # streams an earlier test of this process left open
+    first = Stream(StreamConfig("a", flush_ms=20), StreamInfo(tmp_path, component="c"))
+    second = Stream(StreamConfig("b"), StreamInfo(tmp_path, component="c"))
+    assert len(flushers()) == 1 and len(open_files(tmp_path)) == 2
+    first.close()
+    assert len(flushers()) == 1, "a stream still open keeps the flusher"
+    second.close()
+    assert flushers() == [] and open_files(tmp_path) == []
+    with StreamReader(first.path) as reader:
+        assert [r.entity.name for r in reader] == ["close"] and reader.closed_cleanly
+
+
+def test_a_stream_opened_after_the_flusher_ended_gets_a_new_one(tmp_path: Path) -> None:
+    writer.close_all()
+    Stream(StreamConfig("a"), StreamInfo(tmp_path, component="c")).close()
+    assert flushers() == []
+    Stream(StreamConfig("a", flush_ms=10), StreamInfo(tmp_path, component="c"))
+    try:
+        assert len(flushers()) == 1
+    finally:
+        writer.close_all()
+    assert flushers() == [] and open_files(tmp_path) == []
