@@ -36,9 +36,9 @@ from pathlib import Path
 import msgpack
 import msgspec
 from netspec.datastream import writer as streams
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 
 TARGET_EVENT_NS, TARGET_DISABLED_NS, TARGET_OVER_LOGGING = 300, 60, 10
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from netspec.nodelib.instrument import Datastreams
+from netspec.datastream.instrument import Datastreams
 from netspec.protocol.errors import NetspecError
 
 from .client import Exchange, ProbeClient

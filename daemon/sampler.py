@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.camp import (
+from netspec.camp import (
     Backend,
     CampError,
     CpuTimes,
@@ -39,8 +38,9 @@ from netspec.nodelib.camp import (
     ProcessId,
     default_backend,
 )
-from netspec.nodelib.camp.procfs import TICK_NS
-from netspec.nodelib.instrument import Datastreams
+from netspec.camp.procfs import TICK_NS
+from netspec.datastream.instrument import Datastreams
+from netspec.datastream.writer import StreamConfig, StreamInfo
 
 from .realtime import set_policy
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from netspec.clksync.node import ClockService
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.names import as_name
 
 from . import sampler

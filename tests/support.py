@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from netspec import camp
 from netspec.daemon.sampler import CampConfig, CampSampler
-from netspec.nodelib import camp
-from netspec.nodelib.instrument import Datastreams
+from netspec.datastream.instrument import Datastreams
 from netspec.protocol.runrecord import load_record
 
 PROGRAMS = Path(__file__).parent / "programs"

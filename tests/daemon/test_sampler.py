@@ -8,6 +8,8 @@ import random
 import time
 
 import pytest
+from netspec import camp
+from netspec.camp import CampError
 from netspec.daemon.sampler import (
     CHECK_SLACK_NS,
     CampConfig,
@@ -17,10 +19,8 @@ from netspec.daemon.sampler import (
     slot_instants,
 )
 from netspec.daemon.services import NodeServices
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
-from netspec.nodelib import camp
-from netspec.nodelib.camp import CampError
-from netspec.nodelib.instrument import Datastreams
 from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns
 from support import start_loadgen as start
 

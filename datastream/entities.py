@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from netspec.datastream.format import NAMESPACE
-from netspec.datastream.writer import Stream
+from .format import NAMESPACE
+from .writer import Stream
 
 _clock = time.time_ns
 
