@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from netspec.datastream.reader import StreamReader, read_streams
+from support import descriptors
 
 STORED = Path(__file__).parent.parent / "data" / "streams" / "stim-v1.0.ds"
 
@@ -20,14 +21,7 @@ def stream(tmp_path: Path) -> Path:
 def held(path: Path) -> list[str]:
     """This process's maps and descriptors of `path`."""
     maps = [line for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(str(path))]
-    fds = []
-    for fd in Path("/proc/self/fd").iterdir():
-        try:
-            if fd.readlink() == path:
-                fds.append(f"fd {fd.name}")
-        except FileNotFoundError:  # the listing's own descriptor, closed since
-            continue
-    return maps + fds
+    return maps + [f"fd {fd}" for fd, link in descriptors().items() if link == str(path)]
 
 
 def test_a_reader_holds_the_map_only_while_a_pass_runs(stream: Path) -> None:

@@ -3,28 +3,21 @@ joined, with the last one's close; a closed stream leaves no descriptor open."""
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 
 from netspec.datastream import writer
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import Stream, StreamConfig, StreamInfo
+from support import descriptors, threads_named
 
 
-def flushers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "netspec-flusher"]
+def flushers() -> list:
+    return threads_named("netspec-flusher")
 
 
 def open_files(directory: Path) -> list[str]:
     """This process's descriptors open on files under `directory`."""
-    links = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            links.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except FileNotFoundError:  # the listing's own descriptor, closed since
-            continue
-    return [link for link in links if link.startswith(str(directory))]
+    return [link for link in descriptors().values() if link.startswith(str(directory))]
 
 
 def test_the_last_stream_to_close_ends_the_flusher_and_leaves_no_descriptor(tmp_path: Path) -> None:
