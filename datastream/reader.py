@@ -23,7 +23,10 @@ from netspec.protocol.errors import StreamError
 from .format import CLOSE, DROPPED, FORMAT_VERSION, HEADER_MAGIC, NAMESPACE, SYNC, chunk_crc
 from .records import (
     ADMIN,
+    DATA,
     LOST,
+    START,
+    TAG,
     Decoder,
     DecoderRefused,
     EntityInfo,
@@ -182,16 +185,19 @@ class StreamReader:
                 # The commonest forms, an event without data and an interval, are checked
                 # here inline (a call per record costs a third of the reading); `record`
                 # checks every form, these too.
-                if type(r) is list and len(r) >= 3 and type(r[0]) is int and type(ts := r[1]) is int \
+                # Items are where schema.py puts them: the tag at TAG (events and intervals
+                # alike), an interval's start at START, an event's data after its tag.
+                if type(r) is list and len(r) > TAG and type(r[0]) is int and type(ts := r[1]) is int \
                         and 0 <= ts < _TIME_END and (e := entities.get(r[0])) is not None:
-                    tag = r[2] if type(r[2]) is int and _INT_MIN <= r[2] < _TIME_END else None
-                    if e.kind == "event" and len(r) == 3:
+                    tag = r[TAG] if type(r[TAG]) is int and _INT_MIN <= r[TAG] < _TIME_END else None
+                    if e.kind == "event" and len(r) == DATA:
                         last_ts = ts
                         yield Record(ts, e, tag, None, None, source)
                         continue
-                    if e.kind == "interval" and len(r) >= 4 and type(r[3]) is int and 0 <= r[3] < _TIME_END:
+                    if e.kind == "interval" and len(r) > START and type(r[START]) is int \
+                            and 0 <= r[START] < _TIME_END:
                         last_ts = ts
-                        yield Record(ts, e, tag, ts - r[3], r[3], source)
+                        yield Record(ts, e, tag, ts - r[START], r[START], source)
                         continue
                 try:
                     record = self.record(r)

@@ -3,11 +3,12 @@
 The format (a header map, then framed and checksummed chunks of records) is format.py's;
 a reader checks every chunk and skips a damaged one.
 
-Records are buffered as tuples and encoded a chunk at a time (msgspec encodes the same
-MessagePack bytes as the msgpack package about four times faster; bench/events.py). A
-chunk is written when full or by the flusher thread after `flush_ms`, so a killed process
-loses at most the records of one chunk. Ring streams keep their last chunks in memory and
-write them only when a trigger fires.
+Records have the forms schema.py declares: its Structs, or tuples in their order (an
+event's and an interval's, built inline by the entities). They are buffered and encoded a
+chunk at a time (msgspec encodes the same MessagePack bytes as the msgpack package about
+four times faster; bench/events.py). A chunk is written when full or by the flusher thread
+after `flush_ms`, so a killed process loses at most the records of one chunk. Ring streams
+keep their last chunks in memory and write them only when a trigger fires.
 """
 
 from __future__ import annotations
@@ -30,15 +31,13 @@ import msgspec
 from .format import (
     CHUNK_MAGIC,
     CLOCK,
-    CLOSE,
     DEFAULT_CHUNK_RECORDS,
     DEFAULT_FLUSH_MS,
-    DROPPED,
     FORMAT_VERSION,
     HEADER_MAGIC,
-    TRIGGER,
     chunk_crc,
 )
+from .schema import CloseRecord, DroppedRecord, Header, NamespaceRecord, TriggerRecord
 
 _encode = msgspec.msgpack.Encoder().encode
 # How long the last stream's close waits for the flusher to end: at most one flush of a
@@ -97,12 +96,12 @@ class Stream:
 
     def __init__(self, config: StreamConfig, info: StreamInfo):
         self.config, self.info = config, info
-        self.buf: list[tuple[Any, ...]] = []
+        self.buf: list[Any] = []  # records: tuples in schema.py's order, or its Structs
         self.limit = config.chunk_records
         self.lock = threading.Lock()
         self.ring: deque[tuple[int, bytes]] | None = (
             deque(maxlen=config.ring_chunks) if config.ring_chunks else None)
-        self.declared: dict[int, tuple[Any, ...]] = {}  # entity id -> its namespace record
+        self.declared: dict[int, NamespaceRecord] = {}  # entity id -> its namespace record
         self.closed = False
         self.warned_encoding = False
         self.fd: int | None = None
@@ -129,30 +128,27 @@ class Stream:
                 continue
             _windows[stem] = n
             break
-        header = {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": self.config.name,
-                  "run": self.info.run, "host": self.info.host, "component": self.info.component,
-                  "pid": self.pid, "parent_pid": self.parent_pid, "clock": CLOCK,
-                  "created_ns": time.time_ns(), "mode": "ring" if self.ring is not None else "normal",
-                  "ring_chunks": self.config.ring_chunks, "chunk_records": self.limit,
-                  **self.info.extra}
-        self._write(_encode(header), 0)
+        header = Header(HEADER_MAGIC, list(FORMAT_VERSION), self.config.name, self.info.run, self.info.host,
+                        self.info.component, self.pid, self.parent_pid, CLOCK, time.time_ns(),
+                        "ring" if self.ring is not None else "normal", self.config.ring_chunks, self.limit)
+        self._write(_encode({**msgspec.structs.asdict(header), **self.info.extra}), 0)
         if self.declared:
             self._write_chunk(list(self.declared.values()))
 
-    def put(self, record: tuple[Any, ...]) -> None:
+    def put(self, record: Any) -> None:
         """Append one record (the slow path; entities inline this)."""
         self.buf.append(record)
         if len(self.buf) >= self.limit:
             self.flush()
 
-    def declare(self, records: list[tuple[Any, ...]]) -> None:
+    def declare(self, records: list[NamespaceRecord]) -> None:
         """Write namespace records now, ahead of any buffered use, bypassing the ring: a
         ring that drops chunks must never drop what names its entities. An entity already
         declared in this file is not declared again."""
         with _flushing(self):
-            new = [r for r in records if r[2] not in self.declared]
+            new = [r for r in records if r.entity not in self.declared]
             if new:
-                self.declared.update((r[2], r) for r in new)
+                self.declared.update((r.entity, r) for r in new)
                 self._write_chunk(new)
 
     def flush(self) -> None:
@@ -183,8 +179,7 @@ class Stream:
             self._flush_locked()
             for count, chunk in self.ring:
                 self._write(chunk, count)
-            self._write_chunk([(TRIGGER, time.time_ns(), reason, len(self.ring),
-                                self.ring_discarded)])
+            self._write_chunk([TriggerRecord(time.time_ns(), reason, len(self.ring), self.ring_discarded)])
             self.ring.clear()
             self.ring_discarded = 0
 
@@ -204,14 +199,13 @@ class Stream:
             self.closed = True  # a forked child that logged nothing leaves no file
             return
         self._flush_locked()
-        kept = len(self.ring) if self.ring is not None else 0
-        self._write_chunk([(CLOSE, time.time_ns(), self.records, self.chunks,
-                            kept + self.ring_discarded)])
+        unwritten = (len(self.ring) if self.ring is not None else 0) + self.ring_discarded
+        self._write_chunk([CloseRecord(time.time_ns(), self.records, self.chunks, unwritten)])
         self.closed = True
         if self.fd is not None:
             os.close(self.fd)
 
-    def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
+    def _chunk(self, records: list[Any]) -> bytes:
         if self.fd is None:
             self._open()  # a forked child's first chunk: its file, header and namespace first
         try:
@@ -223,7 +217,7 @@ class Stream:
         return _encode((CHUNK_MAGIC, self.seq, len(records), chunk_crc(self.seq, len(records), body),
                         body))
 
-    def _encodable(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _encodable(self, records: list[Any]) -> list[Any]:
         """The records MessagePack can carry, and a dropped record counting the others: one
         bad value (an object, an int over 64 bits) must not cost its whole chunk."""
         good, bad = [], None
@@ -239,12 +233,12 @@ class Stream:
         if not self.warned_encoding:
             self.warned_encoding = True
             print(f"netspec: stream {self.path}: records dropped: {reason}", file=sys.stderr)
-        return [(DROPPED, time.time_ns(), bad[0], reason), *good]
+        return [DroppedRecord(time.time_ns(), bad[0], reason), *good]
 
-    def _write_chunk(self, records: list[tuple[Any, ...]]) -> None:
+    def _write_chunk(self, records: list[Any]) -> None:
         if self.dropped:
             # Said before anything else once the file takes writes again.
-            records = [(DROPPED, time.time_ns(), self.dropped, "write failed"), *records]
+            records = [DroppedRecord(time.time_ns(), self.dropped, "write failed"), *records]
             self.dropped = 0
         self._write(self._chunk(records), len(records))
 
