@@ -176,6 +176,7 @@ class StreamReader:
     def __iter__(self) -> Iterator[Record]:
         last_ts = self.header.get("created_ns", 0)
         entities, source = self.entities, self.source
+        tag_at, start_at, data_at = TAG, START, DATA  # locals: the loop below runs per record
         for seq, item in self.chunks():
             if seq is None:
                 yield Record(last_ts, LOST, None, item, None, self.source)
@@ -187,17 +188,17 @@ class StreamReader:
                 # checks every form, these too.
                 # Items are where schema.py puts them: the tag at TAG (events and intervals
                 # alike), an interval's start at START, an event's data after its tag.
-                if type(r) is list and len(r) > TAG and type(r[0]) is int and type(ts := r[1]) is int \
+                if type(r) is list and len(r) > tag_at and type(r[0]) is int and type(ts := r[1]) is int \
                         and 0 <= ts < _TIME_END and (e := entities.get(r[0])) is not None:
-                    tag = r[TAG] if type(r[TAG]) is int and _INT_MIN <= r[TAG] < _TIME_END else None
-                    if e.kind == "event" and len(r) == DATA:
+                    tag = r[tag_at] if type(r[tag_at]) is int and _INT_MIN <= r[tag_at] < _TIME_END else None
+                    if e.kind == "event" and len(r) == data_at:
                         last_ts = ts
                         yield Record(ts, e, tag, None, None, source)
                         continue
-                    if e.kind == "interval" and len(r) > START and type(r[START]) is int \
-                            and 0 <= r[START] < _TIME_END:
+                    if e.kind == "interval" and len(r) > start_at and type(r[start_at]) is int \
+                            and 0 <= r[start_at] < _TIME_END:
                         last_ts = ts
-                        yield Record(ts, e, tag, ts - r[START], r[START], source)
+                        yield Record(ts, e, tag, ts - r[start_at], r[start_at], source)
                         continue
                 try:
                     record = self.record(r)
