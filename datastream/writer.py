@@ -89,9 +89,10 @@ class Stream:
     """One open stream file of this process.
 
     Lifecycle: created open (header written), records are `put`, chunks leave by `flush`
-    (when full, by the flusher thread, at exit or on SIGTERM), `close` writes the clean
-    close record (the last stream of the process to close ends the flusher thread too).
-    After a fork the child reopens its own file (`_reopen_in_child`).
+    (when full, by the flusher thread, at exit or on SIGTERM), `close` (or the end of a
+    `with` block) writes the clean close record; the last stream of the process to close
+    ends the flusher thread too. After a fork the child reopens its own file
+    (`_reopen_in_child`).
     """
 
     def __init__(self, config: StreamConfig, info: StreamInfo):
@@ -134,6 +135,12 @@ class Stream:
         self._write(_encode({**msgspec.structs.asdict(header), **self.info.extra}), 0)
         if self.declared:
             self._write_chunk(list(self.declared.values()))
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def put(self, record: Any) -> None:
         """Append one record (the slow path; entities inline this)."""

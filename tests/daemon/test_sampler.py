@@ -291,7 +291,7 @@ def test_a_stopped_sampler_leaves_no_thread_and_no_descriptor(tmp_path):
     assert descriptors() == before, "the backend's /proc files, the wake pipe and the stream closed"
 
 
-def test_a_run_s_node_services_close_leaves_no_thread_and_no_descriptor(tmp_path):
+def test_node_services_closed_leave_no_thread_and_no_descriptor(tmp_path):
     before = descriptors()
     services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=5, interfaces=("lo",), disks=()),
                             components=("me",))

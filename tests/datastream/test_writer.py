@@ -35,7 +35,8 @@ def test_the_last_stream_to_close_ends_the_flusher_and_leaves_no_descriptor(tmp_
 
 def test_a_stream_opened_after_the_flusher_ended_gets_a_new_one(tmp_path: Path) -> None:
     writer.close_all()
-    Stream(StreamConfig("a"), StreamInfo(tmp_path, component="c")).close()
+    with Stream(StreamConfig("a"), StreamInfo(tmp_path, component="c")):
+        assert len(flushers()) == 1
     assert flushers() == []
     Stream(StreamConfig("a", flush_ms=10), StreamInfo(tmp_path, component="c"))
     try:
