@@ -14,7 +14,8 @@ from netspec.protocol.errors import NetspecError
 
 from .entities import Counter, Entity, Event, Histogram, Interval, SampleGroup
 from .format import FIRST_ENTITY_ID
-from .writer import Stream, StreamConfig, StreamInfo, install_exit_hooks
+from .process import install_exit_hooks
+from .writer import Stream, StreamConfig, StreamInfo
 
 
 def _pattern(p: str) -> str:

@@ -1,11 +1,12 @@
-"""The stream writer's lifetimes: the flusher thread is owned by the open streams and ends,
-joined, with the last one's close; a closed stream leaves no descriptor open."""
+"""The process's streams (datastream/process.py): the flusher thread is owned by the open
+streams and ends, joined, with the last one's close; a closed stream leaves no descriptor
+open."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from netspec.datastream import writer
+from netspec.datastream import process
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import Stream, StreamConfig, StreamInfo
 from support import descriptors, threads_named
@@ -21,7 +22,7 @@ def open_files(directory: Path) -> list[str]:
 
 
 def test_the_last_stream_to_close_ends_the_flusher_and_leaves_no_descriptor(tmp_path: Path) -> None:
-    writer.close_all()  # streams an earlier test of this process left open
+    process.close_all()  # streams an earlier test of this process left open
     first = Stream(StreamConfig("a", flush_ms=20), StreamInfo(tmp_path, component="c"))
     second = Stream(StreamConfig("b"), StreamInfo(tmp_path, component="c"))
     assert len(flushers()) == 1 and len(open_files(tmp_path)) == 2
@@ -34,7 +35,7 @@ def test_the_last_stream_to_close_ends_the_flusher_and_leaves_no_descriptor(tmp_
 
 
 def test_a_stream_opened_after_the_flusher_ended_gets_a_new_one(tmp_path: Path) -> None:
-    writer.close_all()
+    process.close_all()
     with Stream(StreamConfig("a"), StreamInfo(tmp_path, component="c")):
         assert len(flushers()) == 1
     assert flushers() == []
@@ -42,5 +43,5 @@ def test_a_stream_opened_after_the_flusher_ended_gets_a_new_one(tmp_path: Path) 
     try:
         assert len(flushers()) == 1
     finally:
-        writer.close_all()
+        process.close_all()
     assert flushers() == [] and open_files(tmp_path) == []
