@@ -12,8 +12,8 @@ import duckdb
 import pytest
 from netspec.analysis.graph import run_graph
 from netspec.analysis.resultset import merge_run, open_tables
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from support import ns_control
 
 T0 = 1_700_000_000_000_000_000

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from netspec.analysis.resultset import merge_run
 from netspec.analysis.usercode import UserCode
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from support import ns_control
 from test_pairs import T0, write_stream
 

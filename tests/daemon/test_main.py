@@ -59,7 +59,7 @@ class Hide(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in hidden:
             raise ImportError(f"{{name}} is not installed on a remote host")
 sys.meta_path.insert(0, Hide())
-import netspec.daemon.main, netspec.nodelib, netspec.nodelib.camp
+import netspec.daemon.main, netspec.nodelib, netspec.camp
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from support import PROGRAMS, wait_for
 
 
