@@ -191,21 +191,26 @@ class Daemon:
         self._stopped.set()
 
     async def serve(self, host: str, port: int, on_ready: Any = None) -> None:
-        """Listen until `stop()`; then end every session, killing the processes it owns."""
+        """Listen until `stop()`; then end every session, killing the processes it owns.
+        Every connection's task is in one task group: none outlives this call."""
         self.root.mkdir(parents=True, exist_ok=True)
-        server = await Channel.serve(self._connection, host, port)
-        if on_ready is not None:
-            on_ready(server.sockets[0].getsockname()[1])
-        async with server:
-            await self._stopped.wait()
-        # Hanging up ends each session the ordinary way, which resets its run.
-        connections = {**self.handshakes, **self.sessions}
-        for channel in connections.values():
-            channel.hang_up()
-        if connections:
-            _, stuck = await asyncio.wait(connections, timeout=CLOSE_TIMEOUT_S)
-            for task in stuck:
-                task.cancel()
+        async with asyncio.TaskGroup() as connections:
+            server = await Channel.serve(self._connection, host, port, connections)
+            if on_ready is not None:
+                on_ready(server.sockets[0].getsockname()[1])
+            async with server:
+                await self._stopped.wait()
+            # Hanging up ends each session the ordinary way, which resets its run.
+            open_now = {**self.handshakes, **self.sessions}
+            for channel in open_now.values():
+                channel.hang_up()
+            if open_now:
+                _, stuck = await asyncio.wait(open_now, timeout=CLOSE_TIMEOUT_S)
+                for task in stuck:
+                    # Cancelled, it still resets its run (`_connection`); the group waits for it.
+                    log.warning("connection task %s did not end within %g s of its hang-up: "
+                                "cancelled", task.get_name(), CLOSE_TIMEOUT_S)
+                    task.cancel()
 
     async def _connection(self, channel: Channel) -> None:
         peer = channel.peer
