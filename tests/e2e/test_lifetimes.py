@@ -74,6 +74,7 @@ def cancel_mid_step(path: Path, key: bytes, runs: Path) -> str:
     assert record["status"] == "interrupted"
     assert record["error"]["message"] == "cancelled in phase 'work'"
     assert [s["status"] for s in record["steps"]] == ["ok", "failed"]
+    assert (rundir.path / "hosts" / "a" / "one" / "stderr").exists()  # gathered, as at an interrupt
     assert not run_processes(rundir.id)
     return rundir.id
 
