@@ -123,7 +123,9 @@ class Run:
         """
         self.failure = asyncio.get_running_loop().create_future()
         error: NetspecError | None = None
-        async with asyncio.TaskGroup() as tg:  # the run's: each daemon connection's reader, the stragglers
+        # The run's task group: each daemon connection's reader, the stragglers. The local
+        # daemons' fork server is ended however the run ends (`_finish` ends it first).
+        async with self.forks, asyncio.TaskGroup() as tg:
             self.tg = tg
             try:
                 await self._start_fleet()

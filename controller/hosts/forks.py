@@ -32,6 +32,7 @@ class DaemonForks:
         self._ports: dict[int, asyncio.Future[int]] = {}  # pid -> port
         self._ended: dict[int, asyncio.Future[int]] = {}  # pid -> returncode
         self._lost: str | None = None
+        self._closed = False
 
     async def _start(self) -> asyncio.subprocess.Process:
         async with self._starting:
@@ -124,7 +125,7 @@ class DaemonForks:
     async def close(self) -> None:
         """End the fork server (its stdin closed; SIGKILL after STOP_GRACE_S) and its
         reader, and wait for both; may be called twice."""
-        if self.proc is None:
+        if self.proc is None or self._closed:
             return
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -133,13 +134,14 @@ class DaemonForks:
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
-        reader, self._reader = self._reader, None
+        reader = self._reader
         # It ends at the end of the server's stdout, which its exit brings: waited for, not
         # cancelled (a daemon's process the server left behind may hold that pipe for a
         # while; then it is cancelled after the grace, and that is awaited too).
         if reader is not None and not (await asyncio.wait({reader}, timeout=STOP_GRACE_S))[0]:
             reader.cancel()
             await asyncio.wait({reader})
+        self._reader, self._closed = None, True  # once all of it is done: a close cut short is done again
 
 
 def _settle(waiter: asyncio.Future[int], value: int) -> None:
