@@ -1,5 +1,5 @@
-"""Every lifetime owned: a run stopped mid-step, by a cancellation in-process or by Ctrl-C
-to `ns_control`, leaves no task, timer, thread, open file or process behind it."""
+"""Every lifetime owned: a run stopped mid-step, by a failure or a cancellation in-process
+or by Ctrl-C to `ns_control`, leaves no task, timer, thread, open file or process behind it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
 from netspec.controller.record.progress import Progress
 from netspec.controller.record.rundir import RunDir
+from netspec.protocol.errors import StepFailed
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record
 from support import latest_record, wait_for
@@ -42,14 +43,15 @@ def live_timers(loop: asyncio.AbstractEventLoop) -> list[asyncio.TimerHandle]:
     return [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
 
 
-def cancel_mid_step(path: Path, key: bytes, runs: Path) -> str:
-    """Run the experiment at `path` in this process, cancel it once its step 'work' is
-    under way, and check that it left nothing behind it: no task or timer of the loop,
-    no thread, no open file, no child process; its run's id."""
+def stop_mid_step(path: Path, key: bytes, runs: Path, cancel: bool = True) -> dict:
+    """Run the experiment at `path` in this process until it fails, or cancel it once its
+    step 'work' is under way, and check that it left nothing behind it: no task or timer
+    of the loop, no thread, no open file, no child process, none of its processes; its
+    run.json."""
     plan = parse(path.read_text(), path)
     threads, fds = set(threading.enumerate()), open_fds()
 
-    async def cancel_in_work() -> tuple[RunDir, list[asyncio.Task], list[asyncio.TimerHandle]]:
+    async def stopped() -> tuple[RunDir, list[asyncio.Task], list[asyncio.TimerHandle]]:
         rundir = RunDir.create(runs, plan.name, plan.text, {"hosts": {}, "steps": [], "components": {}})
         in_work = asyncio.Event()
 
@@ -57,37 +59,46 @@ def cancel_mid_step(path: Path, key: bytes, runs: Path) -> str:
             if event.kind == "step" and event.step == "work":
                 in_work.set()
         run = asyncio.create_task(Run(plan, rundir, key, progress).execute())
-        async with asyncio.timeout(120):
-            await in_work.wait()
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        if cancel:
+            async with asyncio.timeout(120):
+                await in_work.wait()
+            run.cancel()
+        with pytest.raises(asyncio.CancelledError if cancel else StepFailed):
             await run
         left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         return rundir, left, live_timers(asyncio.get_running_loop())
 
-    rundir, tasks, timers = asyncio.run(cancel_in_work())
+    rundir, tasks, timers = asyncio.run(stopped())
     assert tasks == [] and timers == []
     assert set(threading.enumerate()) - threads == set()
     assert open_fds() == fds
     assert psutil.Process().children(recursive=True) == []
-    record = latest_record(runs)
-    assert record["status"] == "interrupted"
-    assert record["error"]["message"] == "cancelled in phase 'work'"
-    assert [s["status"] for s in record["steps"]] == ["ok", "failed"]
-    assert (rundir.path / "hosts" / "a" / "one" / "stderr").exists()  # gathered, as at an interrupt
     assert not run_processes(rundir.id)
-    return rundir.id
+    record = latest_record(runs)
+    assert [s["status"] for s in record["steps"]] == ["ok", "failed"]
+    assert (rundir.path / "hosts" / "a" / "one" / "stderr").exists()  # gathered after the stop
+    return record
 
 
 def test_a_run_cancelled_mid_step_ends_interrupted_leaving_no_task_timer_thread_fd_or_process(
         experiment, key, tmp_path):
-    cancel_mid_step(experiment(HANGS_IN_WORK), key, tmp_path / "runs")
+    record = stop_mid_step(experiment(HANGS_IN_WORK), key, tmp_path / "runs")
+    assert record["status"] == "interrupted"
+    assert record["error"]["message"] == "cancelled in phase 'work'"
+
+
+def test_a_run_failing_mid_step_leaves_no_task_timer_thread_fd_or_process(experiment, key, tmp_path):
+    text = HANGS_IN_WORK.replace("{hang_in: work}", "{fail_in: work}").replace(
+        'two: {host: b, program: ACTOR, args: ["launch,work,collect"]}',
+        'two: {host: b, program: ACTOR, args: ["launch,work,collect"], params: {hang_in: work}}')
+    record = stop_mid_step(experiment(text), key, tmp_path / "runs", cancel=False)
+    assert record["status"] == "failed" and record["error"]["phase"] == "work"
 
 
 def test_a_run_over_ssh_cancelled_mid_step_leaves_no_tunnel_pump_or_connection_thread(
         ssh_env, experiment, key, tmp_path):
     path = experiment(HANGS_IN_WORK.replace("a: {}", f"a: {{ssh: {ssh_env[0].alias}}}"))
-    cancel_mid_step(path, key, tmp_path / "runs")
+    assert stop_mid_step(path, key, tmp_path / "runs")["status"] == "interrupted"
 
 
 def test_ctrl_c_mid_step_ends_every_process_of_the_run_and_gives_the_shared_daemon_its_fds_back(
