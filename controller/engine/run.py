@@ -296,13 +296,12 @@ class Run:
             else:
                 for host, info in record["hosts"].items():
                     info["sent_ns"] = sent if isinstance(sent, int) else sent[host]
-            await self._guard(_wait(barrier.opened), deadline, lambda: DeadlineExceeded(
-                step.phase, barrier.waiting(), step.deadline_s))
-            if not barrier.complete.done():
-                self.stragglers.follow(self.tg, barrier, deadline, lambda: self.barrier)
-            if step.phase == "collect":
-                await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
-                    step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
+            opened = barrier.opened  # who the deadline caught waiting: participants, or files
+
+            def missed() -> DeadlineExceeded:
+                waiting = {h: ["files"] for h in self.clients} if opened.done() else barrier.waiting()
+                return DeadlineExceeded(step.phase, waiting, step.deadline_s)
+            await self._guard(self._through(step, barrier, deadline), deadline, missed)
             record["status"] = "ok"
         except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
             record["status"] = "failed"
@@ -326,6 +325,16 @@ class Run:
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=record["duration_s"],
                                text=release.skew_text(record["release"])))
+
+    async def _through(self, step: Step, barrier: Barrier, deadline: float) -> None:
+        """A step's work once its enter is sent, in the step's task group (`_guard`): its
+        barrier opened; the stragglers of a k-of-n step followed (by the run, until the
+        step's deadline); at collect, the fleet's files fetched."""
+        await asyncio.shield(barrier.opened)  # others wait on it too: not cancelled with this wait
+        if not barrier.complete.done():
+            self.stragglers.follow(self.tg, barrier, deadline, lambda: self.barrier)
+        if step.phase == "collect":
+            await self._collect(deadline)
 
     async def _end(self, host: str, name: str) -> str | None:
         """End component `name` on `host` now (a straggler at its step's deadline); None if
@@ -534,8 +543,3 @@ class Run:
             "type": type(error).__name__, "message": str(error), "phase": self.phase,
             "causes": error.causes() if isinstance(error, StepFailed) else []})
 
-
-async def _wait(future: asyncio.Future[Any]) -> Any:
-    """`future`'s result, as a coroutine a task group can run; the future itself is not
-    cancelled with the wait (others wait on it too)."""
-    return await asyncio.shield(future)
