@@ -67,12 +67,18 @@ class SSHConnection:
         self.close()
 
     def open(self, timeout: float = SSH_CONNECT_S) -> None:
-        """Connect and authenticate.
+        """Connect and authenticate; nothing if it is open already (a connection whose
+        transport ended is closed and opened again).
 
         Raises:
             ConnectionLost: naming the host and why (unreachable, refused, host key
                 unknown or changed, authentication failed).
         """
+        if self.client is not None:
+            transport = self.client.get_transport()
+            if transport is not None and transport.is_active():
+                return
+            self.close()
         t = self.target
         client = paramiko.SSHClient()
         for path in t.known_hosts:

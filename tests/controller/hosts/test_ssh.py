@@ -42,3 +42,16 @@ def test_closing_a_tunnel_hangs_up_its_connections_and_joins_every_thread_it_sta
             assert tunnel.close() == []  # none still running
             assert sock.recv(64) == b""  # hung up
     assert set(threading.enumerate()) - threads == set()  # the connection's own thread too
+
+
+def test_opening_an_open_connection_keeps_it_and_closing_it_twice_leaves_no_thread(ssh_env):
+    host = ssh_env[0]
+    threads = set(threading.enumerate())
+    conn = SSHConnection(host.alias, resolve(host.alias))
+    conn.open()
+    transport = conn.transport
+    conn.open()
+    assert conn.transport is transport
+    conn.close()
+    conn.close()
+    assert set(threading.enumerate()) - threads == set()
