@@ -6,15 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from netspec import camp
 from netspec.daemon.sampler import CampConfig, CampSampler
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib import camp
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.runrecord import load_record
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -44,6 +45,22 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str =
             return value
         time.sleep(0.02)
     pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+
+
+def descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each is open on (a file, socket:[...],
+    pipe:[...], anon_inode:[timerfd]): what a closed owner must have given back."""
+    held = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, closed since
+            continue
+    return held
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
 
 
 def ns_control(*args: str, cwd: Path, timeout: float = 120,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from netspec.analysis.resultset import merge_run
 from netspec.analysis.usercode import UserCode
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from support import ns_control, write_stream
 
 T0 = 1_700_000_000_000_000_000

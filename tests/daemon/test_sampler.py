@@ -4,10 +4,14 @@ no aliasing with periodic workloads, and a warning where /proc/stat misses CPU t
 import gzip
 import itertools
 import math
+import os
 import random
+import threading
 import time
 
 import pytest
+from netspec import camp
+from netspec.camp import CampError
 from netspec.daemon.sampler import (
     CHECK_SLACK_NS,
     CampConfig,
@@ -17,11 +21,17 @@ from netspec.daemon.sampler import (
     slot_instants,
 )
 from netspec.daemon.services import NodeServices
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
-from netspec.nodelib import camp
-from netspec.nodelib.camp import CampError
-from netspec.nodelib.instrument import Datastreams
-from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns, wait_for
+from support import (
+    Steal,
+    descriptors,
+    sample_a_process_that_exits,
+    schedstat,
+    schedstat_ns,
+    threads_named,
+    wait_for,
+)
 from support import start_loadgen as start
 
 
@@ -273,3 +283,32 @@ def test_every_logging_window_samples_the_same_fields_whichever_components_run(t
                if r.entity.full_name == "CAMP/node"]
     assert {s["proc.load.pid"] for s in samples} == {load.pid, None}
     assert all(s["proc.idle.pid"] is None for s in samples)
+
+
+def test_a_stopped_sampler_leaves_no_thread_and_no_descriptor(tmp_path):
+    before = descriptors()
+    streams = open_camp(tmp_path)
+    config = CampConfig(interval_ms=5, interfaces=("lo",), disks=())
+    sampler = CampSampler(streams, config, {"me": os.getpid()})
+    sampler.start()
+    wait_for(lambda: sampler.samples >= 3, timeout=10, what="three samples")
+    assert len(threads_named("camp")) == 1
+    sampler.stop()
+    sampler.stop()
+    streams.stop()
+    assert threads_named("camp") == [] and threads_named("netspec-flusher") == []
+    assert descriptors() == before, "the backend's /proc files, the wake pipe and the stream closed"
+
+
+def test_node_services_closed_leave_no_thread_and_no_descriptor(tmp_path):
+    before = descriptors()
+    services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=5, interfaces=("lo",), disks=()),
+                            components=("me",))
+    services.open()
+    port = services.clock.serve("127.0.0.1", bytes(32))
+    assert port
+    services.start_logging({"me": os.getpid()})
+    wait_for(lambda: services.sampler.samples >= 3, timeout=10, what="three samples")
+    services.close()
+    assert [t.name for t in threading.enumerate() if t.name in ("camp", "clksync", "netspec-flusher")] == []
+    assert descriptors() == before

@@ -1,13 +1,17 @@
 """netspecd as a real process: authentication, framing limits, error replies."""
 
 import asyncio
+import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
 import pytest
+from daemonview import Session
 from netspec.controller.hosts.fleet import DaemonClient
 from netspec.daemon.server import HANDSHAKE_TIMEOUT_S, MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
@@ -15,7 +19,7 @@ from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
-from support import session_run_id, wait_for
+from support import PROGRAMS, session_run_id, wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
@@ -306,3 +310,30 @@ def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limi
         await serving
         return replies
     assert len({r["id"] for r in asyncio.run(scenario())}) == 3 * MAX_IN_FLIGHT
+
+
+def test_a_daemon_stopped_mid_step_ends_its_session_and_the_runs_processes_and_exits(key, tmp_path):
+    run = session_run_id("run-stopped")
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0",
+                             "--announce", "--root", str(tmp_path / "droot")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(proc.stdout.readline())["port"]
+
+        async def scenario():
+            async with Session(port, key) as s:
+                await s.request("setup", run=run, components=[
+                    {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}])
+                s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "actor"}])
+                assert (await s.event("ack", "actor"))["status"] == "ok"
+                s.client.notify("enter", phase="work", step=1, published={},
+                                components=[{"name": "actor", "params": {"hang_in": "work"}}])
+                proc.terminate()
+                async with asyncio.timeout(20):  # its hang-up, once the run is reset
+                    await asyncio.shield(s.serving)
+        asyncio.run(scenario())
+        assert proc.wait(timeout=20) == 0
+        assert run_processes(run) == []
+    finally:
+        proc.kill()
+        proc.wait()

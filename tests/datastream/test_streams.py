@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from support import PROGRAMS, Steal, wait_for
 
 
@@ -64,7 +64,7 @@ def test_a_normal_exit_flushes_and_closes(tmp_path: Path) -> None:
 # What a chunk may take beyond its stream's flush_ms. The flusher starts with a process's
 # first stream and wakes every tick (the smallest flush_ms of the open streams), writing
 # each stream whose flush_ms, less half a tick, has passed since its last chunk
-# (datastream/writer.py): a record logged once its stream opened is written at the first
+# (datastream/process.py): a record logged once its stream opened is written at the first
 # tick flush_ms after the flusher started, then the flusher's own work (encoding and
 # writing a chunk, well under a millisecond), allowed OWN_WORK_NS. On a loaded machine the
 # flusher also waits for a CPU: that time, the scheduler's own account of it (and what the
@@ -162,8 +162,8 @@ def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Pa
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "datastream/writer.py: the flusher sleeps the tick it chose before the stream opened (the "
-    "slower stream's flush_ms, or 100 ms with none open), so a faster stream's record waits that "
+    "datastream/process.py: the flusher sleeps the tick it chose before the stream opened (the "
+    "slower stream's flush_ms), so a faster stream's record waits that "
     "tick out (about 950 ms for 20 ms here); to fix there: wake the flusher when a stream opens"))
 def test_a_stream_opened_beside_a_slower_one_waits_only_its_own_flush_ms(tmp_path: Path) -> None:
     fast_ms, slow_ms = 20, 1000

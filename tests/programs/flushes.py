@@ -12,8 +12,8 @@ import argparse
 import time
 from pathlib import Path
 
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 
 parser = argparse.ArgumentParser()
 parser.add_argument("dir", type=Path)

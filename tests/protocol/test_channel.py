@@ -21,11 +21,12 @@ async def tcp_channels():
 
     async def on_channel(channel: Channel) -> None:
         accepted.set_result(channel)
-    server = await Channel.serve(on_channel, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    a = await Channel.connect("127.0.0.1", port, peer="a")
-    b = await accepted
-    server.close()
+    async with asyncio.TaskGroup() as tg:
+        server = await Channel.serve(on_channel, "127.0.0.1", 0, tg)
+        port = server.sockets[0].getsockname()[1]
+        a = await Channel.connect("127.0.0.1", port, peer="a")
+        b = await accepted
+        server.close()
     return [a, b]
 
 
