@@ -59,13 +59,15 @@ class Flusher:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
+        self.wake = threading.Event()  # set on a stop, and on a stream opened mid-tick
 
     def ensure_running(self) -> None:
         with self.lock:
             if self.thread is not None:
+                self.wake.set()  # the new stream may want a shorter tick than the one slept
                 return
-            self.stopping = threading.Event()
-            self.thread = threading.Thread(target=self._loop, args=(self.stopping,),
+            self.stopping, self.wake = threading.Event(), threading.Event()
+            self.thread = threading.Thread(target=self._loop, args=(self.stopping, self.wake),
                                            name="netspec-flusher", daemon=True)
             self.thread.start()
 
@@ -77,17 +79,20 @@ class Flusher:
                 return
             thread, self.thread = self.thread, None
             self.stopping.set()
+            self.wake.set()
         if thread is not threading.current_thread():
             thread.join(STOP_S)
             if thread.is_alive():
                 print(f"netspec: the stream flusher did not end within {STOP_S:g} s (a write blocked?)",
                       file=sys.stderr)
 
-    def _loop(self, stopping: threading.Event) -> None:
+    def _loop(self, stopping: threading.Event, wake: threading.Event) -> None:
         while True:
             streams = list(live_streams)
             tick = min((s.config.flush_ms for s in streams), default=DEFAULT_FLUSH_MS) / 1000
-            if stopping.wait(tick):
+            wake.wait(tick)
+            wake.clear()  # a stream opened after this is in the next turn's tick
+            if stopping.is_set():
                 return
             now = time.monotonic_ns()
             for stream in list(live_streams):

@@ -161,10 +161,6 @@ def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Pa
         f"the slow stream was written {(slow_written - opened) / 1e6:.1f} ms after it opened"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "datastream/process.py: the flusher sleeps the tick it chose before the stream opened (the "
-    "slower stream's flush_ms), so a faster stream's record waits that "
-    "tick out (about 950 ms for 20 ms here); to fix there: wake the flusher when a stream opens"))
 def test_a_stream_opened_beside_a_slower_one_waits_only_its_own_flush_ms(tmp_path: Path) -> None:
     fast_ms, slow_ms = 20, 1000
     with Steal() as steal:
