@@ -178,8 +178,8 @@ def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
 def cmd_dump(args: argparse.Namespace) -> int:
     from netspec.analysis.narrate import narrate
     from netspec.analysis.usercode import load_function
+    from netspec.datastream.instrument import selects
     from netspec.datastream.reader import StreamReader, read_streams
-    from netspec.nodelib.instrument import selects
 
     paths = [p for f in args.files for p in (sorted(f.rglob("*.ds")) if f.is_dir() else [f])]
     if not paths:
