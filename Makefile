@@ -25,7 +25,8 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
-# Unit tests: no namespaced hosts, no end-to-end runs, no timing bounds.
+# Unit tests: no namespaced hosts, no timing bounds, and not the end-to-end tier (tests/e2e/,
+# every test of which tests/conftest.py marks e2e).
 test-quick: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not nethosts and not e2e and not timing"
 

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import psutil
+from netspec.camp.procfs import READ_SIZE, ProcBackend, process_clock
 from netspec.daemon.sampler import CampConfig, CampSampler, open_stream, slot_instants
-from netspec.nodelib.camp.procfs import READ_SIZE, ProcBackend, process_clock
 
 PROCESSES = 4
 

@@ -27,9 +27,9 @@ from netspec.analysis.sinks import EventsSink
 from netspec.analysis.source import FileSource
 from netspec.analysis.timeline import merge, merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 
 HOSTS = ("a", "b", "c", "d")
 OFFSETS = {"a": 0, "b": 2_000_000, "c": -3_000_000, "d": 7_000_000}

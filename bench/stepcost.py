@@ -92,10 +92,11 @@ async def first_level(key: bytes, width: int) -> None:
             # their work must not take this machine's cores from the controller measured.
             summary = summary or subtree_summary(message["hosts"], random.Random(width))
             channel.send({"t": m.ACKS, "step": message["step"], "acks": [], "summary": summary})
-    server = await Channel.serve(serve, "127.0.0.1", 0)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    async with server:
-        await server.serve_forever()
+    async with asyncio.TaskGroup() as tg:
+        server = await Channel.serve(serve, "127.0.0.1", 0, tg)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        async with server:
+            await server.serve_forever()
 
 
 async def one_size(n: int, width: int | None, steps: int, key: bytes, runs: Path) -> dict[str, float]:

@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from netspec.nodelib.instrument import Datastreams
+from netspec.datastream.instrument import Datastreams
 from netspec.protocol.errors import NetspecError
 
-from .client import Exchange, ProbeClient
+from .client import EXCHANGE_TIMEOUT_S, VOLLEY, Exchange, ProbeClient
 from .gate import Estimate, Gate
 from .server import ProbeServer
 from .watch import ClockChange, ClockWatch
@@ -29,10 +29,15 @@ REPORT_EVERY_NS = 1_000_000_000
 RETRY_S = 1.0  # after a volley that got no exchange through
 SERVER_POLL_S = 0.05
 GATE_POLL_S = 0.05
+# How long `close` waits for the thread: it looks at its stop between two volleys (or
+# server polls), so it ends within one unanswered volley, and its socket with it.
+STOP_S = VOLLEY * EXCHANGE_TIMEOUT_S + 1.0
 
 
 class ClockService:
-    """Lifecycle: `serve` or `probe` once, `estimate`/`within` at any time, `close`."""
+    """Lifecycle: `serve` or `probe` once, `estimate`/`within` at any time, `close` (or
+    leave a `with` block), which stops the thread and joins it within STOP_S: after it no
+    thread, socket or timerfd of the service is left. The run's NodeServices owns it."""
 
     def __init__(self, streams: Datastreams):
         self._exchange = streams.samples("CLKSYNC", "exchange", EXCHANGE_FIELDS,
@@ -57,10 +62,23 @@ class ClockService:
         if self.thread is not None:
             raise NetspecError("clksync is already running on this host for this run")
 
-    def _start(self, loop: Callable[[], None]) -> None:
-        self.watch = ClockWatch(self._on_change)
-        self.thread = threading.Thread(target=loop, name="clksync", daemon=True)
-        self.thread.start()
+    def __enter__(self) -> ClockService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, loop: Callable[[], None], sock: ProbeServer | ProbeClient) -> None:
+        try:
+            self.watch = ClockWatch(self._on_change)
+            self.thread = threading.Thread(target=loop, name="clksync", daemon=True)
+            self.thread.start()
+        except BaseException:
+            sock.close()  # the thread that would have closed it never ran
+            self.thread = None
+            if self.watch is not None:
+                self.watch.close()
+            raise
 
     def _on_change(self, change: ClockChange) -> None:
         self.changes += 1
@@ -91,7 +109,7 @@ class ClockService:
                         self._served.log((server.answered, server.refused))
             finally:
                 server.close()
-        self._start(loop)
+        self._start(loop, server)
         return server.port
 
     def probe(self, peer: str, address: str, port: int, key: bytes, interval_s: float,
@@ -129,7 +147,7 @@ class ClockService:
                             self._estimate.log((est.offset_ns, est.bound_ns, est.exchanges, client.lost))
             finally:
                 client.close()
-        self._start(loop)
+        self._start(loop, client)
 
     def _log(self, peer: str, ex: Exchange) -> None:
         self._exchange.log((peer, ex.seq, ex.kernel, ex.t1, ex.t2, ex.t3, ex.t4,
@@ -167,8 +185,17 @@ class ClockService:
             await asyncio.sleep(GATE_POLL_S)
 
     def close(self) -> None:
+        """Stop the thread and join it, then release the clock watch. Idempotent.
+
+        Raises:
+            NetspecError: the thread did not end within STOP_S (what it holds is left
+                to it rather than closed under it).
+        """
         self.stopping.set()
         if self.thread is not None:
-            self.thread.join(timeout=2 * SERVER_POLL_S + 1)
+            self.thread.join(STOP_S)
+            if self.thread.is_alive():
+                raise NetspecError(f"clksync: its thread did not end within {STOP_S:g} s of being stopped")
         if self.watch is not None:
             self.watch.close()
+            self.watch = None

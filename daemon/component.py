@@ -131,7 +131,13 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 class ComponentProcess:
-    """One spawned component: its process, its channel (if aware) and its output files."""
+    """One spawned component: its process, its channel (if aware) and its output files.
+
+    Lifecycle: made with its run; `start()` spawns it once, in a phase, its output pumps
+    and exit watcher in the caller's task group; `stop()` asks it to end. `close()` (or
+    leaving its `async with`) ends whatever is left on every way out: it kills the process
+    and its descendants if they still run, waits (bounded) for its exit to be seen, reaped
+    and reported, and closes its channel; it may be called twice."""
 
     def __init__(self, spec: ComponentSpec, run_id: str, root: Path, outbox: Outbox):
         self.spec, self.run_id, self.outbox = spec, run_id, outbox
@@ -154,6 +160,31 @@ class ComponentProcess:
     @property
     def started(self) -> bool:
         return self.proc is not None
+
+    async def __aenter__(self) -> ComponentProcess:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, deadline: float | None = None) -> None:
+        """Kill what is left of the process (SIGKILL to its group and every descendant) and
+        wait until `deadline` (loop time; KILL_GRACE_S from now without one) for its exit
+        to be reported (`exited`); then close its channel. A process not gone by then is
+        said in the log, not waited on for ever. Never raises, but a cancellation."""
+        loop = asyncio.get_running_loop()
+        if self.proc is not None and not self.exited.done():
+            self.stopping = True
+            pids = self.pids()
+            self.signal_group(signal.SIGKILL)
+            signal_pids(pids, signal.SIGKILL)
+            until = loop.time() + KILL_GRACE_S if deadline is None else deadline
+            await asyncio.wait({self.exited}, timeout=max(until - loop.time(), 0.0))
+            if not self.exited.done():
+                log.warning("run %s: component %s (pid %d) not seen to end after SIGKILL",
+                            self.run_id, self.spec.name, self.proc.pid)
+        if self.channel is not None:
+            await self.channel.close()
 
     async def start(self, tg: asyncio.TaskGroup, phase: str) -> None:
         """Spawn the process, its output pumps and its exit's watcher in `tg`.
@@ -204,10 +235,18 @@ class ComponentProcess:
         self.started_ns = time.time_ns()
         pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout", outputs[0])),
                  tg.create_task(self._pump(self.proc.stderr, "stderr", outputs[1]))]
-        if ours:
-            self.channel = await Channel.over(ours, peer=f"component {self.spec.name}")
-            tg.create_task(self._read_channel())
+        # Watched before anything else is awaited: a start cancelled while its channel opens
+        # (the request's deadline) still has its exit seen, written and reported.
         tg.create_task(self._watch_exit(protocol.exit_code, pumps))
+        if ours:
+            try:
+                self.channel = await Channel.over(ours, peer=f"component {self.spec.name}")
+            except BaseException:
+                ours.close()
+                raise
+            if self.exited.done():  # it ended as its channel opened: its watcher did not see one
+                await self.channel.close()
+            tg.create_task(self._read_channel())
 
     async def _pump(self, pipe: asyncio.StreamReader | None, stream: str, f: BinaryIO) -> None:
         assert pipe is not None

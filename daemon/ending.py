@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from netspec.nodelib.camp.procfs import stat_fields
+from netspec.camp.procfs import stat_fields
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time, per second
 

@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -64,17 +64,17 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, daemon.stop)
+    watched: list[int] = []  # fds the loop watches, each removed (and a pidfd closed) at the end
     if args.parent_pid:
         # A pidfd becomes readable when the process ends: no polling needed.
         pidfd = os.pidfd_open(args.parent_pid)
         loop.add_reader(pidfd, daemon.stop)
+        watched.append(pidfd)
     if args.lifeline:
-        # A thread, not add_reader: stdin may be something epoll refuses, such as a file.
-        def watch_stdin() -> None:
-            while os.read(0, 4096):
-                pass
-            loop.call_soon_threadsafe(daemon.stop)  # EOF: the SSH channel or connection is gone
-        threading.Thread(target=watch_stdin, name="lifeline", daemon=True).start()
+        if _watch_lifeline(loop, daemon.stop):
+            watched.append(0)
+        else:
+            daemon.stop()  # at its end already: a file or /dev/null, which epoll refuses
 
     def ready(port: int) -> None:
         state = {"port": port, "pid": os.getpid()}
@@ -91,8 +91,35 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
     try:
         await daemon.serve(args.listen[0], args.listen[1], ready)
     finally:
+        for fd in watched:
+            loop.remove_reader(fd)
+            if fd:
+                os.close(fd)
         if args.state_file:
             args.state_file.unlink(missing_ok=True)
+
+
+def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> bool:
+    """Call `stop` once stdin ends (the SSH channel or connection is gone), watched by the
+    loop: no thread to own. False if epoll refuses stdin (a regular file, /dev/null): then
+    it was read to its end here, which for such a file is at once."""
+    def readable() -> None:
+        try:
+            data = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(0)
+            stop()
+    try:
+        loop.add_reader(0, readable)
+    except PermissionError:
+        while os.read(0, 4096):
+            pass
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,7 +54,8 @@ class Batch:
         self.folding = summarize  # this host's acks, while every one so far is plain
         self.held: list[dict[str, Any]] = []  # ... until its last one
         self.counted = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the batch's wait, ended by `flush`
+        self.closed = False  # its relay closed: what comes now goes up at once, with no timer
 
     def add(self, acks: list[dict[str, Any]]) -> None:
         self.pending.extend(acks)
@@ -86,10 +87,15 @@ class Batch:
 
     def _counted(self, count: int, error: bool) -> None:
         self.counted += count
-        if self.counted >= self.expected or error:
+        if self.counted >= self.expected or error or self.closed:
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(BATCH_WAIT_S, self.flush)
+
+    def close(self) -> None:
+        """Send what it holds; from now on each ack goes up as it comes."""
+        self.closed = True
+        self.flush()
 
     def flush(self) -> None:
         if self._timer is not None:
@@ -216,7 +222,7 @@ class Relay:
         ends, and with it the cap slot it held there)."""
         self.closing = True
         for batch in self.batches.values():
-            batch.flush()
+            batch.close()
         for link in self.links.values():
             await _close(link.channel)
 

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.camp import (
+from netspec.camp import (
     Backend,
     CampError,
     CpuTimes,
@@ -39,8 +38,9 @@ from netspec.nodelib.camp import (
     ProcessId,
     default_backend,
 )
-from netspec.nodelib.camp.procfs import TICK_NS
-from netspec.nodelib.instrument import Datastreams
+from netspec.camp.procfs import TICK_NS
+from netspec.datastream.instrument import Datastreams
+from netspec.datastream.writer import StreamConfig, StreamInfo
 
 from .realtime import set_policy
 
@@ -56,6 +56,8 @@ EPOLL_RESOLUTION_S = 0.001
 # /proc/stat counts in ticks of 10 ms: a disagreement has to be larger than its granularity.
 CHECK_SLACK_NS = 2 * TICK_NS
 CHECK_SLACK_SHARE = 0.05
+# How long `stop` waits for the thread: woken by its pipe, it takes one last sample.
+STOP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,23 @@ def slot_instants(start_ns: int, interval_ns: int, rng: random.Random):
 
 class CampSampler:
     """Lifecycle: created at start_logging with the sampled components' pids (None for one
-    not running), `start`, `stop`; `sample` takes one full sample (the thread calls it)."""
+    not running), `start`, `stop` (or leave a `with` block); `sample` takes one full sample
+    (the thread calls it). `stop` wakes the thread and joins it within STOP_S, then closes
+    its pipe and the backend's files (a backend it was given stays its giver's): after it
+    the sampler holds no thread and no descriptor. NodeServices owns the run's sampler."""
 
     def __init__(self, streams: Datastreams, config: CampConfig, processes: dict[str, int | None],
                  backend: Backend | None = None, rng: random.Random | None = None):
+        self._owns_backend = backend is None
         self.backend = backend or default_backend()
+        try:
+            self._setup(streams, config, processes, rng)
+        except BaseException:
+            self._close_backend()
+            raise
+
+    def _setup(self, streams: Datastreams, config: CampConfig, processes: dict[str, int | None],
+               rng: random.Random | None) -> None:
         self.config = config
         self.rng = rng or random.Random()
         self.interfaces = list(config.interfaces or self.backend.network_interfaces())
@@ -218,15 +232,38 @@ class CampSampler:
         self.thread = threading.Thread(target=self.run, name="camp", daemon=True)
         self.thread.start()
 
+    def __enter__(self) -> CampSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
-        if self.thread is None:
-            return
-        os.write(self._wake[1], b"x")
-        self.thread.join(timeout=5)
-        self.thread = None
-        self._selector.close()
-        for fd in self._wake:
-            os.close(fd)
+        """End the thread (it takes a last sample) and release what the sampler holds.
+        Idempotent.
+
+        Raises:
+            CampError: the thread did not end within STOP_S (its pipe and the backend
+                are left to it rather than closed under it).
+        """
+        if self.thread is not None:
+            os.write(self._wake[1], b"x")
+            self.thread.join(STOP_S)
+            if self.thread.is_alive():
+                raise CampError(f"camp: the sampler's thread did not end within {STOP_S:g} s of its stop")
+            self.thread = None
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
+        self._close_backend()
+
+    def _close_backend(self) -> None:
+        if self._owns_backend:
+            self.backend.close()
 
 
 def open_stream(directory: Path, run: str, host: str) -> Datastreams:

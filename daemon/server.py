@@ -48,7 +48,12 @@ class _SessionOver(Exception):
 
 
 class Session:
-    """One authenticated controller connection and the run it set up."""
+    """One authenticated controller connection and the run it set up.
+
+    Lifecycle: made once the connection authenticated; `serve()` in its `async with`, whose
+    end (the connection's, a bad frame, a fault in a handler, a cancellation) resets its
+    run: no process, thread or open stream of it is left behind. Every task it starts is
+    in its task group, which `serve` ends."""
 
     def __init__(self, daemon: Daemon, channel: Channel):
         self.daemon, self.channel = daemon, channel
@@ -59,6 +64,13 @@ class Session:
         self.tg: asyncio.TaskGroup
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.lifecycle = asyncio.Lock()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.ending = True
+        await self.end_run()
 
     async def end_run(self) -> None:
         """Reset the session's run (its processes end, its files stay) and let its id go."""
@@ -109,6 +121,8 @@ class Session:
             await self.channel.drain()
 
     async def serve(self) -> None:
+        """Answer requests until the connection ends; then every task of the session's is
+        ended (its run is reset as its `async with` ends)."""
         try:
             async with asyncio.TaskGroup() as tg:
                 self.tg = tg
@@ -125,11 +139,6 @@ class Session:
                 raise _SessionOver
         except* _SessionOver:
             pass
-        finally:
-            # However the session ends (hang-up, bad frame, a fault in a handler), its run
-            # ends with it: no process, thread or open stream of it is left behind.
-            self.ending = True
-            await self.end_run()
 
     def _take(self, request: dict[str, Any]) -> bool:
         """A request answered as it is read (INLINE_HANDLERS); the rest wait for `serve`."""
@@ -191,21 +200,26 @@ class Daemon:
         self._stopped.set()
 
     async def serve(self, host: str, port: int, on_ready: Any = None) -> None:
-        """Listen until `stop()`; then end every session, killing the processes it owns."""
+        """Listen until `stop()`; then end every session, killing the processes it owns.
+        Every connection's task is in one task group: none outlives this call."""
         self.root.mkdir(parents=True, exist_ok=True)
-        server = await Channel.serve(self._connection, host, port)
-        if on_ready is not None:
-            on_ready(server.sockets[0].getsockname()[1])
-        async with server:
-            await self._stopped.wait()
-        # Hanging up ends each session the ordinary way, which resets its run.
-        connections = {**self.handshakes, **self.sessions}
-        for channel in connections.values():
-            channel.hang_up()
-        if connections:
-            _, stuck = await asyncio.wait(connections, timeout=CLOSE_TIMEOUT_S)
-            for task in stuck:
-                task.cancel()
+        async with asyncio.TaskGroup() as connections:
+            server = await Channel.serve(self._connection, host, port, connections)
+            if on_ready is not None:
+                on_ready(server.sockets[0].getsockname()[1])
+            async with server:
+                await self._stopped.wait()
+            # Hanging up ends each session the ordinary way, which resets its run.
+            open_now = {**self.handshakes, **self.sessions}
+            for channel in open_now.values():
+                channel.hang_up()
+            if open_now:
+                _, stuck = await asyncio.wait(open_now, timeout=CLOSE_TIMEOUT_S)
+                for task in stuck:
+                    # Cancelled, it still resets its run (`_connection`); the group waits for it.
+                    log.warning("connection task %s did not end within %g s of its hang-up: "
+                                "cancelled", task.get_name(), CLOSE_TIMEOUT_S)
+                    task.cancel()
 
     async def _connection(self, channel: Channel) -> None:
         peer = channel.peer
@@ -228,13 +242,10 @@ class Daemon:
                 return
             self.sessions[task] = channel
             log.info("controller %s authenticated", peer)
-            session = Session(self, channel)
-            try:
+            # However it ends, shutting down (cancelled) too, its run's processes are killed
+            # before it goes.
+            async with Session(self, channel) as session:
                 await session.serve()
-            except asyncio.CancelledError:
-                # Shutting down: still kill the run's processes before going.
-                await session.end_run()
-                raise
         except (NetspecError, ConnectionError, TimeoutError) as exc:
             log.warning("refused %s: %s", peer, exc)
         except Exception:

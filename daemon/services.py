@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from netspec.clksync.node import ClockService
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.names import as_name
 
 from . import sampler
@@ -90,11 +90,20 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
-        self.stop_logging()
-        self.camp_streams.stop()
-        self.clock.close()
-        self.clock_streams.stop()
-        self.streams.stop()
+        """End the sampler's and clksync's threads (each joined under its deadline) and
+        close the streams. Every part is closed even if one fails; the first failure is
+        raised after, the others noted on it."""
+        failed: list[Exception] = []
+        for close in (self.stop_logging, self.camp_streams.stop, self.clock.close, self.clock_streams.stop,
+                      self.streams.stop):
+            try:
+                close()
+            except Exception as exc:  # raised below, once the other parts are closed too
+                failed.append(exc)
+        if failed:
+            for other in failed[1:]:
+                failed[0].add_note(f"also: {other}")
+            raise failed[0]
 
     def collectable(self) -> list[dict[str, Any]]:
         """Every stream file of the run on this host: the node's and the components'."""

@@ -173,10 +173,12 @@ class Supervisor:
             until = loop.time() + KILL_GRACE_S if deadline is None else deadline
             await self._all_gone(victims, until)
         reap_adopted()
-        waits = [c.exited for c in self.components.values() if c.started]
-        if waits:
-            until = loop.time() + KILL_GRACE_S if deadline is None else deadline
-            await asyncio.wait(waits, timeout=max(until - loop.time(), 0.0))
+        # Each component's own end: whatever the signals above left is killed, its exit
+        # waited for (its report sent) and its channel closed.
+        until = loop.time() + KILL_GRACE_S if deadline is None else deadline
+        async with asyncio.TaskGroup() as closing:
+            for comp in self.components.values():
+                closing.create_task(comp.close(until))
         self.services.close()
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)

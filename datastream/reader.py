@@ -23,7 +23,10 @@ from netspec.protocol.errors import StreamError
 from .format import CLOSE, DROPPED, FORMAT_VERSION, HEADER_MAGIC, NAMESPACE, SYNC, chunk_crc
 from .records import (
     ADMIN,
+    DATA,
     LOST,
+    START,
+    TAG,
     Decoder,
     DecoderRefused,
     EntityInfo,
@@ -85,8 +88,11 @@ def _records_list(body: bytes, count: int) -> list[Any]:
 class StreamReader:
     """One stream file. Iterate it for its records, in the order they were logged.
 
-    Lifecycle: opening maps the file and reads its header; iterating (or `chunks`,
-    `columns`) reads the rest; `close` unmaps it. Use it as a context manager:
+    Lifecycle: opening reads the header; each pass over the records (iterating, or
+    `chunks`, `columns`) maps the file and unmaps it when the pass ends, is closed or is
+    dropped, so a reader holds no map and no file between passes, nor after one read to
+    its end. `close` ends a pass still running. Use it as a context manager all the same,
+    so a pass left half read is ended where the block ends:
 
         with StreamReader(path) as reader:
             records = list(reader)
@@ -107,15 +113,18 @@ class StreamReader:
         self.undecodable: dict[str, list[Any]] = {}  # entity -> [events, first error]
         self._decoders: dict[int, Callable[[Any], Any] | None] = {}
         self._finished = False
-        with open(self.path, "rb") as f:
-            self._data: bytes | mmap.mmap = (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                                              if self.path.stat().st_size else b"")
+        self._passes = 0  # passes over the chunks under way: the map is held while any is
+        self._data: bytes | mmap.mmap = self._map()
         try:
             self.header, self._body_at = self._read_header()
-        except BaseException:
+        finally:
             self.close()
-            raise
         self.source = Source(self.path, self.header)
+
+    def _map(self) -> bytes | mmap.mmap:
+        """The file's bytes, mapped (the map holds its own descriptor; the file's is closed)."""
+        with open(self.path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
 
     def __enter__(self) -> StreamReader:
         return self
@@ -124,8 +133,9 @@ class StreamReader:
         self.close()
 
     def close(self) -> None:
-        """Unmap the file; idempotent. Records already read stay valid."""
-        data, self._data = self._data, b""
+        """Unmap the file, ending any pass still running; idempotent. Records already read
+        stay valid, and a later pass maps the file again."""
+        data, self._data, self._passes = self._data, b"", 0
         if isinstance(data, mmap.mmap):
             data.close()
 
@@ -166,6 +176,7 @@ class StreamReader:
     def __iter__(self) -> Iterator[Record]:
         last_ts = self.header.get("created_ns", 0)
         entities, source = self.entities, self.source
+        tag_at, start_at, data_at = TAG, START, DATA  # locals: the loop below runs per record
         for seq, item in self.chunks():
             if seq is None:
                 yield Record(last_ts, LOST, None, item, None, self.source)
@@ -175,16 +186,19 @@ class StreamReader:
                 # The commonest forms, an event without data and an interval, are checked
                 # here inline (a call per record costs a third of the reading); `record`
                 # checks every form, these too.
-                if type(r) is list and len(r) >= 3 and type(r[0]) is int and type(ts := r[1]) is int \
+                # Items are where schema.py puts them: the tag at TAG (events and intervals
+                # alike), an interval's start at START, an event's data after its tag.
+                if type(r) is list and len(r) > tag_at and type(r[0]) is int and type(ts := r[1]) is int \
                         and 0 <= ts < _TIME_END and (e := entities.get(r[0])) is not None:
-                    tag = r[2] if type(r[2]) is int and _INT_MIN <= r[2] < _TIME_END else None
-                    if e.kind == "event" and len(r) == 3:
+                    tag = r[tag_at] if type(r[tag_at]) is int and _INT_MIN <= r[tag_at] < _TIME_END else None
+                    if e.kind == "event" and len(r) == data_at:
                         last_ts = ts
                         yield Record(ts, e, tag, None, None, source)
                         continue
-                    if e.kind == "interval" and len(r) >= 4 and type(r[3]) is int and 0 <= r[3] < _TIME_END:
+                    if e.kind == "interval" and len(r) > start_at and type(r[start_at]) is int \
+                            and 0 <= r[start_at] < _TIME_END:
                         last_ts = ts
-                        yield Record(ts, e, tag, ts - r[3], r[3], source)
+                        yield Record(ts, e, tag, ts - r[start_at], r[start_at], source)
                         continue
                 try:
                     record = self.record(r)
@@ -213,6 +227,20 @@ class StreamReader:
         does not hold `count` records. Once the chunks are read, a file without a clean
         close record is said in `warnings`, whoever reads it."""
         decode = decode or _records_list
+        if not self._passes:
+            self._data = self._map()
+        data = self._data
+        self._passes += 1
+        try:
+            yield from self._read_chunks(decode)
+        finally:
+            # The last pass to end unmaps the file; one that `close` ended counts no more.
+            if self._data is data and self._passes:
+                self._passes -= 1
+                if not self._passes:
+                    self.close()
+
+    def _read_chunks(self, decode: Callable[[bytes, int], Any]) -> Iterator[tuple[int | None, Any]]:
         buf, o, last_seq = self._data, self._body_at, 0
         # A damaged header leaves the first chunk's number unknown: no gap is counted before it.
         ring = self.header.get("mode") == "ring"

@@ -1,5 +1,5 @@
-"""A stream's records as their kinds give them form (docs/stream-format.md, Records): what a
-namespace record declares, each entity record checked against its kind, and the decoders
+"""A stream's records as their kinds give them form (the forms declared in schema.py): what
+a namespace record declares, each entity record checked against its kind, and the decoders
 of an event's data. A file's bytes are data: a record whose items do not have its kind's
 form is refused (`Malformed`) and counted by the reader, never passed on to crash a sink.
 """
@@ -14,9 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .format import CLOSE, DROPPED, FIRST_ENTITY_ID, TRIGGER
+import msgspec
 
-KINDS = ("event", "interval", "counter", "histogram", "samples")
+from .format import CLOSE, DROPPED, TRIGGER
+from .schema import (
+    ENTITY_RECORDS,
+    HEADER_ITEMS,
+    STREAM_RECORDS,
+    CounterRecord,
+    EventRecord,
+    HistogramRecord,
+    IntervalRecord,
+    NamespaceRecord,
+    SamplesRecord,
+    at,
+    item_type,
+    items,
+    name_of,
+    required,
+)
+
+KINDS = tuple(ENTITY_RECORDS)
 INT64 = range(-(1 << 63), 1 << 63)
 # Where an item of a record's columns is absent or not an integer (nil, a float, a
 # container, a string): below every int64 a record may carry in its place (columns.py, and
@@ -26,11 +44,9 @@ TIMES = range(0, 1 << 63)  # ns since the epoch, as an int64 column holds them
 MAX_BUCKETS = 1 << 20
 
 
-# The header's keys a reader uses, with their types; one of another type is ignored.
-HEADER_TYPES: dict[str, type | tuple[type, ...]] = {
-    "stream": str, "run": str, "host": str, "component": str, "clock": str, "mode": str,
-    "pid": int, "parent_pid": (int, type(None)), "created_ns": int, "ring_chunks": int,
-    "chunk_records": int}
+# The header's keys a reader uses past its magic and version (schema.Header), with their
+# types; one of another type is ignored.
+HEADER_TYPES = {k: t for k, t in HEADER_ITEMS.items() if k not in ("magic", "version")}
 
 
 def header_version(header: dict[Any, Any]) -> tuple[int, int] | None:
@@ -41,11 +57,15 @@ def header_version(header: dict[Any, Any]) -> tuple[int, int] | None:
 
 def misfit_header_keys(header: dict[Any, Any]) -> list[str]:
     """The header's keys a reader uses whose values are not of their type."""
-    bad = {k for k, t in HEADER_TYPES.items() if k in header and not isinstance(header[k], t)}
-    created = header.get("created_ns", 0)
-    if not (is_int(created) and created in TIMES):  # `in` a range scans it for what is not an int
-        bad.add("created_ns")
-    return sorted(bad)
+    return sorted(k for k, t in HEADER_TYPES.items() if k in header and not _fits(header[k], t))
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    try:
+        msgspec.convert(value, kind)
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def holds_close(records: Any) -> bool:
@@ -81,8 +101,7 @@ def _admin(eid: int, name: str) -> EntityInfo:
     return EntityInfo(eid, "admin", "DS", name)
 
 
-ADMIN = {DROPPED: _admin(DROPPED, "dropped"), TRIGGER: _admin(TRIGGER, "trigger"),
-         CLOSE: _admin(CLOSE, "close")}
+ADMIN = {eid: _admin(eid, name_of(STREAM_RECORDS[eid])) for eid in (DROPPED, TRIGGER, CLOSE)}
 LOST = _admin(-1, "lost")
 
 
@@ -134,18 +153,24 @@ def head(r: Any) -> tuple[int, int]:
     return r[0], r[1]
 
 
+_NAMESPACE_ITEMS = required(NamespaceRecord)
+_ENTITY = at(NamespaceRecord, "entity")
+_ENTITY_ID = item_type(NamespaceRecord, "entity")
+
+
 def declared(r: list[Any]) -> EntityInfo:
-    """The entity a namespace record [0, ts, id, kind, group, name, desc, decoder, spec]
-    declares. Raises Malformed if it has not that form."""
-    if len(r) < 9:
-        raise Malformed("a namespace record of fewer than 9 items")
-    _, _, eid, kind, group, name, desc, decoder, spec = r[:9]
-    if not is_int(eid) or eid not in range(FIRST_ENTITY_ID, 1 << 63):
+    """The entity a namespace record (schema.NamespaceRecord) declares. Raises Malformed if
+    it has not that form."""
+    if len(r) < _NAMESPACE_ITEMS:
+        raise Malformed(f"a namespace record of fewer than {_NAMESPACE_ITEMS} items")
+    eid = r[_ENTITY]
+    if not _fits(eid, _ENTITY_ID):
         raise Malformed(f"a namespace record declares id {eid!r}, not an entity's")
-    if not all(isinstance(s, str) for s in (kind, group, name)) or not isinstance(desc, str | None) \
-            or not isinstance(decoder, str | None) or not isinstance(spec, dict | None):
-        raise Malformed(f"a namespace record of entity id {eid} whose items are not text")
-    spec = spec or {}
+    try:
+        ns = msgspec.convert(r, NamespaceRecord)
+    except msgspec.ValidationError:
+        raise Malformed(f"a namespace record of entity id {eid} whose items are not text") from None
+    kind, group, name, spec = ns.kind, ns.group, ns.name, ns.spec or {}
     if kind == "histogram" and not (is_finite(spec.get("lo")) and is_finite(spec.get("hi"))
                                     and spec["lo"] < spec["hi"] and is_int(spec.get("buckets"))
                                     and 1 <= spec["buckets"] <= MAX_BUCKETS):
@@ -153,13 +178,22 @@ def declared(r: list[Any]) -> EntityInfo:
     if kind == "samples" and not (isinstance(spec.get("fields"), list)
                                   and all(isinstance(f, str) for f in spec["fields"])):
         raise Malformed(f"samples {group}/{name}: spec {spec!r} names no fields")
-    return EntityInfo(eid, kind, group, name, desc or "", decoder, spec)
+    return EntityInfo(eid, kind, group, name, ns.desc or "", ns.decoder, spec)
+
+
+# Where each entity record's items are (schema.py): the reader takes them from here.
+TAG = at(EventRecord, "tag")
+DATA = at(EventRecord, "data")
+START = at(IntervalRecord, "start")
+TOTAL = at(CounterRecord, "total")
+COUNTS, SUM = at(HistogramRecord, "counts"), at(HistogramRecord, "sum")
+VALUES = at(SamplesRecord, "values")
 
 
 def tag_of(r: list[Any]) -> int | None:
     """A record's tag: the integer the program logged with it; None if it logged another kind
     of value (the merge's int64 column cannot hold it either)."""
-    return r[2] if is_int(r[2]) and r[2] in INT64 else None
+    return r[TAG] if is_int(r[TAG]) and r[TAG] in INT64 else None
 
 
 def entity_value(e: EntityInfo, r: list[Any]) -> tuple[int | None, Any, int | None]:
@@ -167,52 +201,40 @@ def entity_value(e: EntityInfo, r: list[Any]) -> tuple[int | None, Any, int | No
     Raises Malformed if `r` has not the form of `e`'s kind."""
     kind, ts = e.kind, r[1]
     if kind == "event":
-        if len(r) < 3:
+        if len(r) <= TAG:
             raise Malformed(f"event {e.full_name} without a tag")
-        return tag_of(r), r[3] if len(r) > 3 else None, None
+        return tag_of(r), r[DATA] if len(r) > DATA else None, None
     if kind == "interval":
-        if len(r) < 4 or not is_int(r[3]) or r[3] not in TIMES:
+        if len(r) <= START or not is_int(r[START]) or r[START] not in TIMES:
             raise Malformed(f"interval {e.full_name} without a start time")
-        return tag_of(r), ts - r[3], r[3]
+        return tag_of(r), ts - r[START], r[START]
     if kind == "counter":
-        if len(r) < 3 or not is_number(r[2]):
+        if len(r) <= TOTAL or not is_number(r[TOTAL]):
             raise Malformed(f"counter {e.full_name} without a numeric total")
-        return None, r[2], None
+        return None, r[TOTAL], None
     if kind == "histogram":
-        counts = r[2] if len(r) > 3 else None
+        counts = r[COUNTS] if len(r) > max(COUNTS, SUM) else None
         if type(counts) is not list or len(counts) != e.spec["buckets"] + 2 \
-                or not all(is_int(c) and c >= 0 for c in counts) or not is_number(r[3]):
+                or not all(is_int(c) and c >= 0 for c in counts) or not is_number(r[SUM]):
             raise Malformed(f"histogram {e.full_name} whose counts are not {e.spec['buckets'] + 2} "
                             "integers and a sum")
-        return None, {"counts": counts, "sum": r[3]}, None
+        return None, {"counts": counts, "sum": r[SUM]}, None
     if kind == "samples":
-        if len(r) < 3 or type(r[2]) is not list:
+        if len(r) <= VALUES or type(r[VALUES]) is not list:
             raise Malformed(f"samples {e.full_name} without their values")
-        return None, dict(zip(e.spec["fields"], r[2], strict=False)), None
+        return None, dict(zip(e.spec["fields"], r[VALUES], strict=False)), None
     return None, r[2:], None  # a kind a newer minor version added: its items as they are
 
 
-def _count(v: Any) -> bool:
-    return is_int(v) and v >= 0
-
-
-def _text(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-_ADMIN_FORMS = {DROPPED: (_count, _text), TRIGGER: (_text, _count, _count), CLOSE: (_count, _count, _count)}
-_ADMIN_KEYS = {DROPPED: ("records", "reason"), TRIGGER: ("reason", "chunks", "discarded_chunks"),
-               CLOSE: ("records", "chunks", "unwritten_ring_chunks")}
-
-
 def admin_value(r: list[Any]) -> dict[str, Any]:
-    """The value of a stream record (dropped, trigger, close) as a map. Raises Malformed if
-    it has not its form."""
-    forms = _ADMIN_FORMS[r[0]]
-    items = r[2:2 + len(forms)]
-    if len(items) < len(forms) or not all(ok(v) for ok, v in zip(forms, items, strict=True)):
-        raise Malformed(f"a stream record {ADMIN[r[0]].name} whose items are not its own")
-    return dict(zip(_ADMIN_KEYS[r[0]], items, strict=True))
+    """The value of a stream record (dropped, trigger, close) as a map of its items past
+    the time, named as schema.py declares them. Raises Malformed if it has not its form."""
+    kind = STREAM_RECORDS[r[0]]
+    try:
+        record = msgspec.convert(r, kind)
+    except msgspec.ValidationError:
+        raise Malformed(f"a stream record {ADMIN[r[0]].name} whose items are not its own") from None
+    return {k: getattr(record, k) for k in items(kind)[2:]}
 
 
 Decoder = Callable[[Any], Any]

@@ -134,8 +134,10 @@ def _skip(buf, p):
 
 @numba.njit(cache=True, nogil=True)
 def scan_body(buf, out, offsets):
-    """Fill out[i] = (id, ts, a2, a3, items) and offsets[i] = (start, end) per record.
-    Returns the number of records, or -1 if the body is not an array of arrays, exactly."""
+    """Fill out[i] = (item 0, ..., item n-1, items) and offsets[i] = (start, end) per
+    record, n being out's width less one (columns.py gives schema.INT_ITEMS). Returns the
+    number of records, or -1 if the body is not an array of arrays, exactly."""
+    n = out.shape[1] - 1
     count, head = _container(buf, 0)
     if count < 0 or count > out.shape[0]:
         return -1
@@ -149,15 +151,15 @@ def scan_body(buf, out, offsets):
             p = _skip(buf, p)
             if p < 0:
                 return -1
-            for k in range(4):
+            for k in range(n):
                 out[i, k] = MISSING
-            out[i, 4] = max(items, 0)
+            out[i, n] = max(items, 0)
             offsets[i, 0] = start
             offsets[i, 1] = p
             continue
         p += h
-        out[i, 4] = items
-        for k in range(4):
+        out[i, n] = items
+        for k in range(n):
             if k < items:
                 out[i, k], end = _int(buf, p)
                 p = end if end >= 0 else _skip(buf, p)
@@ -165,7 +167,7 @@ def scan_body(buf, out, offsets):
                     return -1
             else:
                 out[i, k] = MISSING
-        for _ in range(4, items):
+        for _ in range(n, items):
             p = _skip(buf, p)
             if p < 0 or p > buf.shape[0]:
                 return -1

@@ -3,23 +3,21 @@
 The format (a header map, then framed and checksummed chunks of records) is format.py's;
 a reader checks every chunk and skips a damaged one.
 
-Records are buffered as tuples and encoded a chunk at a time (msgspec encodes the same
-MessagePack bytes as the msgpack package about four times faster; bench/events.py). A
-chunk is written when full or by the flusher thread after `flush_ms`, so a killed process
-loses at most the records of one chunk. Ring streams keep their last chunks in memory and
-write them only when a trigger fires.
+Records have the forms schema.py declares: its Structs, or tuples in their order (an
+event's and an interval's, built inline by the entities). They are buffered and encoded a
+chunk at a time (msgspec encodes the same MessagePack bytes as the msgpack package about
+four times faster; bench/events.py). A chunk is written when full or by the flusher thread
+after `flush_ms`, so a killed process loses at most the records of one chunk. Ring streams
+keep their last chunks in memory and write them only when a trigger fires.
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
-import signal
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,20 +25,21 @@ from typing import Any
 
 import msgspec
 
+from . import process
 from .format import (
     CHUNK_MAGIC,
     CLOCK,
-    CLOSE,
     DEFAULT_CHUNK_RECORDS,
     DEFAULT_FLUSH_MS,
-    DROPPED,
     FORMAT_VERSION,
     HEADER_MAGIC,
-    TRIGGER,
     chunk_crc,
 )
+from .schema import CloseRecord, DroppedRecord, Header, NamespaceRecord, TriggerRecord
 
 _encode = msgspec.msgpack.Encoder().encode
+# How many files each stream name has had in this process (logging windows).
+_windows: dict[Path, int] = {}
 
 
 @dataclass(frozen=True)
@@ -87,18 +86,20 @@ class Stream:
     """One open stream file of this process.
 
     Lifecycle: created open (header written), records are `put`, chunks leave by `flush`
-    (when full, by the flusher thread, at exit or on SIGTERM), `close` writes the clean
-    close record. After a fork the child reopens its own file (`_reopen_in_child`).
+    (when full, by the flusher thread, at exit or on SIGTERM), `close` (or the end of a
+    `with` block) writes the clean close record; the last stream of the process to close
+    ends the flusher thread too. After a fork the child reopens its own file
+    (`_reopen_in_child`).
     """
 
     def __init__(self, config: StreamConfig, info: StreamInfo):
         self.config, self.info = config, info
-        self.buf: list[tuple[Any, ...]] = []
+        self.buf: list[Any] = []  # records: tuples in schema.py's order, or its Structs
         self.limit = config.chunk_records
         self.lock = threading.Lock()
         self.ring: deque[tuple[int, bytes]] | None = (
             deque(maxlen=config.ring_chunks) if config.ring_chunks else None)
-        self.declared: dict[int, tuple[Any, ...]] = {}  # entity id -> its namespace record
+        self.declared: dict[int, NamespaceRecord] = {}  # entity id -> its namespace record
         self.closed = False
         self.warned_encoding = False
         self.fd: int | None = None
@@ -106,8 +107,8 @@ class Stream:
         self.seq = self.records = self.chunks = self.dropped = self.ring_discarded = 0
         self.flushed_ns = time.monotonic_ns()
         self._open()
-        _live_streams.add(self)
-        _flusher.ensure_running()
+        process.live_streams.add(self)
+        process.flusher.ensure_running()
 
     def _open(self) -> None:
         self.pid = os.getpid()
@@ -125,35 +126,38 @@ class Stream:
                 continue
             _windows[stem] = n
             break
-        header = {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": self.config.name,
-                  "run": self.info.run, "host": self.info.host, "component": self.info.component,
-                  "pid": self.pid, "parent_pid": self.parent_pid, "clock": CLOCK,
-                  "created_ns": time.time_ns(), "mode": "ring" if self.ring is not None else "normal",
-                  "ring_chunks": self.config.ring_chunks, "chunk_records": self.limit,
-                  **self.info.extra}
-        self._write(_encode(header), 0)
+        header = Header(HEADER_MAGIC, list(FORMAT_VERSION), self.config.name, self.info.run, self.info.host,
+                        self.info.component, self.pid, self.parent_pid, CLOCK, time.time_ns(),
+                        "ring" if self.ring is not None else "normal", self.config.ring_chunks, self.limit)
+        self._write(_encode({**msgspec.structs.asdict(header), **self.info.extra}), 0)
         if self.declared:
             self._write_chunk(list(self.declared.values()))
 
-    def put(self, record: tuple[Any, ...]) -> None:
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def put(self, record: Any) -> None:
         """Append one record (the slow path; entities inline this)."""
         self.buf.append(record)
         if len(self.buf) >= self.limit:
             self.flush()
 
-    def declare(self, records: list[tuple[Any, ...]]) -> None:
+    def declare(self, records: list[NamespaceRecord]) -> None:
         """Write namespace records now, ahead of any buffered use, bypassing the ring: a
         ring that drops chunks must never drop what names its entities. An entity already
         declared in this file is not declared again."""
-        with _flushing(self):
-            new = [r for r in records if r[2] not in self.declared]
+        with process.flushing(self):
+            new = [r for r in records if r.entity not in self.declared]
             if new:
-                self.declared.update((r[2], r) for r in new)
+                self.declared.update((r.entity, r) for r in new)
                 self._write_chunk(new)
 
     def flush(self) -> None:
         """Turn buffered records into a chunk: written, or kept in the ring."""
-        with _flushing(self):
+        with process.flushing(self):
             self._flush_locked()
 
     def _flush_locked(self) -> None:
@@ -175,33 +179,37 @@ class Stream:
         """Write a ring stream's kept chunks, then a trigger record; the ring starts over."""
         if self.ring is None:
             return
-        with _flushing(self):
+        with process.flushing(self):
             self._flush_locked()
             for count, chunk in self.ring:
                 self._write(chunk, count)
-            self._write_chunk([(TRIGGER, time.time_ns(), reason, len(self.ring),
-                                self.ring_discarded)])
+            self._write_chunk([TriggerRecord(time.time_ns(), reason, len(self.ring), self.ring_discarded)])
             self.ring.clear()
             self.ring_discarded = 0
 
     def close(self) -> None:
         """Flush, write the clean close record and close the file. Idempotent."""
-        _live_streams.discard(self)
-        with _flushing(self):
-            if self.closed:
-                return
-            if self.fd is None and not self.buf:
-                self.closed = True  # a forked child that logged nothing leaves no file
-                return
-            self._flush_locked()
-            kept = len(self.ring) if self.ring is not None else 0
-            self._write_chunk([(CLOSE, time.time_ns(), self.records, self.chunks,
-                                kept + self.ring_discarded)])
-            self.closed = True
-            if self.fd is not None:
-                os.close(self.fd)
+        process.live_streams.discard(self)
+        try:
+            with process.flushing(self):
+                self._close_locked()
+        finally:
+            process.flusher.stop_if_idle()
 
-    def _chunk(self, records: list[tuple[Any, ...]]) -> bytes:
+    def _close_locked(self) -> None:
+        if self.closed:
+            return
+        if self.fd is None and not self.buf:
+            self.closed = True  # a forked child that logged nothing leaves no file
+            return
+        self._flush_locked()
+        unwritten = (len(self.ring) if self.ring is not None else 0) + self.ring_discarded
+        self._write_chunk([CloseRecord(time.time_ns(), self.records, self.chunks, unwritten)])
+        self.closed = True
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def _chunk(self, records: list[Any]) -> bytes:
         if self.fd is None:
             self._open()  # a forked child's first chunk: its file, header and namespace first
         try:
@@ -213,7 +221,7 @@ class Stream:
         return _encode((CHUNK_MAGIC, self.seq, len(records), chunk_crc(self.seq, len(records), body),
                         body))
 
-    def _encodable(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _encodable(self, records: list[Any]) -> list[Any]:
         """The records MessagePack can carry, and a dropped record counting the others: one
         bad value (an object, an int over 64 bits) must not cost its whole chunk."""
         good, bad = [], None
@@ -229,12 +237,12 @@ class Stream:
         if not self.warned_encoding:
             self.warned_encoding = True
             print(f"netspec: stream {self.path}: records dropped: {reason}", file=sys.stderr)
-        return [(DROPPED, time.time_ns(), bad[0], reason), *good]
+        return [DroppedRecord(time.time_ns(), bad[0], reason), *good]
 
-    def _write_chunk(self, records: list[tuple[Any, ...]]) -> None:
+    def _write_chunk(self, records: list[Any]) -> None:
         if self.dropped:
             # Said before anything else once the file takes writes again.
-            records = [(DROPPED, time.time_ns(), self.dropped, "write failed"), *records]
+            records = [DroppedRecord(time.time_ns(), self.dropped, "write failed"), *records]
             self.dropped = 0
         self._write(self._chunk(records), len(records))
 
@@ -267,126 +275,3 @@ class Stream:
         if self.ring is not None:
             self.ring.clear()
 
-
-# How many files each stream name has had in this process (logging windows).
-_windows: dict[Path, int] = {}
-# Every open stream of this process, for the flusher, exit, SIGTERM and fork.
-_live_streams: weakref.WeakSet[Stream] = weakref.WeakSet()
-_in_flush = threading.local()
-_term_pending = False
-
-
-class _flushing:
-    """Hold a stream's lock; a SIGTERM arriving meanwhile in this thread is acted on
-    after the lock is released, so the handler never sees a half-taken buffer."""
-
-    def __init__(self, stream: Stream):
-        self.stream = stream
-
-    def __enter__(self) -> None:
-        self.stream.lock.acquire()
-        _in_flush.depth = getattr(_in_flush, "depth", 0) + 1
-
-    def __exit__(self, *exc: object) -> None:
-        _in_flush.depth -= 1
-        self.stream.lock.release()
-        if _term_pending and _in_flush.depth == 0 and \
-                threading.current_thread() is threading.main_thread():
-            _terminate()
-
-
-class _Flusher:
-    """One daemon thread per process writes chunks that wait longer than `flush_ms`."""
-
-    def __init__(self) -> None:
-        self.thread: threading.Thread | None = None
-
-    def ensure_running(self) -> None:
-        if self.thread is None or not self.thread.is_alive():
-            self.thread = threading.Thread(target=self._loop, name="netspec-flusher", daemon=True)
-            self.thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            streams = list(_live_streams)
-            tick = min((s.config.flush_ms for s in streams), default=DEFAULT_FLUSH_MS) / 1000
-            time.sleep(tick)
-            now = time.monotonic_ns()
-            for stream in list(_live_streams):
-                # Each stream waits its own flush_ms (minus half a tick, so a tick never
-                # just misses it), whatever the tick other streams set.
-                due = stream.flushed_ns + (stream.config.flush_ms - tick * 500) * 1_000_000
-                if stream.buf and now >= due:
-                    stream.flush()
-
-    def forget(self) -> None:
-        self.thread = None
-
-
-_flusher = _Flusher()
-
-
-def close_all() -> None:
-    """Flush and close every stream of this process (at exit, on SIGTERM)."""
-    for stream in list(_live_streams):
-        stream.close()
-
-
-def _terminate() -> None:
-    global _term_pending
-    _term_pending = False
-    close_all()
-    previous = _previous_sigterm
-    if callable(previous):
-        previous(signal.SIGTERM, None)
-        return
-    # Die of SIGTERM as the process would have without us: its exit status says so.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    global _term_pending
-    if getattr(_in_flush, "depth", 0):
-        _term_pending = True
-        return
-    _terminate()
-
-
-_previous_sigterm: Any = None
-_hooks_installed = False
-
-
-def install_exit_hooks() -> None:
-    """Flush at exit and on SIGTERM; reopen after fork. Called once, by the first stream.
-    SIGTERM is taken only in the main thread, and an application's own handler is chained."""
-    global _previous_sigterm, _hooks_installed
-    if _hooks_installed:
-        return
-    _hooks_installed = True
-    atexit.register(close_all)
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
-                        after_in_child=_after_fork_child)
-    if threading.current_thread() is threading.main_thread():
-        _previous_sigterm = signal.getsignal(signal.SIGTERM)
-        if _previous_sigterm is not signal.SIG_IGN:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _before_fork() -> None:
-    # No stream may be mid-flush in another thread when the child is cut off from it.
-    for stream in list(_live_streams):
-        stream.lock.acquire()
-
-
-def _after_fork_parent() -> None:
-    for stream in list(_live_streams):
-        stream.lock.release()
-
-
-def _after_fork_child() -> None:
-    _flusher.forget()
-    for stream in list(_live_streams):
-        stream._reopen_in_child()
-    if _live_streams:
-        _flusher.ensure_running()

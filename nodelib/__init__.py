@@ -1,6 +1,7 @@
 """What runs inside a node's processes: the phase API and the instrumentation API
-applications call, the datastream writer and CAMP's counters. The wire protocol it speaks
-with netspecd lives in netspec.protocol, which applications do not use.
+applications call (entities and their streams are netspec.datastream's; CAMP's counters,
+netspec.camp, are reachable as `nodelib.camp` too). The wire protocol it speaks with
+netspecd lives in netspec.protocol, which applications do not use.
 
 Applications use only the names in `__all__`; importing this package starts nothing and
 opens no file:
@@ -16,6 +17,7 @@ opens no file:
     nodelib.run()
 """
 
+from netspec import camp as camp
 from netspec.protocol.errors import ConnectionLost, NetspecError, ProtocolError
 
 from .instrument import default as _streams

@@ -35,7 +35,8 @@ class Channel(asyncio.Protocol):
     decoded as its bytes arrive, and a consumer that `take`s messages handles them there
     and then, without a task woken per message (a node step's enter, a step's acks).
 
-    Lifecycle: made by `connect`, `over` or `serve`; `close` ends it and may be called twice.
+    Lifecycle: made by `connect`, `over` or `serve`; `close` (or leaving its `async with`)
+    ends it and may be called twice.
     """
 
     def __init__(self, peer: str = "", max_frame: int = MAX_FRAME,
@@ -66,16 +67,22 @@ class Channel(asyncio.Protocol):
 
     @classmethod
     async def serve(cls, on_channel: Callable[[Channel], Coroutine[Any, Any, None]], host: str,
-                    port: int) -> asyncio.Server:
-        """Listen; each connection's channel is served by `on_channel` in a task of its own."""
-        loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task[None]] = set()
-
+                    port: int, tg: asyncio.TaskGroup) -> asyncio.Server:
+        """Listen; each connection's channel is served by `on_channel` in a task of `tg`,
+        which the caller owns: close the server before `tg` ends, and `tg` waits for every
+        connection's task. A connection that comes as `tg` is shutting down is hung up."""
         def opened(channel: Channel) -> None:
-            task = loop.create_task(on_channel(channel))
-            tasks.add(task)  # held: the loop keeps only weak references to tasks
-            task.add_done_callback(tasks.discard)
-        return await loop.create_server(lambda: cls(on_open=opened), host, port)
+            try:
+                tg.create_task(on_channel(channel))
+            except RuntimeError:  # its owner is ending: nobody would serve it
+                channel.hang_up()
+        return await asyncio.get_running_loop().create_server(lambda: cls(on_open=opened), host, port)
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     def hold(self) -> None:
         """Decode no frame until `recv` asks for one, and then that one alone, until `seal`:
@@ -264,12 +271,21 @@ class Channel(asyncio.Protocol):
 
 
 class BlockingChannel:
-    """The component side of the daemon socketpair: plain blocking socket I/O."""
+    """The component side of the daemon socketpair: plain blocking socket I/O.
+
+    Lifecycle: made over a connected socket, which it owns; `close` (or leaving its
+    `with`) closes it and may be called twice."""
 
     def __init__(self, sock: socket.socket, peer: str = "netspecd"):
         self.sock, self.peer = sock, peer
         self.decoder = FrameDecoder()
         self._ready: deque[dict[str, Any]] = deque()
+
+    def __enter__(self) -> BlockingChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def recv(self) -> dict[str, Any] | None:
         while not self._ready:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 from netspec.web.app import create_app
-from support import PROGRAMS, REPO, ns_control, session_dir
+from support import PROGRAMS, REPO, ns_control, session_dir, wait_for
 
 STIMULUS = REPO / "experiments" / "stimulus_response" / "stimulus.py"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -101,10 +101,9 @@ def serving(root: Path) -> Iterator[str]:
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
     try:
+        wait_for(lambda: server.started or not thread.is_alive(), what="the results browser's server")
+        assert server.started, "the results browser's server ended before it started"
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True

@@ -28,6 +28,9 @@ from support import PROGRAMS, SESSION_ENV, session_dir
 
 SESSION_PREFIX = "netspec-tests-"
 HOST_FIXTURES = {"nethosts", "ssh_env", "own_host"}
+# The end-to-end tier: every test under it is marked e2e here, whatever its file says, so
+# that `make test-quick` (-m "not e2e") leaves out the whole folder.
+E2E = Path(__file__).parent / "e2e"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,6 +80,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HOST_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.nethosts)
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
     # The timing tests first and together, so that one worker runs them one after the other
     # with the machine held alone throughout (below), rather than waiting for the other
     # worker's test to end before each; those on namespaced hosts first of all, so that the

@@ -1,5 +1,5 @@
 """A fuzz of the stream reader with VALID checksums around bad contents, shared by
-tests/nodelib/test_stream_fuzz.py and bench/fuzz.py.
+tests/datastream/test_stream_fuzz.py and bench/fuzz.py.
 
 `craft` builds a stream file from a `Chooser`'s choices: a header (sometimes with a field of
 the wrong type, a bit flipped, or none), then chunks framed as datastream/format.py frames

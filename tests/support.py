@@ -6,14 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from netspec import camp
 from netspec.daemon.sampler import CampConfig, CampSampler
-from netspec.nodelib import camp
-from netspec.nodelib.instrument import Datastreams
+from netspec.datastream.instrument import Datastreams
+from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.protocol.runrecord import load_record
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -45,6 +47,22 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str =
     pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
 
 
+def descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each is open on (a file, socket:[...],
+    pipe:[...], anon_inode:[timerfd]): what a closed owner must have given back."""
+    held = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, closed since
+            continue
+    return held
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
 def ns_control(*args: str, cwd: Path, timeout: float = 120,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,
@@ -67,6 +85,18 @@ def start_run(path: Path, cwd: Path, until: Callable[[dict], object],
 
 def latest_record(runs: Path) -> dict:
     return json.loads((runs / "latest" / "run.json").read_text())
+
+
+def write_stream(directory: Path, host: str, component: str, records: list[tuple[str, int, int]]) -> None:
+    """A real stream file of `component` on `host` with the records (entity name in group KV,
+    ts, tag), written in time order."""
+    ds = Datastreams()
+    entities = {name: ds.event("KV", name) for name in {r[0] for r in records}}
+    ds.start([StreamConfig("kv", enable=("KV",), chunk_records=500)],
+             StreamInfo(directory, run="r", host=host, component=component), exit_hooks=False)
+    for name, ts, tag in sorted(records, key=lambda r: r[1]):
+        ds.streams[0].put((entities[name].id, ts, tag))
+    ds.stop()
 
 
 def start_loadgen(*args: str) -> subprocess.Popen:
@@ -109,13 +139,15 @@ def schedstat_ns(pid: int) -> int:
 
 
 class Steal:
-    """The share of one CPU the hypervisor took from this machine while the block ran: time a
-    guest cannot see, in which its busy loops stand still and its processes stay runnable."""
+    """The share of one CPU the hypervisor took from this machine while the block ran (and
+    the time, ns, summed over its CPUs): time a guest cannot see, in which its busy loops
+    stand still and its processes stay runnable."""
 
     def __enter__(self) -> Steal:
-        self.share = 0.0
+        self.share, self.stolen_ns = 0.0, 0
         self._stolen, self._t0 = camp.cpu_times().steal, time.monotonic_ns()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.share = (camp.cpu_times().steal - self._stolen) / (time.monotonic_ns() - self._t0)
+        self.stolen_ns = camp.cpu_times().steal - self._stolen
+        self.share = self.stolen_ns / (time.monotonic_ns() - self._t0)

@@ -10,7 +10,7 @@ from pathlib import Path
 from netspec.analysis.usercode import UserCode
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
-from netspec.protocol.runrecord import read_run
+from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..engine import summary
 from ..engine.runner import merge
@@ -38,10 +38,16 @@ def user_code(args: argparse.Namespace) -> UserCode:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    unreadable: list[str] = []
-    print_lines(summary.list_lines(list_runs(args.runs, unreadable)))
-    print_lines([f"warning: not listed: {said}" for said in unreadable], sys.stderr)
+    print_lines(summary.list_lines(_runs(args.runs)))
     return EXIT_OK
+
+
+def _runs(root: Path) -> list[tuple[Path, RunRecord]]:
+    """The runs under `root`; a run whose record cannot be read is said on stderr."""
+    unreadable: list[str] = []
+    runs = list_runs(root, unreadable)
+    print_lines([f"warning: not listed: {said}" for said in unreadable], sys.stderr)
+    return runs
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -56,7 +62,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    print_lines(summary.results_lines(list_runs(args.runs)))
+    print_lines(summary.results_lines(_runs(args.runs)))
     return EXIT_OK
 
 
@@ -172,8 +178,8 @@ def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
 def cmd_dump(args: argparse.Namespace) -> int:
     from netspec.analysis.narrate import narrate
     from netspec.analysis.usercode import load_function
+    from netspec.datastream.instrument import selects
     from netspec.datastream.reader import StreamReader, read_streams
-    from netspec.nodelib.instrument import selects
 
     paths = [p for f in args.files for p in (sorted(f.rglob("*.ds")) if f.is_dir() else [f])]
     if not paths:

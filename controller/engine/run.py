@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import msgspec
@@ -45,7 +45,7 @@ from ..hosts.forks import DaemonForks
 from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
 from ..record.rundir import RunDir
-from ..record.saving import LIVE_SAVE_S, Saves
+from ..record.saving import Saves
 from . import release
 from .barrier import Barrier
 from .clocks import start_clocks, stretched
@@ -106,8 +106,7 @@ class Run:
         self.tg: asyncio.TaskGroup
 
     def interrupt(self) -> None:
-        where = f"in phase '{self.phase}'" if self.phase else f"while {CONNECTING} to the hosts"
-        self._fail(Interrupted(f"interrupted by the user {where}"))
+        self._fail(Interrupted(f"interrupted by the user {self._where()}"))
 
     def _fail(self, exc: NetspecError) -> None:
         if not self.failure.done():
@@ -116,13 +115,20 @@ class Run:
     async def execute(self) -> None:
         """Run every step, then always clean up and gather.
 
+        Cancelling the task that runs it (an `asyncio.timeout` around it, Ctrl-C under
+        `asyncio.run`) ends the run as an interrupt does: the run is cleaned up and
+        gathered as interrupted, then the cancellation goes on to the caller.
+
         Raises:
             StepFailed, ComponentFailed, DeadlineExceeded, ConnectionLost, Interrupted:
             whatever stopped the run, after the run directory got everything it could.
+            asyncio.CancelledError: the run was cancelled (after the same clean-up).
         """
         self.failure = asyncio.get_running_loop().create_future()
         error: NetspecError | None = None
-        async with asyncio.TaskGroup() as tg:
+        # The run's task group: each daemon connection's reader, the stragglers. The local
+        # daemons' fork server is ended however the run ends (`_finish` ends it first).
+        async with self.forks, asyncio.TaskGroup() as tg:
             self.tg = tg
             try:
                 await self._start_fleet()
@@ -130,32 +136,50 @@ class Run:
                     await self._step(index, step)
             except NetspecError as exc:
                 error = exc
+            except asyncio.CancelledError:
+                # Not a run that went well: cleaned up and gathered as interrupted, and the
+                # cancellation is the caller's, raised on once that is done.
+                error = Interrupted(f"cancelled {self._where()}")
+                self._fail(error)
+                raise
             finally:
                 await self._finish(error)
         if error is not None:
             raise error
 
-    async def _guard(self, work: Awaitable[Any], deadline: float,
+    def _where(self) -> str:
+        return f"in phase '{self.phase}'" if self.phase else f"while {CONNECTING} to the hosts"
+
+    async def _guard(self, work: Coroutine[Any, Any, Any], deadline: float,
                      on_timeout: Callable[[], NetspecError]) -> Any:
-        """Wait for `work` unless the run fails first or the deadline passes. The work is
-        ended in every case; a cancellation of this wait itself goes on to the caller."""
-        task = asyncio.ensure_future(work)
-        # Whatever the work ends with is read here, so that nothing is left unretrieved.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        timeout = max(deadline - asyncio.get_running_loop().time(), 0)
+        """Run `work` in a task group of its own under `deadline` (loop time), unless the run
+        fails first: its result. The work's task is ended and awaited on every way out, so
+        nothing it started outlives the wait; a cancellation of this wait goes on to the
+        caller once it is.
+
+        Raises:
+            NetspecError: the run's failure, if it came first (or by the deadline); what
+                `on_timeout` makes, if the deadline passed; what `work` raised.
+        """
+        error: BaseException | None = None
         try:
-            done, _ = await asyncio.wait({task, self.failure}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if task in done:
+            async with asyncio.timeout_at(deadline), asyncio.TaskGroup() as tg:
+                task = tg.create_task(work)
+                tg.create_task(self._until_failed(task))
             return task.result()
-        task.cancel()
-        await asyncio.wait({task})  # its end, not its error: the failure or the deadline is the news
-        if self.failure.done():
+        except TimeoutError:
+            if self.failure.done():
+                self.failure.result()  # the failure is the news, not the deadline it cut short
+            raise on_timeout() from None
+        except BaseExceptionGroup as group:  # one of the two raised, and the other was cancelled
+            error = group.exceptions[0]
+        raise error
+
+    async def _until_failed(self, work: asyncio.Task[Any]) -> None:
+        """Raise the run's failure if it comes before `work` ends (which then is cancelled)."""
+        await asyncio.wait({work, self.failure}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
             self.failure.result()
-        raise on_timeout()
 
     # -- fleet ------------------------------------------------------------------------
 
@@ -200,12 +224,27 @@ class Run:
                 reached.append(name)
                 self.progress(Progress("count", CONNECTING, name, done=len(reached), total=len(names)))
 
+        async def reach_each() -> dict[str, Exception | None]:
+            """Every host reached at once, each one's failure kept to be said with the rest's."""
+            outcome: dict[str, Exception | None] = {}
+
+            async def one(name: str) -> None:
+                try:
+                    await reach(name)
+                except Exception as exc:
+                    outcome[name] = exc
+                else:
+                    outcome[name] = None
+            async with asyncio.TaskGroup() as each:
+                for name in names:
+                    each.create_task(one(name))
+            return {name: outcome[name] for name in names}
+
         names, reached = list(self.hosts), []
-        outcome = await self._guard(
-            asyncio.gather(*(reach(n) for n in names), return_exceptions=True), deadline,
+        connect_failed(await self._guard(
+            reach_each(), deadline,
             lambda: not_reached({n: ["its setup" if n in self.clients else "netspecd"]
-                                for n in names if n not in reached}, connect_s))
-        connect_failed(dict(zip(names, outcome, strict=True)))
+                                for n in names if n not in reached}, connect_s)))
         try:
             tree = await self.fan_out.connect(self.endpoints, deadline)
             clocks = await start_clocks(self.plan.clock, self.clients, self.addresses, self.facts, deadline)
@@ -235,7 +274,7 @@ class Run:
         self.rundir.journal_step(index)  # its start: where a run is, while it runs
         # A step that lasts shows its hosts' acks in run.json as they come, a save a second
         # at most (a short one is in the journal at its end, and saves nothing else).
-        loop.call_later(LIVE_SAVE_S, self.saves.while_running, record)
+        self.saves.during(record)
         self.progress(Progress("step", step.phase))
         barrier = None
         try:
@@ -258,13 +297,12 @@ class Run:
             else:
                 for host, info in record.hosts.items():
                     info.sent_ns = sent if isinstance(sent, int) else sent[host]
-            await self._guard(barrier.opened, deadline, lambda: DeadlineExceeded(
-                step.phase, barrier.waiting(), step.deadline_s))
-            if not barrier.complete.done():
-                self.stragglers.follow(self.tg, barrier, deadline, lambda: self.barrier)
-            if step.phase == "collect":
-                await self._guard(self._collect(deadline), deadline, lambda: DeadlineExceeded(
-                    step.phase, {h: ["files"] for h in self.clients}, step.deadline_s))
+            opened = barrier.opened  # who the deadline caught waiting: participants, or files
+
+            def missed() -> DeadlineExceeded:
+                waiting = {h: ["files"] for h in self.clients} if opened.done() else barrier.waiting()
+                return DeadlineExceeded(step.phase, waiting, step.deadline_s)
+            await self._guard(self._through(step, barrier, deadline), deadline, missed)
             record.status = "ok"
         except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
             record.status = "failed"
@@ -273,10 +311,11 @@ class Run:
             for host in barrier.waiting():  # a summarized step's record has only those that acked
                 record.hosts.setdefault(host, StepHost(components={}, sent_ns=record.sent_ns))
             raise StepFailed(step.phase, step_failures(barrier, exc, self.results, self.components)) from exc
-        except NetspecError:
+        except (NetspecError, asyncio.CancelledError):
             record.status = "failed"
             raise
         finally:
+            self.saves.step_ended()
             self.barrier = None  # acks still arriving are recorded, not waited for
             record.left_ns = left = time.time_ns()
             record.duration_s = took = (left - started) / 1e9
@@ -286,6 +325,16 @@ class Run:
             record.release = {**record.release, **release.skew(record, folded)}
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
+
+    async def _through(self, step: Step, barrier: Barrier, deadline: float) -> None:
+        """A step's work once its enter is sent, in the step's task group (`_guard`): its
+        barrier opened; the stragglers of a k-of-n step followed (by the run, until the
+        step's deadline); at collect, the fleet's files fetched."""
+        await asyncio.shield(barrier.opened)  # others wait on it too: not cancelled with this wait
+        if not barrier.complete.done():
+            self.stragglers.follow(self.tg, barrier, deadline, lambda: self.barrier)
+        if step.phase == "collect":
+            await self._collect(deadline)
 
     async def _end(self, host: str, name: str) -> str | None:
         """End component `name` on `host` now (a straggler at its step's deadline); None if
@@ -309,23 +358,16 @@ class Run:
 
     # -- events from daemons ------------------------------------------------------------
 
-    def _stranger(self, host: str, event: dict[str, Any]) -> bool:
-        """Whether the event names a component `host` does not run, or a step never sent:
-        then the run fails, naming the host (protocol/events.py checked its shape)."""
-        name, step = event["component"], event.get("step")
-        result = self.results.get(name)
-        if not ((result is not None and result.host == host) or (name == m.NODE and step is not None)):
-            self._fail(ProtocolError(f"an event of component '{name}', which it does not run",
-                                     f"host {host}"))
-        elif step is not None and step >= len(self.rundir.record.steps):
-            self._fail(ProtocolError(f"an ack of step {step}, which was never sent", f"host {host}"))
-        else:
-            return False
-        return True
+    def _stranger(self, host: str, event: dict[str, Any]) -> ProtocolError | None:
+        """What is wrong with who sent the event, if anything (`stranger`); nothing done with
+        it here: the caller fails the run (protocol/events.py checked the event's shape)."""
+        return stranger(host, event["component"], event.get("step"), self.results,
+                        len(self.rundir.record.steps))
 
     def _on_event(self, host: str, event: dict[str, Any]) -> None:
         kind = event["t"]
-        if kind in (m.OUTPUT, m.EXIT, m.ACK) and self._stranger(host, event):
+        if kind in (m.OUTPUT, m.EXIT, m.ACK) and (wrong := self._stranger(host, event)) is not None:
+            self._fail(wrong)  # nothing of it is taken or written
             return
         if kind == m.OUTPUT:
             self.results[event["component"]].add_output(event["stream"], event["data"])
@@ -339,7 +381,9 @@ class Run:
                 self._fail(exc)
                 return
             for below, ack in acks:
-                if not self._stranger(below, ack):
+                if (wrong := self._stranger(below, ack)) is not None:
+                    self._fail(wrong)
+                else:
                     self._on_ack(below, ack)
             if summary is not None:
                 self._on_summary(event["step"], summary)
@@ -484,3 +528,27 @@ class Run:
         self.saves.cancel()
         unclean = self._unclean_ends() if error is None else []
         self.rundir.finish(RunOutcome.ended(error, self.phase, self.stragglers.troubles, unclean))
+
+
+def stranger(host: str, component: str, step: int | None, results: Mapping[str, ComponentResult],
+             steps_sent: int) -> ProtocolError | None:
+    """Whether an event `host` sent of `component` (of `step`, if it names one) could be its:
+    the error that says why not, None if it could. A check only; the caller decides.
+
+    Args:
+        host: the host whose connection the event came on (or whose ack a relay passed up).
+        component: the component the event names; the node itself (`m.NODE`) acks steps too.
+        step: the step the event names, None for an event of no step (output, exit).
+        results: every component of the run by name, each with the host that runs it.
+        steps_sent: how many steps were sent so far (steps 0 to steps_sent - 1).
+
+    Returns:
+        A ProtocolError naming the host, when the component is not one `host` runs or the
+        step was never sent; None otherwise.
+    """
+    result = results.get(component)
+    if not ((result is not None and result.host == host) or (component == m.NODE and step is not None)):
+        return ProtocolError(f"an event of component '{component}', which it does not run", f"host {host}")
+    if step is not None and step >= steps_sent:
+        return ProtocolError(f"an ack of step {step}, which was never sent", f"host {host}")
+    return None

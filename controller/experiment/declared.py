@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from netspec.nodelib.instrument import selects
+from netspec.datastream.instrument import selects
 
 from .model import Component
 from .sourcefile import SourceFile

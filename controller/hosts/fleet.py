@@ -44,7 +44,8 @@ class DaemonClient:
     """An authenticated connection to one daemon.
 
     Lifecycle: `connect()` opens and authenticates; `serve()` must then run (in a task the
-    caller owns) to deliver replies and events; `close()` ends it and may be called twice.
+    caller owns) to deliver replies and events; `close()` (or leaving its `async with`)
+    ends it and may be called twice.
     """
 
     def __init__(self, host: str, channel: Channel, on_event: EventHandler):
@@ -94,6 +95,12 @@ class DaemonClient:
             client = cls(host, channel, on_event)
             client.dropped = dropped
             return client
+
+    async def __aenter__(self) -> DaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def serve(self) -> None:
         """Deliver replies to their requests and events to `on_event` until the end."""

@@ -3,7 +3,8 @@ forked from one pre-loaded process, started on the first request and ended by `c
 
 Lifecycle: one `DaemonForks` per run, shared by its local hosts; `spawn` a daemon and wait
 for its port, `terminate` it (SIGTERM, then SIGKILL after a grace) and wait for its end,
-`close` at the end of the run.
+`close` at the end of the run (or leave its `async with`). It owns the fork server's
+process and the task that reads it: `close` ends both and waits for them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class DaemonForks:
         self._ports: dict[int, asyncio.Future[int]] = {}  # pid -> port
         self._ended: dict[int, asyncio.Future[int]] = {}  # pid -> returncode
         self._lost: str | None = None
+        self._closed = False
 
     async def _start(self) -> asyncio.subprocess.Process:
         async with self._starting:
@@ -48,7 +50,27 @@ class DaemonForks:
                 table[key].set_exception(ConnectionLost("local daemons", detail=self._lost))
         return table[key]
 
+    async def __aenter__(self) -> DaemonForks:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def _read(self) -> None:
+        """Until the fork server's stdout ends (it exited, or `close` closed its stdin);
+        then everything still waited for fails, whatever ended the reading."""
+        try:
+            await self._read_lines()
+        except (ValueError, KeyError, TypeError) as exc:  # said to every waiter, as its cause
+            self._lost = f"the daemon fork server said what it cannot have: {exc!r}"
+        finally:
+            self._lost = self._lost or "the daemon fork server ended"
+            for table in (self._forked, self._ports, self._ended):
+                for waiter in table.values():
+                    if not waiter.done():
+                        waiter.set_exception(ConnectionLost("local daemons", detail=self._lost))
+
+    async def _read_lines(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
             message = json.loads(line)
@@ -75,11 +97,6 @@ class DaemonForks:
                         "local daemon", detail=f"netspecd exited {message['returncode']} at start"))
                     if not asked:
                         port.exception()  # nobody waits on it yet: not an error left unseen
-        self._lost = "the daemon fork server ended"
-        for table in (self._forked, self._ports, self._ended):
-            for waiter in table.values():
-                if not waiter.done():
-                    waiter.set_exception(ConnectionLost("local daemons", detail=self._lost))
 
     async def spawn(self, argv: list[str], log: Path) -> int:
         """Fork a daemon with netspecd's `argv`, its stderr appended to `log`; its pid."""
@@ -106,7 +123,9 @@ class DaemonForks:
                 await asyncio.wait_for(asyncio.shield(ended), grace)
 
     async def close(self) -> None:
-        if self.proc is None:
+        """End the fork server (its stdin closed; SIGKILL after STOP_GRACE_S) and its
+        reader, and wait for both; may be called twice."""
+        if self.proc is None or self._closed:
             return
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -115,10 +134,14 @@ class DaemonForks:
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        reader = self._reader
+        # It ends at the end of the server's stdout, which its exit brings: waited for, not
+        # cancelled (a daemon's process the server left behind may hold that pipe for a
+        # while; then it is cancelled after the grace, and that is awaited too).
+        if reader is not None and not (await asyncio.wait({reader}, timeout=STOP_GRACE_S))[0]:
+            reader.cancel()
+            await asyncio.wait({reader})
+        self._reader, self._closed = None, True  # once all of it is done: a close cut short is done again
 
 
 def _settle(waiter: asyncio.Future[int], value: int) -> None:

@@ -116,6 +116,7 @@ class SSHHost(Host):
         self.conn = SSHConnection(spec.name, resolve(spec.ssh), accept_new or spec.accept_new_host_key)
         self.detached = detached
         self.daemon: paramiko.Channel | None = None
+        self.stderr_copy: threading.Thread | None = None  # the attached daemon's, ended by `stop`
         self.tunnel: Tunnel | None = None
         self.base = self.venv = ""
         self.started_here = False
@@ -226,7 +227,9 @@ class SSHHost(Host):
     def _start_attached(self, key_file: str, log_dir: Path) -> int:
         chan = self.daemon = self.conn.start([*self._netspecd(key_file), "--announce", "--lifeline"])
         log_dir.mkdir(parents=True, exist_ok=True)
-        threading.Thread(target=_copy_stderr, args=(chan, log_dir / "netspecd.log"), daemon=True).start()
+        self.stderr_copy = threading.Thread(target=_copy_stderr, args=(chan, log_dir / "netspecd.log"),
+                                            name=f"netspecd-stderr-{self.name}", daemon=True)
+        self.stderr_copy.start()
         chan.settimeout(DAEMON_START_S)
         try:
             line = chan.makefile("r").readline()
@@ -282,7 +285,13 @@ class SSHHost(Host):
                 self.daemon.shutdown_write()
                 self.daemon.settimeout(STOP_S)
                 clean = self.daemon.recv_exit_status() == 0
+            # Its stderr's copy ends at the end of the stream, which its exit brought (or
+            # closing the channel does, if it did not exit in time).
+            self.daemon.close()
             self.daemon = None
+        if self.stderr_copy is not None:
+            self.stderr_copy.join(STOP_S)
+            self.stderr_copy = None
         if run_id and self.started_here and not clean and self.conn.client is not None:
             # A daemon that died hard could not reset its run: end what it left behind.
             with contextlib.suppress(NetspecError, OSError, paramiko.SSHException):

@@ -16,7 +16,10 @@ import select
 import shlex
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import paramiko
 from netspec.protocol.errors import ConnectionLost
@@ -24,6 +27,9 @@ from netspec.protocol.errors import ConnectionLost
 from ..experiment.sshtargets import SSHTarget
 
 SSH_CONNECT_S = 10.0
+CLOSE_S = 5.0  # what closing a tunnel waits for its threads to end
+
+log = logging.getLogger("netspec")
 
 # paramiko logs every failed handshake with a traceback from its transport thread; the
 # failure reaches the user once, as the ConnectionLost that names the host.
@@ -44,20 +50,35 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
 
 
 class SSHConnection:
-    """A logged-in SSH connection. Lifecycle: `open()` once, then commands, files and
-    tunnels; `close()` ends them all and may be called twice."""
+    """A logged-in SSH connection. Lifecycle: `open()` once (or enter its `with`, which
+    opens it unless it is open), then commands, files and tunnels; `close()` (or leaving
+    the `with`) ends them all and may be called twice."""
 
     def __init__(self, host: str, target: SSHTarget, accept_new: bool = False):
         self.host, self.target, self.accept_new = host, target, accept_new
         self.client: paramiko.SSHClient | None = None
 
+    def __enter__(self) -> SSHConnection:
+        if self.client is None:
+            self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def open(self, timeout: float = SSH_CONNECT_S) -> None:
-        """Connect and authenticate.
+        """Connect and authenticate; nothing if it is open already (a connection whose
+        transport ended is closed and opened again).
 
         Raises:
             ConnectionLost: naming the host and why (unreachable, refused, host key
                 unknown or changed, authentication failed).
         """
+        if self.client is not None:
+            transport = self.client.get_transport()
+            if transport is not None and transport.is_active():
+                return
+            self.close()
         t = self.target
         client = paramiko.SSHClient()
         for path in t.known_hosts:
@@ -142,27 +163,63 @@ class SSHConnection:
                 sftp.put(str(path), f"{remote_dir}/{path.name}")
 
     def close(self) -> None:
+        """Close the connection and wait (CLOSE_S at most) for its transport's thread to end,
+        which paramiko does not."""
         if self.client is not None:
+            transport = self.client.get_transport()
             self.client.close()
             self.client = None
+            if transport is not None and transport is not threading.current_thread():
+                transport.join(CLOSE_S)
 
 
 class Tunnel:
     """A local TCP port whose connections are forwarded to `remote` (host, port) as seen
-    from the remote host. Lifecycle: `open()` returns the local port; `close()` stops it."""
+    from the remote host.
+
+    Lifecycle: `open()` returns the local port and starts the thread that accepts; each
+    connection accepted gets a thread that pumps its bytes. The tunnel owns them all:
+    `close()` (or leaving its `with`) wakes each one, joins them under CLOSE_S, and closes
+    the listening socket; it may be called twice.
+    """
 
     def __init__(self, conn: SSHConnection, remote: tuple[str, int]):
         self.conn, self.remote = conn, remote
         self.listener = socket.create_server(("127.0.0.1", 0))
+        # Readable once closing: every thread of the tunnel waits on it beside its sockets,
+        # and nobody reads it, so it wakes them all.
+        self._wake, self._waker = socket.socketpair()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
         self.closed = False
 
+    def __enter__(self) -> Tunnel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def open(self) -> int:
-        threading.Thread(target=self._accept, name=f"tunnel-{self.conn.host}", daemon=True).start()
+        self._run(self._accept, f"tunnel-{self.conn.host}")
         return self.listener.getsockname()[1]
 
+    def _run(self, target: Callable[..., None], name: str, *args: Any) -> bool:
+        """Start a thread the tunnel owns; False if it is closed (none started)."""
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            if self.closed:
+                return False
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            thread.start()
+        return True
+
     def _accept(self) -> None:
-        while not self.closed:
+        while True:
             try:
+                ready, _, _ = select.select([self.listener, self._wake], [], [])
+                if self._wake in ready:
+                    return
                 local, _ = self.listener.accept()
             except OSError:
                 return
@@ -173,19 +230,42 @@ class Tunnel:
                 local.close()
                 continue
             local.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=_pump, args=(local, chan), daemon=True).start()
+            if not self._run(_pump, f"tunnel-{self.conn.host}-pump", local, chan, self._wake):
+                chan.close()  # closed as it was accepted: no thread took it
+                local.close()
+                return
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self) -> list[str]:
+        """End every thread of the tunnel and wait for them, CLOSE_S at most in all; the
+        names of those still running then (a pump stuck in a write the remote side does
+        not take, which closing the SSH connection ends)."""
+        with self._lock:
+            if self.closed:
+                return []
+            self.closed = True
+            threads = self._threads
         with contextlib.suppress(OSError):
-            self.listener.close()
+            self._waker.send(b"x")
+        deadline = time.monotonic() + CLOSE_S
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            log.warning("ssh tunnel to %s: %d thread(s) still running %g s after it closed",
+                        self.conn.host, len(stuck), CLOSE_S)
+        for sock in (self.listener, self._waker, *(() if stuck else (self._wake,))):
+            with contextlib.suppress(OSError):
+                sock.close()
+        return stuck
 
 
-def _pump(local: socket.socket, chan: paramiko.Channel) -> None:
-    """Copy bytes both ways until either side ends, then close both."""
+def _pump(local: socket.socket, chan: paramiko.Channel, wake: socket.socket) -> None:
+    """Copy bytes both ways until either side ends or `wake` is readable, then close both."""
     try:
         while True:
-            ready, _, _ = select.select([local, chan], [], [])
+            ready, _, _ = select.select([local, chan, wake], [], [])
+            if wake in ready:
+                break
             if local in ready:
                 data = local.recv(65536)
                 if not data:

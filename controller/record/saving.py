@@ -17,13 +17,16 @@ LIVE_SAVE_S = 1.0
 
 
 class Saves:
-    """The saves of one run's run.json. Lifecycle: `soon()` and `while_running()` as
-    often as the run likes; `cancel()` once, before the run's last save (rundir.finish)."""
+    """The saves of one run's run.json. Lifecycle: `soon()` as often as the run likes;
+    `during(record)` as a step starts and `step_ended()` as it ends, in a `finally` (a
+    step's live saves have one timer, held here, that nothing else ends); `cancel()`
+    once, before the run's last save (rundir.finish), ends every timer."""
 
     def __init__(self, rundir: RunDir):
         self.rundir = rundir
         self._saved_at = self._cost = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._live: asyncio.TimerHandle | None = None  # the step's every LIVE_SAVE_S
 
     def soon(self) -> None:
         """Save now, or soon if it was saved moments ago. The interval grows with the cost
@@ -36,13 +39,23 @@ class Saves:
         else:
             self._timer = asyncio.get_running_loop().call_later(wait, self._save)
 
-    def while_running(self, record: Step) -> None:
-        """Save every LIVE_SAVE_S (or as `soon` allows) while step `record` runs."""
-        if record.status == "running" and record is self.rundir.record.steps[-1]:
-            self.soon()
-            asyncio.get_running_loop().call_later(LIVE_SAVE_S, self.while_running, record)
+    def during(self, record: Step) -> None:
+        """Save every LIVE_SAVE_S (or as `soon` allows) while step `record` runs, from
+        LIVE_SAVE_S on (until `step_ended`)."""
+        self.step_ended()
+        self._live = asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._live_save, record)
+
+    def _live_save(self, record: Step) -> None:
+        self.soon()
+        self._live = asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._live_save, record)
+
+    def step_ended(self) -> None:
+        if self._live is not None:
+            self._live.cancel()
+            self._live = None
 
     def cancel(self) -> None:
+        self.step_ended()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -1,7 +1,7 @@
-"""Pairs over real streams merged, and in a real run of tests/analysis/replication.py: a
-primary that replicates each write to two backups, one slower, gives each backup's latency its
-own row (match: all), or one end a tag (first, last); what is left unmatched is counted in
-summary.json and said in the merge's warnings."""
+"""Pairs over real streams merged: a primary that replicates each write to two backups, one
+slower, gives each backup's latency its own row (match: all), or one end a tag (first, last);
+what is left unmatched is counted in summary.json and said in the merge's warnings. (The same
+in a real run: tests/e2e/test_analysis_runs.py.)"""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import duckdb
 import pytest
 from netspec.analysis.graph import run_graph
 from netspec.analysis.resultset import merge_run, open_tables
-from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
-from support import ns_control
+from support import write_stream
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -23,17 +21,6 @@ LATENCY = {"backup1": 50_000, "backup2": 140_000}
 WRITES = 100
 LOST_AT_BACKUP2 = range(90, 100)  # backup2 never got these: starts with one end only
 STRAYS = range(1000, 1005)  # backup1 logs tags the primary never sent: ends without a start
-
-
-def write_stream(directory: Path, host: str, component: str, records: list[tuple[str, int, int]]) -> None:
-    """A real stream file of `component` on `host` with the records (entity, ts, tag)."""
-    ds = Datastreams()
-    entities = {name: ds.event("KV", name) for name in {r[0] for r in records}}
-    ds.start([StreamConfig("kv", enable=("KV",), chunk_records=500)],
-             StreamInfo(directory, run="r", host=host, component=component), exit_hooks=False)
-    for name, ts, tag in sorted(records, key=lambda r: r[1]):
-        ds.streams[0].put((entities[name].id, ts, tag))
-    ds.stop()
 
 
 def replicated_run(tmp_path: Path, pairs: dict[str, dict]) -> Path:
@@ -115,48 +102,3 @@ def test_the_graphs_pair_filter_matches_every_end_too_and_says_what_it_left_unma
     assert run_graph(db, graph, run / "merged", tmp_path, T0, {}, trusted=()) == [
         "analysis node legs: pair legs: 5 of 195 ends had no start"]
     assert db.execute("SELECT count(*) FROM legs").fetchone() == (2 * WRITES - len(LOST_AT_BACKUP2),)
-
-
-REPLICATION = """\
-experiment: replication
-hosts: {p: {}, b1: {}, b2: {}}
-components:
-  primary: {host: p, program: PROGRAM, args: [--role, primary], params: {count: 200}}
-  backup1: {host: b1, program: PROGRAM, args: [--role, backup], params: {apply_us: 0}}
-  backup2: {host: b2, program: PROGRAM, args: [--role, backup], params: {apply_us: APPLY_US}}
-services:
-  clksync: {reference: p}
-streams:
-  kv: {enable: [KV]}
-analysis:
-  pairs:
-    replicate: {start: KV/replicate, end: KV/applied}
-schedule:
-  - launch
-  - sync_clocks
-  - start_logging
-  - {phase: listen, components: [backup1, backup2], deadline: 10s}
-  - {phase: run, components: [primary], deadline: 60s}
-  - stop_logging
-  - collect
-"""
-APPLY_US = 100
-
-
-@pytest.mark.e2e
-def test_a_real_replication_run_gives_each_backup_its_own_latency_the_slower_one_included(tmp_path):
-    program = Path(__file__).parent / "replication.py"
-    exp = tmp_path / "replication.yaml"
-    exp.write_text(REPLICATION.replace("PROGRAM", str(program)).replace("APPLY_US", str(APPLY_US)))
-    done = ns_control("run", str(exp), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "causality replicate: 400 matched, every end after its start" in done.stdout
-    merged = tmp_path / "runs" / "latest" / "merged"
-    ends = dict(duckdb.sql(f"""SELECT end_component, list(duration_ns + bound_ns)
-                               FROM '{merged}/intervals.parquet' WHERE name = 'replicate'
-                               GROUP BY ALL""").fetchall())
-    assert sorted(ends) == ["backup1", "backup2"] and all(len(v) == 200 for v in ends.values())
-    # backup2 applies each write APPLY_US after it arrives: no latency of its can be shorter.
-    assert min(ends["backup2"]) >= APPLY_US * 1000
-    (counts,) = json.loads((merged / "summary.json").read_text())["pairs"]
-    assert (counts["starts_without_end"], counts["ends_without_start"], counts["rows"]) == (0, 0, 400)

@@ -8,9 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 from netspec.analysis.usercode import load_function
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import SYNC, StreamReader, read_streams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import StreamError
 
 
@@ -181,10 +181,3 @@ def test_every_way_of_reading_says_a_stream_has_no_clean_close(tmp_path: Path, w
             pass
     assert reader.closed_cleanly is False
     assert [w for w in reader.warnings if "no clean close record" in w] != []
-
-
-def test_a_closed_reader_has_unmapped_its_file(tmp_path: Path) -> None:
-    with StreamReader(write_ticks(tmp_path, 3)) as reader:
-        mapped = reader._data
-        assert len(mapped) > 0
-    assert mapped.closed and reader.records_lost == 0

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from netspec.analysis.resultset import merge_run
 from netspec.analysis.usercode import UserCode
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
-from support import ns_control
-from test_pairs import T0, write_stream
+from support import ns_control, write_stream
+
+T0 = 1_700_000_000_000_000_000
 
 
 def a_run(tmp_path: Path, analysis: dict) -> Path:
@@ -73,33 +73,3 @@ def test_an_imported_bundle_whose_record_names_os_system_is_fetched_and_nothing_
     assert ("warning: decoder os:system not run: the run's record names it, and a decoder runs only when "
             "you name it (the experiment file you run, or ns_control fetch --decoder os:system); its events' "
             "data stays raw") in fetched.stdout
-
-
-ONE_MACHINE = """\
-experiment: one-machine
-hosts: {a: {}, b: {}}
-components:
-  one: {host: a, command: [sleep, "0.3"], start: run}
-  two: {host: b, command: [sleep, "0.3"], start: run}
-services:
-  camp: {interval_ms: 20}
-schedule: [launch, start_logging, run, stop_logging, collect]
-"""
-
-
-@pytest.mark.e2e
-def test_hosts_on_one_kernel_are_said_to_show_the_machines_cpu_in_the_merge_and_the_report(tmp_path):
-    """Two local hosts: two daemons under one kernel, as namespaces or containers would be."""
-    (tmp_path / "exp.yaml").write_text(ONE_MACHINE)
-    done = ns_control("run", "exp.yaml", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = ("hosts a, b share one kernel (one boot_id: namespaces or containers of one machine): CAMP's CPU, "
-            "memory and disk figures of each are the whole machine's, not the host's own (each component's "
-            "own CPU, proc.*, is its own)")
-    assert f"warning: {said}" in done.stdout
-    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
-    assert summary["shared_kernel"] == [["a", "b"]] and said in summary["warnings"]
-    report = ns_control("report", "latest", cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
-    caveat = "cpu busy a: host a shares one kernel with b: this is the whole machine's CPU, not the host's"
-    assert f"    {caveat} own" in report.stdout.splitlines()

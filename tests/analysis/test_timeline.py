@@ -18,8 +18,8 @@ from netspec.analysis.resultset import open_tables, write_intervals
 from netspec.analysis.timeline import merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
 from netspec.datastream.columns import scan, unpack
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 
 T0 = 1_700_000_000_000_000_000  # before now: the files' own close records come last
 SECOND = 1_000_000_000

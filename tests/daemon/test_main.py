@@ -1,6 +1,7 @@
 """netspecd's command line: the lifeline, the state file, --kill-run."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,17 @@ def test_the_daemon_stops_when_its_lifeline_closes(key, tmp_path):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     assert json.loads(proc.stdout.readline())["pid"] == proc.pid
+    # Its loop watches the lifeline: no thread beside its own, which nothing would end.
+    assert os.listdir(f"/proc/{proc.pid}/task") == [str(proc.pid)]
     proc.stdin.close()  # what the end of the SSH channel looks like to it
+    assert proc.wait(timeout=10) == 0
+
+
+def test_a_daemon_whose_lifeline_is_a_file_reads_it_to_its_end_and_stops(key, tmp_path):
+    (tmp_path / "stdin").write_bytes(b"x" * 10_000)
+    with open(tmp_path / "stdin", "rb") as stdin:
+        proc = subprocess.Popen([*NETSPECD, "--lifeline", "--root", str(tmp_path)], stdin=stdin,
+                                stderr=subprocess.DEVNULL)
     assert proc.wait(timeout=10) == 0
 
 
@@ -59,7 +70,7 @@ class Hide(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in hidden:
             raise ImportError(f"{{name}} is not installed on a remote host")
 sys.meta_path.insert(0, Hide())
-import netspec.daemon.main, netspec.nodelib, netspec.nodelib.camp
+import netspec.daemon.main, netspec.nodelib, netspec.camp
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -4,7 +4,7 @@ which go up as themselves, and when it leaves."""
 import asyncio
 
 import pytest
-from netspec.daemon.relay import BATCH_WAIT_S, Batch
+from netspec.daemon.relay import BATCH_WAIT_S, Batch, Relay
 from netspec.protocol import ackjournal, acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
@@ -65,9 +65,25 @@ def test_an_error_leaves_at_once_and_a_late_hosts_held_acks_go_up_as_themselves(
         batch.add_own(_ack("x"))
         batch.add([{**_ack("e", m.ACK_ERROR, message="boom"), "host": "c"}])
         error = list(sent)
+        # Not a wait for something to happen: the window in which the timer a's first ack
+        # set would have fired, had the error's batch not cancelled it; nothing may leave in it.
         await asyncio.sleep(BATCH_WAIT_S * 3)
         return error, sent
     error, sent = asyncio.run(scenario())
     # The error went at once, with a's ack held so far: a's other ack is late, so none is folded.
     assert [[(a["host"], a["component"]) for a in b["acks"]] for b in error] == [[("c", "e"), ("a", "x")]]
     assert len(sent) == 1 and "summary" not in sent[0]
+
+
+def test_an_ack_that_comes_once_the_relay_closed_goes_up_at_once_and_leaves_no_timer():
+    async def scenario():
+        sent = []
+        relay = Relay("a", sent.append)
+        _, emit = relay.enter({"t": m.ENTER, "phase": "work", "step": 3, "hosts": {"a": 0},
+                               "lists": [[{"name": "one"}, {"name": "two"}]]}, sent.append)
+        await relay.close()
+        emit(_ack("one"))
+        loop = asyncio.get_running_loop()
+        return sent, [h for h in loop._scheduled if not h.cancelled()]  # no public view of its timers
+    sent, timers = asyncio.run(scenario())
+    assert [[a["component"] for a in s["acks"]] for s in sent] == [["one"]] and timers == []

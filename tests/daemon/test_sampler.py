@@ -4,10 +4,14 @@ no aliasing with periodic workloads, and a warning where /proc/stat misses CPU t
 import gzip
 import itertools
 import math
+import os
 import random
+import threading
 import time
 
 import pytest
+from netspec import camp
+from netspec.camp import CampError
 from netspec.daemon.sampler import (
     CHECK_SLACK_NS,
     CampConfig,
@@ -17,11 +21,17 @@ from netspec.daemon.sampler import (
     slot_instants,
 )
 from netspec.daemon.services import NodeServices
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
-from netspec.nodelib import camp
-from netspec.nodelib.camp import CampError
-from netspec.nodelib.instrument import Datastreams
-from support import Steal, sample_a_process_that_exits, schedstat, schedstat_ns
+from support import (
+    Steal,
+    descriptors,
+    sample_a_process_that_exits,
+    schedstat,
+    schedstat_ns,
+    threads_named,
+    wait_for,
+)
 from support import start_loadgen as start
 
 
@@ -111,7 +121,9 @@ def test_slots_whose_instant_passed_during_a_sample_are_said_skipped(camp_stream
     sampler = CampSampler(streams, CampConfig(interval_ms=1, interfaces=("lo",), disks=()), {},
                           backend=SlowBackend(0.0015))
     sampler.start()
-    time.sleep(0.3)
+    # Slots skipped and samples taken, each more than once: what the warning is to count.
+    wait_for(lambda: sampler.late >= 10 and sampler.samples >= 10, timeout=10,
+             what="ten slots skipped and ten samples taken")
     sampler.stop()
     records = read(streams, directory)
     [said] = [r.value for r in records if r.entity.full_name == "CAMP/warning"]
@@ -245,6 +257,13 @@ def test_a_process_running_between_ticks_is_missed_by_proc_stat_and_the_sampler_
         assert "run between the kernel's ticks" in w["message"]
 
 
+def sampled(services: NodeServices, window: str) -> None:
+    """Wait until the logging window's sampler took a sample at one of its random instants
+    (beyond the one it takes as the window opens)."""
+    sampler = services.sampler
+    wait_for(lambda: sampler.samples >= 2, timeout=10, what=f"a sample in {window}")
+
+
 def test_every_logging_window_samples_the_same_fields_whichever_components_run(tmp_path):
     services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=10, interfaces=("lo",), disks=()),
                             components=("load", "idle"))
@@ -252,15 +271,44 @@ def test_every_logging_window_samples_the_same_fields_whichever_components_run(t
     load = start("percent", "0")
     try:
         services.start_logging({"load": load.pid})
-        time.sleep(0.2)
+        sampled(services, "the first window")
         services.stop_logging()
     finally:
         load.kill()
         load.wait()
     services.start_logging({})
-    time.sleep(0.2)
+    sampled(services, "the second window")
     services.close()
     samples = [r.value for p in tmp_path.glob("camp.*.ds") for r in StreamReader(p)
                if r.entity.full_name == "CAMP/node"]
     assert {s["proc.load.pid"] for s in samples} == {load.pid, None}
     assert all(s["proc.idle.pid"] is None for s in samples)
+
+
+def test_a_stopped_sampler_leaves_no_thread_and_no_descriptor(tmp_path):
+    before = descriptors()
+    streams = open_camp(tmp_path)
+    config = CampConfig(interval_ms=5, interfaces=("lo",), disks=())
+    sampler = CampSampler(streams, config, {"me": os.getpid()})
+    sampler.start()
+    wait_for(lambda: sampler.samples >= 3, timeout=10, what="three samples")
+    assert len(threads_named("camp")) == 1
+    sampler.stop()
+    sampler.stop()
+    streams.stop()
+    assert threads_named("camp") == [] and threads_named("netspec-flusher") == []
+    assert descriptors() == before, "the backend's /proc files, the wake pipe and the stream closed"
+
+
+def test_node_services_closed_leave_no_thread_and_no_descriptor(tmp_path):
+    before = descriptors()
+    services = NodeServices("r", "h", tmp_path, CampConfig(interval_ms=5, interfaces=("lo",), disks=()),
+                            components=("me",))
+    services.open()
+    port = services.clock.serve("127.0.0.1", bytes(32))
+    assert port
+    services.start_logging({"me": os.getpid()})
+    wait_for(lambda: services.sampler.samples >= 3, timeout=10, what="three samples")
+    services.close()
+    assert [t.name for t in threading.enumerate() if t.name in ("camp", "clksync", "netspec-flusher")] == []
+    assert descriptors() == before

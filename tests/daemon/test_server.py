@@ -1,13 +1,17 @@
 """netspecd as a real process: authentication, framing limits, error replies."""
 
 import asyncio
+import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import msgpack
 import pytest
+from daemonview import Session
 from netspec.controller.hosts.fleet import DaemonClient
 from netspec.daemon.server import HANDSHAKE_TIMEOUT_S, MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
@@ -15,7 +19,7 @@ from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.wire import encode
-from support import session_run_id, wait_for
+from support import PROGRAMS, session_run_id, wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
@@ -168,8 +172,9 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
                              components=[{"name": "sleeper", "argv": ["sleep", "300"],
                                           "stop": "collect"}])
         client.notify("enter", phase="launch", step=0, components=[{"name": "sleeper"}], published={})
-        while not any(e.get("t") == "ack" for _, e in events):
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout_at(deadline):
+            while not any(e.get("t") == "ack" for _, e in events):
+                await asyncio.sleep(0.01)
         assert run_processes(run_id)
         for bad in ({"components": [{"name": "sleeper"}]}, {"phase": "x", "step": "1", "components": []},
                     {"phase": "x", "step": 1, "components": [7]}):
@@ -217,13 +222,17 @@ def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(da
     assert daemon.alive
 
 
-async def wait_for_async(attempt, tries=50):
-    for _ in range(tries):
+async def wait_for_async(attempt, timeout=10.0):
+    """`attempt()`, tried again while it is refused (AuthError) until `timeout` s have passed;
+    the last refusal raised."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
         try:
             return await attempt()
         except AuthError:
-            await asyncio.sleep(0.1)
-    return await attempt()
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def _auth_frame(sock: socket.socket, key: bytes) -> bytes:
@@ -301,3 +310,30 @@ def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limi
         await serving
         return replies
     assert len({r["id"] for r in asyncio.run(scenario())}) == 3 * MAX_IN_FLIGHT
+
+
+def test_a_daemon_stopped_mid_step_ends_its_session_and_the_runs_processes_and_exits(key, tmp_path):
+    run = session_run_id("run-stopped")
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0",
+                             "--announce", "--root", str(tmp_path / "droot")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(proc.stdout.readline())["port"]
+
+        async def scenario():
+            async with Session(port, key) as s:
+                await s.request("setup", run=run, components=[
+                    {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}])
+                s.client.notify("enter", phase="launch", step=0, published={}, components=[{"name": "actor"}])
+                assert (await s.event("ack", "actor"))["status"] == "ok"
+                s.client.notify("enter", phase="work", step=1, published={},
+                                components=[{"name": "actor", "params": {"hang_in": "work"}}])
+                proc.terminate()
+                async with asyncio.timeout(20):  # its hang-up, once the run is reset
+                    await asyncio.shield(s.serving)
+        asyncio.run(scenario())
+        assert proc.wait(timeout=20) == 0
+        assert run_processes(run) == []
+    finally:
+        proc.kill()
+        proc.wait()

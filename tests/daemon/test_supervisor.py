@@ -1,6 +1,8 @@
 """The supervisor through a real daemon: spawn, exit reports, reset without orphans."""
 
 import asyncio
+import contextlib
+import os
 import signal
 import sys
 import time
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
-from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentSpec
+from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess, ComponentSpec
 from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes
@@ -33,6 +35,12 @@ def test_reset_kills_every_process_of_the_run_and_cleans_its_work_dir(daemon, ke
                                         {"name": "sleeper"}])
             assert (await s.event("ack", "actor"))["status"] == "ok"
             assert (await s.event("ack", "sleeper"))["status"] == "ok"
+            # What the reset is to end, waited for rather than read once: under load one of
+            # the three was seen missing just after the acks (not yet found by the run's id
+            # in its environment).
+            async with asyncio.timeout(10):
+                while len(run_processes(RUN_RESET)) < 3:
+                    await asyncio.sleep(0.01)
             assert len(run_processes(RUN_RESET)) == 3  # actor, its orphan, sleeper
             killed = (await s.request("reset", clean=True))["killed"]
             return killed, setup["root"]
@@ -358,3 +366,26 @@ def test_a_component_at_work_on_its_end_longer_than_the_stop_grace_is_waited_for
     assert exit_event["returncode"] == 0 and exit_event["expected"]
     assert ack["status"] == "ok"
     assert (ack["acked"] - ack["entered"]) / 1e9 >= WORK_AT_END_S
+
+
+def test_a_component_whose_with_fails_is_killed_reaped_and_reported_and_leaves_no_fd(tmp_path):
+    spec = ComponentSpec.from_wire({"name": "actor", "program": str(PROGRAMS / "actor.py"),
+                                    "args": ["launch"]})
+    fds = set(os.listdir("/proc/self/fd"))
+
+    async def scenario():
+        outbox = Outbox()
+        async with asyncio.TaskGroup() as tg:  # its pumps, its channel's reader, its exit's watcher
+            comp = ComponentProcess(spec, session_run_id("run-with"), tmp_path, outbox)
+            with contextlib.suppress(RuntimeError):
+                async with comp:
+                    await comp.start(tg, "launch")
+                    assert "launch" in await comp.registered
+                    raise RuntimeError("the step failed")
+            assert comp.channel is not None and comp.channel.closing
+        return comp.proc.pid, comp.exited.result(), [e for e in outbox.events if e["t"] == "exit"]
+    pid, info, exits = asyncio.run(scenario())
+    assert info["returncode"] == -signal.SIGKILL and info["expected"]
+    assert len(exits) == 1 and not exits[0]["failed"]
+    assert not psutil.pid_exists(pid)  # reaped, not a zombie
+    assert set(os.listdir("/proc/self/fd")) == fds

@@ -24,9 +24,9 @@ from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import merge_run
 from netspec.analysis.timeline import merge_files
 from netspec.datastream.format import HEADER_MAGIC, SYNC, chunk_crc
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import StreamError
 from support import ns_control
 

@@ -16,13 +16,12 @@ import duckdb
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from conftest import session_dir
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import load_record, read_run
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, ns_control, start_run, wait_for
+from support import PROGRAMS, REPO, latest_record, ns_control, session_dir, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -402,7 +401,9 @@ def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp
 
 def test_a_component_that_dies_between_phases_fails_the_run_at_once(experiment, tmp_path):
     path = two_hosts(experiment, one="{exit_in: prepare, exit_code: 7}")
-    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+    # Its step's deadline far off: a run that waited it out would outlive ns_control's 60 s.
+    path.write_text(path.read_text().replace("  - prepare\n", "  - {phase: prepare, deadline: 5m}\n"))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     assert "component 'one'" in done.stderr and "exited 7" in done.stderr
     assert latest_record(tmp_path / "runs")["components"]["a/one"]["returncode"] == 7

@@ -21,11 +21,12 @@ async def tcp_channels():
 
     async def on_channel(channel: Channel) -> None:
         accepted.set_result(channel)
-    server = await Channel.serve(on_channel, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    a = await Channel.connect("127.0.0.1", port, peer="a")
-    b = await accepted
-    server.close()
+    async with asyncio.TaskGroup() as tg:
+        server = await Channel.serve(on_channel, "127.0.0.1", 0, tg)
+        port = server.sockets[0].getsockname()[1]
+        a = await Channel.connect("127.0.0.1", port, peer="a")
+        b = await accepted
+        server.close()
     return [a, b]
 
 
@@ -84,10 +85,10 @@ def test_take_each_hands_on_what_came_before_it_then_the_rest_in_order_until_the
         a, b = await transport()
         for i in range(50):
             a.send({"t": "n", "i": i})
-        await asyncio.sleep(0.05)  # decoded and queued before any taker
+        await wait_until(lambda: len(b._ready) == 50)  # decoded and queued before any taker
         handled = []
         each = asyncio.create_task(b.take_each(lambda message: handled.append(message["i"])))
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: len(handled) == 50)  # those handed on before any other came
         for i in range(50, 100):
             a.send({"t": "n", "i": i})
         await a.close()

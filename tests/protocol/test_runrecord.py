@@ -63,10 +63,11 @@ def test_a_run_json_with_a_value_of_the_wrong_type_is_refused_naming_where_it_is
     shown = ns_control("show", "23d1a4", cwd=tmp_path)  # said as an error, never a traceback
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     assert "not a run record: Expected `str`, got `int`" in shown.stderr
-    listed = ns_control("ls", cwd=tmp_path)  # left out of the list, and said
-    assert listed.stdout == "no runs\n"
-    assert listed.stderr.startswith(f"warning: not listed: {path.relative_to(tmp_path)}: not a run record: "
-                                    "Expected `str`, got `int`")
+    for command, nothing in (("ls", "no runs"), ("results", "no merged result sets")):
+        listed = ns_control(command, cwd=tmp_path)  # left out of the list, and said
+        assert listed.stdout.startswith(nothing)
+        assert listed.stderr.startswith(f"warning: not listed: {path.relative_to(tmp_path)}: not a run "
+                                        "record: Expected `str`, got `int`")
 
 
 def test_a_run_ends_ok_partial_failed_or_interrupted_with_its_exit_code_decided_once():

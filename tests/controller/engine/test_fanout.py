@@ -204,12 +204,13 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
             client.notify(m.ENTER, phase="rest", step=1, hosts={"a": 0}, lists=[node], published={})
             with pytest.raises(RemoteError, match="no run 'nope' is set up"):
                 await client.request(m.JOIN, deadline, run="nope")
-            while not any(e["t"] == m.ACKS for e in events):
-                await asyncio.sleep(0.01)
-            client.notify(m.ENTER, phase="rest", step=2, hosts={"a": 0}, lists=[node], published={},
-                          summarize=True)
-            while sum(e["t"] == m.ACKS for e in events) < 2:
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout_at(deadline):
+                while not any(e["t"] == m.ACKS for e in events):
+                    await asyncio.sleep(0.01)
+                client.notify(m.ENTER, phase="rest", step=2, hosts={"a": 0}, lists=[node], published={},
+                              summarize=True)
+                while sum(e["t"] == m.ACKS for e in events) < 2:
+                    await asyncio.sleep(0.01)
         finally:
             await client.close()
             await serving

@@ -76,17 +76,16 @@ async def _talk(answer, then):
             for frame in answer(request):
                 channel.send(frame)
 
-    server = await Channel.serve(daemon, "127.0.0.1", 0)
-    async with server:
-        channel = await Channel.connect("127.0.0.1", server.sockets[0].getsockname()[1], "host a")
-        await client_handshake(channel, key)
-        client = DaemonClient("a", channel, lambda host, event: got.append((host, event)))
-        serving = asyncio.create_task(client.serve())
-        try:
-            return await asyncio.wait_for(then(client), 10), got
-        finally:
-            await client.close()
+    async with asyncio.TaskGroup() as tg:
+        server = await Channel.serve(daemon, "127.0.0.1", 0, tg)
+        async with server:
+            channel = await Channel.connect("127.0.0.1", server.sockets[0].getsockname()[1], "host a")
+            await client_handshake(channel, key)
+            async with DaemonClient("a", channel, lambda host, event: got.append((host, event))) as client:
+                serving = tg.create_task(client.serve())
+                said = await asyncio.wait_for(then(client), 10)
             await serving
+    return said, got
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

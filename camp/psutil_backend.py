@@ -22,6 +22,10 @@ class PsutilBackend:
     def __init__(self) -> None:
         self.handles: dict[ProcessId, psutil.Process] = {}
 
+    def close(self) -> None:
+        """Drop the process handles (psutil keeps no file open between calls)."""
+        self.handles.clear()
+
     def cpu_times(self, cpu: int | None = None) -> CpuTimes:
         if cpu is None:
             t = psutil.cpu_times()

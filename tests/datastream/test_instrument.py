@@ -6,9 +6,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from netspec.datastream.instrument import Datastreams
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.nodelib.instrument import Datastreams
 from netspec.protocol.errors import NetspecError
 
 

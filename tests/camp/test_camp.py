@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from netspec.nodelib import camp
-from netspec.nodelib.camp import rates
-from netspec.nodelib.camp.procfs import ProcBackend
-from netspec.nodelib.camp.psutil_backend import PsutilBackend
+from netspec import camp
+from netspec.camp import rates
+from netspec.camp.procfs import ProcBackend
+from netspec.camp.psutil_backend import PsutilBackend
 from support import schedstat_ns, start_loadgen
 
 
@@ -77,7 +77,7 @@ def test_one_new_thread_counts_one_more(procs):
 
 NETNS_COUNT = """
 import socket, sys
-from netspec.nodelib.camp import backend
+from netspec.camp import backend
 before = backend().net("lo")
 rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(("127.0.0.1", 0))
 tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -103,8 +103,8 @@ def test_10000_udp_datagrams_over_loopback_count_10000_packets_each_way():
 
 NETNS_COME_AND_GO = """
 import subprocess
-from netspec.nodelib.camp import CampError
-from netspec.nodelib.camp.procfs import ProcBackend
+from netspec.camp import CampError
+from netspec.camp.procfs import ProcBackend
 b = ProcBackend()
 ip = lambda *a: subprocess.run(["ip", "link", *a], check=True)
 ip("add", "d0", "type", "veth", "peer", "name", "p0")

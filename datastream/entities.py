@@ -3,8 +3,10 @@ sample groups, each named by (group, name) and switched on per stream by the exp
 file's enable patterns.
 
 An entity's methods are rebound when logging starts or stops: a disabled entity's `log`
-is a function that does nothing, and an enabled one's is a closure that appends a tuple
-to its stream's buffer. No flag is tested on the hot path.
+is a function that does nothing, and an enabled one's is a closure that appends its record
+to its stream's buffer: a Struct of schema.py, or for events and intervals, the hot path, a
+tuple in the order of schema.EventRecord and IntervalRecord (tests/datastream/test_schema.py
+holds them to it). No flag is tested on the hot path.
 
     SENT = nodelib.event("STIM", "send", "a request left the client")
     RTT = nodelib.interval("STIM", "rtt")
@@ -18,8 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from netspec.datastream.format import NAMESPACE
-from netspec.datastream.writer import Stream
+from .schema import CounterRecord, HistogramRecord, NamespaceRecord, SamplesRecord
+from .writer import Stream
 
 _clock = time.time_ns
 
@@ -53,9 +55,9 @@ class Entity:
     def enabled(self) -> bool:
         return bool(self.targets)
 
-    def namespace_record(self) -> tuple[Any, ...]:
-        return (NAMESPACE, _clock(), self.id, self.kind, self.group, self.name, self.desc,
-                self.decoder, self.spec)
+    def namespace_record(self) -> NamespaceRecord:
+        return NamespaceRecord(_clock(), self.id, self.kind, self.group, self.name, self.desc, self.decoder,
+                               self.spec)
 
     def bind(self, targets: list[tuple[Stream, str | None]]) -> None:
         """Log to these streams from now on; a target with a reason fires that ring stream's
@@ -177,7 +179,7 @@ class Counter(Entity):
         def reset() -> None:
             total[0] = 0
         self.add, self.reset = add, reset
-        self.log = lambda: put((eid, _clock(), total[0]))
+        self.log = lambda: put(CounterRecord(eid, _clock(), total[0]))
 
 
 class Histogram(Entity):
@@ -211,7 +213,7 @@ class Histogram(Entity):
             counts[:] = [0] * (n + 2)
             total[0] = 0
         self.add, self.reset = add, reset
-        self.log = lambda: put((eid, _clock(), counts[:], total[0]))
+        self.log = lambda: put(HistogramRecord(eid, _clock(), counts[:], total[0]))
 
     def counts(self) -> list[int]:
         """[below lo, bin 0, ..., bin n-1, at or above hi]."""
@@ -232,5 +234,5 @@ class SampleGroup(Entity):
         eid, put = self.id, self._put()
 
         def log(values: Sequence[Any], ts: int | None = None) -> None:
-            put((eid, _clock() if ts is None else ts, values))
+            put(SamplesRecord(eid, _clock() if ts is None else ts, values))
         self.log = log
