@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.kinds import Ack
 
 from ..experiment.model import Step
 
@@ -41,8 +41,8 @@ class Barrier:
         self.need = step.need or self.count
         if self.need > self.count:
             raise NeedOutOfReach(step.phase, self.need, self.count)
-        self.acks: dict[tuple[str, str], dict[str, Any]] = {}
-        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self.acks: dict[tuple[str, str], Ack] = {}
+        self.by_host: dict[str, list[tuple[str, Ack]]] = {}
         self.dropped: set[tuple[str, str]] = set()
         self.good = self.bad = 0
         self.folded: list[tuple[bytes, bool]] = []  # the records of the acks that came summarized
@@ -60,14 +60,14 @@ class Barrier:
         return (component in self.expected.get(host, ()) and (host, component) not in self.acks
                 and (host, component) not in self.dropped)
 
-    def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
+    def add(self, host: str, component: str, ack: Ack) -> bool:
         """Record an ack; returns False if this error ack makes the step fail (an ok ack
         never does: a need out of reach is refused before, or as the count drops)."""
         if not self._expects(host, component):
             return True
         self.acks[(host, component)] = ack
         self.by_host.setdefault(host, []).append((component, ack))
-        if ack["status"] != m.ACK_ERROR:
+        if ack.status != m.ACK_ERROR:
             self.good += 1
         else:
             self.bad += 1

@@ -3,20 +3,24 @@ which go up as themselves, and when it leaves."""
 
 import asyncio
 
+import msgspec
 import pytest
 from netspec.daemon.relay import BATCH_WAIT_S, Batch
 from netspec.protocol import ackjournal, acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
+from netspec.protocol.kinds import Ack, on_the_wire
 
 
 def _ack(component, status=m.ACK_OK, **more):
-    return {"t": m.ACK, "step": 3, "component": component, "status": status, "entered": 100,
-            "acked": 150, "entry_clock": [10, 5], **more}
+    return msgspec.convert({"t": m.ACK, "step": 3, "component": component, "status": status, "entered": 100,
+                            "acked": 150, "entry_clock": [10, 5], **more}, Ack)
 
 
 def _batch(expected, own, sent, compress=False):
-    return Batch(3, expected, sent.append, "a", own, summarize=True, compress=compress)
+    """A batch whose events are kept as the maps they are on the wire."""
+    return Batch(3, expected, lambda event: sent.append(on_the_wire(event)), "a", own,
+                 summarize=True, compress=compress)
 
 
 @pytest.mark.parametrize("to_controller", [False, True])
@@ -63,7 +67,7 @@ def test_an_error_leaves_at_once_and_a_late_hosts_held_acks_go_up_as_themselves(
         sent = []
         batch = _batch(expected=3, own=2, sent=sent)
         batch.add_own(_ack("x"))
-        batch.add([{**_ack("e", m.ACK_ERROR, message="boom"), "host": "c"}])
+        batch.add([_ack("e", m.ACK_ERROR, message="boom", host="c")])
         error = list(sent)
         await asyncio.sleep(BATCH_WAIT_S * 3)
         return error, sent
