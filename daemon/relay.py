@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from netspec.protocol import acksummary
+from netspec.protocol import acksummary, reading
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
@@ -42,7 +42,7 @@ JOIN_TIMEOUT_S = 10.0
 
 Emit = Callable[[Any], None]  # an event: a map, or a message of kinds.py
 # What a child sends up its link, decoded where it is read.
-FROM_CHILD = k.Reader(k.FROM_CHILD, "message from a child")
+FROM_CHILD = reading.Reader(k.FROM_CHILD, "message from a child")
 
 
 class Batch:
@@ -191,7 +191,7 @@ class Relay:
                 raise NetspecError(f"cannot relay the step to host {child}: {exc}") from exc
         return own, batch.add_own
 
-    def from_child(self, link: Link, message: k.Event | k.Refused) -> None:
+    def from_child(self, link: Link, message: k.Event | reading.Refused) -> None:
         if type(message) is k.Acks:
             acks, summary = message.acks, message.summary
             foreign = [a.host for a in acks if a.host not in link.hosts]
@@ -207,7 +207,7 @@ class Relay:
                    or "acks of a step never sent to it")
             self.tell({"t": m.ERROR, "error": {"type": "ProtocolError",
                                                "message": f"host {link.child} relayed {why}"}})
-        elif type(message) is k.Refused:
+        elif type(message) is reading.Refused:
             self.tell({"t": m.ERROR, "error": {"type": "ProtocolError", "message": f"host {link.child} "
                                                f"relayed {message.problem}"}})
         elif type(message) is k.ErrorEvent:
@@ -241,7 +241,7 @@ async def _join(run: str, key: bytes, token: bytes, child: k.Child) -> Link:
     if type(reply) is not k.ReplyFrame:
         await _close(channel)
         message = (reply.error.get("message", "") if type(reply) is k.ErrorEvent else
-                   reply.problem if type(reply) is k.Refused else "it hung up" if reply is None else
+                   reply.problem if type(reply) is reading.Refused else "it hung up" if reply is None else
                    f"it answered with {type(reply).__name__}")
         raise NetspecError(f"host {name} refused to join the relay tree: {message}")
     return Link(name, channel, hosts)

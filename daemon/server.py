@@ -15,6 +15,7 @@ from typing import Any
 
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
+from netspec.protocol import reading
 from netspec.protocol.auth import server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
@@ -44,7 +45,7 @@ MAX_HANDSHAKES = 64
 MAX_IN_FLIGHT = 256
 # Every request is decoded into its type where its frame is read (protocol/kinds.py); one
 # that does not fit is answered with an error naming the field, and the session reads on.
-REQUESTS = k.Reader(k.REQUESTS, "request")
+REQUESTS = reading.Reader(k.REQUESTS, "request")
 
 
 class _SessionOver(Exception):
@@ -136,10 +137,10 @@ class Session:
             self.ending = True
             await self.end_run()
 
-    def _take(self, request: k.Request | k.Refused) -> bool:
+    def _take(self, request: k.Request | reading.Refused) -> bool:
         """A request answered as it is read (INLINE_HANDLERS), and one that does not fit its
         type (refused at once); the rest wait for `serve`."""
-        if type(request) is k.Refused:
+        if type(request) is reading.Refused:
             self._refuse(request, request.error())
             return True
         if type(request) not in INLINE_HANDLERS:
@@ -176,7 +177,7 @@ class Session:
         if request.id is not None:
             self.emit({"t": m.REPLY, "id": request.id, **reply})
 
-    def _refuse(self, request: k.Request | k.Refused, exc: Exception) -> None:
+    def _refuse(self, request: k.Request | reading.Refused, exc: Exception) -> None:
         log.debug("request %s failed", getattr(request, "kind", type(request).__name__), exc_info=True)
         # Without an id (a one-way command) the error is an event of its own.
         self.emit(k.ErrorEvent(error=m.error_map(exc), id=request.id))

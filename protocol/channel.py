@@ -1,7 +1,7 @@
 """Message channels over sockets: asyncio for daemon and controller, blocking for components.
 
 Both use the pure FrameDecoder of wire.py; after a ProtocolError the connection is dropped.
-An asyncio channel given `kinds` (a kinds.Reader) hands on typed messages from its seal on:
+An asyncio channel given `kinds` (a reading.Reader) hands on typed messages from its seal on:
 each frame is decoded into its Struct there, once.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from .errors import ConnectionLost, ProtocolError
-from .kinds import Reader
+from .reading import Reader
 from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
 # A component's read: under glibc's mmap threshold (128 KiB), which a read of 256 KiB is over

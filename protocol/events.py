@@ -14,7 +14,8 @@ from typing import Any
 
 import msgspec
 
-from .kinds import EVENTS, ComponentAck, Reader, ReadReply
+from .kinds import EVENTS, ComponentAck, ReadReply
+from .reading import Reader
 
 # The controller's reading of a daemon's frames (its connection's, channel.Channel `kinds`).
 FROM_DAEMON = Reader(EVENTS, "event")

@@ -1,7 +1,7 @@
 """Every message of the control protocol as a msgspec Struct: what each kind carries, and
-of which types. A frame is decoded into its Struct once, where it is read (`Reader`, which
-channel.py applies from the seal on), so nothing downstream checks a field again; a message
-that does not fit is refused there, naming its kind and the field.
+of which types. A frame is decoded into its Struct once, where it is read (reading.py's
+`Reader`, which channel.py applies from the seal on), so nothing downstream checks a field
+again; a message that does not fit is refused there, naming its kind and the field.
 
 On the wire each is the msgpack map it always was, "t" naming its kind: a field at its
 default is left out (`omit_defaults`) where the maps left out what they did not say, and
@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .errors import ProtocolError
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -40,7 +39,6 @@ from .messages import (
     SHUTDOWN,
     TREE,
 )
-from .wire import MAX_OBJECTS, WALK_FROM, count_objects
 
 # A request's own bound: a day is longer than any step a controller asks for.
 MAX_TIMEOUT_S = 86_400.0
@@ -384,93 +382,3 @@ class TreeReply(Reply, kw_only=True):
 
 REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, END: EndReply, FILES: FilesReply,
                                    READ: ReadReply, CLKSYNC: ClksyncReply, RESET: ResetReply, TREE: TreeReply}
-
-
-def reply(kind: str, frame: ReplyFrame) -> Reply:
-    """The reply to a request of `kind`, decoded from its frame as that kind's reply.
-
-    Raises:
-        ProtocolError: it does not fit, naming the field.
-    """
-    try:
-        return _REPLY_DECODERS[kind].decode(frame.body)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"a reply to {kind} that does not fit: {exc}") from None
-    except Exception as exc:  # its frame decoded whole with the id alone: a field's text that is no UTF-8
-        raise ProtocolError(f"a reply to {kind} that does not decode: {exc}") from None
-
-
-_REPLY_DECODERS = {kind: msgspec.msgpack.Decoder(REPLIES.get(kind, Reply))
-                   for kind in (HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE, JOIN)}
-
-
-# -- the decoding at the read -----------------------------------------------------------------
-
-
-class Refused:
-    """A whole frame whose message does not fit its kind: the reader hands it on in the
-    message's place (the stream is intact, so a server answers it and reads on)."""
-
-    __slots__ = ("id", "kind", "problem")
-
-    def __init__(self, kind: str, id: int | None, problem: str):
-        self.kind, self.id, self.problem = kind, id, problem
-
-    def error(self, peer: str = "") -> ProtocolError:
-        return ProtocolError(self.problem, peer)
-
-
-class _Head(msgspec.Struct):
-    """What a frame that does not fit still says of itself: its kind, and the id to answer."""
-
-    t: Any = None
-    id: Any = None
-
-
-_HEAD = msgspec.msgpack.Decoder(_Head)
-
-
-class Reader:
-    """Decodes a frame body into one of `kinds` (a union of tagged Structs). Bodies over
-    wire.WALK_FROM are walked and bounded first, as wire.decode_body does."""
-
-    def __init__(self, kinds: Any, what: str = "message"):
-        self._decoder = msgspec.msgpack.Decoder(kinds)
-        self.what = what
-
-    def __call__(self, body: bytes) -> Any:
-        """The message `body` holds, or a Refused for a map with a kind that does not fit.
-
-        Raises:
-            ProtocolError: the body is not a msgpack map with a text "t" (then the stream
-                cannot be trusted and is dropped).
-        """
-        if len(body) > WALK_FROM:
-            count_objects(body, MAX_OBJECTS)
-        try:
-            message = self._decoder.decode(body)
-        except msgspec.ValidationError as exc:
-            return self._refused(body, exc)
-        except Exception as exc:  # not msgpack: DecodeError, and text that is no UTF-8 (UnicodeDecodeError)
-            raise ProtocolError(f"undecodable frame body: {exc}") from None
-        if type(message) is ReplyFrame:
-            message.body = body
-        return message
-
-    def _refused(self, body: bytes, exc: msgspec.ValidationError) -> Refused:
-        try:
-            head = _HEAD.decode(body)
-        except Exception:  # its kind and id themselves do not decode
-            raise ProtocolError("frame is not a message map with a string 't'") from None
-        if not isinstance(head.t, str):
-            raise ProtocolError("frame is not a message map with a string 't'")
-        rid = head.id if type(head.id) is int else None
-        why = str(exc)
-        if why.startswith("Invalid value") and why.endswith("at `$.t`"):
-            return Refused(head.t, rid, f"unknown {self.what} type {head.t[:40]!r}")
-        return Refused(head.t, rid, f"{self.what} {head.t[:40]!r} does not fit: {why}")
-
-
-def on_the_wire(message: msgspec.Struct) -> dict[str, Any]:
-    """The map `message` is on the wire, as a peer before typed messages decodes it."""
-    return msgspec.msgpack.decode(msgspec.msgpack.encode(message))

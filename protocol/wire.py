@@ -188,7 +188,7 @@ class FrameDecoder:
     """
 
     def __init__(self, max_frame: int = MAX_FRAME, read: Callable[[bytes], Any] = decode_body):
-        # What makes a body a message: a plain map, or a typed message (kinds.Reader).
+        # What makes a body a message: a plain map, or a typed message (reading.Reader).
         self.max_frame, self.read = max_frame, read
         self.seal: Seal | None = None
         self._buffer = bytearray()

@@ -109,7 +109,12 @@ class Barrier:
 
     def give_up(self, host: str, component: str) -> None:
         """`component` on `host` will not ack: counted as acked, so `complete` can be set."""
-        self.add(host, component, {"status": m.ACK_ERROR, "given_up": True})
+        self.add(host, component, self.stand_in(component))
+
+    def stand_in(self, component: str, why: str = "") -> Ack:
+        """The error ack the controller counts for `component`, which will not ack the step
+        itself (given up, or dead): it carries no stamp of a host's."""
+        return Ack(status=m.ACK_ERROR, step=self.index, component=component, entered=0, acked=0, message=why)
 
     def host_done(self, host: str) -> bool:
         """Whether every participant of `host` acked one by one (or left the run)."""

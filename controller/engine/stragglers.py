@@ -79,7 +79,7 @@ class Stragglers:
         line, and is out of the rest of the run. False if the step cannot get through
         without it (the run fails)."""
         acked = (host, name) in barrier.acks  # its error ack came first: already a trouble
-        if not acked and not barrier.add(host, name, {"status": m.ACK_ERROR, "message": why}):
+        if not acked and not barrier.add(host, name, barrier.stand_in(name, why)):
             return False
         phase = barrier.step.phase
         entry = self.record["steps"][barrier.index]["hosts"][host]["components"]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from netspec.protocol import events
+from netspec.protocol import events, reading
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, netspec_home
@@ -123,10 +123,10 @@ class DaemonClient:
         if not self.closing:
             self.on_event(self.host, Lost(lost))
 
-    def _deliver(self, message: k.Event | k.Refused) -> None:
+    def _deliver(self, message: k.Event | reading.Refused) -> None:
         """A message as it was decoded where it was read (kinds.py): an answer to its
         request, an event, or one that does not fit, which ends the connection."""
-        if type(message) is k.Refused:
+        if type(message) is reading.Refused:
             raise ProtocolError(f"dropped: it sent {message.problem}")
         if type(message) is k.ReplyFrame or (type(message) is k.ErrorEvent and message.id is not None):
             waiter = self.pending.pop(message.id, None)  # type: ignore[union-attr]
@@ -172,7 +172,7 @@ class DaemonClient:
         if type(reply) is k.ErrorEvent:
             raise RemoteError(self.host, reply.error)
         try:
-            answer = k.reply(kind, reply)
+            answer = reading.reply(kind, reply)
         except ProtocolError as exc:
             raise ProtocolError(f"it sent {exc}", f"host {self.host}") from None
         asked = fields.get("size", m.READ_LIMIT)

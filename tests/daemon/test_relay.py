@@ -9,7 +9,8 @@ from netspec.daemon.relay import BATCH_WAIT_S, Batch
 from netspec.protocol import ackjournal, acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
-from netspec.protocol.kinds import Ack, on_the_wire
+from netspec.protocol.kinds import Ack
+from netspec.protocol.reading import on_the_wire
 
 
 def _ack(component, status=m.ACK_OK, **more):

@@ -14,7 +14,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
-from netspec.protocol.kinds import on_the_wire
+from netspec.protocol.reading import on_the_wire
 from netspec.protocol.wire import encode
 from support import session_run_id, wait_for
 

@@ -5,14 +5,14 @@ kind and the field, and what fits is the map it always was on the wire."""
 import msgpack
 import msgspec
 import pytest
-from netspec.protocol import ackjournal, acksummary
+from netspec.protocol import ackjournal, acksummary, reading
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.wire import MAX_OBJECTS, encode, packed
 
-REQUESTS = k.Reader(k.REQUESTS, "request")
+REQUESTS = reading.Reader(k.REQUESTS, "request")
 
 
 def test_a_request_that_does_not_fit_is_refused_at_the_read_naming_its_kind_field_and_id():
@@ -27,7 +27,7 @@ def test_a_request_that_does_not_fit_is_refused_at_the_read_naming_its_kind_fiel
                            ({**enter, "hosts": {"a": 1}, "lists": [[]]},
                             "hosts ['a'] name no list of `lists` (1 of them)")):
         refused = REQUESTS(packed({**wrong, "id": 7}))
-        assert type(refused) is k.Refused and (refused.kind, refused.id) == (m.ENTER, 7)
+        assert type(refused) is reading.Refused and (refused.kind, refused.id) == (m.ENTER, 7)
         assert refused.problem == f"request 'enter' does not fit: {problem}"
     unknown = REQUESTS(packed({"t": "bogus", "id": "x"}))
     assert (unknown.problem, unknown.id) == ("unknown request type 'bogus'", None)  # an id that is no id
@@ -55,7 +55,8 @@ def test_a_typed_message_is_on_the_wire_the_map_it_was():
     assert msgpack.unpackb(encode(ack)[4:]) == before
     assert FROM_DAEMON(encode(ack)[4:]) == ack
     # An empty message, no published values: left out, as before.
-    assert "message" not in k.on_the_wire(k.Ack(status=m.ACK_OK, step=0, component="c", entered=1, acked=2))
+    empty = k.Ack(status=m.ACK_OK, step=0, component="c", entered=1, acked=2)
+    assert "message" not in reading.on_the_wire(empty)
 
 
 def test_every_stamp_an_ack_declares_reaches_its_step_entry_through_the_wire_and_a_summary():

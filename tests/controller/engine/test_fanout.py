@@ -17,7 +17,8 @@ from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
 from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.exits import run_processes
-from netspec.protocol.kinds import Ack, Refused, on_the_wire
+from netspec.protocol.kinds import Ack
+from netspec.protocol.reading import Refused, on_the_wire
 from netspec.protocol.wire import packed
 from support import latest_record, ns_control, session_run_id, start_run
 

@@ -12,7 +12,7 @@ from netspec.controller.experiment.load import parse
 from netspec.controller.gather.fetch import fetch_host
 from netspec.controller.hosts.fleet import DaemonClient, Lost
 from netspec.controller.record.rundir import RunDir
-from netspec.protocol import events
+from netspec.protocol import events, reading
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, server_handshake
@@ -38,7 +38,7 @@ def _read(event):
 
 def _refused(event) -> str:
     read = _read(event)
-    assert type(read) is k.Refused, read
+    assert type(read) is reading.Refused, read
     return read.problem
 
 
@@ -79,7 +79,7 @@ def test_no_event_from_the_wire_breaks_the_reading_and_what_it_takes_has_its_sha
     if type(read) in (k.Ack, k.Acks):
         for ack in [read] if type(read) is k.Ack else read.acks:
             assert type(ack.step) is int and ack.step >= 0 and isinstance(ack.component, str)
-    if type(read) is k.Refused:
+    if type(read) is reading.Refused:
         assert read.problem.startswith((f"event {kind!r} does not fit: ", "unknown event type"))
 
 
@@ -117,7 +117,7 @@ def test_no_reply_from_the_wire_breaks_the_reading_and_a_read_it_takes_makes_pro
     if type(frame) is not k.ReplyFrame:
         return
     try:
-        reply = k.reply(kind, frame)  # raises nothing else
+        reply = reading.reply(kind, frame)  # raises nothing else
     except ProtocolError:
         return
     if kind == m.READ and events.read_problem(size, reply) is None:
@@ -140,7 +140,7 @@ def test_a_daemon_that_sends_a_malformed_event_is_dropped_naming_what_it_sent():
 
 def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_host():
     def reply(kind, fields):
-        return k.reply(kind, _read({"t": m.REPLY, "id": 1, **fields}))
+        return reading.reply(kind, _read({"t": m.REPLY, "id": 1, **fields}))
     assert reply(m.HELLO, {"pid": 1, "protocol": 5, "facts": {}}) == k.HelloReply(pid=1, protocol=5, facts={})
     assert events.read_problem(10, reply(m.READ, {"data": b"", "eof": False})) == (
         "a reply to read of 0 bytes (eof False) for 10 asked")  # the controller would read for ever
