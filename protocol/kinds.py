@@ -317,7 +317,7 @@ class Acks(Event, tag=ACKS, kw_only=True):
 
 class ReplyFrame(Event, tag=REPLY, kw_only=True):
     """The answer to request `id`: its fields are the request's reply type's, decoded by
-    the one who asked (`reply`), who alone knows what was asked."""
+    the one who asked (reading.reply), who alone knows what was asked."""
 
     id: int
     body: bytes = b""  # the frame's own body, not a field on the wire
