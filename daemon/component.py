@@ -20,7 +20,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -33,7 +32,7 @@ from netspec.protocol.exits import (
     describe_returncode,
     signal_pids,
 )
-from netspec.protocol.names import safe_name
+from netspec.protocol.kinds import ComponentSpec
 
 from .ending import activity, ending
 from .facts import host_address
@@ -74,30 +73,6 @@ class ComponentExited(NetspecError):
 
 class StartRefused(NetspecError):
     """A component is not started: it was started in this run already, or the run was reset."""
-
-
-@dataclass(frozen=True)
-class ComponentSpec:
-    """A component as the controller hands it to the daemon."""
-
-    name: str
-    argv: list[str]
-    aware: bool
-    params: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    start: str = "launch"
-    stop: str | None = None
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> ComponentSpec:
-        """`program` (+ `args`) names a NETSPEC-aware program; `argv` a plain command."""
-        aware = "program" in d
-        if d.get("name") == m.NODE:
-            raise ProtocolError(f"a component may not be named {m.NODE!r}: that is the daemon's own "
-                                "name in node-wide steps; rename the component")
-        argv = python_argv(d["program"], list(d.get("args", []))) if aware else list(d["argv"])
-        return cls(safe_name(d["name"], "component"), argv, aware, dict(d.get("params", {})),
-                   dict(d.get("env", {})), d.get("start", "launch"), d.get("stop"))
 
 
 def _end_with(daemon_pid: int) -> Callable[[], None]:

@@ -26,13 +26,13 @@ from netspec.protocol.exits import (
     signal_pids,
     still_alive,
 )
+from netspec.protocol.kinds import ComponentSpec
 from netspec.protocol.names import as_name, safe_name
 
 from .component import (
     KILL_GRACE_S,
     ComponentExited,
     ComponentProcess,
-    ComponentSpec,
     Outbox,
     StartRefused,
 )

@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+import msgspec
 from netspec.protocol import acksummary
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import (
@@ -37,7 +39,15 @@ from netspec.protocol.exits import describe_returncode, kill_run_processes
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan, Step
 from ..gather.fetch import fetch_fleet
-from ..hosts.fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
+from ..hosts.fleet import (
+    AddressHost,
+    DaemonClient,
+    Host,
+    LocalHost,
+    Lost,
+    connect_deadline_s,
+    ensure_fd_limit,
+)
 from ..hosts.forks import DaemonForks
 from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
@@ -200,20 +210,19 @@ class Run:
                 self.tg.create_task(client.serve())
                 sent = time.time_ns()
                 hello = await client.request(m.HELLO, deadline)
-                if name == self.plan.clock.reference and "now_ns" in hello:
+                if name == self.plan.clock.reference and hello.now_ns is not None:
                     received = time.time_ns()
-                    self.controller_offset = ((sent + received) // 2 - hello["now_ns"],
+                    self.controller_offset = ((sent + received) // 2 - hello.now_ns,
                                               (received - sent) // 2)
-                self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
-                self.facts[name] = hello["facts"]
-                self.addresses[name] = self.hosts[name].reachable_at(hello["facts"])
+                self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello.facts)
+                self.facts[name] = hello.facts
+                self.addresses[name] = self.hosts[name].reachable_at(hello.facts)
                 self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
-                                                     "daemon_pid": hello["pid"]}
-                components = [c.wire() for c in self.plan.host_components(name)]
-                placed = await self.hosts[name].place([c["program"] for c in components if "program" in c])
-                for c in components:
-                    if "program" in c:
-                        c["program"] = placed[c["program"]]
+                                                     "daemon_pid": hello.pid}
+                specs = [c.wire() for c in self.plan.host_components(name)]
+                placed = await self.hosts[name].place([c.program for c in specs if c.program is not None])
+                components = [msgspec.structs.replace(c, program=placed[c.program]) if c.program is not None
+                              else c for c in specs]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
                                      components=components, join_token=join_token,
                                      streams={s.name: s.wire() for s in self.plan.streams},
@@ -358,23 +367,25 @@ class Run:
 
     # -- events from daemons ------------------------------------------------------------
 
-    def _stranger(self, host: str, event: dict[str, Any]) -> ProtocolError | None:
+    def _stranger(self, host: str, event: k.Output | k.Exit | k.Ack) -> ProtocolError | None:
         """What is wrong with who sent the event, if anything (`stranger`); nothing done with
-        it here: the caller fails the run (protocol/events.py checked the event's shape)."""
-        return stranger(host, event["component"], event.get("step"), self.results,
+        it here: the caller fails the run (its shape was checked where it was read,
+        protocol/kinds.py)."""
+        return stranger(host, event.component, getattr(event, "step", None), self.results,
                         len(self.rundir.record["steps"]))
 
-    def _on_event(self, host: str, event: dict[str, Any]) -> None:
-        kind = event["t"]
-        if kind in (m.OUTPUT, m.EXIT, m.ACK) and (wrong := self._stranger(host, event)) is not None:
+    def _on_event(self, host: str, event: k.Event | Lost) -> None:
+        kind = type(event)
+        if (kind in (k.Output, k.Exit, k.Ack)
+                and (wrong := self._stranger(host, event)) is not None):  # type: ignore[arg-type]
             self._fail(wrong)  # nothing of it is taken or written
             return
-        if kind == m.OUTPUT:
-            self.results[event["component"]].add_output(event["stream"], event["data"])
-            self.rundir.append_output(host, event["component"], event["stream"], event["data"])
-        elif kind == m.ACK:
+        if type(event) is k.Output:
+            self.results[event.component].add_output(event.stream, event.data)
+            self.rundir.append_output(host, event.component, event.stream, event.data)
+        elif type(event) is k.Ack:
             self._on_ack(host, event)
-        elif kind == m.ACKS:
+        elif type(event) is k.Acks:
             try:
                 acks, summary = self.fan_out.batch(host, event)
             except ProtocolError as exc:
@@ -386,21 +397,21 @@ class Run:
                 else:
                     self._on_ack(below, ack)
             if summary is not None:
-                self._on_summary(event["step"], summary)
-        elif kind == m.EXIT:
-            result = self.results[event["component"]]
-            result.exit_status, result.duration_s = event["returncode"], event["duration_s"]
-            result.forced = event.get("forced") is True  # an older daemon's exit does not say
-            self.rundir.record["components"][f"{host}/{event['component']}"] = {
-                "returncode": event["returncode"], "duration_s": event["duration_s"],
-                "argv": event["argv"], "ended_ns": event["ended_ns"]}
-            name = event["component"]
-            if event["failed"] and name not in self.stragglers.ended and not self._failed_over(host, name):
+                self._on_summary(event.step, summary)
+        elif type(event) is k.Exit:
+            result = self.results[event.component]
+            result.exit_status, result.duration_s = event.returncode, event.duration_s
+            result.forced = event.forced  # an older daemon's exit does not say
+            self.rundir.record["components"][f"{host}/{event.component}"] = {
+                "returncode": event.returncode, "duration_s": event.duration_s,
+                "argv": event.argv, "ended_ns": event.ended_ns}
+            name = event.component
+            if event.failed and name not in self.stragglers.ended and not self._failed_over(host, name):
                 self._fail(ComponentFailed(result, self.phase))
-        elif kind == m.ERROR:
-            self._fail(RemoteError(host, event.get("error", {})))
-        elif kind == "lost":
-            self._fail(ConnectionLost(host, self.phase, event["error"].detail))
+        elif type(event) is k.ErrorEvent:
+            self._fail(RemoteError(host, event.error))
+        elif type(event) is Lost:
+            self._fail(ConnectionLost(host, self.phase, event.error.detail))
 
     def _failed_over(self, host: str, name: str) -> bool:
         """Whether component `name`, whose process just died, was in a k-of-n step it had
@@ -413,65 +424,64 @@ class Run:
             if barrier is None or barrier.step.need is None or name not in barrier.expected.get(host, ()):
                 continue
             ack = barrier.acks.get((host, name))
-            if ack is not None and ack["status"] != m.ACK_ERROR:
+            if ack is not None and ack.status != m.ACK_ERROR:
                 continue  # done with that step: it died between phases
             return self.stragglers.died(barrier, host, name, self.results[name].describe_exit(), self.barrier)
         return False
 
-    def _on_ack(self, host: str, ack: dict[str, Any]) -> None:
-        name = ack["component"]
-        if "phases" in ack:
-            self.registered[name] = ack["phases"]
-        if ack.get("published"):
-            self.published.setdefault(name, {}).update(ack["published"])
-        step = self.rundir.record["steps"][ack["step"]]
-        if "clock" in ack:
-            self.rundir.record["hosts"][host]["clock"] = ack["clock"]
+    def _on_ack(self, host: str, ack: k.Ack) -> None:
+        name = ack.component
+        if ack.phases is not None:
+            self.registered[name] = ack.phases
+        if ack.published:
+            self.published.setdefault(name, {}).update(ack.published)
+        step = self.rundir.record["steps"][ack.step]
+        if ack.clock is not None:
+            self.rundir.record["hosts"][host]["clock"] = ack.clock
         # A summarized step's host that acks as itself gets its entry here (fanout.py).
         sent = step.get("sent_ns", step["entered_ns"])
         entries = step["hosts"].setdefault(host, {"components": {}, "sent_ns": sent})["components"]
         if entries.get(name, {}).get("outcome") == "killed" or entries.get(name, {}).get("died"):
             return  # the error ack of its ending, or of its death, says nothing new
         if name in self.stragglers.ended:
-            entries[name] = {"status": ack["status"], "outcome": "skipped",
+            entries[name] = {"status": ack.status, "outcome": "skipped",
                              "message": self.stragglers.ended[name]}
             return
         entries[name] = {
             **acksummary.entry(ack), "received_ns": time.time_ns(),
-            **({"traceback": ack["traceback"]} if ack.get("traceback") else {})}
+            **({"traceback": ack.traceback} if ack.traceback else {})}
         barrier = self.barrier
-        if barrier is None or barrier.index != ack["step"]:
-            if (not self.stragglers.late_ack(ack["step"], host, name, ack) and self.failure.done()
-                    and ack["status"] == m.ACK_ERROR):
+        if barrier is None or barrier.index != ack.step:
+            if (not self.stragglers.late_ack(ack.step, host, name, ack) and self.failure.done()
+                    and ack.status == m.ACK_ERROR):
                 # Still in the step when the run failed, and ended with it: not a cause.
                 entries[name]["outcome"] = "ended"
             return
         if not barrier.add(host, name, ack):
             self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entries[name]["outcome"] = "error" if ack["status"] == m.ACK_ERROR else "ok"
-        if ack["status"] == m.ACK_ERROR and not self.failure.done():
+        entries[name]["outcome"] = "error" if ack.status == m.ACK_ERROR else "ok"
+        if ack.status == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
-            self.stragglers.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
+            self.stragglers.trouble(barrier.step.phase, host, name, ack.message or "error")
         if barrier.host_done(host):
             acks = barrier.by_host.get(host, [])
-            worst = m.worst_status(a["status"] for _, a in acks)
+            worst = m.worst_status(a.status for _, a in acks)
             began = release.began_ns(step, step["hosts"][host]["sent_ns"])
             step["hosts"][host]["done_ns"] = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - began) / 1e9,
-                                   "; ".join(f"{c}: {a['message']}" for c, a in acks
-                                             if a.get("message"))))
+                                   "; ".join(f"{c}: {a.message}" for c, a in acks if a.message)))
 
-    def _on_summary(self, index: int, summary: dict[str, Any]) -> None:
+    def _on_summary(self, index: int, summary: k.Summary) -> None:
         """Acks a fan-out tree folded, each ok: their records go to the ack journal unread,
         their count to the barrier, their slowest hosts to the live line."""
-        records, compressed = summary.pop("records"), summary.pop("zlib", False)
+        records, compressed = summary.records, summary.zlib
         self.rundir.journal_acks(index, time.time_ns(), records, compressed)
         self.folded.setdefault(index, AckSummary()).merge(summary, keep_records=False)
         barrier = self.barrier
         if barrier is not None and barrier.index == index:
-            barrier.add_folded(summary["acks"], records, compressed)
-        self.progress(Progress("hosts", self.rundir.record["steps"][index]["phase"], done=summary["hosts"],
-                               slowest=tuple((took / 1e9, host) for took, host in summary["slowest"])))
+            barrier.add_folded(summary.acks, records, compressed)
+        self.progress(Progress("hosts", self.rundir.record["steps"][index]["phase"], done=summary.hosts,
+                               slowest=tuple((took / 1e9, host) for took, host in summary.slowest)))
 
     # -- the end ------------------------------------------------------------------------
 
