@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
-from netspec.protocol.runrecord import MERGED, RunRecord
+from netspec.protocol.runrecord import MERGED, RunView
 
 from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
 from .graph import run_graph
@@ -106,7 +106,7 @@ def is_current(merged: Path) -> bool:
         return False
 
 
-def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
+def _user_decoders(record: RunView, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
     """The decoders the user named, each loaded or said why not; those the run's record names
     and the user did not are said, never loaded (a received run's record is data)."""
     found: dict[str, Decoder] = {}
@@ -127,7 +127,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
     there. Of the user's own decoders and filters, only those in `code` run (the user named
     them): what the run's record names beside them is said in the warnings, not run."""
-    record = RunRecord.load(run)
+    record = RunView.load(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
     out.mkdir(parents=True, exist_ok=True)

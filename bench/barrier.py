@@ -114,12 +114,10 @@ def experiment_text(daemons: int, steps: int, kind: str) -> str:
 
 async def barrier_steps(daemons: int, steps: int, kind: str, runs_root: Path) -> list[float]:
     plan = parse(experiment_text(daemons, steps, kind), HERE / "barrier.yaml")
-    rundir = RunDir.create(runs_root, plan.name, plan.text, {
-        "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
+    rundir = RunDir.create(runs_root, plan.name, plan.text, plan=plan.resolved())
     await Run(plan, rundir, load_or_create_key(), lambda event: None).execute()
-    durations = [s["duration_s"] for s in rundir.record["steps"]
-                 if s["phase"] == STEP_OF_KIND[kind]]
-    assert len(durations) == steps and all(s["status"] == "ok" for s in rundir.record["steps"])
+    durations = [s.duration_s for s in rundir.record.steps if s.phase == STEP_OF_KIND[kind]]
+    assert len(durations) == steps and all(s.status == "ok" for s in rundir.record.steps)
     return durations[min(20, steps // 10):]
 
 

@@ -42,7 +42,9 @@ import psutil
 from netspec.datastream.format import DEFAULT_FLUSH_MS
 from netspec.datastream.reader import StreamReader
 from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import run_processes
+from netspec.protocol.runrecord import HostRecord, RunRecord, read_run
 
 NETHOSTS = Path(__file__).resolve().parent.parent / "tests" / "nethosts.py"
 DEADLINE_S = 10.0
@@ -90,19 +92,28 @@ class Bench:
                                 cwd=self.where, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def record(self) -> dict:
-        path = self.where / "runs" / "latest" / "run.json"
+    def record(self) -> RunRecord | None:
+        """The latest run's record, or None while there is none to read."""
         try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
+            return read_run(self.where / "runs" / "latest")
+        except NetspecError:
+            return None
+
+    def latest_id(self) -> str:
+        record = self.record()
+        return record.id if record is not None else ""
+
+    def host_a(self) -> HostRecord | None:
+        record = self.record()
+        return record.hosts.get("a") if record is not None else None
 
 
 def target_pid(kind: str, bench: Bench, proc: subprocess.Popen[str], run_id: str) -> int | None:
     if kind == "controller":
         return proc.pid
     if kind == "daemon":
-        return bench.record().get("hosts", {}).get("a", {}).get("daemon_pid")
+        host = bench.host_a()
+        return host.daemon_pid if host is not None else None
     for p in run_processes(run_id):
         try:
             env = p.environ()
@@ -120,13 +131,13 @@ def ticks(run: Path) -> list[tuple[int, int]]:
 
 
 def trial(kind: str, bench: Bench, instant: float) -> dict:
-    before = bench.record().get("id")
+    before = bench.latest_id()
     started = time.monotonic()
     proc = bench.start()
     run_id, pid = "", None
     while time.monotonic() < started + 60 and proc.poll() is None:
-        if not run_id and bench.record().get("id") != before:
-            run_id = bench.record().get("id", "")
+        if not run_id and bench.latest_id() != before:
+            run_id = bench.latest_id()
         if time.monotonic() >= started + instant and run_id:
             pid = target_pid(kind, bench, proc, run_id)
             if pid is not None:
@@ -148,7 +159,8 @@ def trial(kind: str, bench: Bench, instant: float) -> dict:
     if kind == "controller":
         collected = bench.ns_control("collect", run_id)
         # Killed during its merge, a run may be over ("ok"): collect then merges it again.
-        result["status"] = status = bench.record().get("status")
+        record = bench.record()
+        result["status"] = status = record.status if record is not None else None
         merged = (bench.where / "runs" / "latest" / "merged" / "summary.json").exists()
         # Killed before it reached a host, a run has nothing to collect: said, exit 0.
         nothing = "nothing to collect" in collected.stdout
@@ -160,16 +172,17 @@ def trial(kind: str, bench: Bench, instant: float) -> dict:
         result["clear"] = proc.returncode == 1 and named
         result["said"] = [line for line in err.splitlines() if "caused by" in line][:2]
         if kind == "daemon":
-            salvaged = bench.record().get("hosts", {}).get("a", {}).get("salvaged", {})
-            result["salvaged"] = salvaged.get("removed")
+            host = bench.host_a()
+            result["salvaged"] = host.salvaged.removed if host is not None and host.salvaged else None
     time.sleep(0.2)
     result["orphans"] = len(run_processes(run_id))
     found = ticks(bench.where / "runs" / "latest")
     result["records"] = len(found)
     result["gap_free"] = [t for t, _ in found] == list(range(len(found)))
-    work = next((s for s in bench.record().get("steps", []) if s.get("phase") == "work"), {})
+    record = bench.record()
+    work = next((s for s in record.steps if s.phase == "work"), None) if record is not None else None
     # The lost tail says something only where `one` was still ticking at the kill.
-    if found and work and killed_ns < work["entered_ns"] + TICKING_S * 1e9:
+    if found and work is not None and work.entered_ns and killed_ns < work.entered_ns + TICKING_S * 1e9:
         result["tail_ms"] = round(max(killed_ns - found[-1][1], 0) / 1e6, 1)
     result["next_ok"] = bench.ns_control("run", "clean.yaml").returncode == 0
     return result
@@ -211,11 +224,13 @@ def main() -> int:
             first, first_ns = time.monotonic(), time.time_ns()
             bench.ns_control("run", "trial.yaml")
             run_s = time.monotonic() - first  # installed and warm now
-            steps = {s["phase"]: s for s in bench.record()["steps"]}
+            record = bench.record()
+            assert record is not None
+            steps = {s.phase: s for s in record.steps}
             # A component or a daemon is killed while the run's steps go (launch to the end
             # of work: a later kill finds the component gone); the controller at any time.
-            steps_s = ((steps["launch"]["entered_ns"] - first_ns) / 1e9,
-                       (steps["work"]["left_ns"] - first_ns) / 1e9)
+            steps_s = (((steps["launch"].entered_ns or 0) - first_ns) / 1e9,
+                       ((steps["work"].left_ns or 0) - first_ns) / 1e9)
             windows = {"component": steps_s, "daemon": steps_s, "controller": (0.3, run_s)}
             results = [trial(kind, bench, rng.uniform(*windows[kind]))
                        for kind in args.kinds.split(",") for _ in range(args.trials)]

@@ -66,12 +66,11 @@ def step_text(hosts: list[str], steps: int, fan_out: int | None = None) -> str:
 
 async def step_times(text: str, runs_root: Path) -> list[float]:
     plan = parse(text, HERE / "fleet.yaml")
-    rundir = RunDir.create(runs_root, plan.name, plan.text, {
-        "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
+    rundir = RunDir.create(runs_root, plan.name, plan.text, plan=plan.resolved())
     await Run(plan, rundir, load_or_create_key(), lambda event: None).execute()
-    steps = [s for s in rundir.record["steps"] if s["phase"] == "tick"]
-    assert all(s["status"] == "ok" for s in rundir.record["steps"]), rundir.record.get("error")
-    return [s["duration_s"] for s in steps][20:]
+    steps = [s for s in rundir.record.steps if s.phase == "tick"]
+    assert all(s.status == "ok" for s in rundir.record.steps), rundir.record.error
+    return [s.duration_s for s in steps][20:]
 
 
 def direct_daemons(hosts: list[nethosts.NetHost]) -> tuple[list[str], list[subprocess.Popen]]:

@@ -123,7 +123,7 @@ class Watch:
         self.figures: dict[str, float] = {}
 
     def daemons(self) -> list[int]:
-        return [h["daemon_pid"] for h in self.rundir.record["hosts"].values() if "daemon_pid" in h]
+        return [h.daemon_pid for h in self.rundir.record.hosts.values() if h.daemon_pid is not None]
 
     def __call__(self, event: Progress) -> None:
         now = time.perf_counter()
@@ -156,7 +156,7 @@ class Watch:
             (sum(map(cpu_s, self.daemons())) - self.marks["daemon_cpu"]) / measured / n * 1e6)
 
     def _idle(self) -> None:
-        reference = self.rundir.record["hosts"].get("h0", {}).get("daemon_pid")
+        reference = self.rundir.record.hosts["h0"].daemon_pid if "h0" in self.rundir.record.hosts else None
         pids = [p for p in self.daemons() if p != reference]
         before, ref_before = {p: cpu_s(p) for p in pids}, cpu_s(reference)
         time.sleep(IDLE_S)
@@ -167,29 +167,28 @@ class Watch:
 
 async def one_run(n: int, steps: int, kind: str, fan_out: int | None, runs_root: Path) -> dict[str, float]:
     plan = parse(experiment_text(n, steps, kind, fan_out), HERE / "scale.yaml")
-    rundir = RunDir.create(runs_root, plan.name, plan.text, {
-        "plan": plan.resolved(), "hosts": {}, "steps": [], "components": {}})
+    rundir = RunDir.create(runs_root, plan.name, plan.text, plan=plan.resolved())
     watch = Watch(rundir, steps, kind)
     await Run(plan, rundir, load_or_create_key(), watch).execute()
     ended = time.perf_counter()
     record = rundir.record
-    assert record["status"] == "ok", record.get("error")
-    connect = next(s for s in record["steps"] if s["phase"] == "launch")["entered_ns"] - record["started_ns"]
-    measured = [s for s in record["steps"] if s["phase"] not in ("launch", "collect", "sync_clocks")]
-    by_message = [s for s in measured if s["release"]["mode"] == "message"][watch.skip:]
-    at = [s for s in measured if s["release"]["mode"] == "at"]
-    durations = [s["duration_s"] for s in by_message]
-    skews = {mode: [s["release"]["skew_ns"] / 1e3 for s in steps if "skew_ns" in s["release"]]
+    assert record.status == "ok", record.error
+    connect = next(s for s in record.steps if s.phase == "launch").entered_ns - record.started_ns
+    measured = [s for s in record.steps if s.phase not in ("launch", "collect", "sync_clocks")]
+    by_message = [s for s in measured if s.release["mode"] == "message"][watch.skip:]
+    at = [s for s in measured if s.release["mode"] == "at"]
+    durations = [s.duration_s for s in by_message]
+    skews = {mode: [s.release["skew_ns"] / 1e3 for s in steps if "skew_ns" in s.release]
              for mode, steps in (("message", by_message), ("at", at))}
     return {"connect_s": connect / 1e9,
             **{f"{mode}_skew_{q}_us": percentile(values, p) for mode, values in skews.items()
                for q, p in (("p50", 0.5), ("p99", 0.99))},
-            "at_missed": sum(len(s["release"].get("missed_ns", {})) for s in at) / max(len(at), 1),
+            "at_missed": sum(len(s.release.get("missed_ns", {})) for s in at) / max(len(at), 1),
             **watch.figures, "step_p50_ms": percentile(durations, 0.5) * 1e3,
             "step_p99_ms": percentile(durations, 0.99) * 1e3,
             "runjson_mb": (rundir.path / "run.json").stat().st_size / 1e6,
             "teardown_s": ended - watch.marks["collected"],
-            **{k: record["fan_out"][k] for k in ("relays", "depth") if "fan_out" in record}}
+            **{k: record.fan_out[k] for k in ("relays", "depth") if record.fan_out}}
 
 
 def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, dict[str, float]],

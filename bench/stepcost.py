@@ -43,6 +43,7 @@ from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.auth import load_or_create_key, server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.kinds import Ack, Summary
+from netspec.protocol.runoutcome import RunOutcome
 
 HERE = Path(__file__).resolve().parent
 
@@ -106,8 +107,7 @@ async def one_size(n: int, width: int | None, steps: int, key: bytes, runs: Path
         assert responder.stdout is not None
         port = int(responder.stdout.readline())
         plan = parse(experiment_text(n, width), HERE / "stepcost.yaml")
-        rundir = RunDir.create(runs, plan.name, plan.text, {"plan": {}, "hosts": {}, "steps": [],
-                                                            "components": {}})
+        rundir = RunDir.create(runs, plan.name, plan.text)
         run = Run(plan, rundir, key, lambda event: None)
         run.failure = asyncio.get_running_loop().create_future()
         step = plan.schedule[0]
@@ -126,10 +126,10 @@ async def one_size(n: int, width: int | None, steps: int, key: bytes, runs: Path
             cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
             for client in run.clients.values():
                 await client.close()
-        assert all(s["status"] == "ok" for s in rundir.record["steps"])
+        assert all(s.status == "ok" for s in rundir.record.steps)
         acks = rundir.path / "run.acks"  # a tree's folded acks; a flat step's are in run.json's journal
         journal = acks.stat().st_size if acks.exists() else 0
-        rundir.finish("ok")
+        rundir.finish(RunOutcome("ok"))
         return {"ctl_cpu_us_per_step": cpu / steps * 1e6, "ctl_cpu_us_per_step_host": cpu / steps / n * 1e6,
                 "step_wall_ms": wall / steps * 1e3, "ack_journal_bytes_per_step": journal / (5 + steps)}
     finally:

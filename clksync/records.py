@@ -9,7 +9,7 @@ import numpy as np
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.records import INT64
 from netspec.protocol.errors import StreamError
-from netspec.protocol.runrecord import RunRecord
+from netspec.protocol.runrecord import RunView
 
 from .fit import ClockFit, Exchanges, fit
 
@@ -54,7 +54,7 @@ def _reference_changes_in(host: HostClock, reference_changes: list[int]) -> list
     return [int(c + rows[i, 0] - rows[i, 1]) for c, i in zip(reference_changes, at, strict=True)]
 
 
-def fit_run(record: RunRecord) -> dict[str, ClockFit]:
+def fit_run(record: RunView) -> dict[str, ClockFit]:
     """Every host's clock fit for the run whose record is given, the reference's included.
 
     Raises:

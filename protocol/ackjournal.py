@@ -1,7 +1,7 @@
 """The run's ack journal: where the controller appends the records of the acks a fan-out
 tree summarized (protocol/acksummary.py) as they arrive, without reading them, and from
-which run.json gets them: when the run ends, or when a reader loads a run still going or
-whose controller was killed (runrecord.load_record).
+which run.json gets them: when the run ends, or when a reader reads a run still going or
+whose controller was killed (runrecord.fold_acks).
 
 The file is a stream of msgpack frames [step index, received_ns, records(, "zlib")], where
 records are the summaries' bytes (deflated, where the frame says "zlib"): a stream of
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from .errors import NetspecError
 from .wire import MAX_FRAME
 
 ACK_JOURNAL = "run.acks"
@@ -60,48 +58,7 @@ def entries(records: bytes, compressed: bool = False) -> Iterator[tuple[str, str
         yield item[0], item[1], item[2]
 
 
-def fold(run: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """`record` with every ack of its ack journal in its step, if it has a journal. An entry
-    the step has already (recorded as itself) stays as it is.
-
-    Raises:
-        NetspecError: naming the file and the frame, when a frame is malformed.
-    """
-    try:
-        data = (run / ACK_JOURNAL).read_bytes()
-    except FileNotFoundError:
-        return record
-    except OSError as exc:
-        raise NetspecError(f"{run}/{ACK_JOURNAL}: unreadable ({exc})") from exc
-    steps = record.get("steps") or []
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    unpacker.feed(data)
-    # A frame cut short by a kill is the file's end: the unpacker stops before it.
-    number = read = 0
-    for number, item in enumerate(unpacker, 1):
-        read = unpacker.tell()  # after the loop, a frame cut short may have moved it on
-        try:
-            index, received, records, *encoding = item
-            if not (isinstance(index, int) and 0 <= index < len(steps) and isinstance(received, int)
-                    and isinstance(records, bytes) and encoding in ([], [ZLIB])):
-                raise ValueError("not [step index, received_ns, records(, zlib)] of a step in run.json")
-            step = steps[index]
-            hosts = step.setdefault("hosts", {})
-            for host, component, entry in entries(records, bool(encoding)):
-                info = hosts.setdefault(host, {"components": {}})
-                info["components"].setdefault(component, {**entry, "received_ns": received, "outcome": "ok"})
-                info["done_ns"] = max(info.get("done_ns", 0), received)
-                if "sent_ns" in step:
-                    info.setdefault("sent_ns", step["sent_ns"])
-        except (TypeError, ValueError) as exc:
-            raise NetspecError(f"{run}/{ACK_JOURNAL}: frame {number}: {exc}") from None
-    if read < len(data):
-        note_cut_short(record, {"file": ACK_JOURNAL, "frame": number + 1, "bytes": len(data) - read,
-                                **_step_of(data[read:])})
-    return record
-
-
-def _step_of(tail: bytes) -> dict[str, int]:
+def step_of(tail: bytes) -> int | None:
     """The step index a frame cut short begins with, when that much of it was written."""
     unpacker = msgpack.Unpacker()
     unpacker.feed(tail)
@@ -109,13 +66,5 @@ def _step_of(tail: bytes) -> dict[str, int]:
         unpacker.read_array_header()
         index = unpacker.unpack()
     except (msgpack.OutOfData, ValueError):
-        return {}
-    return {"step": index} if isinstance(index, int) else {}
-
-
-def note_cut_short(record: dict[str, Any], said: dict[str, Any]) -> None:
-    """Say in `record` that a journal's last entry was cut short by a kill (once, however
-    often the record is read): what it held is not in the record."""
-    cut = record.setdefault("cut_short", [])
-    if said not in cut:
-        cut.append(said)
+        return None
+    return index if isinstance(index, int) else None

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import safe_name
-from netspec.protocol.runrecord import JOURNAL, controller_gone
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import JOURNAL, Controller, RunRecord
 
 CAMPAIGN_FILE = "campaign.json"
 
@@ -33,7 +34,7 @@ class _Head(msgspec.Struct):
     duration_s: float | None = None
     experiment_sha256: str = ""
     campaign: dict[str, Any] | None = None
-    controller: dict[str, Any] = {}
+    controller: Controller = msgspec.field(default_factory=Controller)
     hosts: dict[str, Any] = {}
     plan: dict[str, Any] = {}
 
@@ -141,9 +142,8 @@ class Catalog:
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
         head = msgspec.json.decode((run / "run.json").read_bytes(), type=_Head)
-        status = head.status
-        if status == "running" and controller_gone({"status": status, "controller": head.controller}):
-            status = "interrupted"
+        status = RunOutcome.of(RunRecord(format=1, id=head.id, experiment=head.experiment, status=head.status,
+                                         controller=head.controller)).status
         campaign = head.campaign or {}
         entry = RunEntry(f"{run.parent.name}/{run.name}", head.experiment or run.parent.name,
                          head.id or run.name, status, head.started_ns, head.duration_s,

@@ -27,9 +27,9 @@ from netspec.analysis.provenance import differences
 from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
 
-from ..engine.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, merge, plan_code, run_plan
+from ..engine.runner import RunOptions, merge, plan_code, run_plan
 from ..experiment.load import parse
 from ..experiment.model import Campaign, Plan
 from ..record.rundir import RunDir
@@ -215,13 +215,13 @@ class Campaigner:
         # The campaign file with the point's values: its warnings cite the campaign file's lines.
         plan = parse(state["text"], Path(state["file"]), point=point["params"])
         self.options.output.out(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}")
-        rundir, code = run_plan(plan, self.options, {"campaign": {
+        rundir, outcome = run_plan(plan, self.options, {"campaign": {
             "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
         try:
             self._hooks("cleanup", env)
         finally:
-            self._record(point, rundir.path, rundir.record.get("status", "failed"))
-        return code
+            self._record(point, rundir.path, outcome.status)
+        return outcome.exit_code
 
     def _record(self, point: dict[str, Any], path: Path, status: str) -> None:
         value = run_value(path, self.c.metric, self.c.statistic) if status == "ok" else None
@@ -250,15 +250,12 @@ class Campaigner:
             self.cdir.state["current"] = None
             self.cdir.save()
             return
-        record = load_record(path)
-        if record["status"] == "running":
-            RunDir(path, record).finish("interrupted", {
-                "type": "Interrupted", "phase": None, "causes": [],
-                "message": "its controller was killed; the campaign resumed and runs it again"})
-            record["status"] = "interrupted"
+        run = RunDir.open(path)
+        if run.record.status == "running":
+            run.finish(RunOutcome.run_again())
         elif not is_current(path / MERGED):
             merge(path, self.options.output, code=plan_code(self.plan))
-        self._record(point, path, record["status"])
+        self._record(point, path, run.record.status)
         point["done"] = _decide(point, self.c)
         self.cdir.save()
 

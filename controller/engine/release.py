@@ -18,8 +18,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import some_hosts
+from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Step
 
@@ -50,14 +52,14 @@ def planned(lead: float, controller_offset_ns: int) -> dict[str, Any]:
             "instant_controller_ns": instant + controller_offset_ns}
 
 
-def began_ns(step: dict[str, Any], sent_ns: int) -> int:
+def began_ns(step: StepRecord, sent_ns: int) -> int:
     """When a host's part in a step began, on the controller's clock, from its step record:
     when the step was sent to it, or with `release: at` the instant (the lead is nobody's
     time: a host's time in the step counts from the release)."""
-    return max(sent_ns, step.get("release", {}).get("instant_controller_ns", sent_ns))
+    return max(sent_ns, step.release.get("instant_controller_ns", sent_ns))
 
 
-def skew(step: dict[str, Any], folded: AckSummary | None = None) -> dict[str, Any]:
+def skew(step: StepRecord, folded: AckSummary | None = None) -> dict[str, Any]:
     """The release skew of a finished step's record and the acks a fan-out tree folded
     for it, where the programs began their callbacks (`program`: their spread on the global
     timeline, `skew_ns` by the estimates and `at_most_ns` the widest it can be within their
@@ -66,11 +68,10 @@ def skew(step: dict[str, Any], folded: AckSummary | None = None) -> dict[str, An
     not be placed, had no clock estimate for the instant or was refused real-time priority
     for its wake-up."""
     starts = folded if folded is not None else AckSummary()
-    for host, entry in step.get("hosts", {}).items():
-        for name, info in entry.get("components", {}).items():
-            if "entered_ns" in info:  # else skipped, or never acked
-                starts.add_start(f"{host}/{name}", info)
-    said: dict[str, Any] = {"mode": step.get("release", {}).get("mode", "message"),
+    for host, name, info in step.participants():
+        if info.entered_ns is not None:  # else skipped, or never acked
+            starts.add_start(f"{host}/{name}", msgspec.to_builtins(info))
+    said: dict[str, Any] = {"mode": step.release.get("mode", "message"),
                             "starts": starts.daemons.count}
     if starts.unplaced:
         said["unplaced"] = starts.unplaced  # acks without a clock estimate

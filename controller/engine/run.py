@@ -31,10 +31,12 @@ from netspec.protocol.errors import (
     ProtocolError,
     RemoteError,
     StepFailed,
-    said_once,
     without_names,
 )
 from netspec.protocol.exits import describe_returncode, kill_run_processes
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import Clock, ComponentEnd, Entry, HostRecord, StepHost, Summarized
+from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan, Step
@@ -194,7 +196,7 @@ class Run:
         loop = asyncio.get_running_loop()
         ensure_fd_limit(len(self.hosts))
         connect_s = self.plan.connect_deadline_s or connect_deadline_s(list(self.hosts.values()))
-        self.rundir.record["connect_deadline_s"] = connect_s
+        self.rundir.record.connect_deadline_s = connect_s
         deadline = loop.time() + connect_s
         gate = asyncio.Semaphore(FAN_OUT)
         join_token = os.urandom(16)  # what a parent in the run's fan-out tree shows its children
@@ -217,8 +219,7 @@ class Run:
                 self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello.facts)
                 self.facts[name] = hello.facts
                 self.addresses[name] = self.hosts[name].reachable_at(hello.facts)
-                self.rundir.record["hosts"][name] = {"address": "{}:{}".format(*address),
-                                                     "daemon_pid": hello.pid}
+                self.rundir.record.hosts[name] = HostRecord("{}:{}".format(*address), hello.pid)
                 specs = [c.wire() for c in self.plan.host_components(name)]
                 placed = await self.hosts[name].place([c.program for c in specs if c.program is not None])
                 components = [msgspec.structs.replace(c, program=placed[c.program]) if c.program is not None
@@ -258,12 +259,12 @@ class Run:
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
-            self.rundir.record["fan_out"] = tree
+            self.rundir.record.fan_out = tree
             self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
                                    f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
         if clocks is not None:
             offset, bound = self.controller_offset
-            self.rundir.record["clksync"] = {**clocks, "controller_offset_ns": offset,
+            self.rundir.record.clksync = {**clocks, "controller_offset_ns": offset,
                                              "controller_offset_bound_ns": bound}
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
                 self.progress(Progress("notice", text=stretched(clocks)))
@@ -276,9 +277,8 @@ class Run:
         self.phase = step.phase
         deadline = loop.time() + step.deadline_s
         started = time.time_ns()
-        record: dict[str, Any] = {"phase": step.phase, "status": "running", "entered_ns": started,
-                                  "hosts": {}}
-        self.rundir.record["steps"].append(record)
+        record = StepRecord(step.phase, "running", entered_ns=started)
+        self.rundir.record.steps.append(record)
         self.rundir.journal_step(index)  # its start: where a run is, while it runs
         # A step that lasts shows its hosts' acks in run.json as they come, a save a second
         # at most (a short one is in the journal at its end, and saves nothing else).
@@ -290,50 +290,49 @@ class Run:
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.
             summarize = self.fan_out.tree is not None and step.need is None
-            record["hosts"] = {} if summarize else {h: {"components": {}} for h in plan.participants}
+            record.hosts = {} if summarize else {h: StepHost(components={}) for h in plan.participants}
             barrier = self.barrier = Barrier(index, step, plan.participants, plan.count)
             scheduled: dict[str, Any] = {}
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
-                record["release"] = release.planned(lead, self.controller_offset[0])
-                scheduled = {"release_ns": record["release"]["instant_ns"]}
+                record.release = release.planned(lead, self.controller_offset[0])
+                scheduled = {"release_ns": record.release["instant_ns"]}
             sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                                    "deadline_s": step.deadline_s,
                                                    "published": self.published, **scheduled}, summarize)
             if summarize:
-                record["sent_ns"] = sent  # a tree's: one instant for the first level
+                record.sent_ns = sent  # a tree's: one instant for the first level
             else:
-                for host, info in record["hosts"].items():
-                    info["sent_ns"] = sent if isinstance(sent, int) else sent[host]
+                for host, info in record.hosts.items():
+                    info.sent_ns = sent if isinstance(sent, int) else sent[host]
             opened = barrier.opened  # who the deadline caught waiting: participants, or files
 
             def missed() -> DeadlineExceeded:
                 waiting = {h: ["files"] for h in self.clients} if opened.done() else barrier.waiting()
                 return DeadlineExceeded(step.phase, waiting, step.deadline_s)
             await self._guard(self._through(step, barrier, deadline), deadline, missed)
-            record["status"] = "ok"
+            record.status = "ok"
         except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
-            record["status"] = "failed"
+            record.status = "failed"
             if barrier is None:
                 raise
             for host in barrier.waiting():  # a summarized step's record has only those that acked
-                record["hosts"].setdefault(host, {"components": {}, "sent_ns": record.get("sent_ns")})
+                record.hosts.setdefault(host, StepHost(components={}, sent_ns=record.sent_ns))
             raise StepFailed(step.phase, step_failures(barrier, exc, self.results, self.components)) from exc
         except (NetspecError, asyncio.CancelledError):
-            record["status"] = "failed"
+            record.status = "failed"
             raise
         finally:
             self.saves.step_ended()
             self.barrier = None  # acks still arriving are recorded, not waited for
-            record["left_ns"] = time.time_ns()
-            record["duration_s"] = (record["left_ns"] - started) / 1e9
+            record.left_ns = left = time.time_ns()
+            record.duration_s = took = (left - started) / 1e9
             folded = self.folded.pop(index, None)
             if folded is not None:
-                record["summarized"] = {"hosts": folded.hosts, "acks": folded.acks, "slowest": folded.slowest}
-            record["release"] = {**record.get("release", {}), **release.skew(record, folded)}
+                record.summarized = Summarized(folded.hosts, folded.acks, folded.slowest)
+            record.release = {**record.release, **release.skew(record, folded)}
             self.rundir.journal_step(index)
-        self.progress(Progress("step_done", step.phase, seconds=record["duration_s"],
-                               text=release.skew_text(record["release"])))
+        self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
 
     async def _through(self, step: Step, barrier: Barrier, deadline: float) -> None:
         """A step's work once its enter is sent, in the step's task group (`_guard`): its
@@ -372,7 +371,7 @@ class Run:
         it here: the caller fails the run (its shape was checked where it was read,
         protocol/kinds.py)."""
         return stranger(host, event.component, getattr(event, "step", None), self.results,
-                        len(self.rundir.record["steps"]))
+                        len(self.rundir.record.steps))
 
     def _on_event(self, host: str, event: k.Event | Lost) -> None:
         kind = type(event)
@@ -402,9 +401,8 @@ class Run:
             result = self.results[event.component]
             result.exit_status, result.duration_s = event.returncode, event.duration_s
             result.forced = event.forced  # an older daemon's exit does not say
-            self.rundir.record["components"][f"{host}/{event.component}"] = {
-                "returncode": event.returncode, "duration_s": event.duration_s,
-                "argv": event.argv, "ended_ns": event.ended_ns}
+            self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
+                event.returncode, event.duration_s, event.argv, event.ended_ns)
             name = event.component
             if event.failed and name not in self.stragglers.ended and not self._failed_over(host, name):
                 self._fail(ComponentFailed(result, self.phase))
@@ -435,39 +433,43 @@ class Run:
             self.registered[name] = ack.phases
         if ack.published:
             self.published.setdefault(name, {}).update(ack.published)
-        step = self.rundir.record["steps"][ack.step]
+        step = self.rundir.record.steps[ack.step]
         if ack.clock is not None:
-            self.rundir.record["hosts"][host]["clock"] = ack.clock
+            try:
+                self.rundir.record.hosts[host].clock = msgspec.convert(ack.clock, Clock)
+            except msgspec.ValidationError as exc:
+                self._fail(ProtocolError(f"a clock estimate that is not one ({exc})", f"host {host}"))
+                return
         # A summarized step's host that acks as itself gets its entry here (fanout.py).
-        sent = step.get("sent_ns", step["entered_ns"])
-        entries = step["hosts"].setdefault(host, {"components": {}, "sent_ns": sent})["components"]
-        if entries.get(name, {}).get("outcome") == "killed" or entries.get(name, {}).get("died"):
+        sent = step.sent_ns if step.sent_ns is not None else step.entered_ns
+        entries = step.hosts.setdefault(host, StepHost(components={}, sent_ns=sent)).components
+        before = entries.get(name)
+        if before is not None and (before.outcome == "killed" or before.died):
             return  # the error ack of its ending, or of its death, says nothing new
         if name in self.stragglers.ended:
-            entries[name] = {"status": ack.status, "outcome": "skipped",
-                             "message": self.stragglers.ended[name]}
+            entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome="skipped")
             return
-        entries[name] = {
-            **acksummary.entry(ack), "received_ns": time.time_ns(),
-            **({"traceback": ack.traceback} if ack.traceback else {})}
+        entries[name] = entry = Entry(**acksummary.entry(ack), received_ns=time.time_ns(),
+                                      traceback=ack.traceback or "")
         barrier = self.barrier
         if barrier is None or barrier.index != ack.step:
             if (not self.stragglers.late_ack(ack.step, host, name, ack) and self.failure.done()
                     and ack.status == m.ACK_ERROR):
                 # Still in the step when the run failed, and ended with it: not a cause.
-                entries[name]["outcome"] = "ended"
+                entry.outcome = "ended"
             return
         if not barrier.add(host, name, ack):
             self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entries[name]["outcome"] = "error" if ack.status == m.ACK_ERROR else "ok"
+        entry.outcome = "error" if ack.status == m.ACK_ERROR else "ok"
         if ack.status == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
             self.stragglers.trouble(barrier.step.phase, host, name, ack.message or "error")
         if barrier.host_done(host):
             acks = barrier.by_host.get(host, [])
             worst = m.worst_status(a.status for _, a in acks)
-            began = release.began_ns(step, step["hosts"][host]["sent_ns"])
-            step["hosts"][host]["done_ns"] = now = time.time_ns()
+            part = step.hosts[host]
+            began = release.began_ns(step, part.sent_ns)
+            part.done_ns = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - began) / 1e9,
                                    "; ".join(f"{c}: {a.message}" for c, a in acks if a.message)))
 
@@ -480,7 +482,7 @@ class Run:
         barrier = self.barrier
         if barrier is not None and barrier.index == index:
             barrier.add_folded(summary.acks, records, compressed)
-        self.progress(Progress("hosts", self.rundir.record["steps"][index]["phase"], done=summary.hosts,
+        self.progress(Progress("hosts", self.rundir.record.steps[index].phase, done=summary.hosts,
                                slowest=tuple((took / 1e9, host) for took, host in summary.slowest)))
 
     # -- the end ------------------------------------------------------------------------
@@ -533,20 +535,8 @@ class Run:
         if self.failure.done():
             self.failure.exception()
         self.saves.cancel()
-        troubles = self.stragglers.troubles
         unclean = self._unclean_ends() if error is None else []
-        if error is None and (troubles or unclean):
-            said = [f"{len(troubles)} participant(s) did not"] if troubles else []
-            said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
-            self.rundir.finish("partial", {
-                "type": "Partial", "phase": None, "causes": troubles + said_once(unclean),
-                "message": f"every step got through, but {' and '.join(said)}"})
-            return
-        status = ("ok" if error is None else
-                  "interrupted" if isinstance(error, Interrupted) else "failed")
-        self.rundir.finish(status, None if error is None else {
-            "type": type(error).__name__, "message": str(error), "phase": self.phase,
-            "causes": error.causes() if isinstance(error, StepFailed) else []})
+        self.rundir.finish(RunOutcome.ended(error, self.phase, self.stragglers.troubles, unclean))
 
 
 def stranger(host: str, component: str, step: int | None, results: Mapping[str, ComponentResult],

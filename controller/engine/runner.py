@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 from netspec.analysis.usercode import NONE, UserCode
 from netspec.protocol.auth import load_or_create_key
-from netspec.protocol.errors import Interrupted, NetspecError
+from netspec.protocol.errors import NetspecError
 from netspec.protocol.messages import netspec_version
+from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import MERGED
 
 from ..experiment.model import Plan
@@ -24,8 +25,6 @@ from ..record.progress import Progress
 from ..record.rundir import RunDir, note_merge
 from . import summary
 from .run import Run
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class Output(Protocol):
@@ -79,17 +78,17 @@ async def _run(run: Run) -> None:
 
 
 def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = None,
-             created: Callable[[RunDir], None] | None = None) -> tuple[RunDir, int]:
-    """Run `plan` into a new run directory under options.runs, with `record` added to its
-    run.json; `created` is told the directory before anything starts."""
+             created: Callable[[RunDir], None] | None = None) -> tuple[RunDir, RunOutcome]:
+    """Run `plan` into a new run directory under options.runs, with `record` (fields of its
+    RunRecord: a campaign's point, what it is a rerun of) in its run.json; `created` is told
+    the directory before anything starts. Returns the directory and how the run went (its
+    `exit_code` is what ns_control ends with)."""
     started = time.monotonic()
     key = load_or_create_key()
-    rundir = RunDir.create(options.runs, plan.name, plan.text, {
-        "experiment_sha256": plan.sha256, "plan": plan.resolved(), "hosts": {}, "steps": [],
-        "components": {}, "versions": {"netspec": netspec_version(),
-                                       "python": sys.version.split()[0]},
-        **({} if options.merge else {"merge": NOT_MERGED}),
-        **({"share_hosts": True} if options.share_hosts else {}), **(record or {})})
+    rundir = RunDir.create(
+        options.runs, plan.name, plan.text, experiment_sha256=plan.sha256, plan=plan.resolved(),
+        versions={"netspec": netspec_version(), "python": sys.version.split()[0]},
+        merge=None if options.merge else NOT_MERGED, share_hosts=options.share_hosts, **(record or {}))
     rundir.keep_programs([c.program for c in plan.components if c.program] + plan.filter_files())
     if created is not None:
         created(rundir)
@@ -107,7 +106,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
             output.out(*live.text(event))
 
     def took() -> str:
-        return summary.wall_line(time.monotonic() - started, rundir.record.get("duration_s"), merged.seconds)
+        return summary.wall_line(time.monotonic() - started, rundir.record.duration_s, merged.seconds)
 
     run = Run(plan, rundir, key, (lambda e: None) if options.quiet else progress,
               accept_new_host_keys=options.accept_new_host_keys, keep_daemons=options.keep_daemons,
@@ -115,11 +114,11 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     try:
         asyncio.run(_run(run))
     except KeyboardInterrupt:
-        rundir.finish("interrupted", {"type": "Interrupted", "phase": run.phase, "causes": [],
-                                      "message": "interrupted twice: stopped without gathering"})
+        outcome = RunOutcome.interrupted_twice(run.phase)
+        rundir.finish(outcome)
         output.err(["", "interrupted twice: stopped without gathering; daemons end their runs "
                     f"by themselves. Run directory: {rundir.path}"])
-        return rundir, EXIT_INTERRUPTED
+        return rundir, outcome
     except NetspecError as exc:
         if not options.quiet:
             output.out("")  # end the progress line before the error goes to stderr
@@ -127,7 +126,11 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         merged = _merge_at_end(rundir.path, options, plan)
         output.err([*summary.after_failure(merged.lines), took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
-        return rundir, EXIT_INTERRUPTED if isinstance(exc, Interrupted) else EXIT_FAILED
+        outcome = RunOutcome.of(rundir.record)
+        if outcome.status == "running":  # the run's own end failed before it saved its outcome
+            outcome = RunOutcome.ended(exc, run.phase, [], [])
+            rundir.finish(outcome)
+        return rundir, outcome
     if not options.quiet:
         for line in summary.run_lines(rundir.path, rundir.record):
             output.out(line)
@@ -137,11 +140,10 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         for line in merged.lines:
             output.out(line)
         output.out(took())
-    if rundir.record["status"] == "partial":
-        output.err([f"partial: {rundir.record['error']['message']}:",
-                    *(f"  {t}" for t in rundir.record["error"]["causes"])])
-        return rundir, EXIT_PARTIAL
-    return rundir, EXIT_OK
+    outcome = RunOutcome.of(rundir.record)
+    if outcome.status == "partial" and outcome.error is not None:
+        output.err([f"partial: {outcome.error.message}:", *(f"  {t}" for t in outcome.error.causes)])
+    return rundir, outcome
 
 
 NOT_MERGED = "not merged, as asked (--no-merge)"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from netspec.protocol import messages as m
 from netspec.protocol.kinds import Ack
+from netspec.protocol.runrecord import Entry, RunRecord
 
 from ..record.progress import Progress, ProgressSink
 from .barrier import Barrier
@@ -20,7 +20,7 @@ class Stragglers:
     """Owned by a Run: `record` is its run.json, `save` saves it soon, `end(host, name)`
     asks a daemon to end a component now (None if it did, else why not)."""
 
-    def __init__(self, record: dict[str, Any], progress: ProgressSink, save: Callable[[], None],
+    def __init__(self, record: RunRecord, progress: ProgressSink, save: Callable[[], None],
                  end: Callable[[str, str], Awaitable[str | None]]):
         self.record, self.progress, self.save, self.end = record, progress, save, end
         self.waiting: dict[int, Barrier] = {}  # by step index
@@ -62,8 +62,8 @@ class Stragglers:
         and live; a component is out of the rest of the run."""
         barrier.give_up(host, name)
         phase = barrier.step.phase
-        entry = self.record["steps"][barrier.index]["hosts"][host]["components"]
-        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "killed", "message": why}
+        entry = self._entry(barrier.index, host, name)
+        entry.status, entry.outcome, entry.message = m.ACK_ERROR, "killed", why
         if name != m.NODE:
             self.ended[name] = f"ended in phase '{phase}': {why}"
             for later in [current, *self.waiting.values()]:
@@ -82,9 +82,9 @@ class Stragglers:
         if not acked and not barrier.add(host, name, barrier.stand_in(name, why)):
             return False
         phase = barrier.step.phase
-        entry = self.record["steps"][barrier.index]["hosts"][host]["components"]
-        entry[name] = {**entry.get(name, {}), "status": m.ACK_ERROR, "outcome": "error", "died": True,
-                       "message": entry.get(name, {}).get("message") or why}
+        entry = self._entry(barrier.index, host, name)
+        entry.status, entry.outcome, entry.died = m.ACK_ERROR, "error", True
+        entry.message = entry.message or why
         self.ended[name] = f"ended in phase '{phase}': {why}"
         for later in [current, *self.waiting.values()]:
             if later is not None and later is not barrier:
@@ -102,18 +102,22 @@ class Stragglers:
         if barrier is None or (host, name) in barrier.acks:
             return False
         barrier.add(host, name, ack)
-        entry = self.record["steps"][index]["hosts"][host]["components"][name]
-        entry["late_ns"] = entry["received_ns"] - barrier.opened_ns
+        entry = self._entry(index, host, name)
+        entry.late_ns = late = (entry.received_ns or 0) - barrier.opened_ns
         failed = ack.status == m.ACK_ERROR
-        entry["outcome"] = "error" if failed else "late"
-        late_s = entry["late_ns"] / 1e9
+        entry.outcome = "error" if failed else "late"
+        late_s = late / 1e9
         text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
         if failed:
             self.trouble(barrier.step.phase, host, name, ack.message or "error")
             text += f": {ack.message or 'error'}"
-        self.progress(Progress("outcome", barrier.step.phase, host, entry["outcome"], late_s, text))
+        self.progress(Progress("outcome", barrier.step.phase, host, entry.outcome, late_s, text))
         self.save()
         return True
+
+    def _entry(self, index: int, host: str, name: str) -> Entry:
+        """Participant `name`'s entry in step `index` of the record, made if it has none yet."""
+        return self.record.steps[index].hosts[host].components.setdefault(name, Entry())
 
     async def run_ended(self, timeout: float) -> None:
         """The run is over: whoever is still out never acked. Returns once every straggler

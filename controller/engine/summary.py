@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
-from netspec.protocol.runrecord import MERGED, cut_short_texts
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import MERGED, HostRecord, RunRecord
+from netspec.protocol.runrecord import Step as StepRecord
 
 from ..record.progress import Progress
 from .release import began_ns as release_began
@@ -107,89 +109,90 @@ def _more_ok(count: int, slowest: list[tuple[float, str]], listed: int) -> str:
     return f"{'and ' if listed else ''}{count}{' more' if listed else ''} ok (slowest {named})"
 
 
-def _step_hosts(step: dict[str, Any], only: str | None) -> str:
+def _step_hosts(step: StepRecord, only: str | None) -> str:
     parts, rest = [], []
-    for host, info in step.get("hosts", {}).items():
+    for host, info in step.hosts.items():
         if only is not None and host != only:
             continue
-        comps = info.get("components", {})
+        comps = info.components
         # A component still in the step when the run failed, ended with it, is no failure;
         # nor is one skipped there, having left the run in an earlier step (said there).
-        live = [c["status"] for c in comps.values() if c.get("outcome") not in ("ended", "skipped")]
-        quiet = "ended" if any(c.get("outcome") == "ended" for c in comps.values()) else "skipped"
+        live = [c.status for c in comps.values() if c.outcome not in ("ended", "skipped")]
+        quiet = "ended" if any(c.outcome == "ended" for c in comps.values()) else "skipped"
         worst = worst_status(live) if live or not comps else quiet
-        if "done_ns" in info and "sent_ns" in info:
-            took = (info["done_ns"] - release_began(step, info["sent_ns"])) / 1e9
+        if info.done_ns is not None and info.sent_ns is not None:
+            took = (info.done_ns - release_began(step, info.sent_ns)) / 1e9
             if worst == "ok" and len(parts) >= LISTED_OK:
                 rest.append((took, host))
             else:
                 parts.append(f"{host} {MARK.get(worst, worst)} {seconds(took)}")
-        elif comps or "sent_ns" in info:
+        elif comps or info.sent_ns is not None:
             parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
     more = _more_ok(len(rest), rest, len(parts))
     return ", ".join([*parts, more] if more else parts)
 
 
-def run_lines(path: Path, record: dict[str, Any], only: str | None = None) -> list[str]:
+def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[str]:
     """A one-screen summary of one run; at fleet scale hosts that did well are counted, not
     listed. With `only`, one host's whole detail."""
-    hosts = {h: info for h, info in sorted(record.get("hosts", {}).items()) if only in (None, h)}
+    hosts = {h: info for h, info in sorted(record.hosts.items()) if only in (None, h)}
     many = only is None and len(hosts) > LISTED_OK
-    lines = [f"run {record['id']}  {record['experiment']}  {record['status']}  "
-             f"{seconds(record.get('duration_s'))}", f"  dir: {path}"]
+    outcome = RunOutcome.of(record)
+    lines = [f"run {record.id}  {record.experiment}  {outcome.status}  "
+             f"{seconds(record.duration_s)}", f"  dir: {path}"]
     lines.append(f"  {'step':<16} {'status':<8} {'time':>8} {'skew':>8}  hosts")
     unsaid = 0
-    for step in record.get("steps", []):
-        release = step.get("release", {})
+    for step in record.steps:
+        release = step.release
         headline = release_headline(release)
         skew = seconds(headline / 1e9) if headline is not None else "-"
-        phase = step["phase"] + (" (at)" if release.get("mode") == "at" else "")
-        lines.append(f"  {phase:<16} {step['status']:<8} "
-                     f"{seconds(step.get('duration_s')):>8} {skew:>8}  {_step_hosts(step, only)}")
+        phase = step.phase + (" (at)" if release.get("mode") == "at" else "")
+        lines.append(f"  {phase:<16} {step.status:<8} "
+                     f"{seconds(step.duration_s):>8} {skew:>8}  {_step_hosts(step, only)}")
         if release.get("mode") == "at" and (said := release_text(release)):
             lines.append(f"  {'':<16} {said}")  # the programs' skew beside the daemons', and what went wrong
         elif troubles := release_troubles(release):
             lines.append(f"  {'':<16} {troubles}")
-        for host, info in step.get("hosts", {}).items():
-            for comp, ack in info.get("components", {}).items() if only in (None, host) else ():
-                if many and ack.get("status") == "ok":
-                    unsaid += bool(ack.get("message"))
-                    continue
-                if ack.get("message"):
-                    lines.append(f"  {'':<16} {host}/{comp}: {ack['message']}")
-                lines.extend(f"  {'':<16}   {t}" for t in ack.get("traceback", "").splitlines())
+        for host, comp, ack in step.participants():
+            if only not in (None, host):
+                continue
+            if many and ack.status == "ok":
+                unsaid += bool(ack.message)
+                continue
+            if ack.message:
+                lines.append(f"  {'':<16} {host}/{comp}: {ack.message}")
+            lines.extend(f"  {'':<16}   {t}" for t in ack.traceback.splitlines())
     if unsaid:
         lines.append(f"  {unsaid} messages of ok acks not shown (ns_control show --host HOST)")
-    lines.extend(_clock_lines(hosts, record.get("plan", {}).get("clock", {}).get("reference"), many))
-    streams = {h: len(info["streams"]) for h, info in hosts.items() if info.get("streams")}
+    lines.extend(_clock_lines(hosts, record.clock_reference, many))
+    streams = {h: len(info.streams) for h, info in hosts.items() if info.streams}
     if streams and many:
         lines.append(f"  streams: {sum(streams.values())} files from {len(streams)} hosts "
                      f"(narrate: ns_control dump {path}/hosts)")
     elif streams:
         counts = ", ".join(f"{h} {n} file{'s' if n > 1 else ''}" for h, n in streams.items())
         lines.append(f"  streams: {counts} (narrate: ns_control dump {path}/hosts)")
-    components = {name: info for name, info in sorted(record.get("components", {}).items())
+    components = {name: info for name, info in sorted(record.components.items())
                   if only in (None, name.partition("/")[0])}
     if components:
         lines.append("  components:")
         # At fleet scale the first LISTED_OK of those that ended badly and of those that
         # exited 0 are listed, and the rest counted by how they ended.
-        ended = [(n, i, _ended(i["returncode"])) for n, i in components.items()]
+        ended = [(n, i, _ended(i.returncode)) for n, i in components.items()]
         bad = [e for e in ended if e[2] != "exit 0"]
         good = [e for e in ended if e[2] == "exit 0"]
         listed = ([*bad[:LISTED_OK], *good[:LISTED_OK]] if many else ended)
         for name, info, how in listed:
-            lines.append(f"    {name:<24} {how:<10} {seconds(info['duration_s'])}")
+            lines.append(f"    {name:<24} {how:<10} {seconds(info.duration_s)}")
         if len(listed) < len(components):
             rest = Counter(how for *_, how in [*bad[LISTED_OK:], *good[LISTED_OK:]])
             lines.append(f"    and {', '.join(f'{n} more {how}' for how, n in rest.most_common())}")
-    lines.extend(f"  {text}" for text in cut_short_texts(record))
-    if record.get("error"):
-        error = record["error"]
-        partial = record["status"] == "partial"
-        stopped = f"in phase '{error['phase']}'" if error.get("phase") else "before the first step"
-        lines.append("  partial:" if partial else f"  stopped {stopped}:")
-        for text in [error["message"], *error.get("causes", [])]:
+    lines.extend(f"  {text}" for text in record.cut_short_texts())
+    error = outcome.error
+    if error is not None:
+        stopped = f"in phase '{error.phase}'" if error.phase else "before the first step"
+        lines.append("  partial:" if outcome.status == "partial" else f"  stopped {stopped}:")
+        for text in [error.message, *error.causes]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
 
@@ -198,35 +201,31 @@ def _ended(code: int) -> str:
     return f"exit {code}" if code >= 0 else f"signal {-code}"
 
 
-def _clock_lines(hosts: dict[str, Any], reference: str | None, many: bool) -> list[str]:
-    clocks = {h: info["clock"] for h, info in hosts.items() if info.get("clock") and h != reference}
-    served = reference in hosts and hosts[reference].get("clock")
+def _clock_lines(hosts: dict[str, HostRecord], reference: str | None, many: bool) -> list[str]:
+    clocks = {h: info.clock for h, info in hosts.items() if info.clock and h != reference}
+    served = reference in hosts and hosts[reference].clock
     lines = [f"  clock {reference}: reference"] if served else []
     if many and clocks:
-        bounds = sorted((c["bound_ns"], h) for h, c in clocks.items())
+        bounds = sorted((c.bound_ns, h) for h, c in clocks.items())
         median, (widest, host) = bounds[len(bounds) // 2][0], bounds[-1]
         lines.append(f"  clock: {len(clocks)} hosts, bound median {median / 1e3:.1f} us, "
                      f"widest {widest / 1e3:.1f} us ({host})")
         return lines
     for host, clock in clocks.items():
-        lines.append(f"  clock {host}: offset {clock['offset_ns'] / 1e3:+.1f} us "
-                     f"± {clock['bound_ns'] / 1e3:.1f} us ({clock['source']} timestamps, "
-                     f"{clock['exchanges']} recent exchanges)")
+        lines.append(f"  clock {host}: offset {clock.offset_ns / 1e3:+.1f} us "
+                     f"± {clock.bound_ns / 1e3:.1f} us ({clock.source} timestamps, "
+                     f"{clock.exchanges} recent exchanges)")
     return lines
 
 
-def list_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def list_lines(runs: list[tuple[Path, RunRecord]]) -> list[str]:
     if not runs:
         return ["no runs"]
     lines = [f"{'run':<26} {'experiment':<24} {'status':<12} {'time':>8}  stopped in"]
     for _, r in runs:
-        # A partial run stopped in no step; an error that names none stopped in the last step
-        # run.json has, or before the first.
-        steps = r.get("steps") or [{"phase": "before the first step"}]
-        stopped = (r.get("error") or {}).get("phase") or ("none" if r["status"] == "partial" else
-                                                           steps[-1].get("phase") if r.get("error") else "")
-        lines.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} "
-                     f"{seconds(r.get('duration_s')):>8}  {stopped}".rstrip())
+        outcome = RunOutcome.of(r)
+        lines.append(f"{r.id:<26} {r.experiment:<24} {outcome.status:<12} "
+                     f"{seconds(r.duration_s):>8}  {outcome.stopped_in(r)}".rstrip())
     return lines
 
 
@@ -276,7 +275,7 @@ def written_lines(directory: Path) -> list[str]:
             *(f"  {p.relative_to(directory)}  {size / 1e3:.1f} kB" for p, size in sizes.items())]
 
 
-def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def results_lines(runs: list[tuple[Path, RunRecord]]) -> list[str]:
     """Each run with a merged result set: its size and the run's status."""
     rows = []
     for path, r in runs:
@@ -285,7 +284,7 @@ def results_lines(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
             continue
         size = sum(f.stat().st_size for f in merged.iterdir() if f.is_file())
         records = json.loads((merged / "summary.json").read_text()).get("records", 0)
-        rows.append(f"{r['id']:<26} {r['experiment']:<24} {r['status']:<12} {records:>10} "
+        rows.append(f"{r.id:<26} {r.experiment:<24} {RunOutcome.of(r).status:<12} {records:>10} "
                     f"{size / 1e6:>8.1f} MB  {merged}")
     if not rows:
         return ["no merged result sets (`ns_control fetch RUN` merges one)"]

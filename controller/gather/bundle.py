@@ -18,8 +18,9 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import msgspec
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..record.rundir import utc_iso
 
@@ -48,9 +49,9 @@ def _files(run: Path) -> list[Path]:
     return sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink() and p != run / CRATE)
 
 
-def crate(run: Path, record: dict[str, Any]) -> dict[str, Any]:
+def crate(run: Path, record: RunRecord) -> dict[str, Any]:
     """The RO-Crate metadata of the run directory `run`: every file with its size and sha256."""
-    programs = {kept["copy"]: source for source, kept in record.get("programs", {}).items()}
+    programs = {kept.copy: source for source, kept in record.programs.items()}
     parts = []
     for path in _files(run):
         rel = str(path.relative_to(run))
@@ -61,17 +62,17 @@ def crate(run: Path, record: dict[str, Any]) -> dict[str, Any]:
                          "identifier": programs[rel]})
         parts.append(part)
     hosts = []
-    for name, info in sorted(record.get("hosts", {}).items()):
+    for name, info in sorted(record.hosts.items()):
         facts = run / "hosts" / name / "facts.json"
         hosts.append({"@id": f"#host-{name}", "@type": "Thing", "name": f"host {name}",
                       **({"subjectOf": {"@id": f"hosts/{name}/facts.json"}} if facts.is_file() else {}),
-                      **({"clock": info["clock"]} if info.get("clock") else {})})
+                      **({"clock": msgspec.to_builtins(info.clock)} if info.clock else {})})
     software = [{"@id": f"#{name}", "@type": "SoftwareApplication", "name": name, "version": version}
-                for name, version in sorted(record.get("versions", {}).items())]
-    root = {"@id": "./", "@type": "Dataset", "name": f"netspec run {record['id']} of {record['experiment']}",
-            "description": f"{record['experiment']}: {record['status']}", "identifier": record["id"],
-            "datePublished": record.get("started") or utc_iso(record.get("started_ns", 0)),
-            "experiment_sha256": record.get("experiment_sha256", ""),
+                for name, version in sorted(record.versions.items())]
+    root = {"@id": "./", "@type": "Dataset", "name": f"netspec run {record.id} of {record.experiment}",
+            "description": f"{record.experiment}: {record.status}", "identifier": record.id,
+            "datePublished": record.started or utc_iso(record.started_ns),
+            "experiment_sha256": record.experiment_sha256,
             "mainEntity": {"@id": "experiment.yaml"}, "hasPart": [{"@id": p["@id"]} for p in parts],
             "about": [{"@id": h["@id"]} for h in hosts], "instrument": [{"@id": s["@id"]} for s in software]}
     return {"@context": f"{RO_CRATE}/context", "@graph": [
@@ -96,12 +97,12 @@ def _describe(path: Path) -> dict[str, Any]:
 
 def export_run(run: Path, to: Path) -> Path:
     """Writes `run` (a run directory) with its crate into the archive `to` (.tar.gz)."""
-    record = load_record(run)
-    if record.get("status") == "running":
-        raise BundleError(f"run {record['id']} is still running (or its controller was killed): "
+    record = read_run(run)
+    if record.status == "running":
+        raise BundleError(f"run {record.id} is still running (or its controller was killed): "
                           "nothing to export yet")
     metadata = json.dumps(crate(run, record), indent=1).encode()
-    top = PurePosixPath(record["experiment"], record["id"])
+    top = PurePosixPath(record.experiment, record.id)
     tmp = to.with_name(f".{to.name}.tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         info = tarfile.TarInfo(str(top / CRATE))
@@ -192,4 +193,4 @@ def _verify(run: Path, archive: Path) -> None:
     for part in parts:
         if _sha256(run / part["@id"]) != part.get("sha256"):
             raise BundleError(f"{archive}: {part['@id']} does not match its sha256 in the crate")
-    load_record(run)  # and run.json reads as a run's record
+    read_run(run)  # and run.json reads as a run's record

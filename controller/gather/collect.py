@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..experiment.model import Host as HostSpec
 from ..hosts.fleet import local_daemon_root
@@ -31,15 +31,15 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     Raises:
         NetspecError: the run's controller is still at it.
     """
-    record = settle(path, load_record(path))
-    if record.get("status") == "running":
-        raise NetspecError(f"run {record['id']} is still running (controller pid "
-                           f"{record['controller']['pid']}): nothing to collect yet")
+    record = settle(path, read_run(path))
+    if record.status == "running":
+        raise NetspecError(f"run {record.id} is still running (controller pid "
+                           f"{record.controller.pid}): nothing to collect yet")
     run = RunDir(path, record)
     ssh_hosts: list[SSHHost] = []
     sources = {}
-    for spec in (HostSpec(**h) for h in record["plan"]["hosts"]):
-        if spec.name in record["hosts"]:  # reached by the run: something may be there
+    for spec in (HostSpec(**h) for h in record.plan["hosts"]):
+        if spec.name in record.hosts:  # reached by the run: something may be there
             sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts)
 
     async def gather() -> dict[str, Salvaged]:
@@ -53,17 +53,17 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     return found
 
 
-def _source(spec: HostSpec, record: dict[str, Any], accept_new: bool, opened: list[SSHHost]) -> Any:
+def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SSHHost]) -> Any:
     if spec.ssh:
         host = SSHHost(spec, accept_new)
         opened.append(host)
-        return functools.partial(host.run_files, record["id"])
+        return functools.partial(host.run_files, record.id)
     if spec.address:
         return lambda: None
     return functools.partial(_local_files, record, spec.name)
 
 
-def _local_files(record: dict[str, Any], host: str) -> RunFiles:
+def _local_files(record: RunRecord, host: str) -> RunFiles:
     """A local host's run directory, under the daemon root its controller gave it."""
-    root = local_daemon_root(int(record.get("controller", {}).get("pid", 0)), host)
-    return local_run_files(root, record["id"], host)
+    root = local_daemon_root(record.controller.pid, host)
+    return local_run_files(root, record.id, host)

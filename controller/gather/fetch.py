@@ -97,7 +97,7 @@ async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], 
             continue
         for component, path in files:
             if component is None:
-                run.record["hosts"][host].setdefault("streams", []).append(str(path.relative_to(run.path)))
+                run.record.hosts[host].streams.append(str(path.relative_to(run.path)))
             else:
                 results[component].files.append(path)
     raise_if_any_failed("collect", dict(zip(names, outcome, strict=True)))

@@ -14,15 +14,12 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.runrecord import HostRecord, Salvage
 
 from ..hosts.runfiles import RunFiles
 from ..record.rundir import RunDir
-
-if TYPE_CHECKING:
-    pass
 
 OUTPUTS = ("stdout", "stderr", "exit.json")
 
@@ -39,11 +36,10 @@ class Salvaged:
     removed: bool = False
     error: str = ""
 
-    def record(self, run: Path) -> dict[str, Any]:
-        return {"via": self.via, "from": self.source,
-                "files": [str(p.relative_to(run)) for _, p in self.files], "bytes": self.bytes,
-                "left": self.left, "removed": self.removed,
-                **({"error": self.error} if self.error else {})}
+    def record(self, run: Path) -> Salvage:
+        """As run.json keeps it, each file relative to the run directory `run`."""
+        return Salvage(self.via, self.source, [str(p.relative_to(run)) for _, p in self.files], self.bytes,
+                       self.left, self.removed, self.error)
 
     def summary(self) -> str:
         """One line for people."""
@@ -79,7 +75,7 @@ async def salvage_hosts(sources: dict[str, Callable[[], RunFiles | None]], run: 
     except TimeoutError:
         found = {h: Salvaged(error="the collect's deadline passed first") for h in sources}
     for host, salvaged in found.items():
-        run.record["hosts"].setdefault(host, {})["salvaged"] = salvaged.record(run.path)
+        run.record.hosts.setdefault(host, HostRecord()).salvaged = salvaged.record(run.path)
     run.save()
     return found
 

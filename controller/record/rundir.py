@@ -1,5 +1,5 @@
-"""The run directory: everything one run produced, and run.json, its record (its format
-and reader: protocol/runrecord.py).
+"""The run directory: everything one run produced, and run.json, its record (the typed
+record and its reader: protocol/runrecord.py; its outcome: protocol/runoutcome.py).
 
 Layout:
     runs/<experiment>/<UTC time>-<short id>/
@@ -10,9 +10,7 @@ Layout:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import secrets
 import socket
@@ -21,10 +19,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
 from netspec.protocol import ackjournal
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined, safe_name
-from netspec.protocol.runrecord import JOURNAL, RUN_FORMAT, controller_gone, load_record, process_start
+from netspec.protocol.runoutcome import RunOutcome, controller_ended
+from netspec.protocol.runrecord import (
+    JOURNAL,
+    RUN_FORMAT,
+    Collected,
+    Controller,
+    Program,
+    RunRecord,
+    controller_gone,
+    encode,
+    fold_acks,
+    journal_line,
+    process_start,
+    read_run,
+)
 
 
 def utc_iso(ns: int) -> str:
@@ -34,22 +47,32 @@ def utc_iso(ns: int) -> str:
 class RunDir:
     """A run's directory; `record` is saved as run.json after every change that matters."""
 
-    def __init__(self, path: Path, record: dict[str, Any]):
+    def __init__(self, path: Path, record: RunRecord):
         self.path, self.record = path, record
         self._held: dict[tuple[str, ...], BinaryIO] = {}  # outputs and journals, open while written
 
     @classmethod
-    def create(cls, runs_root: Path, experiment: str, text: str, record: dict[str, Any]) -> RunDir:
+    def open(cls, path: Path) -> RunDir:
+        """The run directory `path` with its record as read (runrecord.read_run).
+
+        Raises:
+            NetspecError: as `read_run`.
+        """
+        return cls(path, read_run(path))
+
+    @classmethod
+    def create(cls, runs_root: Path, experiment: str, text: str, **fields: Any) -> RunDir:
+        """A new run directory of `experiment` under `runs_root`, its record running with
+        `fields` (RunRecord's) set."""
         now = time.time_ns()
         run_id = f"{datetime.fromtimestamp(now / 1e9, UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         path = runs_root / experiment / run_id
         path.mkdir(parents=True)
         (path / "experiment.yaml").write_text(text)
-        run = cls(path, {"format": RUN_FORMAT, "id": run_id, "experiment": experiment,
-                         "status": "running", "started": utc_iso(now), "started_ns": now,
-                         "controller": {"host": socket.gethostname(), "pid": os.getpid(),
-                                        "pid_started": process_start(os.getpid())},
-                         **record})
+        run = cls(path, RunRecord(format=RUN_FORMAT, id=run_id, experiment=experiment, status="running",
+                                  started=utc_iso(now), started_ns=now,
+                                  controller=Controller(socket.gethostname(), os.getpid(),
+                                                        process_start(os.getpid())), **fields))
         run.save()
         latest = runs_root / "latest"
         tmp = runs_root / f".latest-{run_id}"
@@ -59,7 +82,7 @@ class RunDir:
 
     @property
     def id(self) -> str:
-        return self.record["id"]
+        return self.record.id
 
     def host_dir(self, host: str) -> Path:
         path = self.path / "hosts" / host
@@ -81,31 +104,31 @@ class RunDir:
     def keep_programs(self, paths: list[str]) -> None:
         """Copy each program the run starts, with its sha256, so the run can be repeated
         with exactly the code it ran."""
-        kept = self.record.setdefault("programs", {})
+        kept = self.record.programs = dict(self.record.programs)
         for source in sorted(set(paths)):
             data = Path(source).read_bytes()
             target = self.path / "programs" / f"{len(kept)}-{Path(source).name}"
             target.parent.mkdir(exist_ok=True)
             target.write_bytes(data)
-            kept[source] = {"sha256": hashlib.sha256(data).hexdigest(),
-                            "copy": str(target.relative_to(self.path))}
+            kept[source] = Program(hashlib.sha256(data).hexdigest(), str(target.relative_to(self.path)))
         self.save()
 
     def write_json(self, path: Path, data: Any) -> None:
-        # No indent: json's C encoder only serves compact output, and run.json of a long
-        # run over many hosts is megabytes (`ns_control show` or jq are for reading it).
+        """Write `data` (plain values or a record) as compact JSON, replacing `path` whole."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, default=str) + "\n")
+        tmp.write_bytes(msgspec.json.encode(data, enc_hook=str) + b"\n")
         os.replace(tmp, path)
 
     def save(self) -> None:
-        self.write_json(self.path / "run.json", self.record)
+        """Write run.json: the record as it is now (runrecord.encode)."""
+        tmp = self.path / "run.json.tmp"
+        tmp.write_bytes(encode(self.record) + b"\n")
+        os.replace(tmp, self.path / "run.json")
 
     def journal_step(self, index: int) -> None:
         """Append step `index`'s record as it is now (at its start, at its end) to the
         journal: O(its hosts) bytes, where saving run.json is O(the whole run)."""
-        self._append((JOURNAL,), (json.dumps({"index": index, **self.record["steps"][index]},
-                                                      default=str) + "\n").encode())
+        self._append((JOURNAL,), journal_line(index, self.record.steps[index]))
 
     def journal_acks(self, index: int, received_ns: int, records: bytes, compressed: bool = False) -> None:
         """Append the records of a summary of step `index`'s acks, unread (ackjournal.py)."""
@@ -131,37 +154,31 @@ class RunDir:
             f.close()
         self._held.clear()
 
-    def finish(self, status: str, error: dict[str, Any] | None = None) -> None:
+    def finish(self, outcome: RunOutcome) -> None:
+        """End the run's record with `outcome` (its status and error), every ack of the ack
+        journal folded in, and remove the journals: run.json has every step and ack now."""
         self.close_files()
         now = time.time_ns()
-        self.record.update(status=status, ended=utc_iso(now), ended_ns=now,
-                           duration_s=(now - self.record["started_ns"]) / 1e9, error=error)
-        ackjournal.fold(self.path, self.record)
+        record = self.record
+        record.status, record.error = outcome.status, outcome.error
+        record.ended, record.ended_ns, record.duration_s = utc_iso(now), now, (now - record.started_ns) / 1e9
+        fold_acks(self.path, record)
         self.save()
         # run.json has every step and ack now
         (self.path / JOURNAL).unlink(missing_ok=True)
         (self.path / ackjournal.ACK_JOURNAL).unlink(missing_ok=True)
 
 
-def settle(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+def settle(path: Path, record: RunRecord) -> RunRecord:
     """`record` as it is, or, for a run whose controller on this machine is gone while it
     says `running`, marked interrupted (and saved) in the step it was in: no run stays
     `running` for ever."""
     if not controller_gone(record):
         return record
+    outcome = RunOutcome.gone(record)
     run = RunDir(path, record)
-    steps = record.get("steps") or []
-    run.finish("interrupted", {
-        "type": "Interrupted", "phase": steps[-1].get("phase") if steps else None, "causes": [],
-        "message": f"{_gone(record)}: {NOT_GATHERED}", "gathered": False})
+    run.finish(outcome)
     return run.record
-
-
-NOT_GATHERED = "what the hosts held was not gathered (`ns_control collect` gathers it)"
-
-
-def _gone(record: dict[str, Any]) -> str:
-    return f"its controller (pid {record['controller']['pid']}) ended without finishing the run"
 
 
 def note_collected(run: RunDir, found: dict[str, Any]) -> None:
@@ -169,31 +186,28 @@ def note_collected(run: RunDir, found: dict[str, Any]) -> None:
     in the error of a run whose controller ended without gathering it."""
     now = time.time_ns()
     failed = {host: salvaged.summary() for host, salvaged in found.items() if salvaged.error}
-    run.record["collected"] = {"at": utc_iso(now), "hosts": len(found), "failed": failed}
-    run.record["collected_ns"] = now
-    error = run.record.get("error") or {}
+    record = run.record
+    record.collected, record.collected_ns = Collected(utc_iso(now), len(found), failed), now
+    error = record.error
     # Before run.json said "gathered", it ended its message with what collect gathers now.
-    if error.get("gathered") is False or error.get("message", "").endswith("was not gathered"):
+    if error is not None and (error.gathered is False or error.message.endswith("was not gathered")):
         got = (f"from {len(found) - len(failed)} of {len(found)} hosts" if failed else
                f"from its {len(found)} host{'s' if len(found) > 1 else ''}")
-        error.update(gathered=True, message=f"{_gone(run.record)}: what the hosts held was gathered "
-                     f"later by `ns_control collect` at {utc_iso(now)} {got}" if found else
-                     f"{_gone(run.record)}, before it reached a host: nothing was left to gather",
-                     causes=[*error.get("causes", []),
-                             *(f"host {h}: collect: {said}" for h, said in sorted(failed.items()))])
+        error.gathered = True
+        error.message = (f"{controller_ended(record)}: what the hosts held was gathered later by "
+                         f"`ns_control collect` at {utc_iso(now)} {got}" if found else
+                         f"{controller_ended(record)}, before it reached a host: nothing was left to gather")
+        error.causes = [*error.causes, *(f"host {h}: collect: {said}" for h, said in sorted(failed.items()))]
     run.save()
 
 
 def note_merge(path: Path, note: str | None) -> None:
     """Say in run.json how the run's merge went (`note`: why it has no whole result set;
     None: it has one now). A run still running is its controller's to save: left alone."""
-    record = load_record(path)
-    if record.get("merge") == note or record.get("status") == "running":
+    record = read_run(path)
+    if record.merge == note or record.status == "running":
         return
-    if note is None:
-        record.pop("merge", None)
-    else:
-        record["merge"] = note
+    record.merge = note
     RunDir(path, record).save()
 
 
@@ -217,10 +231,15 @@ def find_run(runs_root: Path, ref: str) -> Path:
     raise NetspecError(f"'{ref}' matches {len(matches)} runs: be more specific")
 
 
-def list_runs(runs_root: Path) -> list[tuple[Path, dict[str, Any]]]:
+def list_runs(runs_root: Path, unreadable: list[str] | None = None) -> list[tuple[Path, RunRecord]]:
+    """Every run under `runs_root` with its record, oldest first; a run whose record cannot
+    be read is left out, and said in `unreadable` if given."""
     runs = []
     for path in sorted(runs_root.glob("*/*/run.json")):
-        with contextlib.suppress(NetspecError):
-            runs.append((path.parent, settle(path.parent, load_record(path.parent))))
-    runs.sort(key=lambda r: r[1].get("started_ns", 0))
+        try:
+            runs.append((path.parent, settle(path.parent, read_run(path.parent))))
+        except NetspecError as exc:
+            if unreadable is not None:
+                unreadable.append(str(exc))
+    runs.sort(key=lambda r: r[1].started_ns)
     return runs

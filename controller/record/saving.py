@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+
+from netspec.protocol.runrecord import Step
 
 from .rundir import RunDir
 
@@ -38,13 +39,13 @@ class Saves:
         else:
             self._timer = asyncio.get_running_loop().call_later(wait, self._save)
 
-    def during(self, record: dict[str, Any]) -> None:
+    def during(self, record: Step) -> None:
         """Save every LIVE_SAVE_S (or as `soon` allows) while step `record` runs, from
         LIVE_SAVE_S on (until `step_ended`)."""
         self.step_ended()
         self._live = asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._live_save, record)
 
-    def _live_save(self, record: dict[str, Any]) -> None:
+    def _live_save(self, record: Step) -> None:
         self.soon()
         self._live = asyncio.get_running_loop().call_later(LIVE_SAVE_S, self._live_save, record)
 

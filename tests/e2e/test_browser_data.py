@@ -16,7 +16,8 @@ from netspec.analysis.units import duration_text
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol import ackjournal
 from netspec.protocol.errors import ProtocolError
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import RunError, Step, load_record
 from netspec.web import panels, timeline
 from netspec.web.catalog import Catalog, NotFound
 from netspec.web.compare import campaign_view, compare_runs
@@ -184,10 +185,10 @@ def test_an_unreadable_run_or_campaign_is_said_not_dropped(tmp_path: Path):
 
 
 def test_a_run_page_says_which_journal_entry_a_kill_cut_short(tmp_path: Path):
-    run = RunDir.create(tmp_path / "runs", "cut", "x: 1\n", {"steps": []})
-    run.record["steps"].append({"phase": "work", "status": "running"})
+    run = RunDir.create(tmp_path / "runs", "cut", "x: 1\n")
+    run.record.steps.append(Step("work", "running"))
     run.journal_step(0)
-    run.finish("interrupted", {"type": "Interrupted", "message": "killed", "causes": []})
+    run.finish(RunOutcome("interrupted", RunError("Interrupted", "killed")))
     (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(0, 40, b"x" * 50)[:20])
     with serving(tmp_path) as url:
         status, body = _get(f"{url}/run/{run_ref(tmp_path, 'cut')}")

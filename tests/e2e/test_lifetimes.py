@@ -52,7 +52,7 @@ def stop_mid_step(path: Path, key: bytes, runs: Path, cancel: bool = True) -> di
     threads, fds = set(threading.enumerate()), open_fds()
 
     async def stopped() -> tuple[RunDir, list[asyncio.Task], list[asyncio.TimerHandle]]:
-        rundir = RunDir.create(runs, plan.name, plan.text, {"hosts": {}, "steps": [], "components": {}})
+        rundir = RunDir.create(runs, plan.name, plan.text)
         in_work = asyncio.Event()
 
         def progress(event: Progress) -> None:

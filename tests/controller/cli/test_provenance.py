@@ -6,7 +6,7 @@ import json
 import pytest
 from netspec.analysis.points import UnlikeRuns, check_repetitions
 from netspec.analysis.provenance import differences
-from netspec.controller.cli.main import run_differences
+from netspec.controller.cli.runs import run_differences
 from support import REPO
 
 STORED = REPO / "tests" / "data" / "runs" / "stimulus-response" / "20261121T181343Z-23d1a4" / "run.json"

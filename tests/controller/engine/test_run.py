@@ -46,8 +46,7 @@ def test_asking_whether_a_strangers_event_is_one_leaves_the_run_as_it_was(tmp_pa
 
     async def ask():
         plan = parse(text, tmp_path / "strangers.yaml")
-        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, {"hosts": {}, "steps": [],
-                                                                         "components": {}})
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
         run.failure = asyncio.get_running_loop().create_future()
         found = run._stranger("a", k.Output(component="two", stream="stdout", data=b"x"))

@@ -18,6 +18,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.runrecord import Clock, HostRecord, Step, StepHost
 from netspec.protocol.wire import packed
 
 ACK = {"t": m.ACK, "step": 2, "component": "c", "status": m.ACK_OK, "entered": 1, "acked": 2}
@@ -162,7 +163,7 @@ def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_h
 def test_a_listing_that_names_a_component_the_host_does_not_run_is_refused_before_anything_is_written(
         tmp_path):
     listing = {"files": [{"component": "other", "name": "out", "path": "/etc/hostname", "size": 3}]}
-    run = RunDir.create(tmp_path / "runs", "x", "x: 1\n", {"steps": []})
+    run = RunDir.create(tmp_path / "runs", "x", "x: 1\n")
 
     async def controller(client):
         with pytest.raises(ProtocolError) as caught:
@@ -181,8 +182,7 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
 
     async def failure(host, event):
         plan = parse(text, tmp_path / "strangers.yaml")
-        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, {"hosts": {}, "steps": [],
-                                                                         "components": {}})
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
         run.failure = asyncio.get_running_loop().create_future()
         run._on_event(host, _read(event))
@@ -193,3 +193,25 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
     assert asyncio.run(failure("a", output)) == "host a: an event of component 'two', which it does not run"
     assert asyncio.run(failure("a", {**ACK, "component": "one"})) == ("host a: an ack of step 2, which was "
                                                                       "never sent")
+
+
+def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_never_recorded(tmp_path):
+    text = ("experiment: clocks\nhosts: {a: {}, b: {}}\n"
+            "components:\n  one: {host: a, command: [sleep, '1']}\nschedule: [sync_clocks]\n")
+
+    async def told(clock):
+        plan = parse(text, tmp_path / "clocks.yaml")
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text,
+                               hosts={"a": HostRecord("127.0.0.1:1", 1)},
+                               steps=[Step("sync_clocks", "running", hosts={"a": StepHost(components={})})])
+        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+        run.failure = asyncio.get_running_loop().create_future()
+        run._on_event("a", _read({**ACK, "step": 0, "component": m.NODE, "clock": clock}))
+        failed = run.failure.exception() if run.failure.done() else None
+        return str(failed) if failed else None, rundir.record.hosts["a"].clock
+
+    good = {"offset_ns": -61, "bound_ns": 812, "exchanges": 21, "source": "kernel"}
+    assert asyncio.run(told(good)) == (None, Clock(-61, 812, 21, "kernel"))
+    said, kept = asyncio.run(told({**good, "offset_ns": "soon"}))
+    assert said == "host a: a clock estimate that is not one (Expected `int`, got `str` - at `$.offset_ns`)"
+    assert kept is None

@@ -13,22 +13,23 @@ from netspec.protocol import kinds as k
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import RUN_FORMAT, load_record
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import RUN_FORMAT, CutShort, Entry, Step, StepHost, read_run
 from support import ns_control, start_run, wait_for
 
 
 def make_run(root, name="exp"):
-    return RunDir.create(root, name, "experiment: x\n", {"steps": []})
+    return RunDir.create(root, name, "experiment: x\n")
 
 
 def test_a_new_run_has_its_file_record_and_latest_link(tmp_path):
     run = make_run(tmp_path)
     assert (run.path / "experiment.yaml").read_text() == "experiment: x\n"
-    assert load_record(run.path)["status"] == "running"
+    assert read_run(run.path).status == "running"
     assert (tmp_path / "latest").resolve() == run.path.resolve()
-    run.finish("ok")
-    record = load_record(run.path)
-    assert record["status"] == "ok" and record["duration_s"] >= 0 and record["format"] == RUN_FORMAT
+    run.finish(RunOutcome("ok"))
+    record = read_run(run.path)
+    assert record.status == "ok" and record.duration_s >= 0 and record.format == RUN_FORMAT
 
 
 def test_runs_are_found_by_latest_by_id_suffix_and_by_path(tmp_path):
@@ -36,7 +37,7 @@ def test_runs_are_found_by_latest_by_id_suffix_and_by_path(tmp_path):
     assert find_run(tmp_path, "latest") == second.path.resolve()
     assert find_run(tmp_path, first.id[-6:]) == first.path
     assert find_run(tmp_path, str(first.path)) == first.path.resolve()
-    assert [r["id"] for _, r in list_runs(tmp_path)] == [first.id, second.id]
+    assert [r.id for _, r in list_runs(tmp_path)] == [first.id, second.id]
     with pytest.raises(NetspecError, match="no run 'zzz'"):
         find_run(tmp_path, "zzz")
 
@@ -53,17 +54,17 @@ def test_a_record_of_a_newer_format_is_refused_by_name(tmp_path):
     run = make_run(tmp_path)
     (run.path / "run.json").write_text(json.dumps({"format": RUN_FORMAT + 1}))
     with pytest.raises(NetspecError, match=f"has format {RUN_FORMAT + 1}; this netspec reads up to"):
-        load_record(run.path)
+        read_run(run.path)
 
 
 def test_a_run_whose_controller_died_is_marked_interrupted_by_the_next_command(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     for name, pid in (("dead", dead.pid), ("alive", os.getpid())):
-        run = RunDir.create(tmp_path / "runs", name, "experiment: x\n", {})
-        run.record["controller"]["pid"] = pid
+        run = RunDir.create(tmp_path / "runs", name, "experiment: x\n")
+        run.record.controller.pid = pid
         if name == "dead":
-            run.record["controller"]["pid_started"] = 1  # a pid reused since is not its controller
+            run.record.controller.pid_started = 1  # a pid reused since is not its controller
         run.save()
     done = ns_control("ls", cwd=tmp_path)
     assert done.returncode == 0
@@ -75,31 +76,30 @@ def test_a_run_whose_controller_died_is_marked_interrupted_by_the_next_command(t
 
 
 def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
-    run.record["steps"].append({"phase": "launch", "status": "running"})
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
+    run.record.steps.append(Step("launch", "running"))
     run.journal_step(0)
     run.save()  # saved mid-step, as a throttled save may be
-    run.record["steps"][0].update(status="ok", left_ns=2)
+    run.record.steps[0].status, run.record.steps[0].left_ns = "ok", 2
     run.journal_step(0)
-    run.record["steps"].append({"phase": "work", "status": "running"})
+    run.record.steps.append(Step("work", "running"))
     run.journal_step(1)
-    run.record["steps"][1]["hosts"] = {"a": {}}
+    run.record.steps[1].hosts = {"a": StepHost(components={})}
     run.save()  # saved while work runs: newer than its journalled start
     with open(run.path / "run.journal", "a") as journal:
         journal.write('{"index": 2, "pha')  # the controller killed mid-line
-    record = load_record(run.path)
-    assert record["cut_short"] == [{"file": "run.journal", "line": 4, "bytes": 17}]
-    steps = record["steps"]
-    assert steps == [{"phase": "launch", "status": "ok", "left_ns": 2},
-                     {"phase": "work", "status": "running", "hosts": {"a": {}}}]
-    run.finish("ok")
-    assert not (run.path / "run.journal").exists() and len(load_record(run.path)["steps"]) == 2
+    record = read_run(run.path)
+    assert record.cut_short == [CutShort("run.journal", 17, line=4)]
+    assert record.steps == [Step("launch", "ok", left_ns=2),
+                            Step("work", "running", hosts={"a": StepHost(components={})})]
+    run.finish(RunOutcome("ok"))
+    assert not (run.path / "run.journal").exists() and len(read_run(run.path).steps) == 2
 
 
 def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_the_end(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
-    run.record["steps"].append({"phase": "work", "status": "running", "sent_ns": 5, "hosts": {
-        "a": {"components": {"x": {"status": "warning", "message": "slow"}}}}})
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
+    run.record.steps.append(Step("work", "running", sent_ns=5, hosts={
+        "a": StepHost(components={"x": Entry("warning", "slow")})}))
     run.journal_step(0)
     summary = AckSummary()
     summary.add_host("b", [k.Ack(step=0, component="y", status="ok", entered=10, acked=20)])
@@ -107,48 +107,48 @@ def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_t
     run.journal_acks(0, 30, summary.wire().records)
     with open(run.path / ackjournal.ACK_JOURNAL, "ab") as journal:
         journal.write(ackjournal.frame(0, 40, b"x" * 50)[:20])  # the controller killed mid-frame
-    record = load_record(run.path)
-    assert record["cut_short"] == [{"file": "run.acks", "frame": 2, "bytes": 20, "step": 0}]
+    record = read_run(run.path)
+    assert record.cut_short == [CutShort("run.acks", 20, frame=2, step=0)]
     assert ("  cut short by a kill: run.acks frame 2 (20 bytes, step 0 'work'): the acks it held are "
-            "not in this record") in run_lines(run.path, {**record, "id": "x", "experiment": "e"})
-    hosts = record["steps"][0]["hosts"]
-    entry = {"status": "ok", "message": "", "entered_ns": 10, "acked_ns": 20, "received_ns": 30,
-             "outcome": "ok"}
-    assert hosts["b"] == {"components": {"y": entry}, "done_ns": 30, "sent_ns": 5}
-    assert hosts["a"]["components"]["x"]["status"] == "warning"  # recorded as itself: it stays
-    run.finish("ok")
+            "not in this record") in run_lines(run.path, record)
+    hosts = record.steps[0].hosts
+    entry = Entry("ok", "", entered_ns=10, acked_ns=20, received_ns=30, outcome="ok")
+    assert hosts["b"] == StepHost(components={"y": entry}, sent_ns=5, done_ns=30)
+    assert hosts["a"].components["x"].status == "warning"  # recorded as itself: it stays
+    run.finish(RunOutcome("ok"))
     assert not (run.path / ackjournal.ACK_JOURNAL).exists()
     assert json.loads((run.path / "run.json").read_text())["steps"][0]["hosts"]["b"]["done_ns"] == 30
 
 
 def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": [{"phase": "work"}]})
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", "running")])
     run.journal_acks(0, 30, b"")
     run.journal_acks(0, 30, msgpack.packb(["b", "y", {"status": "ok", "run": "code()"}]))
     with pytest.raises(NetspecError, match=r"run.acks: frame 2: a record that is not \[host, component"):
-        load_record(run.path)
+        read_run(run.path)
     (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(7, 30, b""))
     with pytest.raises(NetspecError, match=r"run.acks: frame 1: not \[step index, received_ns, records"):
-        load_record(run.path)
+        read_run(run.path)
 
 
 def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_refused(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": [{"phase": "work", "sent_ns": 5}]})
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", "running", sent_ns=5)])
     summary = AckSummary()
     summary.add_host("b", [k.Ack(step=0, component="y", status="ok", entered=10, acked=20)])
     run.journal_acks(0, 30, zlib.compress(summary.wire().records), compressed=True)
-    assert load_record(run.path)["steps"][0]["hosts"]["b"]["components"]["y"]["acked_ns"] == 20
+    assert read_run(run.path).steps[0].hosts["b"].components["y"].acked_ns == 20
     # 17 MB of zeros deflate to 17 kB: a first level may not make the controller inflate them.
     run.journal_acks(0, 40, zlib.compress(bytes(17 << 20)), compressed=True)
     with pytest.raises(NetspecError, match=r"run.acks: frame 2: records that do not inflate whole within"):
-        load_record(run.path)
+        read_run(run.path)
 
 
 def test_a_journal_line_out_of_order_is_refused_naming_its_line(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", {"steps": []})
-    (run.path / "run.journal").write_text('{"index": 0, "phase": "a"}\n{"index": 5, "phase": "b"}\n')
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
+    (run.path / "run.journal").write_text('{"index": 0, "phase": "a", "status": "ok"}\n'
+                                        '{"index": 5, "phase": "b", "status": "ok"}\n')
     with pytest.raises(NetspecError, match=r"run.journal:2: step index 5 does not follow the 1 steps"):
-        load_record(run.path)
+        read_run(run.path)
 
 
 def test_ls_says_where_a_partial_and_a_killed_controllers_run_stopped_and_show_what_collect_gathered(
@@ -188,6 +188,6 @@ def test_ls_says_where_a_partial_and_a_killed_controllers_run_stopped_and_show_w
     assert "not gathered" not in shown
     gathered = r"what the hosts held was gathered later by `ns_control collect` at \S+ from its 1 host\n"
     assert re.search(gathered, shown), shown
-    record = load_record(tmp_path / "runs" / "latest")
-    assert record["collected"]["hosts"] == 1 and record["collected"]["failed"] == {}
-    assert record["error"]["gathered"] is True
+    record = read_run(tmp_path / "runs" / "latest")
+    assert record.collected.hosts == 1 and record.collected.failed == {}
+    assert record.error.gathered is True

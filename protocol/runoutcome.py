@@ -1,0 +1,105 @@
+"""A run's outcome, decided in one place: its status (ok, partial, failed, interrupted, or
+still running) and the exit code `ns_control` ends with, as Invoke's `Result` carries `ok`
+and `exited`. The engine decides it as a run ends (`RunOutcome.ended`), and every reader
+(`ls`, `show`, the browser, a campaign) takes it from the record (`RunOutcome.of`), so that a
+run whose controller was killed reads as interrupted everywhere alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import Interrupted, StepFailed, said_once
+from .runrecord import RunError, RunRecord, controller_gone
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+STATUSES = ("ok", "partial", "failed", "interrupted", "running")
+EXIT_CODES = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "failed": EXIT_FAILED,
+              "interrupted": EXIT_INTERRUPTED, "running": EXIT_OK}
+
+NOT_GATHERED = "what the hosts held was not gathered (`ns_control collect` gathers it)"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run went: `status`, and `error` (why it is not ok: None for ok and running)."""
+
+    status: str
+    error: RunError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def exit_code(self) -> int:
+        """What `ns_control run` ends with: 0 ok, 3 partial, 1 failed (or a status this
+        netspec does not know), 130 interrupted."""
+        return EXIT_CODES.get(self.status, EXIT_FAILED)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether there is something wrong to show: an error, or a partial or failed run."""
+        return self.error is not None or self.status in ("failed", "partial")
+
+    def stopped_in(self, record: RunRecord) -> str:
+        """Where the run stopped, in a word, for `ls`: the phase its error names, else the
+        last step it was in or "before the first step"; "none" for a partial run (it got
+        through every step); "" for a run that did not stop."""
+        if self.error is None:
+            return ""
+        if self.error.phase:
+            return self.error.phase
+        if self.status == "partial":
+            return "none"
+        return record.steps[-1].phase if record.steps else "before the first step"
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunOutcome:
+        """The outcome the record says; a run `running` whose controller on this machine is
+        gone was interrupted, whatever the record still says (`gone` gives its error)."""
+        if controller_gone(record):
+            return cls.gone(record)
+        return cls(record.status, record.error)  # a status this netspec does not know exits 1
+
+    @classmethod
+    def gone(cls, record: RunRecord) -> RunOutcome:
+        """A run whose controller ended without finishing it: interrupted in the step it was in."""
+        return cls("interrupted", RunError(
+            "Interrupted", f"{controller_ended(record)}: {NOT_GATHERED}",
+            record.steps[-1].phase if record.steps else None, gathered=False))
+
+    @classmethod
+    def ended(cls, error: BaseException | None, phase: str, troubles: list[str],
+              unclean: list[tuple[str, str, str]]) -> RunOutcome:
+        """How a run ends, decided once by the engine: `error` stopped it in `phase` (""
+        before the first step); or it got through every step, partial if a participant did
+        not (`troubles`, each said) or a component did not end cleanly (`unclean`, each
+        (host, what it says but for the host's names, what it says), said once for the hosts
+        alike: `said_once`)."""
+        if error is None:
+            if not (troubles or unclean):
+                return cls("ok")
+            said = [f"{len(troubles)} participant(s) did not"] if troubles else []
+            said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
+            return cls("partial", RunError("Partial", f"every step got through, but {' and '.join(said)}",
+                                           None, [*troubles, *said_once(unclean)]))
+        status = "interrupted" if isinstance(error, Interrupted | KeyboardInterrupt) else "failed"
+        return cls(status, RunError(type(error).__name__, str(error), phase or None,
+                                    error.causes() if isinstance(error, StepFailed) else []))
+
+    @classmethod
+    def run_again(cls) -> RunOutcome:
+        """A campaign's run whose controller was killed, found still running by `resume`,
+        which runs its point again."""
+        return cls("interrupted", RunError(
+            "Interrupted", "its controller was killed; the campaign resumed and runs it again"))
+
+    @classmethod
+    def interrupted_twice(cls, phase: str) -> RunOutcome:
+        """A second Ctrl-C: the controller stops without gathering."""
+        return cls("interrupted", RunError("Interrupted", "interrupted twice: stopped without gathering",
+                                           phase or None))
+
+
+def controller_ended(record: RunRecord) -> str:
+    return f"its controller (pid {record.controller.pid}) ended without finishing the run"
