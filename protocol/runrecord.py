@@ -84,7 +84,7 @@ class Step(msgspec.Struct, omit_defaults=True):
     skew)."""
 
     phase: str
-    status: str = "running"  # running, ok, failed
+    status: str  # running, ok, failed
     entered_ns: int | None = None
     hosts: dict[str, StepHost] = {}
     sent_ns: int | None = None  # a summarized step's: one instant for the first level
@@ -108,6 +108,20 @@ class Controller(msgspec.Struct, omit_defaults=True):
     pid_started: int | None = None  # clock ticks since boot: the pid's identity
 
 
+class Salvage(msgspec.Struct, omit_defaults=True):
+    """What was gathered of a host without its daemon (controller/gather/salvage.py): over
+    what, from where on the host, the files (in the run directory) and their bytes, what was
+    left on the host, whether the host's copy was removed, and why not all of it, if not."""
+
+    via: str
+    source: str = msgspec.field(default="", name="from")
+    files: list[str] = []
+    bytes: int = 0
+    left: list[str] = []
+    removed: bool = False
+    error: str = ""
+
+
 class HostRecord(msgspec.Struct, omit_defaults=True):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
     streams gathered, and what a salvage gathered without its daemon."""
@@ -116,7 +130,7 @@ class HostRecord(msgspec.Struct, omit_defaults=True):
     daemon_pid: int | None = None
     clock: dict[str, Any] | None = None  # offset_ns, bound_ns, exchanges, source
     streams: list[str] = []
-    salvaged: dict[str, Any] | None = None  # controller/gather/salvage.py's Salvaged.record
+    salvaged: Salvage | None = None
 
 
 class ComponentEnd(msgspec.Struct, omit_defaults=True):
@@ -165,14 +179,15 @@ class CutShort(msgspec.Struct, omit_defaults=True):
     step: int | None = None  # the step a frame cut short begins with, when that much was written
 
 
-class RunRecord(msgspec.Struct, omit_defaults=True):
+class RunRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
     """run.json. `plan` is the experiment as it ran (controller/experiment/model.py's
-    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree."""
+    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree.
+    Its format, id, experiment and status are always written."""
 
-    id: str = ""
-    experiment: str = ""
-    status: str = "running"  # running, ok, partial, failed, interrupted: runoutcome.RunOutcome
-    format: int = RUN_FORMAT
+    format: int
+    id: str
+    experiment: str
+    status: str  # running, ok, partial, failed, interrupted: runoutcome.RunOutcome
     started: str = ""
     started_ns: int = 0
     ended: str | None = None
@@ -283,6 +298,7 @@ def decode(data: bytes, where: str) -> RunRecord:
     if not isinstance(head.get("format", 1), int) or head.get("format", 1) > RUN_FORMAT:
         raise NetspecError(f"{where} has format {head['format']}; this netspec "
                            f"reads up to {RUN_FORMAT}: upgrade netspec")
+    head.setdefault("format", 1)  # the first records did not say
     try:
         return msgspec.convert(head, RunRecord)
     except msgspec.ValidationError as exc:
@@ -302,8 +318,6 @@ def read_run(run: Path) -> RunRecord:
     except OSError as exc:
         raise NetspecError(f"{run}: no readable run.json ({exc})") from exc
     record = decode(data, f"{run}/run.json")
-    if not record.id:
-        record.id = run.name
     _with_journal(run, record)
     fold_acks(run, record)
     return record
@@ -337,13 +351,13 @@ def _with_journal(run: Path, record: RunRecord) -> None:
         try:
             index = msgspec.json.decode(line, type=_Index).index
             entry = msgspec.json.decode(line, type=Step)
+        except msgspec.ValidationError as exc:  # a DecodeError too: JSON, but not a step
+            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a step ({exc})") from None
         except msgspec.DecodeError:
             if number == len(lines):  # the last line, cut short by a kill
                 record.note_cut_short(CutShort(JOURNAL, len(line), line=number))
                 break
             raise NetspecError(f"{run}/{JOURNAL}:{number}: not a JSON line") from None
-        except msgspec.ValidationError as exc:
-            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a step ({exc})") from None
         if index is None or not 0 <= index <= len(steps):
             raise NetspecError(f"{run}/{JOURNAL}:{number}: step index {index!r} does not follow "
                                f"the {len(steps)} steps before it")

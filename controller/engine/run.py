@@ -229,7 +229,7 @@ class Run:
         self.phase = step.phase
         deadline = loop.time() + step.deadline_s
         started = time.time_ns()
-        record = StepRecord(step.phase, entered_ns=started)
+        record = StepRecord(step.phase, "running", entered_ns=started)
         self.rundir.record.steps.append(record)
         self.rundir.journal_step(index)  # its start: where a run is, while it runs
         # A step that lasts shows its hosts' acks in run.json as they come, a save a second

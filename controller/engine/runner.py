@@ -126,7 +126,11 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         merged = _merge_at_end(rundir.path, options, plan)
         output.err([*summary.after_failure(merged.lines), took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
-        return rundir, RunOutcome.of(rundir.record)
+        outcome = RunOutcome.of(rundir.record)
+        if outcome.status == "running":  # the run's own end failed before it saved its outcome
+            outcome = RunOutcome.ended(exc, run.phase, [], [])
+            rundir.finish(outcome)
+        return rundir, outcome
     if not options.quiet:
         for line in summary.run_lines(rundir.path, rundir.record):
             output.out(line)

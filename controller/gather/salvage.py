@@ -14,10 +14,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import HostRecord
+from netspec.protocol.runrecord import HostRecord, Salvage
 
 from ..hosts.runfiles import RunFiles
 from ..record.rundir import RunDir
@@ -37,11 +36,10 @@ class Salvaged:
     removed: bool = False
     error: str = ""
 
-    def record(self, run: Path) -> dict[str, Any]:
-        return {"via": self.via, "from": self.source,
-                "files": [str(p.relative_to(run)) for _, p in self.files], "bytes": self.bytes,
-                "left": self.left, "removed": self.removed,
-                **({"error": self.error} if self.error else {})}
+    def record(self, run: Path) -> Salvage:
+        """As run.json keeps it, each file relative to the run directory `run`."""
+        return Salvage(self.via, self.source, [str(p.relative_to(run)) for _, p in self.files], self.bytes,
+                       self.left, self.removed, self.error)
 
     def summary(self) -> str:
         """One line for people."""

@@ -10,7 +10,6 @@ Layout:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import secrets
@@ -27,6 +26,7 @@ from netspec.protocol.names import confined, safe_name
 from netspec.protocol.runoutcome import RunOutcome, controller_ended
 from netspec.protocol.runrecord import (
     JOURNAL,
+    RUN_FORMAT,
     Collected,
     Controller,
     Program,
@@ -68,7 +68,8 @@ class RunDir:
         path = runs_root / experiment / run_id
         path.mkdir(parents=True)
         (path / "experiment.yaml").write_text(text)
-        run = cls(path, RunRecord(id=run_id, experiment=experiment, started=utc_iso(now), started_ns=now,
+        run = cls(path, RunRecord(format=RUN_FORMAT, id=run_id, experiment=experiment, status="running",
+                                  started=utc_iso(now), started_ns=now,
                                   controller=Controller(socket.gethostname(), os.getpid(),
                                                         process_start(os.getpid())), **fields))
         run.save()
@@ -229,10 +230,15 @@ def find_run(runs_root: Path, ref: str) -> Path:
     raise NetspecError(f"'{ref}' matches {len(matches)} runs: be more specific")
 
 
-def list_runs(runs_root: Path) -> list[tuple[Path, RunRecord]]:
+def list_runs(runs_root: Path, unreadable: list[str] | None = None) -> list[tuple[Path, RunRecord]]:
+    """Every run under `runs_root` with its record, oldest first; a run whose record cannot
+    be read is left out, and said in `unreadable` if given."""
     runs = []
     for path in sorted(runs_root.glob("*/*/run.json")):
-        with contextlib.suppress(NetspecError):
+        try:
             runs.append((path.parent, settle(path.parent, read_run(path.parent))))
+        except NetspecError as exc:
+            if unreadable is not None:
+                unreadable.append(str(exc))
     runs.sort(key=lambda r: r[1].started_ns)
     return runs

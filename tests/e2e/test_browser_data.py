@@ -189,7 +189,7 @@ def test_an_unreadable_run_or_campaign_is_said_not_dropped(tmp_path: Path):
 
 def test_a_run_page_says_which_journal_entry_a_kill_cut_short(tmp_path: Path):
     run = RunDir.create(tmp_path / "runs", "cut", "x: 1\n")
-    run.record.steps.append(Step("work"))
+    run.record.steps.append(Step("work", "running"))
     run.journal_step(0)
     run.finish(RunOutcome("interrupted", RunError("Interrupted", "killed")))
     (run.path / ackjournal.ACK_JOURNAL).write_bytes(ackjournal.frame(0, 40, b"x" * 50)[:20])

@@ -6,7 +6,7 @@ import json
 import pytest
 from netspec.analysis.points import UnlikeRuns, check_repetitions
 from netspec.analysis.provenance import differences
-from netspec.controller.cli.main import run_differences
+from netspec.controller.cli.runs import run_differences
 from netspec.protocol.runrecord import RunRecord, decode
 from support import REPO
 

@@ -15,6 +15,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
 from netspec.protocol.exits import run_processes
+from netspec.protocol.runrecord import Step
 from support import latest_record, ns_control, session_run_id, start_run
 
 
@@ -118,7 +119,7 @@ def test_a_summary_carries_the_programs_starts_beside_the_daemons_and_is_checked
     assert wire["programs"] == [2, [155, "h2/d"], [390, "h6/c"], 153, 392]
     folded = AckSummary()
     folded.merge(wire, keep_records=False)
-    said = release.skew({"release": {"mode": "at"}}, folded)
+    said = release.skew(Step("work", "ok", release={"mode": "at"}), folded)
     assert said["skew_ns"] == 10 and said["program"] == {"starts": 2, "skew_ns": 235, "first": "h2/d",
                                                          "last": "h6/c", "at_most_ns": 239}
     subtree = {"h2", "h6"}.__contains__

@@ -5,11 +5,13 @@ import json
 import os
 import re
 
+import msgspec
 import pytest
 from netspec.controller.engine.release import skew, skew_text
 from netspec.controller.engine.summary import run_lines, seconds
 from netspec.controller.experiment.load import load
 from netspec.protocol.errors import ConfigError
+from netspec.protocol.runrecord import Step, read_run
 from support import PROGRAMS, latest_record, ns_control
 
 THREE_HOSTS = """\
@@ -70,7 +72,7 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
                      r"\(at most .*\)\]", done.stdout), done.stdout
     assert "message release skew" in done.stdout
     # `show`: the programs' skew in the step's column, both figures beneath.
-    shown = run_lines(tmp_path / "runs" / "latest", record)
+    shown = run_lines(tmp_path / "runs" / "latest", read_run(tmp_path / "runs" / "latest"))
     work = shown.index(next(line for line in shown if line.startswith("  work (at) ")))
     assert f" {seconds(at['program']['skew_ns'] / 1e9)}  " in shown[work], shown[work]
     assert shown[work + 1].strip() == skew_text(at), shown
@@ -97,12 +99,12 @@ def test_release_at_before_the_clocks_are_in_sync_and_a_lead_without_it_are_erro
 def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_place():
     def entry(start, bound, **more):
         return {"entered_ns": start + 7, "start_ns": start, "start_bound_ns": bound, **more}
-    step = {"release": {"mode": "at"}, "hosts": {
+    step = msgspec.convert({"phase": "work", "status": "ok", "release": {"mode": "at"}, "hosts": {
         "a": {"components": {"x": entry(1_000_000, 10_000, program_start_ns=3_200_000),
                              "netspecd": entry(1_010_000, 10_000)}},  # a daemon's own part: no program
         "b": {"components": {"y": entry(1_250_000, 30_000, release_missed_ns=4_000_000,
                                         release_realtime_refused=True, program_start_ns=1_300_000)}},
-        "c": {"components": {"z": {"entered_ns": 5}, "gone": {"outcome": "skipped"}}}}}
+        "c": {"components": {"z": {"entered_ns": 5}, "gone": {"outcome": "skipped"}}}}}, Step)
     said = skew(step)
     assert said == {"mode": "at", "starts": 3, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
                     "realtime_refused": ["b/y"],

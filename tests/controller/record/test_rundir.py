@@ -76,12 +76,12 @@ def test_a_run_whose_controller_died_is_marked_interrupted_by_the_next_command(t
 
 def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
-    run.record.steps.append(Step("launch"))
+    run.record.steps.append(Step("launch", "running"))
     run.journal_step(0)
     run.save()  # saved mid-step, as a throttled save may be
     run.record.steps[0].status, run.record.steps[0].left_ns = "ok", 2
     run.journal_step(0)
-    run.record.steps.append(Step("work"))
+    run.record.steps.append(Step("work", "running"))
     run.journal_step(1)
     run.record.steps[1].hosts = {"a": StepHost()}
     run.save()  # saved while work runs: newer than its journalled start
@@ -89,14 +89,14 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
         journal.write('{"index": 2, "pha')  # the controller killed mid-line
     record = read_run(run.path)
     assert record.cut_short == [CutShort("run.journal", 17, line=4)]
-    assert record.steps == [Step("launch", "ok", left_ns=2), Step("work", hosts={"a": StepHost()})]
+    assert record.steps == [Step("launch", "ok", left_ns=2), Step("work", "running", hosts={"a": StepHost()})]
     run.finish(RunOutcome("ok"))
     assert not (run.path / "run.journal").exists() and len(read_run(run.path).steps) == 2
 
 
 def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_the_end(tmp_path):
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
-    run.record.steps.append(Step("work", sent_ns=5, hosts={
+    run.record.steps.append(Step("work", "running", sent_ns=5, hosts={
         "a": StepHost({"x": Entry("warning", "slow")})}))
     run.journal_step(0)
     summary = AckSummary()
@@ -119,7 +119,7 @@ def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_t
 
 
 def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work")])
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", "running")])
     run.journal_acks(0, 30, b"")
     run.journal_acks(0, 30, msgpack.packb(["b", "y", {"status": "ok", "run": "code()"}]))
     with pytest.raises(NetspecError, match=r"run.acks: frame 2: a record that is not \[host, component"):
@@ -130,7 +130,7 @@ def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_
 
 
 def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_refused(tmp_path):
-    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", sent_ns=5)])
+    run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", "running", sent_ns=5)])
     summary = AckSummary()
     summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
     run.journal_acks(0, 30, zlib.compress(summary.wire()["records"]), compressed=True)
@@ -143,7 +143,8 @@ def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_r
 
 def test_a_journal_line_out_of_order_is_refused_naming_its_line(tmp_path):
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
-    (run.path / "run.journal").write_text('{"index": 0, "phase": "a"}\n{"index": 5, "phase": "b"}\n')
+    (run.path / "run.journal").write_text('{"index": 0, "phase": "a", "status": "ok"}\n'
+                                        '{"index": 5, "phase": "b", "status": "ok"}\n')
     with pytest.raises(NetspecError, match=r"run.journal:2: step index 5 does not follow the 1 steps"):
         read_run(run.path)
 

@@ -1,0 +1,207 @@
+"""The commands over runs already made: list, show, merge (`fetch`), gather (`collect`),
+export and import, report, narrate streams (`dump`) and browse (`serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from netspec.analysis.usercode import UserCode
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
+from netspec.protocol.runrecord import read_run
+
+from ..engine import summary
+from ..engine.runner import merge
+from ..record.rundir import find_run, list_runs, settle
+from .terminal import TERMINAL, print_lines
+
+# A command imports what only it uses in its own body: ns_control's start is every command's
+# latency, and the merge's libraries (numpy, pyarrow, DuckDB), the campaign's statistics and
+# SSH's paramiko take about a second to import between them.
+
+
+def user_code_options(parser: argparse.ArgumentParser) -> None:
+    """--decoder and --filter: the user's own code a merge runs, named by the user (a run's
+    record names its experiment's, and the merge never runs them on the record's say)."""
+    parser.add_argument("--decoder", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="run this decoder of your own in the merge (file.py:FUNCTION from here; "
+                             "repeatable); one the run's record names is not run otherwise")
+    parser.add_argument("--filter", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="run this analysis filter of your own (file.py:FUNCTION from here; "
+                             "repeatable); one the run's record names is not run otherwise")
+
+
+def user_code(args: argparse.Namespace) -> UserCode:
+    return UserCode(tuple(args.decoder), tuple(args.filter), Path.cwd())
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    unreadable: list[str] = []
+    print_lines(summary.list_lines(list_runs(args.runs, unreadable)))
+    print_lines([f"warning: not listed: {said}" for said in unreadable], sys.stderr)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    path = find_run(args.runs, args.run)
+    record = settle(path, read_run(path))
+    if args.host is not None and args.host not in record.hosts:
+        names = sorted(record.hosts)
+        listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise NetspecError(f"run {record.id} has no host '{args.host}' (its hosts: {listed or 'none'})")
+    print_lines(summary.run_lines(path, record, args.host))
+    return EXIT_OK
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    print_lines(summary.results_lines(list_runs(args.runs)))
+    return EXIT_OK
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from netspec.analysis.resultset import MERGED
+
+    from ..gather.pull import pull_run
+
+    if args.source:
+        path = pull_run(args.source, args.run, args.runs, args.accept_new_host_keys)
+        print(f"fetched {path.name} from {args.source} into {path}")
+    else:
+        path = find_run(args.runs, args.run)
+    merged = merge(path, TERMINAL, args.to, user_code(args))
+    print_lines(merged.lines)
+    if merged.ok:
+        print_lines(summary.written_lines(args.to or path / MERGED))
+    return EXIT_OK if merged.ok else EXIT_FAILED
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from ..gather.collect import collect_run
+
+    path = find_run(args.runs, args.run)
+    found = collect_run(path, args.accept_new_host_keys)
+    if not found:
+        print("no host of this run was reached: nothing to collect")
+        return EXIT_OK
+    print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()])
+    merged = merge(path, TERMINAL, code=user_code(args))
+    print_lines(merged.lines)
+    failed = [host for host, salvaged in found.items() if salvaged.error]
+    return EXIT_FAILED if failed or not merged.ok else EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..gather.bundle import CRATE, export_run
+
+    path = export_run(find_run(args.runs, args.run), args.to)
+    print(f"exported {path} ({path.stat().st_size / 1e6:.1f} MB, with {CRATE})")
+    return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..gather.bundle import import_run
+
+    path = import_run(args.file, args.runs)
+    print(f"imported {path.name} into {path} (every file checked against its crate's sha256)")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    # scipy takes half a second to import: only the command that needs it pays for it.
+    from netspec.analysis.metrics import run_metrics
+    from netspec.analysis.report import report_lines, write_csv
+    from netspec.analysis.resultset import MERGED, is_current
+
+    from ..campaigns.campaign import CampaignDir, campaign_metrics, plot_points
+
+    campaign = _campaign(args, args.run_refs[0]) if len(args.run_refs) == 1 else None
+    if campaign is not None:
+        cdir = CampaignDir.open(campaign)
+        table = campaign_metrics(cdir)
+        plots = plot_points(cdir, table)
+        empty = [f"{p['label']}: no counted runs ({len(p['runs'])} run, {p['done'] or 'not done'})"
+                 for p in cdir.state["points"] if not table[p["label"]]]
+        print_lines([*empty, *report_lines(table), f"plots: {', '.join(str(p) for p in plots)}"])
+    else:
+        paths = [find_run(args.runs, ref) for ref in args.run_refs]
+        table = {}
+        for path in paths:
+            if not is_current(path / MERGED):
+                if (path / MERGED / "summary.json").is_file():
+                    print(f"{path.name}: its result set is of an older netspec: merging it again",
+                          file=sys.stderr)
+                if not merge(path, TERMINAL, code=user_code(args)).ok:
+                    return EXIT_FAILED
+            table[path.name] = run_metrics(path / MERGED)
+        if len(table) < len(paths):
+            raise NetspecError("the same run is named twice")
+        print_lines([*run_differences(paths), *report_lines(table)])
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            write_csv(table, f)
+        print(f"written: {args.csv}")
+    return EXIT_OK
+
+
+def run_differences(paths: list[Path]) -> list[str]:
+    """What differs between each run and the first, said before they are compared."""
+    from netspec.analysis.provenance import differences, load
+
+    base = load(paths[0])
+    lines = []
+    for path in paths[1:]:
+        diffs = differences(base, load(path))
+        if diffs:
+            lines.append(f"{path.name} differs from {paths[0].name} in {len(diffs)} way(s):")
+            lines.extend(f"  {d}" for d in diffs)
+    return lines
+
+
+def _campaign(args: argparse.Namespace, ref: str) -> Path | None:
+    """The campaign `ref` names, or None if it names none (then it is a run)."""
+    from ..campaigns.campaign import CampaignError, find_campaign
+
+    try:
+        return find_campaign(args.campaigns, ref)
+    except CampaignError:
+        return None
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from netspec.analysis.narrate import narrate
+    from netspec.analysis.usercode import load_function
+    from netspec.datastream.reader import StreamReader, read_streams
+    from netspec.nodelib.instrument import selects
+
+    paths = [p for f in args.files for p in (sorted(f.rglob("*.ds")) if f.is_dir() else [f])]
+    if not paths:
+        raise NetspecError(f"no .ds files in {', '.join(map(str, args.files))}")
+    readers: list[StreamReader] = []
+    decoders = {name: load_function(name, Path.cwd(), "decoder") for name in args.decoder}
+    records = read_streams(paths, readers, decoders)
+    if args.match:
+        # The stream's own records (losses above all) are never filtered out.
+        records = (r for r in records
+                   if r.entity.group == "DS" or selects(args.match, r.entity.full_name))
+    try:
+        for line in narrate(readers, records):
+            print(line)
+    except BrokenPipeError:  # `ns_control dump ... | head`
+        sys.stderr.close()
+        return EXIT_OK
+    finally:
+        for reader in readers:
+            reader.close()
+    warnings = [w for r in readers for w in r.warnings]
+    print_lines([f"warning: {w}" for w in warnings], sys.stderr)
+    return EXIT_FAILED if any(r.records_lost for r in readers) else EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from netspec.web.serve import serve  # the web stack: only for this command
+
+    serve(args.runs, args.campaigns, args.host, args.port, args.open, lambda line: print(line, flush=True))
+    return EXIT_OK
+

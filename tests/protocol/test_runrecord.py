@@ -1,0 +1,96 @@
+"""run.json as one typed record: older records read whole, a malformed one is refused naming
+the place, and a run's outcome is decided in one place."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import msgspec
+import pytest
+from netspec.controller.record.rundir import RunDir
+from netspec.protocol.errors import Interrupted, NetspecError, StepFailed
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import RunRecord, Step, decode, encode, read_run
+from support import REPO, ns_control
+
+STORED = REPO / "tests" / "data" / "runs"
+# One run directory of each run.json format this netspec reads: format 1, as the untyped
+# controller wrote it (every key it had, "error": null included).
+FORMATS = {1: STORED / "stimulus-response" / "20261121T181343Z-23d1a4"}
+RUNNING = RunRecord(format=1, id="x", experiment="e", status="running")
+
+
+def _said(value):
+    """What a record says: its values but for those that say nothing (null, empty, "")."""
+    if isinstance(value, dict):
+        return {k: _said(v) for k, v in value.items() if v is not None and v not in ({}, [], "")}
+    if isinstance(value, list):
+        return [_said(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("version", sorted(FORMATS))
+def test_a_run_json_of_every_format_reads_into_the_typed_record_keeping_every_value(version):
+    stored = json.loads((FORMATS[version] / "run.json").read_text())
+    assert stored["format"] == version
+    record = read_run(FORMATS[version])
+    assert record.status == "ok" and record.steps[4].phase == "run"
+    assert record.steps[4].hosts["b"].components["client"].message.startswith("2000 round trips")
+    # Every key the file has is a field of the record: written back, nothing is lost.
+    assert _said(msgspec.to_builtins(record)) == _said(stored)
+    assert decode(encode(record), "again") == record
+
+
+def test_a_run_json_with_a_value_of_the_wrong_type_is_refused_naming_where_it_is(tmp_path):
+    shutil.copytree(STORED, tmp_path / "runs")
+    path = next((tmp_path / "runs").glob("*/*/run.json"))
+    stored = json.loads(path.read_text())
+    stored["steps"][4]["hosts"]["b"]["components"]["client"]["status"] = 5
+    path.write_text(json.dumps(stored))
+    with pytest.raises(NetspecError, match=r"run.json: not a run record: Expected `str`, got `int` - "
+                                           r"at `\$.steps\[4\].hosts\[...\].components\[...\].status`"):
+        read_run(path.parent)
+    shown = ns_control("show", "23d1a4", cwd=tmp_path)  # said as an error, never a traceback
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    assert "not a run record: Expected `str`, got `int`" in shown.stderr
+    listed = ns_control("ls", cwd=tmp_path)  # left out of the list, and said
+    assert listed.stdout == "no runs\n"
+    assert listed.stderr.startswith(f"warning: not listed: {path.relative_to(tmp_path)}: not a run record: "
+                                    "Expected `str`, got `int`")
+
+
+def test_a_run_ends_ok_partial_failed_or_interrupted_with_its_exit_code_decided_once():
+    ok = RunOutcome.ended(None, "collect", [], [])
+    assert (ok.status, ok.exit_code, ok.error) == ("ok", 0, None)
+    unclean = [(f"h{i}", "c: killed by signal 9 at its end", f"host h{i}: c: killed by signal 9 at its end")
+               for i in range(3)]
+    partial = RunOutcome.ended(None, "collect", ["phase 'work', host a: one: boom"], unclean)
+    assert (partial.status, partial.exit_code) == ("partial", 3)
+    assert partial.error.message == ("every step got through, but 1 participant(s) did not and "
+                                     "3 component(s) did not end cleanly")
+    # The three alike are one cause that counts them.
+    assert len(partial.error.causes) == 2 and partial.error.phase is None
+    assert RunOutcome("partial", partial.error).stopped_in(RUNNING) == "none"
+    stopped = RunOutcome.ended(Interrupted("interrupted by the user"), "work", [], [])
+    assert (stopped.status, stopped.exit_code, stopped.error.phase) == ("interrupted", 130, "work")
+    failed = RunOutcome.ended(NetspecError("could not reach host b"), "", [], [])
+    assert (failed.status, failed.exit_code, failed.error.phase) == ("failed", 1, None)
+    assert failed.stopped_in(RUNNING) == "before the first step"
+    launched = RunRecord(format=1, id="x", experiment="e", status="failed", steps=[Step("launch", "failed")])
+    assert failed.stopped_in(launched) == "launch"
+    step = RunOutcome.ended(StepFailed("work", {"a": NetspecError("boom"), "b": "ok"}), "work", [], [])
+    assert (step.status, step.error.type, step.error.causes) == ("failed", "StepFailed", ["boom"])
+
+
+def test_a_running_run_whose_controller_is_gone_is_interrupted_wherever_it_is_read(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run = RunDir.create(tmp_path / "runs", "gone", "x: 1\n", steps=[Step("work", "running")])
+    assert RunOutcome.of(run.record).status == "running"
+    run.record.controller.pid, run.record.controller.pid_started = dead.pid, 1
+    outcome = RunOutcome.of(run.record)
+    assert (outcome.status, outcome.exit_code, outcome.error.phase) == ("interrupted", 130, "work")
+    assert outcome.error.message.startswith(f"its controller (pid {dead.pid}) ended without finishing")
+    alive = RunDir.create(tmp_path / "runs", "alive", "x: 1\n")
+    assert alive.record.controller.pid == os.getpid() and RunOutcome.of(alive.record).status == "running"
