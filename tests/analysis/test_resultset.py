@@ -19,8 +19,8 @@ def a_run(tmp_path: Path, analysis: dict) -> Path:
     run = tmp_path / "run"
     write_stream(run / "hosts" / "p" / "streams", "p", "primary", [("note", T0 + i, i) for i in range(10)])
     (run / "run.json").write_text(json.dumps({
-        "format": 1, "id": "r", "status": "ok", "plan": {"source": str(tmp_path / "exp.yaml"),
-                                                         "analysis": analysis}, "hosts": {}, "steps": []}))
+        "format": 1, "id": "r", "experiment": "graph", "status": "ok",
+        "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": analysis}, "hosts": {}, "steps": []}))
     return run
 
 
