@@ -49,7 +49,8 @@ def replicated_run(tmp_path: Path, pairs: dict[str, dict]) -> Path:
                 if i not in LOST_AT_BACKUP2]
     write_stream(run / "hosts" / "b2" / "streams", "b2", "backup2", applied2)
     (run / "run.json").write_text(json.dumps({
-        "format": 1, "id": "r", "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": {"pairs": pairs}},
+        "format": 1, "id": "r", "experiment": "replication", "status": "ok",
+        "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": {"pairs": pairs}},
         "hosts": {}, "steps": []}))
     return run
 
