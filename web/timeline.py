@@ -229,10 +229,16 @@ def _skew(release: dict[str, Any], key: str) -> str:
 
 
 def _troubles(release: dict[str, Any]) -> str:
+    """What went wrong with a step's release, counted, where `show` says it (its words are
+    controller/engine/release.py's `troubles`)."""
     parts = []
     if release.get("missed_ns"):
         parts.append(f"{len(release['missed_ns'])} after the instant")
-    for key, said in (("unplaced", "not placed"), ("unsynchronised", "without a clock estimate"),
+    # By message, a start without a clock estimate is only unknown (before sync_clocks, all
+    # are): a trouble where a skew is given all the same, or the step is released at an instant.
+    if release.get("unplaced") and (release.get("mode") == "at" or "skew_ns" in release):
+        parts.append(f"{len(release['unplaced'])} not placed")
+    for key, said in (("unsynchronised", "without a clock estimate"),
                       ("realtime_refused", "refused real-time priority")):
         if release.get(key):
             parts.append(f"{len(release[key])} {said}")

@@ -15,12 +15,13 @@ import pytest
 from browser import run_ref, serving
 from netspec.analysis.resultset import open_tables
 from netspec.analysis.units import duration_text
+from netspec.controller.engine.release import troubles as release_troubles
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol import ackjournal
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import RunError, Step, read_run
+from netspec.protocol.runrecord import RunError, Step, decode, read_run
 from netspec.web import panels, timeline
 from netspec.web.catalog import Catalog, NotFound
 from netspec.web.compare import campaign_view, compare_runs
@@ -280,3 +281,17 @@ def test_a_run_whose_controller_was_killed_is_interrupted_on_its_page_as_in_show
     assert entry.status == live["status"] == "interrupted"
     assert b'id="run-status">interrupted<' in page and b"live: this page follows the run" not in page
     assert b"ended without finishing the run" in page
+
+
+def test_a_message_steps_starts_without_a_clock_estimate_are_no_trouble_in_the_browser_as_in_show():
+    # Before sync_clocks a step released by message has no estimate of any start: no trouble,
+    # `show` says nothing of them; a step that gives a skew all the same says those it left out.
+    steps = [{"phase": "launch", "status": "ok",
+              "release": {"mode": "message", "starts": 2, "unplaced": ["a", "b"]}},
+             {"phase": "work", "status": "ok",
+              "release": {"mode": "message", "starts": 3, "skew_ns": 5000, "unplaced": ["c"]}}]
+    record = decode(json.dumps({"format": 1, "id": "r", "experiment": "e", "status": "ok",
+                                "steps": steps}).encode(), "run.json")
+    shown = [bool(release_troubles(step.release)) for step in record.steps]
+    assert shown == [False, True]
+    assert [bool(row["troubles"]) for row in timeline.step_rows(record)] == shown
