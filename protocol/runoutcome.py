@@ -88,6 +88,13 @@ class RunOutcome:
                                     error.causes() if isinstance(error, StepFailed) else []))
 
     @classmethod
+    def run_again(cls) -> RunOutcome:
+        """A campaign's run whose controller was killed, found still running by `resume`,
+        which runs its point again."""
+        return cls("interrupted", RunError(
+            "Interrupted", "its controller was killed; the campaign resumed and runs it again"))
+
+    @classmethod
     def interrupted_twice(cls, phase: str) -> RunOutcome:
         """A second Ctrl-C: the controller stops without gathering."""
         return cls("interrupted", RunError("Interrupted", "interrupted twice: stopped without gathering",

@@ -9,9 +9,10 @@ run.json version history (readers accept every older version):
      run has no whole result set: --no-merge, or a merge interrupted), collected (what
      `ns_control collect` gathered: at, hosts, failed), error.gathered (a killed
      controller's run: whether collect gathered what its hosts held), share_hosts.
-     Since the record is typed (msgspec), a key at its default is left out of the file, as
-     the controller always left out the ones it had nothing to say in; a key of the wrong
-     type is refused naming where it is.
+     Since the record is typed (msgspec), every key of the record, a step and a host is
+     written (null where it has nothing to say) but for a participant's entry's and a step
+     host's, left out at their defaults (a thousand hosts' entries per step); a key of the
+     wrong type is refused naming where it is.
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ class Entry(msgspec.Struct, omit_defaults=True):
     died: bool = False  # its process died in the step (a k-of-n step fails over)
 
 
-class StepHost(msgspec.Struct, omit_defaults=True):
-    """A host's part in a step: its components' entries, when the step was sent to it and
-    when its last participant acked (on the controller's clock)."""
+class StepHost(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A host's part in a step: its components' entries (always written), when the step was
+    sent to it and when its last participant acked (on the controller's clock)."""
 
-    components: dict[str, Entry] = {}
+    components: dict[str, Entry]
     sent_ns: int | None = None
     done_ns: int | None = None
 
@@ -79,7 +80,7 @@ class Summarized(msgspec.Struct):
     slowest: list[list[Any]] = []  # [took_ns, host], slowest first
 
 
-class Step(msgspec.Struct, omit_defaults=True):
+class Step(msgspec.Struct):
     """One step as it ran. `release` is controller/engine/release.py's (its mode, instant and
     skew)."""
 
@@ -100,7 +101,7 @@ class Step(msgspec.Struct, omit_defaults=True):
                 for name, entry in part.components.items()]
 
 
-class Controller(msgspec.Struct, omit_defaults=True):
+class Controller(msgspec.Struct):
     """The controller that ran the run: a `running` run whose controller is gone was interrupted."""
 
     host: str = ""
@@ -122,7 +123,7 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     error: str = ""
 
 
-class HostRecord(msgspec.Struct, omit_defaults=True):
+class HostRecord(msgspec.Struct):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
     streams gathered, and what a salvage gathered without its daemon."""
 
@@ -133,7 +134,7 @@ class HostRecord(msgspec.Struct, omit_defaults=True):
     salvaged: Salvage | None = None
 
 
-class ComponentEnd(msgspec.Struct, omit_defaults=True):
+class ComponentEnd(msgspec.Struct):
     """How a component's process ended."""
 
     returncode: int
@@ -149,7 +150,7 @@ class Program(msgspec.Struct):
     copy: str
 
 
-class RunError(msgspec.Struct, omit_defaults=True):
+class RunError(msgspec.Struct):
     """Why a run is not ok: its error (`type` the exception's name, or Partial,
     Interrupted), the phase it stopped in (None: before the first step, or none for a
     partial run), and each cause said once."""
@@ -179,10 +180,9 @@ class CutShort(msgspec.Struct, omit_defaults=True):
     step: int | None = None  # the step a frame cut short begins with, when that much was written
 
 
-class RunRecord(msgspec.Struct, omit_defaults=True, kw_only=True):
+class RunRecord(msgspec.Struct, kw_only=True):
     """run.json. `plan` is the experiment as it ran (controller/experiment/model.py's
-    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree.
-    Its format, id, experiment and status are always written."""
+    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree."""
 
     format: int
     id: str
@@ -270,7 +270,12 @@ class _Index(msgspec.Struct):
     index: int | None = None
 
 
+class _Format(msgspec.Struct):
+    format: int = 1
+
+
 _ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(RunRecord)
 
 
 def encode(record: RunRecord | Step) -> bytes:
@@ -292,16 +297,19 @@ def decode(data: bytes, where: str) -> RunRecord:
             wrong type, named with its place), or of a format newer than this netspec reads.
     """
     try:
-        head = msgspec.json.decode(data, type=dict[str, Any])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
-    if not isinstance(head.get("format", 1), int) or head.get("format", 1) > RUN_FORMAT:
-        raise NetspecError(f"{where} has format {head['format']}; this netspec "
-                           f"reads up to {RUN_FORMAT}: upgrade netspec")
-    head.setdefault("format", 1)  # the first records did not say
-    try:
-        return msgspec.convert(head, RunRecord)
+        version = msgspec.json.decode(data, type=_Format).format
     except msgspec.ValidationError as exc:
+        raise NetspecError(f"{where}: not a run record: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
+    if version > RUN_FORMAT:
+        raise NetspecError(f"{where} has format {version}; this netspec reads up to {RUN_FORMAT}: "
+                           "upgrade netspec")
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        if "missing required field `format`" in str(exc):  # the first records did not say
+            return msgspec.convert({**msgspec.json.decode(data), "format": 1}, RunRecord)
         raise NetspecError(f"{where}: not a run record: {exc}") from None
 
 

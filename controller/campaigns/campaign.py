@@ -28,7 +28,6 @@ from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
-from netspec.protocol.runrecord import RunError
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
 from ..experiment.load import parse
@@ -253,8 +252,7 @@ class Campaigner:
             return
         run = RunDir.open(path)
         if run.record.status == "running":
-            run.finish(RunOutcome("interrupted", RunError(
-                "Interrupted", "its controller was killed; the campaign resumed and runs it again")))
+            run.finish(RunOutcome.run_again())
         elif not is_current(path / MERGED):
             merge(path, self.options.output, code=plan_code(self.plan))
         self._record(point, path, run.record.status)

@@ -242,7 +242,7 @@ class Run:
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.
             summarize = self.fan_out.tree is not None and step.need is None
-            record.hosts = {} if summarize else {h: StepHost() for h in plan.participants}
+            record.hosts = {} if summarize else {h: StepHost(components={}) for h in plan.participants}
             barrier = self.barrier = Barrier(index, step, plan.participants, plan.count)
             scheduled: dict[str, Any] = {}
             if step.release == "at":
@@ -270,7 +270,7 @@ class Run:
             if barrier is None:
                 raise
             for host in barrier.waiting():  # a summarized step's record has only those that acked
-                record.hosts.setdefault(host, StepHost(sent_ns=record.sent_ns))
+                record.hosts.setdefault(host, StepHost(components={}, sent_ns=record.sent_ns))
             raise StepFailed(step.phase, step_failures(barrier, exc, self.results, self.components)) from exc
         except NetspecError:
             record.status = "failed"
@@ -383,7 +383,7 @@ class Run:
             self.rundir.record.hosts[host].clock = ack["clock"]
         # A summarized step's host that acks as itself gets its entry here (fanout.py).
         sent = step.sent_ns if step.sent_ns is not None else step.entered_ns
-        entries = step.hosts.setdefault(host, StepHost(sent_ns=sent)).components
+        entries = step.hosts.setdefault(host, StepHost(components={}, sent_ns=sent)).components
         before = entries.get(name)
         if before is not None and (before.outcome == "killed" or before.died):
             return  # the error ack of its ending, or of its death, says nothing new

@@ -115,7 +115,7 @@ class RunDir:
     def write_json(self, path: Path, data: Any) -> None:
         """Write `data` (plain values or a record) as compact JSON, replacing `path` whole."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(msgspec.json.encode(data) + b"\n")
+        tmp.write_bytes(msgspec.json.encode(data, enc_hook=str) + b"\n")
         os.replace(tmp, path)
 
     def save(self) -> None:

@@ -352,7 +352,7 @@ def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_
     assert one.status == "error" and one.outcome == "ended", one
     # The results browser's triage names the one that failed, not the one the run's end ended.
     assert [(f["host"], f["component"]) for f in timeline.failures(record, run)] == [("b", "two")]
-    line = next(x for x in run_lines(run, record) if x.lstrip().startswith("prepare"))
+    line = next(x for x in run_lines(run, read_run(run)) if x.lstrip().startswith("prepare"))
     assert "a ended" in line and "b FAIL" in line, line
 
 
@@ -551,7 +551,7 @@ def test_a_k_of_n_participant_killed_by_a_signal_fails_over_and_the_run_is_parti
     # Out of the rest of the run: skipped in collect, if collect began before it died.
     collect = record["steps"][3]["hosts"]["a"]["components"]
     assert collect.get("one", {"outcome": "skipped"})["outcome"] == "skipped", collect
-    shown = run_lines(tmp_path / "runs" / "latest", record)
+    shown = run_lines(tmp_path / "runs" / "latest", read_run(tmp_path / "runs" / "latest"))
     line = next(x for x in shown if x.lstrip().startswith("collect"))
     assert "a FAIL" not in line, line
     assert not run_processes(record["id"])

@@ -83,13 +83,14 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
     run.journal_step(0)
     run.record.steps.append(Step("work", "running"))
     run.journal_step(1)
-    run.record.steps[1].hosts = {"a": StepHost()}
+    run.record.steps[1].hosts = {"a": StepHost(components={})}
     run.save()  # saved while work runs: newer than its journalled start
     with open(run.path / "run.journal", "a") as journal:
         journal.write('{"index": 2, "pha')  # the controller killed mid-line
     record = read_run(run.path)
     assert record.cut_short == [CutShort("run.journal", 17, line=4)]
-    assert record.steps == [Step("launch", "ok", left_ns=2), Step("work", "running", hosts={"a": StepHost()})]
+    assert record.steps == [Step("launch", "ok", left_ns=2),
+                            Step("work", "running", hosts={"a": StepHost(components={})})]
     run.finish(RunOutcome("ok"))
     assert not (run.path / "run.journal").exists() and len(read_run(run.path).steps) == 2
 
@@ -97,7 +98,7 @@ def test_the_journal_adds_the_steps_run_json_was_saved_without(tmp_path):
 def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_the_end(tmp_path):
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n")
     run.record.steps.append(Step("work", "running", sent_ns=5, hosts={
-        "a": StepHost({"x": Entry("warning", "slow")})}))
+        "a": StepHost(components={"x": Entry("warning", "slow")})}))
     run.journal_step(0)
     summary = AckSummary()
     summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
@@ -111,7 +112,7 @@ def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_t
             "not in this record") in run_lines(run.path, record)
     hosts = record.steps[0].hosts
     entry = Entry("ok", "", entered_ns=10, acked_ns=20, received_ns=30, outcome="ok")
-    assert hosts["b"] == StepHost({"y": entry}, sent_ns=5, done_ns=30)
+    assert hosts["b"] == StepHost(components={"y": entry}, sent_ns=5, done_ns=30)
     assert hosts["a"].components["x"].status == "warning"  # recorded as itself: it stays
     run.finish(RunOutcome("ok"))
     assert not (run.path / ackjournal.ACK_JOURNAL).exists()
