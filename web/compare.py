@@ -18,6 +18,7 @@ from netspec.analysis.provenance import differences, load
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
 from netspec.analysis.units import duration_text
+from netspec.protocol.runrecord import RunRecord
 
 from .timeline import bars
 
@@ -103,7 +104,7 @@ def _lines(points: list[dict[str, Any]], table: dict[str, Any], metrics: list[st
     return figures
 
 
-def _step_takes(record: dict[str, Any]) -> dict[int, list[int]]:
+def _step_takes(record: RunRecord) -> dict[int, list[int]]:
     takes: dict[int, list[int]] = {}
     for b in bars(record):
         if b.took_ns is not None:
@@ -130,20 +131,20 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
     """Run b against run a: what differs between them, each step's duration (and Welch over
     its participants' durations), each metric's distribution, and resource use per step."""
     ra, rb = load(a), load(b)
-    steps_a, steps_b = ra.get("steps") or [], rb.get("steps") or []
-    takes_a, takes_b = _step_takes(ra), _step_takes(rb)
+    steps_a, steps_b = ra.record.steps, rb.record.steps
+    takes_a, takes_b = _step_takes(ra.record), _step_takes(rb.record)
     usage_a, usage_b = _usage(a), _usage(b)
     steps = []
     aligned = 0
     for i, (sa, sb) in enumerate(zip(steps_a, steps_b, strict=False)):
-        if sa.get("phase") != sb.get("phase"):
+        if sa.phase != sb.phase:
             break
         aligned += 1
-        da, db_ = sa.get("duration_s"), sb.get("duration_s")
+        da, db_ = sa.duration_s, sb.duration_s
         c = (compare(np.array(takes_a.get(i, [])), np.array(takes_b.get(i, [])))
              if takes_a.get(i) and takes_b.get(i) else None)
         steps.append({
-            "step": i, "phase": sa.get("phase"), "status": f"{sa.get('status')} / {sb.get('status')}",
+            "step": i, "phase": sa.phase, "status": f"{sa.status} / {sb.status}",
             "a": duration_text(da * 1e9) if da is not None else "-",
             "b": duration_text(db_ * 1e9) if db_ is not None else "-",
             "diff": duration_text((db_ - da) * 1e9) if da is not None and db_ is not None else "-",
