@@ -342,21 +342,6 @@ def read_run(run: Path) -> RunRecord:
     return record
 
 
-def load_record(run: Path) -> dict[str, Any]:
-    """run.json of `run` as plain JSON values, for the readers not yet typed (the browser,
-    the merge's provenance): read through `read_run`, so checked alike.
-
-    Raises:
-        NetspecError: as `read_run`.
-    """
-    return msgspec.to_builtins(read_run(run))
-
-
-def cut_short_texts(record: dict[str, Any]) -> list[str]:
-    """`RunRecord.cut_short_texts` of a record `load_record` gave, for the readers not yet typed."""
-    return msgspec.convert(record, RunRecord).cut_short_texts()
-
-
 def _with_journal(run: Path, record: RunRecord) -> None:
     """Add to `record` the steps the journal has and run.json has not (saved before they ended)."""
     try:
@@ -445,44 +430,3 @@ def process_start(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
     except (OSError, ValueError, IndexError):
         return None
-
-
-class RunView:
-    """A run directory and its typed record, for the merge and clksync (which read the run's
-    files beside its record); `steps` as plain values, as the merge's phases table takes them."""
-
-    def __init__(self, path: Path, record: RunRecord):
-        self.path, self.record = path, record
-
-    @classmethod
-    def load(cls, run: Path) -> RunView:
-        """Raises NetspecError as `read_run` does."""
-        return cls(run, read_run(run))
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-    @property
-    def steps(self) -> list[dict[str, Any]]:
-        return msgspec.to_builtins(self.record.steps)
-
-    @property
-    def hosts(self) -> dict[str, HostRecord]:
-        return self.record.hosts
-
-    @property
-    def clock_reference(self) -> str | None:
-        return self.record.clock_reference
-
-    @property
-    def pairs(self) -> dict[str, dict[str, Any]]:
-        return self.record.pairs
-
-    @property
-    def decoders(self) -> list[str]:
-        return self.record.decoders
-
-    @property
-    def graph(self) -> dict[str, dict[str, Any]]:
-        return self.record.graph

@@ -19,9 +19,9 @@ import pytest
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import load_record, read_run
+from netspec.protocol.runrecord import read_run
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, ns_control, session_dir, start_run, wait_for
+from support import PROGRAMS, REPO, latest_record, load_record, ns_control, session_dir, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
