@@ -131,11 +131,11 @@ class Catalog:
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
         record = read_run(run)
-        campaign = record.campaign or {}
+        campaign = record.campaign
         entry = RunEntry(f"{run.parent.name}/{run.name}", record.experiment or run.parent.name,
                          record.id, RunOutcome.of(record).status, record.started_ns, record.duration_s,
                          len(record.host_names), record.experiment_sha256,
-                         campaign.get("id"), campaign.get("point"),
+                         campaign.id if campaign else None, campaign.point if campaign else None,
                          (run / MERGED / "summary.json").is_file())
         self._heads[run] = (key, entry)
         return entry

@@ -28,6 +28,7 @@ from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
+from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
 from ..experiment.load import parse
@@ -215,8 +216,8 @@ class Campaigner:
         # The campaign file with the point's values: its warnings cite the campaign file's lines.
         plan = parse(state["text"], Path(state["file"]), point=point["params"])
         self.options.output.out(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}")
-        rundir, outcome = run_plan(plan, self.options, {"campaign": {
-            "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
+        rundir, outcome = run_plan(plan, self.options, {"campaign": CampaignPoint(
+            state["id"], point["params"], len(point["runs"]))}, created)
         try:
             self._hooks("cleanup", env)
         finally:

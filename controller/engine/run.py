@@ -35,7 +35,16 @@ from netspec.protocol.errors import (
 )
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import Clock, ComponentEnd, Entry, HostRecord, StepHost, Summarized
+from netspec.protocol.runrecord import (
+    Clock,
+    ClockSync,
+    ComponentEnd,
+    Entry,
+    FanOutTree,
+    HostRecord,
+    StepHost,
+    Summarized,
+)
 from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Host as HostSpec
@@ -259,13 +268,13 @@ class Run:
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
-            self.rundir.record.fan_out = tree
+            self.rundir.record.fan_out = FanOutTree(**tree)
             self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
                                    f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
         if clocks is not None:
             offset, bound = self.controller_offset
-            self.rundir.record.clksync = {**clocks, "controller_offset_ns": offset,
-                                             "controller_offset_bound_ns": bound}
+            self.rundir.record.clksync = ClockSync(**clocks, controller_offset_ns=offset,
+                                                   controller_offset_bound_ns=bound)
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
                 self.progress(Progress("notice", text=stretched(clocks)))
         self.rundir.save()
@@ -296,7 +305,7 @@ class Run:
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
                 record.release = release.planned(lead, self.controller_offset[0])
-                scheduled = {"release_ns": record.release["instant_ns"]}
+                scheduled = {"release_ns": record.release.instant_ns}
             sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                                    "deadline_s": step.deadline_s,
                                                    "published": self.published, **scheduled}, summarize)
@@ -330,7 +339,7 @@ class Run:
             folded = self.folded.pop(index, None)
             if folded is not None:
                 record.summarized = Summarized(folded.hosts, folded.acks, folded.slowest)
-            record.release = {**record.release, **release.skew(record, folded)}
+            record.release = release.skew(record, folded)
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
 

@@ -15,7 +15,6 @@ import pytest
 from browser import run_ref, serving
 from netspec.analysis.resultset import open_tables
 from netspec.analysis.units import duration_text
-from netspec.controller.engine.release import troubles as release_troubles
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol import ackjournal
 from netspec.protocol.errors import ProtocolError
@@ -74,10 +73,10 @@ def test_the_timeline_has_a_bar_per_step_and_participant_placed_within_its_bound
     assert [r["phase"] for r in rows] == [s.phase for s in record.steps]
     # Where the programs' starts were placed, their skew comes first, the daemons' beside it.
     placed = [(row, step.release) for row, step in zip(rows, record.steps, strict=True)
-              if "skew_ns" in step.release.get("program", {})]
+              if step.release.program is not None and step.release.program.skew_ns is not None]
     assert placed
     for row, release in placed:
-        programs, daemons = (duration_text(r["skew_ns"]) for r in (release["program"], release))
+        programs, daemons = (duration_text(r.skew_ns) for r in (release.program, release))
         assert row["skew"] == f"{programs} programs, {daemons} daemons", row
 
 
@@ -292,6 +291,6 @@ def test_a_message_steps_starts_without_a_clock_estimate_are_no_trouble_in_the_b
               "release": {"mode": "message", "starts": 3, "skew_ns": 5000, "unplaced": ["c"]}}]
     record = decode(json.dumps({"format": 1, "id": "r", "experiment": "e", "status": "ok",
                                 "steps": steps}).encode(), "run.json")
-    shown = [bool(release_troubles(step.release)) for step in record.steps]
+    shown = [bool(step.release.troubles()) for step in record.steps]
     assert shown == [False, True]
     assert [bool(row["troubles"]) for row in timeline.step_rows(record)] == shown

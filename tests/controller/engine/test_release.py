@@ -1,7 +1,6 @@
 """`release: at`: every host starts a step at one instant of the reference clock, and every
 step reports its release skew on the global timeline."""
 
-import json
 import os
 import re
 
@@ -11,7 +10,7 @@ from netspec.controller.engine.release import skew, skew_text
 from netspec.controller.engine.summary import run_lines, seconds
 from netspec.controller.experiment.load import load
 from netspec.protocol.errors import ConfigError
-from netspec.protocol.runrecord import Step, read_run
+from netspec.protocol.runrecord import Release, Step, read_run
 from support import PROGRAMS, latest_record, ns_control
 
 THREE_HOSTS = """\
@@ -38,7 +37,10 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
     record = latest_record(tmp_path / "runs")
     steps = {s["phase"]: s for s in record["steps"]}
     at, message = steps["work"]["release"], steps["rest"]["release"]
-    assert at["mode"] == "at" and message["mode"] == "message"
+    # run.json leaves a release's defaults out: by message, its mode.
+    assert at["mode"] == "at" and "mode" not in message
+    typed = {s.phase: s.release for s in read_run(tmp_path / "runs" / "latest").steps}
+    assert (typed["work"].mode, typed["rest"].mode) == ("at", "message")
     instant = at["instant_ns"]
     # The daemons share this machine's clock, so the truth is their own stamps: each took
     # the instant on its clock within the bound of the estimate it had then, and began the
@@ -75,7 +77,7 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
     shown = run_lines(tmp_path / "runs" / "latest", read_run(tmp_path / "runs" / "latest"))
     work = shown.index(next(line for line in shown if line.startswith("  work (at) ")))
     assert f" {seconds(at['program']['skew_ns'] / 1e9)}  " in shown[work], shown[work]
-    assert shown[work + 1].strip() == skew_text(at), shown
+    assert shown[work + 1].strip() == skew_text(typed["work"]), shown
     # Each host's time in the step counts from the release instant, not from the step's
     # sending a lead before it: the same live and in `show`.
     live = next(line for line in done.stdout.splitlines() if line.startswith("  work "))
@@ -106,7 +108,8 @@ def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_
                                         release_realtime_refused=True, program_start_ns=1_300_000)}},
         "c": {"components": {"z": {"entered_ns": 5}, "gone": {"outcome": "skipped"}}}}}, Step)
     said = skew(step)
-    assert said == {"mode": "at", "starts": 3, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
+    assert msgspec.to_builtins(said) == {
+                    "mode": "at", "starts": 3, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
                     "realtime_refused": ["b/y"],
                     "skew_ns": 250_000, "first": "a/x", "last": "b/y", "at_most_ns": 290_000,
                     "program": {"starts": 2, "skew_ns": 1_900_000, "first": "b/y", "last": "a/x",
@@ -115,4 +118,4 @@ def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_
         "at release skew 1.9 ms at the programs (at most 1.9 ms), 250 us at the daemons (at most 290 us); "
         "1 participant(s) got the step after its instant (latest by 4.0 ms: b/y); 1 start(s) without a "
         "clock estimate, left out of the skew: c/z; 1 woke without real-time priority (refused)")
-    assert json.dumps(said)
+    assert msgspec.json.decode(msgspec.json.encode(said), type=Release) == said
