@@ -10,9 +10,9 @@ run.json version history (readers accept every older version):
      `ns_control collect` gathered: at, hosts, failed), error.gathered (a killed
      controller's run: whether collect gathered what its hosts held), share_hosts.
      Since the record is typed (msgspec), every key of the record, a step and a host is
-     written (null where it has nothing to say) but for a participant's entry's, a step
-     host's and a step's release's, left out at their defaults (a thousand hosts' entries
-     per step); a key of the wrong type is refused naming where it is.
+     written (null where it has nothing to say) but for a participant's entry's and a step
+     host's, left out at their defaults (a thousand hosts' entries per step); a key of the
+     wrong type is refused naming where it is.
 """
 
 from __future__ import annotations

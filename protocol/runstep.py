@@ -12,7 +12,7 @@ import msgspec
 from .errors import some_hosts
 
 
-class Spread(msgspec.Struct, omit_defaults=True):
+class Spread(msgspec.Struct):
     """Starts on the global timeline (protocol/acksummary.py's `Spread.said`): how many, their
     spread by the estimates (`skew_ns`), the participants at its ends (host/component), and the
     widest it can be within their bounds (`at_most_ns`); no spread for fewer than two."""
@@ -24,7 +24,7 @@ class Spread(msgspec.Struct, omit_defaults=True):
     at_most_ns: int | None = None
 
 
-class Release(Spread, omit_defaults=True):
+class Release(Spread):
     """A step's release (controller/engine/release.py): its mode (`at` an instant, else by
     message), with `at` the instant planned on the reference clock and on the controller's
     and the lead it was sent with; once the step ended, the spread of the daemons' starts of
