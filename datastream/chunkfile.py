@@ -141,7 +141,6 @@ class ChunkFile:
         return {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": stream,
                 "component": rest.rpartition(".")[0] or rest, "header_damaged": True}, at
 
-
     def chunks(self, decode: Callable[[bytes, int], Any] | None = None) -> Iterator[tuple[int | None, Any]]:
         """(seq, records) for every good chunk, in file order, and (None, {records,
         reason}) where something was lost. `decode(body, count)` makes the records of a
