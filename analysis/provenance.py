@@ -7,29 +7,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.names import safe_name
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import RunRecord, read_run
 
 # What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
 # address and the paths of its Python do not.
 HOST_FACTS = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
-HOST_FACTS_KEY = "host_facts"  # where `load` puts them beside the record
 
 
-def load(run: Path) -> dict[str, Any]:
-    """The run directory's record (`load_record`) with each host's facts, as `differences`
-    reads them: what its daemon said of its host (hosts/<host>/facts.json), a host whose file
-    is missing or unreadable without them.
+@dataclass(frozen=True)
+class Provenance:
+    """A run's record and what its hosts' daemons said of them (host -> facts.json), as
+    `differences` compares them."""
+
+    record: RunRecord
+    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load(run: Path) -> Provenance:
+    """The run directory's record (`read_run`) with each host's facts: what its daemon said
+    of its host (hosts/<host>/facts.json), a host whose file is missing or unreadable without
+    them.
 
     Raises:
-        NetspecError: as `load_record`.
+        NetspecError: as `read_run`.
     """
-    record = load_record(run)
-    return {**record, HOST_FACTS_KEY: host_facts(run, record.get("hosts") or {})}
+    record = read_run(run)
+    return Provenance(record, host_facts(run, record.hosts))
 
 
 def host_facts(run: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -56,12 +65,14 @@ def shared_kernels(facts: dict[str, dict[str, Any]]) -> list[list[str]]:
     return [hosts for hosts in by_boot.values() if len(hosts) > 1]
 
 
-def facts(record: dict[str, Any]) -> dict[str, str]:
+def facts(run: Provenance | RunRecord) -> dict[str, str]:
     """What decides how a run went, flat: the experiment's name; each component's params,
-    program, command, args, env and host; each host's address and facts; the schedule; the
-    services (clksync, CAMP), streams and analysis (pairs, graph, decoders); each program's
-    hash; the versions."""
-    plan = record.get("plan", {})
+    program, command, args, env and host; each host's address and facts (those `load`
+    read); the schedule; the services (clksync, CAMP), streams and analysis (pairs, graph,
+    decoders); each program's hash; the versions."""
+    if isinstance(run, RunRecord):
+        run = Provenance(run)
+    record, plan = run.record, run.record.plan
     flat: dict[str, str] = {}
     if plan.get("experiment"):
         flat["experiment"] = plan["experiment"]
@@ -75,7 +86,7 @@ def facts(record: dict[str, Any]) -> dict[str, str]:
     for host in plan.get("hosts", []):
         where = host.get("ssh") or host.get("address") or "local"
         flat[f"host {host['name']}"] = where
-    for host, known in sorted((record.get(HOST_FACTS_KEY) or {}).items()):
+    for host, known in sorted(run.host_facts.items()):
         for key in HOST_FACTS:
             if known.get(key) is not None:
                 flat[f"host {host} {key}"] = _text(known[key])
@@ -97,9 +108,9 @@ def facts(record: dict[str, Any]) -> dict[str, str]:
         flat[f"analysis graph {name}"] = _text(node)
     if analysis.get("decoders"):
         flat["analysis decoders"] = _text(analysis["decoders"])
-    for path, kept in record.get("programs", {}).items():
-        flat[f"program {path} sha256"] = kept.get("sha256", "")[:12]
-    for name, version in record.get("versions", {}).items():
+    for path, kept in record.programs.items():
+        flat[f"program {path} sha256"] = kept.sha256[:12]
+    for name, version in record.versions.items():
         flat[f"{name} version"] = version
     return flat
 
@@ -108,7 +119,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def differences(before: Provenance | RunRecord, after: Provenance | RunRecord) -> list[str]:
     """Each fact that differs between two runs' records (with their hosts' facts when read
     by `load`), as `what: before -> after`."""
     a, b = facts(before), facts(after)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -29,7 +28,7 @@ import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
-from netspec.protocol.runrecord import MERGED, RunView
+from netspec.protocol.runrecord import MERGED, RunRecord, Step, read_run
 
 from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
 from .graph import run_graph
@@ -106,7 +105,7 @@ def is_current(merged: Path) -> bool:
         return False
 
 
-def _user_decoders(record: RunView, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
+def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
     """The decoders the user named, each loaded or said why not; those the run's record names
     and the user did not are said, never loaded (a received run's record is data)."""
     found: dict[str, Decoder] = {}
@@ -127,12 +126,12 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
     there. Of the user's own decoders and filters, only those in `code` run (the user named
     them): what the run's record names beside them is said in the warnings, not run."""
-    record = RunView.load(run)
+    record = read_run(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        fits = fit_run(record)
+        fits = fit_run(run, record)
     except (OSError, ValueError, KeyError) as exc:
         fits = {}
         result.warnings.append(f"no clock fit ({exc}): times are each host's own")
@@ -231,16 +230,16 @@ def _global(fits: dict[str, ClockFit], host: str, local: list[int | None]) -> li
     return [None if t is None else next(converted) for t in local]
 
 
-def write_phases(path: Path, steps: list[dict[str, Any]], fits: dict[str, ClockFit]) -> None:
+def write_phases(path: Path, steps: list[Step], fits: dict[str, ClockFit]) -> None:
     """One row per step, host and component: entered and acked on the global timeline."""
     rows = []
     for i, step in enumerate(steps):
-        for host, h in sorted(step.get("hosts", {}).items()):
-            comps = sorted(h.get("components", {}).items())
-            entered = _global(fits, host, [c.get("entered_ns") for _, c in comps])
-            acked = _global(fits, host, [c.get("acked_ns") for _, c in comps])
-            rows += [{"step": i, "phase": step["phase"], "host": host, "component": name,
-                      "status": c.get("status"), "entered": e, "acked": a}
+        for host, h in sorted(step.hosts.items()):
+            comps = sorted(h.components.items())
+            entered = _global(fits, host, [c.entered_ns for _, c in comps])
+            acked = _global(fits, host, [c.acked_ns for _, c in comps])
+            rows += [{"step": i, "phase": step.phase, "host": host, "component": name,
+                      "status": c.status or None, "entered": e, "acked": a}
                      for (name, c), e, a in zip(comps, entered, acked, strict=True)]
     pq.write_table(pa.Table.from_pylist(rows, schema=PHASES), path)
 

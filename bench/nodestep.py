@@ -29,6 +29,7 @@ from barrier import cpu_s, echo_round_trips, percentile
 from netspec.controller.hosts.fleet import DaemonClient
 from netspec.protocol import messages as m
 from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.kinds import Ack, Acks
 
 WARM_UP = 50
 
@@ -40,7 +41,7 @@ async def one_kind(summarized: bool, steps: int, root: Path) -> dict[str, float]
     try:
         assert daemon.stdout is not None
         port = json.loads(daemon.stdout.readline())["port"]
-        acks: asyncio.Queue[dict] = asyncio.Queue()
+        acks: asyncio.Queue[object] = asyncio.Queue()
         client = await DaemonClient.connect("a", ("127.0.0.1", port), load_or_create_key(),
                                             lambda host, event: acks.put_nowait(event))
         serving = asyncio.create_task(client.serve())
@@ -54,7 +55,7 @@ async def one_kind(summarized: bool, steps: int, root: Path) -> dict[str, float]
                               summarize=True)
             else:
                 client.notify(m.ENTER, phase="rest", step=index, components=node, published={})
-            while (await asyncio.wait_for(acks.get(), 10))["t"] not in (m.ACK, m.ACKS):
+            while type(await asyncio.wait_for(acks.get(), 10)) not in (Ack, Acks):
                 pass
         for index in range(WARM_UP):
             await step(index)

@@ -42,6 +42,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.auth import load_or_create_key, server_handshake
 from netspec.protocol.channel import Channel
+from netspec.protocol.kinds import Ack, Summary
 from netspec.protocol.runoutcome import RunOutcome
 
 HERE = Path(__file__).resolve().parent
@@ -55,17 +56,17 @@ def experiment_text(n: int, width: int | None) -> str:
                       "schedule:", "  - start_logging"]) + "\n"
 
 
-def subtree_summary(hosts: list[str], draw: random.Random) -> dict[str, Any]:
+def subtree_summary(hosts: list[str], draw: random.Random) -> Summary:
     """A plain ack of every host folded, as a first-level relay sends it up (records
     compressed). Each host's stamps differ as real hosts' do, so the records compress as
     theirs would."""
     summary, now = AckSummary(), time.time_ns()
     for host in hosts:
         entered = now + draw.randrange(10_000_000)
-        summary.add_host(host, [{"component": m.NODE, "status": m.ACK_OK, "entered": entered,
-                                 "acked": entered + draw.randrange(10_000, 1_000_000),
-                                 "entry_clock": [draw.randrange(-1_000_000, 1_000_000),
-                                                 draw.randrange(10_000, 100_000)]}])
+        summary.add_host(host, [Ack(step=0, component=m.NODE, status=m.ACK_OK, entered=entered,
+                                    acked=entered + draw.randrange(10_000, 1_000_000),
+                                    entry_clock=(draw.randrange(-1_000_000, 1_000_000),
+                                                 draw.randrange(10_000, 100_000)))])
     return summary.wire(compress=True)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.records import INT64
 from netspec.protocol.errors import StreamError
-from netspec.protocol.runrecord import RunView
+from netspec.protocol.runrecord import RunRecord
 
 from .fit import ClockFit, Exchanges, fit
 
@@ -54,8 +54,9 @@ def _reference_changes_in(host: HostClock, reference_changes: list[int]) -> list
     return [int(c + rows[i, 0] - rows[i, 1]) for c, i in zip(reference_changes, at, strict=True)]
 
 
-def fit_run(record: RunView) -> dict[str, ClockFit]:
-    """Every host's clock fit for the run whose record is given, the reference's included.
+def fit_run(run: Path, record: RunRecord) -> dict[str, ClockFit]:
+    """Every host's clock fit for the run directory `run` whose record is given, the
+    reference's included.
 
     Raises:
         ValueError: the run names no clock reference.
@@ -64,7 +65,7 @@ def fit_run(record: RunView) -> dict[str, ClockFit]:
     if reference is None:
         raise ValueError("the run names no clock reference")
     hosts = {d.name: read_host(sorted(d.glob("streams/clksync.*.ds")))
-             for d in sorted((record.path / "hosts").iterdir()) if d.is_dir()}
+             for d in sorted((run / "hosts").iterdir()) if d.is_dir()}
     ref_changes = hosts[reference].changes if reference in hosts else []
     fits = {}
     for name, host in hosts.items():

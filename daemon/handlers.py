@@ -1,28 +1,31 @@
 """One function per request type. Handlers know nothing of sockets: they take the session
-and the request map and return the reply's fields, or raise to send an error reply.
+and the request, decoded into its type where it was read (protocol/kinds.py), and return
+the reply's fields, or raise to send an error reply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from netspec.clksync import packets
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
+from netspec.protocol.names import safe_name
 
 from . import release
-from .component import ComponentSpec
 from .facts import host_facts
 from .relay import Emit, Relay
 from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run, reset_under_way
 from .sampler import config_from_wire
+from .spawn import python_argv
 from .supervisor import Supervisor
 
 log = logging.getLogger("netspecd")
@@ -34,20 +37,15 @@ ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter
 # waits for spawns, SIGTERM, then SIGKILL: KILL_GRACE_S each) when the request has no deadline.
 RESET_WAIT_S = 8.0
 
-Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-# clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
-MAX_PROBE_INTERVAL_MS = 3_600_000.0
-# A request's own bound: a day is longer than any step a controller asks for.
-MAX_TIMEOUT_S = 86_400.0
+Handler = Callable[[Session, Any], Awaitable[dict[str, Any]]]
 
 
-async def hello(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def hello(session: Session, request: k.Hello) -> dict[str, Any]:
     return {"protocol": m.PROTOCOL_VERSION, "pid": os.getpid(), "facts": host_facts(),
             "now_ns": time.time_ns()}
 
 
-async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def setup(session: Session, request: k.Setup) -> dict[str, Any]:
     """Set up a run on this connection (ending the one it had). Refused beside another
     controller's live run unless the request says `share: true`, naming that run."""
     loop = asyncio.get_running_loop()
@@ -55,11 +53,9 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     async with session.lifecycle:
         token = check_setup(session, request)
         await session.end_run()
-        specs = [ComponentSpec.from_wire(c) for c in request["components"]]
-        run = request.get("run")  # checked where it becomes a path (safe_name)
-        sup = Supervisor(run, session.daemon.root, specs, session, session.tg,  # type: ignore[arg-type]
-                         request.get("host", ""), request.get("streams"),
-                         config_from_wire(request.get("camp")))
+        specs = [_runnable(c) for c in request.components]
+        sup = Supervisor(request.run, session.daemon.root, specs, session, session.tg,  # type: ignore[arg-type]
+                         request.host, request.streams, config_from_wire(request.camp))
         sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.services.open()
@@ -68,48 +64,38 @@ async def setup(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"root": str(sup.root)}
 
 
-def enter(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+def _runnable(spec: k.ComponentSpec) -> k.ComponentSpec:
+    """The component as this daemon runs it: its name checked for a path, and an aware
+    program's command line (the interpreter's, python_argv)."""
+    name = safe_name(spec.name, "component")
+    if spec.aware:
+        return msgspec.structs.replace(spec, name=name, argv=python_argv(spec.program, spec.args))
+    return spec if name == spec.name else msgspec.structs.replace(spec, name=name)
+
+
+def enter(session: Session, request: k.Enter) -> dict[str, Any]:
     """Start the phase in each named component; each ack follows as its own event. In a
     fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
     go up in batches (relay.py). Answered as it is read (INLINE_HANDLERS): nothing here
     waits, and a node step of this daemon's own is acked before the next frame is read."""
     sup = acted_on(session)
-    _check_enter(request)
-    comps, emit = request.get("components", []), session.emit
-    if "hosts" in request:
-        comps = request["lists"][request["hosts"][sup.host]] if sup.host in request["hosts"] else []
-    unknown = [c["name"] for c in comps if c["name"] not in sup.components and c["name"] != m.NODE]
+    comps, emit = request.components, session.emit
+    if request.hosts is not None:
+        index = request.hosts.get(sup.host)
+        comps = request.lists[index] if index is not None and request.lists is not None else []
+    unknown = [c.name for c in comps if c.name not in sup.components and c.name != m.NODE]
     if unknown:
         raise NetspecError(f"unknown components {unknown}")
-    if "hosts" in request:
+    if request.hosts is not None:
         # A batch that goes to the controller (this is a first-level host) is compressed.
         to_controller = session.daemon.runs.get(sup.run_id) is session
         comps, emit = _relay(session, sup).enter(request, session.emit, to_controller)
-    if "release_ns" in request:
+    if request.release_ns is not None:
         session.tg.create_task(_release(sup, request, comps, emit))
     else:
         for comp in comps:
             _start(sup, request, comp, emit)
     return {"accepted": len(comps)}
-
-
-def _check_enter(request: dict[str, Any]) -> None:
-    def components(comps: Any) -> bool:
-        return isinstance(comps, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                               for c in comps)
-    hosts, lists = request.get("hosts"), request.get("lists")
-    if (not isinstance(request.get("phase"), str) or not isinstance(request.get("step"), int)
-            or not (components(request.get("components")) if hosts is None else
-                    isinstance(lists, list) and all(map(components, lists)) and isinstance(hosts, dict)
-                    and all(isinstance(h, str) and type(i) is int and 0 <= i < len(lists)
-                            for h, i in hosts.items()))
-            or not isinstance(request.get("deadline_s", 0), int | float)
-            or not isinstance(request.get("release_ns", 0), int)
-            or not isinstance(request.get("summarize", False), bool)):
-        raise ProtocolError("enter takes phase (text), step (integer), components "
-                            "([{name, params}]) or hosts ({host: index in lists}) and lists "
-                            "([[{name, params}]]), deadline_s "
-                            "(seconds), release_ns (integer) and summarize (true or false)")
 
 
 def _relay(session: Session, sup: Supervisor) -> Relay:
@@ -124,25 +110,25 @@ def _relay(session: Session, sup: Supervisor) -> Relay:
     return owner.relay
 
 
-async def _release(sup: Supervisor, request: dict[str, Any], comps: list[dict[str, Any]], emit: Emit) -> None:
+async def _release(sup: Supervisor, request: k.Enter, comps: list[k.Participant], emit: Emit) -> None:
     """Enter the step at the instant it names on the reference clock (`release: at`)."""
-    at, said = release.local_instant(sup.services.clock, request["release_ns"])
+    assert request.release_ns is not None
+    at, said = release.local_instant(sup.services.clock, request.release_ns)
     entered, refused = await release.wait_until(at)  # the phase's start, not its tasks' a loop turn later
-    if refused:
-        said["realtime_refused"] = True
+    released = k.Release(**said, realtime_refused=refused)
     for comp in comps:
-        _start(sup, request, comp, emit, said, entered)
+        _start(sup, request, comp, emit, released, entered)
 
 
-def _start(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit: Emit,
-           released: dict[str, Any] | None = None, entered: int | None = None) -> None:
+def _start(sup: Supervisor, request: k.Enter, comp: k.Participant, emit: Emit,
+           released: k.Release | None = None, entered: int | None = None) -> None:
     """Enter the phase in one component. This daemon's own part in a step that waits for
     nothing is done and acked at once: a task and a timeout for it cost a node step more
     than its work (bench/nodestep.py)."""
     entered = time.time_ns() if entered is None else entered
-    if comp["name"] == m.NODE and request["phase"] != m.SYNC_CLOCKS:
+    if comp.name == m.NODE and request.phase != m.SYNC_CLOCKS:
         try:
-            ack = node_phase(sup, request["phase"])
+            ack = node_phase(sup, request.phase)
         except NetspecError as exc:
             ack = _own_words(exc)
         except Exception as exc:
@@ -152,15 +138,15 @@ def _start(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit:
         sup.tg.create_task(_enter_one(sup, request, comp, emit, released, entered))
 
 
-async def _enter_one(sup: Supervisor, request: dict[str, Any], comp: dict[str, Any], emit: Emit,
-                     released: dict[str, Any] | None, entered: int) -> None:
-    phase, step, name = request["phase"], request["step"], comp["name"]
-    deadline_s = request.get("deadline_s")
+async def _enter_one(sup: Supervisor, request: k.Enter, comp: k.Participant, emit: Emit,
+                     released: k.Release | None, entered: int) -> None:
+    phase, step, name = request.phase, request.step, comp.name
+    deadline_s = request.deadline_s
     deadline = asyncio.get_running_loop().time() + deadline_s if deadline_s else None
     try:
         # The controller acts at the step's deadline; this bound is for when it cannot.
         async with asyncio.timeout(deadline_s + ENTER_GRACE_S if deadline_s else None):
-            ack = await _run_phase(sup, step, phase, name, comp, request.get("published", {}), deadline)
+            ack = await _run_phase(sup, step, phase, name, comp, request.published, deadline)
     except TimeoutError:
         ack = {"status": m.ACK_ERROR, "message": f"netspecd: no ack within the step's deadline "
                f"of {deadline_s:g} s (and {ENTER_GRACE_S:g} s more)"}
@@ -182,26 +168,24 @@ def _fault_ack(exc: Exception) -> dict[str, Any]:
             "traceback": err["traceback"]}
 
 
-def _ack(sup: Supervisor, request: dict[str, Any], name: str, ack: dict[str, Any], entered: int,
-         emit: Emit, released: dict[str, Any] | None) -> None:
+def _ack(sup: Supervisor, request: k.Enter, name: str, ack: dict[str, Any], entered: int,
+         emit: Emit, released: k.Release | None) -> None:
     # Where this host's clock stood from the reference as the phase began: the run puts
     # every participant's start on the global timeline with it (the release skew).
     est = sup.services.clock.estimate(entered)
-    emit({**ack, "t": m.ACK, "step": request["step"], "component": name,
-          "entered": entered, "acked": time.time_ns(),
-          **({"entry_clock": [est.offset_ns, est.bound_ns]} if est is not None else {}),
-          **({"release": released} if released is not None else {})})
+    emit(k.Ack(**ack, step=request.step, component=name, entered=entered, acked=time.time_ns(),
+               entry_clock=None if est is None else (est.offset_ns, est.bound_ns), release=released))
 
 
-async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: dict[str, Any],
+async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: k.Participant,
                      published: dict[str, Any], deadline: float | None) -> dict[str, Any]:
     if name == m.NODE:  # sync_clocks: every other node step is acked as it is read (_start)
         try:
-            return await sync_clocks(sup, comp.get("params", {}))
+            return await sync_clocks(sup, comp.params)
         except NetspecError as exc:
             return _own_words(exc)
     sup.services.entered(step, phase, name)
-    return await sup.enter(name, phase, comp.get("params", {}), published, deadline)
+    return await sup.enter(name, phase, comp.params, published, deadline)
 
 
 async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:
@@ -221,11 +205,11 @@ def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
     return {"status": m.ACK_OK}
 
 
-async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def end(session: Session, request: k.End) -> dict[str, Any]:
     """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
     sup = own_run(session, "end a component of")
-    name = request["component"]
-    if not isinstance(name, str) or name not in sup.components:
+    name = request.component
+    if name not in sup.components:
         raise NetspecError(f"unknown component {name!r}")
     comp = sup.components[name]
     info = await comp.stop(grace=END_GRACE_S, deadline=_deadline(request))
@@ -233,44 +217,28 @@ async def end(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"returncode": info.get("returncode"), "forced": comp.forced}
 
 
-def _deadline(request: dict[str, Any]) -> float | None:
+def _deadline(request: k.Request) -> float | None:
     """The request's deadline (its `timeout_s`, which also bounds its handler) as a loop
     time, a little before the handler's bound: what the handler waited for is said in its
     own words, not as the bound's TimeoutError."""
-    timeout = timeout_of(request)
+    timeout = request.timeout_s
     if timeout is None:
         return None
     return asyncio.get_running_loop().time() + timeout - min(0.5, timeout / 10)
 
 
-def timeout_of(request: dict[str, Any]) -> float | None:
-    """A request's `timeout_s`: a finite number of seconds, at most MAX_TIMEOUT_S.
-
-    Raises:
-        ProtocolError: it is anything else (NaN or infinity would become a timer that
-            never fires, or one asyncio cannot order).
-    """
-    timeout = request.get("timeout_s")
-    if not timeout:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT_S:
-        raise ProtocolError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
-                            f"not {str(timeout)[:40]!r}")
-    return float(timeout)
-
-
-async def reset(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def reset(session: Session, request: k.Reset) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is None:
             return {"killed": 0}
         sup = own_run(session, "reset")
-        killed = await sup.reset(clean=bool(request.get("clean")), deadline=_deadline(request))
-    log.info("run %s: reset%s, %d process(es) ended", sup.run_id,
-             " and cleaned" if request.get("clean") else "", killed)
+        killed = await sup.reset(clean=request.clean, deadline=_deadline(request))
+    cleaned = " and cleaned" if request.clean else ""
+    log.info("run %s: reset%s, %d process(es) ended", sup.run_id, cleaned, killed)
     return {"killed": killed}
 
 
-async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def files(session: Session, request: k.Files) -> dict[str, Any]:
     sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
@@ -278,13 +246,13 @@ async def files(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"files": found}
 
 
-async def read(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def read(session: Session, request: k.Read) -> dict[str, Any]:
     """A slice of a collectable file; nothing else on the host can be read."""
-    path = request["path"]
+    path = request.path
     if path not in own_run(session, "read the files of").listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
-    size = min(int(request.get("size", m.READ_LIMIT)), m.READ_LIMIT)
-    data = await asyncio.to_thread(read_regular, path, int(request.get("offset", 0)), size)
+    size = min(request.size, m.READ_LIMIT)
+    data = await asyncio.to_thread(read_regular, path, request.offset, size)
     return {"data": data, "eof": len(data) < size}
 
 
@@ -300,42 +268,29 @@ def read_regular(path: str, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
-async def clksync(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def clksync(session: Session, request: k.Clksync) -> dict[str, Any]:
     """This host's part in clksync for the run: the probe server (role "serve", replies
     with its port) or a probe client of the reference host's server."""
     clock = own_run(session, "start clksync in").services.clock
-    kernel = request.get("timestamps", "kernel") == "kernel"
-    key = request.get("key")
-    if not isinstance(key, bytes) or len(key) < packets.KEY_BYTES:
+    kernel = request.timestamps == "kernel"
+    key = request.key
+    if len(key) < packets.KEY_BYTES:
         raise ProtocolError(f"clksync needs a probe key of at least {packets.KEY_BYTES} bytes")
-    if request.get("role") == "serve":
+    if request.role == "serve":
         # Every host of the run must reach it, at addresses only they know; what keeps
         # others out is the key.
         return {"port": clock.serve("0.0.0.0", key, kernel)}
-    interval, port = request.get("interval_ms"), request.get("port")
-    if (request.get("role") != "probe" or not isinstance(request.get("peer"), str)
-            or not isinstance(request.get("address"), str)
-            or not (type(port) is int and 0 < port < 65536)
-            or not (type(interval) in (int, float) and math.isfinite(interval)
-                    and 1 <= interval <= MAX_PROBE_INTERVAL_MS)):
-        raise ProtocolError(f"clksync takes role \"serve\", or role \"probe\" with peer (text), address "
-                            f"(text), port (1-65535) and interval_ms (1 to {MAX_PROBE_INTERVAL_MS:.0f}); "
-                            f"interval_ms was {str(interval)[:40]}")
-    clock.probe(request["peer"], request["address"], port, key, interval / 1000, kernel)
+    assert request.peer is not None and request.address is not None  # a probe's (kinds.Clksync)
+    assert request.port is not None and request.interval_ms is not None
+    clock.probe(request.peer, request.address, request.port, key, request.interval_ms / 1000, kernel)
     return {}
 
 
-async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def tree(session: Session, request: k.Tree) -> dict[str, Any]:
     """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
     hosts: its subtree's hosts}]."""
     sup = own_run(session, "build the tree of")
-    children = request.get("children")
-    if not isinstance(children, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("host"), str) and isinstance(c.get("hosts"), list)
-            and all(isinstance(h, str) for h in c["hosts"])
-            and isinstance(c.get("address"), list) and len(c["address"]) == 2
-            and isinstance(c["address"][0], str) and isinstance(c["address"][1], int) for c in children):
-        raise ProtocolError("tree takes children ([{host, address: [ip, port], hosts: [host]}])")
+    children = request.children
     check_subtrees(sup.host, children)
     if sup.join_token is None:
         raise NetspecError(f"run {sup.run_id!r} was set up without a join token: its hosts take no "
@@ -345,7 +300,7 @@ async def tree(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {"children": len(relay.links)}
 
 
-async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def join(session: Session, request: k.Join) -> dict[str, Any]:
     """A parent in the run's fan-out tree: this connection relays the run's steps to it and
     carries their acks back. It uses the run another session set up, and never ends it
     (who may join, runs.check_join)."""
@@ -353,18 +308,18 @@ async def join(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-async def shutdown(session: Session, request: dict[str, Any]) -> dict[str, Any]:
+async def shutdown(session: Session, request: k.Shutdown) -> dict[str, Any]:
     async with session.lifecycle:
         if session.supervisor is not None:
-            await own_run(session, "shut the daemon down under").reset(clean=bool(request.get("clean")),
+            await own_run(session, "shut the daemon down under").reset(clean=request.clean,
                                                                          deadline=_deadline(request))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
     return {}
 
 
-HANDLERS: dict[str, Handler] = {
-    m.HELLO: hello, m.SETUP: setup, m.END: end, m.RESET: reset, m.FILES: files,
-    m.READ: read, m.CLKSYNC: clksync, m.SHUTDOWN: shutdown, m.TREE: tree, m.JOIN: join,
+HANDLERS: dict[type[k.Request], Handler] = {
+    k.Hello: hello, k.Setup: setup, k.End: end, k.Reset: reset, k.Files: files,
+    k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join,
 }
 # Requests answered as they are read, without a task of their own.
-INLINE_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], dict[str, Any]]] = {m.ENTER: enter}
+INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], dict[str, Any]]] = {k.Enter: enter}

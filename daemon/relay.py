@@ -26,7 +26,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from netspec.protocol import acksummary
+import msgspec
+from netspec.protocol import acksummary, reading
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.auth import client_handshake
@@ -38,7 +40,9 @@ log = logging.getLogger("netspecd")
 BATCH_WAIT_S = 0.02
 JOIN_TIMEOUT_S = 10.0
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Any], None]  # an event: a map, or a message of kinds.py
+# What a child sends up its link, decoded where it is read.
+FROM_CHILD = reading.Reader(k.FROM_CHILD, "message from a child")
 
 
 class Batch:
@@ -49,21 +53,21 @@ class Batch:
                  compress: bool = False):
         self.step, self.expected, self.emit, self.compress = step, expected, emit, compress
         self.host, self.own = host, own  # this daemon's host, and how many acks it owes
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[k.Ack] = []
         self.summary = AckSummary()
         self.folding = summarize  # this host's acks, while every one so far is plain
-        self.held: list[dict[str, Any]] = []  # ... until its last one
+        self.held: list[k.Ack] = []  # ... until its last one
         self.counted = 0
         self._timer: asyncio.TimerHandle | None = None  # the batch's wait, ended by `flush`
         self.closed = False  # its relay closed: what comes now goes up at once, with no timer
 
-    def add(self, acks: list[dict[str, Any]]) -> None:
+    def add(self, acks: list[k.Ack]) -> None:
         self.pending.extend(acks)
-        self._counted(len(acks), any(a.get("status") == m.ACK_ERROR for a in acks))
+        self._counted(len(acks), any(a.status == m.ACK_ERROR for a in acks))
 
-    def add_own(self, ack: dict[str, Any]) -> None:
+    def add_own(self, ack: k.Ack) -> None:
         """One of this host's acks: held for the summary while every one so far is plain."""
-        ack = {**ack, "host": self.host}
+        ack.host = self.host
         if not self.folding or not acksummary.is_plain(ack):
             self._unfold()
             self.add([ack])
@@ -81,9 +85,9 @@ class Batch:
         self.pending.extend(self.held)
         self.held = []
 
-    def add_summary(self, wire: dict[str, Any]) -> None:
+    def add_summary(self, wire: k.Summary) -> None:
         self.summary.merge(wire)
-        self._counted(wire["acks"], False)
+        self._counted(wire.acks, False)
 
     def _counted(self, count: int, error: bool) -> None:
         self.counted += count
@@ -106,8 +110,7 @@ class Batch:
         summary = self.summary.wire(self.compress) if self.summary.acks else None
         if self.pending or summary:
             acks, self.pending = self.pending, []
-            self.emit({"t": m.ACKS, "step": self.step, "acks": acks,
-                       **({"summary": summary} if summary else {})})
+            self.emit(k.Acks(step=self.step, acks=acks, summary=summary))
             if summary:
                 self.summary = AckSummary()
 
@@ -143,7 +146,7 @@ class Relay:
         self.batches: dict[int, Batch] = {}
         self.opened = self.closing = False
 
-    async def open(self, run: str, key: bytes, token: bytes, children: list[dict[str, Any]],
+    async def open(self, run: str, key: bytes, token: bytes, children: list[k.Child],
                    tg: asyncio.TaskGroup) -> None:
         """Connect to every child, authenticate and join it to `run` with the run's join
         `token`; each link's events are read in a task of `tg` (the run owner's).
@@ -169,39 +172,37 @@ class Relay:
             self.below.update(dict.fromkeys(link.hosts, link))
             tg.create_task(link.read(self))
 
-    def enter(self, request: dict[str, Any], emit: Emit,
-              to_controller: bool = False) -> tuple[list[dict[str, Any]], Emit]:
+    def enter(self, request: k.Enter, emit: Emit,
+              to_controller: bool = False) -> tuple[list[k.Participant], Emit]:
         """Pass the enter on to the children whose subtrees take part; this host's own
         components, and where their acks go (this step's batch, its summary's records
         compressed when it goes `to_controller`)."""
-        hosts, lists = request["hosts"], request["lists"]
+        hosts, lists = request.hosts or {}, request.lists or []
         strangers = [h for h in hosts if h != self.host and h not in self.below]
         if strangers:
             raise ProtocolError(f"hosts {strangers[:5]} are not in the subtree of host {self.host}")
-        step = request["step"]
+        step = request.step
         own = lists[hosts[self.host]] if self.host in hosts else []
         batch = self.batches[step] = Batch(step, sum(len(lists[i]) for i in hosts.values()), emit, self.host,
-                                           len(own), request.get("summarize") is True, to_controller)
+                                           len(own), request.summarize, to_controller)
         parts: dict[str, dict[str, int]] = {}
         for host, index in hosts.items():
             if host != self.host:
                 parts.setdefault(self.below[host].child, {})[host] = index
-        fields = {k: v for k, v in request.items() if k not in ("hosts", "id", "timeout_s")}
         for child, part in parts.items():
             try:
-                self.links[child].channel.send({**fields, "hosts": part})
+                self.links[child].channel.send(msgspec.structs.replace(request, hosts=part, id=None,
+                                                                       timeout_s=None))
             except (NetspecError, ConnectionError) as exc:
                 raise NetspecError(f"cannot relay the step to host {child}: {exc}") from exc
         return own, batch.add_own
 
-    def from_child(self, link: Link, message: dict[str, Any]) -> None:
-        if message.get("t") == m.ACKS and isinstance(message.get("acks"), list):
-            acks, summary = message["acks"], message.get("summary")
-            foreign = [a.get("host") if isinstance(a, dict) else a for a in acks
-                       if not isinstance(a, dict) or a.get("host") not in link.hosts]
+    def from_child(self, link: Link, message: k.Event | reading.Refused) -> None:
+        if type(message) is k.Acks:
+            acks, summary = message.acks, message.summary
+            foreign = [a.host for a in acks if a.host not in link.hosts]
             wrong = None if summary is None else acksummary.problem(summary, link.hosts.__contains__)
-            step = message.get("step")
-            batch = self.batches.get(step) if isinstance(step, int) else None
+            batch = self.batches.get(message.step)
             if not foreign and wrong is None and batch is not None:
                 if summary is not None:
                     batch.add_summary(summary)
@@ -212,8 +213,11 @@ class Relay:
                    or "acks of a step never sent to it")
             self.tell({"t": m.ERROR, "error": {"type": "ProtocolError",
                                                "message": f"host {link.child} relayed {why}"}})
-        elif message.get("t") == m.ERROR:
-            error = message.get("error") if isinstance(message.get("error"), dict) else {}
+        elif type(message) is reading.Refused:
+            self.tell({"t": m.ERROR, "error": {"type": "ProtocolError", "message": f"host {link.child} "
+                                               f"relayed {message.problem}"}})
+        elif type(message) is k.ErrorEvent:
+            error = message.error
             self.tell({"t": m.ERROR, "error": {**error, "message": f"host {link.child} (relayed by host "
                                                           f"{self.host}): {error.get('message', '')}"}})
 
@@ -227,12 +231,12 @@ class Relay:
             await _close(link.channel)
 
 
-async def _join(run: str, key: bytes, token: bytes, child: dict[str, Any]) -> Link:
-    name, address, hosts = child["host"], child["address"], frozenset(child["hosts"])
+async def _join(run: str, key: bytes, token: bytes, child: k.Child) -> Link:
+    name, address, hosts = child.host, child.address, frozenset(child.hosts)
     channel: Channel | None = None
     try:
         async with asyncio.timeout(JOIN_TIMEOUT_S):
-            channel = await Channel.connect(address[0], address[1], peer=f"host {name}")
+            channel = await Channel.connect(address[0], address[1], peer=f"host {name}", kinds=FROM_CHILD)
             await client_handshake(channel, key)
             channel.send({"t": m.JOIN, "id": 1, "run": run, "host": name, "token": token})
             reply = await channel.recv()
@@ -240,9 +244,11 @@ async def _join(run: str, key: bytes, token: bytes, child: dict[str, Any]) -> Li
         await _close(channel)
         raise NetspecError(f"cannot reach host {name} at {address[0]}:{address[1]} to relay to it: "
                            f"{exc or type(exc).__name__}") from exc
-    if reply is None or reply.get("t") != m.REPLY:
+    if type(reply) is not k.ReplyFrame:
         await _close(channel)
-        message = (reply or {}).get("error", {}).get("message", "it hung up")
+        message = (reply.error.get("message", "") if type(reply) is k.ErrorEvent else
+                   reply.problem if type(reply) is reading.Refused else "it hung up" if reply is None else
+                   f"it answered with {type(reply).__name__}")
         raise NetspecError(f"host {name} refused to join the relay tree: {message}")
     return Link(name, channel, hosts)
 

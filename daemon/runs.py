@@ -16,13 +16,11 @@ import hmac
 from pathlib import Path
 from typing import Any, Protocol
 
+from netspec.protocol import kinds as k
 from netspec.protocol.errors import NetspecError, ProtocolError
 
 from .relay import Relay
 from .supervisor import Supervisor
-
-# A run's join token: what a parent in its tree shows to join it (drawn by the controller).
-JOIN_TOKEN_BYTES = 16
 
 
 class DaemonControl(Protocol):
@@ -55,7 +53,7 @@ class Session(Protocol):
 
     async def end_run(self) -> None: ...
 
-    def emit(self, message: dict[str, Any]) -> None: ...
+    def emit(self, message: dict[str, Any] | k.Event) -> None: ...
 
 
 def acted_on(session: Session) -> Supervisor:
@@ -83,12 +81,11 @@ def own_run(session: Session, what: str) -> Supervisor:
     return sup
 
 
-async def reset_under_way(session: Session, request: dict[str, Any], until: float) -> None:
+async def reset_under_way(session: Session, request: k.Setup, until: float) -> None:
     """Wait (until the loop time `until`) while the run id `request` sets up is still held by
     a connection that ended and is resetting it: its controller may come back for it at once
     (a reconnect), and is then not told that another controller holds it."""
-    run = request.get("run")
-    holder = session.daemon.runs.get(run) if isinstance(run, str) else None
+    holder = session.daemon.runs.get(request.run)
     if (holder is None or holder is session or holder.supervisor is None
             or not (holder.ending or holder.supervisor.was_reset)):
         return
@@ -97,23 +94,18 @@ async def reset_under_way(session: Session, request: dict[str, Any], until: floa
             await holder.supervisor.let_go.wait()
 
 
-def check_setup(session: Session, request: dict[str, Any]) -> bytes | None:
+def check_setup(session: Session, request: k.Setup) -> bytes | None:
     """May this connection set up the run `request` names? Returns its join token.
 
     Raises:
-        ProtocolError: `share` or `join_token` is malformed.
         NetspecError: the connection joined a run; another connection holds this run id;
             or another's live run (not reset) holds the host and `share` is not true.
     """
     if session.joined:
         raise NetspecError("this connection relays a run as a parent in its tree: it sets up none")
-    run, token, share = request.get("run"), request.get("join_token"), request.get("share", False)
-    if not isinstance(share, bool) or not (token is None or (isinstance(token, bytes)
-                                                             and len(token) >= JOIN_TOKEN_BYTES)):
-        raise ProtocolError(f"setup takes share (true or false) and join_token (at least "
-                            f"{JOIN_TOKEN_BYTES} bytes)")
+    run, token, share = request.run, request.join_token, request.share
     runs = session.daemon.runs
-    holder = runs.get(run) if isinstance(run, str) else None
+    holder = runs.get(run)
     if holder is not None and holder is not session:
         raise NetspecError(f"run {run!r} is set up by another controller on this daemon")
     # A run reset already holds no process, and one whose connection ended is being reset:
@@ -128,7 +120,7 @@ def check_setup(session: Session, request: dict[str, Any]) -> bytes | None:
     return token
 
 
-def check_join(session: Session, request: dict[str, Any]) -> Supervisor:
+def check_join(session: Session, request: k.Join) -> Supervisor:
     """The run a parent in its tree joins on this connection.
 
     Raises:
@@ -137,23 +129,22 @@ def check_join(session: Session, request: dict[str, Any]) -> Supervisor:
             another host of the run than the parent expects (as a daemon asked to be its own
             child is).
     """
-    run, host, token = request.get("run"), request.get("host"), request.get("token")
-    owner = session.daemon.runs.get(run) if isinstance(run, str) else None
+    run, host, token = request.run, request.host, request.token
+    owner = session.daemon.runs.get(run)
     if owner is None or owner.supervisor is None:
         raise NetspecError(f"no run {run!r} is set up on this daemon")
     if session.supervisor is not None:
         raise NetspecError(f"this connection holds run {session.supervisor.run_id!r} already; a parent "
                            "in a tree joins on a connection of its own")
     sup: Supervisor = owner.supervisor
-    if (sup.join_token is None or not isinstance(token, bytes)
-            or not hmac.compare_digest(token, sup.join_token)):
+    if sup.join_token is None or not hmac.compare_digest(token, sup.join_token):
         raise NetspecError(f"run {run!r} is not joined without its join token")
     if host != sup.host:
         raise NetspecError(f"this daemon is host {sup.host!r} of run {run!r}, not {str(host)[:100]!r}")
     return sup
 
 
-def check_subtrees(host: str, children: list[dict[str, Any]]) -> None:
+def check_subtrees(host: str, children: list[k.Child]) -> None:
     """A tree is a tree: each child heads its own subtree, no host is in two of them, and
     none holds this host (a step relayed into a cycle would go round it for ever).
 
@@ -162,9 +153,9 @@ def check_subtrees(host: str, children: list[dict[str, Any]]) -> None:
     """
     seen: set[str] = set()
     for child in children:
-        subtree = [child["host"], *child["hosts"]]
+        subtree = [child.host, *child.hosts]
         if host in subtree:
-            raise ProtocolError(f"host {host!r} cannot be in its own child {child['host']!r}'s subtree "
+            raise ProtocolError(f"host {host!r} cannot be in its own child {child.host!r}'s subtree "
                                 "(a cycle in the tree)")
         twice = seen.intersection(subtree)
         if twice:

@@ -13,12 +13,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
+from netspec.protocol import reading
 from netspec.protocol.auth import server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError, ProtocolError
 
-from .handlers import HANDLERS, INLINE_HANDLERS, timeout_of
+from .handlers import HANDLERS, INLINE_HANDLERS
 from .relay import Relay
 from .supervisor import Supervisor
 
@@ -41,6 +43,9 @@ MAX_HANDSHAKES = 64
 # Requests of one session being answered at once; past it the session's frames are not
 # read until one is answered, so a flood is held back by TCP, not queued in memory.
 MAX_IN_FLIGHT = 256
+# Every request is decoded into its type where its frame is read (protocol/kinds.py); one
+# that does not fit is answered with an error naming the field, and the session reads on.
+REQUESTS = reading.Reader(k.REQUESTS, "request")
 
 
 class _SessionOver(Exception):
@@ -104,15 +109,16 @@ class Session:
             del self.daemon.runs[sup.run_id]
         sup.let_go.set()
 
-    def emit(self, message: dict[str, Any]) -> None:
+    def emit(self, message: dict[str, Any] | k.Event) -> None:
         """Send an event; if the controller is gone there is nobody left to tell."""
         try:
             self.channel.send(message)
         except ProtocolError as exc:
             # Too big for one frame: the controller is told so, not left waiting.
             refused = {"t": m.ERROR, "error": m.error_map(exc)}
+            rid = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
             with contextlib.suppress(NetspecError, ConnectionError):
-                self.channel.send(refused if message.get("id") is None else {**refused, "id": message["id"]})
+                self.channel.send(refused if rid is None else {**refused, "id": rid})
         except (NetspecError, ConnectionError):
             pass
 
@@ -140,26 +146,27 @@ class Session:
         except* _SessionOver:
             pass
 
-    def _take(self, request: dict[str, Any]) -> bool:
-        """A request answered as it is read (INLINE_HANDLERS); the rest wait for `serve`."""
-        if request.get("t") not in INLINE_HANDLERS:
+    def _take(self, request: k.Request | reading.Refused) -> bool:
+        """A request answered as it is read (INLINE_HANDLERS), and one that does not fit its
+        type (refused at once); the rest wait for `serve`."""
+        if type(request) is reading.Refused:
+            self._refuse(request, request.error())
+            return True
+        if type(request) not in INLINE_HANDLERS:
             return False
         self._answer_now(request)
         return True
 
-    async def _answer(self, request: dict[str, Any]) -> None:
+    async def _answer(self, request: k.Request) -> None:
         try:
             await self._answer_one(request)
         finally:
             self.in_flight.release()
 
-    async def _answer_one(self, request: dict[str, Any]) -> None:
+    async def _answer_one(self, request: k.Request) -> None:
         try:
-            handler = HANDLERS.get(request.get("t"))  # type: ignore[arg-type]
-            if handler is None:
-                raise ProtocolError(f"unknown request type {request.get('t')!r}")
-            async with asyncio.timeout(timeout_of(request)):
-                reply = await handler(self, request)
+            async with asyncio.timeout(request.timeout_s):
+                reply = await HANDLERS[type(request)](self, request)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -167,23 +174,22 @@ class Session:
         else:
             self._reply(request, reply)
 
-    def _answer_now(self, request: dict[str, Any]) -> None:
+    def _answer_now(self, request: k.Request) -> None:
         try:
-            reply = INLINE_HANDLERS[request["t"]](self, request)
+            reply = INLINE_HANDLERS[type(request)](self, request)
         except Exception as exc:
             self._refuse(request, exc)
         else:
             self._reply(request, reply)
 
-    def _reply(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
-        if request.get("id") is not None:
-            self.emit({"t": m.REPLY, "id": request["id"], **reply})
+    def _reply(self, request: k.Request, reply: dict[str, Any]) -> None:
+        if request.id is not None:
+            self.emit({"t": m.REPLY, "id": request.id, **reply})
 
-    def _refuse(self, request: dict[str, Any], exc: Exception) -> None:
-        log.debug("request %s failed", request["t"], exc_info=True)
+    def _refuse(self, request: k.Request | reading.Refused, exc: Exception) -> None:
+        log.debug("request %s failed", getattr(request, "kind", type(request).__name__), exc_info=True)
         # Without an id (a one-way command) the error is an event of its own.
-        error = {"t": m.ERROR, "error": m.error_map(exc)}
-        self.emit(error if request.get("id") is None else {**error, "id": request["id"]})
+        self.emit(k.ErrorEvent(error=m.error_map(exc), id=request.id))
 
 
 class Daemon:
@@ -222,6 +228,7 @@ class Daemon:
                     task.cancel()
 
     async def _connection(self, channel: Channel) -> None:
+        channel.kinds = REQUESTS  # from its seal on, each request decoded where it is read
         peer = channel.peer
         if len(self.sessions) >= MAX_CONNECTIONS:
             await self._refuse_busy(channel)

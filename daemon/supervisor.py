@@ -26,16 +26,16 @@ from netspec.protocol.exits import (
     signal_pids,
     still_alive,
 )
+from netspec.protocol.kinds import ComponentSpec
 from netspec.protocol.names import as_name, safe_name
 
 from .component import (
     KILL_GRACE_S,
-    ComponentExited,
     ComponentProcess,
-    ComponentSpec,
     Outbox,
     StartRefused,
 )
+from .componentchannel import ComponentExited
 from .orphans import reap_adopted, run_processes_below
 from .sampler import CampConfig
 from .services import NodeServices

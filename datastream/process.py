@@ -12,12 +12,29 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .format import DEFAULT_FLUSH_MS
 
-if TYPE_CHECKING:
-    from .writer import Stream
+
+class _Config(Protocol):
+    flush_ms: int
+
+
+class Stream(Protocol):
+    """What this module asks of an open stream (writer.py's `Stream`, which imports this
+    module: so it is named by what it does, not imported)."""
+
+    config: _Config
+    lock: threading.Lock
+    buf: list[Any]
+    flushed_ns: int
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def _reopen_in_child(self) -> None: ...
 
 # How long the last stream's close waits for the flusher to end: at most one flush of a
 # chunk it had begun.

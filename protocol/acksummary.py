@@ -8,8 +8,8 @@ widest spread within the bounds (of the daemons' starts, and of the programs' ca
 `programs`), lists the starts that could not be placed or were late for their instant,
 and holds each ack's run.json entry as msgpack bytes. Relays join
 their children's bytes without reading them; the controller appends them to the run's
-ack journal (runrecord.ACK_JOURNAL) without reading them either, and run.json gets them
-when the run ends (runrecord.fold_ack_journal).
+ack journal (ackjournal.ACK_JOURNAL) without reading them either, and run.json gets them
+when the run ends (runjournal.fold_acks).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import msgpack
 
+from .kinds import Ack, Mark, Summary
 from .messages import ACK_OK
 
 SLOWEST = 3
@@ -32,39 +33,41 @@ FLAGS = ("unsynchronised", "realtime_refused")
 COMPRESS_FROM = 4096  # bytes of records: about 40 hosts' acks
 
 
-def is_plain(ack: dict[str, Any]) -> bool:
-    return ack.get("status") == ACK_OK and not any(ack.get(k) for k in MEANINGFUL)
+def is_plain(ack: Ack) -> bool:
+    return ack.status == ACK_OK and not any(getattr(ack, k) for k in MEANINGFUL)
 
 
-def start_on_timeline(ack: dict[str, Any]) -> dict[str, Any]:
+def start_on_timeline(ack: Ack) -> dict[str, Any]:
     """What a component's step entry keeps of the start its ack reports: the start on the
     global timeline and its bound (from the ack's entry clock), and with `release: at`
     how late the step reached the host for its instant, if it did."""
     kept: dict[str, Any] = {}
-    if "entry_clock" in ack:
-        offset, bound = ack["entry_clock"]
-        kept.update(start_ns=ack["entered"] - offset, start_bound_ns=bound)
-        if isinstance(ack.get("started"), int):
+    if ack.entry_clock is not None:
+        offset, bound = ack.entry_clock
+        kept.update(start_ns=ack.entered - offset, start_bound_ns=bound)
+        if ack.started is not None:
             # The program's own start of its callback, on its host's clock (nodelib stamps it):
             # where the participant starts, placed by the same estimate, milliseconds apart.
-            kept["program_start_ns"] = ack["started"] - offset
-    release = ack.get("release") or {}
+            kept["program_start_ns"] = ack.started - offset
+    release = ack.release
+    if release is None:
+        return kept
     for said in ("at_ns", "bound_ns"):  # the instant on the host's clock, and how far off it may be
-        if isinstance(release.get(said), int):
-            kept[f"release_{said}"] = release[said]
-    if release.get("missed_ns"):
-        kept["release_missed_ns"] = release["missed_ns"]
+        if getattr(release, said) is not None:
+            kept[f"release_{said}"] = getattr(release, said)
+    if release.missed_ns:
+        kept["release_missed_ns"] = release.missed_ns
     for said in FLAGS:
-        if release.get(said):
+        if getattr(release, said):
             kept[f"release_{said}"] = True
     return kept
 
 
-def entry(ack: dict[str, Any]) -> dict[str, Any]:
-    """A component's entry in its step's record, but for when the controller received it."""
-    return {"status": ack["status"], "message": ack.get("message", ""), "entered_ns": ack["entered"],
-            "acked_ns": ack["acked"], **({"started_ns": ack["started"]} if isinstance(ack.get("started"), int)
-                                         else {}), **start_on_timeline(ack)}
+def entry(ack: Ack) -> dict[str, Any]:
+    """A component's entry in its step's record, but for when the controller received it:
+    every stamp the ack declares (kinds.Ack) that the record keeps."""
+    return {"status": ack.status, "message": ack.message, "entered_ns": ack.entered, "acked_ns": ack.acked,
+            **({"started_ns": ack.started} if ack.started is not None else {}), **start_on_timeline(ack)}
 
 
 class Spread:
@@ -73,12 +76,13 @@ class Spread:
 
     def __init__(self) -> None:
         self.count = 0
-        self.first: list[Any] | None = None
-        self.last: list[Any] | None = None
+        self.first: Mark | None = None
+        self.last: Mark | None = None
         self.low: int | None = None  # the earliest start minus its bound
         self.high: int | None = None  # the latest start plus its bound
 
-    def add(self, count: int, first: list[Any], last: list[Any], low: int, high: int) -> None:
+    def add(self, count: int, first: Mark, last: Mark, low: int, high: int) -> None:
+        first, last = tuple(first), tuple(last)  # type: ignore[assignment]
         if self.count == 0:
             self.first, self.last, self.low, self.high = first, last, low, high
         else:
@@ -88,7 +92,7 @@ class Spread:
         self.count += count
 
     def one(self, start: int, bound: int, who: str) -> None:
-        self.add(1, [start, who], [start, who], start - bound, start + bound)
+        self.add(1, (start, who), (start, who), start - bound, start + bound)
 
     def wire(self) -> list[Any]:
         return [self.count, self.first, self.last, self.low, self.high]
@@ -116,16 +120,16 @@ class AckSummary:
         self.flagged: dict[str, list[str]] = {flag: [] for flag in FLAGS}
         self.records: list[bytes] = []
 
-    def add_host(self, host: str, acks: list[dict[str, Any]]) -> None:
+    def add_host(self, host: str, acks: list[Ack]) -> None:
         """Every ack of `host` in the step, each plain."""
         self.acks += len(acks)
         self.hosts += 1
-        took = max(a["acked"] for a in acks) - min(a["entered"] for a in acks)
-        self._slow([[took, host]])
+        took = max(a.acked for a in acks) - min(a.entered for a in acks)
+        self._slow([(took, host)])
         for ack in acks:
             kept = entry(ack)
-            self.add_start(f"{host}/{ack['component']}", kept)
-            self.records.append(msgpack.packb([host, ack["component"], kept]))
+            self.add_start(f"{host}/{ack.component}", kept)
+            self.records.append(msgpack.packb([host, ack.component, kept]))
 
     def add_start(self, who: str, kept: dict[str, Any]) -> None:
         """The start of one participant (`who`: host/component), from its step entry."""
@@ -141,85 +145,52 @@ class AckSummary:
             if kept.get(f"release_{flag}"):
                 self.flagged[flag].append(who)
 
-    def merge(self, wire: dict[str, Any], keep_records: bool = True) -> None:
+    def merge(self, wire: Summary, keep_records: bool = True) -> None:
         """Fold in a summary from below, checked by `problem` first."""
-        self.acks += wire["acks"]
-        self.hosts += wire["hosts"]
-        self._slow(wire["slowest"])
-        if wire["starts"]:
-            self.daemons.add(wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"])
-        programs = wire.get("programs")  # a relay of an older netspec sends none
-        if programs and programs[0]:
-            self.programs.add(*programs)
-        self.unplaced.extend(wire["unplaced"])
-        self.missed.update(wire["missed"])
+        self.acks += wire.acks
+        self.hosts += wire.hosts
+        self._slow(wire.slowest)
+        if wire.starts:
+            self.daemons.add(wire.starts, wire.first, wire.last, wire.low, wire.high)  # type: ignore[arg-type]
+        if wire.programs[0]:  # a relay of an older netspec sends none
+            self.programs.add(*wire.programs)  # type: ignore[arg-type]
+        self.unplaced.extend(wire.unplaced)
+        self.missed.update(wire.missed)
         for flag in FLAGS:
-            self.flagged[flag].extend(wire[flag])
+            self.flagged[flag].extend(getattr(wire, flag))
         if keep_records:
-            self.records.append(wire["records"])
+            self.records.append(wire.records)
 
-    def wire(self, compress: bool = False) -> dict[str, Any]:
+    def wire(self, compress: bool = False) -> Summary:
         """The summary as it goes up; `compress` (to the controller) deflates its records
         where they are many: the controller's work per step is mostly the records' bytes, and
         they shrink 5x, but deflating costs 70 us however few they are."""
         records = b"".join(self.records)
         compress = compress and len(records) >= COMPRESS_FROM
         daemons = self.daemons
-        return {"acks": self.acks, "hosts": self.hosts, "slowest": self.slowest, "starts": daemons.count,
-                "first": daemons.first, "last": daemons.last, "low": daemons.low, "high": daemons.high,
-                "programs": self.programs.wire(), "unplaced": self.unplaced, "missed": self.missed,
-                **self.flagged,
-                **({"records": zlib.compress(records, 1), "zlib": True} if compress
-                   else {"records": records})}
+        return Summary(acks=self.acks, hosts=self.hosts, slowest=self.slowest, starts=daemons.count,
+                       first=daemons.first, last=daemons.last, low=daemons.low, high=daemons.high,
+                       programs=self.programs.wire(), unplaced=self.unplaced, missed=self.missed,
+                       **self.flagged, records=zlib.compress(records, 1) if compress else records,
+                       zlib=compress)
 
-    def _slow(self, slowest: list[list[Any]]) -> None:
+    def _slow(self, slowest: list[Any]) -> None:
         if slowest:
             self.slowest = sorted([*self.slowest, *slowest], key=lambda s: s[0], reverse=True)[:SLOWEST]
 
 
-def problem(wire: Any, allowed: Callable[[str], bool], compressed: bool = False) -> str | None:
-    """What is wrong with a summary from the wire, None if nothing: its fields' types, and
-    every host it names (`allowed`: a host of the sender's subtree). Its records are bytes
-    here, deflated only where `compressed` (a relay joins its children's records as they are,
-    so they come to it as they are); their entries are checked as they are folded into run.json."""
-    if not isinstance(wire, dict):
-        return "a summary that is not a map"
-    zipped = wire.get("zlib", False)
-    if zipped is not False and not (compressed and zipped is True):
-        return "a summary with compressed records from below" if zipped is True else "a malformed zlib"
-    counts = ("acks", "hosts", "starts")
-    if not all(isinstance(wire.get(k), int) and wire[k] >= 0 for k in counts):
-        return f"a summary without counts ({', '.join(counts)})"
-    if not isinstance(wire.get("records"), bytes):
-        return "a summary without its records"
-    ends = [wire.get(k) for k in ("first", "last")]
-    if not _spread(wire["starts"], *ends, wire.get("low"), wire.get("high")):
-        return "a summary whose starts have no ends"
-    programs = wire.get("programs", [0, None, None, None, None])
-    if not (isinstance(programs, list) and len(programs) == 5 and isinstance(programs[0], int)
-            and programs[0] >= 0 and _spread(*programs)):
-        return "a summary whose programs' starts are malformed"
-    marks = [*(ends if wire["starts"] else []), *(programs[1:3] if programs[0] else [])]
-    slowest, missed = wire.get("slowest"), wire.get("missed")
-    lists = [wire.get(k) for k in ("unplaced", *FLAGS)]
-    if not (isinstance(slowest, list) and all(_mark(s) for s in slowest) and isinstance(missed, dict)
-            and all(isinstance(v, int) for v in missed.values())
-            and all(isinstance(names, list) for names in lists)):
-        return "a summary whose slowest, unplaced, missed or flagged hosts are malformed"
-    whos = itertools.chain((e[1] for e in marks), missed, *lists)
-    named = [s[1] for s in slowest] + [_host(w) for w in whos]
-    strangers = sorted({str(h) for h in named if not isinstance(h, str) or not allowed(h)})
+def problem(wire: Summary, allowed: Callable[[str], bool], compressed: bool = False) -> str | None:
+    """What is wrong with a summary from below, None if nothing. Its shape was checked
+    where it was read (kinds.Summary); here, what only the tree knows: every host it names
+    must be `allowed` (a host of the sender's subtree), and its records are deflated only
+    where `compressed` (a relay joins its children's records as they are, so they come to
+    it as they are); their entries are checked as they are folded into run.json."""
+    if wire.zlib and not compressed:
+        return "a summary with compressed records from below"
+    marks = [*((wire.first, wire.last) if wire.starts else ()),
+             *(wire.programs[1:3] if wire.programs[0] else ())]
+    whos = itertools.chain((e[1] for e in marks if e is not None), wire.missed, wire.unplaced,
+                           *(getattr(wire, flag) for flag in FLAGS))
+    named = [s[1] for s in wire.slowest] + [w.partition("/")[0] for w in whos]
+    strangers = sorted({h for h in named if not allowed(h)})
     return f"a summary naming hosts {strangers[:5]} outside its subtree" if strangers else None
-
-
-def _spread(count: int, first: Any, last: Any, low: Any, high: Any) -> bool:
-    """Whether a Spread from the wire has its ends where it counts starts."""
-    return not count or (_mark(first) and _mark(last) and isinstance(low, int) and isinstance(high, int))
-
-
-def _mark(pair: Any) -> bool:
-    return isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], str)
-
-
-def _host(who: Any) -> Any:
-    return who.partition("/")[0] if isinstance(who, str) else who

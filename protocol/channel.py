@@ -1,6 +1,8 @@
 """Message channels over sockets: asyncio for daemon and controller, blocking for components.
 
 Both use the pure FrameDecoder of wire.py; after a ProtocolError the connection is dropped.
+An asyncio channel given `kinds` (a reading.Reader) hands on typed messages from its seal on:
+each frame is decoded into its Struct there, once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import msgspec
+
 from .errors import ConnectionLost, ProtocolError
+from .reading import Reader
 from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
 # A component's read: under glibc's mmap threshold (128 KiB), which a read of 256 KiB is over
@@ -25,7 +30,7 @@ READ_SIZE = 64 * 1024
 # are: a peer that floods is held back by TCP, not queued in memory.
 READY_LIMIT = 256
 
-Take = Callable[[dict[str, Any]], bool]
+Take = Callable[[Any], bool]
 
 
 class Channel(asyncio.Protocol):
@@ -40,11 +45,11 @@ class Channel(asyncio.Protocol):
     """
 
     def __init__(self, peer: str = "", max_frame: int = MAX_FRAME,
-                 on_open: Callable[[Channel], None] | None = None):
-        self.peer, self._on_open = peer, on_open
+                 on_open: Callable[[Channel], None] | None = None, kinds: Reader | None = None):
+        self.peer, self._on_open, self.kinds = peer, on_open, kinds
         self.decoder = FrameDecoder(max_frame)
         self.transport: asyncio.Transport | None = None
-        self._ready: deque[dict[str, Any]] = deque()
+        self._ready: deque[Any] = deque()
         self._seal: Seal | None = None
         self._held = False  # in a handshake: a frame is decoded only when `recv` asks for it
         self._take: Take | None = None
@@ -55,8 +60,9 @@ class Channel(asyncio.Protocol):
         self._lost = asyncio.get_running_loop().create_future()
 
     @classmethod
-    async def connect(cls, host: str, port: int, peer: str = "") -> Channel:
-        _, channel = await asyncio.get_running_loop().create_connection(lambda: cls(peer), host, port)
+    async def connect(cls, host: str, port: int, peer: str = "", kinds: Reader | None = None) -> Channel:
+        _, channel = await asyncio.get_running_loop().create_connection(lambda: cls(peer, kinds=kinds),
+                                                                        host, port)
         return channel
 
     @classmethod
@@ -94,8 +100,10 @@ class Channel(asyncio.Protocol):
         """From now on every frame is tagged and every frame received must carry its tag,
         the bytes held since the handshake's last frame too (`hold`). A message decoded
         before the seal and never read ends the channel: it came unsealed after the
-        handshake's own."""
+        handshake's own. From here on a channel with `kinds` hands on typed messages."""
         self._seal, self.decoder.seal, self._held = outgoing, incoming, False
+        if self.kinds is not None:
+            self.decoder.read = self.kinds
         if self._ready:
             self._fail(ProtocolError(f"{len(self._ready)} frame(s) came unsealed after the handshake",
                                      self.peer))
@@ -110,17 +118,19 @@ class Channel(asyncio.Protocol):
         channel and is raised by `recv`. Only while no message waits, so that order holds."""
         self._take = handler
 
-    async def take_each(self, handler: Callable[[dict[str, Any]], None]) -> None:
+    async def take_each(self, handler: Callable[[Any], None]) -> None:
         """Hand every message to `handler` as it is decoded (`take`), those decoded before in
         order first, until a clean end of the stream; anything else is raised as by `recv`."""
-        def take(message: dict[str, Any]) -> bool:
+        def take(message: Any) -> bool:
             handler(message)
             return True
         self.take(take)
         while (message := await self.recv()) is not None:
             handler(message)
 
-    async def recv(self) -> dict[str, Any] | None:
+    async def recv(self) -> Any:
+        """The next message (a map, or with `kinds` a typed one once sealed), None at a
+        clean end of the stream."""
         while not self._ready:
             if self._held and self._error is None:
                 self._decode(b"", most=1)  # one held back: the handshake asks for it now
@@ -144,7 +154,7 @@ class Channel(asyncio.Protocol):
             self.transport.resume_reading()  # a no-op unless paused below
         return message
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any] | msgspec.Struct) -> None:
         """Queue one message; call `drain` where back-pressure matters."""
         if self.closing:
             raise ConnectionLost(self.peer, detail="connection is closed")

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import msgspec
 
 from .errors import ProtocolError
 
@@ -61,10 +63,10 @@ class Packed(bytes):
     step) is encoded once. The frame on the wire is the one the value itself would make."""
 
 
-def encode(message: dict[str, Any], seal: Seal | None = None) -> bytes:
-    """Return the frame carrying `message` (a map with at least a "t" key), tagged by
-    `seal` on an authenticated connection."""
-    if Packed in map(type, message.values()):
+def encode(message: dict[str, Any] | msgspec.Struct, seal: Seal | None = None) -> bytes:
+    """Return the frame carrying `message` (a map with at least a "t" key, or a message of
+    kinds.py, which is one on the wire), tagged by `seal` on an authenticated connection."""
+    if isinstance(message, dict) and Packed in map(type, message.values()):
         body = _map_header(len(message)) + b"".join(
             _pack(key) + (value if isinstance(value, Packed) else _pack(value))
             for key, value in message.items())
@@ -81,8 +83,13 @@ def packed(value: Any) -> Packed:
     return Packed(_pack(value))
 
 
+_encoder = msgspec.msgpack.Encoder()
+
+
 def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+    """msgpack's bytes, as msgpack.packb(use_bin_type=True) makes them, and a Struct of
+    kinds.py as its map."""
+    return _encoder.encode(value)
 
 
 def _map_header(size: int) -> bytes:
@@ -180,17 +187,18 @@ class FrameDecoder:
     because a length prefix can no longer be trusted to mark where the next frame starts.
     """
 
-    def __init__(self, max_frame: int = MAX_FRAME):
-        self.max_frame = max_frame
+    def __init__(self, max_frame: int = MAX_FRAME, read: Callable[[bytes], Any] = decode_body):
+        # What makes a body a message: a plain map, or a typed message (reading.Reader).
+        self.max_frame, self.read = max_frame, read
         self.seal: Seal | None = None
         self._buffer = bytearray()
 
-    def feed(self, data: bytes, most: int | None = None) -> list[dict[str, Any]]:
+    def feed(self, data: bytes, most: int | None = None) -> list[Any]:
         """Take `data`; return the messages it completes, `most` of them at most: the rest
         stay in the buffer, undecoded, for a later `feed` (the handshake's, auth.py: frames
         after its own are decoded only under the seal it sets)."""
         self._buffer += data
-        messages: list[dict[str, Any]] = []
+        messages: list[Any] = []
         while len(self._buffer) >= HEADER.size and (most is None or len(messages) < most):
             (length,) = HEADER.unpack_from(self._buffer)
             tag_bytes = TAG_BYTES if self.seal is not None else 0
@@ -207,7 +215,7 @@ class FrameDecoder:
                 raise ProtocolError(f"frame {self.seal.sequence - 1} failed its MAC check "
                                     "(injected, replayed, reordered or damaged on the way)")
             del self._buffer[:end]
-            messages.append(decode_body(body))
+            messages.append(self.read(body))
         return messages
 
     @property

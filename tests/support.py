@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from netspec import camp
 from netspec.daemon.sampler import CampConfig, CampSampler
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import read_run
 
 PROGRAMS = Path(__file__).parent / "programs"
 # The test session's directory, shared by its xdist workers (made in conftest.py).
@@ -151,3 +152,9 @@ class Steal:
     def __exit__(self, *exc: object) -> None:
         self.stolen_ns = camp.cpu_times().steal - self._stolen
         self.share = self.stolen_ns / (time.monotonic_ns() - self._t0)
+
+
+def load_record(run: Path) -> dict:
+    """run.json of `run` (its journals folded) as plain JSON values, read through the typed
+    record's one door (`read_run`), so that a test may compare it with what it expects."""
+    return msgspec.to_builtins(read_run(run))

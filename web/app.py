@@ -6,16 +6,17 @@ bound, never pasted into SQL. It only reads: nothing under the roots is changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from netspec.analysis.resultset import MERGED, open_tables
+from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import RunRecord, read_run
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
@@ -54,12 +55,12 @@ def _query_number(request: Request, name: str, kind: type[int] | type[float],
         raise ValueError(f"query parameter {name}={value!r} is not {what}") from None
 
 
-def run_panel(run: Path, record: dict[str, Any], name: str, request: Request) -> Any:
+def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     """One panel's data. `events` takes its filters from the request's query."""
     if name == "timeline":
         return timeline.timeline_figure(record)
     if name == "live":
-        return {"status": record.get("status"), "steps": timeline.step_rows(record),
+        return {"status": RunOutcome.of(record).status, "steps": timeline.step_rows(record),
                 "timeline": timeline.timeline_figure(record)}
     merged = (run / MERGED / "summary.json").is_file()
     if not merged:
@@ -124,9 +125,9 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
 
     def run_page(request: Request) -> Response:
         path = _run(request)
-        record = load_record(path)
+        record = read_run(path)
         ref = f"{request.path_params['experiment']}/{request.path_params['run']}"
-        return HTMLResponse(render("run.html", title=f"run {record.get('id', path.name)}",
+        return HTMLResponse(render("run.html", title=f"run {record.id}",
                                    **run_header(path, record, ref, downloads(path)), static=False))
 
     def panel(request: Request) -> Response:
@@ -134,7 +135,7 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
         if name not in PANELS:
             raise NotFound(f"no panel {name!r}: one of {', '.join(PANELS)}")
         path = _run(request)
-        return _json(run_panel(path, load_record(path), name, request))
+        return _json(run_panel(path, read_run(path), name, request))
 
     def download(request: Request) -> Response:
         path = _run(request)
@@ -145,10 +146,9 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
 
     def campaign_page(request: Request) -> Response:
         path = catalog.campaign_path(f"{request.path_params['experiment']}/{request.path_params['id']}")
-        state = json.loads((path / "campaign.json").read_text())
-        view = campaign_view(state, catalog.run_ref)
-        return HTMLResponse(render("campaign.html", title=f"campaign {state.get('id', path.name)}",
-                                   state=state, view=view))
+        record = read_campaign(path)
+        view = campaign_view(record, catalog.run_ref)
+        return HTMLResponse(render("campaign.html", title=f"campaign {record.id}", state=record, view=view))
 
     def compare_page(request: Request) -> Response:
         refs = [request.query_params.get(k, "") for k in ("a", "b")]

@@ -3,40 +3,24 @@
 (`<experiment>/<id>/campaign.json`).
 
 A run or campaign is named in a URL by `<experiment>/<id>`, two safe names, and resolves only
-under its root. The index reads each run.json once per change of the file, and only the few
-fields it shows (msgspec skips the rest: a 1000-host run's run.json is megabytes).
+under its root. The index reads each run's record once per change of its files, through the
+one reader of run.json (`read_run`: its format checked, its journals folded in), and its
+status is the run's outcome as `ns_control ls` and `show` say it (`RunOutcome`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
+from netspec.protocol import ackjournal
+from netspec.protocol.campaignrecord import CAMPAIGN_FILE, read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import safe_name
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import JOURNAL, Controller, RunRecord
-
-CAMPAIGN_FILE = "campaign.json"
-
-
-class _Head(msgspec.Struct):
-    """What the index reads of a run.json."""
-
-    id: str = ""
-    experiment: str = ""
-    status: str = "unknown"
-    started_ns: int = 0
-    duration_s: float | None = None
-    experiment_sha256: str = ""
-    campaign: dict[str, Any] | None = None
-    controller: Controller = msgspec.field(default_factory=Controller)
-    hosts: dict[str, Any] = {}
-    plan: dict[str, Any] = {}
+from netspec.protocol.runrecord import JOURNAL, MERGED, read_run
 
 
 @dataclass(frozen=True)
@@ -77,6 +61,13 @@ def _ref_path(root: Path, ref: str, what: str) -> Path:
         raise NotFound(f"{what} {ref!r}: not <experiment>/<id>")
     experiment, ident = (safe_name(p, what) for p in parts)
     return root / experiment / ident
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return 0
 
 
 class Catalog:
@@ -126,30 +117,24 @@ class Catalog:
                 continue
             try:
                 entries.append(self._entry(path.parent))
-            except (OSError, ValueError, msgspec.DecodeError) as exc:
+            except (OSError, NetspecError) as exc:
                 unreadable.append(f"{path}: {exc}")
         entries.sort(key=lambda e: e.started_ns, reverse=True)
         return entries
 
     def _entry(self, run: Path) -> RunEntry:
         stat = os.stat(run / "run.json")
-        try:
-            journal = os.stat(run / JOURNAL).st_mtime_ns
-        except FileNotFoundError:
-            journal = 0
-        key = (stat.st_mtime_ns, stat.st_size, journal)
+        key = (stat.st_mtime_ns, stat.st_size, _mtime(run / JOURNAL), _mtime(run / ackjournal.ACK_JOURNAL))
         cached = self._heads.get(run)
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
-        head = msgspec.json.decode((run / "run.json").read_bytes(), type=_Head)
-        status = RunOutcome.of(RunRecord(format=1, id=head.id, experiment=head.experiment, status=head.status,
-                                         controller=head.controller)).status
-        campaign = head.campaign or {}
-        entry = RunEntry(f"{run.parent.name}/{run.name}", head.experiment or run.parent.name,
-                         head.id or run.name, status, head.started_ns, head.duration_s,
-                         len(head.plan.get("hosts") or head.hosts), head.experiment_sha256,
-                         campaign.get("id"), campaign.get("point"),
-                         (run / "merged" / "summary.json").is_file())
+        record = read_run(run)
+        campaign = record.campaign
+        entry = RunEntry(f"{run.parent.name}/{run.name}", record.experiment or run.parent.name,
+                         record.id, RunOutcome.of(record).status, record.started_ns, record.duration_s,
+                         len(record.host_names), record.experiment_sha256,
+                         campaign.id if campaign else None, campaign.point if campaign else None,
+                         (run / MERGED / "summary.json").is_file())
         self._heads[run] = (key, entry)
         return entry
 
@@ -157,14 +142,12 @@ class Catalog:
         entries = []
         for path in sorted(self.campaigns_root.glob(f"*/*/{CAMPAIGN_FILE}")):
             try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                unreadable.append(f"{path}: {exc}")
+                record = read_campaign(path.parent)
+            except NetspecError as exc:  # it names the file and the key
+                unreadable.append(str(exc))
                 continue
             entries.append(CampaignEntry(
-                f"{path.parent.parent.name}/{path.parent.name}", state.get("experiment", ""),
-                state.get("id", path.parent.name), state.get("status", "unknown"),
-                state.get("started_ns", 0), len(state.get("points", [])),
-                sum(len(p.get("runs", [])) for p in state.get("points", []))))
+                f"{path.parent.parent.name}/{path.parent.name}", record.experiment, record.id,
+                record.status, record.started_ns, len(record.points), len(record.runs())))
         entries.sort(key=lambda e: e.started_ns, reverse=True)
         return entries

@@ -14,13 +14,13 @@ from typing import Any
 import jinja2
 import msgspec
 from netspec.analysis.units import duration_text
-from netspec.protocol.runrecord import cut_short_texts
+from netspec.protocol.runoutcome import STATUSES, RunOutcome
+from netspec.protocol.runrecord import MERGED, RunRecord
 
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
-STATUS_CLASSES = ("ok", "partial", "failed", "interrupted", "running")
 # What a run page offers to download, relative to the run directory.
 DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
              "merged/narration.txt", "merged/report.html")
@@ -54,7 +54,7 @@ def when(ns: int | None) -> str:
 
 
 def status_class(status: str | None) -> str:
-    return status if status in STATUS_CLASSES else "other"
+    return status if status in STATUSES else "other"
 
 
 @functools.cache
@@ -75,17 +75,16 @@ def render(template: str, **context: Any) -> str:
     return _environment().get_template(template).render(**context)
 
 
-def run_header(path: Path, record: dict[str, Any], ref: str, files: list[str]) -> dict[str, Any]:
-    """What a run page shows before any panel loads: who, when, how it ended, its steps."""
-    error = record.get("error") or {}
-    merged = (path / "merged" / "summary.json").is_file()
-    plan = record.get("plan") or {}
+def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dict[str, Any]:
+    """What a run page shows before any panel loads: who, when, how it ended (its outcome,
+    as `ns_control show` says it: `RunOutcome`), its steps."""
+    outcome = RunOutcome.of(record)
+    merged = (path / MERGED / "summary.json").is_file()
     return {
-        "ref": ref, "record": record, "steps": step_rows(record), "downloads": files,
-        "hosts": [h.get("name") for h in plan.get("hosts", [])] or sorted(record.get("hosts") or {}),
-        "error": error, "merged": merged, "cut_short": cut_short_texts(record),
-        "page": {"ref": ref, "status": record.get("status"), "merged": merged,
-                 "failed": bool(error) or record.get("status") in ("failed", "partial")}}
+        "ref": ref, "record": record, "status": outcome.status, "steps": step_rows(record),
+        "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
+        "cut_short": record.cut_short_texts(),
+        "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled}}
 
 
 def downloads(run: Path) -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 from netspec.analysis.units import rate_text, time_unit
+from netspec.protocol.runrecord import RunRecord
 
 from . import timeline
 
@@ -266,7 +267,7 @@ def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_00
     return out
 
 
-def triage(db: duckdb.DuckDBPyConnection | None, record: dict[str, Any], run: Path) -> dict[str, Any]:
+def triage(db: duckdb.DuckDBPyConnection | None, record: RunRecord, run: Path) -> dict[str, Any]:
     """Each failing participant (`timeline.failures`) and, per host at its instant, the phase
     it was in; with a result set (`db`) also its last events and CAMP rates (`around`)."""
     failed = timeline.failures(record, run)

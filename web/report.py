@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from netspec.analysis.resultset import MERGED, open_tables
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import read_run
 
 from . import panels, timeline
 from .pages import downloads, render, run_header
@@ -26,7 +26,7 @@ def write_report(run: Path, out: Path | None = None) -> Path:
         OSError, duckdb.Error: the result set cannot be read or the file written.
     """
     out = out or run / MERGED
-    record = load_record(run)
+    record = read_run(run)
     origin = timeline.origin_ns(record)
     data = {"timeline": timeline.timeline_figure(record)}
     db = open_tables(out)
@@ -37,12 +37,12 @@ def write_report(run: Path, out: Path | None = None) -> Path:
                     triage=panels.triage(db, record, run))
     finally:
         db.close()
-    header = run_header(run, record, record.get("id", run.name), [])
+    header = run_header(run, record, record.id, [])
     header["page"]["merged"] = True
     # a report's downloads are the files beside it, linked relative to where it is written
     links = [(os.path.relpath(run / name, out), name) for name in downloads(run)
              if name != f"{MERGED}/{REPORT}"]
-    html = render("run.html", title=f"run {record.get('id', run.name)}", static=True, panels=data,
+    html = render("run.html", title=f"run {record.id}", static=True, panels=data,
                   links=links, **{**header, "merged": True})
     path = out / REPORT
     tmp = path.with_name(f".{REPORT}.tmp")

@@ -1,11 +1,13 @@
-"""A run's phases as the browser shows them, from run.json alone (so a run in progress and a
-run never merged show them too): one bar per step and participant from its start to its ack
-on the global timeline, the steps' table with their release skew, and what a failed step
-says of its failing participants.
+"""A run's phases as the browser shows them, from its typed record alone (so a run in
+progress and a run never merged show them too): one bar per step and participant from its
+start to its ack on the global timeline, the steps' table with their release skew, and what a
+failed step says of its failing participants. Every participant a step's record names has its
+bar, as `ns_control show` lists it, those that never acked too.
 
 A participant's start is on the global timeline where its daemon had a clock estimate
 (`start_ns` ± `start_bound_ns`); before sync_clocks it is its host's own clock, said so.
-Its length is measured on one clock (ack - enter), so it is exact.
+Its length is measured on one clock (ack - enter), so it is exact. One that never acked
+starts when the controller sent its host the step.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from netspec.analysis.units import duration_text
+from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
-                   "killed": "#9d2b2b", "skipped": "#bab0ac", "ended": "#8c8c8c", "running": "#72b7b2"}
+                   "killed": "#9d2b2b", "skipped": "#bab0ac", "ended": "#8c8c8c", "running": "#72b7b2",
+                   "waiting": "#c7c7c7"}
+# What the triage lists of a step: a participant that failed, or a host sent a failed step
+# that none of its participants acked (`waiting`, as `ns_control show` says it).
+FAILING = ("error", "killed", "late", "waiting")
 # Step names are written over the timeline only where the step is wide enough to hold one;
 # every step's name is in its hover and in the table.
 LABEL_MIN_SHARE = 0.06
@@ -29,55 +36,87 @@ class Bar:
     step: int
     phase: str
     host: str
-    component: str
-    outcome: str  # ok, warning, late, error, killed, skipped, ended (by a failed run's end), running
+    component: str  # "": a host sent the step of which no participant acked (waiting)
+    outcome: str  # ok, warning, late, error, killed, skipped, ended (by a failed run's end), running, waiting
     start_ns: int
-    bound_ns: int | None  # None: the start is on the host's own clock, not placed
-    took_ns: int | None  # None: no ack (killed, or the step still runs)
+    bound_ns: int | None  # None: the start is on a clock of its own, not placed
+    took_ns: int | None  # None: no ack (killed, skipped, or the step still runs)
     message: str
+    acked: bool = True  # False: it never acked, and starts when the controller sent its host the step
 
     @property
     def row(self) -> str:
-        return f"{self.host}/{self.component}"
+        return f"{self.host}/{self.component}" if self.component else self.host
 
     @property
     def end_ns(self) -> int:
         return self.start_ns + (self.took_ns or 0)
 
 
-def _outcome(info: dict[str, Any]) -> str:
-    outcome = info.get("outcome") or ("running" if "acked_ns" not in info else info.get("status", "ok"))
-    if outcome == "ok" and info.get("status") == "warning":
+def outcome(entry: Entry) -> str:
+    """A participant's outcome in a step, as its bar's colour and the steps' table say it."""
+    said = entry.outcome or ("running" if entry.acked_ns is None else entry.status or "ok")
+    if said == "ok" and entry.status == "warning":
         return "warning"
-    return outcome
+    return said
 
 
-def bars(record: dict[str, Any]) -> list[Bar]:
-    """One bar per step and participant that entered it, in step then row order."""
+def bars(record: RunRecord) -> list[Bar]:
+    """One bar per step and participant, in step then row order: every participant the step
+    record names, as `ns_control show` lists them. One that never acked (ended at the step's
+    deadline, skipped, or still out) has no start of its own: its bar starts when the
+    controller sent its host the step, placed through the controller's clock offset. So does
+    a host sent the step that no participant of acked (its daemon lost, or the step under
+    way): a bar of its own, `waiting`, as `show` says it."""
     out = []
-    for index, step in enumerate(record.get("steps") or []):
-        for host, entry in sorted((step.get("hosts") or {}).items()):
-            for name, info in sorted((entry.get("components") or {}).items()):
-                if "entered_ns" not in info:
-                    continue
-                placed = "start_ns" in info
-                took = info["acked_ns"] - info["entered_ns"] if "acked_ns" in info else None
-                out.append(Bar(index, step.get("phase", "?"), host, name, _outcome(info),
-                               info["start_ns"] if placed else info["entered_ns"],
-                               info.get("start_bound_ns") if placed else None, took,
-                               str(info.get("message") or "")))
+    for index, step in enumerate(record.steps):
+        for host, part in sorted(step.hosts.items()):
+            if not part.components and (part.sent_ns is not None or step.sent_ns is not None):
+                start, bound = _sent(record, step, host)
+                out.append(Bar(index, step.phase, host, "", "waiting", start, bound, None,
+                               "sent the step; no participant on this host acked it", acked=False))
+        for host, name, entry in sorted(step.participants(), key=lambda p: p[:2]):
+            if entry.entered_ns is None:
+                start, bound = _sent(record, step, host)
+                out.append(Bar(index, step.phase, host, name, outcome(entry), start, bound, None,
+                               entry.message, acked=False))
+                continue
+            took = entry.acked_ns - entry.entered_ns if entry.acked_ns is not None else None
+            placed = entry.start_ns is not None
+            out.append(Bar(index, step.phase, host, name, outcome(entry),
+                           entry.start_ns if placed else entry.entered_ns,
+                           entry.start_bound_ns if placed else None, took, entry.message))
     return out
 
 
-def origin_ns(record: dict[str, Any], run_bars: list[Bar] | None = None) -> int:
+def _sent(record: RunRecord, step: Step, host: str) -> tuple[int, int | None]:
+    """When the controller sent `host` the step, on the global timeline with its bound where
+    the run has the controller's offset from the reference; else on the controller's clock."""
+    part = step.hosts.get(host)
+    sent = ((part.sent_ns if part is not None else None) or step.sent_ns or step.entered_ns
+            or record.started_ns)
+    clocks = record.clksync
+    if clocks is not None and clocks.controller_offset_ns is not None \
+            and clocks.controller_offset_bound_ns is not None:
+        return sent - clocks.controller_offset_ns, clocks.controller_offset_bound_ns
+    return sent, None
+
+
+def origin_ns(record: RunRecord, run_bars: list[Bar] | None = None) -> int:
     """The instant every panel's time axis counts from: the first participant's start."""
     starts = [b.start_ns for b in (run_bars if run_bars is not None else bars(record))]
-    return min(starts) if starts else int(record.get("started_ns") or 0)
+    return min(starts) if starts else record.started_ns
 
 
 def _hover(b: Bar, first_end: dict[int, int]) -> str:
-    where = (f"start ± {duration_text(b.bound_ns)}" if b.bound_ns is not None
-             else "start on the host's own clock (before sync_clocks: not placed)")
+    if not b.acked:
+        where = ("never acked: drawn from when the controller sent its host the step"
+                 + (f" ± {duration_text(b.bound_ns)}" if b.bound_ns is not None else
+                    " (on the controller's clock: not placed)"))
+    elif b.bound_ns is not None:
+        where = f"start ± {duration_text(b.bound_ns)}"
+    else:
+        where = "start on the host's own clock (before sync_clocks: not placed)"
     after = (f"<br>acked {duration_text(b.end_ns - first_end[b.step])} after the step's first ack"
              if b.took_ns is not None and b.end_ns > first_end.get(b.step, b.end_ns) else "")
     message = f"<br>{b.message[:200]}" if b.message else ""
@@ -85,7 +124,7 @@ def _hover(b: Bar, first_end: dict[int, int]) -> str:
             f"<br>{where}{after}{message}")
 
 
-def timeline_figure(record: dict[str, Any]) -> dict[str, Any]:
+def timeline_figure(record: RunRecord) -> dict[str, Any]:
     """The phase timeline as a Plotly figure: a row per host/component, a bar per step from
     its start to its ack (ms since the first start), the start's error bound as a whisker,
     each outcome its colour, each step shaded with its name where it fits."""
@@ -110,7 +149,7 @@ def timeline_figure(record: dict[str, Any]) -> dict[str, Any]:
                   for b in mine],
             "hovertext": [_hover(b, first_end) for b in mine], "hoverinfo": "text",
             "customdata": [[b.step, b.host, b.component] for b in mine]})
-    placed = [b for b in run_bars if b.bound_ns]
+    placed = [b for b in run_bars if b.bound_ns and b.acked]
     if placed:
         traces.append({
             "type": "scatter", "mode": "markers", "name": "start ± bound", "y": [b.row for b in placed],
@@ -136,14 +175,14 @@ def _spans(run_bars: list[Bar]) -> dict[int, list[int]]:
     return spans
 
 
-def _step_spans(record: dict[str, Any], spans: dict[int, list[int]], origin: int) -> tuple[list, list]:
+def _step_spans(record: RunRecord, spans: dict[int, list[int]], origin: int) -> tuple[list, list]:
     if not spans:
         return [], []
     total = max(hi for _, hi in spans.values()) - origin or 1
     shapes, annotations = [], []
     for index, (lo, hi) in sorted(spans.items()):
-        step = record["steps"][index]
-        failed = step.get("status") == "failed"
+        step = record.steps[index]
+        failed = step.status == "failed"
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": (lo - origin) / 1e6,
                        "x1": (hi - origin) / 1e6, "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
                        "fillcolor": "rgba(228,87,86,0.18)" if failed else
@@ -151,69 +190,68 @@ def _step_spans(record: dict[str, Any], spans: dict[int, list[int]], origin: int
         if (hi - lo) / total >= LABEL_MIN_SHARE or failed:
             annotations.append({"x": (lo + hi - 2 * origin) / 2e6, "y": 1.0, "xref": "x", "yref": "paper",
                                 "yanchor": "bottom", "showarrow": False,
-                                "text": step.get("phase", "?") + (" ✕" if failed else ""),
+                                "text": step.phase + (" ✕" if failed else ""),
                                 "font": {"size": 11, "color": "#e45756" if failed else "#555"}})
     return shapes, annotations
 
 
-def step_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+def step_rows(record: RunRecord) -> list[dict[str, Any]]:
     """The steps' table: phase, status, how long, the release and its skew, the slowest."""
     rows = []
-    for index, step in enumerate(record.get("steps") or []):
-        release = step.get("release") or {}
-        acks = [(info["acked_ns"] - info["entered_ns"], f"{host}/{name}")
-                for host, entry in (step.get("hosts") or {}).items()
-                for name, info in (entry.get("components") or {}).items() if "acked_ns" in info]
-        counts: dict[str, int] = {}
-        for entry in (step.get("hosts") or {}).values():
-            for info in (entry.get("components") or {}).values():
-                outcome = _outcome(info)
-                counts[outcome] = counts.get(outcome, 0) + 1
+    counts_of: dict[int, dict[str, int]] = {}
+    for b in bars(record):
+        counts = counts_of.setdefault(b.step, {})
+        counts[b.outcome] = counts.get(b.outcome, 0) + 1
+    for index, step in enumerate(record.steps):
+        release = step.release
+        acks = [(entry.acked_ns - entry.entered_ns, f"{host}/{name}")
+                for host, name, entry in step.participants()
+                if entry.acked_ns is not None and entry.entered_ns is not None]
+        counts = counts_of.get(index, {})
         slowest = max(acks, default=None)
         rows.append({
-            "step": index, "phase": step.get("phase", "?"), "status": step.get("status", "?"),
-            "took": duration_text(step["duration_s"] * 1e9) if step.get("duration_s") is not None else "-",
-            "release": release.get("mode", "message"),
+            "step": index, "phase": step.phase, "status": step.status,
+            "took": duration_text(step.duration_s * 1e9) if step.duration_s is not None else "-",
+            "release": release.mode,
             "skew": _skew(release, "skew_ns"), "skew_at_most": _skew(release, "at_most_ns"),
-            "troubles": _troubles(release),
+            "troubles": "; ".join(release.troubles()),  # as `show` says them
             "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(counts.items())),
             "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-"})
     return rows
 
 
-def _skew(release: dict[str, Any], key: str) -> str:
-    """A step's release skew (or its bound) where the programs started, beside the daemons'
-    (the programs' is what the participants saw; the daemons' is the release's alone)."""
-    daemons = duration_text(release[key]) if key in release else "-"
-    program = release.get("program") or {}
-    return f"{duration_text(program[key])} programs, {daemons} daemons" if key in program else daemons
+def _skew(release: Release, key: str) -> str:
+    """A step's release skew (or its bound: `key`) where the programs started, beside the
+    daemons' (the programs' is what the participants saw; the daemons' is the release's alone)."""
+    ns = getattr(release, key)
+    daemons = duration_text(ns) if ns is not None else "-"
+    program = getattr(release.program, key, None)
+    return f"{duration_text(program)} programs, {daemons} daemons" if program is not None else daemons
 
 
-def _troubles(release: dict[str, Any]) -> str:
-    parts = []
-    if release.get("missed_ns"):
-        parts.append(f"{len(release['missed_ns'])} after the instant")
-    for key, said in (("unplaced", "not placed"), ("unsynchronised", "without a clock estimate"),
-                      ("realtime_refused", "refused real-time priority")):
-        if release.get(key):
-            parts.append(f"{len(release[key])} {said}")
-    return "; ".join(parts)
-
-
-def failures(record: dict[str, Any], run: Path, tail_lines: int = 30) -> list[dict[str, Any]]:
+def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[str, Any]]:
     """Each failing participant of the run's failed steps: where, why, its traceback and the
     last lines of its output (from the run directory), and the global instant it failed at."""
     out = []
     for b in bars(record):
-        if b.outcome not in ("error", "killed", "late"):
+        step = record.steps[b.step]
+        if b.outcome not in FAILING or (b.outcome == "waiting" and step.status != "failed"):
             continue
-        info = record["steps"][b.step]["hosts"][b.host]["components"][b.component]
+        entry = step.hosts[b.host].components.get(b.component)
         out.append({"step": b.step, "phase": b.phase, "host": b.host, "component": b.component,
-                    "outcome": b.outcome, "message": b.message, "traceback": info.get("traceback") or "",
+                    "outcome": b.outcome, "message": _host_cause(record, b) if entry is None else b.message,
+                    "traceback": entry.traceback if entry is not None else "",
                     "instant_ns": b.end_ns if b.took_ns is not None else b.start_ns,
                     "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
-                               for name in ("stdout", "stderr")}})
+                               if b.component else "" for name in ("stdout", "stderr")}})
     return out
+
+
+def _host_cause(record: RunRecord, b: Bar) -> str:
+    """What the run's error says of a host none of whose participants acked its failed step."""
+    said = f"phase '{b.phase}', host {b.host}: "
+    causes = record.error.causes if record.error is not None else []
+    return next((cause.removeprefix(said) for cause in causes if cause.startswith(said)), b.message)
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -229,16 +267,20 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def doing_at(record: dict[str, Any], instant_ns: int) -> dict[str, str]:
+def doing_at(record: RunRecord, instant_ns: int) -> dict[str, str]:
     """What each host was doing at a global instant: the phases its components were in, or
     the last step it had acked (waiting at the barrier) or that it had not begun yet."""
     inside: dict[str, list[str]] = {}
     before: dict[str, Bar] = {}
     run_bars = bars(record)
     for b in run_bars:
+        if b.outcome == "skipped":  # out of the run since an earlier step: not in this one
+            continue
         if b.start_ns <= instant_ns and (b.took_ns is None or b.end_ns >= instant_ns):
-            inside.setdefault(b.host, []).append(f"{b.component} in {b.phase}")
-        elif b.end_ns < instant_ns and (b.host not in before or b.end_ns > before[b.host].end_ns):
+            inside.setdefault(b.host, []).append(f"{b.component} in {b.phase}" if b.component
+                                                 else f"sent {b.phase}, no ack")
+        elif (b.took_ns is not None and b.end_ns < instant_ns
+              and (b.host not in before or b.end_ns > before[b.host].end_ns)):
             before[b.host] = b
     hosts = {b.host for b in run_bars}
     return {h: ", ".join(inside[h]) if h in inside else

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from netspec.protocol import ackjournal
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.kinds import Ack
 
 from ..experiment.model import Step
 
@@ -41,8 +41,8 @@ class Barrier:
         self.need = step.need or self.count
         if self.need > self.count:
             raise NeedOutOfReach(step.phase, self.need, self.count)
-        self.acks: dict[tuple[str, str], dict[str, Any]] = {}
-        self.by_host: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        self.acks: dict[tuple[str, str], Ack] = {}
+        self.by_host: dict[str, list[tuple[str, Ack]]] = {}
         self.dropped: set[tuple[str, str]] = set()
         self.good = self.bad = 0
         self.folded: list[tuple[bytes, bool]] = []  # the records of the acks that came summarized
@@ -60,14 +60,14 @@ class Barrier:
         return (component in self.expected.get(host, ()) and (host, component) not in self.acks
                 and (host, component) not in self.dropped)
 
-    def add(self, host: str, component: str, ack: dict[str, Any]) -> bool:
+    def add(self, host: str, component: str, ack: Ack) -> bool:
         """Record an ack; returns False if this error ack makes the step fail (an ok ack
         never does: a need out of reach is refused before, or as the count drops)."""
         if not self._expects(host, component):
             return True
         self.acks[(host, component)] = ack
         self.by_host.setdefault(host, []).append((component, ack))
-        if ack["status"] != m.ACK_ERROR:
+        if ack.status != m.ACK_ERROR:
             self.good += 1
         else:
             self.bad += 1
@@ -109,7 +109,12 @@ class Barrier:
 
     def give_up(self, host: str, component: str) -> None:
         """`component` on `host` will not ack: counted as acked, so `complete` can be set."""
-        self.add(host, component, {"status": m.ACK_ERROR, "given_up": True})
+        self.add(host, component, self.stand_in(component))
+
+    def stand_in(self, component: str, why: str = "") -> Ack:
+        """The error ack the controller counts for `component`, which will not ack the step
+        itself (given up, or dead): it carries no stamp of a host's."""
+        return Ack(status=m.ACK_ERROR, step=self.index, component=component, entered=0, acked=0, message=why)
 
     def host_done(self, host: str) -> bool:
         """Whether every participant of `host` acked one by one (or left the run)."""

@@ -46,7 +46,7 @@ async def start_clocks(service: ClockService, clients: dict[str, DaemonClient], 
     await asyncio.gather(*(
         clients[h].request(m.CLKSYNC, deadline, role="probe", peer=service.reference,
                            address=reference_address(service.reference, h, addresses, facts),
-                           port=served["port"], key=key, interval_ms=interval_ms,
+                           port=served.port, key=key, interval_ms=interval_ms,
                            timestamps=service.timestamps)
         for h in probers))
     return {"reference": service.reference, "probers": len(probers), "asked_interval_ms": service.interval_ms,

@@ -17,6 +17,7 @@ from netspec.protocol.errors import (
     raise_if_any_failed,
     some_hosts,
 )
+from netspec.protocol.kinds import Ack
 
 from ..experiment.model import Component
 from ..record.results import ComponentResult
@@ -30,7 +31,7 @@ def step_failures(barrier: Barrier, first: NetspecError, results: dict[str, Comp
     outcome: dict[str, Any] = {h: [a for _, a in acks] for h, acks in barrier.by_host.items()
                                if barrier.host_done(h)}
     for (host, name), ack in barrier.acks.items():
-        if ack["status"] == m.ACK_ERROR:
+        if ack.status == m.ACK_ERROR:
             outcome[host] = ack_failure(results, host, name, phase, ack)
     if isinstance(first, DeadlineExceeded):
         late = f"did not finish within the deadline of {first.seconds:g} s"
@@ -51,12 +52,12 @@ def step_failures(barrier: Barrier, first: NetspecError, results: dict[str, Comp
 
 
 def ack_failure(results: dict[str, ComponentResult], host: str, name: str, phase: str,
-                ack: dict[str, Any]) -> NetspecError:
+                ack: Ack) -> NetspecError:
     """The error an error ack from participant `name` stands for."""
-    reason = f"failed: {ack.get('message') or 'error'}"
+    reason = f"failed: {ack.message or 'error'}"
     if name == m.NODE:
-        return RemoteError(host, {"type": "netspecd", "message": ack.get("message") or "error"})
-    return ComponentFailed(results[name], phase, reason, ack.get("traceback", ""))
+        return RemoteError(host, {"type": "netspecd", "message": ack.message or "error"})
+    return ComponentFailed(results[name], phase, reason, ack.traceback)
 
 
 CONNECTING = "connecting"  # what a run does before its first step: never a phase's name

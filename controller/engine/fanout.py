@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netspec.protocol import acksummary
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.wire import Packed, packed
@@ -134,34 +135,32 @@ class FanOut:
         return {first: (packed(hosts), packed(lists), counts[first])
                 for first, (hosts, _, lists) in parts.items()}
 
-    def batch(self, host: str, event: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]],
-                                                                dict[str, Any] | None]:
+    def batch(self, host: str, event: k.Acks) -> tuple[list[tuple[str, k.Ack]], k.Summary | None]:
         """The (host, ack) pairs of a batch that `host` sent up, and its summary if it has one.
 
         Raises:
             ProtocolError: the batch is malformed, names a host outside `host`'s subtree or
                 has more acks than the step asked of it.
         """
-        acks = event["acks"]  # its shape was checked at the wire (protocol/events.py)
+        acks = event.acks  # its shape was checked where it was read (protocol/kinds.py)
         if self.tree is None:
             raise ProtocolError("a batch of acks, but the run has no fan-out tree", f"host {host}")
-        foreign = sorted({str(a.get("host")) for a in acks
-                          if not isinstance(a.get("host"), str) or self.top.get(a["host"]) != host})
+        foreign = sorted({str(a.host) for a in acks if a.host is None or self.top.get(a.host) != host})
         if foreign:
             raise ProtocolError(f"acks of hosts {foreign[:5]} outside its subtree", f"host {host}")
-        summary = event.get("summary")
+        summary = event.summary
         wrong = None if summary is None else acksummary.problem(summary, lambda h: self.top.get(h) == host,
                                                                        compressed=True)
         if wrong:
             raise ProtocolError(wrong, f"host {host}")
-        key = (event["step"], host)
-        owed = self.owed.get(key, 0) - len(acks) - (summary["acks"] if summary else 0)
+        key = (event.step, host)
+        owed = self.owed.get(key, 0) - len(acks) - (summary.acks if summary else 0)
         if owed < 0:
-            raise ProtocolError(f"{-owed} more acks than step {event['step']} asked of its subtree",
+            raise ProtocolError(f"{-owed} more acks than step {event.step} asked of its subtree",
                                 f"host {host}")
         if owed:
             self.owed[key] = owed
         else:  # all in: a long schedule keeps no entry per step (one more ack is still refused)
             self.owed.pop(key, None)
-        return [(a["host"], a) for a in acks], summary
+        return [(a.host, a) for a in acks], summary  # type: ignore[misc]
 

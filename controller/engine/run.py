@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from netspec.protocol import acksummary
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import (
@@ -34,13 +35,30 @@ from netspec.protocol.errors import (
 )
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import Clock, ComponentEnd, Entry, HostRecord, StepHost, Summarized
+from netspec.protocol.runrecord import (
+    Clock,
+    ClockSync,
+    ComponentEnd,
+    Entry,
+    FanOutTree,
+    HostRecord,
+    StepHost,
+    Summarized,
+)
 from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan, Step
 from ..gather.fetch import fetch_fleet
-from ..hosts.fleet import AddressHost, DaemonClient, Host, LocalHost, connect_deadline_s, ensure_fd_limit
+from ..hosts.fleet import (
+    AddressHost,
+    DaemonClient,
+    Host,
+    LocalHost,
+    Lost,
+    connect_deadline_s,
+    ensure_fd_limit,
+)
 from ..hosts.forks import DaemonForks
 from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
@@ -203,19 +221,18 @@ class Run:
                 self.tg.create_task(client.serve())
                 sent = time.time_ns()
                 hello = await client.request(m.HELLO, deadline)
-                if name == self.plan.clock.reference and "now_ns" in hello:
+                if name == self.plan.clock.reference and hello.now_ns is not None:
                     received = time.time_ns()
-                    self.controller_offset = ((sent + received) // 2 - hello["now_ns"],
+                    self.controller_offset = ((sent + received) // 2 - hello.now_ns,
                                               (received - sent) // 2)
-                self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello["facts"])
-                self.facts[name] = hello["facts"]
-                self.addresses[name] = self.hosts[name].reachable_at(hello["facts"])
-                self.rundir.record.hosts[name] = HostRecord("{}:{}".format(*address), hello["pid"])
-                components = [c.wire() for c in self.plan.host_components(name)]
-                placed = await self.hosts[name].place([c["program"] for c in components if "program" in c])
-                for c in components:
-                    if "program" in c:
-                        c["program"] = placed[c["program"]]
+                self.rundir.write_json(self.rundir.host_dir(name) / "facts.json", hello.facts)
+                self.facts[name] = hello.facts
+                self.addresses[name] = self.hosts[name].reachable_at(hello.facts)
+                self.rundir.record.hosts[name] = HostRecord("{}:{}".format(*address), hello.pid)
+                specs = [c.wire() for c in self.plan.host_components(name)]
+                placed = await self.hosts[name].place([c.program for c in specs if c.program is not None])
+                components = [msgspec.structs.replace(c, program=placed[c.program]) if c.program is not None
+                              else c for c in specs]
                 await client.request(m.SETUP, deadline, run=self.rundir.id, host=name,
                                      components=components, join_token=join_token,
                                      streams={s.name: s.wire() for s in self.plan.streams},
@@ -251,13 +268,13 @@ class Run:
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
-            self.rundir.record.fan_out = tree
+            self.rundir.record.fan_out = FanOutTree(**tree)
             self.progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
                                    f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
         if clocks is not None:
             offset, bound = self.controller_offset
-            self.rundir.record.clksync = {**clocks, "controller_offset_ns": offset,
-                                             "controller_offset_bound_ns": bound}
+            self.rundir.record.clksync = ClockSync(**clocks, controller_offset_ns=offset,
+                                                   controller_offset_bound_ns=bound)
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
                 self.progress(Progress("notice", text=stretched(clocks)))
         self.rundir.save()
@@ -288,7 +305,7 @@ class Run:
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
                 record.release = release.planned(lead, self.controller_offset[0])
-                scheduled = {"release_ns": record.release["instant_ns"]}
+                scheduled = {"release_ns": record.release.instant_ns}
             sent = self.fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                                    "deadline_s": step.deadline_s,
                                                    "published": self.published, **scheduled}, summarize)
@@ -322,7 +339,7 @@ class Run:
             folded = self.folded.pop(index, None)
             if folded is not None:
                 record.summarized = Summarized(folded.hosts, folded.acks, folded.slowest)
-            record.release = {**record.release, **release.skew(record, folded)}
+            record.release = release.skew(record, folded)
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
 
@@ -358,23 +375,25 @@ class Run:
 
     # -- events from daemons ------------------------------------------------------------
 
-    def _stranger(self, host: str, event: dict[str, Any]) -> ProtocolError | None:
+    def _stranger(self, host: str, event: k.Output | k.Exit | k.Ack) -> ProtocolError | None:
         """What is wrong with who sent the event, if anything (`stranger`); nothing done with
-        it here: the caller fails the run (protocol/events.py checked the event's shape)."""
-        return stranger(host, event["component"], event.get("step"), self.results,
+        it here: the caller fails the run (its shape was checked where it was read,
+        protocol/kinds.py)."""
+        return stranger(host, event.component, getattr(event, "step", None), self.results,
                         len(self.rundir.record.steps))
 
-    def _on_event(self, host: str, event: dict[str, Any]) -> None:
-        kind = event["t"]
-        if kind in (m.OUTPUT, m.EXIT, m.ACK) and (wrong := self._stranger(host, event)) is not None:
+    def _on_event(self, host: str, event: k.Event | Lost) -> None:
+        kind = type(event)
+        if (kind in (k.Output, k.Exit, k.Ack)
+                and (wrong := self._stranger(host, event)) is not None):  # type: ignore[arg-type]
             self._fail(wrong)  # nothing of it is taken or written
             return
-        if kind == m.OUTPUT:
-            self.results[event["component"]].add_output(event["stream"], event["data"])
-            self.rundir.append_output(host, event["component"], event["stream"], event["data"])
-        elif kind == m.ACK:
+        if type(event) is k.Output:
+            self.results[event.component].add_output(event.stream, event.data)
+            self.rundir.append_output(host, event.component, event.stream, event.data)
+        elif type(event) is k.Ack:
             self._on_ack(host, event)
-        elif kind == m.ACKS:
+        elif type(event) is k.Acks:
             try:
                 acks, summary = self.fan_out.batch(host, event)
             except ProtocolError as exc:
@@ -386,20 +405,20 @@ class Run:
                 else:
                     self._on_ack(below, ack)
             if summary is not None:
-                self._on_summary(event["step"], summary)
-        elif kind == m.EXIT:
-            result = self.results[event["component"]]
-            result.exit_status, result.duration_s = event["returncode"], event["duration_s"]
-            result.forced = event.get("forced") is True  # an older daemon's exit does not say
-            self.rundir.record.components[f"{host}/{event['component']}"] = ComponentEnd(
-                event["returncode"], event["duration_s"], event["argv"], event["ended_ns"])
-            name = event["component"]
-            if event["failed"] and name not in self.stragglers.ended and not self._failed_over(host, name):
+                self._on_summary(event.step, summary)
+        elif type(event) is k.Exit:
+            result = self.results[event.component]
+            result.exit_status, result.duration_s = event.returncode, event.duration_s
+            result.forced = event.forced  # an older daemon's exit does not say
+            self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
+                event.returncode, event.duration_s, event.argv, event.ended_ns)
+            name = event.component
+            if event.failed and name not in self.stragglers.ended and not self._failed_over(host, name):
                 self._fail(ComponentFailed(result, self.phase))
-        elif kind == m.ERROR:
-            self._fail(RemoteError(host, event.get("error", {})))
-        elif kind == "lost":
-            self._fail(ConnectionLost(host, self.phase, event["error"].detail))
+        elif type(event) is k.ErrorEvent:
+            self._fail(RemoteError(host, event.error))
+        elif type(event) is Lost:
+            self._fail(ConnectionLost(host, self.phase, event.error.detail))
 
     def _failed_over(self, host: str, name: str) -> bool:
         """Whether component `name`, whose process just died, was in a k-of-n step it had
@@ -412,21 +431,21 @@ class Run:
             if barrier is None or barrier.step.need is None or name not in barrier.expected.get(host, ()):
                 continue
             ack = barrier.acks.get((host, name))
-            if ack is not None and ack["status"] != m.ACK_ERROR:
+            if ack is not None and ack.status != m.ACK_ERROR:
                 continue  # done with that step: it died between phases
             return self.stragglers.died(barrier, host, name, self.results[name].describe_exit(), self.barrier)
         return False
 
-    def _on_ack(self, host: str, ack: dict[str, Any]) -> None:
-        name = ack["component"]
-        if "phases" in ack:
-            self.registered[name] = ack["phases"]
-        if ack.get("published"):
-            self.published.setdefault(name, {}).update(ack["published"])
-        step = self.rundir.record.steps[ack["step"]]
-        if "clock" in ack:
+    def _on_ack(self, host: str, ack: k.Ack) -> None:
+        name = ack.component
+        if ack.phases is not None:
+            self.registered[name] = ack.phases
+        if ack.published:
+            self.published.setdefault(name, {}).update(ack.published)
+        step = self.rundir.record.steps[ack.step]
+        if ack.clock is not None:
             try:
-                self.rundir.record.hosts[host].clock = msgspec.convert(ack["clock"], Clock)
+                self.rundir.record.hosts[host].clock = msgspec.convert(ack.clock, Clock)
             except msgspec.ValidationError as exc:
                 self._fail(ProtocolError(f"a clock estimate that is not one ({exc})", f"host {host}"))
                 return
@@ -437,44 +456,43 @@ class Run:
         if before is not None and (before.outcome == "killed" or before.died):
             return  # the error ack of its ending, or of its death, says nothing new
         if name in self.stragglers.ended:
-            entries[name] = Entry(ack["status"], self.stragglers.ended[name], outcome="skipped")
+            entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome="skipped")
             return
         entries[name] = entry = Entry(**acksummary.entry(ack), received_ns=time.time_ns(),
-                                      traceback=ack.get("traceback") or "")
+                                      traceback=ack.traceback or "")
         barrier = self.barrier
-        if barrier is None or barrier.index != ack["step"]:
-            if (not self.stragglers.late_ack(ack["step"], host, name, ack) and self.failure.done()
-                    and ack["status"] == m.ACK_ERROR):
+        if barrier is None or barrier.index != ack.step:
+            if (not self.stragglers.late_ack(ack.step, host, name, ack) and self.failure.done()
+                    and ack.status == m.ACK_ERROR):
                 # Still in the step when the run failed, and ended with it: not a cause.
                 entry.outcome = "ended"
             return
         if not barrier.add(host, name, ack):
             self._fail(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entry.outcome = "error" if ack["status"] == m.ACK_ERROR else "ok"
-        if ack["status"] == m.ACK_ERROR and not self.failure.done():
+        entry.outcome = "error" if ack.status == m.ACK_ERROR else "ok"
+        if ack.status == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
-            self.stragglers.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
+            self.stragglers.trouble(barrier.step.phase, host, name, ack.message or "error")
         if barrier.host_done(host):
             acks = barrier.by_host.get(host, [])
-            worst = m.worst_status(a["status"] for _, a in acks)
+            worst = m.worst_status(a.status for _, a in acks)
             part = step.hosts[host]
             began = release.began_ns(step, part.sent_ns)
             part.done_ns = now = time.time_ns()
             self.progress(Progress("host", barrier.step.phase, host, worst, (now - began) / 1e9,
-                                   "; ".join(f"{c}: {a['message']}" for c, a in acks
-                                             if a.get("message"))))
+                                   "; ".join(f"{c}: {a.message}" for c, a in acks if a.message)))
 
-    def _on_summary(self, index: int, summary: dict[str, Any]) -> None:
+    def _on_summary(self, index: int, summary: k.Summary) -> None:
         """Acks a fan-out tree folded, each ok: their records go to the ack journal unread,
         their count to the barrier, their slowest hosts to the live line."""
-        records, compressed = summary.pop("records"), summary.pop("zlib", False)
+        records, compressed = summary.records, summary.zlib
         self.rundir.journal_acks(index, time.time_ns(), records, compressed)
         self.folded.setdefault(index, AckSummary()).merge(summary, keep_records=False)
         barrier = self.barrier
         if barrier is not None and barrier.index == index:
-            barrier.add_folded(summary["acks"], records, compressed)
-        self.progress(Progress("hosts", self.rundir.record.steps[index].phase, done=summary["hosts"],
-                               slowest=tuple((took / 1e9, host) for took, host in summary["slowest"])))
+            barrier.add_folded(summary.acks, records, compressed)
+        self.progress(Progress("hosts", self.rundir.record.steps[index].phase, done=summary.hosts,
+                               slowest=tuple((took / 1e9, host) for took, host in summary.slowest)))
 
     # -- the end ------------------------------------------------------------------------
 

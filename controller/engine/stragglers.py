@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from netspec.protocol import messages as m
+from netspec.protocol.kinds import Ack
 from netspec.protocol.runrecord import Entry, RunRecord
 
 from ..record.progress import Progress, ProgressSink
@@ -79,7 +79,7 @@ class Stragglers:
         line, and is out of the rest of the run. False if the step cannot get through
         without it (the run fails)."""
         acked = (host, name) in barrier.acks  # its error ack came first: already a trouble
-        if not acked and not barrier.add(host, name, {"status": m.ACK_ERROR, "message": why}):
+        if not acked and not barrier.add(host, name, barrier.stand_in(name, why)):
             return False
         phase = barrier.step.phase
         entry = self._entry(barrier.index, host, name)
@@ -95,7 +95,7 @@ class Stragglers:
         self.save()
         return True
 
-    def late_ack(self, index: int, host: str, name: str, ack: dict[str, Any]) -> bool:
+    def late_ack(self, index: int, host: str, name: str, ack: Ack) -> bool:
         """An ack of a step whose barrier opened before it: recorded with how late it came.
         False if no k-of-n step of that index waits for it."""
         barrier = self.waiting.get(index)
@@ -104,13 +104,13 @@ class Stragglers:
         barrier.add(host, name, ack)
         entry = self._entry(index, host, name)
         entry.late_ns = late = (entry.received_ns or 0) - barrier.opened_ns
-        failed = ack["status"] == m.ACK_ERROR
+        failed = ack.status == m.ACK_ERROR
         entry.outcome = "error" if failed else "late"
         late_s = late / 1e9
         text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
         if failed:
-            self.trouble(barrier.step.phase, host, name, ack.get("message") or "error")
-            text += f": {ack.get('message') or 'error'}"
+            self.trouble(barrier.step.phase, host, name, ack.message or "error")
+            text += f": {ack.message or 'error'}"
         self.progress(Progress("outcome", barrier.step.phase, host, entry.outcome, late_s, text))
         self.save()
         return True

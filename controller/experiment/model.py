@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.datastream.writer import StreamConfig
+from netspec.protocol.kinds import ComponentSpec
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -48,15 +49,17 @@ class Component:
     def argv(self) -> list[str]:
         return [self.program, *self.args] if self.program is not None else list(self.command)
 
-    def wire(self) -> dict[str, Any]:
-        """The component as the daemon's `setup` request takes it."""
-        spec: dict[str, Any] = {"name": self.name, "params": self.params, "env": self.env,
-                                "start": self.start, "stop": self.stop}
-        if self.program is not None:
-            spec.update(program=self.program, args=list(self.args))
-        else:
-            spec["argv"] = list(self.command)
-        return spec
+    def wire(self) -> ComponentSpec:
+        """The component as the daemon's `setup` request takes it: the spec the daemon
+        decodes and runs (protocol/kinds.py)."""
+        shared = {f: getattr(self, f) for f in ComponentSpec.__struct_fields__ if f in _FIELDS}
+        return ComponentSpec(**{**shared, "args": list(self.args),
+                                "argv": [] if self.program is not None else list(self.command)})
+
+
+# What a component of the file shares with the spec its daemon gets, by name: a field
+# declared in both reaches the daemon.
+_FIELDS = frozenset(Component.__dataclass_fields__)
 
 
 @dataclass(frozen=True)

@@ -33,34 +33,34 @@ async def fetch_host(client: DaemonClient, run: RunDir, deadline: float,
         DeadlineExceeded, ConnectionLost, RemoteError, ProtocolError: from the daemon requests.
     """
     listing = await client.request(m.FILES, deadline, during="collect")
-    foreign = sorted({e["component"] for e in listing["files"]} - {None, *components})
+    foreign = sorted({e.component for e in listing.files} - {None, *components})
     if foreign:
         raise ProtocolError(f"its files name components {foreign[:5]}, which it does not run",
                             f"host {client.host}")
     written = []
-    for entry in listing["files"]:
-        target = run.gathered(client.host, entry["component"], entry["name"])
+    for entry in listing.files:
+        target = run.gathered(client.host, entry.component, entry.name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if entry["name"] in STREAMED and target.is_file() and target.stat().st_size == entry["size"]:
-            written.append((entry["component"], target))  # it all arrived as it was written
+        if entry.name in STREAMED and target.is_file() and target.stat().st_size == entry.size:
+            written.append((entry.component, target))  # it all arrived as it was written
             continue
-        if entry.get("missing"):
+        if entry.missing:
             target.with_name(target.name + ".missing").write_text(
                 f"handed back but not found, or not a regular file, on host {client.host}: "
-                f"{entry['path']}\n")
+                f"{entry.path}\n")
             continue
         partial = target.with_name(target.name + ".part")
         with open(partial, "wb") as f:
             offset = 0
             while True:
                 part = await client.request(m.READ, deadline, during="collect",
-                                            path=entry["path"], offset=offset, size=CHUNK)
-                f.write(part["data"])
-                offset += len(part["data"])
-                if part["eof"]:
+                                            path=entry.path, offset=offset, size=CHUNK)
+                f.write(part.data)
+                offset += len(part.data)
+                if part.eof:
                     break
         partial.replace(target)
-        written.append((entry["component"], target))
+        written.append((entry.component, target))
     return written
 
 

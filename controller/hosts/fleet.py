@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from netspec.protocol import events
+from netspec.protocol import events, reading
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, netspec_home
 from netspec.protocol.channel import Channel
@@ -35,9 +36,18 @@ from ..experiment.model import Host as HostSpec
 from .forks import DaemonForks
 from .runfiles import RunFiles, local_run_files
 
-EventHandler = Callable[[str, dict[str, Any]], None]
+EventHandler = Callable[[str, Any], None]  # a kinds.Event, or a Lost
 DAEMON_START_S = 20.0
 HANDSHAKE_TRIES = 3  # a handshake the daemon dropped for a newcomer is tried twice more
+
+
+class Lost:
+    """The event of a connection's end: `error` says why."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: NetspecError):
+        self.error = error
 
 
 class DaemonClient:
@@ -50,7 +60,7 @@ class DaemonClient:
 
     def __init__(self, host: str, channel: Channel, on_event: EventHandler):
         self.host, self.channel, self.on_event = host, channel, on_event
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.pending: dict[int, asyncio.Future[k.ReplyFrame | k.ErrorEvent]] = {}
         self.closing = False
         self.lost: NetspecError | None = None
         self.dropped = 0  # handshakes the daemon hung up on before this one got in (`connect`)
@@ -77,7 +87,7 @@ class DaemonClient:
         loop, dropped = asyncio.get_running_loop(), 0
         while True:
             try:
-                channel = await Channel.connect(*address, peer=f"host {host}")
+                channel = await Channel.connect(*address, peer=f"host {host}", kinds=events.FROM_DAEMON)
             except OSError as exc:
                 raise ConnectionLost(host, detail=f"cannot connect to {address[0]}:{address[1]}: "
                                      f"{exc.strerror or exc}") from exc
@@ -118,28 +128,33 @@ class DaemonClient:
                 waiter.set_exception(lost)
         self.pending.clear()
         if not self.closing:
-            self.on_event(self.host, {"t": "lost", "error": lost})
+            self.on_event(self.host, Lost(lost))
 
-    def _deliver(self, message: dict[str, Any]) -> None:
-        if message["t"] in (m.REPLY, m.ERROR) and "id" in message:
-            if not isinstance(message["id"], int):
-                raise ProtocolError(f"dropped: it sent a reply whose id is {str(message['id'])[:40]}")
-            waiter = self.pending.pop(message["id"], None)
+    def _deliver(self, message: k.Event | reading.Refused) -> None:
+        """A message as it was decoded where it was read (kinds.py): an answer to its
+        request, an event, or one that does not fit, which ends the connection."""
+        if type(message) is reading.Refused:
+            raise ProtocolError(f"dropped: it sent {message.problem}")
+        if type(message) is k.ReplyFrame or (type(message) is k.ErrorEvent and message.id is not None):
+            waiter = self.pending.pop(message.id, None)  # type: ignore[union-attr]
             if waiter is not None and not waiter.done():
-                waiter.set_result(message)
-        elif wrong := events.problem(message):
-            raise ProtocolError(f"dropped: it sent {wrong}")
+                waiter.set_result(message)  # type: ignore[arg-type]
         else:
             self.on_event(self.host, message)
 
     async def request(self, kind: str, deadline: float | None = None, during: str = "",
-                      **fields: Any) -> dict[str, Any]:
+                      **fields: Any) -> Any:
         """Send a request and wait for its reply until the loop-time `deadline`.
 
         `during` names the phase for error messages; `fields` go on the wire.
 
+        Returns:
+            The reply, decoded as `kind`'s (kinds.REPLIES; kinds.Reply for a kind whose
+            reply says nothing the controller reads).
+
         Raises:
             RemoteError: the daemon answered with an error.
+            ProtocolError: the reply does not fit `kind`'s, naming the field.
             DeadlineExceeded: no answer before the deadline.
             ConnectionLost: the connection ended first.
         """
@@ -161,13 +176,16 @@ class DaemonClient:
                                    fields.get("timeout_s", 0)) from None
         finally:
             self.pending.pop(rid, None)
-        if reply["t"] == m.ERROR:
-            error = reply.get("error", {})
-            raise RemoteError(self.host, error if isinstance(error, dict) else {
-                "type": "ProtocolError", "message": f"an error reply that is not a map: {str(error)[:80]}"})
-        if wrong := events.reply_problem({"t": kind, **fields}, reply):
+        if type(reply) is k.ErrorEvent:
+            raise RemoteError(self.host, reply.error)
+        try:
+            answer = reading.reply(kind, reply)
+        except ProtocolError as exc:
+            raise ProtocolError(f"it sent {exc}", f"host {self.host}") from None
+        asked = fields.get("size", m.READ_LIMIT)
+        if type(answer) is k.ReadReply and (wrong := events.read_problem(asked, answer)):
             raise ProtocolError(f"it sent {wrong}", f"host {self.host}")
-        return reply
+        return answer
 
     def notify(self, kind: str, **fields: Any) -> None:
         """Send a one-way command; the daemon answers with events, or an error event."""

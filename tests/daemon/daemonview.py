@@ -1,9 +1,11 @@
 """A controller's view of one real daemon, for the daemon's tests: requests, and every event
-that arrived."""
+that arrived, each as the map it was on the wire (decoded by the controller's own reading,
+protocol/kinds.py, and said back as the map it is)."""
 
 import asyncio
 
-from netspec.controller.hosts.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient, Lost
+from netspec.protocol.reading import on_the_wire
 
 
 class Session:
@@ -14,8 +16,9 @@ class Session:
         self.events: list[dict] = []
         self.arrived = asyncio.Event()
 
-    def on_event(self, host: str, event: dict) -> None:
-        self.events.append(event)
+    def on_event(self, host: str, event) -> None:
+        self.events.append({"t": "lost", "error": event.error} if isinstance(event, Lost)
+                           else on_the_wire(event))
         self.arrived.set()
 
     async def __aenter__(self):
@@ -29,7 +32,8 @@ class Session:
         await self.serving
 
     async def request(self, kind: str, **fields):
-        return await self.client.request(kind, asyncio.get_running_loop().time() + 20, **fields)
+        reply = await self.client.request(kind, asyncio.get_running_loop().time() + 20, **fields)
+        return on_the_wire(reply)
 
     async def event(self, kind: str, component: str | None = None, step: int | None = None) -> dict:
         """The first event of `kind` (of `component`, of `step`), waited for up to 20 s."""

@@ -66,7 +66,7 @@ def test_a_request_timeout_that_is_no_number_of_seconds_is_refused_and_the_daemo
         daemon, key, timeout_s):
     async def scenario():
         async with Session(daemon.port, key) as s:
-            with pytest.raises(RemoteError, match="timeout_s must be a number of seconds"):
+            with pytest.raises(RemoteError, match=r"'setup' does not fit: .* `\$\.timeout_s`"):
                 async with asyncio.timeout(20):  # no deadline of the client's: it would set timeout_s
                     await s.client.request("setup", None, run=session_run_id("r-timeout"), host="a",
                                            components=[], timeout_s=timeout_s)
@@ -80,7 +80,7 @@ def test_a_run_is_joined_only_with_its_token_and_its_host_and_a_joined_connectio
     async def scenario():
         async with Session(daemon.port, key) as owner, Session(daemon.port, key) as other:
             await _launched(owner, run)
-            with pytest.raises(RemoteError, match=f"run '{run}' is not joined without its join token"):
+            with pytest.raises(RemoteError, match=r"'join' does not fit: .* required field `token`"):
                 await other.request("join", run=run, host="a")
             with pytest.raises(RemoteError, match=f"run '{run}' is not joined without its join token"):
                 await other.request("join", run=run, host="a", token=os.urandom(16))
@@ -161,7 +161,7 @@ def test_a_probe_interval_out_of_bounds_is_refused_where_the_daemon_reads_it(dae
     async def scenario():
         async with Session(daemon.port, key) as s:
             await s.request("setup", run=session_run_id("r-interval"), host="a", components=[])
-            with pytest.raises(RemoteError, match="interval_ms \\(1 to 3600000\\)"):
+            with pytest.raises(RemoteError, match=r"'clksync' does not fit: Expected .* `\$\.interval_ms`"):
                 await s.request("clksync", role="probe", peer="ref", address="127.0.0.1", port=9,
                                 key=os.urandom(16), interval_ms=interval_ms)
             return await s.request("hello")

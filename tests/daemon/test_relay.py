@@ -3,20 +3,26 @@ which go up as themselves, and when it leaves."""
 
 import asyncio
 
+import msgspec
 import pytest
 from netspec.daemon.relay import BATCH_WAIT_S, Batch, Relay
 from netspec.protocol import ackjournal, acksummary
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
+from netspec.protocol.kinds import Ack
+from netspec.protocol.reading import on_the_wire
 
 
 def _ack(component, status=m.ACK_OK, **more):
-    return {"t": m.ACK, "step": 3, "component": component, "status": status, "entered": 100,
-            "acked": 150, "entry_clock": [10, 5], **more}
+    return msgspec.convert({"t": m.ACK, "step": 3, "component": component, "status": status, "entered": 100,
+                            "acked": 150, "entry_clock": [10, 5], **more}, Ack)
 
 
 def _batch(expected, own, sent, compress=False):
-    return Batch(3, expected, sent.append, "a", own, summarize=True, compress=compress)
+    """A batch whose events are kept as the maps they are on the wire."""
+    return Batch(3, expected, lambda event: sent.append(on_the_wire(event)), "a", own,
+                 summarize=True, compress=compress)
 
 
 @pytest.mark.parametrize("to_controller", [False, True])
@@ -63,7 +69,7 @@ def test_an_error_leaves_at_once_and_a_late_hosts_held_acks_go_up_as_themselves(
         sent = []
         batch = _batch(expected=3, own=2, sent=sent)
         batch.add_own(_ack("x"))
-        batch.add([{**_ack("e", m.ACK_ERROR, message="boom"), "host": "c"}])
+        batch.add([_ack("e", m.ACK_ERROR, message="boom", host="c")])
         error = list(sent)
         # Not a wait for something to happen: the window in which the timer a's first ack
         # set would have fired, had the error's batch not cancelled it; nothing may leave in it.
@@ -79,11 +85,12 @@ def test_an_ack_that_comes_once_the_relay_closed_goes_up_at_once_and_leaves_no_t
     async def scenario():
         sent = []
         relay = Relay("a", sent.append)
-        _, emit = relay.enter({"t": m.ENTER, "phase": "work", "step": 3, "hosts": {"a": 0},
-                               "lists": [[{"name": "one"}, {"name": "two"}]]}, sent.append)
+        _, emit = relay.enter(k.Enter(phase="work", step=3, hosts={"a": 0},
+                                      lists=[[k.Participant(name="one"), k.Participant(name="two")]]),
+                              sent.append)
         await relay.close()
         emit(_ack("one"))
         loop = asyncio.get_running_loop()
         return sent, [h for h in loop._scheduled if not h.cancelled()]  # no public view of its timers
     sent, timers = asyncio.run(scenario())
-    assert [[a["component"] for a in s["acks"]] for s in sent] == [["one"]] and timers == []
+    assert [[a.component for a in s.acks] for s in sent] == [["one"]] and timers == []

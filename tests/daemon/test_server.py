@@ -12,20 +12,21 @@ from pathlib import Path
 import msgpack
 import pytest
 from daemonview import Session
-from netspec.controller.hosts.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient, Lost
 from netspec.daemon.server import HANDSHAKE_TIMEOUT_S, MAX_CONNECTIONS, MAX_HANDSHAKES, MAX_IN_FLIGHT
 from netspec.protocol import messages as m
 from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
+from netspec.protocol.reading import on_the_wire
 from netspec.protocol.wire import encode
 from support import PROGRAMS, session_run_id, wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:
-    def on_event(host: str, event: dict) -> None:
-        if events is not None:
-            events.append((host, event))
+    def on_event(host: str, event) -> None:
+        if events is not None:  # each as the map it was on the wire
+            events.append((host, {"t": "lost"} if isinstance(event, Lost) else on_the_wire(event)))
     client = await DaemonClient.connect("t", ("127.0.0.1", port), key, on_event)
     return client, asyncio.create_task(client.serve())
 
@@ -53,16 +54,16 @@ def _raw(port: int, payload: bytes) -> bytes:
 
 def test_hello_reports_host_facts(daemon, key):
     reply = asyncio.run(_hello(daemon.port, key))
-    assert reply["protocol"] == m.PROTOCOL_VERSION
-    assert reply["facts"]["kernel"] == os.uname().release
-    assert reply["facts"]["cpu_count"] == os.cpu_count()
+    assert reply.protocol == m.PROTOCOL_VERSION
+    assert reply.facts["kernel"] == os.uname().release
+    assert reply.facts["cpu_count"] == os.cpu_count()
 
 
 def test_a_client_with_the_wrong_key_is_refused_and_the_daemon_stays_up(daemon, key):
     with pytest.raises(AuthError):
         asyncio.run(_hello(daemon.port, os.urandom(32)))
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(_hello(daemon.port, key)).protocol == m.PROTOCOL_VERSION
 
 
 def test_a_command_without_authentication_is_refused(daemon, key):
@@ -70,7 +71,7 @@ def test_a_command_without_authentication_is_refused(daemon, key):
     assert b"authentication failed" in answer
     assert b"facts" not in answer
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(_hello(daemon.port, key)).protocol == m.PROTOCOL_VERSION
 
 
 @pytest.mark.parametrize("payload", [
@@ -83,7 +84,7 @@ def test_malformed_and_oversized_frames_drop_the_connection_not_the_daemon(daemo
     answer = _raw(daemon.port, payload)
     assert b"facts" not in answer
     assert daemon.alive
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(_hello(daemon.port, key)).protocol == m.PROTOCOL_VERSION
 
 
 def test_an_oversized_frame_after_authentication_drops_only_that_connection(daemon, key):
@@ -92,7 +93,7 @@ def test_an_oversized_frame_after_authentication_drops_only_that_connection(daem
         client.channel.transport.write(struct.pack(">I", 64 * 1024 * 1024) + b"x" * 1024)
         await serving  # the daemon hangs up
         return await _hello(daemon.port, key)
-    assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(scenario()).protocol == m.PROTOCOL_VERSION
     assert daemon.alive
 
 
@@ -108,7 +109,7 @@ def test_an_unknown_request_gets_an_error_reply_and_the_connection_lives_on(daem
         await client.close()
         await serving
         return reply
-    assert asyncio.run(scenario())["pid"] > 0
+    assert asyncio.run(scenario()).pid > 0
 
 
 @pytest.mark.parametrize(("setup", "message"), [
@@ -147,13 +148,13 @@ def test_a_fifo_among_a_runs_files_is_listed_missing_and_never_opened(daemon, ke
             streams.mkdir(parents=True, exist_ok=True)
             os.mkfifo(streams / "trap.ds")
             (streams / "fine.ds").write_bytes(b"x" * 10)
-            listed = {f["name"]: f for f in (await client.request("files", deadline))["files"]}
-            assert listed["streams/trap.ds"]["missing"] and not listed["streams/fine.ds"]["missing"]
+            listed = {f.name: f for f in (await client.request("files", deadline)).files}
+            assert listed["streams/trap.ds"].missing and not listed["streams/fine.ds"].missing
             with pytest.raises(RemoteError, match="is not a file of this run"):
-                await client.request("read", deadline, path=listed["streams/trap.ds"]["path"], offset=0)
-            data = await client.request("read", deadline, path=listed["streams/fine.ds"]["path"], offset=0)
-            assert data["data"] == b"x" * 10 and data["eof"]
-            assert (await client.request("hello", deadline))["pid"] > 0  # still answering
+                await client.request("read", deadline, path=listed["streams/trap.ds"].path, offset=0)
+            data = await client.request("read", deadline, path=listed["streams/fine.ds"].path, offset=0)
+            assert data.data == b"x" * 10 and data.eof
+            assert (await client.request("hello", deadline)).pid > 0  # still answering
             return reply
         finally:
             await client.close()
@@ -179,9 +180,12 @@ def test_a_malformed_enter_is_an_error_event_and_a_hang_up_still_ends_the_run(da
         for bad in ({"components": [{"name": "sleeper"}]}, {"phase": "x", "step": "1", "components": []},
                     {"phase": "x", "step": 1, "components": [7]}):
             client.notify("enter", **bad)
-        assert (await client.request("hello", deadline))["pid"] > 0  # the session lives on
-        errors = [e for _, e in events if e.get("t") == "error"]
-        assert len(errors) == 3 and all("enter takes phase" in e["error"]["message"] for e in errors)
+        assert (await client.request("hello", deadline)).pid > 0  # the session lives on
+        # Each refused where it was read, naming the field; the session reads on.
+        errors = [e["error"]["message"] for _, e in events if e.get("t") == "error"]
+        assert errors == ["request 'enter' does not fit: Object missing required field `phase`",
+                          "request 'enter' does not fit: Expected `int`, got `str` - at `$.step`",
+                          "request 'enter' does not fit: Expected `object`, got `int` - at `$.components[0]`"]
         await client.close()
         await serving
     asyncio.run(scenario())
@@ -197,7 +201,7 @@ def test_sessions_past_the_cap_are_told_so_and_the_daemon_serves_on(daemon, key)
             await client.close()
             await serving
         return await wait_for_async(lambda: _hello(daemon.port, key))
-    assert asyncio.run(scenario())["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(scenario()).protocol == m.PROTOCOL_VERSION
     assert daemon.alive
 
 
@@ -217,7 +221,7 @@ def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(da
             writer.close()
         return reply, took
     reply, took = asyncio.run(scenario())
-    assert reply["protocol"] == m.PROTOCOL_VERSION
+    assert reply.protocol == m.PROTOCOL_VERSION
     assert took < HANDSHAKE_TIMEOUT_S / 5  # not by waiting out the others' handshake deadline
     assert daemon.alive
 
@@ -277,7 +281,7 @@ def test_commands_written_unsealed_behind_a_genuine_auth_are_never_run(daemon, k
     assert hung_up and len(received) == len(welcome), received  # the welcome, then nothing
     assert not (tmp_path / "droot" / run_id).exists()
     assert not run_processes(run_id)
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(_hello(daemon.port, key)).protocol == m.PROTOCOL_VERSION
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -298,7 +302,7 @@ def test_a_sealed_frame_of_millions_of_empty_arrays_is_refused_without_growing_t
     # Its peak, not what is left: once built, the arrays are let go (284 MiB more at the peak
     # before they were bounded; 11 MiB now, the frame's own bytes).
     assert _peak_rss_mib(daemon.proc.pid) - before < 32
-    assert asyncio.run(_hello(daemon.port, key))["protocol"] == m.PROTOCOL_VERSION
+    assert asyncio.run(_hello(daemon.port, key)).protocol == m.PROTOCOL_VERSION
 
 
 def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limit(daemon, key):
@@ -309,7 +313,8 @@ def test_a_flood_of_pipelined_requests_is_answered_whole_past_the_in_flight_limi
         await client.close()
         await serving
         return replies
-    assert len({r["id"] for r in asyncio.run(scenario())}) == 3 * MAX_IN_FLIGHT
+    replies = asyncio.run(scenario())  # each request returns once its own id is answered
+    assert len(replies) == 3 * MAX_IN_FLIGHT and all(r.pid > 0 for r in replies)
 
 
 def test_a_daemon_stopped_mid_step_ends_its_session_and_the_runs_processes_and_exits(key, tmp_path):

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
-from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess, ComponentSpec
+from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess
+from netspec.daemon.spawn import python_argv
 from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes
+from netspec.protocol.kinds import ComponentSpec
 from support import PROGRAMS, session_run_id, wait_for
 
 RUN_RESET = session_run_id("run-reset")
@@ -149,7 +151,7 @@ def test_handed_back_files_of_one_name_are_listed_under_names_of_their_own(tmp_p
 
     async def listing():
         async with asyncio.TaskGroup() as tg:
-            spec = ComponentSpec.from_wire({"name": "c", "argv": ["true"]})
+            spec = ComponentSpec(name="c", argv=["true"])
             sup = Supervisor("r1", tmp_path / "root", [spec], Nowhere(), tg, host="h")
             made = []
             for where, name in (("x", "out.csv"), ("y", "out.csv"), ("z", "out csv"), ("z", "out_csv")):
@@ -182,7 +184,7 @@ def test_a_components_malformed_ack_is_its_error_and_only_what_a_component_may_s
     assert lost is None
     assert fine["status"] == "ok" and fine["message"] == "hi" and "clock" not in fine
     assert odd["status"] == "error" and odd["message"].startswith(
-        "the component sent an ack whose status and files are malformed")
+        "the component sent an ack that does not fit: Invalid enum value 'fine' - at `$.status`")
 
 
 RUN_TWICE = session_run_id("run-twice")
@@ -278,7 +280,7 @@ def test_a_killed_component_is_waited_for_until_the_deadline_however_long_its_ex
     async def scenario():
         outbox = Outbox()
         async with asyncio.TaskGroup() as tg:
-            spec = ComponentSpec("stubborn", STUBBORN, False, stop="work")
+            spec = ComponentSpec(name="stubborn", argv=STUBBORN, stop="work")
             sup = Supervisor(run_id, tmp_path, [spec], outbox, tg)
             assert (await sup.enter("stubborn", "launch", {}, {}))["status"] == "ok"
             await outbox.said(b"ready")
@@ -369,8 +371,9 @@ def test_a_component_at_work_on_its_end_longer_than_the_stop_grace_is_waited_for
 
 
 def test_a_component_whose_with_fails_is_killed_reaped_and_reported_and_leaves_no_fd(tmp_path):
-    spec = ComponentSpec.from_wire({"name": "actor", "program": str(PROGRAMS / "actor.py"),
-                                    "args": ["launch"]})
+    program = str(PROGRAMS / "actor.py")
+    spec = ComponentSpec(name="actor", program=program, args=["launch"],
+                         argv=python_argv(program, ["launch"]))
     fds = set(os.listdir("/proc/self/fd"))
 
     async def scenario():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from browser import chromium, console_errors, open_page, run_ref, serving
-from netspec.protocol.runrecord import load_record
+from netspec.protocol.runrecord import read_run
 from selenium.webdriver.common.by import By
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 def test_the_index_run_and_campaign_pages_show_what_the_runs_did(results: Path, tmp_path: Path):
     ok = run_ref(results, "browse-ok")
-    record = load_record(results / "runs" / ok)
+    record = read_run(results / "runs" / ok)
     with serving(results) as url, chromium() as driver:
         open_page(driver, url + "/")
         driver.save_screenshot(str(tmp_path / "index.png"))
@@ -35,8 +35,8 @@ def test_the_index_run_and_campaign_pages_show_what_the_runs_did(results: Path, 
         # one bar per step and participant, as run.json has them
         drawn = driver.execute_script("""return document.getElementById('timeline').data
             .filter(t => t.type === 'bar').reduce((n, t) => n + t.y.length, 0)""")
-        assert drawn == sum(len(e["components"]) for s in record["steps"] for e in s["hosts"].values())
-        assert len(driver.find_elements(By.CSS_SELECTOR, "#steps tbody tr")) == len(record["steps"])
+        assert drawn == sum(len(s.participants()) for s in record.steps)
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#steps tbody tr")) == len(record.steps)
         assert driver.find_elements(By.CSS_SELECTOR, "#distributions .histogram .main-svg")
         assert driver.find_elements(By.CSS_SELECTOR, "#clocks .main-svg")
         assert "of" in driver.find_element(By.ID, "events-page").text

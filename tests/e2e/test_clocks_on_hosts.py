@@ -6,7 +6,7 @@ import pytest
 from clockwarp import warp
 from netspec.clksync.fit import Exchanges, fit
 from netspec.clksync.records import fit_run, read_host
-from netspec.protocol.runrecord import RunView
+from netspec.protocol.runrecord import read_run
 from support import latest_record, ns_control
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +39,7 @@ def grid(ex: Exchanges, n=5000) -> np.ndarray:
 
 
 def check_truth_zero(run, source):
-    fits = fit_run(RunView.load(run))
+    fits = fit_run(run, read_run(run))
     assert fits["a"].source == "reference" and fits["b"].source == source
     ex = Exchanges.from_rows(read_host(sorted((run / "hosts" / "b").glob("streams/clksync.*.ds"))).exchanges)
     offset, lo, hi = fits["b"].offsets(grid(ex))

@@ -19,9 +19,9 @@ import pytest
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import load_record, read_run
+from netspec.protocol.runrecord import read_run
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, ns_control, session_dir, start_run, wait_for
+from support import PROGRAMS, REPO, latest_record, load_record, ns_control, session_dir, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -345,10 +345,10 @@ def test_a_component_still_in_the_failed_step_is_ended_with_the_run_not_named_a_
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1 and "component 'two' failed" in done.stderr
     run = (tmp_path / "runs" / "latest").resolve()
-    record = load_record(run)
-    prepare = next(s for s in record["steps"] if s["phase"] == "prepare")
-    one = prepare["hosts"]["a"]["components"]["one"]
-    assert one["status"] == "error" and one["outcome"] == "ended", one
+    record = read_run(run)
+    prepare = next(s for s in record.steps if s.phase == "prepare")
+    one = prepare.hosts["a"].components["one"]
+    assert one.status == "error" and one.outcome == "ended", one
     # The results browser's triage names the one that failed, not the one the run's end ended.
     assert [(f["host"], f["component"]) for f in timeline.failures(record, run)] == [("b", "two")]
     line = next(x for x in run_lines(run, read_run(run)) if x.lstrip().startswith("prepare"))

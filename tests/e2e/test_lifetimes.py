@@ -19,8 +19,7 @@ from netspec.controller.record.progress import Progress
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import load_record
-from support import latest_record, wait_for
+from support import latest_record, load_record, wait_for
 
 pytestmark = pytest.mark.e2e
 

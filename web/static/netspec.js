@@ -119,7 +119,7 @@ const netspec = (() => {
         const last = (a.events || []).map((e) => `${e.ms} ms ${esc(e.component)} ${esc(e.entity)} ${esc(e.data ?? "")}`).join("<br>");
         return `<tr><td>${esc(h)}</td><td>${esc(a.phase || "")}</td><td>${last || "-"}</td><td>${esc(a.cpu_busy || "-")}</td><td>${esc(a.net || "-")}</td></tr>`;
       }).join("");
-      return `<div class="failure"><h3>${esc(f.host)}/${esc(f.component)} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3>
+      return `<div class="failure"><h3>${esc(f.host)}${f.component ? "/" + esc(f.component) : ""} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3>
         <p>${esc(f.message)}</p>
         ${f.traceback ? `<pre class="traceback">${esc(f.traceback)}</pre>` : ""}
         <h4>last lines of stdout</h4><pre class="stdout">${esc(f.output.stdout) || "(empty)"}</pre>

@@ -7,6 +7,8 @@ import pytest
 from netspec.analysis.points import UnlikeRuns, check_repetitions
 from netspec.analysis.provenance import differences
 from netspec.controller.cli.runs import run_differences
+from netspec.protocol.campaignrecord import CampaignRun
+from netspec.protocol.runrecord import RunRecord, decode
 from support import REPO
 
 STORED = REPO / "tests" / "data" / "runs" / "stimulus-response" / "20261121T181343Z-23d1a4" / "run.json"
@@ -17,6 +19,11 @@ def stored():
     record["programs"] = {"/exp/stimulus.py": {"sha256": "fedcba9876543210" * 4,
                                                "copy": "programs/0-stimulus.py"}}
     return record
+
+
+def typed(record) -> RunRecord:
+    """A record as every reader has it: read through the run record's one reader."""
+    return decode(json.dumps(record).encode(), "run.json")
 
 
 def changed(record):
@@ -32,8 +39,8 @@ def changed(record):
 def test_differences_name_each_param_host_program_and_version_that_changed():
     before = stored()
     after = changed(before)
-    assert differences(before, before) == []
-    assert differences(before, after) == [
+    assert differences(typed(before), typed(before)) == []
+    assert differences(typed(before), typed(after)) == [
         "client.count: 2000 -> 500",
         "host b: local -> alice@10.0.0.3",
         "program /exp/stimulus.py sha256: fedcba987654 -> 0123456789ab",
@@ -47,11 +54,11 @@ def test_a_campaign_refuses_to_count_runs_that_differ_as_repetitions_of_one_poin
     for i, record in enumerate([before, before, changed(before)]):
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "run.json").write_text(json.dumps(record))
-        runs.append({"id": f"run{i}", "path": str(tmp_path / str(i)), "counted": True})
-    check_repetitions({"label": "client.size=64"}, runs[:2])
+        runs.append(CampaignRun(id=f"run{i}", path=str(tmp_path / str(i)), status="ok", counted=True))
+    check_repetitions("client.size=64", runs[:2])
     with pytest.raises(UnlikeRuns, match=r"^client.size=64: runs run0 and run2 are not repetitions of one "
                                             r"experiment: client.count: 2000 -> 500; host b: local"):
-        check_repetitions({"label": "client.size=64"}, runs)
+        check_repetitions("client.size=64", runs)
 
 
 def test_differences_name_the_experiments_name_services_streams_and_analysis():
@@ -69,10 +76,11 @@ def test_differences_name_the_experiments_name_services_streams_and_analysis():
     after["plan"]["analysis"]["pairs"]["to_server"]["match"] = "first"
     after["plan"]["analysis"]["graph"]["rtt"]["input"] = "events"
     after["plan"]["analysis"]["decoders"] = ["mine:decode"]
-    changed_keys = [d.split(":")[0] for d in differences(before, after)]
+    changed_keys = [d.split(":")[0] for d in differences(typed(before), typed(after))]
     assert changed_keys == ["experiment", "services clksync", "services camp", "stream stim",
                             "analysis pair to_server", "analysis graph rtt", "analysis decoders"]
-    assert differences(before, after)[0] == "experiment: stimulus-response -> stimulus-response-2"
+    first = differences(typed(before), typed(after))[0]
+    assert first == "experiment: stimulus-response -> stimulus-response-2"
 
 
 def run_on(tmp_path, name, record, **host_facts):
@@ -106,8 +114,8 @@ def test_report_says_first_that_the_hosts_cpu_cores_and_kernel_differ(tmp_path):
 
 
 def test_a_campaign_refuses_to_count_runs_on_unlike_hosts_as_repetitions(tmp_path):
-    runs = [{"id": name, "path": str(run_on(tmp_path, name, stored(), **facts)), "counted": True}
-            for name, facts in (("a", {}), ("b", {"kernel": "6.1.0"}))]
+    runs = [CampaignRun(id=name, path=str(run_on(tmp_path, name, stored(), **facts)), status="ok",
+                        counted=True) for name, facts in (("a", {}), ("b", {"kernel": "6.1.0"}))]
     kernels = r"host a kernel: 6.18.44 -> 6.1.0; host b kernel: 6.18.44 -> 6.1.0$"
     with pytest.raises(UnlikeRuns, match=kernels):
-        check_repetitions({"label": "client.size=64"}, runs)
+        check_repetitions("client.size=64", runs)

@@ -3,8 +3,9 @@ import asyncio
 import pytest
 from netspec.controller.engine.barrier import Barrier, NeedOutOfReach
 from netspec.controller.experiment.model import Step
+from netspec.protocol.kinds import Ack
 
-OK, ERROR = {"status": "ok"}, {"status": "error"}
+OK, ERROR = (Ack(status=status, step=0, component="c", entered=0, acked=0) for status in ("ok", "error"))
 
 
 def make(need=None):

@@ -5,17 +5,22 @@ import asyncio
 import os
 import signal
 
+import msgspec
 import pytest
 from netspec.controller.engine import release
 from netspec.controller.engine.fanout import FanOut, Tree
 from netspec.controller.experiment.load import load
-from netspec.controller.hosts.fleet import DaemonClient
+from netspec.controller.hosts.fleet import DaemonClient, Lost
 from netspec.protocol import ackjournal, acksummary
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
+from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.exits import run_processes
-from netspec.protocol.runrecord import Step
+from netspec.protocol.kinds import Ack
+from netspec.protocol.reading import Refused, on_the_wire
+from netspec.protocol.runrecord import Release, Step
+from netspec.protocol.wire import packed
 from support import latest_record, ns_control, session_run_id, start_run
 
 
@@ -51,84 +56,100 @@ def path_to(tree: Tree, host: str) -> list[str]:
     return path[::-1]
 
 
+def _read(message):
+    """A daemon's message as the controller reads it off the wire (protocol/kinds.py)."""
+    return FROM_DAEMON(packed(message))
+
+
+def _ack(**fields):
+    return msgspec.convert({"t": m.ACK, "step": 0, "status": m.ACK_OK, "entered": 10, "acked": 25, **fields},
+                           Ack)
+
+
 def test_a_batch_of_acks_naming_a_host_outside_the_senders_subtree_is_refused():
     fan_out = FanOut({}, Tree(2, _hosts(7)))
     fan_out.owed[(0, "h0")] = 3  # as send() counts them: h0's subtree is h0, h2, h3, h6
-    mine = {"host": "h6", "step": 0, "component": "c", "status": m.ACK_OK}
-    assert fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine]}) == ([("h6", mine)], None)
+    mine = {"t": m.ACK, "host": "h6", "step": 0, "component": "c", "status": m.ACK_OK, "entered": 1,
+            "acked": 2}
+    acks, summary = fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [mine]}))
+    assert [(h, on_the_wire(a)) for h, a in acks] == [("h6", mine)] and summary is None
     with pytest.raises(ProtocolError, match=r"host h0: acks of hosts \['h4'\] outside its subtree"):
-        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine, {**mine, "host": "h4"}]})
+        fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [mine, {**mine, "host": "h4"}]}))
     with pytest.raises(ProtocolError, match="the run has no fan-out tree"):
-        FanOut({}, None).batch("h0", {"t": m.ACKS, "step": 0, "acks": [mine]})
+        FanOut({}, None).batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [mine]}))
 
 
 def test_a_summary_is_checked_for_its_hosts_and_its_count_before_it_is_counted():
     fan_out = FanOut({}, Tree(2, _hosts(7)))
     fan_out.owed[(0, "h0")] = 2
     summary = AckSummary()
-    summary.add_host("h6", [{"component": "c", "status": m.ACK_OK, "entered": 10, "acked": 25,
-                             "entry_clock": [3, 2]}])
-    wire = summary.wire()
+    summary.add_host("h6", [_ack(component="c", entry_clock=[3, 2])])
+    wire = on_the_wire(summary.wire())
     assert wire["slowest"] == [[15, "h6"]] and wire["first"] == wire["last"] == [7, "h6/c"]
-    assert fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire}) == ([], wire)
+    _, got = fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [], "summary": wire}))
+    assert on_the_wire(got) == wire
     assert list(ackjournal.entries(wire["records"])) == [
         ("h6", "c", {"status": "ok", "message": "", "entered_ns": 10, "acked_ns": 25, "start_ns": 7,
                      "start_bound_ns": 2})]
     stranger = {**wire, "slowest": [[15, "h4"]]}
     with pytest.raises(ProtocolError, match=r"host h0: a summary naming hosts \['h4'\] outside its subtree"):
-        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": stranger})
-    for malformed in ({**wire, "acks": -1}, {**wire, "records": "x"}, {**wire, "first": None}, [1],
-                      {**wire, "zlib": 1}):
-        with pytest.raises(ProtocolError, match=r"a summary|a malformed zlib"):
-            fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": malformed})
+        fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [], "summary": stranger}))
+    # A summary that does not fit is refused where it is read, naming the field.
+    for malformed, field in (({**wire, "acks": -1}, "`$.summary.acks`"), ({**wire, "records": "x"},
+                             "`$.summary.records`"), ({**wire, "first": None}, "its starts have no ends"),
+                             ([1], "`$.summary`"), ({**wire, "zlib": 1}, "`$.summary.zlib`")):
+        refused = _read({"t": m.ACKS, "step": 0, "acks": [], "summary": malformed})
+        assert type(refused) is Refused and field in refused.problem
+        assert refused.problem.startswith("event 'acks' does not fit: ")
     # A first-level host deflates its records where they are many: the controller takes
     # them so, a relay takes none from below.
-    assert "zlib" not in summary.wire(compress=True)  # one host's: deflating costs more than it saves
+    assert not summary.wire(compress=True).zlib  # one host's: deflating costs more than it saves
     many = AckSummary()
     for _ in range(100):
-        many.add_host("h6", [{"component": "c", "status": m.ACK_OK, "entered": 10, "acked": 25}])
+        many.add_host("h6", [_ack(component="c")])
     deflated = many.wire(compress=True)
-    assert deflated["zlib"] is True and len(deflated["records"]) < len(many.wire()["records"]) / 5
+    assert deflated.zlib is True and len(deflated.records) < len(many.wire().records) / 5
     assert acksummary.problem(deflated, {"h6"}.__contains__, compressed=True) is None
     assert acksummary.problem(deflated, {"h6"}.__contains__) == "a summary with compressed records from below"
-    assert list(ackjournal.entries(deflated["records"], compressed=True)) == list(ackjournal.entries(
-        many.wire()["records"]))
+    assert list(ackjournal.entries(deflated.records, compressed=True)) == list(ackjournal.entries(
+        many.wire().records))
     # One more ack than h0's subtree owes for the step: a relay that counts twice is caught.
     with pytest.raises(ProtocolError, match="1 more acks than step 0 asked of its subtree"):
-        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}})
+        fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "acks": 2}}))
     # Once all are in, the step keeps no entry, and one more is still refused.
-    fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire})
+    fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [], "summary": wire}))
     assert fan_out.owed == {}
     with pytest.raises(ProtocolError, match="1 more acks than step 0"):
-        fan_out.batch("h0", {"t": m.ACKS, "step": 0, "acks": [], "summary": wire})
+        fan_out.batch("h0", _read({"t": m.ACKS, "step": 0, "acks": [], "summary": wire}))
 
 
 def test_a_summary_carries_the_programs_starts_beside_the_daemons_and_is_checked_for_them():
     def ack(component, entered, started, offset):
-        return {"component": component, "status": m.ACK_OK, "entered": entered, "acked": started + 9,
-                "started": started, "entry_clock": [offset, 2]}
+        return _ack(component=component, entered=entered, acked=started + 9, started=started,
+                    entry_clock=[offset, 2])
     child = AckSummary()
     child.add_host("h6", [ack("c", 100, 400, 10)])
     mine = AckSummary()
     mine.add_host("h2", [ack("d", 95, 150, -5)])
-    mine.merge(child.wire())
-    wire = mine.wire()
+    mine.merge(_read({"t": m.ACKS, "step": 0, "acks": [], "summary": on_the_wire(child.wire())}).summary)
+    summary = mine.wire()
+    wire = on_the_wire(summary)
     # The daemons began at 90 and 100 on the global timeline; the programs at 390 and 155.
     assert (wire["starts"], wire["first"], wire["last"], wire["low"], wire["high"]) == (
         2, [90, "h6/c"], [100, "h2/d"], 88, 102)
     assert wire["programs"] == [2, [155, "h2/d"], [390, "h6/c"], 153, 392]
     folded = AckSummary()
-    folded.merge(wire, keep_records=False)
-    said = release.skew(Step("work", "ok", release={"mode": "at"}), folded)
+    folded.merge(summary, keep_records=False)
+    said = msgspec.to_builtins(release.skew(Step("work", "ok", release=Release(mode="at")), folded))
     assert said["skew_ns"] == 10 and said["program"] == {"starts": 2, "skew_ns": 235, "first": "h2/d",
                                                          "last": "h6/c", "at_most_ns": 239}
     subtree = {"h2", "h6"}.__contains__
-    assert acksummary.problem(wire, subtree) is None
-    assert acksummary.problem({**wire, "programs": [2, [155, "h4/d"], [390, "h6/c"], 153, 392]},
-                              subtree) == "a summary naming hosts ['h4'] outside its subtree"
+    assert acksummary.problem(summary, subtree) is None
+    stranger = msgspec.structs.replace(summary, programs=(2, (155, "h4/d"), (390, "h6/c"), 153, 392))
+    assert acksummary.problem(stranger, subtree) == "a summary naming hosts ['h4'] outside its subtree"
     for malformed in ([2, None, None, 1, 2], [-1, None, None, None, None], "x", [1, 2]):
-        assert acksummary.problem({**wire, "programs": malformed}, subtree) == (
-            "a summary whose programs' starts are malformed")
+        refused = _read({"t": m.ACKS, "step": 0, "acks": [], "summary": {**wire, "programs": malformed}})
+        assert type(refused) is Refused and "programs" in refused.problem
 
 
 def test_an_ssh_host_in_a_fan_out_tree_is_an_error_naming_its_line(tmp_path):
@@ -176,7 +197,7 @@ def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(
                 assert info["outcome"] == "ok", (phase, host)
                 assert entry["sent_ns"] <= info["entered_ns"] <= info["acked_ns"] <= info["received_ns"]
     # Released at an instant through the tree: every start is placed on the global timeline.
-    assert steps["work"]["release"]["starts"] == 7 and "unplaced" not in steps["work"]["release"]
+    assert steps["work"]["release"]["starts"] == 7 and not steps["work"]["release"]["unplaced"]
     rest = steps["rest"]
     assert rest["status"] == "failed"
     assert rest["hosts"]["h0"]["components"]["c0"]["outcome"] == "error"
@@ -192,7 +213,8 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
         events = []
 
         def on_event(host, event):
-            events.append(event)
+            if not isinstance(event, Lost):
+                events.append(on_the_wire(event))  # as the map it was on the wire
         client = await DaemonClient.connect("a", ("127.0.0.1", daemon.port), key, on_event)
         serving = asyncio.create_task(client.serve())
         deadline = asyncio.get_running_loop().time() + 10
@@ -203,7 +225,7 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
                           published={})
             client.notify(m.ENTER, phase="rest", step=1, hosts={"a": 0}, lists=[node], published={})
             with pytest.raises(RemoteError, match="no run 'nope' is set up"):
-                await client.request(m.JOIN, deadline, run="nope")
+                await client.request(m.JOIN, deadline, run="nope", host="a", token=os.urandom(16))
             async with asyncio.timeout_at(deadline):
                 while not any(e["t"] == m.ACKS for e in events):
                     await asyncio.sleep(0.01)
@@ -224,7 +246,7 @@ def test_a_daemon_refuses_to_relay_to_hosts_outside_its_subtree_and_acks_its_own
     # Asked for a summary, it folds its own plain ack: counted, its record in bytes (too few
     # to deflate, though this host is the tree's first level).
     summary = summarized["summary"]
-    assert summarized["step"] == 2 and summarized["acks"] == [] and "zlib" not in summary  # one record
+    assert summarized["step"] == 2 and summarized["acks"] == [] and summary["zlib"] is False  # one record
     assert (summary["acks"], summary["hosts"]) == (1, 1)
     [(host, component, entry)] = ackjournal.entries(summary["records"])
     assert (host, component, entry["status"]) == ("a", m.NODE, m.ACK_OK) and summary["slowest"][0][1] == "a"

@@ -9,6 +9,7 @@ from netspec.controller.engine.run import Run, stranger
 from netspec.controller.experiment.load import parse
 from netspec.controller.record.results import ComponentResult
 from netspec.controller.record.rundir import RunDir
+from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 
 RESULTS = {"one": ComponentResult("a", "one", ["true"]), "two": ComponentResult("b", "two", ["true"])}
@@ -48,7 +49,7 @@ def test_asking_whether_a_strangers_event_is_one_leaves_the_run_as_it_was(tmp_pa
         rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
         run.failure = asyncio.get_running_loop().create_future()
-        found = run._stranger("a", {"t": m.OUTPUT, "component": "two", "stream": "stdout", "data": b"x"})
+        found = run._stranger("a", k.Output(component="two", stream="stdout", data=b"x"))
         return found, run.failure.done()
     found, failed = asyncio.run(ask())
     assert said(found) == "host a: an event of component 'two', which it does not run"

@@ -244,7 +244,7 @@ def test_a_controller_whose_handshake_a_flooded_daemon_dropped_gets_in_on_its_ne
                 writer.close()
     dropped, hello = asyncio.run(scenario())
     assert dropped == 1  # the first handshake was the one dropped: the flood did what it should
-    assert hello["pid"] == logged_daemon.proc.pid
+    assert hello.pid == logged_daemon.proc.pid
     assert logged_daemon.said(DROPPED) >= 1
 
 

@@ -7,7 +7,7 @@ import sysconfig
 import venv
 
 from netspec.controller.hosts.wheels import build_id, local_wheels
-from netspec.protocol.runrecord import load_record
+from support import load_record
 
 
 def test_a_wheel_install_runs_the_demo_from_its_installed_package(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from netspec.controller.engine.summary import run_lines
 from netspec.controller.record.rundir import RunDir, find_run, list_runs
 from netspec.protocol import ackjournal
+from netspec.protocol import kinds as k
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import run_processes
@@ -101,9 +102,9 @@ def test_summarized_acks_reach_their_step_from_the_ack_journal_and_run_json_at_t
         "a": StepHost(components={"x": Entry("warning", "slow")})}))
     run.journal_step(0)
     summary = AckSummary()
-    summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
-    summary.add_host("a", [{"component": "x", "status": "ok", "entered": 10, "acked": 20}])
-    run.journal_acks(0, 30, summary.wire()["records"])
+    summary.add_host("b", [k.Ack(step=0, component="y", status="ok", entered=10, acked=20)])
+    summary.add_host("a", [k.Ack(step=0, component="x", status="ok", entered=10, acked=20)])
+    run.journal_acks(0, 30, summary.wire().records)
     with open(run.path / ackjournal.ACK_JOURNAL, "ab") as journal:
         journal.write(ackjournal.frame(0, 40, b"x" * 50)[:20])  # the controller killed mid-frame
     record = read_run(run.path)
@@ -133,8 +134,8 @@ def test_a_malformed_ack_journal_frame_is_refused_naming_the_file_and_frame(tmp_
 def test_deflated_records_are_folded_and_records_that_inflate_past_a_frame_are_refused(tmp_path):
     run = RunDir.create(tmp_path / "runs", "exp", "x: 1\n", steps=[Step("work", "running", sent_ns=5)])
     summary = AckSummary()
-    summary.add_host("b", [{"component": "y", "status": "ok", "entered": 10, "acked": 20}])
-    run.journal_acks(0, 30, zlib.compress(summary.wire()["records"]), compressed=True)
+    summary.add_host("b", [k.Ack(step=0, component="y", status="ok", entered=10, acked=20)])
+    run.journal_acks(0, 30, zlib.compress(summary.wire().records), compressed=True)
     assert read_run(run.path).steps[0].hosts["b"].components["y"].acked_ns == 20
     # 17 MB of zeros deflate to 17 kB: a first level may not make the controller inflate them.
     run.journal_acks(0, 40, zlib.compress(bytes(17 << 20)), compressed=True)

@@ -1,0 +1,384 @@
+"""Every message of the control protocol as a msgspec Struct: what each kind carries, and
+of which types. A frame is decoded into its Struct once, where it is read (reading.py's
+`Reader`, which channel.py applies from the seal on), so nothing downstream checks a field
+again; a message that does not fit is refused there, naming its kind and the field.
+
+On the wire each is the msgpack map it always was, "t" naming its kind: a field at its
+default is left out (`omit_defaults`) where the maps left out what they did not say, and
+a field this netspec does not know is skipped (an older or newer peer's). docs/protocol.md
+describes each kind.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .messages import (
+    ACK,
+    ACK_ERROR,
+    ACK_OK,
+    ACK_WARNING,
+    ACKS,
+    CLKSYNC,
+    END,
+    ENTER,
+    ERROR,
+    EXIT,
+    FILES,
+    HELLO,
+    JOIN,
+    NODE,
+    OUTPUT,
+    READ,
+    READ_LIMIT,
+    REPLY,
+    RESET,
+    SETUP,
+    SHUTDOWN,
+    TREE,
+)
+
+# A request's own bound: a day is longer than any step a controller asks for.
+MAX_TIMEOUT_S = 86_400.0
+# clksync's probe interval, as a probe client takes it: a stretched fleet's is minutes at most.
+MAX_PROBE_INTERVAL_MS = 3_600_000.0
+# A step's deadline: ten years is longer than any (a soak test's is days); infinity and NaN
+# would be a timer asyncio cannot set.
+MAX_DEADLINE_S = 10 * 365 * 86_400.0
+JOIN_TOKEN_BYTES = 16  # a run's join token: what a parent in its tree shows to join it
+
+Status = Literal["ok", "warning", "error"]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_S)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Port = Annotated[int, msgspec.Meta(gt=0, lt=65536)]
+Mark = tuple[int, str]  # [start_ns or took_ns, "host/component" or host]
+assert Status.__args__ == (ACK_OK, ACK_WARNING, ACK_ERROR)  # type: ignore[attr-defined]
+
+
+class _Map(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A map on the wire: fields at their defaults are left out."""
+
+
+class ComponentSpec(_Map, kw_only=True):
+    """A component as the controller's experiment model sends it in `setup` and the daemon
+    runs it: `program` (with `args`) names a NETSPEC-aware program, `argv` a plain command.
+    One declaration for both sides: a field added here reaches the daemon."""
+
+    name: str
+    program: str | None = None
+    args: list[str] = []
+    argv: list[str] = []  # the plain command; the daemon fills in an aware program's own
+    params: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    start: str = "launch"
+    stop: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name == NODE:
+            raise ValueError(f"a component may not be named {NODE!r}: that is the daemon's own name in "
+                             "node-wide steps; rename the component")
+        if self.program is None and not self.argv:
+            raise ValueError(f"component {self.name!r} has neither a program nor an argv")
+
+    @property
+    def aware(self) -> bool:
+        return self.program is not None
+
+
+# -- controller -> daemon: requests ---------------------------------------------------------
+
+
+class Request(_Map, tag_field="t"):
+    """What every request may carry: an id to answer (none: one-way, `enter`), and a bound
+    on its handling."""
+
+    id: int | None = None
+    timeout_s: Seconds | None = None
+
+
+class Hello(Request, tag=HELLO, kw_only=True):
+    pass
+
+
+class Setup(Request, tag=SETUP, kw_only=True):
+    run: str  # checked where it becomes a path (names.safe_name)
+    host: str = ""
+    components: list[ComponentSpec] = []
+    streams: dict[str, dict[str, Any]] | None = None
+    camp: dict[str, Any] | None = None
+    join_token: Annotated[bytes, msgspec.Meta(min_length=JOIN_TOKEN_BYTES)] | None = None
+    share: bool = False
+
+
+class Participant(_Map, kw_only=True):
+    """One component in a step's enter, with the step's parameters for it."""
+
+    name: str
+    params: dict[str, Any] = {}
+
+
+class Enter(Request, tag=ENTER, kw_only=True):
+    """A step: `components` for this host, or in a fan-out tree `hosts` (each host's index
+    in `lists`, the distinct lists of components)."""
+
+    phase: str
+    step: Count
+    components: list[Participant] = []
+    hosts: dict[str, int] | None = None
+    lists: list[list[Participant]] | None = None
+    deadline_s: Annotated[float, msgspec.Meta(ge=0, le=MAX_DEADLINE_S)] | None = None
+    release_ns: int | None = None
+    summarize: bool = False
+    published: dict[str, Any] = {}
+
+    def __post_init__(self) -> None:
+        if self.hosts is None:
+            return
+        lists = self.lists or []
+        wrong = [h for h, i in self.hosts.items() if not 0 <= i < len(lists)][:5]
+        if wrong:
+            raise ValueError(f"hosts {wrong} name no list of `lists` ({len(lists)} of them)")
+
+
+class End(Request, tag=END, kw_only=True):
+    component: str
+
+
+class Reset(Request, tag=RESET, kw_only=True):
+    clean: bool = False
+
+
+class Files(Request, tag=FILES, kw_only=True):
+    pass
+
+
+class Read(Request, tag=READ, kw_only=True):
+    path: str
+    offset: Count = 0
+    size: Count = READ_LIMIT
+
+
+class Clksync(Request, tag=CLKSYNC, kw_only=True):
+    """The probe server of the run (`serve`), or a probe client of it (`probe`)."""
+
+    role: Literal["serve", "probe"]
+    key: bytes
+    timestamps: str = "kernel"
+    peer: str | None = None
+    address: str | None = None
+    port: Port | None = None
+    interval_ms: Annotated[float, msgspec.Meta(ge=1, le=MAX_PROBE_INTERVAL_MS)] | None = None
+
+    def __post_init__(self) -> None:
+        missing = [k for k in ("peer", "address", "port", "interval_ms") if getattr(self, k) is None]
+        if self.role == "probe" and missing:
+            raise ValueError(f"a probe needs {', '.join(missing)}")
+
+
+class Shutdown(Request, tag=SHUTDOWN, kw_only=True):
+    clean: bool = False
+
+
+class Child(_Map, kw_only=True):
+    """A child in a fan-out tree: its host, where to reach it, and its subtree's hosts."""
+
+    host: str
+    address: tuple[str, Port]
+    hosts: list[str]
+
+
+class Tree(Request, tag=TREE, kw_only=True):
+    children: list[Child]
+
+
+class Join(Request, tag=JOIN, kw_only=True):
+    run: str
+    host: str
+    token: bytes
+
+
+REQUESTS = Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join
+
+
+# -- daemon -> controller: events, acks and their summaries ---------------------------------
+
+
+class Event(_Map, tag_field="t"):
+    pass
+
+
+class ErrorEvent(Event, tag=ERROR, kw_only=True):
+    """An error: the answer to request `id`, or (none) an event of its own. The map is
+    `messages.error_map`'s: type, message, traceback, and any context."""
+
+    error: dict[str, Any]
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        wrong = [k for k in ("type", "message") if not isinstance(self.error.get(k, ""), str)]
+        if wrong:
+            raise ValueError(f"the error's {' and '.join(wrong)} must be text")
+
+
+class Output(Event, tag=OUTPUT, kw_only=True):
+    component: str
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+class Exit(Event, tag=EXIT, kw_only=True):
+    component: str
+    returncode: int
+    duration_s: float
+    argv: list[str]
+    ended_ns: int
+    failed: bool
+    forced: bool = False  # an older daemon's exit does not say
+    expected: bool = False
+
+
+class Release(_Map, kw_only=True):
+    """How a step's `release: at` instant went on a host: the instant on its clock and how
+    far off it may be, how late the step reached it, and the flags of what went wrong."""
+
+    at_ns: int | None = None
+    bound_ns: int | None = None
+    missed_ns: Count = 0
+    unsynchronised: bool = False
+    realtime_refused: bool = False
+
+
+class ComponentAck(_Map, kw_only=True):
+    """What a component says in its ack to its daemon (any language, any netspec)."""
+
+    status: Status
+    message: str = ""
+    traceback: str = ""
+    files: list[str] = []
+    published: dict[str, Any] = {}
+    started: int | None = None  # the program's own start of its callback (nodelib stamps it)
+    ended: int | None = None
+
+
+class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
+    """One participant's ack of a step: the component's own (ComponentAck) and what its
+    daemon adds: when it entered and acked, its clock then, the release, and for a launch
+    the phases the component registered, for sync_clocks the clock estimate. In a fan-out
+    tree's batch each names its `host`."""
+
+    step: Count
+    component: str
+    entered: int
+    acked: int
+    entry_clock: tuple[int, int] | None = None  # [offset_ns, bound_ns] from the reference at entry
+    release: Release | None = None
+    phases: list[str] | None = None
+    clock: dict[str, Any] | None = None
+    host: str | None = None
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """A fan-out tree's plain acks folded (acksummary.AckSummary.wire). Every field goes on
+    the wire, at its default too: a relay or controller of netspec before typed messages
+    needs each of them."""
+
+    acks: Count
+    hosts: Count
+    starts: Count
+    records: bytes
+    slowest: list[Mark] = []
+    first: Mark | None = None
+    last: Mark | None = None
+    low: int | None = None
+    high: int | None = None
+    programs: tuple[Count, Mark | None, Mark | None, int | None, int | None] = (0, None, None, None, None)
+    unplaced: list[str] = []
+    missed: dict[str, int] = {}
+    unsynchronised: list[str] = []
+    realtime_refused: list[str] = []
+    zlib: bool = False
+
+    def __post_init__(self) -> None:
+        if self.starts and None in (self.first, self.last, self.low, self.high):
+            raise ValueError("its starts have no ends")
+        if self.programs[0] and None in self.programs[1:]:
+            raise ValueError("its programs' starts have no ends")
+
+
+class Acks(Event, tag=ACKS, kw_only=True):
+    """A batch of a fan-out tree's acks, each as itself, and the summary of the plain ones."""
+
+    step: Count
+    acks: list[Ack]  # on the wire however few: a controller before typed messages needs it
+    summary: Summary | None = None
+
+
+class ReplyFrame(Event, tag=REPLY, kw_only=True):
+    """The answer to request `id`: its fields are the request's reply type's, decoded by
+    the one who asked (reading.reply), who alone knows what was asked."""
+
+    id: int
+    body: bytes = b""  # the frame's own body, not a field on the wire
+
+
+EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks
+# What a parent in a fan-out tree reads from a child: its join's answer, its batches, its errors.
+FROM_CHILD = ReplyFrame | ErrorEvent | Acks
+
+
+# -- replies ----------------------------------------------------------------------------------
+
+
+class Reply(_Map, kw_only=True):
+    """A reply with nothing the controller reads."""
+
+
+class HelloReply(Reply, kw_only=True):
+    protocol: int
+    pid: int
+    facts: dict[str, Any]
+    now_ns: int | None = None
+
+
+class SetupReply(Reply, kw_only=True):
+    root: str
+
+
+class EndReply(Reply, kw_only=True):
+    returncode: int | None
+    forced: bool
+
+
+class FileEntry(_Map, kw_only=True):
+    component: str | None
+    name: str
+    path: str
+    size: Count
+    missing: bool = False
+
+
+class FilesReply(Reply, kw_only=True):
+    files: list[FileEntry]
+
+
+class ReadReply(Reply, kw_only=True):
+    data: bytes
+    eof: bool
+
+
+class ClksyncReply(Reply, kw_only=True):
+    port: Port | None = None
+
+
+class ResetReply(Reply, kw_only=True):
+    killed: Count  # the run's processes it ended
+
+
+class TreeReply(Reply, kw_only=True):
+    children: Count  # the children it joined
+
+
+REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, END: EndReply, FILES: FilesReply,
+                                   READ: ReadReply, CLKSYNC: ClksyncReply, RESET: ResetReply, TREE: TreeReply}
