@@ -27,15 +27,17 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.analysis.resultset import is_current, open_tables
-from netspec.controller.campaigns.campaign import CAMPAIGN_FILE, CampaignDir, find_campaign
+from netspec.controller.campaigns.campaign import find_campaign
 from netspec.controller.experiment.campaignfile import CAMPAIGNS
 from netspec.controller.record.rundir import find_run, settle
+from netspec.protocol.campaignrecord import CAMPAIGN_FILE, CampaignRecord, CampaignRun, Point, read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import MERGED, Entry, RunError, RunRecord, Step, read_run
+from netspec.protocol.runrecord import MERGED, RunError, RunRecord, read_run
+from netspec.protocol.runstep import Entry, Step
 
-__all__ = ["Campaign", "CampaignRun", "Entry", "NetspecError", "Participant", "Point", "Run", "RunError",
-           "RunOutcome", "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
+__all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "NetspecError", "Participant", "Point",
+           "Run", "RunError", "RunOutcome", "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
@@ -127,13 +129,10 @@ def _optional(module: str) -> ModuleType:
                            f"`pip install {module}`, or read the table as Arrow (Tables.arrow)") from exc
 
 
-@dataclass(frozen=True)
-class Run:
-    """A run directory and its record (run.json, typed: protocol/runrecord.py), as it was when
-    opened: open it again for news."""
+class _Opened:
+    """What a run and a campaign both give of their record: its id and its experiment's name."""
 
-    path: Path
-    record: RunRecord = field(repr=False)
+    record: RunRecord | CampaignRecord
 
     @property
     def id(self) -> str:
@@ -142,6 +141,15 @@ class Run:
     @property
     def experiment(self) -> str:
         return self.record.experiment
+
+
+@dataclass(frozen=True)
+class Run(_Opened):
+    """A run directory and its record (run.json, typed: protocol/runrecord.py), as it was when
+    opened: open it again for news."""
+
+    path: Path
+    record: RunRecord = field(repr=False)
 
     @property
     def outcome(self) -> RunOutcome:
@@ -198,50 +206,31 @@ def open_run(ref: str | Path = "latest", runs: str | Path = RUNS) -> Run:
 
 
 @dataclass(frozen=True)
-class CampaignRun:
-    """One run of a campaign's point, as the campaign counted it."""
-
-    id: str | None  # None: its setup hook failed before a run started
-    path: Path | None
-    status: str
-    value: float | None  # the campaign's statistic of its metric in this run
-    counted: bool
-    warmup: bool = False
-
-    def open(self) -> Run:
-        """The run itself.
-
-        Raises:
-            NetspecError: the run never started (its setup failed) or its directory is gone.
-        """
-        if self.path is None:
-            raise NetspecError(f"no run directory: this run's setup ended it first ({self.status})")
-        return open_run(self.path)
-
-
-@dataclass(frozen=True)
-class Point:
-    """One point of a campaign's sweep: its params and its runs."""
-
-    params: dict[str, Any]
-    label: str
-    done: str | None  # why the point is done (runs, until, max, failures); None: not yet
-    runs: tuple[CampaignRun, ...]
-
-
-@dataclass(frozen=True)
-class Campaign:
-    """A campaign directory and its checkpoint (campaign.json), as it was when opened."""
+class Campaign(_Opened):
+    """A campaign directory and its record (campaign.json, typed: protocol/campaignrecord.py),
+    as it was when opened: its `points` (each with its params, label, why it is done and its
+    runs as the campaign counted them) and its runs."""
 
     path: Path
-    id: str
-    experiment: str
-    status: str  # running, done, failed, interrupted
-    points: tuple[Point, ...]
+    record: CampaignRecord = field(repr=False)
+
+    @property
+    def status(self) -> str:
+        """running, done, failed or interrupted."""
+        return self.record.status
+
+    @property
+    def points(self) -> tuple[Point, ...]:
+        return tuple(self.record.points)
 
     def runs(self) -> tuple[Run, ...]:
-        """Every run of every point that has a directory, opened, in the order they ran."""
-        return tuple(r.open() for p in self.points for r in p.runs if r.path is not None)
+        """Every run of every point that has a directory (a run whose setup hook failed has
+        none), opened, in the order they ran.
+
+        Raises:
+            NetspecError: a run's directory is gone or its record unreadable, naming it.
+        """
+        return tuple(open_run(r.path) for p in self.record.points for r in p.runs if r.path is not None)
 
 
 def open_campaign(ref: str | Path, runs: str | Path = RUNS, campaigns: str | Path | None = None) -> Campaign:
@@ -249,15 +238,11 @@ def open_campaign(ref: str | Path, runs: str | Path = RUNS, campaigns: str | Pat
     `campaigns` (RUNS/campaigns by default, as for ns_control).
 
     Raises:
-        NetspecError: no such campaign, or more than one, or a campaign.json unreadable.
+        NetspecError: no such campaign, or more than one, or a directory that holds none, or
+            a campaign.json that cannot be read (naming the file and the key).
     """
     if Path(ref).is_dir() and not (Path(ref) / CAMPAIGN_FILE).is_file():
         raise NetspecError(f"{ref}: not a campaign directory (no {CAMPAIGN_FILE} in it)")
     root = Path(campaigns) if campaigns is not None else Path(runs) / CAMPAIGNS
     path = find_campaign(root, str(ref))
-    state = CampaignDir.open(path).state
-    return Campaign(path, state["id"], state["experiment"], state["status"], tuple(
-        Point(p["params"], p["label"], p["done"], tuple(
-            CampaignRun(r["id"], Path(r["path"]) if r["path"] else None, r["status"], r["value"],
-                        r["counted"], r.get("warmup", False)) for r in p["runs"]))
-        for p in state["points"]))
+    return Campaign(path, read_campaign(path))

@@ -35,9 +35,9 @@ def demo():
 
 
 def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
-    assert sorted(results.__all__) == ["Campaign", "CampaignRun", "Entry", "NetspecError", "Participant",
-                                       "Point", "Run", "RunError", "RunOutcome", "RunRecord", "Step",
-                                       "Tables", "open_campaign", "open_run"]
+    assert sorted(results.__all__) == ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "NetspecError",
+                                       "Participant", "Point", "Run", "RunError", "RunOutcome", "RunRecord",
+                                       "Step", "Tables", "open_campaign", "open_run"]
     assert [n for n in results.__all__ if not (getattr(results, n).__doc__ or "").strip()] == []
 
 
@@ -135,6 +135,7 @@ def test_a_campaign_gives_its_points_and_their_runs(tmp_path):
     state = json.loads(checkpoint.read_text())
     campaign = results.open_campaign(state["id"], runs=tmp_path / "runs")
     assert (campaign.path, campaign.experiment, campaign.status) == (checkpoint.parent, "api-sweep", "done")
+    assert isinstance(campaign.record, results.CampaignRecord)
     assert [(p.params, p.done, len(p.runs)) for p in campaign.points] == [
         ({"one.lines": 1}, "runs", 1), ({"one.lines": 2}, "runs", 1)]
     runs = campaign.runs()
