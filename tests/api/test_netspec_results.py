@@ -11,11 +11,10 @@ import textwrap
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import session_dir
 from netspec import experiment, results
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import run_processes
-from support import PROGRAMS, REPO, ns_control
+from support import PROGRAMS, REPO, ns_control, session_dir
 
 DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
 STORED = REPO / "tests" / "data" / "runs" / "stimulus-response" / "20261121T181343Z-23d1a4"
