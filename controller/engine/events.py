@@ -62,6 +62,7 @@ class Inbox:
                         len(self.rundir.record.steps))
 
     def on_event(self, host: str, event: k.Event | Lost) -> None:
+        """One event from `host`'s connection, taken in or, if it cannot be, failing the run."""
         kind = type(event)
         if (kind in (k.Output, k.Exit, k.Ack)
                 and (wrong := self.stranger(host, event)) is not None):  # type: ignore[arg-type]
@@ -117,6 +118,8 @@ class Inbox:
         return False
 
     def on_ack(self, host: str, ack: k.Ack) -> None:
+        """One participant's ack of a step: recorded in the step's record, and told to the
+        barrier of the step under way (or to the stragglers, if it is a late one)."""
         name = ack.component
         if ack.phases is not None:
             self.registered[name] = ack.phases
