@@ -175,20 +175,20 @@ async def one_run(n: int, steps: int, kind: str, fan_out: int | None, runs_root:
     assert record.status == "ok", record.error
     connect = next(s for s in record.steps if s.phase == "launch").entered_ns - record.started_ns
     measured = [s for s in record.steps if s.phase not in ("launch", "collect", "sync_clocks")]
-    by_message = [s for s in measured if s.release["mode"] == "message"][watch.skip:]
-    at = [s for s in measured if s.release["mode"] == "at"]
+    by_message = [s for s in measured if s.release.mode == "message"][watch.skip:]
+    at = [s for s in measured if s.release.mode == "at"]
     durations = [s.duration_s for s in by_message]
-    skews = {mode: [s.release["skew_ns"] / 1e3 for s in steps if "skew_ns" in s.release]
+    skews = {mode: [s.release.skew_ns / 1e3 for s in steps if s.release.skew_ns is not None]
              for mode, steps in (("message", by_message), ("at", at))}
     return {"connect_s": connect / 1e9,
             **{f"{mode}_skew_{q}_us": percentile(values, p) for mode, values in skews.items()
                for q, p in (("p50", 0.5), ("p99", 0.99))},
-            "at_missed": sum(len(s.release.get("missed_ns", {})) for s in at) / max(len(at), 1),
+            "at_missed": sum(len(s.release.missed_ns) for s in at) / max(len(at), 1),
             **watch.figures, "step_p50_ms": percentile(durations, 0.5) * 1e3,
             "step_p99_ms": percentile(durations, 0.99) * 1e3,
             "runjson_mb": (rundir.path / "run.json").stat().st_size / 1e6,
             "teardown_s": ended - watch.marks["collected"],
-            **{k: record.fan_out[k] for k in ("relays", "depth") if record.fan_out}}
+            **({"relays": record.fan_out.relays, "depth": record.fan_out.depth} if record.fan_out else {})}
 
 
 def projection(width: int, trees: dict[int, dict[str, float]], flats: dict[int, dict[str, float]],

@@ -4,29 +4,25 @@ Each component runs in its own process group with stdout/stderr captured to file
 streamed to the controller. NETSPEC-aware components get one end of a socketpair (its fd
 named by NETSPEC_FD); plain commands are started at one phase and stopped at another.
 A component gets SIGTERM if its daemon dies without resetting (so nodelib flushes its
-streams), and is started at most once in a run.
+streams), and is started at most once in a run. How it is spawned is daemon/spawn.py's;
+what is said with it over its channel, daemon/componentchannel.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import signal
-import socket
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from netspec.protocol import events
 from netspec.protocol import messages as m
 from netspec.protocol.channel import Channel
-from netspec.protocol.errors import NetspecError, ProtocolError
+from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import (
     descendants,
     describe_returncode,
@@ -34,9 +30,9 @@ from netspec.protocol.exits import (
 )
 from netspec.protocol.kinds import ComponentSpec
 
+from .componentchannel import ComponentChannel, ComponentExited
 from .ending import activity, ending
-from .facts import host_address
-from .orphans import SPAWNED
+from .spawn import ExecFailed, spawn
 
 log = logging.getLogger("netspecd")
 
@@ -55,7 +51,6 @@ OUTPUT_GRACE_S = 1.0
 # A killed process is waited for this long at least, even past the step's deadline (and
 # less than the daemon's own grace past it, handlers.ENTER_GRACE_S, so its ack says why).
 KILLED_AT_LEAST_S = 1.0
-PR_SET_PDEATHSIG = 1
 
 
 class Outbox(Protocol):
@@ -67,74 +62,51 @@ class Outbox(Protocol):
         """Wait while the controller is behind; returns at once if it is gone."""
 
 
-class ComponentExited(NetspecError):
-    """The component's process ended while something still waited on it."""
-
-
 class StartRefused(NetspecError):
     """A component is not started: it was started in this run already, or the run was reset."""
-
-
-def _end_with(daemon_pid: int) -> Callable[[], None]:
-    """What the child runs before exec: get SIGTERM if the daemon dies without resetting
-    (killed, out of memory), so that nodelib flushes its streams as it exits, as at any
-    reset; whatever ignores it is ended by whoever gathers the lost host's files, with
-    SIGKILL after a grace (controller/salvage.py, `netspecd --kill-run`)."""
-    def end_with_daemon() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != daemon_pid:  # the daemon died before the prctl: no signal will come
-            os.kill(os.getpid(), signal.SIGTERM)
-    return end_with_daemon
-
-
-class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Tells when the process exits. asyncio's `Process.wait()` (3.11) also waits until
-    the pipes close, which a background child can put off for as long as it lives."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        super().__init__(limit=2**16, loop=loop)
-        self.exit_code: asyncio.Future[int] = loop.create_future()
-
-    def process_exited(self) -> None:
-        # Read first: the base class drops the transport once the pipes are closed too.
-        code = self._transport.get_returncode()
-        SPAWNED.discard(self._transport.get_pid())
-        super().process_exited()
-        if not self.exit_code.done():
-            self.exit_code.set_result(code)
 
 
 class ComponentProcess:
     """One spawned component: its process, its channel (if aware) and its output files.
 
-    Lifecycle: made with its run; `start()` spawns it once, in a phase, its output pumps
-    and exit watcher in the caller's task group; `stop()` asks it to end. `close()` (or
-    leaving its `async with`) ends whatever is left on every way out: it kills the process
-    and its descendants if they still run, waits (bounded) for its exit to be seen, reaped
-    and reported, and closes its channel; it may be called twice."""
+    Lifecycle: made with its run; `start()` spawns it once, in a phase, its output pumps,
+    its exit watcher and its channel's reader in the caller's task group; `stop()` asks it
+    to end. `close()` (or leaving its `async with`) ends whatever is left on every way out:
+    it kills the process and its descendants if they still run, waits (bounded) for its
+    exit to be seen, reaped and reported, and closes its channel; it may be called twice."""
 
     def __init__(self, spec: ComponentSpec, run_id: str, root: Path, outbox: Outbox):
         self.spec, self.run_id, self.outbox = spec, run_id, outbox
         self.dir = root / spec.name
         self.workdir = self.dir / "work"
         self.proc: asyncio.subprocess.Process | None = None
-        self.channel: Channel | None = None
-        self.registered: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self.link = ComponentChannel(spec.name, run_id)  # an aware component's channel, its waits
         self.exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.handed_back: list[str] = []
         self.stopping = False
         self.forced = False  # netspec had to SIGKILL it once asked to stop
         self.forced_why = ""  # after what: idle for the grace, or still ending at the deadline
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self.started_in: str | None = None  # the phase it was started in, from the first try on
-        self._next_id = 0
 
     @property
     def started(self) -> bool:
         return self.proc is not None
+
+    @property
+    def channel(self) -> Channel | None:
+        """Its channel, once an aware component's process is spawned."""
+        return self.link.channel
+
+    @property
+    def registered(self) -> asyncio.Future[list[str]]:
+        """The phases an aware component registered for, once it has."""
+        return self.link.registered
+
+    @property
+    def handed_back(self) -> list[str]:
+        """The files its acks named, to be gathered with its outputs."""
+        return self.link.handed_back
 
     async def __aenter__(self) -> ComponentProcess:
         return self
@@ -158,11 +130,11 @@ class ComponentProcess:
             if not self.exited.done():
                 log.warning("run %s: component %s (pid %d) not seen to end after SIGKILL",
                             self.run_id, self.spec.name, self.proc.pid)
-        if self.channel is not None:
-            await self.channel.close()
+        await self.link.close()
 
     async def start(self, tg: asyncio.TaskGroup, phase: str) -> None:
-        """Spawn the process, its output pumps and its exit's watcher in `tg`.
+        """Spawn the process, its output pumps, its exit's watcher and its channel's reader
+        in `tg`.
 
         Raises:
             StartRefused: it was started before in this run (a process is started once:
@@ -175,53 +147,23 @@ class ComponentProcess:
                                f"{pid} already: a component is started once in a run, not again in "
                                f"phase '{phase}'")
         self.started_in = phase
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        # Opened before the process is: its output has somewhere to go whatever happens to
-        # the directory meanwhile (a reset that cleans it).
-        outputs = [open(self.dir / name, "wb") for name in ("stdout", "stderr")]  # noqa: SIM115 - the pumps close them
-        env = {**os.environ, **self.spec.env, m.RUN_ENV: self.run_id,
-               m.COMPONENT_ENV: self.spec.name, m.PARAMS_ENV: json.dumps(self.spec.params),
-               m.HOST_ADDRESS_ENV: host_address(), **self.env,
-               "PYTHONUNBUFFERED": "1"}
-        pass_fds: tuple[int, ...] = ()
-        ours = theirs = None
-        if self.spec.aware:
-            ours, theirs = socket.socketpair()
-            env[m.FD_ENV] = str(theirs.fileno())
-            pass_fds = (theirs.fileno(),)
-        loop = asyncio.get_running_loop()
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitProtocol(loop), *self.spec.argv, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=self.workdir,
-                env=env, pass_fds=pass_fds, start_new_session=True, preexec_fn=_end_with(os.getpid()))
-        except OSError as exc:
-            if ours:
-                ours.close()
-            for f in outputs:
-                f.close()
-            raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.strerror}") from exc
-        finally:
-            if theirs:
-                theirs.close()
-        self.proc = asyncio.subprocess.Process(transport, protocol, loop)
-        if not protocol.exit_code.done():
-            SPAWNED.add(self.proc.pid)
+            spawned = await spawn(self.spec, self.run_id, self.dir, self.workdir, self.env)
+        except ExecFailed as exc:
+            raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.error.strerror}") from exc.error
+        self.proc = spawned.proc
         self.started_ns = time.time_ns()
-        pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout", outputs[0])),
-                 tg.create_task(self._pump(self.proc.stderr, "stderr", outputs[1]))]
+        stdout, stderr = spawned.outputs
+        pumps = [tg.create_task(self._pump(self.proc.stdout, "stdout", stdout)),
+                 tg.create_task(self._pump(self.proc.stderr, "stderr", stderr))]
         # Watched before anything else is awaited: a start cancelled while its channel opens
         # (the request's deadline) still has its exit seen, written and reported.
-        tg.create_task(self._watch_exit(protocol.exit_code, pumps))
-        if ours:
-            try:
-                self.channel = await Channel.over(ours, peer=f"component {self.spec.name}")
-            except BaseException:
-                ours.close()
-                raise
+        tg.create_task(self._watch_exit(spawned.exit_code, pumps))
+        if spawned.ours:
+            await self.link.open(spawned.ours)
             if self.exited.done():  # it ended as its channel opened: its watcher did not see one
-                await self.channel.close()
-            tg.create_task(self._read_channel())
+                await self.link.close()
+            tg.create_task(self.link.read())
 
     async def _pump(self, pipe: asyncio.StreamReader | None, stream: str, f: BinaryIO) -> None:
         assert pipe is not None
@@ -234,28 +176,6 @@ class ComponentProcess:
                 # A component that writes faster than the controller reads is held back
                 # by its pipe, instead of growing this daemon's memory.
                 await self.outbox.drain()
-
-    async def _read_channel(self) -> None:
-        assert self.channel is not None
-        try:
-            while (message := await self.channel.recv()) is not None:
-                if message["t"] == m.REGISTER and not self.registered.done():
-                    self.channel.send({"t": m.WELCOME, "component": self.spec.name,
-                                       "run": self.run_id})
-                    self.registered.set_result(list(message.get("phases", [])))
-                elif message["t"] == m.ACK:
-                    waiter = self.pending.pop(message.get("id"), None)
-                    if waiter and not waiter.done():
-                        waiter.set_result(message)
-        except ConnectionError:
-            # Its end went away (a process killed with an enter unread resets it): its exit,
-            # watched below, says why to everything waiting on it.
-            await self.channel.close()
-        except ProtocolError as exc:
-            # The stream cannot be trusted after a bad frame: drop it, and let everything
-            # waiting on this component know now rather than at its deadline.
-            self._fail_waiters(ComponentExited(f"broke the netspec protocol ({exc})"))
-            await self.channel.close()
 
     async def _watch_exit(self, exit_code: asyncio.Future[int],
                           pumps: list[asyncio.Task[None]]) -> None:
@@ -275,22 +195,19 @@ class ComponentProcess:
         # participant's failure, not the run's), and of every end before its step's end.
         self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
         self.exited.set_result(info)
-        self._fail_waiters(ComponentExited(describe_returncode(code)))
+        self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,
                  describe_returncode(code), info["duration_s"])
-        if self.channel:
-            await self.channel.close()
-
-    def _fail_waiters(self, error: ComponentExited) -> None:
-        for waiter in [self.registered, *self.pending.values()]:
-            if not waiter.done():
-                waiter.set_exception(error)
-                waiter.exception()  # marks it retrieved: a plain command's has no waiter
-        self.pending.clear()
+        await self.link.close()
 
     async def call(self, phase: str, params: dict[str, Any], published: dict[str, Any],
                    **fields: Any) -> dict[str, Any]:
-        """Enter `phase` in an aware component and return its ack; `fields` go along."""
+        """Enter `phase` in an aware component and return its ack; `fields` go along.
+
+        Raises:
+            ComponentExited: it has ended (or its end of the channel closed, and it ended
+                soon after), or it ended before it acked.
+        """
         if self.channel is not None and self.channel.closing and not self.exited.done():
             # Its end of the channel closed: it is ending (or will not ack); its exit is the news.
             with contextlib.suppress(TimeoutError):
@@ -298,18 +215,7 @@ class ComponentProcess:
         if self.channel is None or self.exited.done() or self.channel.closing:
             code = self.exited.result()["returncode"] if self.exited.done() else None
             raise ComponentExited(f"{describe_returncode(code)} and cannot take part")
-        self._next_id += 1
-        waiter = asyncio.get_running_loop().create_future()
-        self.pending[self._next_id] = waiter
-        self.channel.send({"t": m.ENTER, "id": self._next_id, "phase": phase, "params": params,
-                           "published": published, **fields})
-        ack = await waiter
-        if wrong := events.component_ack_problem(ack):
-            # The component's fault, said as its own: not passed on for the controller to refuse.
-            return {"status": m.ACK_ERROR, "message": f"the component sent {wrong}: {str(ack)[:200]}"}
-        self.handed_back.extend(ack.get("files", []))
-        # Only what a component may say goes on: the rest of an ack is the daemon's to add.
-        return {k: ack[k] for k in events.COMPONENT_ACK_FIELDS if k in ack}
+        return await self.link.enter(phase, params, published, **fields)
 
     async def stop(self, grace: float = STOP_GRACE_S, deadline: float | None = None) -> dict[str, Any]:
         """Ask the component to end (STOP message or SIGTERM), then kill what remains.
@@ -346,11 +252,8 @@ class ComponentProcess:
         loop = asyncio.get_running_loop()
         if not self.exited.done():
             asked = loop.time()
-            in_phase = bool(self.pending)
-            if self.channel is not None:
-                with contextlib.suppress(NetspecError, ConnectionError):
-                    self.channel.send({"t": m.STOP})
-            else:
+            in_phase = bool(self.link.pending)
+            if not self.link.ask_to_stop():  # a plain command: no channel to ask over
                 self.signal_group(signal.SIGTERM)
             patience = None if deadline is None or in_phase else \
                 deadline - max(KILL_RESERVE_S, (deadline - asked) / 10)
@@ -405,9 +308,4 @@ class ComponentProcess:
         if self.proc is not None and not self.exited.done():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
-
-
-def python_argv(program: str, args: list[str]) -> list[str]:
-    """A .py program runs under the daemon's own interpreter, which has nodelib."""
-    return [sys.executable, program, *args] if program.endswith(".py") else [program, *args]
 

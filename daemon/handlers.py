@@ -21,11 +21,11 @@ from netspec.protocol.errors import NetspecError, ProtocolError
 from netspec.protocol.names import safe_name
 
 from . import release
-from .component import python_argv
 from .facts import host_facts
 from .relay import Emit, Relay
 from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run, reset_under_way
 from .sampler import config_from_wire
+from .spawn import python_argv
 from .supervisor import Supervisor
 
 log = logging.getLogger("netspecd")

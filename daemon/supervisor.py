@@ -31,11 +31,11 @@ from netspec.protocol.names import as_name, safe_name
 
 from .component import (
     KILL_GRACE_S,
-    ComponentExited,
     ComponentProcess,
     Outbox,
     StartRefused,
 )
+from .componentchannel import ComponentExited
 from .orphans import reap_adopted, run_processes_below
 from .sampler import CampConfig
 from .services import NodeServices

@@ -1,7 +1,7 @@
 """The run's ack journal: where the controller appends the records of the acks a fan-out
 tree summarized (protocol/acksummary.py) as they arrive, without reading them, and from
 which run.json gets them: when the run ends, or when a reader reads a run still going or
-whose controller was killed (runrecord.fold_acks).
+whose controller was killed (protocol/runjournal.py's fold_acks).
 
 The file is a stream of msgpack frames [step index, received_ns, records(, "zlib")], where
 records are the summaries' bytes (deflated, where the frame says "zlib"): a stream of

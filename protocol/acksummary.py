@@ -8,8 +8,8 @@ widest spread within the bounds (of the daemons' starts, and of the programs' ca
 `programs`), lists the starts that could not be placed or were late for their instant,
 and holds each ack's run.json entry as msgpack bytes. Relays join
 their children's bytes without reading them; the controller appends them to the run's
-ack journal (runrecord.ACK_JOURNAL) without reading them either, and run.json gets them
-when the run ends (runrecord.fold_ack_journal).
+ack journal (ackjournal.ACK_JOURNAL) without reading them either, and run.json gets them
+when the run ends (runjournal.fold_acks).
 """
 
 from __future__ import annotations

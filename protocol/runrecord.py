@@ -21,84 +21,20 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import msgspec
 
-from . import ackjournal
+from . import runjournal
 from .errors import NetspecError
+from .runjournal import JOURNAL, journal_line
+from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarized
+
+__all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
+           "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostRecord", "Program",
+           "Release", "RunError", "RunRecord", "Salvage", "Spread", "Step", "StepHost", "Summarized",
+           "controller_gone", "decode", "encode", "fold_acks", "journal_line", "process_start", "read_run"]
 
 RUN_FORMAT = 1
-# Each step's record as it ended, one JSON line each: a controller of a thousand hosts does
-# not rewrite a megabytes-long run.json per step, and one killed mid-run still leaves every
-# step it finished. run.json has them all once the run finished, and the journal goes (the
-# ack journal too: protocol/ackjournal.py).
-JOURNAL = "run.journal"
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
-
-
-class Entry(msgspec.Struct, omit_defaults=True):
-    """A participant's entry in a step: its ack as the controller received it (every `_ns`
-    on its host's clock but `received_ns`, `start_ns` and `program_start_ns`, on the global
-    timeline), and what became of it (`outcome`)."""
-
-    status: str = ""  # ok, warning, error (protocol/messages.py)
-    message: str = ""
-    entered_ns: int | None = None  # when its daemon began the phase: None if it never acked
-    acked_ns: int | None = None
-    started_ns: int | None = None  # when the program began its callback (nodelib's stamp)
-    start_ns: int | None = None  # entered_ns placed on the global timeline, +- start_bound_ns
-    program_start_ns: int | None = None
-    start_bound_ns: int | None = None
-    release_at_ns: int | None = None  # a `release: at` instant on its host's clock
-    release_bound_ns: int | None = None
-    release_missed_ns: int | None = None
-    release_unsynchronised: bool = False
-    release_realtime_refused: bool = False
-    received_ns: int | None = None
-    # ok, error, late (acked after its k-of-n barrier opened), killed (ended at the deadline),
-    # skipped (out of the run since an earlier step), ended (still in the step when the run failed)
-    outcome: str | None = None
-    traceback: str = ""
-    late_ns: int | None = None
-    died: bool = False  # its process died in the step (a k-of-n step fails over)
-
-
-class StepHost(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """A host's part in a step: its components' entries (always written), when the step was
-    sent to it and when its last participant acked (on the controller's clock)."""
-
-    components: dict[str, Entry]
-    sent_ns: int | None = None
-    done_ns: int | None = None
-
-
-class Summarized(msgspec.Struct):
-    """What a fan-out tree folded of a step's plain acks (their entries are in `hosts`)."""
-
-    hosts: int = 0
-    acks: int = 0
-    slowest: list[list[Any]] = []  # [took_ns, host], slowest first
-
-
-class Step(msgspec.Struct):
-    """One step as it ran. `release` is controller/engine/release.py's (its mode, instant and
-    skew)."""
-
-    phase: str
-    status: str  # running, ok, failed
-    entered_ns: int | None = None
-    hosts: dict[str, StepHost] = {}
-    sent_ns: int | None = None  # a summarized step's: one instant for the first level
-    left_ns: int | None = None
-    duration_s: float | None = None
-    release: dict[str, Any] = {}
-    summarized: Summarized | None = None
-
-    def participants(self) -> list[tuple[str, str, Entry]]:
-        """Every (host, component, entry) of the step: those that acked and those that did
-        not alike (a participant killed before its ack has no `entered_ns`)."""
-        return [(host, name, entry) for host, part in self.hosts.items()
-                for name, entry in part.components.items()]
 
 
 class Controller(msgspec.Struct):
@@ -181,19 +117,44 @@ class Collected(msgspec.Struct):
     failed: dict[str, str] = {}
 
 
-class CutShort(msgspec.Struct, omit_defaults=True):
-    """A journal's last entry, cut short by a kill: what it held is not in the record."""
+class ClockSync(msgspec.Struct, kw_only=True):
+    """How the run's clocks were synchronised (controller/engine/clocks.py): the reference
+    host, how many hosts probe it, the interval asked and the one they probe at (longer
+    where the reference's budget of exchanges per second asks it), and this controller's
+    offset from the reference with its bound (where the step's times go on the global
+    timeline)."""
 
-    file: str
-    bytes: int
-    line: int | None = None  # run.journal's
-    frame: int | None = None  # run.acks's
-    step: int | None = None  # the step a frame cut short begins with, when that much was written
+    reference: str
+    probers: int
+    asked_interval_ms: float
+    interval_ms: float
+    reference_budget_per_s: float
+    controller_offset_ns: int | None = None
+    controller_offset_bound_ns: int | None = None
+
+
+class FanOutTree(msgspec.Struct):
+    """The fan-out tree steps went through (controller/engine/fanout.py): children per host
+    at most, levels, hosts that relay, and the first level."""
+
+    width: int
+    depth: int
+    relays: int
+    first: list[str] = []
+
+
+class CampaignPoint(msgspec.Struct):
+    """The campaign a run is of (controller/campaigns/campaign.py): its id, the point's
+    parameter values, and which repetition of the point the run is (from 0)."""
+
+    id: str
+    point: dict[str, Any] = {}
+    repetition: int = 0
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
     """run.json. `plan` is the experiment as it ran (controller/experiment/model.py's
-    `Plan.resolved`); `clksync` and `fan_out` what the engine says of clocks and the tree."""
+    `Plan.resolved`); its steps are protocol/runstep.py's."""
 
     format: int
     id: str
@@ -218,10 +179,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     collected_ns: int | None = None
     share_hosts: bool = False
     rerun_of: str | None = None
-    campaign: dict[str, Any] | None = None  # the campaign's id and the point this run is of
+    campaign: CampaignPoint | None = None
     connect_deadline_s: float | None = None
-    fan_out: dict[str, Any] | None = None
-    clksync: dict[str, Any] | None = None
+    fan_out: FanOutTree | None = None
+    clksync: ClockSync | None = None
     cut_short: list[CutShort] = []
 
     @property
@@ -277,10 +238,6 @@ class RunRecord(msgspec.Struct, kw_only=True):
         return texts
 
 
-class _Index(msgspec.Struct):
-    index: int | None = None
-
-
 class _Format(msgspec.Struct):
     format: int = 1
 
@@ -293,11 +250,6 @@ def encode(record: RunRecord | Step) -> bytes:
     """A record (or a step) as it is written: compact JSON (a long run's run.json is megabytes;
     `ns_control show` or jq are for reading it)."""
     return _ENCODER.encode(record)
-
-
-def journal_line(index: int, step: Step) -> bytes:
-    """Step `index` as a line of the journal: the step's JSON object led by its index."""
-    return b'{"index":%d,' % index + encode(step)[1:] + b"\n"
 
 
 def decode(data: bytes, where: str) -> RunRecord:
@@ -337,81 +289,22 @@ def read_run(run: Path) -> RunRecord:
     except OSError as exc:
         raise NetspecError(f"{run}: no readable run.json ({exc})") from exc
     record = decode(data, f"{run}/run.json")
-    _with_journal(run, record)
+    record.steps = list(record.steps)
+    if said := runjournal.fold_steps(run, record.steps):
+        record.note_cut_short(said)
     fold_acks(run, record)
     return record
 
 
-def _with_journal(run: Path, record: RunRecord) -> None:
-    """Add to `record` the steps the journal has and run.json has not (saved before they ended)."""
-    try:
-        lines = (run / JOURNAL).read_bytes().splitlines()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise NetspecError(f"{run}/{JOURNAL}: unreadable ({exc})") from exc
-    steps = record.steps = list(record.steps)
-    for number, line in enumerate(lines, 1):
-        try:
-            index = msgspec.json.decode(line, type=_Index).index
-            entry = msgspec.json.decode(line, type=Step)
-        except msgspec.ValidationError as exc:  # a DecodeError too: JSON, but not a step
-            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a step ({exc})") from None
-        except msgspec.DecodeError:
-            if number == len(lines):  # the last line, cut short by a kill
-                record.note_cut_short(CutShort(JOURNAL, len(line), line=number))
-                break
-            raise NetspecError(f"{run}/{JOURNAL}:{number}: not a JSON line") from None
-        if index is None or not 0 <= index <= len(steps):
-            raise NetspecError(f"{run}/{JOURNAL}:{number}: step index {index!r} does not follow "
-                               f"the {len(steps)} steps before it")
-        if index == len(steps):
-            steps.append(entry)
-        elif entry.left_ns is not None and steps[index].left_ns is None:
-            steps[index] = entry  # its end, where run.json was saved while it ran
-
-
 def fold_acks(run: Path, record: RunRecord) -> None:
-    """Put every ack of the run's ack journal (protocol/ackjournal.py), if it has one, in its
-    step of `record`. An entry the step has already (recorded as itself) stays as it is.
+    """Put every ack of the run's ack journal (protocol/runjournal.py), if it has one, in
+    its step of `record`, and say a last frame cut short by a kill.
 
     Raises:
         NetspecError: naming the file and the frame, when a frame is malformed.
     """
-    try:
-        data = (run / ackjournal.ACK_JOURNAL).read_bytes()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise NetspecError(f"{run}/{ackjournal.ACK_JOURNAL}: unreadable ({exc})") from exc
-    steps = record.steps
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    unpacker.feed(data)
-    # A frame cut short by a kill is the file's end: the unpacker stops before it.
-    number = read = 0
-    for number, item in enumerate(unpacker, 1):
-        read = unpacker.tell()  # after the loop, a frame cut short may have moved it on
-        try:
-            index, received, records, *encoding = item
-            if not (isinstance(index, int) and 0 <= index < len(steps) and isinstance(received, int)
-                    and isinstance(records, bytes) and encoding in ([], [ackjournal.ZLIB])):
-                raise ValueError("not [step index, received_ns, records(, zlib)] of a step in run.json")
-            step = steps[index]
-            if not step.hosts:
-                step.hosts = {}
-            for host, component, entry in ackjournal.entries(records, bool(encoding)):
-                info = step.hosts.setdefault(host, StepHost(components={}))
-                if component not in info.components:
-                    info.components[component] = msgspec.convert(
-                        {**entry, "received_ns": received, "outcome": "ok"}, Entry)
-                info.done_ns = max(info.done_ns or 0, received)
-                if info.sent_ns is None:
-                    info.sent_ns = step.sent_ns
-        except (TypeError, ValueError, msgspec.ValidationError) as exc:
-            raise NetspecError(f"{run}/{ackjournal.ACK_JOURNAL}: frame {number}: {exc}") from None
-    if read < len(data):
-        record.note_cut_short(CutShort(ackjournal.ACK_JOURNAL, len(data) - read, frame=number + 1,
-                                       step=ackjournal.step_of(data[read:])))
+    if said := runjournal.fold_acks(run, record.steps):
+        record.note_cut_short(said)
 
 
 def controller_gone(record: RunRecord) -> bool:

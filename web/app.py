@@ -6,13 +6,13 @@ bound, never pasted into SQL. It only reads: nothing under the roots is changed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from netspec.analysis.resultset import MERGED, open_tables
+from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import confined
 from netspec.protocol.runoutcome import RunOutcome
@@ -146,10 +146,9 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
 
     def campaign_page(request: Request) -> Response:
         path = catalog.campaign_path(f"{request.path_params['experiment']}/{request.path_params['id']}")
-        state = json.loads((path / "campaign.json").read_text())
-        view = campaign_view(state, catalog.run_ref)
-        return HTMLResponse(render("campaign.html", title=f"campaign {state.get('id', path.name)}",
-                                   state=state, view=view))
+        record = read_campaign(path)
+        view = campaign_view(record, catalog.run_ref)
+        return HTMLResponse(render("campaign.html", title=f"campaign {record.id}", state=record, view=view))
 
     def compare_page(request: Request) -> Response:
         refs = [request.query_params.get(k, "") for k in ("a", "b")]

@@ -10,19 +10,17 @@ status is the run's outcome as `ns_control ls` and `show` say it (`RunOutcome`).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from netspec.protocol import ackjournal
+from netspec.protocol.campaignrecord import CAMPAIGN_FILE, read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.names import safe_name
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import JOURNAL, MERGED, read_run
-
-CAMPAIGN_FILE = "campaign.json"
 
 
 @dataclass(frozen=True)
@@ -131,11 +129,11 @@ class Catalog:
         if cached and cached[0] == key and cached[1].status != "running":
             return cached[1]
         record = read_run(run)
-        campaign = record.campaign or {}
+        campaign = record.campaign
         entry = RunEntry(f"{run.parent.name}/{run.name}", record.experiment or run.parent.name,
                          record.id, RunOutcome.of(record).status, record.started_ns, record.duration_s,
                          len(record.host_names), record.experiment_sha256,
-                         campaign.get("id"), campaign.get("point"),
+                         campaign.id if campaign else None, campaign.point if campaign else None,
                          (run / MERGED / "summary.json").is_file())
         self._heads[run] = (key, entry)
         return entry
@@ -144,14 +142,12 @@ class Catalog:
         entries = []
         for path in sorted(self.campaigns_root.glob(f"*/*/{CAMPAIGN_FILE}")):
             try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                unreadable.append(f"{path}: {exc}")
+                record = read_campaign(path.parent)
+            except NetspecError as exc:  # it names the file and the key
+                unreadable.append(str(exc))
                 continue
             entries.append(CampaignEntry(
-                f"{path.parent.parent.name}/{path.parent.name}", state.get("experiment", ""),
-                state.get("id", path.parent.name), state.get("status", "unknown"),
-                state.get("started_ns", 0), len(state.get("points", [])),
-                sum(len(p.get("runs", [])) for p in state.get("points", []))))
+                f"{path.parent.parent.name}/{path.parent.name}", record.experiment, record.id,
+                record.status, record.started_ns, len(record.points), len(record.runs())))
         entries.sort(key=lambda e: e.started_ns, reverse=True)
         return entries

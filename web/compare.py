@@ -18,6 +18,7 @@ from netspec.analysis.provenance import differences, load
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
 from netspec.analysis.units import duration_text
+from netspec.protocol.campaignrecord import CampaignRecord, Point
 from netspec.protocol.runrecord import RunRecord
 
 from .timeline import bars
@@ -44,53 +45,52 @@ def _cell(values: np.ndarray, unit: str, baseline: np.ndarray | None) -> dict[st
     return cell
 
 
-def campaign_view(state: dict[str, Any], run_ref: Callable[[str], str | None]) -> dict[str, Any]:
-    """A campaign.json as its page shows it: a row per sweep point with its runs and a cell per
-    metric, the baseline (first point), and a line per metric over a single numeric parameter."""
-    repeat = (yaml.safe_load(state.get("text") or "") or {}).get("repeat") or {}
+def campaign_view(record: CampaignRecord, run_ref: Callable[[str], str | None]) -> dict[str, Any]:
+    """A campaign's record as its page shows it: a row per sweep point with its runs and a cell
+    per metric, the baseline (first point), and a line per metric over a single numeric parameter."""
+    repeat = (yaml.safe_load(record.text) or {}).get("repeat") or {}
     statistic = repeat.get("statistic", "median")
-    points = state.get("points") or []
+    points = record.points
     problem = ""
     try:
         table = point_metrics(points, statistic)
     except (UnlikeRuns, FileNotFoundError) as exc:
         table, problem = {}, str(exc)
     metrics = list(dict.fromkeys(m for ms in table.values() for m in ms))
-    baseline = table.get(points[0]["label"], {}) if points else {}
+    baseline = table.get(points[0].label, {}) if points else {}
     rows = []
     for i, point in enumerate(points):
-        mine = table.get(point["label"], {})
+        mine = table.get(point.label, {})
         cells = {}
         for m in metrics:
             if m in mine:
                 base = None if i == 0 or m not in baseline else baseline[m].values
                 cells[m] = _cell(mine[m].values, mine[m].unit, base)
-        rows.append({"label": point["label"], "params": point.get("params", {}), "done": point.get("done"),
+        rows.append({"label": point.label, "params": point.params, "done": point.done,
                      "cells": cells, "runs": [
-                         {"id": r.get("id"), "ref": run_ref(r["path"]) if r.get("path") else None,
-                          "status": r.get("status"), "counted": r.get("counted"), "value": r.get("value"),
-                          "warmup": r.get("warmup")} for r in point.get("runs", [])]})
+                         {"id": r.id, "ref": run_ref(r.path) if r.path else None, "status": r.status,
+                          "counted": r.counted, "value": r.value, "warmup": r.warmup} for r in point.runs]})
     return {"statistic": statistic, "metric": repeat.get("metric"), "metrics": metrics, "rows": rows,
             "problem": problem, "lines": _lines(points, table, metrics)}
 
 
-def _lines(points: list[dict[str, Any]], table: dict[str, Any], metrics: list[str]) -> list[dict[str, Any]]:
+def _lines(points: list[Point], table: dict[str, Any], metrics: list[str]) -> list[dict[str, Any]]:
     """Each metric over the one swept parameter, where there is one and it is numeric."""
-    keys = {k for p in points for k in p.get("params", {})}
+    keys = {k for p in points for k in p.params}
     if len(keys) != 1:
         return []
     axis = next(iter(keys))
-    if not all(isinstance(p["params"].get(axis), int | float) for p in points):
+    if not all(isinstance(p.params.get(axis), int | float) for p in points):
         return []
     figures = []
     for m in metrics:
         xs, ys, lo, hi, unit = [], [], [], [], ""
         for p in points:
-            metric = table.get(p["label"], {}).get(m)
+            metric = table.get(p.label, {}).get(m)
             if metric is None or not len(metric):
                 continue
             s = metric.summary()
-            xs.append(p["params"][axis])
+            xs.append(p.params[axis])
             ys.append(s.mean)
             lo.append(0 if math.isnan(s.low) else s.mean - s.low)
             hi.append(0 if math.isnan(s.high) else s.high - s.mean)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.analysis.units import duration_text
-from netspec.protocol.runrecord import Entry, RunRecord, Step
+from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
@@ -95,10 +95,10 @@ def _sent(record: RunRecord, step: Step, host: str) -> tuple[int, int | None]:
     part = step.hosts.get(host)
     sent = ((part.sent_ns if part is not None else None) or step.sent_ns or step.entered_ns
             or record.started_ns)
-    clocks = record.clksync or {}
-    offset, bound = clocks.get("controller_offset_ns"), clocks.get("controller_offset_bound_ns")
-    if isinstance(offset, int) and isinstance(bound, int):
-        return sent - offset, bound
+    clocks = record.clksync
+    if clocks is not None and clocks.controller_offset_ns is not None \
+            and clocks.controller_offset_bound_ns is not None:
+        return sent - clocks.controller_offset_ns, clocks.controller_offset_bound_ns
     return sent, None
 
 
@@ -212,37 +212,21 @@ def step_rows(record: RunRecord) -> list[dict[str, Any]]:
         rows.append({
             "step": index, "phase": step.phase, "status": step.status,
             "took": duration_text(step.duration_s * 1e9) if step.duration_s is not None else "-",
-            "release": release.get("mode", "message"),
+            "release": release.mode,
             "skew": _skew(release, "skew_ns"), "skew_at_most": _skew(release, "at_most_ns"),
-            "troubles": _troubles(release),
+            "troubles": "; ".join(release.troubles()),  # as `show` says them
             "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(counts.items())),
             "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-"})
     return rows
 
 
-def _skew(release: dict[str, Any], key: str) -> str:
-    """A step's release skew (or its bound) where the programs started, beside the daemons'
-    (the programs' is what the participants saw; the daemons' is the release's alone)."""
-    daemons = duration_text(release[key]) if key in release else "-"
-    program = release.get("program") or {}
-    return f"{duration_text(program[key])} programs, {daemons} daemons" if key in program else daemons
-
-
-def _troubles(release: dict[str, Any]) -> str:
-    """What went wrong with a step's release, counted, where `show` says it (its words are
-    controller/engine/release.py's `troubles`)."""
-    parts = []
-    if release.get("missed_ns"):
-        parts.append(f"{len(release['missed_ns'])} after the instant")
-    # By message, a start without a clock estimate is only unknown (before sync_clocks, all
-    # are): a trouble where a skew is given all the same, or the step is released at an instant.
-    if release.get("unplaced") and (release.get("mode") == "at" or "skew_ns" in release):
-        parts.append(f"{len(release['unplaced'])} not placed")
-    for key, said in (("unsynchronised", "without a clock estimate"),
-                      ("realtime_refused", "refused real-time priority")):
-        if release.get(key):
-            parts.append(f"{len(release[key])} {said}")
-    return "; ".join(parts)
+def _skew(release: Release, key: str) -> str:
+    """A step's release skew (or its bound: `key`) where the programs started, beside the
+    daemons' (the programs' is what the participants saw; the daemons' is the release's alone)."""
+    ns = getattr(release, key)
+    daemons = duration_text(ns) if ns is not None else "-"
+    program = getattr(release.program, key, None)
+    return f"{duration_text(program)} programs, {daemons} daemons" if program is not None else daemons
 
 
 def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[str, Any]]:

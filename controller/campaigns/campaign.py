@@ -3,15 +3,15 @@ and CHECKPOINT): every point of an experiment file's sweep is run at least `repe
 times, then until `repeat.until` holds on the metric's statistics across its runs, at most
 `repeat.max` times.
 
-RUNS/campaigns/<experiment>/<id>/campaign.json is the checkpoint: the points, every run's
-directory and outcome, and the run under way; it is rewritten after every step, so that a
-campaign killed at any moment resumes (`ns_control resume`) with the run it lost.
+RUNS/campaigns/<experiment>/<id>/campaign.json is the checkpoint (protocol/campaignrecord.py):
+the points, every run's directory and outcome, and the run under way; it is rewritten after
+every step, so that a campaign killed at any moment resumes (`ns_control resume`) with the run
+it lost.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from dataclasses import asdict
@@ -26,8 +26,19 @@ from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
 from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current
+from netspec.protocol.campaignrecord import (
+    CAMPAIGN_FILE,
+    SETUP_FAILED,
+    CampaignRecord,
+    CampaignRun,
+    Current,
+    Point,
+    read_campaign,
+    write_campaign,
+)
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
+from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
 from ..experiment.load import parse
@@ -35,7 +46,6 @@ from ..experiment.model import Campaign, Plan
 from ..record.rundir import RunDir
 from .hooks import HookFailed, run_hook
 
-CAMPAIGN_FILE = "campaign.json"
 HOOKS_LOG = "hooks.log"
 
 class CampaignError(NetspecError):
@@ -49,8 +59,8 @@ def point_label(point: dict[str, Any]) -> str:
 class CampaignDir:
     """The campaign's directory and its checkpoint."""
 
-    def __init__(self, path: Path, state: dict[str, Any]):
-        self.path, self.state = path, state
+    def __init__(self, path: Path, record: CampaignRecord):
+        self.path, self.record = path, record
 
     @classmethod
     def create(cls, root: Path, plan: Plan) -> CampaignDir:
@@ -59,29 +69,26 @@ class CampaignDir:
         cid = f"{datetime.fromtimestamp(now / 1e9, UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         path = root / plan.name / cid
         path.mkdir(parents=True)
-        state = {"id": cid, "experiment": plan.name, "file": str(plan.path), "text": plan.text,
-                 "sha256": plan.sha256, "status": "running", "started_ns": now, "presetup_done": False,
-                 "current": None, "points": [{"params": p, "label": point_label(p), "runs": [], "done": None}
-                                             for p in plan.campaign.points]}
-        campaign = cls(path, state)
+        record = CampaignRecord(id=cid, experiment=plan.name, file=str(plan.path), text=plan.text,
+                                sha256=plan.sha256, status="running", started_ns=now,
+                                points=[Point(params=p, label=point_label(p)) for p in plan.campaign.points])
+        campaign = cls(path, record)
         campaign.save()
         return campaign
 
     @classmethod
     def open(cls, path: Path) -> CampaignDir:
         try:
-            return cls(path, json.loads((path / CAMPAIGN_FILE).read_text()))
-        except (OSError, ValueError) as exc:
-            raise CampaignError(f"{path}: not a campaign ({exc})") from exc
+            return cls(path, read_campaign(path))
+        except NetspecError as exc:
+            raise CampaignError(f"not a campaign: {exc}") from None
 
     @property
     def plan(self) -> Plan:
-        return parse(self.state["text"], Path(self.state["file"]))
+        return parse(self.record.text, Path(self.record.file))
 
     def save(self) -> None:
-        tmp = self.path / f".{CAMPAIGN_FILE}.tmp"
-        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
-        os.replace(tmp, self.path / CAMPAIGN_FILE)
+        write_campaign(self.path, self.record)
 
 
 def find_campaign(root: Path, ref: str) -> Path:
@@ -104,15 +111,15 @@ def run_value(run: Path, metric: str | None, statistic: str) -> float | None:
     return float(STATISTICS[statistic](metrics[metric].values))
 
 
-def _decide(point: dict[str, Any], c: Campaign) -> str | None:
+def _decide(point: Point, c: Campaign) -> str | None:
     """Why the point is done (runs, until, max, failures), or None if it needs another run.
 
     A point is run at most `max` times (`runs` when no max is given), plus its warm-up runs;
     a failed run spends one of them as a counted run does (an interrupted one does not: it is
     run again). A point whose runs are spent before `runs` of them counted is done with
     "failures": it failed, and so does its campaign."""
-    spent = [r for r in point["runs"] if r["status"] != "interrupted"]
-    counted = [r["value"] for r in spent if r["counted"]]
+    spent = [r for r in point.runs if r.status != "interrupted"]
+    counted = [r.value for r in spent if r.counted]
     limit = c.max_runs or c.runs
     exhausted = len(spent) >= limit + c.warmup
     if len(counted) < c.runs:
@@ -126,18 +133,18 @@ def _decide(point: dict[str, Any], c: Campaign) -> str | None:
     return "max" if len(counted) >= limit or exhausted else None
 
 
-def failed_points(points: list[dict[str, Any]], c: Campaign) -> list[str]:
+def failed_points(points: list[Point], c: Campaign) -> list[str]:
     """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
     run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
     warm-up or unlike the point's first run (provenance)."""
     lines = []
     for p in points:
-        if p["done"] != "failures":
+        if p.done != "failures":
             continue
-        failed = sum(r["status"] not in ("ok", "interrupted") for r in p["runs"])
-        uncounted = sum(r["status"] == "ok" and not r["counted"] for r in p["runs"])
-        lines.append(f"{p['label']} ({sum(r['counted'] for r in p['runs'])} of {c.runs} counted, "
-                     f"{failed} of {len(p['runs'])} run(s) failed"
+        failed = sum(r.status not in ("ok", "interrupted") for r in p.runs)
+        uncounted = sum(r.status == "ok" and not r.counted for r in p.runs)
+        lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
+                     f"{failed} of {len(p.runs)} run(s) failed"
                      + (f", {uncounted} ok but not counted: a warm-up, or unlike the point's first run"
                         if uncounted else "") + ")")
     return lines
@@ -154,128 +161,132 @@ class Campaigner:
 
     def _hooks(self, stage: str, env: dict[str, str]) -> None:
         for hook in self.c.hooks.get(stage, ()):
-            run_hook(hook, stage, self.plan, {"NETSPEC_CAMPAIGN": self.cdir.state["id"], **env},
+            run_hook(hook, stage, self.plan, {"NETSPEC_CAMPAIGN": self.cdir.record.id, **env},
                      self.cdir.path / HOOKS_LOG, self.options.accept_new_host_keys)
 
     def run(self) -> int:
-        state = self.cdir.state
-        state["status"] = "running"
+        state = self.cdir.record
+        state.status = "running"
         self.cdir.save()
         try:
-            if not state["presetup_done"]:
+            if not state.presetup_done:
                 self._hooks("presetup", {})
-                state["presetup_done"] = True
+                state.presetup_done = True
                 self.cdir.save()
             self._recover()
-            for point in state["points"]:
-                while point["done"] is None:
+            for point in state.points:
+                while point.done is None:
                     code = self._one_run(point)
                     if code == EXIT_INTERRUPTED:
                         return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
                                          f"{self.cdir.path}` goes on from here")
                     if code != EXIT_OK and self.c.fastfail:
-                        return self._fail(f"fastfail: a run of {point['label']} failed")
-                    point["done"] = _decide(point, self.c)
+                        return self._fail(f"fastfail: a run of {point.label} failed")
+                    point.done = _decide(point, self.c)
                     self.cdir.save()
-            if not state.get("postcleanup_done"):  # once: a failed campaign resumed is only said again
+            if not state.postcleanup_done:  # once: a failed campaign resumed is only said again
                 self._hooks("postcleanup", {})
-                state["postcleanup_done"] = True
+                state.postcleanup_done = True
                 self.cdir.save()
-            failed = failed_points(state["points"], self.c)
+            failed = failed_points(state.points, self.c)
             if failed:
-                return self._fail(f"{len(failed)} of {len(state['points'])} point(s) failed: "
+                return self._fail(f"{len(failed)} of {len(state.points)} point(s) failed: "
                                   + "; ".join(failed))
         except (HookFailed, CampaignError) as exc:
             return self._fail(str(exc))
         except KeyboardInterrupt:
             return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
                              f"{self.cdir.path}` goes on from here")
-        return self._end("done", EXIT_OK, f"campaign {state['id']}: done, {self._counts()}")
+        return self._end("done", EXIT_OK, f"campaign {state.id}: done, {self._counts()}")
 
-    def _one_run(self, point: dict[str, Any]) -> int:
-        state = self.cdir.state
-        index = state["points"].index(point)
-        env = {"NETSPEC_POINT": json.dumps(point["params"]), "NETSPEC_REPETITION": str(len(point["runs"]))}
-        state["current"] = {"point": index, "run": None}
+    def _one_run(self, point: Point) -> int:
+        state = self.cdir.record
+        index = state.points.index(point)
+        env = {"NETSPEC_POINT": json.dumps(point.params), "NETSPEC_REPETITION": str(len(point.runs))}
+        current = state.current = Current(index)
         self.cdir.save()
         try:
             self._hooks("setup", env)
         except HookFailed as exc:
             self.options.output.err([f"error: {exc}"])
-            point["runs"].append({"id": None, "path": None, "status": "setup failed", "value": None,
-                                  "counted": False})
-            state["current"] = None
+            point.runs.append(CampaignRun(id=None, path=None, status=SETUP_FAILED))
+            state.current = None
             self.cdir.save()
             return EXIT_FAILED
 
         def created(rundir: RunDir) -> None:
-            state["current"]["run"] = str(rundir.path.resolve())
+            current.run = str(rundir.path.resolve())
             self.cdir.save()
 
         # The campaign file with the point's values: its warnings cite the campaign file's lines.
-        plan = parse(state["text"], Path(state["file"]), point=point["params"])
-        self.options.output.out(f"campaign {state['id']}: {point['label']}, run {len(point['runs']) + 1}")
-        rundir, outcome = run_plan(plan, self.options, {"campaign": {
-            "id": state["id"], "point": point["params"], "repetition": len(point["runs"])}}, created)
+        plan = parse(state.text, Path(state.file), point=point.params)
+        self.options.output.out(f"campaign {state.id}: {point.label}, run {len(point.runs) + 1}")
+        rundir, outcome = run_plan(plan, self.options, {"campaign": CampaignPoint(
+            state.id, point.params, len(point.runs))}, created)
         try:
             self._hooks("cleanup", env)
         finally:
-            self._record(point, rundir.path, outcome.status)
+            self._record(point, rundir.path, outcome)
         return outcome.exit_code
 
-    def _record(self, point: dict[str, Any], path: Path, status: str) -> None:
-        value = run_value(path, self.c.metric, self.c.statistic) if status == "ok" else None
-        warm = sum(r["status"] == "ok" for r in point["runs"]) < self.c.warmup
-        counted = status == "ok" and not warm
-        first = next((r for r in point["runs"] if r["counted"]), None)
-        diffs = differences(provenance(Path(first["path"])), provenance(path)) if counted and first else []
+    def _record(self, point: Point, path: Path, outcome: RunOutcome) -> None:
+        ok = outcome.ok
+        value = run_value(path, self.c.metric, self.c.statistic) if ok else None
+        warm = sum(r.status == "ok" for r in point.runs) < self.c.warmup
+        counted = ok and not warm
+        first = next((r for r in point.runs if r.counted), None)
+        diffs = (differences(provenance(Path(first.path)), provenance(path))
+                 if counted and first and first.path else [])
         if diffs:
             counted = False
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
-                                     f"{point['label']}: it differs from run {first['id']}: "
+                                     f"{point.label}: it differs from run {first.id}: "
                                      + "; ".join(diffs)])
-        point["runs"].append({"id": path.name, "path": str(path.resolve()), "status": status, "value": value,
-                              "counted": counted, "warmup": warm, **({"differs": diffs} if diffs else {})})
-        self.cdir.state["current"] = None
+        point.runs.append(CampaignRun(id=path.name, path=str(path.resolve()), status=outcome.status,
+                                      value=value, counted=counted, warmup=warm, differs=diffs))
+        self.cdir.record.current = None
         self.cdir.save()
 
     def _recover(self) -> None:
         """The run the last controller lost: kept if it ended, marked interrupted if not."""
-        current = self.cdir.state["current"]
+        current = self.cdir.record.current
         if current is None:
             return
-        point = self.cdir.state["points"][current["point"]]
-        path = Path(current["run"]) if current["run"] else None
+        point = self.cdir.record.points[current.point]
+        path = Path(current.run) if current.run else None
         if path is None or not (path / "run.json").is_file():
-            self.cdir.state["current"] = None
+            self.cdir.record.current = None
             self.cdir.save()
             return
         run = RunDir.open(path)
         if run.record.status == "running":
-            run.finish(RunOutcome.run_again())
-        elif not is_current(path / MERGED):
-            merge(path, self.options.output, code=plan_code(self.plan))
-        self._record(point, path, run.record.status)
-        point["done"] = _decide(point, self.c)
+            outcome = RunOutcome.run_again()
+            run.finish(outcome)
+        else:
+            outcome = RunOutcome.of(run.record)
+            if not is_current(path / MERGED):
+                merge(path, self.options.output, code=plan_code(self.plan))
+        self._record(point, path, outcome)
+        point.done = _decide(point, self.c)
         self.cdir.save()
 
     def _counts(self) -> str:
-        runs = [r for p in self.cdir.state["points"] for r in p["runs"]]
-        counted = sum(r["counted"] for r in runs)
-        return f"{len(self.cdir.state['points'])} point(s), {counted} counted runs of {len(runs)}"
+        runs = self.cdir.record.runs()
+        counted = sum(r.counted for r in runs)
+        return f"{len(self.cdir.record.points)} point(s), {counted} counted runs of {len(runs)}"
 
     def _fail(self, why: str) -> int:
         if self.c.notify is not None:
             try:
-                run_hook(self.c.notify, "notify", self.plan, {"NETSPEC_CAMPAIGN": self.cdir.state["id"],
+                run_hook(self.c.notify, "notify", self.plan, {"NETSPEC_CAMPAIGN": self.cdir.record.id,
                                                                "NETSPEC_FAILURE": why},
                          self.cdir.path / HOOKS_LOG, self.options.accept_new_host_keys)
             except HookFailed as exc:
                 self.options.output.err([f"error: {exc}"])
-        return self._end("failed", EXIT_FAILED, f"campaign {self.cdir.state['id']}: stopped: {why}")
+        return self._end("failed", EXIT_FAILED, f"campaign {self.cdir.record.id}: stopped: {why}")
 
     def _end(self, status: str, code: int, text: str) -> int:
-        self.cdir.state["status"] = status
+        self.cdir.record.status = status
         self.cdir.save()
         lines = [text, f"campaign directory: {self.cdir.path}"]
         if code:
@@ -295,7 +306,7 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
     """
     campaign = cdir.plan.campaign
     try:
-        return point_metrics(cdir.state["points"], campaign.statistic if campaign else "median")
+        return point_metrics(cdir.record.points, campaign.statistic if campaign else "median")
     except UnlikeRuns as exc:
         raise CampaignError(str(exc)) from None
 
@@ -305,7 +316,7 @@ def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list
     from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
 
     (cdir.path / "plots").mkdir(exist_ok=True)
-    params = [p["params"] for p in cdir.state["points"]]
+    params = [p.params for p in cdir.record.points]
     keys = {k for p in params for k in p}
     axis = next(iter(keys)) if len(keys) == 1 else None
     numeric = axis is not None and all(isinstance(p.get(axis), int | float) for p in params)

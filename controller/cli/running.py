@@ -55,8 +55,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from ..campaigns.campaign import CampaignDir, Campaigner, find_campaign
 
     cdir = CampaignDir.open(find_campaign(args.campaigns, args.campaign))
-    if cdir.state["status"] == "done":
-        print(f"campaign {cdir.state['id']} is done: nothing to resume")
+    if cdir.record.status == "done":
+        print(f"campaign {cdir.record.id} is done: nothing to resume")
         return EXIT_OK
     return Campaigner(cdir, _options(args)).run()
 

@@ -127,8 +127,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         cdir = CampaignDir.open(campaign)
         table = campaign_metrics(cdir)
         plots = plot_points(cdir, table)
-        empty = [f"{p['label']}: no counted runs ({len(p['runs'])} run, {p['done'] or 'not done'})"
-                 for p in cdir.state["points"] if not table[p["label"]]]
+        empty = [f"{p.label}: no counted runs ({len(p.runs)} run, {p.done or 'not done'})"
+                 for p in cdir.record.points if not table[p.label]]
         print_lines([*empty, *report_lines(table), f"plots: {', '.join(str(p) for p in plots)}"])
     else:
         paths = [find_run(args.runs, ref) for ref in args.run_refs]

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from netspec.protocol import messages as m
 from netspec.protocol.errors import DeadlineExceeded, NetspecError
-from netspec.protocol.runrecord import HostRecord
+from netspec.protocol.runrecord import ClockSync, FanOutTree, HostRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan
@@ -146,13 +146,13 @@ class Fleet:
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
-            rundir.record.fan_out = tree
+            rundir.record.fan_out = FanOutTree(**tree)
             progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
                               f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
         if clocks is not None:
             offset, bound = self.controller_offset
-            rundir.record.clksync = {**clocks, "controller_offset_ns": offset,
-                                     "controller_offset_bound_ns": bound}
+            rundir.record.clksync = ClockSync(**clocks, controller_offset_ns=offset,
+                                              controller_offset_bound_ns=bound)
             if clocks["interval_ms"] > clocks["asked_interval_ms"]:
                 progress(Progress("notice", text=stretched(clocks)))
         rundir.save()

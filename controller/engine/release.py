@@ -16,11 +16,10 @@ achieved; the programs start later, each after its daemon handed it the step).
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import msgspec
 from netspec.protocol.acksummary import AckSummary
-from netspec.protocol.errors import some_hosts
+from netspec.protocol.runrecord import Release, Spread
 from netspec.protocol.runrecord import Step as StepRecord
 
 from ..experiment.model import Step
@@ -43,85 +42,57 @@ def instant_ns(lead: float, controller_offset_ns: int) -> int:
     return time.time_ns() - controller_offset_ns + round(lead * 1e9)
 
 
-def planned(lead: float, controller_offset_ns: int) -> dict[str, Any]:
+def planned(lead: float, controller_offset_ns: int) -> Release:
     """A `release: at` step's release as its record keeps it: the instant on the reference
     clock `lead` seconds from now, the lead, and the instant on this controller's clock
     (where each host's time in the step begins)."""
     instant = instant_ns(lead, controller_offset_ns)
-    return {"mode": "at", "instant_ns": instant, "lead_s": lead,
-            "instant_controller_ns": instant + controller_offset_ns}
+    return Release(mode="at", instant_ns=instant, lead_s=lead,
+                   instant_controller_ns=instant + controller_offset_ns)
 
 
 def began_ns(step: StepRecord, sent_ns: int) -> int:
     """When a host's part in a step began, on the controller's clock, from its step record:
     when the step was sent to it, or with `release: at` the instant (the lead is nobody's
     time: a host's time in the step counts from the release)."""
-    return max(sent_ns, step.release.get("instant_controller_ns", sent_ns))
+    instant = step.release.instant_controller_ns
+    return max(sent_ns, instant if instant is not None else sent_ns)
 
 
-def skew(step: StepRecord, folded: AckSummary | None = None) -> dict[str, Any]:
-    """The release skew of a finished step's record and the acks a fan-out tree folded
-    for it, where the programs began their callbacks (`program`: their spread on the global
-    timeline, `skew_ns` by the estimates and `at_most_ns` the widest it can be within their
-    bounds, the participants at its ends, how many `starts`) and where the daemons began
-    the phase (the same at the top level); and every start that missed its instant, could
-    not be placed, had no clock estimate for the instant or was refused real-time priority
-    for its wake-up."""
+def skew(step: StepRecord, folded: AckSummary | None = None) -> Release:
+    """The step's release (as planned) with its skew, from a finished step's record and the
+    acks a fan-out tree folded for it: where the programs began their callbacks (`program`:
+    their spread on the global timeline, `skew_ns` by the estimates and `at_most_ns` the
+    widest it can be within their bounds, the participants at its ends, how many `starts`)
+    and where the daemons began the phase (the same at the top level); and every start that
+    missed its instant, could not be placed, had no clock estimate for the instant or was
+    refused real-time priority for its wake-up."""
     starts = folded if folded is not None else AckSummary()
     for host, name, info in step.participants():
         if info.entered_ns is not None:  # else skipped, or never acked
             starts.add_start(f"{host}/{name}", msgspec.to_builtins(info))
-    said: dict[str, Any] = {"mode": step.release.get("mode", "message"),
-                            "starts": starts.daemons.count}
-    if starts.unplaced:
-        said["unplaced"] = starts.unplaced  # acks without a clock estimate
-    if starts.missed:
-        said["missed_ns"] = starts.missed
-    said.update({flag: hosts for flag, hosts in starts.flagged.items() if hosts})
-    said.update(starts.daemons.said())
-    if programs := starts.programs.said():
-        said["program"] = {"starts": starts.programs.count, **programs}
-    return said
+    programs = starts.programs.said()
+    plan = step.release
+    return Release(mode=plan.mode, instant_ns=plan.instant_ns, lead_s=plan.lead_s,
+                   instant_controller_ns=plan.instant_controller_ns, starts=starts.daemons.count,
+                   unplaced=starts.unplaced, missed_ns=starts.missed, **starts.flagged,
+                   **starts.daemons.said(),
+                   program=Spread(starts=starts.programs.count, **programs) if programs else None)
 
 
-def skew_text(said: dict[str, Any]) -> str:
+def skew_text(said: Release) -> str:
     """The release skew in a few words, and what went wrong with the release, for the live line:
     the programs' (where the participants start), beside the daemons'."""
-    program = said.get("program")
-    parts = [f"{_spread(program['skew_ns'])} at the programs (at most {_spread(program['at_most_ns'])})"] \
-        if program else []
-    if "skew_ns" in said:
-        parts.append(f"{_spread(said['skew_ns'])} at the daemons (at most {_spread(said['at_most_ns'])})")
-    skew = f"{said['mode']} release skew {', '.join(parts)}" if parts else ""
-    return "; ".join(part for part in (skew, troubles(said)) if part)
-
-
-def headline_ns(said: dict[str, Any]) -> int | None:
-    """A step's release skew in one figure: the programs' where they stamped their starts,
-    else the daemons'; None if fewer than two starts were placed."""
-    return said.get("program", said).get("skew_ns")
-
-
-def troubles(said: dict[str, Any]) -> str:
-    """What went wrong with a step's release, in a few words; empty if nothing did."""
-    parts = []
-    if missed := said.get("missed_ns"):
-        parts.append(f"{len(missed)} participant(s) got the step after its instant "
-                     f"(latest by {max(missed.values()) / 1e6:.1f} ms: {some_hosts(missed, 3)})")
-    # By message, a start without an estimate is only unknown (before sync_clocks, all are):
-    # said where a skew is given all the same, of the others.
-    if said.get("unplaced") and (said["mode"] == "at" or "skew_ns" in said):
-        parts.append(f"{len(said['unplaced'])} start(s) without a clock estimate, left out of the skew: "
-                     f"{some_hosts(said['unplaced'], 3)}")
-    if said.get("unsynchronised"):
-        parts.append(f"{len(said['unsynchronised'])} took the instant on their own clock (no estimate)")
-    if said.get("realtime_refused"):
-        parts.append(f"{len(said['realtime_refused'])} woke without real-time priority (refused)")
-    return "; ".join(parts)
+    program = said.program
+    parts = [f"{_spread(program.skew_ns)} at the programs (at most {_spread(program.at_most_ns or 0)})"] \
+        if program is not None and program.skew_ns is not None else []
+    if said.skew_ns is not None:
+        parts.append(f"{_spread(said.skew_ns)} at the daemons (at most {_spread(said.at_most_ns or 0)})")
+    skew = f"{said.mode} release skew {', '.join(parts)}" if parts else ""
+    return "; ".join(part for part in (skew, *said.troubles()) if part)
 
 
 def _spread(ns: int) -> str:
     if ns < 1_000:
         return f"{ns} ns"
     return f"{ns / 1e3:.0f} us" if ns < 1_000_000 else f"{ns / 1e6:.1f} ms"
-

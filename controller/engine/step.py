@@ -86,7 +86,7 @@ class Steps:
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))
                 record.release = release.planned(lead, self.fleet.controller_offset[0])
-                scheduled = {"release_ns": record.release["instant_ns"]}
+                scheduled = {"release_ns": record.release.instant_ns}
             sent = fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                               "deadline_s": step.deadline_s,
                                               "published": inbox.published, **scheduled}, summarize)
@@ -120,7 +120,7 @@ class Steps:
             folded = inbox.folded.pop(index, None)
             if folded is not None:
                 record.summarized = Summarized(folded.hosts, folded.acks, folded.slowest)
-            record.release = {**record.release, **release.skew(record, folded)}
+            record.release = release.skew(record, folded)
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
 

@@ -16,9 +16,7 @@ from netspec.protocol.runrecord import Step as StepRecord
 
 from ..record.progress import Progress
 from .release import began_ns as release_began
-from .release import headline_ns as release_headline
 from .release import skew_text as release_text
-from .release import troubles as release_troubles
 
 if TYPE_CHECKING:
     from netspec.analysis.resultset import ResultSet
@@ -144,15 +142,15 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
     unsaid = 0
     for step in record.steps:
         release = step.release
-        headline = release_headline(release)
+        headline = release.headline_ns
         skew = seconds(headline / 1e9) if headline is not None else "-"
-        phase = step.phase + (" (at)" if release.get("mode") == "at" else "")
+        phase = step.phase + (" (at)" if release.mode == "at" else "")
         lines.append(f"  {phase:<16} {step.status:<8} "
                      f"{seconds(step.duration_s):>8} {skew:>8}  {_step_hosts(step, only)}")
-        if release.get("mode") == "at" and (said := release_text(release)):
+        if release.mode == "at" and (said := release_text(release)):
             lines.append(f"  {'':<16} {said}")  # the programs' skew beside the daemons', and what went wrong
-        elif troubles := release_troubles(release):
-            lines.append(f"  {'':<16} {troubles}")
+        elif troubles := release.troubles():
+            lines.append(f"  {'':<16} {'; '.join(troubles)}")
         for host, comp, ack in step.participants():
             if only not in (None, host):
                 continue

@@ -8,8 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 from netspec.analysis.usercode import load_function
+from netspec.datastream.format import SYNC
 from netspec.datastream.instrument import Datastreams
-from netspec.datastream.reader import SYNC, StreamReader, read_streams
+from netspec.datastream.reader import StreamReader, read_streams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.protocol.errors import StreamError
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
-from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess, python_argv
+from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess
+from netspec.daemon.spawn import python_argv
 from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, run_processes

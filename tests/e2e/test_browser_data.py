@@ -15,9 +15,9 @@ import pytest
 from browser import run_ref, serving
 from netspec.analysis.resultset import open_tables
 from netspec.analysis.units import duration_text
-from netspec.controller.engine.release import troubles as release_troubles
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol import ackjournal
+from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runoutcome import RunOutcome
@@ -25,7 +25,7 @@ from netspec.protocol.runrecord import RunError, Step, decode, read_run
 from netspec.web import panels, timeline
 from netspec.web.catalog import Catalog, NotFound
 from netspec.web.compare import campaign_view, compare_runs
-from support import ns_control, start_run, wait_for
+from support import REPO, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -74,10 +74,10 @@ def test_the_timeline_has_a_bar_per_step_and_participant_placed_within_its_bound
     assert [r["phase"] for r in rows] == [s.phase for s in record.steps]
     # Where the programs' starts were placed, their skew comes first, the daemons' beside it.
     placed = [(row, step.release) for row, step in zip(rows, record.steps, strict=True)
-              if "skew_ns" in step.release.get("program", {})]
+              if step.release.program is not None and step.release.program.skew_ns is not None]
     assert placed
     for row, release in placed:
-        programs, daemons = (duration_text(r["skew_ns"]) for r in (release["program"], release))
+        programs, daemons = (duration_text(r.skew_ns) for r in (release.program, release))
         assert row["skew"] == f"{programs} programs, {daemons} daemons", row
 
 
@@ -124,7 +124,7 @@ def test_events_are_paged_and_filtered_with_bound_parameters(results: Path):
 def test_the_campaign_matrix_has_a_row_per_point_and_says_what_differs_from_the_baseline(results: Path):
     [path] = (results / "runs" / "campaigns").glob("*/*/campaign.json")
     catalog = Catalog(results / "runs", results / "runs" / "campaigns")
-    view = campaign_view(json.loads(path.read_text()), catalog.run_ref)
+    view = campaign_view(read_campaign(path.parent), catalog.run_ref)
     assert [r["label"] for r in view["rows"]] == ["client.size=64", "client.size=16384"]
     base, big = (r["cells"]["interval to_client"] for r in view["rows"])
     assert base["verdict"] == "baseline" and base["n"] == 2
@@ -186,6 +186,22 @@ def test_an_unreadable_run_or_campaign_is_said_not_dropped(tmp_path: Path):
     assert (runs, campaigns) == ([], [])
     assert [u.split(":")[0] for u in unreadable] == [str(tmp_path / "runs/exp/r1/run.json"),
                                                      str(tmp_path / "campaigns/exp/c1/campaign.json")]
+
+
+def test_a_campaign_with_a_value_of_the_wrong_type_is_said_naming_its_file_and_key(tmp_path: Path):
+    state = json.loads(next((REPO / "tests/data/campaigns/mixed").glob("*/campaign.json")).read_text())
+    state["points"][0]["runs"][1]["counted"] = "yes"
+    path = tmp_path / "runs/campaigns/mixed/c1/campaign.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(state))
+    _, campaigns, unreadable = Catalog(tmp_path / "runs", tmp_path / "runs/campaigns").index()
+    said = "Expected `bool`, got `str` - at `$.points[0].runs[1].counted`"
+    assert campaigns == [] and unreadable == [f"{path}: not a campaign record: {said}"]
+    with serving(tmp_path) as url:
+        status, body = _get(f"{url}/campaign/mixed/c1")
+        assert status == 400 and f"{path}: not a campaign record: {said}".encode() in body, body
+        status, body = _get(f"{url}/")
+        assert status == 200 and str(path).encode() in body, body
 
 
 def test_a_run_page_says_which_journal_entry_a_kill_cut_short(tmp_path: Path):
@@ -292,6 +308,6 @@ def test_a_message_steps_starts_without_a_clock_estimate_are_no_trouble_in_the_b
               "release": {"mode": "message", "starts": 3, "skew_ns": 5000, "unplaced": ["c"]}}]
     record = decode(json.dumps({"format": 1, "id": "r", "experiment": "e", "status": "ok",
                                 "steps": steps}).encode(), "run.json")
-    shown = [bool(release_troubles(step.release)) for step in record.steps]
+    shown = [bool(step.release.troubles()) for step in record.steps]
     assert shown == [False, True]
     assert [bool(row["troubles"]) for row in timeline.step_rows(record)] == shown

@@ -15,6 +15,7 @@ import pytest
 from netspec.controller.campaigns.campaign import _decide
 from netspec.controller.experiment.load import load
 from netspec.controller.experiment.model import Campaign
+from netspec.protocol.campaignrecord import CampaignRun, Point, read_campaign
 from netspec.protocol.errors import ConfigError
 from netspec.protocol.exits import run_processes
 from support import REPO, latest_record, ns_control, wait_for
@@ -37,7 +38,7 @@ schedule: [launch, start_logging, {{phase: listen, components: [server]}},
 
 def campaign_state(tmp_path):
     (path,) = (tmp_path / "runs" / "campaigns").glob("*/*/campaign.json")
-    return json.loads(path.read_text())
+    return read_campaign(path.parent)
 
 
 def test_a_sweep_expands_lists_and_ranges_as_a_product_or_zipped(experiment):
@@ -96,7 +97,8 @@ def test_a_bad_campaign_section_names_its_key(experiment, section, message):
 
 
 def runs(*outcomes):
-    return {"runs": [{"status": s, "value": v, "counted": s == "ok"} for s, v in outcomes]}
+    return Point(params={}, label="", runs=[
+        CampaignRun(id=None, path=None, status=s, value=v, counted=s == "ok") for s, v in outcomes])
 
 
 def test_the_stop_rule_stops_when_the_predicate_holds_and_at_the_maximum():
@@ -143,14 +145,14 @@ def test_a_campaign_whose_point_fails_every_run_fails_after_max_runs_of_it(exper
     done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     state = campaign_state(tmp_path)
-    assert state["status"] == "failed"
-    assert [(p["done"], [r["status"] for r in p["runs"]]) for p in state["points"]] == [
+    assert state.status == "failed"
+    assert [(p.done, [r.status for r in p.runs]) for p in state.points] == [
         ("runs", ["ok"]), ("failures", ["failed", "failed"])]
     said = "stopped: 1 of 2 point(s) failed: bad.code=3 (0 of 1 counted, 2 of 2 run(s) failed)"
     assert said in done.stderr, done.stderr
-    again = ns_control("resume", state["id"], cwd=tmp_path, timeout=120)
+    again = ns_control("resume", state.id, cwd=tmp_path, timeout=120)
     assert again.returncode == 1 and said in again.stderr, again.stdout + again.stderr
-    assert campaign_state(tmp_path)["points"] == state["points"]
+    assert campaign_state(tmp_path).points == state.points
     assert (tmp_path / "hooks.txt").read_text() == "postcleanup\n"
 
 
@@ -170,24 +172,24 @@ def test_a_campaign_runs_every_point_with_its_hooks_and_reports_them(experiment,
     done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     state = campaign_state(tmp_path)
-    assert state["status"] == "done" and [p["done"] for p in state["points"]] == ["runs", "runs"]
-    assert [[(r["status"], r["counted"]) for r in p["runs"]] for p in state["points"]] == [
+    assert state.status == "done" and [p.done for p in state.points] == ["runs", "runs"]
+    assert [[(r.status, r.counted) for r in p.runs] for p in state.points] == [
         [("ok", False), ("ok", True), ("ok", True)]] * 2
     assert log.read_text().splitlines() == [
         "presetup", *(line for size in (16, 64) for k in range(3)
                       for line in (f'setup {{"client.size": {size}, "server.size": {size}}} {k}', "cleanup")),
         "postcleanup"]
-    first = state["points"][1]["runs"][2]
-    record = json.loads((tmp_path / first["path"] / "run.json").read_text())
-    assert record["campaign"] == {"id": state["id"], "point": {"client.size": 64, "server.size": 64},
+    first = state.points[1].runs[2]
+    record = json.loads((tmp_path / first.path / "run.json").read_text())
+    assert record["campaign"] == {"id": state.id, "point": {"client.size": 64, "server.size": 64},
                                   "repetition": 2}
-    assert "size: 64" in (tmp_path / first["path"] / "experiment.yaml").read_text()
-    assert first["value"] > 0
-    report = ns_control("report", state["id"][-6:], "--csv", "points.csv", cwd=tmp_path)
+    assert "size: 64" in (tmp_path / first.path / "experiment.yaml").read_text()
+    assert first.value > 0
+    report = ns_control("report", state.id[-6:], "--csv", "points.csv", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     against = "client.size=64 server.size=64 against client.size=16 server.size=16: interval STIM/rtt"
     assert against in report.stdout
-    plots = tmp_path / "runs" / "campaigns" / "camp" / state["id"] / "plots"
+    plots = tmp_path / "runs" / "campaigns" / "camp" / state.id / "plots"
     assert {p.name for p in plots.iterdir()} >= {"interval_STIM_rtt-bars.png"}
     assert (tmp_path / "points.csv").read_text().count("interval STIM/rtt") == 2
 
@@ -206,13 +208,25 @@ def test_a_campaign_run_and_its_rerun_cite_the_lines_of_the_file_each_read(exper
     assert done.returncode == 0, done.stdout + done.stderr
     warning = "schedule[1].params.size: overrides param size of component 'work' in phase 'run': 1 -> 2"
     assert f"warning: {path}:6: {warning}" in done.stderr
-    (run,) = campaign_state(tmp_path)["points"][0]["runs"]
+    (run,) = campaign_state(tmp_path).points[0].runs
     assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{path}:6: {warning}"]
-    again = ns_control("rerun", run["id"], "-q", cwd=tmp_path, timeout=120)
+    again = ns_control("rerun", run.id, "-q", cwd=tmp_path, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
-    copy = Path(run["path"]) / "experiment.yaml"
+    copy = Path(run.path) / "experiment.yaml"
     line = next(n for n, text in enumerate(copy.read_text().splitlines(), 1) if "size: 2" in text)
     assert latest_record(tmp_path / "runs")["plan"]["warnings"] == [f"{copy}:{line}: {warning}"]
+
+
+def test_resume_and_report_of_a_malformed_campaign_json_name_the_file_and_the_key(tmp_path):
+    state = json.loads(next((REPO / "tests/data/campaigns/mixed").glob("*/campaign.json")).read_text())
+    path = tmp_path / "runs" / "campaigns" / "mixed" / state["id"] / "campaign.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**state, "points": 5}))
+    said = f"{path.relative_to(tmp_path)}: not a campaign record: Expected `array`, got `int` - at `$.points`"
+    for command in ("resume", "report"):
+        done = ns_control(command, state["id"], cwd=tmp_path)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"error: not a campaign: {said}\n" == done.stderr
 
 
 def test_runs_elsewhere_keep_their_campaigns_under_the_same_root(experiment, tmp_path):
@@ -222,7 +236,7 @@ def test_runs_elsewhere_keep_their_campaigns_under_the_same_root(experiment, tmp
     assert done.returncode == 0, done.stdout + done.stderr
     (state,) = (tmp_path / "elsewhere" / "campaigns" / "rooted").glob("*/campaign.json")
     assert not (tmp_path / "campaigns").exists() and not (tmp_path / "runs").exists()
-    cid = json.loads(state.read_text())["id"]
+    cid = read_campaign(state.parent).id
     again = ns_control("resume", cid, "--runs", "elsewhere", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"campaign {cid} is done: nothing to resume" in again.stdout
@@ -241,7 +255,7 @@ def test_fastfail_stops_at_the_first_failed_run_and_notifies(experiment, tmp_pat
     done = ns_control("run", "-q", str(path), cwd=tmp_path)
     assert done.returncode == 1
     state = campaign_state(tmp_path)
-    assert state["status"] == "failed" and sum(len(p["runs"]) for p in state["points"]) == 1
+    assert state.status == "failed" and len(state.runs()) == 1
     assert note.read_text().strip() == "fastfail: a run of bad.x=1 failed"
     assert "stopped: fastfail" in done.stderr
 
@@ -260,28 +274,28 @@ def test_a_campaign_killed_mid_run_resumes_without_orphans_or_duplicates(experim
     def second_run_under_way():
         try:
             state = campaign_state(tmp_path)
-        except (ValueError, OSError):
+        except ValueError:  # not there yet
             return None
-        current = state["current"]
-        return len(state["points"][0]["runs"]) == 1 and current and current["run"] and current
+        current = state.current
+        return len(state.points[0].runs) == 1 and current and current.run and current
 
     current = wait_for(second_run_under_way, timeout=60, what="the second run")
-    lost = current["run"]
+    lost = current.run
     wait_for(lambda: run_processes(lost.rsplit("/", 1)[1]), what="the run's processes")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     # Local daemons end their runs by themselves once their controller is gone.
     wait_for(lambda: not run_processes(lost.rsplit("/", 1)[1]), timeout=30, what="orphans to end")
     state = campaign_state(tmp_path)
-    done = ns_control("resume", state["id"], cwd=tmp_path)
+    done = ns_control("resume", state.id, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     state = campaign_state(tmp_path)
-    outcomes = [(r["path"], r["status"], r["counted"]) for r in state["points"][0]["runs"]]
+    outcomes = [(r.path, r.status, r.counted) for r in state.points[0].runs]
     assert [o[1:] for o in outcomes] == [("ok", True), ("interrupted", False), ("ok", True), ("ok", True)]
     assert outcomes[1][0] == lost and len({o[0] for o in outcomes}) == 4
     assert json.loads((tmp_path / lost / "run.json").read_text())["status"] == "interrupted"
-    assert state["status"] == "done" and state["current"] is None
-    again = ns_control("resume", state["id"], cwd=tmp_path)
+    assert state.status == "done" and state.current is None
+    again = ns_control("resume", state.id, cwd=tmp_path)
     assert again.returncode == 0 and "is done: nothing to resume" in again.stdout
 
 

@@ -19,6 +19,9 @@ STORED = REPO / "tests" / "data" / "runs"
 # controller wrote it (every key it had, "error": null included).
 FORMATS = {1: STORED / "stimulus-response" / "20261121T181343Z-23d1a4"}
 RUNNING = RunRecord(format=1, id="x", experiment="e", status="running")
+# A run of a campaign through a fan-out tree, its clocks synchronised and a step released at an
+# instant, as the controller wrote it before its release, clocks, tree and campaign were typed.
+RELEASED = REPO / "tests" / "data" / "typed-runs" / "released" / "20261126T023546Z-c8c0c2"
 
 
 def _said(value):
@@ -48,6 +51,33 @@ def test_a_run_json_of_every_format_reads_into_the_typed_record_keeping_every_va
     assert record.steps[4].hosts["b"].components["client"].message.startswith("2000 round trips")
     # Every key the file has is a field of the record: written back, nothing is lost.
     assert _within(_said(stored), _said(msgspec.to_builtins(record)))
+    assert decode(encode(record), "again") == record
+
+
+def _fields(struct):
+    """A Struct's values by field name, each Struct within as such a dict too."""
+    return {name: _fields(value) if isinstance(value, msgspec.Struct) else value
+            for name in struct.__struct_fields__ if (value := getattr(struct, name)) is not None}
+
+
+def test_a_steps_release_the_clocks_the_tree_and_the_campaign_read_back_typed_with_every_value():
+    stored = json.loads((RELEASED / "run.json").read_text())
+    record = read_run(RELEASED)
+    releases = [step["release"] for step in stored["steps"]]
+    assert [r["mode"] for r in releases] == ["message", "message", "at", "message", "message"]
+    # Every value the untyped controller wrote is a field's value, the same, nested alike.
+    for said, step in zip(releases, record.steps, strict=True):
+        assert said == {k: v for k, v in _fields(step.release).items() if v not in ([], {})}
+    work = record.steps[2].release
+    assert (work.mode, work.instant_ns) == ("at", releases[2]["instant_ns"])
+    assert work.program.skew_ns == releases[2]["program"]["skew_ns"] == work.headline_ns
+    assert _fields(record.clksync) == stored["clksync"] and record.clksync.reference == "h0"
+    assert _fields(record.fan_out) == stored["fan_out"] == {"width": 2, "depth": 2, "relays": 1,
+                                                            "first": ["h1", "h2"]}
+    assert _fields(record.campaign) == stored["campaign"]
+    assert record.campaign.point == {"c0.fail_in": "never"} and record.campaign.repetition == 0
+    # Written again, it says all it said, in the same layout.
+    assert _within(stored, msgspec.to_builtins(record))
     assert decode(encode(record), "again") == record
 
 

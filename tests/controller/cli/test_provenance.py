@@ -7,6 +7,7 @@ import pytest
 from netspec.analysis.points import UnlikeRuns, check_repetitions
 from netspec.analysis.provenance import differences
 from netspec.controller.cli.runs import run_differences
+from netspec.protocol.campaignrecord import CampaignRun
 from netspec.protocol.runrecord import RunRecord, decode
 from support import REPO
 
@@ -53,11 +54,11 @@ def test_a_campaign_refuses_to_count_runs_that_differ_as_repetitions_of_one_poin
     for i, record in enumerate([before, before, changed(before)]):
         (tmp_path / str(i)).mkdir()
         (tmp_path / str(i) / "run.json").write_text(json.dumps(record))
-        runs.append({"id": f"run{i}", "path": str(tmp_path / str(i)), "counted": True})
-    check_repetitions({"label": "client.size=64"}, runs[:2])
+        runs.append(CampaignRun(id=f"run{i}", path=str(tmp_path / str(i)), status="ok", counted=True))
+    check_repetitions("client.size=64", runs[:2])
     with pytest.raises(UnlikeRuns, match=r"^client.size=64: runs run0 and run2 are not repetitions of one "
                                             r"experiment: client.count: 2000 -> 500; host b: local"):
-        check_repetitions({"label": "client.size=64"}, runs)
+        check_repetitions("client.size=64", runs)
 
 
 def test_differences_name_the_experiments_name_services_streams_and_analysis():
@@ -113,8 +114,8 @@ def test_report_says_first_that_the_hosts_cpu_cores_and_kernel_differ(tmp_path):
 
 
 def test_a_campaign_refuses_to_count_runs_on_unlike_hosts_as_repetitions(tmp_path):
-    runs = [{"id": name, "path": str(run_on(tmp_path, name, stored(), **facts)), "counted": True}
-            for name, facts in (("a", {}), ("b", {"kernel": "6.1.0"}))]
+    runs = [CampaignRun(id=name, path=str(run_on(tmp_path, name, stored(), **facts)), status="ok",
+                        counted=True) for name, facts in (("a", {}), ("b", {"kernel": "6.1.0"}))]
     kernels = r"host a kernel: 6.18.44 -> 6.1.0; host b kernel: 6.18.44 -> 6.1.0$"
     with pytest.raises(UnlikeRuns, match=kernels):
-        check_repetitions({"label": "client.size=64"}, runs)
+        check_repetitions("client.size=64", runs)

@@ -19,7 +19,7 @@ from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.exits import run_processes
 from netspec.protocol.kinds import Ack
 from netspec.protocol.reading import Refused, on_the_wire
-from netspec.protocol.runrecord import Step
+from netspec.protocol.runrecord import Release, Step
 from netspec.protocol.wire import packed
 from support import latest_record, ns_control, session_run_id, start_run
 
@@ -140,7 +140,7 @@ def test_a_summary_carries_the_programs_starts_beside_the_daemons_and_is_checked
     assert wire["programs"] == [2, [155, "h2/d"], [390, "h6/c"], 153, 392]
     folded = AckSummary()
     folded.merge(summary, keep_records=False)
-    said = release.skew(Step("work", "ok", release={"mode": "at"}), folded)
+    said = msgspec.to_builtins(release.skew(Step("work", "ok", release=Release(mode="at")), folded))
     assert said["skew_ns"] == 10 and said["program"] == {"starts": 2, "skew_ns": 235, "first": "h2/d",
                                                          "last": "h6/c", "at_most_ns": 239}
     subtree = {"h2", "h6"}.__contains__
@@ -197,7 +197,7 @@ def test_a_run_through_a_tree_records_every_hosts_acks_and_a_deep_hosts_failure(
                 assert info["outcome"] == "ok", (phase, host)
                 assert entry["sent_ns"] <= info["entered_ns"] <= info["acked_ns"] <= info["received_ns"]
     # Released at an instant through the tree: every start is placed on the global timeline.
-    assert steps["work"]["release"]["starts"] == 7 and "unplaced" not in steps["work"]["release"]
+    assert steps["work"]["release"]["starts"] == 7 and not steps["work"]["release"]["unplaced"]
     rest = steps["rest"]
     assert rest["status"] == "failed"
     assert rest["hosts"]["h0"]["components"]["c0"]["outcome"] == "error"

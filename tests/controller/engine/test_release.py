@@ -4,6 +4,7 @@ step reports its release skew on the global timeline."""
 import json
 import os
 import re
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -11,7 +12,8 @@ from netspec.controller.engine.release import skew, skew_text
 from netspec.controller.engine.summary import run_lines, seconds
 from netspec.controller.experiment.load import load
 from netspec.protocol.errors import ConfigError
-from netspec.protocol.runrecord import Step, read_run
+from netspec.protocol.runrecord import Release, Step, decode, read_run
+from netspec.web import timeline
 from support import PROGRAMS, latest_record, ns_control
 
 THREE_HOSTS = """\
@@ -39,6 +41,7 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
     steps = {s["phase"]: s for s in record["steps"]}
     at, message = steps["work"]["release"], steps["rest"]["release"]
     assert at["mode"] == "at" and message["mode"] == "message"
+    typed = {s.phase: s.release for s in read_run(tmp_path / "runs" / "latest").steps}
     instant = at["instant_ns"]
     # The daemons share this machine's clock, so the truth is their own stamps: each took
     # the instant on its clock within the bound of the estimate it had then, and began the
@@ -51,7 +54,7 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
             if os.geteuid() == 0:  # root may take real-time priority for the wake-up
                 assert "release_realtime_refused" not in info, (host, name)
     for said, step in ((at, steps["work"]), (message, steps["rest"])):
-        assert said["starts"] == 3 and "unplaced" not in said
+        assert said["starts"] == 3 and not said["unplaced"]
         infos = [info for e in step["hosts"].values() for info in e["components"].values()]
         truth = [info["entered_ns"] for info in infos]
         # The bound covers the true spread, and the reported spread is within it.
@@ -75,7 +78,7 @@ def test_a_step_released_at_an_instant_starts_every_host_then_and_each_step_repo
     shown = run_lines(tmp_path / "runs" / "latest", read_run(tmp_path / "runs" / "latest"))
     work = shown.index(next(line for line in shown if line.startswith("  work (at) ")))
     assert f" {seconds(at['program']['skew_ns'] / 1e9)}  " in shown[work], shown[work]
-    assert shown[work + 1].strip() == skew_text(at), shown
+    assert shown[work + 1].strip() == skew_text(typed["work"]), shown
     # Each host's time in the step counts from the release instant, not from the step's
     # sending a lead before it: the same live and in `show`.
     live = next(line for line in done.stdout.splitlines() if line.startswith("  work "))
@@ -106,13 +109,37 @@ def test_the_skew_is_the_spread_of_the_placed_starts_and_says_what_it_could_not_
                                         release_realtime_refused=True, program_start_ns=1_300_000)}},
         "c": {"components": {"z": {"entered_ns": 5}, "gone": {"outcome": "skipped"}}}}}, Step)
     said = skew(step)
-    assert said == {"mode": "at", "starts": 3, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
+    assert said == msgspec.convert({
+                    "mode": "at", "starts": 3, "unplaced": ["c/z"], "missed_ns": {"b/y": 4_000_000},
                     "realtime_refused": ["b/y"],
                     "skew_ns": 250_000, "first": "a/x", "last": "b/y", "at_most_ns": 290_000,
                     "program": {"starts": 2, "skew_ns": 1_900_000, "first": "b/y", "last": "a/x",
-                                "at_most_ns": 1_940_000}}
+                                "at_most_ns": 1_940_000}}, Release)
     assert skew_text(said) == (
         "at release skew 1.9 ms at the programs (at most 1.9 ms), 250 us at the daemons (at most 290 us); "
         "1 participant(s) got the step after its instant (latest by 4.0 ms: b/y); 1 start(s) without a "
         "clock estimate, left out of the skew: c/z; 1 woke without real-time priority (refused)")
-    assert json.dumps(said)
+    assert msgspec.json.decode(msgspec.json.encode(said), type=Release) == said
+
+
+def test_a_steps_release_troubles_are_the_same_words_in_show_and_in_the_browser():
+    # Late for the instant, starts without a clock estimate, an instant taken on a host's own
+    # clock, a wake-up refused real-time priority: one reading (Release.troubles) for both.
+    steps = [{"phase": "work", "status": "ok", "release": {
+                 "mode": "at", "instant_ns": 10, "starts": 3, "skew_ns": 4000, "first": "a/x", "last": "b/y",
+                 "at_most_ns": 9000, "unplaced": ["c/z"], "missed_ns": {"b/y": 2_500_000, "d/w": 100_000},
+                 "unsynchronised": ["d/w"]}},
+             {"phase": "rest", "status": "ok", "release": {
+                 "mode": "message", "starts": 4, "skew_ns": 5000, "first": "a/x", "last": "b/y",
+                 "at_most_ns": 7000, "unplaced": ["c/z"], "realtime_refused": ["a/x"]}}]
+    record = decode(json.dumps({"format": 1, "id": "r", "experiment": "e", "status": "ok",
+                                "steps": steps}).encode(), "run.json")
+    troubles = [step.release.troubles() for step in record.steps]
+    assert [len(t) for t in troubles] == [3, 2]
+    assert troubles[0][0] == "2 participant(s) got the step after its instant (latest by 2.5 ms: b/y, d/w)"
+    shown = run_lines(Path("r"), record)
+    rows = timeline.step_rows(record)
+    for step, said, row in zip(record.steps, troubles, rows, strict=True):
+        under = shown[shown.index(next(line for line in shown if line.startswith(f"  {step.phase} "))) + 1]
+        assert under.strip().endswith("; ".join(said)), under
+        assert row["troubles"] == "; ".join(said), row
