@@ -2,7 +2,7 @@
 
 The repository's top-level folders are netspec's subpackages only once installed; grimp,
 which import-linter uses, reads packages from disk, so they are laid out here as a
-`netspec` folder of links to them, first on the path.
+`netspec` folder of links to them and to netspec/'s own modules, first on the path.
 
     python tools/lint_imports.py        # exit 0 when every contract is kept
 """
@@ -25,7 +25,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "netspec").mkdir()
         for name, folder in packages.items():
-            (Path(tmp) / name.replace(".", "/")).symlink_to(ROOT / folder)
+            target = Path(tmp) / name.replace(".", "/")
+            if name == "netspec":  # the package's own modules (netspec/), beside its subpackages' links
+                for module in (ROOT / folder).glob("*.py"):
+                    (target / module.name).symlink_to(module)
+            else:
+                target.symlink_to(ROOT / folder)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")])}
         lint = Path(sys.executable).with_name("lint-imports")
         return subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml")], env=env,

@@ -29,8 +29,8 @@ from netspec.protocol.errors import NetspecError
 # What netspecd, clksync's probes and gate, CAMP and nodelib import; the daemon's modules
 # import nothing else (tests/daemon/test_main.py holds them to it).
 DAEMON_DEPENDENCIES = ("msgpack", "msgspec", "psutil")
-PACKAGES = ("protocol", "datastream", "controller", "daemon", "nodelib", "camp", "clksync", "analysis", "web",
-            "experiments")
+PACKAGES = ("netspec", "protocol", "datastream", "controller", "daemon", "nodelib", "camp", "clksync",
+            "analysis", "web", "experiments")
 
 
 def source_root() -> Path:

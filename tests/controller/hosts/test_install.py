@@ -26,7 +26,9 @@ def test_a_wheel_install_runs_the_demo_from_its_installed_package(tmp_path):
                           capture_output=True, text=True, check=True).stdout.strip()
     (env_dir / site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     probe = "import netspec.experiments as e; print(e.__file__)"
-    where = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout
+    # From tmp_path: a checkout's own netspec/ folder, in the current directory, would come first.
+    where = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                           check=True).stdout
     assert where.startswith(str(env_dir)), where
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run([env_dir / "bin" / "ns_control", "demo"], cwd=tmp_path, capture_output=True,

@@ -1,0 +1,248 @@
+"""A run or a campaign opened from Python: a run's record, its outcome, its steps and
+participants, and its result set's tables (DuckDB, Arrow; pandas or polars where installed).
+
+    from netspec import results
+
+    run = results.open_run("latest")          # a path, 'latest', or (a suffix of) a run id
+    print(run.outcome.status, [s.phase for s in run.steps])  # run.record: run.json, typed
+    with run.tables() as t:                   # every Parquet table of RUN/merged/, by name
+        t.sql("SELECT median(duration_ns) FROM intervals WHERE name = 'STIM/rtt'").fetchall()
+
+Runs are looked up under a runs directory, ./runs by default as for ns_control; campaigns
+under its campaigns/. Nothing here changes a run, but for what `ns_control show` does too: a
+run whose controller on this machine is gone while it says `running` is marked interrupted.
+docs/api.md describes it; docs/results.md describes the tables' columns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from netspec.analysis.resultset import is_current, open_tables
+from netspec.controller.campaigns.campaign import find_campaign
+from netspec.controller.experiment.campaignfile import CAMPAIGNS
+from netspec.controller.record.rundir import find_run, settle
+from netspec.protocol.campaignrecord import CAMPAIGN_FILE, CampaignRecord, CampaignRun, Point, read_campaign
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.runoutcome import RunOutcome
+from netspec.protocol.runrecord import MERGED, RunError, RunRecord, read_run
+from netspec.protocol.runstep import Entry, Step
+
+__all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "NetspecError", "Participant", "Point",
+           "Run", "RunError", "RunOutcome", "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
+
+RUNS = Path("runs")
+"""The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
+
+
+def _record(path: Path) -> RunRecord:
+    """The only read of a run's record here: run.json with its journals, settled as `show`
+    settles it."""
+    return settle(path, read_run(path))
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A component of the run on its host, and how its process ended."""
+
+    host: str
+    component: str
+    returncode: int | None  # None: its end is not known (a lost host, a run still going)
+    duration_s: float | None
+
+
+class Tables:
+    """A run's result set (RUN/merged/): a DuckDB connection with a view on each Parquet
+    table, named as its file (events, intervals, samples, phases, clock, ..., and what the
+    experiment's analysis graph wrote). Close it, or use it as a context manager: the
+    connection is this object's, and closing it twice is harmless.
+
+    Attributes:
+        directory: the result set's directory.
+        names: every table's name, sorted.
+        warnings: what the merge said of it (records dropped or kept raw, pairs that matched
+            nothing, clocks without a fit...), as `ns_control fetch` printed them.
+        db: the DuckDB connection (a view per table; query it as you like).
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.names = tuple(sorted(p.stem for p in directory.glob("*.parquet")))
+        self.warnings = tuple(json.loads((directory / "summary.json").read_text()).get("warnings", ()))
+        self.db: duckdb.DuckDBPyConnection = open_tables(directory)
+
+    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
+        """`query` on the tables, as a DuckDB relation (`.fetchall()`, `.arrow()`, `.pl()`...)."""
+        return self.db.sql(query, params=params)
+
+    def arrow(self, name: str) -> pa.Table:
+        """Table `name` whole, read by pyarrow.
+
+        Raises:
+            NetspecError: the result set has no table `name` (the message lists those it has).
+        """
+        if name not in self.names:
+            raise NetspecError(f"{self.directory}: no table '{name}' (it has: {', '.join(self.names)})")
+        return pq.read_table(self.directory / f"{name}.parquet")
+
+    def pandas(self, name: str) -> Any:
+        """Table `name` as a pandas DataFrame.
+
+        Raises:
+            NetspecError: pandas is not installed, or there is no table `name`.
+        """
+        _optional("pandas")
+        return self.arrow(name).to_pandas()
+
+    def polars(self, name: str) -> Any:
+        """Table `name` as a polars DataFrame.
+
+        Raises:
+            NetspecError: polars is not installed, or there is no table `name`.
+        """
+        return _optional("polars").from_arrow(self.arrow(name))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Tables:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _optional(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise NetspecError(f"{module} is not installed (netspec does not depend on it): "
+                           f"`pip install {module}`, or read the table as Arrow (Tables.arrow)") from exc
+
+
+class _Opened:
+    """What a run and a campaign both give of their record: its id and its experiment's name."""
+
+    record: RunRecord | CampaignRecord
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def experiment(self) -> str:
+        return self.record.experiment
+
+
+@dataclass(frozen=True)
+class Run(_Opened):
+    """A run directory and its record (run.json, typed: protocol/runrecord.py), as it was when
+    opened: open it again for news."""
+
+    path: Path
+    record: RunRecord = field(repr=False)
+
+    @property
+    def outcome(self) -> RunOutcome:
+        """How the run went: `status`, `ok`, `exit_code` (what ns_control ends with for it),
+        and `error` (why it is not ok: its message, phase and causes)."""
+        return RunOutcome.of(self.record)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Each step as it ran: its phase, status, duration, and each host's entries
+        (`Step.participants()`: every host, component and its Entry, acked or not)."""
+        return tuple(self.record.steps)
+
+    @property
+    def participants(self) -> tuple[Participant, ...]:
+        """Each component of the experiment on its host, and how its process ended."""
+        ended = self.record.components
+        return tuple(Participant(c["host"], c["name"], *(
+            (e.returncode, e.duration_s) if (e := ended.get(f"{c['host']}/{c['name']}")) else (None, None)))
+            for c in self.record.plan.get("components", []))
+
+    def tables(self) -> Tables:
+        """The run's result set, its tables registered by name in a DuckDB connection.
+
+        Raises:
+            NetspecError: the run has no result set of this netspec's format (still running,
+                never merged, its merge failed or was interrupted, or made by an older
+                netspec): the message says why, and that `ns_control fetch RUN` merges it.
+        """
+        merged = self.path / MERGED
+        if self.record.status == "running":
+            raise NetspecError(f"run {self.id} is still running: its result set is made at its end "
+                               "(open the run again then)")
+        if not is_current(merged):
+            why = self.record.merge or (
+                "its result set is of another netspec's format" if merged.is_dir() else "it was not merged")
+            raise NetspecError(f"run {self.id} has no result set: {why}; `ns_control fetch {self.id}` "
+                               "merges it")
+        return Tables(merged)
+
+
+def open_run(ref: str | Path = "latest", runs: str | Path = RUNS) -> Run:
+    """The run `ref`: a run directory's path, 'latest', or (a unique suffix of) a run id
+    under `runs`.
+
+    Raises:
+        NetspecError: no such run (the message names `ref` and where it was looked for), or
+            a directory that holds no run, or a run.json that cannot be read.
+    """
+    if Path(ref).is_dir() and not (Path(ref) / "run.json").is_file():
+        raise NetspecError(f"{ref}: not a run directory (no run.json in it)")
+    path = find_run(Path(runs), str(ref))
+    return Run(path, _record(path))
+
+
+@dataclass(frozen=True)
+class Campaign(_Opened):
+    """A campaign directory and its record (campaign.json, typed: protocol/campaignrecord.py),
+    as it was when opened: its `points` (each with its params, label, why it is done and its
+    runs as the campaign counted them) and its runs."""
+
+    path: Path
+    record: CampaignRecord = field(repr=False)
+
+    @property
+    def status(self) -> str:
+        """running, done, failed or interrupted."""
+        return self.record.status
+
+    @property
+    def points(self) -> tuple[Point, ...]:
+        return tuple(self.record.points)
+
+    def runs(self) -> tuple[Run, ...]:
+        """Every run of every point that has a directory (a run whose setup hook failed has
+        none), opened, in the order they ran.
+
+        Raises:
+            NetspecError: a run's directory is gone or its record unreadable, naming it.
+        """
+        return tuple(open_run(r.path) for p in self.record.points for r in p.runs if r.path is not None)
+
+
+def open_campaign(ref: str | Path, runs: str | Path = RUNS, campaigns: str | Path | None = None) -> Campaign:
+    """The campaign `ref`: its directory's path, or (a unique suffix of) its id under
+    `campaigns` (RUNS/campaigns by default, as for ns_control).
+
+    Raises:
+        NetspecError: no such campaign, or more than one, or a directory that holds none, or
+            a campaign.json that cannot be read (naming the file and the key).
+    """
+    if Path(ref).is_dir() and not (Path(ref) / CAMPAIGN_FILE).is_file():
+        raise NetspecError(f"{ref}: not a campaign directory (no {CAMPAIGN_FILE} in it)")
+    root = Path(campaigns) if campaigns is not None else Path(runs) / CAMPAIGNS
+    path = find_campaign(root, str(ref))
+    return Campaign(path, read_campaign(path))
