@@ -4,7 +4,7 @@ measured directly. With `--width flat`, the same for a flat step: a connection a
 enter answered by the host's ack, so that the controller's own part of scale.py's flat
 figure is seen without the fleet's processes beside it.
 
-The controller is the real one (engine.Run._step: the step's plan, barrier, enters, the
+The controller is the real one (engine/step.py's Steps.step: the step's plan, barrier, enters, the
 journal, the summaries' checks and the ack journal) over real authenticated connections to
 the tree's first level. The first level is one separate process (this file with
 --first-level) that stands in for the relays below it: for each enter it receives it folds a
@@ -109,22 +109,22 @@ async def one_size(n: int, width: int | None, steps: int, key: bytes, runs: Path
         plan = parse(experiment_text(n, width), HERE / "stepcost.yaml")
         rundir = RunDir.create(runs, plan.name, plan.text)
         run = Run(plan, rundir, key, lambda event: None)
-        run.failure = asyncio.get_running_loop().create_future()
+        run.failure.open()
         step = plan.schedule[0]
-        tree = run.fan_out.tree
+        tree = run.fleet.fan_out.tree
         async with asyncio.TaskGroup() as tg:
             run.tg = tg
             for first in tree.first if tree is not None else [h.name for h in plan.hosts]:
-                run.clients[first] = await DaemonClient.connect(first, ("127.0.0.1", port), key,
-                                                                run._on_event)
-                tg.create_task(run.clients[first].serve())
+                run.fleet.clients[first] = await DaemonClient.connect(first, ("127.0.0.1", port), key,
+                                                                      run.inbox.on_event)
+                tg.create_task(run.fleet.clients[first].serve())
             for index in range(5):  # warm-up: the step's plan is built once, then reused
                 await run._step(index, step)
             started_cpu, started = time.process_time(), time.perf_counter()
             for index in range(5, 5 + steps):
                 await run._step(index, step)
             cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
-            for client in run.clients.values():
+            for client in run.fleet.clients.values():
                 await client.close()
         assert all(s.status == "ok" for s in rundir.record.steps)
         acks = rundir.path / "run.acks"  # a tree's folded acks; a flat step's are in run.json's journal

@@ -4,7 +4,7 @@ and checks where each frame is read: the controller uses nothing a daemon sent u
 to a file). A malformed event or reply is a protocol error naming its host, not a
 controller's crash or a loop without end.
 
-Which components a host runs is the controller's to check (engine/run.py), and a fan-out
+Which components a host runs is the controller's to check (engine/events.py), and a fan-out
 tree's hosts the fan-out's (engine/fanout.py): this module knows only the messages.
 """
 

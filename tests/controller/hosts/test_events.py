@@ -184,8 +184,8 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
         plan = parse(text, tmp_path / "strangers.yaml")
         rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
-        run.failure = asyncio.get_running_loop().create_future()
-        run._on_event(host, _read(event))
+        run.failure.open()
+        run.inbox.on_event(host, _read(event))
         assert not (rundir.path / "hosts").exists()  # nothing written for it
         return str(run.failure.exception())
 
@@ -205,9 +205,9 @@ def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_n
                                hosts={"a": HostRecord("127.0.0.1:1", 1)},
                                steps=[Step("sync_clocks", "running", hosts={"a": StepHost(components={})})])
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
-        run.failure = asyncio.get_running_loop().create_future()
-        run._on_event("a", _read({**ACK, "step": 0, "component": m.NODE, "clock": clock}))
-        failed = run.failure.exception() if run.failure.done() else None
+        run.failure.open()
+        run.inbox.on_event("a", _read({**ACK, "step": 0, "component": m.NODE, "clock": clock}))
+        failed = run.failure.exception()
         return str(failed) if failed else None, rundir.record.hosts["a"].clock
 
     good = {"offset_ns": -61, "bound_ns": 812, "exchanges": 21, "source": "kernel"}

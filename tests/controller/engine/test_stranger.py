@@ -1,11 +1,12 @@
-"""The run engine's check of who sent an event (controller/engine/run.py's `stranger`): a pure
+"""The run engine's check of who sent an event (controller/engine/events.py's `stranger`): a pure
 check that says what it found; the run fails only where the engine decides it
 (tests/controller/hosts/test_events.py runs that through a Run)."""
 
 import asyncio
 import os
 
-from netspec.controller.engine.run import Run, stranger
+from netspec.controller.engine.events import stranger
+from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
 from netspec.controller.record.results import ComponentResult
 from netspec.controller.record.rundir import RunDir
@@ -48,9 +49,9 @@ def test_asking_whether_a_strangers_event_is_one_leaves_the_run_as_it_was(tmp_pa
         plan = parse(text, tmp_path / "strangers.yaml")
         rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
         run = Run(plan, rundir, os.urandom(32), lambda progress: None)
-        run.failure = asyncio.get_running_loop().create_future()
-        found = run._stranger("a", k.Output(component="two", stream="stdout", data=b"x"))
+        run.failure.open()
+        found = run.inbox.stranger("a", k.Output(component="two", stream="stdout", data=b"x"))
         return found, run.failure.done()
     found, failed = asyncio.run(ask())
     assert said(found) == "host a: an event of component 'two', which it does not run"
-    assert not failed  # the engine's _on_event fails the run with it, not the check
+    assert not failed  # the engine's Inbox.on_event fails the run with it, not the check
