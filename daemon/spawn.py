@@ -49,7 +49,7 @@ def _end_with(daemon_pid: int) -> Callable[[], None]:
     """What the child runs before exec: get SIGTERM if the daemon dies without resetting
     (killed, out of memory), so that nodelib flushes its streams as it exits, as at any
     reset; whatever ignores it is ended by whoever gathers the lost host's files, with
-    SIGKILL after a grace (controller/salvage.py, `netspecd --kill-run`)."""
+    SIGKILL after a grace (controller/gather/salvage.py, `netspecd --kill-run`)."""
     def end_with_daemon() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

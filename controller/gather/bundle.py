@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..record.rundir import utc_iso
@@ -70,7 +71,7 @@ def crate(run: Path, record: RunRecord) -> dict[str, Any]:
     software = [{"@id": f"#{name}", "@type": "SoftwareApplication", "name": name, "version": version}
                 for name, version in sorted(record.versions.items())]
     root = {"@id": "./", "@type": "Dataset", "name": f"netspec run {record.id} of {record.experiment}",
-            "description": f"{record.experiment}: {record.status}", "identifier": record.id,
+            "description": f"{record.experiment}: {RunOutcome.of(record).status}", "identifier": record.id,
             "datePublished": record.started or utc_iso(record.started_ns),
             "experiment_sha256": record.experiment_sha256,
             "mainEntity": {"@id": "experiment.yaml"}, "hasPart": [{"@id": p["@id"]} for p in parts],
@@ -98,9 +99,12 @@ def _describe(path: Path) -> dict[str, Any]:
 def export_run(run: Path, to: Path) -> Path:
     """Writes `run` (a run directory) with its crate into the archive `to` (.tar.gz)."""
     record = read_run(run)
-    if record.status == "running":
-        raise BundleError(f"run {record.id} is still running (or its controller was killed): "
-                          "nothing to export yet")
+    if record.status == "running":  # as its controller last saved it
+        if RunOutcome.of(record).status == "running":
+            raise BundleError(f"run {record.id} is still running: nothing to export yet")
+        raise BundleError(f"run {record.id} was interrupted (its controller was killed) before it "
+                          f"gathered what its hosts hold: `ns_control collect {record.id}` gathers it "
+                          "and settles the run; export it then")
     metadata = json.dumps(crate(run, record), indent=1).encode()
     top = PurePosixPath(record.experiment, record.id)
     tmp = to.with_name(f".{to.name}.tmp")

@@ -810,6 +810,9 @@ def test_a_killed_controllers_run_is_collected_later_from_its_hosts(experiment, 
     proc.communicate(timeout=30)
     # The daemons saw their controller go and ended the run's processes (streams flushed).
     wait_for(lambda: not run_processes(record["id"]), what="the run's processes to end")
+    # Exported before it was collected: refused, saying what gathers what the hosts hold.
+    early = ns_control("export", record["id"], "--to", str(tmp_path / "early.tar.gz"), cwd=tmp_path)
+    assert early.returncode == 1 and f"`ns_control collect {record['id']}` gathers it" in early.stderr
     done = ns_control("collect", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "host a: " in done.stdout and "host b: " in done.stdout and "merged: " in done.stdout
