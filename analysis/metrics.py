@@ -3,7 +3,6 @@ record) in microseconds, each host's CPU busy % and each sampled component's CPU
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .resultset import is_current, open_tables
+from .resultset import SUMMARY, is_current, open_tables, read_summary
 
 if TYPE_CHECKING:
     from .stats import Summary
@@ -58,7 +57,7 @@ GROUP BY host, field
 
 def run_metrics(merged: Path) -> dict[str, Metric]:
     """Every metric of the result set in `merged`, by name (intervals first, then CPU)."""
-    if (merged / "summary.json").is_file() and not is_current(merged):
+    if (merged / SUMMARY).is_file() and not is_current(merged):
         raise FileNotFoundError(f"{merged}: a result set of an older netspec: merge the run again "
                                 "(ns_control fetch)")
     db = open_tables(merged)
@@ -77,14 +76,11 @@ def run_metrics(merged: Path) -> dict[str, Metric]:
 def _shared_kernel_caveats(merged: Path) -> dict[str, str]:
     """The caveat of each host's CPU busy % where the host shares one kernel with others (the
     result set's summary.json says which): it is the whole machine's."""
-    try:
-        groups = json.loads((merged / "summary.json").read_text()).get("shared_kernel") or []
-    except (OSError, ValueError, AttributeError):
-        return {}
+    summary = read_summary(merged)
     caveats = {}
-    for hosts in (g for g in groups if isinstance(g, list)):
-        for host in map(str, hosts):
-            others = ", ".join(str(h) for h in hosts if str(h) != host)
+    for hosts in summary.shared_kernel if summary else []:
+        for host in hosts:
+            others = ", ".join(h for h in hosts if h != host)
             caveats[f"cpu busy {host}"] = (f"host {host} shares one kernel with {others}: this is the whole "
                                            "machine's CPU, not the host's own")
     return caveats

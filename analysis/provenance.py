@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.names import safe_name
+from netspec.protocol.runplan import PlanRecord
 from netspec.protocol.runrecord import RunRecord, read_run
 
 # What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
@@ -72,42 +74,41 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
     decoders); each program's hash; the versions."""
     if isinstance(run, RunRecord):
         run = Provenance(run)
-    record, plan = run.record, run.record.plan
+    record, plan = run.record, run.record.plan or PlanRecord()
     flat: dict[str, str] = {}
-    if plan.get("experiment"):
-        flat["experiment"] = plan["experiment"]
-    for comp in plan.get("components", []):
-        name = comp["name"]
-        for param, value in comp.get("params", {}).items():
-            flat[f"{name}.{param}"] = _text(value)
+    if plan.experiment:
+        flat["experiment"] = plan.experiment
+    for comp in plan.components:
+        for param, value in comp.params.items():
+            flat[f"{comp.name}.{param}"] = _text(value)
         for key in ("host", "program", "command", "args", "env", "start", "stop"):
-            if comp.get(key):
-                flat[f"{name} {key}"] = _text(comp[key])
-    for host in plan.get("hosts", []):
-        where = host.get("ssh") or host.get("address") or "local"
-        flat[f"host {host['name']}"] = where
+            if value := getattr(comp, key):
+                flat[f"{comp.name} {key}"] = _text(value)
+    for host in plan.hosts:
+        flat[f"host {host.name}"] = host.ssh or host.address or "local"
     for host, known in sorted(run.host_facts.items()):
         for key in HOST_FACTS:
             if known.get(key) is not None:
                 flat[f"host {host} {key}"] = _text(known[key])
-    for i, step in enumerate(plan.get("schedule", [])):
-        flat[f"step {i}"] = _text({k: v for k, v in step.items() if k != "line"})
-    for key in ("connect_deadline_s", "fan_out"):
-        if plan.get(key) is not None:
-            flat[key] = _text(plan[key])
-    if plan.get("clock"):
-        flat["services clksync"] = _text(plan["clock"])
-    if plan.get("camp"):
-        flat["services camp"] = _text(plan["camp"])
-    for name, stream in (plan.get("streams") or {}).items():
+    for i, step in enumerate(plan.schedule):
+        flat[f"step {i}"] = _text({k: v for k, v in msgspec.structs.asdict(step).items() if k != "line"})
+    if plan.connect_deadline_s is not None:
+        flat["connect_deadline_s"] = _text(plan.connect_deadline_s)
+    if plan.fan_out is not None:
+        flat["fan_out"] = _text(plan.fan_out)
+    if plan.clock:
+        flat["services clksync"] = _text(plan.clock)
+    if plan.camp:
+        flat["services camp"] = _text(plan.camp)
+    for name, stream in plan.streams.items():
         flat[f"stream {name}"] = _text(stream)
-    analysis = plan.get("analysis") or {}
-    for name, pair in (analysis.get("pairs") or {}).items():
-        flat[f"analysis pair {name}"] = _text({k: v for k, v in pair.items() if v is not None})
-    for name, node in (analysis.get("graph") or {}).items():
+    for name, pair in plan.analysis.pairs.items():
+        flat[f"analysis pair {name}"] = _text({k: v for k, v in msgspec.structs.asdict(pair).items()
+                                               if v is not None})
+    for name, node in plan.analysis.graph.items():
         flat[f"analysis graph {name}"] = _text(node)
-    if analysis.get("decoders"):
-        flat["analysis decoders"] = _text(analysis["decoders"])
+    if plan.analysis.decoders:
+        flat["analysis decoders"] = _text(plan.analysis.decoders)
     for path, kept in record.programs.items():
         flat[f"program {path} sha256"] = kept.sha256[:12]
     for name, version in record.versions.items():
@@ -116,7 +117,8 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A value of the plan (a Struct read whole, or a part of one) as one comparable text."""
+    return value if isinstance(value, str) else json.dumps(msgspec.to_builtins(value), sort_keys=True)
 
 
 def differences(before: Provenance | RunRecord, after: Provenance | RunRecord) -> list[str]:

@@ -17,17 +17,19 @@ as they are.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
+from netspec.protocol.runplan import PlanPair
 from netspec.protocol.runrecord import MERGED, RunRecord, Step, read_run
 
 from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
@@ -97,12 +99,41 @@ class ResultSet:
 RESULT_FORMAT = 3
 
 
+SUMMARY = "summary.json"
+
+
+class Summary(msgspec.Struct):
+    """A result set's summary.json, written by `merge_run` and read only through
+    `read_summary`: its format (RESULT_FORMAT when made by this netspec), the run, the
+    counts, what the merge warned of, each pair's causality check and what it matched
+    (their dataclasses' fields: Causality, PairCounts), the workloads (Workload.row) and the
+    hosts that share one kernel."""
+
+    format: int = 0  # 0: a result set of before it said its format
+    run: str = ""
+    records: int = 0
+    samples: int = 0
+    intervals: int = 0
+    warnings: list[str] = []
+    causality: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []
+    workload: list[dict[str, Any]] = []
+    shared_kernel: list[list[str]] = []
+
+
+def read_summary(merged: Path) -> Summary | None:
+    """The summary.json of the result set in `merged`; None when it has none, or one that
+    cannot be read or is not a summary (not JSON, or a key of the wrong type)."""
+    try:
+        return msgspec.json.decode((merged / SUMMARY).read_bytes(), type=Summary)
+    except (OSError, msgspec.DecodeError):  # a ValidationError is a DecodeError
+        return None
+
+
 def is_current(merged: Path) -> bool:
     """Whether `merged` holds a result set of this netspec's format."""
-    try:
-        return json.loads((merged / "summary.json").read_text()).get("format") == RESULT_FORMAT
-    except (OSError, ValueError):
-        return False
+    summary = read_summary(merged)
+    return summary is not None and summary.format == RESULT_FORMAT
 
 
 def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> dict[str, Decoder]:
@@ -144,10 +175,10 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
     result.intervals, result.causality = write_intervals(db, out, record.pairs)
-    result.pairs = [pair_counts(db, "events", pair_params(name, **p)) for name, p in record.pairs.items()]
+    result.pairs = [pair_counts(db, "events", _params(name, p)) for name, p in record.pairs.items()]
     only = {counts.pair: counts.only() for counts in result.pairs}
-    result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair]['start']} was followed by "
-                        f"its {record.pairs[c.pair]['end']}{only[c.pair]}; check both names, and the "
+    result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair].start} was followed by "
+                        f"its {record.pairs[c.pair].end}{only[c.pair]}; check both names, and the "
                         "components a pair counts only, against `ns_control dump`"
                         for c in result.causality if not c.matched]
     result.warnings += [w for counts in result.pairs for w in counts.warnings()]
@@ -171,14 +202,17 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     if record.graph:
         result.warnings += run_graph(db, record.graph, out, code.base, origin, phases,
                                      trusted=code.trusted_filters())
-    (out / "summary.json").write_text(json.dumps({
-        "format": RESULT_FORMAT, "run": record.id, "records": result.records, "samples": result.samples,
-        "intervals": result.intervals, "warnings": result.warnings,
-        "causality": [asdict(c) for c in result.causality],
-        "pairs": [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
-        "workload": [w.row() for w in result.workloads], "shared_kernel": result.shared_kernel},
-        indent=1) + "\n")
+    summary = Summary(RESULT_FORMAT, record.id, result.records, result.samples, result.intervals,
+                      result.warnings, [asdict(c) for c in result.causality],
+                      [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
+                      [w.row() for w in result.workloads], result.shared_kernel)
+    (out / SUMMARY).write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=1) + b"\n")
     return result
+
+
+def _params(name: str, pair: PlanPair) -> dict[str, Any]:
+    """The query parameters of the run's pair `name`."""
+    return pair_params(name, **msgspec.structs.asdict(pair))
 
 
 PLOTTABLE_SQL = """SELECT EXISTS (FROM intervals) OR EXISTS (FROM rates)
@@ -253,12 +287,12 @@ FROM events WHERE kind = 'interval'
 """
 
 def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
-                    pairs: dict[str, dict[str, str]]) -> tuple[int, list[Causality]]:
+                    pairs: dict[str, PlanPair]) -> tuple[int, list[Causality]]:
     """intervals.parquet from the interval records and each pair; the causality check."""
     db.execute("DROP VIEW IF EXISTS intervals")
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
-        db.execute("INSERT INTO intervals " + pair_sql("events"), pair_params(name, **p))
+        db.execute("INSERT INTO intervals " + pair_sql("events"), _params(name, p))
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY end_ts) TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
     total = db.execute("SELECT count(*) FROM intervals").fetchall()[0][0]

@@ -17,7 +17,6 @@ docs/api.md describes it; docs/results.md describes the tables' columns.
 from __future__ import annotations
 
 import importlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -26,7 +25,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-from netspec.analysis.resultset import is_current, open_tables
+from netspec.analysis.resultset import SUMMARY, is_current, open_tables, read_summary
 from netspec.controller.campaigns.campaign import find_campaign
 from netspec.controller.experiment.campaignfile import CAMPAIGNS
 from netspec.controller.record.rundir import find_run, settle
@@ -76,7 +75,10 @@ class Tables:
     def __init__(self, directory: Path):
         self.directory = directory
         self.names = tuple(sorted(p.stem for p in directory.glob("*.parquet")))
-        self.warnings = tuple(json.loads((directory / "summary.json").read_text()).get("warnings", ()))
+        summary = read_summary(directory)
+        if summary is None:
+            raise NetspecError(f"{directory}/{SUMMARY}: missing, or not a result set's summary")
+        self.warnings = tuple(summary.warnings)
         self.db: duckdb.DuckDBPyConnection = open_tables(directory)
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
@@ -167,9 +169,9 @@ class Run(_Opened):
     def participants(self) -> tuple[Participant, ...]:
         """Each component of the experiment on its host, and how its process ended."""
         ended = self.record.components
-        return tuple(Participant(c["host"], c["name"], *(
-            (e.returncode, e.duration_s) if (e := ended.get(f"{c['host']}/{c['name']}")) else (None, None)))
-            for c in self.record.plan.get("components", []))
+        return tuple(Participant(c.host, c.name, *(
+            (e.returncode, e.duration_s) if (e := ended.get(f"{c.host}/{c.name}")) else (None, None)))
+            for c in (self.record.plan.components if self.record.plan else []))
 
     def tables(self) -> Tables:
         """The run's result set, its tables registered by name in a DuckDB connection.
@@ -180,7 +182,7 @@ class Run(_Opened):
                 netspec): the message says why, and that `ns_control fetch RUN` merges it.
         """
         merged = self.path / MERGED
-        if self.record.status == "running":
+        if self.outcome.running:
             raise NetspecError(f"run {self.id} is still running: its result set is made at its end "
                                "(open the run again then)")
         if not is_current(merged):

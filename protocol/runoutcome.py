@@ -31,6 +31,23 @@ class RunOutcome:
         return self.status == "ok"
 
     @property
+    def running(self) -> bool:
+        """Whether the run is still going (its controller, on this machine, alive)."""
+        return self.status == "running"
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run was stopped before its end (Ctrl-C, or its controller killed):
+        not the experiment's fault; a campaign runs its point again."""
+        return self.status == "interrupted"
+
+    @property
+    def counts_as_failed(self) -> bool:
+        """Whether the run failed the experiment: failed, partial, or a status this netspec
+        does not know (a campaign's `setup failed`), neither ok, interrupted nor running."""
+        return self.exit_code not in (EXIT_OK, EXIT_INTERRUPTED)
+
+    @property
     def exit_code(self) -> int:
         """What `ns_control run` ends with: 0 ok, 3 partial, 1 failed (or a status this
         netspec does not know), 130 interrupted."""
@@ -52,6 +69,12 @@ class RunOutcome:
         if self.status == "partial":
             return "none"
         return record.steps[-1].phase if record.steps else "before the first step"
+
+    @staticmethod
+    def unfinished(record: RunRecord) -> bool:
+        """Whether the record was never finished: it says running, its controller at it or
+        killed (`of` tells which)."""
+        return record.status == "running"
 
     @classmethod
     def of(cls, record: RunRecord) -> RunOutcome:

@@ -12,7 +12,8 @@ run.json version history (readers accept every older version):
      Since the record is typed (msgspec), every key of the record, a step and a host is
      written (null where it has nothing to say) but for a participant's entry's and a step
      host's, left out at their defaults (a thousand hosts' entries per step); a key of the
-     wrong type is refused naming where it is.
+     wrong type is refused naming where it is. The plan is typed too (protocol/runplan.py):
+     a record with none says so where a command needs it (`collect`, `rerun`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import msgspec
 from . import runjournal
 from .errors import NetspecError
 from .runjournal import JOURNAL, journal_line
+from .runplan import PlanPair, PlanRecord
 from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarized
 
 __all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
@@ -153,8 +155,8 @@ class CampaignPoint(msgspec.Struct):
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
-    """run.json. `plan` is the experiment as it ran (controller/experiment/model.py's
-    `Plan.resolved`); its steps are protocol/runstep.py's."""
+    """run.json. `plan` is the experiment as it ran (protocol/runplan.py, made by
+    controller/experiment/model.py's `Plan.resolved`); its steps are protocol/runstep.py's."""
 
     format: int
     id: str
@@ -167,7 +169,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     duration_s: float | None = None
     controller: Controller = msgspec.field(default_factory=Controller)
     experiment_sha256: str = ""
-    plan: dict[str, Any] = {}
+    plan: PlanRecord | None = None  # None: a record made without one (tests, benches)
     hosts: dict[str, HostRecord] = {}
     steps: list[Step] = []
     components: dict[str, ComponentEnd] = {}  # host/component -> how it ended
@@ -188,34 +190,37 @@ class RunRecord(msgspec.Struct, kw_only=True):
     @property
     def clock_reference(self) -> str | None:
         """The host whose clock is the run's global timeline, if clocks were synchronised."""
-        return (self.plan.get("clock") or {}).get("reference")
+        return self.plan.clock.reference if self.plan and self.plan.clock else None
 
     @property
-    def pairs(self) -> dict[str, dict[str, Any]]:
-        return (self.plan.get("analysis") or {}).get("pairs") or {}
+    def pairs(self) -> dict[str, PlanPair]:
+        return self.plan.analysis.pairs if self.plan else {}
 
     @property
     def decoders(self) -> list[str]:
         """The user's own decoders the experiment file allows (analysis: decoders:)."""
-        return list((self.plan.get("analysis") or {}).get("decoders") or [])
+        return list(self.plan.analysis.decoders) if self.plan else []
 
     @property
     def graph(self) -> dict[str, dict[str, Any]]:
-        return (self.plan.get("analysis") or {}).get("graph") or {}
+        return self.plan.analysis.graph if self.plan else {}
 
     @property
     def host_names(self) -> list[str]:
         """The run's hosts as its experiment named them (or as it reached them)."""
-        return [h["name"] for h in self.plan.get("hosts") or []] or sorted(self.hosts)
+        return [h.name for h in self.plan.hosts] if self.plan and self.plan.hosts else sorted(self.hosts)
 
-    @property
-    def experiment_dir(self) -> Path:
-        """Where the experiment file was: filters name their programs relative to it.
+    def planned(self, where: Path) -> PlanRecord:
+        """The run's plan, where a command needs it (`collect`, `rerun`).
 
         Raises:
-            KeyError: the record's plan does not say (a run.json netspec did not write).
+            NetspecError: naming `where` (the run directory), when its run.json has no plan
+                (a record netspec's controller did not write).
         """
-        return Path(self.plan["source"]).parent
+        if self.plan is None or not self.plan.source:
+            raise NetspecError(f"{where}/run.json has no plan (the experiment as it ran): "
+                               "it was not written by ns_control run")
+        return self.plan
 
     def note_cut_short(self, said: CutShort) -> None:
         """Say that a journal's last entry was cut short by a kill (once, however often the

@@ -118,7 +118,7 @@ def _decide(point: Point, c: Campaign) -> str | None:
     a failed run spends one of them as a counted run does (an interrupted one does not: it is
     run again). A point whose runs are spent before `runs` of them counted is done with
     "failures": it failed, and so does its campaign."""
-    spent = [r for r in point.runs if r.status != "interrupted"]
+    spent = [r for r in point.runs if not _outcome(r).interrupted]
     counted = [r.value for r in spent if r.counted]
     limit = c.max_runs or c.runs
     exhausted = len(spent) >= limit + c.warmup
@@ -133,6 +133,12 @@ def _decide(point: Point, c: Campaign) -> str | None:
     return "max" if len(counted) >= limit or exhausted else None
 
 
+def _outcome(run: CampaignRun) -> RunOutcome:
+    """A point's run's outcome as the campaign recorded it (its status: RunOutcome's, or
+    SETUP_FAILED, which counts as failed)."""
+    return RunOutcome(run.status)
+
+
 def failed_points(points: list[Point], c: Campaign) -> list[str]:
     """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
     run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
@@ -141,8 +147,8 @@ def failed_points(points: list[Point], c: Campaign) -> list[str]:
     for p in points:
         if p.done != "failures":
             continue
-        failed = sum(r.status not in ("ok", "interrupted") for r in p.runs)
-        uncounted = sum(r.status == "ok" and not r.counted for r in p.runs)
+        failed = sum(_outcome(r).counts_as_failed for r in p.runs)
+        uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
         lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
                      f"{failed} of {len(p.runs)} run(s) failed"
                      + (f", {uncounted} ok but not counted: a warm-up, or unlike the point's first run"
@@ -232,7 +238,7 @@ class Campaigner:
     def _record(self, point: Point, path: Path, outcome: RunOutcome) -> None:
         ok = outcome.ok
         value = run_value(path, self.c.metric, self.c.statistic) if ok else None
-        warm = sum(r.status == "ok" for r in point.runs) < self.c.warmup
+        warm = sum(_outcome(r).ok for r in point.runs) < self.c.warmup
         counted = ok and not warm
         first = next((r for r in point.runs if r.counted), None)
         diffs = (differences(provenance(Path(first.path)), provenance(path))
@@ -259,7 +265,7 @@ class Campaigner:
             self.cdir.save()
             return
         run = RunDir.open(path)
-        if run.record.status == "running":
+        if RunOutcome.unfinished(run.record):  # its controller (the last campaign's) was killed
             outcome = RunOutcome.run_again()
             run.finish(outcome)
         else:

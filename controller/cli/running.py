@@ -66,7 +66,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     record = read_run(path)
     # The run's own copies of its programs stand in for the originals, wherever those are now.
     copies = {source: str((path / kept.copy).resolve()) for source, kept in record.programs.items()}
-    plan = parse((path / "experiment.yaml").read_text(), Path(record.plan["source"]), copies,
+    plan = parse((path / "experiment.yaml").read_text(), Path(record.planned(path).source), copies,
                  shown=path.resolve() / "experiment.yaml")
     _, outcome = run_plan(plan, _options(args), {"rerun_of": record.id})
     return outcome.exit_code

@@ -3,7 +3,6 @@ only cli.py prints."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -275,14 +274,16 @@ def written_lines(directory: Path) -> list[str]:
 
 def results_lines(runs: list[tuple[Path, RunRecord]]) -> list[str]:
     """Each run with a merged result set: its size and the run's status."""
+    from netspec.analysis.resultset import read_summary  # DuckDB's: a run does not import it
+
     rows = []
     for path, r in runs:
         merged = path / MERGED
-        if not (merged / "summary.json").is_file():
+        summary = read_summary(merged)
+        if summary is None:
             continue
         size = sum(f.stat().st_size for f in merged.iterdir() if f.is_file())
-        records = json.loads((merged / "summary.json").read_text()).get("records", 0)
-        rows.append(f"{r.id:<26} {r.experiment:<24} {RunOutcome.of(r).status:<12} {records:>10} "
+        rows.append(f"{r.id:<26} {r.experiment:<24} {RunOutcome.of(r).status:<12} {summary.records:>10} "
                     f"{size / 1e6:>8.1f} MB  {merged}")
     if not rows:
         return ["no merged result sets (`ns_control fetch RUN` merges one)"]

@@ -6,8 +6,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import ComponentSpec
+from netspec.protocol.runplan import PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -173,19 +175,20 @@ class Plan:
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
 
-    def resolved(self) -> dict[str, Any]:
-        """Everything that decides how the run goes, for run.json."""
-        return {"experiment": self.name, "source": str(self.path), "sha256": self.sha256,
-                "hosts": [asdict(h) for h in self.hosts],
-                "components": [asdict(c) for c in self.components],
-                "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
-                "streams": {s.name: s.wire() for s in self.streams},
-                "camp": self.camp.wire() if self.camp else None,
-                "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
-                                       for p in self.pairs},
-                             "graph": self.graph, "decoders": list(self.decoders)},
-                "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                "fan_out": self.fan_out}
+    def resolved(self) -> PlanRecord:
+        """Everything that decides how the run goes, for run.json (protocol/runplan.py)."""
+        resolved = {"experiment": self.name, "source": str(self.path), "sha256": self.sha256,
+                    "hosts": [asdict(h) for h in self.hosts],
+                    "components": [asdict(c) for c in self.components],
+                    "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
+                    "streams": {s.name: s.wire() for s in self.streams},
+                    "camp": self.camp.wire() if self.camp else None,
+                    "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
+                                           for p in self.pairs},
+                                 "graph": self.graph, "decoders": list(self.decoders)},
+                    "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
+                    "fan_out": self.fan_out}
+        return msgspec.convert(resolved, PlanRecord)
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""

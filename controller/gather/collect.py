@@ -12,6 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RunRecord, read_run
 
@@ -29,16 +30,19 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     """Salvage every host of the run at `path` that was reached; returns what each gave.
 
     Raises:
-        NetspecError: the run's controller is still at it.
+        NetspecError: the run's controller is still at it, or its run.json has no plan (the
+            hosts to reach).
     """
-    record = settle(path, read_run(path))
+    record = read_run(path)
+    plan = record.planned(path)
+    record = settle(path, record)
     if record.status == "running":
         raise NetspecError(f"run {record.id} is still running (controller pid "
                            f"{record.controller.pid}): nothing to collect yet")
     run = RunDir(path, record)
     ssh_hosts: list[SSHHost] = []
     sources = {}
-    for spec in (HostSpec(**h) for h in record.plan["hosts"]):
+    for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts):
         if spec.name in record.hosts:  # reached by the run: something may be there
             sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from netspec.analysis.resultset import merge_run
+from netspec.analysis.resultset import RESULT_FORMAT, is_current, merge_run, read_summary
 from netspec.analysis.usercode import UserCode
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
@@ -73,3 +73,14 @@ def test_an_imported_bundle_whose_record_names_os_system_is_fetched_and_nothing_
     assert ("warning: decoder os:system not run: the run's record names it, and a decoder runs only when "
             "you name it (the experiment file you run, or ns_control fetch --decoder os:system); its events' "
             "data stays raw") in fetched.stdout
+
+
+def test_summary_json_is_written_and_read_typed_and_one_that_is_not_a_summary_is_not_current(tmp_path):
+    run = a_run(tmp_path, {})
+    merged = merge_run(run)
+    summary = read_summary(run / "merged")
+    assert (summary.format, summary.run, summary.records) == (RESULT_FORMAT, "r", merged.records)
+    assert summary.records >= 10 and summary.warnings == merged.warnings
+    assert is_current(run / "merged")
+    (run / "merged" / "summary.json").write_text("[]")  # JSON, but no summary
+    assert read_summary(run / "merged") is None and not is_current(run / "merged")

@@ -20,6 +20,7 @@ from netspec.clksync.fit import ClockFit, Exchanges, fit
 from netspec.datastream.columns import scan, unpack
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.protocol.runplan import PlanPair
 
 T0 = 1_700_000_000_000_000_000  # before now: the files' own close records come last
 SECOND = 1_000_000_000
@@ -123,7 +124,7 @@ def test_every_event_lands_on_its_true_global_time_within_its_bound(merged):
 
 def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_check(merged):
     out, _, _ = merged
-    total, (check,) = write_intervals(open_tables(out), out, {"b_to_c": {"start": "T/send", "end": "T/recv"}})
+    total, (check,) = write_intervals(open_tables(out), out, {"b_to_c": PlanPair("T/send", "T/recv")})
     assert total == 1000 and check.matched == 1000 and check.violations == 0
     pairs = duckdb.sql("SELECT start_host, end_host, duration_ns, bound_ns "
                        f"FROM '{out / 'intervals.parquet'}' WHERE name = 'b_to_c'").fetchnumpy()
@@ -135,7 +136,7 @@ def test_cross_host_pairs_recover_the_transmission_time_and_pass_the_causality_c
 def test_a_receive_before_its_send_is_reported_with_how_far(merged):
     out, _, _ = merged
     # Pairing backwards (each receive as the start) makes every "end" land before its "start".
-    _, (check,) = write_intervals(open_tables(out), out, {"backwards": {"start": "T/recv", "end": "T/send"}})
+    _, (check,) = write_intervals(open_tables(out), out, {"backwards": PlanPair("T/recv", "T/send")})
     assert check.violations == check.matched == 1000
     assert 30_000 < check.worst_ns < 80_000
     assert "1000 of 1000 ends land before their starts" in check.text()

@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import textwrap
 
 import pyarrow.parquet as pq
@@ -141,3 +143,22 @@ def test_a_campaign_gives_its_points_and_their_runs(tmp_path):
     assert [r.id for r in runs] == [r["id"] for p in state["points"] for r in p["runs"]]
     assert [r.outcome.status for r in runs] == ["ok", "ok"]
     assert results.open_campaign(checkpoint.parent).points == campaign.points
+
+
+def test_a_run_opened_while_running_whose_controller_is_then_killed_has_no_tables_as_interrupted(tmp_path):
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from netspec.controller.record.rundir import RunDir; "
+         f"print(RunDir.create(Path({str(tmp_path)!r}), 'killed', 'x: 1\\n').path, flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        run = results.open_run(controller.stdout.readline().strip())
+        assert run.outcome.status == "running"
+    finally:
+        controller.kill()
+        controller.wait(timeout=10)
+    assert run.outcome.status == "interrupted"
+    with pytest.raises(NetspecError, match="has no result set") as said:
+        run.tables()
+    assert "still running" not in str(said.value)

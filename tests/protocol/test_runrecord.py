@@ -9,6 +9,7 @@ import subprocess
 import msgspec
 import pytest
 from netspec.controller.record.rundir import RunDir
+from netspec.protocol.campaignrecord import SETUP_FAILED
 from netspec.protocol.errors import Interrupted, NetspecError, StepFailed
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import RunRecord, Step, decode, encode, read_run
@@ -134,3 +135,28 @@ def test_a_running_run_whose_controller_is_gone_is_interrupted_wherever_it_is_re
     assert outcome.error.message.startswith(f"its controller (pid {dead.pid}) ended without finishing")
     alive = RunDir.create(tmp_path / "runs", "alive", "x: 1\n")
     assert alive.record.controller.pid == os.getpid() and RunOutcome.of(alive.record).status == "running"
+
+
+def test_a_run_json_plan_reads_typed_to_its_last_part_in_every_format():
+    old, released = read_run(FORMATS[1]).plan, read_run(RELEASED).plan
+    # The first records named a host's name and address only: the rest reads at its default.
+    assert (old.hosts[0].name, old.hosts[0].ssh, old.hosts[0].python) == ("a", None, "python3")
+    assert old.schedule[3].phase == "listen" and old.schedule[3].components == ["server"]
+    assert old.schedule[3].release == "message" and old.clock.reference == "a"
+    assert old.components[1].params == {"count": 2000, "size": 64} and old.analysis.pairs == {}
+    assert released.schedule[2].release == "at" and released.components[0].program.endswith("actor.py")
+    assert read_run(RELEASED).host_names == ["h0", "h1", "h2"]
+
+
+def test_a_plan_key_of_the_wrong_type_is_refused_naming_where_it_is(tmp_path):
+    stored = json.loads((FORMATS[1] / "run.json").read_text())
+    stored["plan"]["schedule"][3]["components"] = "server"
+    with pytest.raises(NetspecError, match=r"not a run record: .*\$\.plan\.schedule\[3\]\.components"):
+        decode(json.dumps(stored).encode(), "bad/run.json")
+
+
+def test_what_a_status_means_to_a_campaign_is_its_outcome_s_to_say():
+    statuses = ("ok", "partial", "failed", "interrupted", "running", SETUP_FAILED)
+    assert [s for s in statuses if RunOutcome(s).counts_as_failed] == ["partial", "failed", SETUP_FAILED]
+    assert [s for s in statuses if RunOutcome(s).interrupted] == ["interrupted"]
+    assert [s for s in statuses if RunOutcome(s).running] == ["running"]

@@ -101,7 +101,7 @@ def test_streams_resolve_with_defaults(experiment):
     assert (stream.name, stream.enable, stream.ring_chunks) == ("s", ("STIM",), 4)
     assert stream.trigger == ("STIM/x",)
     assert stream.chunk_records == 4096 and stream.components is None
-    assert plan.resolved()["streams"]["s"]["flush_ms"] == 100
+    assert plan.resolved().streams["s"].flush_ms == 100
 
 
 def test_a_single_host_is_implied_when_hosts_are_omitted(experiment):
@@ -142,7 +142,7 @@ def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_a
     plan = load(experiment(text))
     assert plan.warnings == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides param count "
                              "of component 'pub' in phase 'run': 3 -> 5",)
-    assert plan.resolved()["warnings"] == list(plan.warnings)
+    assert plan.resolved().warnings == list(plan.warnings)
     with pytest.raises(ConfigError) as err:
         load(experiment(text.replace(", components: [pub]", "")))
     assert str(err.value) == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides the swept "

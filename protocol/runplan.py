@@ -1,0 +1,127 @@
+"""run.json's `plan`: the experiment as it ran, typed. The controller makes it of its model
+(controller/experiment/model.py's `Plan.resolved`) and protocol/runrecord.py's `RunRecord`
+holds it; `collect` reaches its hosts, `rerun` re-reads its source, provenance diffs two,
+the merge takes its pairs, decoders and graph, all through these Structs.
+
+Every key is optional (records written before a key existed read with its default): hosts
+named only, as the first records did, a schedule step without release: or lead_s:, a plan
+without streams, camp or analysis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair", "PlanRecord",
+           "PlanStep", "PlanStream"]
+
+
+class PlanHost(msgspec.Struct):
+    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+
+    name: str
+    address: str | None = None
+    ssh: str | None = None
+    accept_new_host_key: bool = False
+    python: str = "python3"
+
+
+class PlanComponent(msgspec.Struct):
+    """A program on a host: NETSPEC-aware (`program`) or a plain `command`."""
+
+    name: str
+    host: str
+    program: str | None = None
+    command: list[str] = []
+    args: list[str] = []
+    params: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    start: str = "launch"
+    stop: str | None = None
+
+
+class PlanStep(msgspec.Struct):
+    """A barrier of the schedule (`components` None: every component that takes part) and
+    the line of the experiment file it was on."""
+
+    phase: str
+    components: list[str] | None = None
+    deadline_s: float = 60.0
+    need: int | None = None
+    params: dict[str, Any] = {}
+    line: int | None = None
+    release: str = "message"
+    lead_s: float | None = None
+
+
+class PlanClock(msgspec.Struct):
+    """clksync as the file asked for it: the reference host, the bound sync_clocks waits
+    for, the probe interval and the timestamps' source."""
+
+    reference: str | None = None
+    until_bound_us: float | None = None
+    interval_ms: float = 200.0
+    timestamps: str = "kernel"
+
+
+class PlanStream(msgspec.Struct):
+    """A stream as the file's `streams:` section describes it (datastream/writer.py's
+    StreamConfig.wire)."""
+
+    enable: list[str] = []
+    disable: list[str] = []
+    ring_chunks: int = 0
+    trigger: list[str] = []
+    chunk_records: int | None = None
+    flush_ms: int | None = None
+    components: list[str] | None = None
+
+
+class PlanCamp(msgspec.Struct):
+    """CAMP as the file asked for it (None: every interface, disk or component)."""
+
+    interval_ms: float = 100.0
+    interfaces: list[str] | None = None
+    disks: list[str] | None = None
+    processes: list[str] | None = None
+
+
+class PlanPair(msgspec.Struct):
+    """An interval from one entity's record to another's with the same tag (analysis/pairs.py)."""
+
+    start: str
+    end: str
+    start_component: str | None = None
+    end_component: str | None = None
+    match: str = "all"
+
+
+class PlanAnalysis(msgspec.Struct):
+    """The file's `analysis:`: its pairs by name, its graph's nodes by name (analysis/graph.py
+    checks a node), and the user's own decoders it allows."""
+
+    pairs: dict[str, PlanPair] = {}
+    graph: dict[str, dict[str, Any]] = {}
+    decoders: list[str] = []
+
+
+class PlanRecord(msgspec.Struct):
+    """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
+    hosts, components, schedule and services, its analysis, what check warned of, and the
+    connect deadline and fan-out width it asked for (None: the fleet's own; flat)."""
+
+    experiment: str = ""
+    source: str = ""
+    sha256: str = ""
+    hosts: list[PlanHost] = []
+    components: list[PlanComponent] = []
+    schedule: list[PlanStep] = []
+    clock: PlanClock | None = None
+    streams: dict[str, PlanStream] = {}
+    camp: PlanCamp | None = None
+    analysis: PlanAnalysis = msgspec.field(default_factory=PlanAnalysis)
+    warnings: list[str] = []
+    connect_deadline_s: float | None = None
+    fan_out: int | None = None
