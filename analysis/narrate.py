@@ -23,19 +23,23 @@ def clock_text(ts: int) -> str:
 
 
 def header_lines(reader: StreamReader) -> list[str]:
+    """What a file's header says (schema.Header: what it leaves out reads "?")."""
     h = reader.header
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(h.get("created_ns", 0) // 10**9))
-    version = ".".join(str(v) for v in h.get("version", ()))
-    mode = f"ring of {h.get('ring_chunks')} chunks" if h.get("mode") == "ring" else "normal"
-    parent = f", forked from {h['parent_pid']}" if h.get("parent_pid") else ""
-    return [f"{reader.path.name}: stream '{h.get('stream')}' of {h.get('component') or 'a process'} "
-            f"(pid {h.get('pid')}{parent}) on host {h.get('host') or '?'}, run {h.get('run') or '?'}",
-            f"  format {version}, {h.get('clock')}, {mode}, created {when}"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(h.created_ns // 10**9))
+    version = ".".join(str(v) for v in h.version)
+    mode = f"ring of {h.ring_chunks} chunks" if h.ring else "normal"
+    parent = f", forked from {h.parent_pid}" if h.parent_pid else ""
+    return [f"{reader.path.name}: stream '{h.stream}' of {h.component or 'a process'} "
+            f"(pid {h.pid or '?'}{parent}) on host {h.host or '?'}, run {h.run or '?'}",
+            f"  format {version}, {h.clock or 'clock ?'}, {mode}, created {when}"]
 
 
 def record_line(r: Record, with_source: bool = False) -> str:
-    who = f"{r.source.host}/{r.source.component or r.source.pid}" if with_source else ""
-    who = f"{who:<16} " if who else ""
+    who = ""
+    if with_source:
+        h = r.source.header
+        where = f"{h.host or '?'}/{h.component or h.pid or '?'}"
+        who = f"{where:<16} "
     what = describe(r.entity.kind, r.entity.name, r.tag, r.value, r.start, r.entity.spec)
     return f"{clock_text(r.ts)}  {who}{r.entity.full_name:<24} {what}".rstrip()
 

@@ -52,8 +52,7 @@ class FileSource:
         if self.fitted and fit.source != "reference":
             self.clock = compiled_fit(fit) if compiled else fit
         h = self.reader.header
-        self.codes = (names.host.code(host), names.component.code(h.get("component") or ""),
-                      names.stream.code(h.get("stream") or ""))
+        self.codes = (names.host.code(host), names.component.code(h.component), names.stream.code(h.stream))
         self.samples: list[tuple[np.ndarray, list[dict[str, Any]], str]] = []  # (local ts, values, entity)
         self._entity_code: dict[int, tuple[int, int]] = {}  # entity id -> (entity code, kind code)
 
@@ -190,7 +189,7 @@ class FileSource:
             raise Malformed(f"not MessagePack ({exc})") from None
 
     def _lost(self, loss: dict[str, Any]) -> Batch:
-        last = self.reader.header.get("created_ns", 0)
+        last = self.reader.header.created_ns
         local = np.array([last], dtype=np.int64)
         ts, bound = self.to_global(local)
         h, c, s = self.codes

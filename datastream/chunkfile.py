@@ -1,7 +1,7 @@
 """A stream file read as its chunks (docs/stream-format.md): the file mapped while a pass over
-it runs, its header, each chunk's frame checked (marker, sequence number, count, CRC, body
-length), damage skipped by resynchronising on the next chunk marker, and every loss counted
-and said.
+it runs, its header (decoded once into a schema.Header), each chunk's frame checked (marker,
+sequence number, count, CRC, body length), damage skipped by resynchronising on the next
+chunk marker, and every loss counted and said.
 
 A damaged chunk is skipped and the pass resumes at the next chunk that reads whole; a file
 cut short ends at its last whole chunk. What a chunk's records are is the caller's: a
@@ -22,7 +22,8 @@ import msgspec
 from netspec.protocol.errors import StreamError
 
 from .format import FORMAT_VERSION, HEADER_MAGIC, SYNC, chunk_crc
-from .records import header_version, holds_close, misfit_header_keys
+from .records import fits, holds_close
+from .schema import Header
 
 _decode = msgspec.msgpack.decode
 # The smallest record is three bytes (a fixarray of two fixints), after the body's own array
@@ -30,6 +31,8 @@ _decode = msgspec.msgpack.decode
 # whatever its CRC (nothing is allocated for a count a file states).
 MIN_RECORD_BYTES = 3
 SPANNING_CHECKED = 4
+_HEADER_FIELDS = msgspec.structs.fields(Header)
+_VERSION = next(f.type for f in _HEADER_FIELDS if f.name == "version")
 
 
 class _Damaged(Exception):
@@ -53,6 +56,20 @@ def _bin_len(buf: bytes | mmap.mmap, o: int) -> tuple[int, int]:
     if width is None or o + 1 + width > len(buf):
         raise _Damaged("bad body length")
     return int.from_bytes(buf[o + 1:o + 1 + width], "big"), o + 1 + width
+
+
+def typed_header(raw: dict[Any, Any]) -> tuple[Header, list[str]]:
+    """The Header of a header map whose magic and version are good, and the keys it gives a
+    value of another type than schema.Header declares: those are left at their defaults.
+    Keys it does not declare (a writer's own, a newer minor version's) are ignored."""
+    said, misfits = {}, []
+    for f in _HEADER_FIELDS:
+        if f.name in raw:
+            if fits(raw[f.name], f.type):
+                said[f.name] = raw[f.name]
+            else:
+                misfits.append(f.name)
+    return msgspec.convert(said, Header), sorted(misfits)
 
 
 def _records_list(body: bytes, count: int) -> list[Any]:
@@ -83,6 +100,7 @@ class ChunkFile:
         self.records_lost = 0  # lost with damaged chunks, dropped by the writer, or malformed
         self.duplicate_chunks = 0  # chunks whose sequence number came before: read once
         self._passes = 0  # passes over the chunks under way: the map is held while any is
+        self.header_damaged = False  # the header did not read: `header` is the file name's
         self._data: bytes | mmap.mmap = self._map()
         try:
             self.header, self._body_at = self._read_header()
@@ -107,29 +125,31 @@ class ChunkFile:
         if isinstance(data, mmap.mmap):
             data.close()
 
-    def _read_header(self) -> tuple[dict[str, Any], int]:
+    def _read_header(self) -> tuple[Header, int]:
+        """The header, decoded once into a schema.Header (a key of the wrong type said and
+        left at its default), and where the chunks begin."""
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
         unpacker.feed(self._data[:64 * 1024])
         try:
-            header = unpacker.unpack()
+            raw = unpacker.unpack()
         # TypeError: a map with a list for a key, which msgpack cannot hash.
         except (msgpack.OutOfData, ValueError, TypeError, msgpack.UnpackException):
             return self._header_lost("no header")
-        if not isinstance(header, dict) or header.get("magic") != HEADER_MAGIC:
+        if not isinstance(raw, dict) or raw.get("magic") != HEADER_MAGIC:
             return self._header_lost("bad header magic")
-        version = header_version(header)
-        if version is None:
-            return self._header_lost(f"bad version {header.get('version')!r}")
-        if version[0] > FORMAT_VERSION[0]:
-            raise StreamError(str(self.path), f"stream format {version[0]}.{version[1]} is newer "
+        if not fits(raw.get("version"), _VERSION):
+            return self._header_lost(f"bad version {raw.get('version')!r}")
+        header, misfits = typed_header(raw)
+        major, minor = header.version[:2]
+        if major > FORMAT_VERSION[0]:
+            raise StreamError(str(self.path), f"stream format {major}.{minor} is newer "
                               f"than this netspec reads ({FORMAT_VERSION[0]}.x); "
                               "upgrade netspec to read it")
-        if bad := misfit_header_keys(header):
-            self.warn(f"the header's {', '.join(bad)} not of their kind: ignored")
-            header = {k: v for k, v in header.items() if k not in bad}
+        if misfits:
+            self.warn(f"the header's {', '.join(misfits)} not of their kind: ignored")
         return header, unpacker.tell()
 
-    def _header_lost(self, why: str) -> tuple[dict[str, Any], int]:
+    def _header_lost(self, why: str) -> tuple[Header, int]:
         """A damaged header: the chunks after it are read all the same, from the first chunk
         marker on; what the header said is taken from the file's name (stream.component.pid)."""
         at = self._data.find(SYNC)
@@ -138,8 +158,9 @@ class ChunkFile:
         stream, _, rest = self.path.stem.partition(".")
         self.warn(f"the header is damaged ({why}): read from the first chunk on, at byte {at}; "
                   f"stream and component taken from the file's name")
-        return {"magic": HEADER_MAGIC, "version": list(FORMAT_VERSION), "stream": stream,
-                "component": rest.rpartition(".")[0] or rest, "header_damaged": True}, at
+        self.header_damaged = True
+        component = rest.rpartition(".")[0] or rest
+        return Header(HEADER_MAGIC, list(FORMAT_VERSION), stream, component=component), at
 
     def chunks(self, decode: Callable[[bytes, int], Any] | None = None) -> Iterator[tuple[int | None, Any]]:
         """(seq, records) for every good chunk, in file order, and (None, {records,
@@ -164,8 +185,8 @@ class ChunkFile:
     def _read_chunks(self, decode: Callable[[bytes, int], Any]) -> Iterator[tuple[int | None, Any]]:
         buf, o, last_seq = self._data, self._body_at, 0
         # A damaged header leaves the first chunk's number unknown: no gap is counted before it.
-        ring = self.header.get("mode") == "ring"
-        first = self.header.get("header_damaged", False)
+        ring = self.header.ring
+        first = self.header_damaged
         seen: set[int] = set()
         self.duplicate_chunks = 0
         # Resynchronising checks candidate chunks; those whose bodies hold no other marker
@@ -254,7 +275,7 @@ class ChunkFile:
             count = _uint(self._data, p)[0]
         except _Damaged:
             return None
-        ring = self.header.get("mode") == "ring"
+        ring = self.header.ring
         return count if (ring or found == seq) and not count >> 32 else None
 
     def _lost(self, records: int | None, reason: str) -> dict[str, Any]:

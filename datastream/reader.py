@@ -70,7 +70,7 @@ class StreamReader(ChunkFile):
         self.source = Source(self.path, self.header)
 
     def __iter__(self) -> Iterator[Record]:
-        last_ts = self.header.get("created_ns", 0)
+        last_ts = self.header.created_ns
         entities, source = self.entities, self.source
         tag_at, start_at, data_at = TAG, START, DATA  # locals: the loop below runs per record
         for seq, item in self.chunks():

@@ -19,10 +19,10 @@ import msgspec
 from .format import CLOSE, DROPPED, TRIGGER
 from .schema import (
     ENTITY_RECORDS,
-    HEADER_ITEMS,
     STREAM_RECORDS,
     CounterRecord,
     EventRecord,
+    Header,
     HistogramRecord,
     IntervalRecord,
     NamespaceRecord,
@@ -44,23 +44,7 @@ TIMES = range(0, 1 << 63)  # ns since the epoch, as an int64 column holds them
 MAX_BUCKETS = 1 << 20
 
 
-# The header's keys a reader uses past its magic and version (schema.Header), with their
-# types; one of another type is ignored.
-HEADER_TYPES = {k: t for k, t in HEADER_ITEMS.items() if k not in ("magic", "version")}
-
-
-def header_version(header: dict[Any, Any]) -> tuple[int, int] | None:
-    """A header's (major, minor) version; None if it has not two integers there."""
-    v = header.get("version")
-    return (v[0], v[1]) if isinstance(v, list) and len(v) >= 2 and is_int(v[0]) and is_int(v[1]) else None
-
-
-def misfit_header_keys(header: dict[Any, Any]) -> list[str]:
-    """The header's keys a reader uses whose values are not of their type."""
-    return sorted(k for k, t in HEADER_TYPES.items() if k in header and not _fits(header[k], t))
-
-
-def _fits(value: Any, kind: Any) -> bool:
+def fits(value: Any, kind: Any) -> bool:
     try:
         msgspec.convert(value, kind)
     except msgspec.ValidationError:
@@ -107,16 +91,10 @@ LOST = _admin(-1, "lost")
 
 @dataclass(frozen=True)
 class Source:
-    """The file a record came from and its header."""
+    """The file a record came from and its header, as the file's reader decoded it."""
 
     path: Path
-    header: dict[str, Any]
-
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self.header[key]
-        except KeyError:
-            raise AttributeError(key) from None
+    header: Header
 
 
 class Record(NamedTuple):
@@ -164,7 +142,7 @@ def declared(r: list[Any]) -> EntityInfo:
     if len(r) < _NAMESPACE_ITEMS:
         raise Malformed(f"a namespace record of fewer than {_NAMESPACE_ITEMS} items")
     eid = r[_ENTITY]
-    if not _fits(eid, _ENTITY_ID):
+    if not fits(eid, _ENTITY_ID):
         raise Malformed(f"a namespace record declares id {eid!r}, not an entity's")
     try:
         ns = msgspec.convert(r, NamespaceRecord)

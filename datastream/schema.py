@@ -30,21 +30,28 @@ Number = int | float
 
 
 class Header(msgspec.Struct):
-    """The file's first object, a map (a writer may add keys of its own after these)."""
+    """The file's first object, a map (a writer may add keys of its own after these; a
+    reader ignores them). The writer says every key; a reader gets a key the file leaves
+    out, or says with a value of another type, as its default here: "" for a text, 0 for a
+    number (pid and created_ns included), None for parent_pid, "normal" for the mode."""
 
     magic: str
-    version: list[int]  # [major, minor]
-    stream: str
-    run: str
-    host: str
-    component: str
-    pid: int
-    parent_pid: int | None  # set in a forked child
-    clock: str
-    created_ns: Time
-    mode: str  # "normal" or "ring"
-    ring_chunks: int
-    chunk_records: int
+    version: Annotated[list[int], msgspec.Meta(min_length=2)]  # [major, minor]
+    stream: str = ""
+    run: str = ""
+    host: str = ""
+    component: str = ""
+    pid: int = 0
+    parent_pid: int | None = None  # set in a forked child
+    clock: str = ""
+    created_ns: Time = 0
+    mode: str = "normal"  # "normal" or "ring"
+    ring_chunks: int = 0
+    chunk_records: int = 0
+
+    @property
+    def ring(self) -> bool:
+        return self.mode == "ring"
 
 
 class StreamRecord(msgspec.Struct, array_like=True, tag_field="id"):

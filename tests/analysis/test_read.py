@@ -96,7 +96,7 @@ def test_a_damaged_header_costs_only_the_header_the_chunks_after_it_are_read(tmp
     path.write_bytes(bytes(data))
     reader, got, lost = read(path)
     assert got == list(range(100)) and not lost and reader.records_lost == 0
-    assert reader.header["stream"] == "app" and reader.header["header_damaged"]
+    assert reader.header.stream == "app" and reader.header_damaged
     assert any("the header is damaged (bad header magic): read from the first chunk on" in w
                for w in reader.warnings)
 
@@ -168,7 +168,7 @@ def test_many_files_merge_in_time_order(tmp_path: Path) -> None:
     merged = [r for r in read_streams([a, b], readers) if r.entity.group == "T"]
     assert len(merged) == 40 and len(readers) == 2
     assert [r.ts for r in merged] == sorted(r.ts for r in merged)
-    assert {r.source.stream for r in merged} == {"a", "b"}
+    assert {r.source.header.stream for r in merged} == {"a", "b"}
 
 
 @pytest.mark.parametrize("way", ["records", "chunks", "columns", "compiled columns"])

@@ -42,7 +42,7 @@ def test_a_chunk_file_yields_its_good_chunks_and_a_damaged_ones_loss_counted_fro
     assert chunks.closed_cleanly is False  # the chunks hold no close record
     said = "\n".join(chunks.warnings)
     assert "lost 2 records" in said and "appear more than once" in said and "no clean close record" in said
-    assert chunks.header["stream"] == "s"
+    assert chunks.header.stream == "s"
 
 
 def test_a_file_that_is_no_stream_is_refused_by_name(tmp_path: Path) -> None:

@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 from netspec.analysis.narrate import narrate
 from netspec.analysis.resultset import merge_run
 from netspec.analysis.timeline import merge_files
+from netspec.datastream.chunkfile import ChunkFile
 from netspec.datastream.format import HEADER_MAGIC, SYNC, chunk_crc
 from netspec.datastream.instrument import Datastreams
-from netspec.datastream.reader import StreamReader
+from netspec.datastream.reader import StreamReader, read_streams
+from netspec.datastream.schema import Header
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.protocol.errors import StreamError
 from support import ns_control
@@ -119,8 +121,32 @@ def test_a_header_key_of_the_wrong_type_is_ignored_and_said(tmp_path: Path, crea
     path = crafted(tmp_path / "s.c.1.ds", NAMESPACE, [[16, T0 + 1, 5]], [CLOSE],
                    head=header(created_ns=created))
     reader = read_every_way(path, tmp_path)
-    assert reader is not None and "created_ns" not in reader.header
+    assert reader is not None and reader.header.created_ns == 0, "as a header that leaves it out"
     assert any("the header's created_ns not of their kind: ignored" in w for w in reader.warnings)
+
+
+def test_a_header_of_keys_of_the_wrong_type_is_said_and_every_reader_sees_the_same_typed_header(
+        tmp_path: Path) -> None:
+    odd = crafted(tmp_path / "s.c.1.ds", NAMESPACE, [[16, T0 + 1, 5]], [CLOSE],
+                  head=header(component=5, host=None, pid="7", created_ns=1.5, run=["r"]))
+    good = crafted(tmp_path / "t.c.2.ds", NAMESPACE, [[16, T0 + 2, 6]], [CLOSE], head=header(stream="t"))
+    expected = Header(HEADER_MAGIC, [1, 0], "s", pid=0, created_ns=0, mode="normal", ring_chunks=0,
+                      chunk_records=100)
+    with ChunkFile(odd) as chunks, StreamReader(odd) as reader:
+        assert chunks.header == reader.header == expected and not reader.header_damaged
+        assert [w.partition(": ")[2] for w in reader.warnings] == [
+            "the header's component, created_ns, host, pid, run not of their kind: ignored"]
+        assert all(r.source.header == expected for r in reader)
+    readers: list[StreamReader] = []
+    lines = list(narrate(readers, read_streams([odd, good], readers)))
+    assert lines[:2] == ["s.c.1.ds: stream 's' of a process (pid ?) on host ?, run ?",
+                         "  format 1.0, clock ?, normal, created 1970-01-01 00:00:00 UTC"]
+    assert any(line.split()[1:3] == ["?/?", "T/tick"] for line in lines), "its records name it as its header"
+    assert any(line.split()[1:3] == ["h/c", "T/tick"] for line in lines)
+    counts = merge_files({"h": [odd, good]}, {}, tmp_path / "merged")
+    assert any("the header's component, created_ns, host, pid, run" in w for w in counts.warnings)
+    rows = pq.read_table(tmp_path / "merged" / "events.parquet", columns=["stream", "component"]).to_pylist()
+    assert {(r["stream"], r["component"]) for r in rows} == {("s", ""), ("t", "c")}
 
 
 def test_a_header_whose_map_has_a_list_for_a_key_costs_only_the_header(tmp_path: Path) -> None:

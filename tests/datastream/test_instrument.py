@@ -65,7 +65,7 @@ def test_every_entity_kind_round_trips_with_its_data(tmp_path: Path) -> None:
     assert got[9].entity.spec == {"lo": 0, "hi": 100, "buckets": 4}
     assert (got[10].ts, got[10].value) == (123, {"user": 1.5, "system": 0.25})
     assert got[0].entity.desc == "a request left"
-    assert all(r.source.component == "c" and r.source.run == "r1" for r in got)
+    assert all(r.source.header.component == "c" and r.source.header.run == "r1" for r in got)
 
 
 def test_patterns_enable_groups_globs_and_disable_exceptions(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_a_reader_holds_the_map_only_while_a_pass_runs(stream: Path) -> None:
 
 
 def test_no_way_of_reading_a_stream_leaves_its_map_behind(stream: Path) -> None:
-    assert StreamReader(stream).header["stream"] == "stim"
+    assert StreamReader(stream).header.stream == "stim"
     assert list(StreamReader(stream)) and held(stream) == []
     assert list(read_streams([stream, stream])) and held(stream) == []
     with StreamReader(stream) as reader:

@@ -148,7 +148,7 @@ def test_each_stream_waits_its_own_flush_ms_whatever_the_others_ask(tmp_path: Pa
     # The slow stream's wait starts as it opens: after `before`, and before its header's
     # stamp. The fast one's ticks (every fast_ms) may find it due half of one early, and
     # the kernel's stamp of the write may lag the write by one tick of the coarse clock.
-    opened = StreamReader(slow).header["created_ns"]
+    opened = StreamReader(slow).header.created_ns
     coarse = time.clock_getres(CLOCK_REALTIME_COARSE) * 1e9
     half_tick, slack = fast_ms * HALF_TICK * 1_000_000, OWN_WORK_NS + steal.stolen_ns
     waited, delayed = fast_written - logged_ns(fast, "fast"), fast_delayed
@@ -177,12 +177,12 @@ def test_a_stream_opened_beside_a_slower_one_waits_only_its_own_flush_ms(tmp_pat
 def test_a_forked_child_writes_its_own_file_and_the_parent_loses_nothing(tmp_path: Path) -> None:
     proc = streamer(tmp_path, 250, "fork", "--chunk", "100")
     assert proc.wait(timeout=10) == 0
-    files = {StreamReader(p).header["pid"]: p for p in tmp_path.glob("*.ds")}
+    files = {StreamReader(p).header.pid: p for p in tmp_path.glob("*.ds")}
     assert len(files) == 2
     parent = StreamReader(files[proc.pid])
     (child_pid,) = set(files) - {proc.pid}
     child = StreamReader(files[child_pid])
-    assert child.header["parent_pid"] == proc.pid
+    assert child.header.parent_pid == proc.pid
     assert [r.tag for r in parent if r.entity.group == "TEST"] == [*range(250), -1]
     assert [r.tag for r in child if r.entity.group == "TEST"] == [1_000_000 + i for i in range(250)]
     assert parent.closed_cleanly and child.closed_cleanly

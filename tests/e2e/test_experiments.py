@@ -128,7 +128,7 @@ def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
     assert [r.tag for r in e2e] == list(range(2000))
     sends = {h: len(records(run, h, "PIPE/send")) for h in ("h1", "h2", "h3")}
     assert sends == {"h1": 2000, "h2": 4000, "h3": 2000}  # source; n1 and n3; n2
-    assert {r.source.host for r in records(run, name="PIPE/recv")} == {"h1", "h2", "h3"}
+    assert {r.source.header.host for r in records(run, name="PIPE/recv")} == {"h1", "h2", "h3"}
     assert statistics.median(r.value for r in e2e) > 3 * 20e3, "three nodes of 20 us work each"
     # The KU report's precision check, on the merged timeline (the reference is h2).
     summary = json.loads((run / "merged" / "summary.json").read_text())

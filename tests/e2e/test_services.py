@@ -56,7 +56,7 @@ def test_streams_cover_the_logging_window_and_land_under_each_host(experiment, t
     for reader in [*a.values(), *b.values()]:
         list(reader)
         assert reader.closed_cleanly and reader.warnings == [], reader.path
-        assert reader.header["run"] == latest_record(tmp_path / "runs")["id"]
+        assert reader.header.run == latest_record(tmp_path / "runs")["id"]
     record = latest_record(tmp_path / "runs")
     assert sorted(record["hosts"]["b"]["streams"]) == sorted(
         f"hosts/b/streams/{p.name}" for p in (run / "hosts" / "b" / "streams").iterdir())

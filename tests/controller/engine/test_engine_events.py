@@ -1,0 +1,108 @@
+"""The run engine's check of who sent an event (controller/engine/events.py's `stranger`): a pure
+check that says what it found; the run fails only where the engine decides it (the last tests
+here run that through a Run), as it does for a clock estimate that is not one."""
+
+import asyncio
+import os
+
+from netspec.controller.engine.events import stranger
+from netspec.controller.engine.run import Run
+from netspec.controller.experiment.load import parse
+from netspec.controller.record.results import ComponentResult
+from netspec.controller.record.rundir import RunDir
+from netspec.protocol import events
+from netspec.protocol import kinds as k
+from netspec.protocol import messages as m
+from netspec.protocol.runrecord import Clock, HostRecord, Step, StepHost
+from netspec.protocol.wire import packed
+
+ACK = {"t": m.ACK, "step": 2, "component": "c", "status": m.ACK_OK, "entered": 1, "acked": 2}
+RESULTS = {"one": ComponentResult("a", "one", ["true"]), "two": ComponentResult("b", "two", ["true"])}
+
+
+def said(error: object) -> str | None:
+    return None if error is None else str(error)
+
+
+def test_an_event_is_its_hosts_when_the_host_runs_its_component_and_its_step_was_sent():
+    assert stranger("a", "one", None, RESULTS, 0) is None
+    assert stranger("b", "two", 2, RESULTS, 3) is None
+    assert stranger("a", m.NODE, 0, RESULTS, 1) is None  # the node acks a step of its own
+
+
+def test_an_event_of_a_component_its_host_does_not_run_is_said_naming_the_host():
+    def not_run(host, name):
+        return f"host {host}: an event of component '{name}', which it does not run"
+    assert said(stranger("a", "two", None, RESULTS, 3)) == not_run("a", "two")
+    assert said(stranger("c", "nobody", 0, RESULTS, 3)) == not_run("c", "nobody")
+    # The node's events name a step; one without is no event of the node's.
+    assert said(stranger("a", m.NODE, None, RESULTS, 3)) == not_run("a", m.NODE)
+
+
+def test_an_event_of_a_step_never_sent_is_said_naming_the_host():
+    assert said(stranger("a", "one", 3, RESULTS, 3)) == "host a: an ack of step 3, which was never sent"
+    assert said(stranger("b", m.NODE, 0, RESULTS, 0)) == "host b: an ack of step 0, which was never sent"
+
+
+def test_asking_whether_a_strangers_event_is_one_leaves_the_run_as_it_was(tmp_path):
+    text = ("experiment: strangers\nhosts: {a: {}, b: {}}\ncomponents:\n"
+            "  one: {host: a, command: [sleep, '1']}\n  two: {host: b, command: [sleep, '1']}\n"
+            "schedule: [start_logging]\n")
+
+    async def ask():
+        plan = parse(text, tmp_path / "strangers.yaml")
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
+        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+        run.failure.open()
+        found = run.inbox.stranger("a", k.Output(component="two", stream="stdout", data=b"x"))
+        return found, run.failure.done()
+    found, failed = asyncio.run(ask())
+    assert said(found) == "host a: an event of component 'two', which it does not run"
+    assert not failed  # the engine's Inbox.on_event fails the run with it, not the check
+
+
+def _read(event):
+    """An event as the controller reads it off the wire: typed, or refused naming the field."""
+    return events.FROM_DAEMON(packed(event))
+
+
+def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_fails_the_run(tmp_path):
+    text = ("experiment: strangers\nhosts: {a: {}, b: {}}\ncomponents:\n"
+            "  one: {host: a, command: [sleep, '1']}\n  two: {host: b, command: [sleep, '1']}\n"
+            "schedule: [start_logging]\n")
+
+    async def failure(host, event):
+        plan = parse(text, tmp_path / "strangers.yaml")
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text)
+        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+        run.failure.open()
+        run.inbox.on_event(host, _read(event))
+        assert not (rundir.path / "hosts").exists()  # nothing written for it
+        return str(run.failure.exception())
+
+    output = {"t": m.OUTPUT, "component": "two", "stream": "stdout", "data": b"x"}
+    assert asyncio.run(failure("a", output)) == "host a: an event of component 'two', which it does not run"
+    assert asyncio.run(failure("a", {**ACK, "component": "one"})) == ("host a: an ack of step 2, which was "
+                                                                      "never sent")
+
+
+def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_never_recorded(tmp_path):
+    text = ("experiment: clocks\nhosts: {a: {}, b: {}}\n"
+            "components:\n  one: {host: a, command: [sleep, '1']}\nschedule: [sync_clocks]\n")
+
+    async def told(clock):
+        plan = parse(text, tmp_path / "clocks.yaml")
+        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text,
+                               hosts={"a": HostRecord("127.0.0.1:1", 1)},
+                               steps=[Step("sync_clocks", "running", hosts={"a": StepHost(components={})})])
+        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+        run.failure.open()
+        run.inbox.on_event("a", _read({**ACK, "step": 0, "component": m.NODE, "clock": clock}))
+        failed = run.failure.exception()
+        return str(failed) if failed else None, rundir.record.hosts["a"].clock
+
+    good = {"offset_ns": -61, "bound_ns": 812, "exchanges": 21, "source": "kernel"}
+    assert asyncio.run(told(good)) == (None, Clock(-61, 812, 21, "kernel"))
+    said, kept = asyncio.run(told({**good, "offset_ns": "soon"}))
+    assert said == "host a: a clock estimate that is not one (Expected `int`, got `str` - at `$.offset_ns`)"
+    assert kept is None
