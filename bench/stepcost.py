@@ -112,8 +112,7 @@ async def one_size(n: int, width: int | None, steps: int, key: bytes, runs: Path
         run.failure.open()
         step = plan.schedule[0]
         tree = run.fleet.fan_out.tree
-        async with asyncio.TaskGroup() as tg:
-            run.tg = tg
+        async with asyncio.TaskGroup() as tg, run.stragglers:
             for first in tree.first if tree is not None else [h.name for h in plan.hosts]:
                 run.fleet.clients[first] = await DaemonClient.connect(first, ("127.0.0.1", port), key,
                                                                       run.inbox.on_event)

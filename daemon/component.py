@@ -24,8 +24,15 @@ from netspec.protocol import messages as m
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import (
+    ASKED,
+    AWAITED,
+    CLEAN,
+    FAILED,
+    RUNNING,
+    UNASKED,
     descendants,
     describe_returncode,
+    exit_verdict,
     signal_pids,
 )
 from netspec.protocol.kinds import ComponentSpec
@@ -82,12 +89,26 @@ class ComponentProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.link = ComponentChannel(spec.name, run_id)  # an aware component's channel, its waits
         self.exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.stopping = False
+        self.stopping = False  # netspec asked it to end (its exit is ASKED)
+        self.awaited = False  # its start phase runs it to its end (its exit is AWAITED)
+        self.verdict = RUNNING  # exit_verdict of its end, fixed as it ended
         self.forced = False  # netspec had to SIGKILL it once asked to stop
         self.forced_why = ""  # after what: idle for the grace, or still ending at the deadline
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self.started_in: str | None = None  # the phase it was started in, from the first try on
+
+    @property
+    def ending(self) -> str:
+        """How its end comes about, so far: ASKED, AWAITED or UNASKED (protocol/exits.py)."""
+        if self.stopping:
+            return ASKED
+        return AWAITED if self.awaited else UNASKED
+
+    @property
+    def ended_well(self) -> bool:
+        """Still running, or ended cleanly (its `verdict`)."""
+        return self.verdict in (RUNNING, CLEAN)
 
     @property
     def started(self) -> bool:
@@ -183,9 +204,12 @@ class ComponentProcess:
         # The exit is reported once its output is complete, so its tail is too; but a
         # background child may hold the pipes open long after, so not for ever.
         await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
+        # How it ended is judged now, by the one rule (protocol/exits.py): a stop asked for
+        # later does not make an end that came first an asked one.
+        self.verdict = exit_verdict(code, self.ending)
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
-                "expected": self.stopping, "forced": self.forced, "ended_ns": time.time_ns()}
+                "expected": self.ending == ASKED, "forced": self.forced, "ended_ns": time.time_ns()}
         try:
             (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal
@@ -193,7 +217,7 @@ class ComponentProcess:
         # The exit goes before any ack it cuts short or lets through (a phase's, or
         # collect's): the controller learns of a death first (in a k-of-n step it is that
         # participant's failure, not the run's), and of every end before its step's end.
-        self.outbox.emit({"t": m.EXIT, **info, "failed": code != 0 and not self.stopping})
+        self.outbox.emit({"t": m.EXIT, **info, "failed": self.verdict == FAILED})
         self.exited.set_result(info)
         self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,

@@ -22,7 +22,6 @@ from netspec.datastream.writer import StreamConfig
 from netspec.protocol import messages as m
 from netspec.protocol.exits import (
     describe_returncode,
-    ended_well,
     signal_pids,
     still_alive,
 )
@@ -113,7 +112,8 @@ class Supervisor:
             if spec.aware and comp.started and "collect" in await comp.registered:
                 ack = await comp.call(phase, params, published)
             info = await comp.stop(deadline=deadline)
-            if info and not ended_well(info["returncode"]) and not comp.forced:
+            # As its Exit event judged it (an end before this stop was not asked for).
+            if info and not comp.ended_well and not comp.forced:
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
             return ack
         if spec.aware:
@@ -132,10 +132,9 @@ class Supervisor:
             assert comp.proc is not None
             if spec.stop is not None:
                 return {"status": m.ACK_OK, "message": f"started pid {comp.proc.pid}"}
-            comp.stopping = True
+            comp.awaited = True  # its end is this ack's news, not a death
             info = await comp.exited
-            ok = info["returncode"] == 0
-            return {"status": m.ACK_OK if ok else m.ACK_ERROR,
+            return {"status": m.ACK_OK if comp.ended_well else m.ACK_ERROR,
                     "message": describe_returncode(info["returncode"])}
         if phase == spec.stop:
             await comp.stop(deadline=deadline)

@@ -18,6 +18,7 @@ docs/api.md describes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -30,12 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netspec.controller.cli.terminal import Terminal
 from netspec.controller.engine.runner import Output, RunOptions, Silent, run_plan
+from netspec.controller.engine.terminal import Terminal
 from netspec.controller.experiment import load as loader
 from netspec.controller.experiment.model import Plan
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK
+from netspec.protocol.runoutcome import EXIT_INTERRUPTED
 
 from .results import RUNS, Run, open_run
 
@@ -207,7 +209,10 @@ def _run_apart(path: Path, params: dict[str, Any], options: RunOptions, output: 
                 said, errors = _communicate(proc)
             finally:
                 if proc.poll() is None:  # an error of ours, not the run's: it goes no further
-                    proc.kill()
+                    # Its whole session (start_new_session: its group is its pid), not only
+                    # the Python child: the daemons it forked go with it.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         if output is not None:
             for line in said.splitlines():
@@ -239,4 +244,4 @@ def _apart(spec: str) -> None:
     try:
         _run_here(plan, options, Path(given["told"]))
     except KeyboardInterrupt:  # a merge interrupted (said, and noted in run.json), or a Ctrl-C before the run
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -12,10 +12,49 @@ import psutil
 
 from . import messages as m
 
+# How a component's end came about, which its verdict depends on (`exit_verdict`).
+ASKED = "asked"  # netspec asked it to end (STOP, SIGTERM, a reset, a kill at the end)
+AWAITED = "awaited"  # a command its start phase runs to its end: that phase's ack says how it went
+UNASKED = "unasked"  # neither: it ended on its own (or someone else ended it) mid-run
 
-def ended_well(code: int | None) -> bool:
-    """Still running, exited 0, or ended by the SIGTERM netspec sent it."""
-    return code in (None, 0, -signal.SIGTERM)
+# A component's end, as the one rule below reads it.
+RUNNING = "running"  # no end yet
+CLEAN = "clean"  # exited 0, or ended by the SIGTERM netspec sent it
+UNCLEAN = "unclean"  # asked to end or awaited, it ended otherwise (its ack or the unclean ends say so)
+FAILED = "failed"  # any end but 0 that nobody asked for nor awaited: a death mid-run (its Exit event)
+
+
+def exit_verdict(code: int | None, ending: str) -> str:
+    """How a component's end reads: the one rule that the daemon's Exit event (`failed`)
+    and acks, and the controller's `ComponentResult.ok` (a run's unclean ends) all apply.
+
+    Args:
+        code: its return code (negative: the signal that ended it); None while it runs.
+        ending: how its end came about: ASKED, AWAITED or UNASKED. A SIGTERM is clean only
+            when netspec sent it (ASKED): one from elsewhere mid-run is a failure.
+
+    Returns:
+        RUNNING, CLEAN, UNCLEAN or FAILED.
+    """
+    if code is None:
+        return RUNNING
+    if code == 0 or (ending == ASKED and code == -signal.SIGTERM):
+        return CLEAN
+    return FAILED if ending == UNASKED else UNCLEAN
+
+
+def ended_well(code: int | None, ending: str) -> bool:
+    """Still running, or ended cleanly (`exit_verdict`)."""
+    return exit_verdict(code, ending) in (RUNNING, CLEAN)
+
+
+def ending_told(expected: bool, failed: bool) -> str:
+    """A component's `ending` read back from its Exit event, which carries `expected`
+    (ASKED) and `failed` (the daemon's verdict, FAILED): neither is UNASKED with exit 0
+    or AWAITED, which read alike but for a non-zero end, where only AWAITED can be."""
+    if expected:
+        return ASKED
+    return UNASKED if failed else AWAITED
 
 
 def describe_returncode(code: int | None) -> str:

@@ -93,22 +93,24 @@ class RunOutcome:
 
     @classmethod
     def ended(cls, error: BaseException | None, phase: str, troubles: list[str],
-              unclean: list[tuple[str, str, str]]) -> RunOutcome:
+              unclean: list[tuple[str, str, str]], stops: list[str] = ()) -> RunOutcome:
         """How a run ends, decided once by the engine: `error` stopped it in `phase` (""
         before the first step); or it got through every step, partial if a participant did
         not (`troubles`, each said) or a component did not end cleanly (`unclean`, each
         (host, what it says but for the host's names, what it says), said once for the hosts
-        alike: `said_once`)."""
+        alike: `said_once`) or a host's daemon did not stop as it should at the end
+        (`stops`, each said, and among the causes of a failed run too)."""
         if error is None:
-            if not (troubles or unclean):
+            if not (troubles or unclean or stops):
                 return cls("ok")
             said = [f"{len(troubles)} participant(s) did not"] if troubles else []
             said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
+            said += [f"{len(stops)} host(s) did not stop cleanly"] if stops else []
             return cls("partial", RunError("Partial", f"every step got through, but {' and '.join(said)}",
-                                           None, [*troubles, *said_once(unclean)]))
+                                           None, [*troubles, *said_once(unclean), *stops]))
         status = "interrupted" if isinstance(error, Interrupted | KeyboardInterrupt) else "failed"
         return cls(status, RunError(type(error).__name__, str(error), phase or None,
-                                    error.causes() if isinstance(error, StepFailed) else []))
+                                    [*(error.causes() if isinstance(error, StepFailed) else []), *stops]))
 
     @classmethod
     def run_again(cls) -> RunOutcome:

@@ -18,9 +18,9 @@ from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
+from ..engine.terminal import print_lines
 from ..experiment.campaignfile import CAMPAIGNS
 from . import running, runs
-from .terminal import print_lines
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

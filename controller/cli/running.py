@@ -15,9 +15,9 @@ from netspec.protocol.runrecord import read_run
 from ..engine import summary
 from ..engine.failures import Unreachable
 from ..engine.runner import RunOptions, run_plan
+from ..engine.terminal import TERMINAL, print_lines
 from ..experiment.load import load, parse
 from ..record.rundir import find_run
-from .terminal import TERMINAL, print_lines
 
 # A command imports what only it uses in its own body: ns_control's start is every command's
 # latency, and the merge's libraries (numpy, pyarrow, DuckDB), the campaign's statistics and

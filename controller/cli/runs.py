@@ -14,8 +14,8 @@ from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..engine import summary
 from ..engine.runner import merge
+from ..engine.terminal import TERMINAL, print_lines
 from ..record.rundir import find_run, list_runs, settle
-from .terminal import TERMINAL, print_lines
 
 # A command imports what only it uses in its own body: ns_control's start is every command's
 # latency, and the merge's libraries (numpy, pyarrow, DuckDB), the campaign's statistics and

@@ -16,6 +16,7 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, ProtocolError, RemoteError
+from netspec.protocol.exits import ending_told
 from netspec.protocol.runrecord import Clock, ComponentEnd, Entry, StepHost
 
 from ..hosts.fleet import Lost
@@ -90,6 +91,7 @@ class Inbox:
             result = self.results[event.component]
             result.exit_status, result.duration_s = event.returncode, event.duration_s
             result.forced = event.forced  # an older daemon's exit does not say
+            result.ending = ending_told(event.expected, event.failed)
             self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
                 event.returncode, event.duration_s, event.argv, event.ended_ns)
             name = event.component

@@ -15,8 +15,9 @@ from netspec.protocol.errors import NetspecError, without_names
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 from netspec.protocol.runoutcome import RunOutcome
 
-from ..hosts.fleet import DaemonClient, LocalHost
+from ..hosts.fleet import DaemonClient, Host, LocalHost
 from ..hosts.forks import DaemonForks
+from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
 from ..record.rundir import RunDir
 from ..record.saving import Saves
@@ -52,6 +53,29 @@ async def best_effort(clients: Mapping[str, DaemonClient], what: Callable[[Daemo
             await asyncio.gather(*(one(c) for c in clients.values()))
 
 
+async def stop_hosts(hosts: Mapping[str, Host], run_id: str, seconds: float,
+                     progress: ProgressSink) -> list[str]:
+    """Stop every host's daemon, all within `seconds` (a best effort: then the stops still
+    under way are cancelled). What went wrong stopping a host, and each host not stopped by
+    then, is said (a sentence naming the host each): live, and returned for run.json."""
+    stopped: dict[str, list[str]] = {}
+
+    async def one(host: Host) -> None:
+        try:
+            stopped[host.name] = await host.stop(run_id)
+        except (NetspecError, OSError) as exc:  # said; the other hosts are stopped all the same
+            stopped[host.name] = [f"stopping it failed: {exc}"]
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds), asyncio.TaskGroup() as tg:
+            for host in hosts.values():
+                tg.create_task(one(host))
+    said = [f"host {name}: {text}" for name in hosts
+            for text in stopped.get(name, [f"not stopped within {seconds:g} s at the run's end"])]
+    for text in said:
+        progress(Progress("notice", text=text))
+    return said
+
+
 def unclean_ends(results: Mapping[str, ComponentResult],
                  ended: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """Each component that did not end cleanly (an exit status neither 0 nor the
@@ -85,7 +109,7 @@ async def finish(error: NetspecError | None, phase: str, *, fleet: Fleet, forks:
     await best_effort(fleet.clients, lambda c: c.request(m.RESET, loop.time() + 15, clean=True), 20)
     for client in fleet.clients.values():
         await client.close()
-    await asyncio.gather(*(h.stop(rundir.id) for h in fleet.hosts.values()), return_exceptions=True)
+    stops = await stop_hosts(fleet.hosts, rundir.id, CLEANUP_DEADLINE_S, stragglers.progress)
     if any(isinstance(h, LocalHost) for h in fleet.hosts.values()):
         # A local daemon that died hard (SIGKILL, OOM) could not reset its run; this
         # machine is its host, so what it left behind is ours to end: one scan of the
@@ -95,4 +119,4 @@ async def finish(error: NetspecError | None, phase: str, *, fleet: Fleet, forks:
     failure.exception()  # retrieved, said or not: never "exception was never retrieved"
     saves.cancel()
     unclean = unclean_ends(results, stragglers.ended) if error is None else []
-    rundir.finish(RunOutcome.ended(error, phase, stragglers.troubles, unclean))
+    rundir.finish(RunOutcome.ended(error, phase, stragglers.troubles, unclean, stops))

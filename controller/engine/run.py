@@ -54,7 +54,6 @@ class Run:
                            self.failure, progress)
         self.steps = Steps(plan, self.fleet, rundir, self.results, progress, self.saves, self.stragglers,
                            self.inbox, self.now, self.failure)
-        self.tg: asyncio.TaskGroup
 
     @property
     def phase(self) -> str:
@@ -78,10 +77,10 @@ class Run:
         """
         self.failure.open()
         error: NetspecError | None = None
-        # The run's task group: each daemon connection's reader, the stragglers. The local
-        # daemons' fork server is ended however the run ends (`finish` ends it first).
-        async with self.forks, asyncio.TaskGroup() as tg:
-            self.tg = tg
+        # The run's task group: each daemon connection's reader. The stragglers' watches have
+        # a group of their own, ended as the run ends (`finish`: `Stragglers.run_ended`). The
+        # local daemons' fork server is ended however the run ends (`finish` ends it first).
+        async with self.forks, asyncio.TaskGroup() as tg, self.stragglers:
             try:
                 await self.fleet.reach(self.rundir, self.progress, self.inbox.on_event, tg, self.failure)
                 for index, step in enumerate(self.plan.schedule):
@@ -102,7 +101,7 @@ class Run:
             raise error
 
     async def _step(self, index: int, step: Step) -> None:
-        await self.steps.step(index, step, self.tg)
+        await self.steps.step(index, step)
 
     def _where(self) -> str:
         return f"in phase '{self.now.phase}'" if self.now.phase else f"while {CONNECTING} to the hosts"

@@ -50,9 +50,9 @@ class Steps:
         self.step_plans = StepPlans(plan)
         self.collected = False
 
-    async def step(self, index: int, step: Step, tg: asyncio.TaskGroup) -> None:
+    async def step(self, index: int, step: Step) -> None:
         """Step `index` of the schedule, through: its enter sent, its barrier opened (a k-of-n
-        step's stragglers then followed in `tg`, the run's task group), at collect the files
+        step's stragglers then followed by `Stragglers`), at collect the files
         fetched, all under the step's deadline.
 
         Raises:
@@ -100,7 +100,7 @@ class Steps:
             def missed() -> DeadlineExceeded:
                 waiting = {h: ["files"] for h in self.fleet.clients} if opened.done() else barrier.waiting()
                 return DeadlineExceeded(step.phase, waiting, step.deadline_s)
-            await guard(self.failure, self._through(step, barrier, deadline, tg), deadline, missed)
+            await guard(self.failure, self._through(step, barrier, deadline), deadline, missed)
             record.status = "ok"
         except (ComponentFailed, RemoteError, ConnectionLost, DeadlineExceeded) as exc:
             record.status = "failed"
@@ -124,14 +124,14 @@ class Steps:
             self.rundir.journal_step(index)
         self.progress(Progress("step_done", step.phase, seconds=took, text=release.skew_text(record.release)))
 
-    async def _through(self, step: Step, barrier: Barrier, deadline: float, tg: asyncio.TaskGroup) -> None:
+    async def _through(self, step: Step, barrier: Barrier, deadline: float) -> None:
         """A step's work once its enter is sent, in the step's task group (`guard`): its
-        barrier opened; the stragglers of a k-of-n step followed (in the run's `tg`, until
-        the step's deadline); at collect, the fleet's files fetched."""
+        barrier opened; the stragglers of a k-of-n step followed (by `Stragglers`' own
+        watches, until the step's deadline); at collect, the fleet's files fetched."""
         await asyncio.shield(barrier.opened)  # others wait on it too: not cancelled with this wait
         if not barrier.complete.done():
             now = self.now
-            self.stragglers.follow(tg, barrier, deadline, lambda: now.barrier)
+            self.stragglers.follow(barrier, deadline, lambda: now.barrier)
         if step.phase == "collect":
             await self.collect(deadline)
 

@@ -18,27 +18,50 @@ from .barrier import Barrier
 
 class Stragglers:
     """Owned by a Run: `record` is its run.json, `save` saves it soon, `end(host, name)`
-    asks a daemon to end a component now (None if it did, else why not)."""
+    asks a daemon to end a component now (None if it did, else why not).
+
+    Lifecycle: the run enters it (`async with`), which opens the task group its watches
+    run in (one per k-of-n step with participants still out); `run_ended` ends that group,
+    waiting for the watches until its timeout and cancelling what is left then; leaving
+    the `async with` ends it too, should the run not have got that far. Enter and end it
+    from one task (a TaskGroup's rule)."""
 
     def __init__(self, record: RunRecord, progress: ProgressSink, save: Callable[[], None],
                  end: Callable[[str, str], Awaitable[str | None]]):
         self.record, self.progress, self.save, self.end = record, progress, save, end
         self.waiting: dict[int, Barrier] = {}  # by step index
-        self.watches: set[asyncio.Task[None]] = set()
+        self._watches: asyncio.TaskGroup | None = None  # open from `async with` to `run_ended`
         self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
         self.troubles: list[str] = []
 
     def trouble(self, phase: str, host: str, name: str, text: str) -> None:
         self.troubles.append(f"phase '{phase}', host {host}: {name}: {text}")
 
-    def follow(self, tg: asyncio.TaskGroup, barrier: Barrier, deadline: float,
-               current: Callable[[], Barrier | None]) -> None:
+    async def __aenter__(self) -> Stragglers:
+        self._watches = asyncio.TaskGroup()
+        await self._watches.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._end_watches(*exc)
+
+    async def _end_watches(self, *exc: object) -> None:
+        watches, self._watches = self._watches, None
+        if watches is not None:
+            await watches.__aexit__(*exc)
+
+    def follow(self, barrier: Barrier, deadline: float, current: Callable[[], Barrier | None]) -> None:
         """From now on a late ack of `barrier`'s step is recorded as such (at once, before
-        any other task runs); a task of `tg` ends the ones still out at the step's deadline."""
+        any other task runs); a watch in this object's task group ends the ones still out
+        at the step's deadline.
+
+        Raises:
+            RuntimeError: not entered (`async with`), or the run has ended (`run_ended`).
+        """
+        if self._watches is None:
+            raise RuntimeError("stragglers followed outside the run (enter Stragglers first)")
         self.waiting[barrier.index] = barrier
-        task = tg.create_task(self._watch(barrier, deadline, current))
-        self.watches.add(task)
-        task.add_done_callback(self.watches.discard)
+        self._watches.create_task(self._watch(barrier, deadline, current))
 
     async def _watch(self, barrier: Barrier, deadline: float, current: Callable[[], Barrier | None]) -> None:
         """Until the step's deadline; then each one still out is ended. `current` is the
@@ -127,5 +150,8 @@ class Stragglers:
             for host, names in barrier.waiting().items():
                 for name in names:
                     self.give_up(barrier, host, name, "the run ended before it acked")
-        if self.watches:
-            await asyncio.wait(self.watches, timeout=timeout)
+        # The group ended here: each watch awaited, until `timeout`; then (the wait cancelled
+        # by the timeout) the group cancels the watches left and waits for them.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._end_watches(None, None, None)

@@ -209,8 +209,10 @@ class Host(abc.ABC):
     async def start(self, log_dir: Path) -> tuple[str, int]:
         """Make sure a daemon runs for this host; return the address to connect to."""
 
-    async def stop(self, run_id: str = "") -> None:  # noqa: B027 - most hosts start nothing
-        """End what `start` began; safe to call more than once."""
+    async def stop(self, run_id: str = "") -> list[str]:
+        """End what `start` began; safe to call more than once. Returns what did not go
+        as it should (each a sentence, without the host's name), for the run to say."""
+        return []  # most hosts start nothing
 
     async def place(self, programs: list[str]) -> dict[str, str]:
         """Make the programs there; returns where each is on the host (here: where it is)."""
@@ -266,10 +268,11 @@ class LocalHost(Host):
             raise ConnectionLost(self.name, detail=f"{exc.detail}; see {log}") from None
         return "127.0.0.1", port
 
-    async def stop(self, run_id: str = "") -> None:
+    async def stop(self, run_id: str = "") -> list[str]:
         if self.pid is not None:
             await self.forks.terminate(self.pid)
         _remove_empty_dirs(self.root)
+        return []
 
     def run_files(self, run_id: str) -> RunFiles | None:
         return local_run_files(self.root, run_id, self.name)

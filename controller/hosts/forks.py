@@ -40,6 +40,7 @@ class DaemonForks:
                 self.proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "netspec.daemon.forkserver", stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE, start_new_session=True, limit=1 << 20)
+                # Owned by this object, not a task group: `close` ends it (see the lifecycle).
                 self._reader = asyncio.create_task(self._read())
             return self.proc
 

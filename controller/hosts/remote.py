@@ -272,31 +272,40 @@ class SSHHost(Host):
                       timeout=STOP_S)
         return SFTPRunFiles(self.conn, f"{self.base}/work/{self.daemon_id}/{safe_name(run_id, 'run id')}")
 
-    async def stop(self, run_id: str = "") -> None:
-        await asyncio.to_thread(self._stop, run_id)
+    async def stop(self, run_id: str = "") -> list[str]:
+        return await asyncio.to_thread(self._stop, run_id)
 
-    def _stop(self, run_id: str) -> None:
+    def _stop(self, run_id: str) -> list[str]:
+        said = []
         if self.tunnel is not None:
             self.tunnel.close()
         clean = False
         if self.daemon is not None:
-            # EOF on its stdin: the daemon resets its runs and exits.
+            # EOF on its stdin: the daemon resets its runs and exits. Its exit is waited for
+            # STOP_S, no longer (paramiko's recv_exit_status waits for ever; the channel's
+            # timeout does not bound it): one that does not exit is said, and closing the
+            # channel below hangs up on it.
             with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
                 self.daemon.shutdown_write()
-                self.daemon.settimeout(STOP_S)
-                clean = self.daemon.recv_exit_status() == 0
+            if self.daemon.status_event.wait(STOP_S):
+                clean = self.daemon.exit_status == 0
+            else:
+                said.append(f"netspecd did not exit within {STOP_S:g} s of its stdin's end: hung up on")
             # Its stderr's copy ends at the end of the stream, which its exit brought (or
             # closing the channel does, if it did not exit in time).
             self.daemon.close()
             self.daemon = None
         if self.stderr_copy is not None:
             self.stderr_copy.join(STOP_S)
+            if self.stderr_copy.is_alive():  # a daemon thread: it goes with this process at worst
+                said.append(f"the copy of netspecd's stderr did not end within {STOP_S:g} s")
             self.stderr_copy = None
         if run_id and self.started_here and not clean and self.conn.client is not None:
             # A daemon that died hard could not reset its run: end what it left behind.
             with contextlib.suppress(NetspecError, OSError, paramiko.SSHException):
                 self.conn.run([f"{self.venv}/bin/netspecd", "--kill-run", run_id], timeout=STOP_S)
         self.conn.close()
+        return said
 
 
 def _copy_stderr(chan: paramiko.Channel, path: Path) -> None:

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netspec.protocol.exits import describe_returncode, ended_well
+from netspec.protocol.exits import UNASKED, describe_returncode, ended_well
 
 TAIL_LINES = 200
 LINE_LIMIT = 4096  # of a line still being written, the tail keeps its last characters
@@ -23,13 +23,15 @@ class ComponentResult:
     exit_status: int | None = None
     duration_s: float | None = None
     forced: bool = False  # its daemon killed it: it did not end when asked
+    ending: str = UNASKED  # how its end came about, as its Exit event tells (protocol/exits.py)
     files: list[Path] = field(default_factory=list)
     _lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     _partial: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return ended_well(self.exit_status)
+        """Still running, or ended cleanly: by the rule its daemon's Exit event applied."""
+        return ended_well(self.exit_status, self.ending)
 
     def add_output(self, stream: str, data: bytes) -> None:
         text = self._partial.pop(stream, "") + data.decode(errors="replace")

@@ -127,15 +127,18 @@ def test_a_run_where_an_event_loop_runs_goes_in_a_process_of_its_own_and_says_wh
 
 @pytest.mark.e2e
 def test_ctrl_c_where_an_event_loop_runs_interrupts_the_run_in_its_own_process(experiment_file, tmp_path):
-    runs, said = tmp_path / "runs", []
+    runs, said, failed = tmp_path / "runs", [], []
 
     def ctrl_c_in_work():
-        wait_for(lambda: any(s.phase == "work" for s in _steps(runs)), what="the step work")
         try:
+            wait_for(lambda: any(s.phase == "work" for s in _steps(runs)), what="the step work")
             results.open_run("latest", runs=runs).tables()
         except NetspecError as exc:  # the run is opened as it is now
             said.append(str(exc))
-        os.kill(os.getpid(), signal.SIGINT)
+        except BaseException as exc:  # kept for the test's own thread, which raises it
+            failed.append(exc)
+        finally:  # in any case: the run hangs in work until interrupted
+            os.kill(os.getpid(), signal.SIGINT)
 
     async def in_a_loop():  # as a Jupyter cell runs: Ctrl-C raises KeyboardInterrupt where it is
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -150,6 +153,9 @@ def test_ctrl_c_where_an_event_loop_runs_interrupts_the_run_in_its_own_process(e
         run = asyncio.run(in_a_loop())
     finally:
         sender.join(timeout=30)
+        if failed:  # the sender's own failure, not the Ctrl-C it sent so as not to hang
+            raise failed[0]
+    assert not sender.is_alive(), "the thread sending Ctrl-C did not end within 30 s"
     assert said == [f"run {run.id} is still running: its result set is made at its end "
                     "(open the run again then)"]
     outcome = run.outcome

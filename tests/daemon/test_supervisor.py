@@ -10,11 +10,12 @@ from pathlib import Path
 
 import psutil
 from daemonview import Session
+from netspec.controller.record.results import ComponentResult
 from netspec.daemon.component import KILL_GRACE_S, STOP_GRACE_S, ComponentProcess
 from netspec.daemon.spawn import python_argv
 from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
-from netspec.protocol.exits import children, descendants, run_processes
+from netspec.protocol.exits import children, descendants, ending_told, run_processes
 from netspec.protocol.kinds import ComponentSpec
 from support import PROGRAMS, session_run_id, wait_for
 
@@ -23,6 +24,7 @@ RUN_EXIT = session_run_id("run-exit")
 RUN_MISSING = session_run_id("run-missing")
 RUN_DROP = session_run_id("run-drop")
 RUN_ORPHAN = session_run_id("run-orphan")
+RUN_OUTSIDE = session_run_id("run-outside-sigterm")
 ACTOR = {"name": "actor", "program": str(PROGRAMS / "actor.py"), "args": ["launch,work"]}
 
 
@@ -88,6 +90,42 @@ def test_an_exit_is_reported_at_once_with_its_output_complete(daemon, key):
     assert exit_event["returncode"] == 5 and exit_event["failed"]
     assert output == b"last words\n"
     assert {f["name"] for f in files if f["component"] == "crash"} == {"stdout", "stderr", "exit.json"}
+
+
+def test_a_sigterm_from_outside_is_a_failure_to_the_exit_event_the_collect_ack_and_the_result_alike(
+        daemon, key):
+    # Two services alike but for who sends their SIGTERM: netspec (at their stop phase), or
+    # someone else mid-run. Only netspec's is a clean end, wherever the end is judged.
+    def service(name):
+        return {"name": name, "argv": ["sleep", "300"], "start": "launch", "stop": "work"}
+
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            await s.request("setup", run=RUN_OUTSIDE, components=[service("stopped"), service("killed")])
+            s.client.notify("enter", phase="launch", step=0, published={},
+                            components=[{"name": "stopped"}, {"name": "killed"}])
+            pid = int((await s.event("ack", "killed", step=0))["message"].removeprefix("started pid "))
+            assert (await s.event("ack", "stopped", step=0))["status"] == "ok"
+            os.kill(pid, signal.SIGTERM)  # from outside netspec, mid-run
+            killed = await s.event("exit", "killed")
+            s.client.notify("enter", phase="work", step=1, published={}, components=[{"name": "stopped"}])
+            assert (await s.event("ack", "stopped", step=1))["status"] == "ok"
+            stopped = await s.event("exit", "stopped")
+            s.client.notify("enter", phase="collect", step=2, published={}, deadline_s=20,
+                            components=[{"name": "stopped"}, {"name": "killed"}])
+            acks = {name: await s.event("ack", name, step=2) for name in ("stopped", "killed")}
+            await s.request("reset", clean=True)
+            return {"stopped": stopped, "killed": killed}, acks
+    exits, acks = asyncio.run(scenario())
+    assert {name: (e["returncode"], e.get("expected", False), e["failed"]) for name, e in exits.items()} == {
+        "stopped": (-signal.SIGTERM, True, False), "killed": (-signal.SIGTERM, False, True)}
+    assert {name: (a["status"], a.get("message")) for name, a in acks.items()} == {
+        "stopped": ("ok", None), "killed": ("error", "was killed by SIGTERM")}
+    # The controller reads each end from its Exit event, by the same rule.
+    results = {name: ComponentResult("h", name, ["sleep", "300"], exit_status=e["returncode"],
+                                     ending=ending_told(e.get("expected", False), e["failed"]))
+               for name, e in exits.items()}
+    assert {name: r.ok for name, r in results.items()} == {"stopped": True, "killed": False}
 
 
 def test_a_program_that_cannot_start_acks_an_error(daemon, key):

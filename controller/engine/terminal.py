@@ -1,4 +1,5 @@
-"""What ns_control prints, and where: progress and results on stdout, errors on stderr."""
+"""What ns_control and the Python API (netspec.experiment) print, and where: progress and results on
+stdout, errors on stderr. Below the command line, so that the API does not depend on it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import IO
 import rich.console
 import rich.progress
 
-from ..engine.summary import LISTED_OK
+from .summary import LISTED_OK
 
 
 class Terminal:

@@ -3,8 +3,8 @@ error shared by many hosts said once."""
 
 import io
 
-from netspec.controller.cli.terminal import Terminal
 from netspec.controller.engine.summary import LISTED_OK, error_lines
+from netspec.controller.engine.terminal import Terminal
 from netspec.controller.record.results import ComponentResult
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
 
