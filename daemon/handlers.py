@@ -192,7 +192,7 @@ async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]
     """The daemon's own part in sync_clocks: wait until this host's clock bound is within
     the asked one."""
     est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
-    return {"status": m.ACK_OK, "clock": est.as_dict()}
+    return {"status": m.ACK_OK, "clock": k.Clock(**est.as_dict())}
 
 
 def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:

@@ -189,7 +189,7 @@ class Session:
     def _refuse(self, request: k.Request | reading.Refused, exc: Exception) -> None:
         log.debug("request %s failed", getattr(request, "kind", type(request).__name__), exc_info=True)
         # Without an id (a one-way command) the error is an event of its own.
-        self.emit(k.ErrorEvent(error=m.error_map(exc), id=request.id))
+        self.emit(k.ErrorEvent(error=k.wire_error(exc), id=request.id))
 
 
 class Daemon:
@@ -281,6 +281,6 @@ class Daemon:
         log.warning("refused %s: already %d sessions", channel.peer, len(self.sessions))
         busy = f"netspecd has {MAX_CONNECTIONS} connections already"
         with contextlib.suppress(NetspecError, ConnectionError, TimeoutError):
-            channel.send({"t": m.ERROR, "error": {"type": "ConnectionLost", "message": busy}})
+            channel.send(k.ErrorEvent(error=k.WireError(type="ConnectionLost", message=busy)))
             await asyncio.wait_for(channel.drain(), HANDSHAKE_TIMEOUT_S)
         await channel.close()

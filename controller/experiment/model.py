@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.datastream.writer import StreamConfig
-from netspec.protocol.kinds import ComponentSpec
+from netspec.protocol.kinds import CampSpec, ComponentSpec
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -107,6 +107,10 @@ class CampService:
 
     def wire(self) -> dict[str, Any]:
         return asdict(self)
+
+    def spec(self) -> CampSpec:
+        """As `setup` sends it."""
+        return CampSpec(**asdict(self))
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ def test_an_event_naming_a_component_its_host_does_not_run_or_a_step_never_sent_
                                                                       "never sent")
 
 
-def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_never_recorded(tmp_path):
+def test_a_clock_estimate_that_is_not_one_is_refused_where_it_is_read_naming_the_field(tmp_path):
     text = ("experiment: clocks\nhosts: {a: {}, b: {}}\n"
             "components:\n  one: {host: a, command: [sleep, '1']}\nschedule: [sync_clocks]\n")
 
@@ -212,6 +212,16 @@ def test_a_clock_estimate_that_is_not_one_fails_the_run_naming_its_host_and_is_n
 
     good = {"offset_ns": -61, "bound_ns": 812, "exchanges": 21, "source": "kernel"}
     assert asyncio.run(told(good)) == (None, Clock(-61, 812, 21, "kernel"))
-    said, kept = asyncio.run(told({**good, "offset_ns": "soon"}))
-    assert said == "host a: a clock estimate that is not one (Expected `int`, got `str` - at `$.offset_ns`)"
-    assert kept is None
+    for bad, field in (({**good, "offset_ns": "soon"}, "Expected `int`, got `str` - at `$.clock.offset_ns`"),
+                       ({**good, "source": None}, "Expected `str`, got `None` - at `$.clock.source`"),
+                       ([1, 2, 3, 4], "Expected `object | null`, got `array` - at `$.clock`")):
+        said = _refused({**ACK, "step": 0, "component": m.NODE, "clock": bad})
+        assert said == f"event 'ack' does not fit: {field}"
+
+
+def test_an_error_whose_fields_are_of_the_wrong_type_is_refused_where_it_is_read_naming_the_field():
+    error = {"type": "OSError", "message": "disk full", "traceback": "...", "host": "a", "phase": "work"}
+    assert _read({"t": m.ERROR, "error": error, "id": 3}) == k.ErrorEvent(error=k.WireError(**error), id=3)
+    assert _read({"t": m.ERROR, "error": {}}).error == k.WireError()
+    for field, value in (("type", 5), ("message", ["x"]), ("traceback", b"x"), ("host", 1), ("phase", {})):
+        assert f"at `$.error.{field}`" in _refused({"t": m.ERROR, "error": {**error, field: value}})
