@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 from netspec.protocol import acksummary, reading
@@ -40,7 +39,7 @@ log = logging.getLogger("netspecd")
 BATCH_WAIT_S = 0.02
 JOIN_TIMEOUT_S = 10.0
 
-Emit = Callable[[Any], None]  # an event: a map, or a message of kinds.py
+Emit = Callable[[k.Event], None]  # an event, a message of kinds.py
 # What a child sends up its link, decoded where it is read.
 FROM_CHILD = reading.Reader(k.FROM_CHILD, "message from a child")
 

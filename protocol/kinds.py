@@ -272,15 +272,18 @@ class Output(Event, tag=OUTPUT, kw_only=True):
     data: bytes
 
 
-class Exit(Event, tag=EXIT, kw_only=True):
+class Exit(Event, tag=EXIT, kw_only=True, omit_defaults=False):
+    """A component's process ended; every field goes on the wire, in the order the
+    daemon's map before typed messages had them."""
+
     component: str
     returncode: int
-    duration_s: float
     argv: list[str]
+    duration_s: float
+    expected: bool = False
+    forced: bool = False  # an older daemon's exit does not say
     ended_ns: int
     failed: bool
-    forced: bool = False  # an older daemon's exit does not say
-    expected: bool = False
 
 
 class Release(_Map, kw_only=True):
@@ -387,8 +390,12 @@ FROM_CHILD = ReplyFrame | ErrorEvent | Acks
 # -- replies ----------------------------------------------------------------------------------
 
 
-class Reply(_Map, kw_only=True):
-    """A reply with nothing the controller reads."""
+class Reply(Event, tag=REPLY, kw_only=True, omit_defaults=False):
+    """The answer to request `id`, as the daemon sends it, its fields beside the id: a reply
+    with nothing the controller reads, and the base of each that has. Every field goes on
+    the wire (the maps the daemon sent before typed messages said each)."""
+
+    id: int | None = None
 
 
 class HelloReply(Reply, kw_only=True):
@@ -402,17 +409,21 @@ class SetupReply(Reply, kw_only=True):
     root: str
 
 
+class EnterReply(Reply, kw_only=True):
+    accepted: Count  # the participants it takes
+
+
 class EndReply(Reply, kw_only=True):
     returncode: int | None
     forced: bool
 
 
-class FileEntry(_Map, kw_only=True):
+class FileEntry(_Map, kw_only=True, omit_defaults=False):
     component: str | None
     name: str
     path: str
-    size: Count
     missing: bool = False
+    size: Count
 
 
 class FilesReply(Reply, kw_only=True):
@@ -436,5 +447,6 @@ class TreeReply(Reply, kw_only=True):
     children: Count  # the children it joined
 
 
-REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, END: EndReply, FILES: FilesReply,
-                                   READ: ReadReply, CLKSYNC: ClksyncReply, RESET: ResetReply, TREE: TreeReply}
+REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, ENTER: EnterReply, END: EndReply,
+                                   FILES: FilesReply, READ: ReadReply, CLKSYNC: ClksyncReply,
+                                   RESET: ResetReply, TREE: TreeReply}
