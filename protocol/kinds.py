@@ -5,8 +5,10 @@ again; a message that does not fit is refused there, naming its kind and the fie
 
 On the wire each is the msgpack map it always was, "t" naming its kind: a field at its
 default is left out (`omit_defaults`) where the maps left out what they did not say, and
-a field this netspec does not know is skipped (an older or newer peer's). docs/protocol.md
-describes each kind.
+a field this netspec does not know is skipped (an older or newer peer's); a reply, an exit
+and a setup's streams and camp say every field, as their maps did. docs/protocol.md
+describes each kind. The daemon <-> component socketpair's maps are not declared here
+(daemon/componentchannel.py and nodelib/phases.py check them; an ack as `ComponentAck`).
 """
 
 from __future__ import annotations
