@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from netspec.protocol import messages as m
+from netspec.protocol import kinds as k
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import (
@@ -63,7 +63,7 @@ KILLED_AT_LEAST_S = 1.0
 class Outbox(Protocol):
     """Where events for the controller go (the session's connection)."""
 
-    def emit(self, message: dict[str, Any]) -> None: ...
+    def emit(self, message: k.Event) -> None: ...
 
     async def drain(self) -> None:
         """Wait while the controller is behind; returns at once if it is gone."""
@@ -192,8 +192,7 @@ class ComponentProcess:
             while data := await pipe.read(65536):
                 f.write(data)
                 f.flush()
-                self.outbox.emit({"t": m.OUTPUT, "component": self.spec.name,
-                                  "stream": stream, "data": data})
+                self.outbox.emit(k.Output(component=self.spec.name, stream=stream, data=data))
                 # A component that writes faster than the controller reads is held back
                 # by its pipe, instead of growing this daemon's memory.
                 await self.outbox.drain()
@@ -217,7 +216,7 @@ class ComponentProcess:
         # The exit goes before any ack it cuts short or lets through (a phase's, or
         # collect's): the controller learns of a death first (in a k-of-n step it is that
         # participant's failure, not the run's), and of every end before its step's end.
-        self.outbox.emit({"t": m.EXIT, **info, "failed": self.verdict == FAILED})
+        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED))
         self.exited.set_result(info)
         self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,

@@ -37,15 +37,15 @@ ENTER_GRACE_S = 2.0  # past the step's deadline, before the daemon acks an enter
 # waits for spawns, SIGTERM, then SIGKILL: KILL_GRACE_S each) when the request has no deadline.
 RESET_WAIT_S = 8.0
 
-Handler = Callable[[Session, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[Session, Any], Awaitable[k.Reply]]
 
 
-async def hello(session: Session, request: k.Hello) -> dict[str, Any]:
-    return {"protocol": m.PROTOCOL_VERSION, "pid": os.getpid(), "facts": host_facts(),
-            "now_ns": time.time_ns()}
+async def hello(session: Session, request: k.Hello) -> k.Reply:
+    return k.HelloReply(protocol=m.PROTOCOL_VERSION, pid=os.getpid(), facts=host_facts(),
+                        now_ns=time.time_ns())
 
 
-async def setup(session: Session, request: k.Setup) -> dict[str, Any]:
+async def setup(session: Session, request: k.Setup) -> k.Reply:
     """Set up a run on this connection (ending the one it had). Refused beside another
     controller's live run unless the request says `share: true`, naming that run."""
     loop = asyncio.get_running_loop()
@@ -61,7 +61,7 @@ async def setup(session: Session, request: k.Setup) -> dict[str, Any]:
         sup.services.open()
         await release.prepare()
     log.info("run %s: %s", sup.run_id, ", ".join(s.name for s in specs) or "no components")
-    return {"root": str(sup.root)}
+    return k.SetupReply(root=str(sup.root))
 
 
 def _runnable(spec: k.ComponentSpec) -> k.ComponentSpec:
@@ -73,7 +73,7 @@ def _runnable(spec: k.ComponentSpec) -> k.ComponentSpec:
     return spec if name == spec.name else msgspec.structs.replace(spec, name=name)
 
 
-def enter(session: Session, request: k.Enter) -> dict[str, Any]:
+def enter(session: Session, request: k.Enter) -> k.Reply:
     """Start the phase in each named component; each ack follows as its own event. In a
     fan-out tree (`hosts` instead of `components`) the enter is relayed on, and the acks
     go up in batches (relay.py). Answered as it is read (INLINE_HANDLERS): nothing here
@@ -95,7 +95,7 @@ def enter(session: Session, request: k.Enter) -> dict[str, Any]:
     else:
         for comp in comps:
             _start(sup, request, comp, emit)
-    return {"accepted": len(comps)}
+    return k.EnterReply(accepted=len(comps))
 
 
 def _relay(session: Session, sup: Supervisor) -> Relay:
@@ -192,7 +192,7 @@ async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]
     """The daemon's own part in sync_clocks: wait until this host's clock bound is within
     the asked one."""
     est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
-    return {"status": m.ACK_OK, "clock": est.as_dict()}
+    return {"status": m.ACK_OK, "clock": k.Clock(**est.as_dict())}
 
 
 def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
@@ -205,7 +205,7 @@ def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:
     return {"status": m.ACK_OK}
 
 
-async def end(session: Session, request: k.End) -> dict[str, Any]:
+async def end(session: Session, request: k.End) -> k.Reply:
     """End one component now (a k-of-n step's straggler): the rest of the run goes on."""
     sup = own_run(session, "end a component of")
     name = request.component
@@ -214,7 +214,7 @@ async def end(session: Session, request: k.End) -> dict[str, Any]:
     comp = sup.components[name]
     info = await comp.stop(grace=END_GRACE_S, deadline=_deadline(request))
     log.info("run %s: component %s ended as asked", sup.run_id, name)
-    return {"returncode": info.get("returncode"), "forced": comp.forced}
+    return k.EndReply(returncode=info.get("returncode"), forced=comp.forced)
 
 
 def _deadline(request: k.Request) -> float | None:
@@ -227,33 +227,33 @@ def _deadline(request: k.Request) -> float | None:
     return asyncio.get_running_loop().time() + timeout - min(0.5, timeout / 10)
 
 
-async def reset(session: Session, request: k.Reset) -> dict[str, Any]:
+async def reset(session: Session, request: k.Reset) -> k.Reply:
     async with session.lifecycle:
         if session.supervisor is None:
-            return {"killed": 0}
+            return k.ResetReply(killed=0)
         sup = own_run(session, "reset")
         killed = await sup.reset(clean=request.clean, deadline=_deadline(request))
     cleaned = " and cleaned" if request.clean else ""
     log.info("run %s: reset%s, %d process(es) ended", sup.run_id, cleaned, killed)
-    return {"killed": killed}
+    return k.ResetReply(killed=killed)
 
 
-async def files(session: Session, request: k.Files) -> dict[str, Any]:
+async def files(session: Session, request: k.Files) -> k.Reply:
     sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
-    return {"files": found}
+    return k.FilesReply(files=[k.FileEntry(**f) for f in found])
 
 
-async def read(session: Session, request: k.Read) -> dict[str, Any]:
+async def read(session: Session, request: k.Read) -> k.Reply:
     """A slice of a collectable file; nothing else on the host can be read."""
     path = request.path
     if path not in own_run(session, "read the files of").listed:
         raise ProtocolError(f"{path!r} is not a file of this run's last `files` listing")
     size = min(request.size, m.READ_LIMIT)
     data = await asyncio.to_thread(read_regular, path, request.offset, size)
-    return {"data": data, "eof": len(data) < size}
+    return k.ReadReply(data=data, eof=len(data) < size)
 
 
 def read_regular(path: str, offset: int, size: int) -> bytes:
@@ -268,7 +268,7 @@ def read_regular(path: str, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
-async def clksync(session: Session, request: k.Clksync) -> dict[str, Any]:
+async def clksync(session: Session, request: k.Clksync) -> k.Reply:
     """This host's part in clksync for the run: the probe server (role "serve", replies
     with its port) or a probe client of the reference host's server."""
     clock = own_run(session, "start clksync in").services.clock
@@ -279,14 +279,14 @@ async def clksync(session: Session, request: k.Clksync) -> dict[str, Any]:
     if request.role == "serve":
         # Every host of the run must reach it, at addresses only they know; what keeps
         # others out is the key.
-        return {"port": clock.serve("0.0.0.0", key, kernel)}
+        return k.ClksyncReply(port=clock.serve("0.0.0.0", key, kernel))
     assert request.peer is not None and request.address is not None  # a probe's (kinds.Clksync)
     assert request.port is not None and request.interval_ms is not None
     clock.probe(request.peer, request.address, request.port, key, request.interval_ms / 1000, kernel)
-    return {}
+    return k.Reply()
 
 
-async def tree(session: Session, request: k.Tree) -> dict[str, Any]:
+async def tree(session: Session, request: k.Tree) -> k.Reply:
     """Connect to this host's children in the run's fan-out tree: [{host, address: [ip, port],
     hosts: its subtree's hosts}]."""
     sup = own_run(session, "build the tree of")
@@ -297,24 +297,24 @@ async def tree(session: Session, request: k.Tree) -> dict[str, Any]:
                            "parent in a tree")
     relay = _relay(session, sup)
     await relay.open(sup.run_id, session.daemon.key, sup.join_token, children, session.tg)
-    return {"children": len(relay.links)}
+    return k.TreeReply(children=len(relay.links))
 
 
-async def join(session: Session, request: k.Join) -> dict[str, Any]:
+async def join(session: Session, request: k.Join) -> k.Reply:
     """A parent in the run's fan-out tree: this connection relays the run's steps to it and
     carries their acks back. It uses the run another session set up, and never ends it
     (who may join, runs.check_join)."""
     session.supervisor, session.joined = check_join(session, request), True
-    return {}
+    return k.Reply()
 
 
-async def shutdown(session: Session, request: k.Shutdown) -> dict[str, Any]:
+async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
     async with session.lifecycle:
         if session.supervisor is not None:
             await own_run(session, "shut the daemon down under").reset(clean=request.clean,
                                                                          deadline=_deadline(request))
     asyncio.get_running_loop().call_soon(session.daemon.stop)
-    return {}
+    return k.Reply()
 
 
 HANDLERS: dict[type[k.Request], Handler] = {
@@ -322,4 +322,4 @@ HANDLERS: dict[type[k.Request], Handler] = {
     k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join,
 }
 # Requests answered as they are read, without a task of their own.
-INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], dict[str, Any]]] = {k.Enter: enter}
+INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], k.Reply]] = {k.Enter: enter}

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 from netspec.protocol import acksummary, reading
@@ -40,7 +39,7 @@ log = logging.getLogger("netspecd")
 BATCH_WAIT_S = 0.02
 JOIN_TIMEOUT_S = 10.0
 
-Emit = Callable[[Any], None]  # an event: a map, or a message of kinds.py
+Emit = Callable[[k.Event], None]  # an event, a message of kinds.py
 # What a child sends up its link, decoded where it is read.
 FROM_CHILD = reading.Reader(k.FROM_CHILD, "message from a child")
 
@@ -130,7 +129,7 @@ class Link:
             error = str(exc)
         if not relay.closing:
             lost = f"the relay link to host {self.child} was lost: {error}"
-            relay.tell({"t": m.ERROR, "error": {"type": "ConnectionLost", "message": lost}})
+            relay.tell(k.ErrorEvent(error=k.WireError(type="ConnectionLost", message=lost)))
 
 
 class Relay:
@@ -211,15 +210,15 @@ class Relay:
                 return
             why = (f"acks of hosts {foreign[:5]} outside its subtree" if foreign else wrong
                    or "acks of a step never sent to it")
-            self.tell({"t": m.ERROR, "error": {"type": "ProtocolError",
-                                               "message": f"host {link.child} relayed {why}"}})
+            self.tell(k.ErrorEvent(error=k.WireError(type="ProtocolError",
+                                                     message=f"host {link.child} relayed {why}")))
         elif type(message) is reading.Refused:
-            self.tell({"t": m.ERROR, "error": {"type": "ProtocolError", "message": f"host {link.child} "
-                                               f"relayed {message.problem}"}})
+            self.tell(k.ErrorEvent(error=k.WireError(type="ProtocolError",
+                                                     message=f"host {link.child} relayed {message.problem}")))
         elif type(message) is k.ErrorEvent:
             error = message.error
-            self.tell({"t": m.ERROR, "error": {**error, "message": f"host {link.child} (relayed by host "
-                                                          f"{self.host}): {error.get('message', '')}"}})
+            self.tell(k.ErrorEvent(error=msgspec.structs.replace(
+                error, message=f"host {link.child} (relayed by host {self.host}): {error.message}")))
 
     async def close(self) -> None:
         """Send what the batches hold and close every link (each child's joined connection
@@ -246,7 +245,7 @@ async def _join(run: str, key: bytes, token: bytes, child: k.Child) -> Link:
                            f"{exc or type(exc).__name__}") from exc
     if type(reply) is not k.ReplyFrame:
         await _close(channel)
-        message = (reply.error.get("message", "") if type(reply) is k.ErrorEvent else
+        message = (reply.error.message if type(reply) is k.ErrorEvent else
                    reply.problem if type(reply) is reading.Refused else "it hung up" if reply is None else
                    f"it answered with {type(reply).__name__}")
         raise NetspecError(f"host {name} refused to join the relay tree: {message}")

@@ -41,6 +41,7 @@ from netspec.camp import (
 from netspec.camp.procfs import TICK_NS
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.protocol.kinds import CampSpec
 
 from .realtime import set_policy
 
@@ -282,21 +283,10 @@ def sample_fields(interfaces: list[str], disks: list[str], processes: dict[str, 
             *(f"proc.{p}.{f}" for p in processes for f in PROC_FIELDS)]
 
 
-# The experiment file's bounds (experiment.schema.json): the sampler runs at real-time
-# priority, and slots shorter than a sample would keep it on its core.
-INTERVAL_MS = (1.0, 60_000.0)
-
-
-def config_from_wire(d: dict | None) -> CampConfig | None:
-    if d is None:
+def config_from_wire(spec: CampSpec | None) -> CampConfig | None:
+    """What `setup` asks sampled (typed, its interval bounded, where its frame was read:
+    protocol/kinds.py)."""
+    if spec is None:
         return None
-    try:
-        config = CampConfig(float(d.get("interval_ms", 100.0)),
-                            *(tuple(d[k]) if d.get(k) is not None else None
-                              for k in ("interfaces", "disks", "processes")))
-    except (TypeError, ValueError) as e:
-        raise CampError(f"camp: bad configuration {d!r}: {e}") from None
-    if not INTERVAL_MS[0] <= config.interval_ms <= INTERVAL_MS[1]:
-        raise CampError(f"camp: interval_ms {config.interval_ms:g} is outside "
-                        f"{INTERVAL_MS[0]:g}-{INTERVAL_MS[1]:g}")
-    return config
+    return CampConfig(spec.interval_ms, *(None if v is None else tuple(v)
+                                          for v in (spec.interfaces, spec.disks, spec.processes)))

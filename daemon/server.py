@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from netspec.protocol import kinds as k
-from netspec.protocol import messages as m
 from netspec.protocol import reading
 from netspec.protocol.auth import server_handshake
 from netspec.protocol.channel import Channel
@@ -109,16 +108,15 @@ class Session:
             del self.daemon.runs[sup.run_id]
         sup.let_go.set()
 
-    def emit(self, message: dict[str, Any] | k.Event) -> None:
+    def emit(self, message: k.Event) -> None:
         """Send an event; if the controller is gone there is nobody left to tell."""
         try:
             self.channel.send(message)
         except ProtocolError as exc:
             # Too big for one frame: the controller is told so, not left waiting.
-            refused = {"t": m.ERROR, "error": m.error_map(exc)}
-            rid = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
             with contextlib.suppress(NetspecError, ConnectionError):
-                self.channel.send(refused if rid is None else {**refused, "id": rid})
+                answers = isinstance(message, k.Reply | k.ErrorEvent)  # a request's: its id
+                self.channel.send(k.ErrorEvent(error=k.wire_error(exc), id=message.id if answers else None))
         except (NetspecError, ConnectionError):
             pass
 
@@ -182,14 +180,15 @@ class Session:
         else:
             self._reply(request, reply)
 
-    def _reply(self, request: k.Request, reply: dict[str, Any]) -> None:
+    def _reply(self, request: k.Request, reply: k.Reply) -> None:
         if request.id is not None:
-            self.emit({"t": m.REPLY, "id": request.id, **reply})
+            reply.id = request.id
+            self.emit(reply)
 
     def _refuse(self, request: k.Request | reading.Refused, exc: Exception) -> None:
         log.debug("request %s failed", getattr(request, "kind", type(request).__name__), exc_info=True)
         # Without an id (a one-way command) the error is an event of its own.
-        self.emit(k.ErrorEvent(error=m.error_map(exc), id=request.id))
+        self.emit(k.ErrorEvent(error=k.wire_error(exc), id=request.id))
 
 
 class Daemon:
@@ -281,6 +280,6 @@ class Daemon:
         log.warning("refused %s: already %d sessions", channel.peer, len(self.sessions))
         busy = f"netspecd has {MAX_CONNECTIONS} connections already"
         with contextlib.suppress(NetspecError, ConnectionError, TimeoutError):
-            channel.send({"t": m.ERROR, "error": {"type": "ConnectionLost", "message": busy}})
+            channel.send(k.ErrorEvent(error=k.WireError(type="ConnectionLost", message=busy)))
             await asyncio.wait_for(channel.drain(), HANDSHAKE_TIMEOUT_S)
         await channel.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.protocol.kinds import StreamSpec
 
 from . import process
 from .format import (
@@ -56,19 +57,32 @@ class StreamConfig:
     components: tuple[str, ...] | None = None
 
     @classmethod
-    def from_wire(cls, name: str, d: dict[str, Any]) -> StreamConfig:
-        comps = d.get("components")
-        return cls(name, tuple(d.get("enable", ())), tuple(d.get("disable", ())),
-                   int(d.get("ring_chunks", 0)), tuple(d.get("trigger", ())),
-                   int(d.get("chunk_records", DEFAULT_CHUNK_RECORDS)),
-                   int(d.get("flush_ms", DEFAULT_FLUSH_MS)),
-                   None if comps is None else tuple(comps))
+    def from_wire(cls, name: str, spec: StreamSpec) -> StreamConfig:
+        """The stream `setup` describes (typed where its frame was read: protocol/kinds.py)."""
+        comps = None if spec.components is None else tuple(spec.components)
+        return cls(name, tuple(spec.enable), tuple(spec.disable), spec.ring_chunks, tuple(spec.trigger),
+                   spec.chunk_records, spec.flush_ms, comps)
+
+    @classmethod
+    def from_map(cls, name: str, d: dict[str, Any]) -> StreamConfig:
+        """The stream a plain map describes (the experiment file's, checked by its schema; the
+        one netspecd hands a component in its environment), read as `setup`'s StreamSpec.
+
+        Raises:
+            msgspec.ValidationError: a field of the wrong type, named.
+        """
+        return cls.from_wire(name, msgspec.convert(d, StreamSpec))
 
     def wire(self) -> dict[str, Any]:
-        return {"enable": list(self.enable), "disable": list(self.disable),
-                "ring_chunks": self.ring_chunks, "trigger": list(self.trigger),
-                "chunk_records": self.chunk_records, "flush_ms": self.flush_ms,
-                "components": None if self.components is None else list(self.components)}
+        """As a plain map (run.json's plan, a component's environment)."""
+        return msgspec.to_builtins(self.spec())
+
+    def spec(self) -> StreamSpec:
+        """As `setup` sends it."""
+        return StreamSpec(enable=list(self.enable), disable=list(self.disable), ring_chunks=self.ring_chunks,
+                          trigger=list(self.trigger), chunk_records=self.chunk_records,
+                          flush_ms=self.flush_ms,
+                          components=None if self.components is None else list(self.components))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from netspec.protocol import messages as m
 def streams_from(logging: dict[str, Any], component: str, run: str) -> tuple[list[StreamConfig], StreamInfo]:
     """The streams netspecd asks a component to open (at start_logging, or at start for a
     plain command)."""
-    configs = [StreamConfig.from_wire(n, d) for n, d in logging["streams"].items()]
+    configs = [StreamConfig.from_map(n, d) for n, d in logging["streams"].items()]
     return configs, StreamInfo(Path(logging["dir"]), run=run, host=logging["host"], component=component)
 
 

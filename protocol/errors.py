@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .kinds import WireError
 
 # Hosts named in one error's message; beyond, counted: an error shared by a thousand hosts
 # stays a line.
@@ -85,12 +88,13 @@ class ConnectionLost(NetspecError):
 
 
 class RemoteError(NetspecError):
-    """A request failed on the daemon; carries the error map that crossed the wire."""
+    """A request failed on the daemon; carries the error that crossed the wire
+    (kinds.WireError)."""
 
-    def __init__(self, host: str, error: Mapping[str, Any]):
+    def __init__(self, host: str, error: WireError):
         self.host = host
-        self.error = dict(error)
-        super().__init__(f"host {host}: {error.get('type', 'Error')}: {error.get('message', '')}")
+        self.error = error
+        super().__init__(f"host {host}: {error.type}: {error.message}")
 
 
 class DeadlineExceeded(NetspecError):

@@ -5,8 +5,10 @@ again; a message that does not fit is refused there, naming its kind and the fie
 
 On the wire each is the msgpack map it always was, "t" naming its kind: a field at its
 default is left out (`omit_defaults`) where the maps left out what they did not say, and
-a field this netspec does not know is skipped (an older or newer peer's). docs/protocol.md
-describes each kind.
+a field this netspec does not know is skipped (an older or newer peer's); a reply, an exit
+and a setup's streams and camp say every field, as their maps did. docs/protocol.md
+describes each kind. The daemon <-> component socketpair's maps are not declared here
+(daemon/componentchannel.py and nodelib/phases.py check them; an ack as `ComponentAck`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .messages import (
     SETUP,
     SHUTDOWN,
     TREE,
+    error_map,
 )
 
 # A request's own bound: a day is longer than any step a controller asks for.
@@ -102,12 +105,44 @@ class Hello(Request, tag=HELLO, kw_only=True):
     pass
 
 
+# The stream writer's defaults (datastream/format.py's, pinned equal by a test: protocol
+# imports nothing above it).
+STREAM_CHUNK_RECORDS = 4096
+STREAM_FLUSH_MS = 100
+# The camp sampler's interval bounds (experiment.schema.json's): it runs at real-time
+# priority, and slots shorter than a sample would keep it on its core.
+CAMP_INTERVAL_MS = (1.0, 60_000.0)
+
+
+class StreamSpec(msgspec.Struct, kw_only=True):
+    """One stream of `setup`, as the experiment file's `streams:` section describes it
+    (datastream/writer.py's StreamConfig is built from it). Every field goes on the wire."""
+
+    enable: list[str] = []
+    disable: list[str] = []
+    ring_chunks: Count = 0
+    trigger: list[str] = []
+    chunk_records: Annotated[int, msgspec.Meta(ge=1)] = STREAM_CHUNK_RECORDS
+    flush_ms: Count = STREAM_FLUSH_MS
+    components: list[str] | None = None
+
+
+class CampSpec(msgspec.Struct, kw_only=True):
+    """What the camp sampler samples (None: everything there is); daemon/sampler.py's
+    CampConfig is built from it. Every field goes on the wire."""
+
+    interval_ms: Annotated[float, msgspec.Meta(ge=CAMP_INTERVAL_MS[0], le=CAMP_INTERVAL_MS[1])] = 100.0
+    interfaces: list[str] | None = None
+    disks: list[str] | None = None
+    processes: list[str] | None = None
+
+
 class Setup(Request, tag=SETUP, kw_only=True):
     run: str  # checked where it becomes a path (names.safe_name)
     host: str = ""
     components: list[ComponentSpec] = []
-    streams: dict[str, dict[str, Any]] | None = None
-    camp: dict[str, Any] | None = None
+    streams: dict[str, StreamSpec] | None = None
+    camp: CampSpec | None = None
     join_token: Annotated[bytes, msgspec.Meta(min_length=JOIN_TOKEN_BYTES)] | None = None
     share: bool = False
 
@@ -209,17 +244,28 @@ class Event(_Map, tag_field="t"):
     pass
 
 
+class WireError(_Map, kw_only=True):
+    """An error as it crosses the wire (never pickled): its exception's type and message,
+    its traceback (messages.error_map's, cut to fit a frame), and where it happened when
+    the sender says."""
+
+    type: str = "Error"
+    message: str = ""
+    traceback: str = ""
+    host: str | None = None
+    phase: str | None = None
+
+
+def wire_error(exc: BaseException) -> WireError:
+    """`exc` as it crosses the wire (messages.error_map's type, message and traceback)."""
+    return WireError(**error_map(exc))
+
+
 class ErrorEvent(Event, tag=ERROR, kw_only=True):
-    """An error: the answer to request `id`, or (none) an event of its own. The map is
-    `messages.error_map`'s: type, message, traceback, and any context."""
+    """An error: the answer to request `id`, or (none) an event of its own."""
 
-    error: dict[str, Any]
+    error: WireError
     id: int | None = None
-
-    def __post_init__(self) -> None:
-        wrong = [k for k in ("type", "message") if not isinstance(self.error.get(k, ""), str)]
-        if wrong:
-            raise ValueError(f"the error's {' and '.join(wrong)} must be text")
 
 
 class Output(Event, tag=OUTPUT, kw_only=True):
@@ -228,15 +274,18 @@ class Output(Event, tag=OUTPUT, kw_only=True):
     data: bytes
 
 
-class Exit(Event, tag=EXIT, kw_only=True):
+class Exit(Event, tag=EXIT, kw_only=True, omit_defaults=False):
+    """A component's process ended; every field goes on the wire, in the order the
+    daemon's map before typed messages had them."""
+
     component: str
     returncode: int
-    duration_s: float
     argv: list[str]
+    duration_s: float
+    expected: bool = False
+    forced: bool = False  # an older daemon's exit does not say
     ended_ns: int
     failed: bool
-    forced: bool = False  # an older daemon's exit does not say
-    expected: bool = False
 
 
 class Release(_Map, kw_only=True):
@@ -262,6 +311,18 @@ class ComponentAck(_Map, kw_only=True):
     ended: int | None = None
 
 
+class Clock(msgspec.Struct):
+    """A host's clock estimate at sync_clocks: its offset from the reference, a bound on it,
+    how many recent exchanges it rests on, and their timestamps' source (kernel, user;
+    reference for the reference host). The run record keeps it as it came
+    (runrecord.HostRecord.clock)."""
+
+    offset_ns: int
+    bound_ns: int
+    exchanges: int
+    source: str
+
+
 class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
     """One participant's ack of a step: the component's own (ComponentAck) and what its
     daemon adds: when it entered and acked, its clock then, the release, and for a launch
@@ -275,7 +336,7 @@ class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
     entry_clock: tuple[int, int] | None = None  # [offset_ns, bound_ns] from the reference at entry
     release: Release | None = None
     phases: list[str] | None = None
-    clock: dict[str, Any] | None = None
+    clock: Clock | None = None
     host: str | None = None
 
 
@@ -331,8 +392,12 @@ FROM_CHILD = ReplyFrame | ErrorEvent | Acks
 # -- replies ----------------------------------------------------------------------------------
 
 
-class Reply(_Map, kw_only=True):
-    """A reply with nothing the controller reads."""
+class Reply(Event, tag=REPLY, kw_only=True, omit_defaults=False):
+    """The answer to request `id`, as the daemon sends it, its fields beside the id: a reply
+    with nothing the controller reads, and the base of each that has. Every field goes on
+    the wire (the maps the daemon sent before typed messages said each)."""
+
+    id: int | None = None
 
 
 class HelloReply(Reply, kw_only=True):
@@ -346,17 +411,21 @@ class SetupReply(Reply, kw_only=True):
     root: str
 
 
+class EnterReply(Reply, kw_only=True):
+    accepted: Count  # the participants it takes
+
+
 class EndReply(Reply, kw_only=True):
     returncode: int | None
     forced: bool
 
 
-class FileEntry(_Map, kw_only=True):
+class FileEntry(_Map, kw_only=True, omit_defaults=False):
     component: str | None
     name: str
     path: str
-    size: Count
     missing: bool = False
+    size: Count
 
 
 class FilesReply(Reply, kw_only=True):
@@ -380,5 +449,6 @@ class TreeReply(Reply, kw_only=True):
     children: Count  # the children it joined
 
 
-REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, END: EndReply, FILES: FilesReply,
-                                   READ: ReadReply, CLKSYNC: ClksyncReply, RESET: ResetReply, TREE: TreeReply}
+REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, ENTER: EnterReply, END: EndReply,
+                                   FILES: FilesReply, READ: ReadReply, CLKSYNC: ClksyncReply,
+                                   RESET: ResetReply, TREE: TreeReply}

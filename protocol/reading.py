@@ -97,7 +97,3 @@ class Reader:
             return Refused(head.t, rid, f"unknown {self.what} type {head.t[:40]!r}")
         return Refused(head.t, rid, f"{self.what} {head.t[:40]!r} does not fit: {why}")
 
-
-def on_the_wire(message: msgspec.Struct) -> dict[str, Any]:
-    """The map `message` is on the wire, as a peer before typed messages decodes it."""
-    return msgspec.msgpack.decode(msgspec.msgpack.encode(message))

@@ -26,6 +26,7 @@ import msgspec
 
 from . import runjournal
 from .errors import NetspecError
+from .kinds import Clock
 from .runjournal import JOURNAL, journal_line
 from .runplan import PlanPair, PlanRecord
 from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarized
@@ -59,17 +60,6 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     left: list[str] = []
     removed: bool = False
     error: str = ""
-
-
-class Clock(msgspec.Struct):
-    """A host's clock estimate at sync_clocks: its offset from the reference, a bound on it,
-    how many recent exchanges it rests on, and their timestamps' source (kernel, user;
-    reference for the reference host)."""
-
-    offset_ns: int
-    bound_ns: int
-    exchanges: int
-    source: str
 
 
 class HostRecord(msgspec.Struct):

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -158,3 +159,8 @@ def load_record(run: Path) -> dict:
     """run.json of `run` (its journals folded) as plain JSON values, read through the typed
     record's one door (`read_run`), so that a test may compare it with what it expects."""
     return msgspec.to_builtins(read_run(run))
+
+
+def on_the_wire(message: msgspec.Struct) -> dict[str, Any]:
+    """The map `message` is on the wire, as a peer before typed messages decodes it."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(message))

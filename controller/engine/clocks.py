@@ -16,6 +16,7 @@ from typing import Any
 from netspec.clksync.client import VOLLEY
 from netspec.clksync.packets import KEY_BYTES
 from netspec.protocol import messages as m
+from netspec.protocol.runrecord import ClockSync
 
 from ..experiment.model import ClockService
 from ..hosts.fleet import DaemonClient
@@ -33,7 +34,7 @@ def probe_interval_ms(asked_ms: float, probers: int) -> float:
 
 
 async def start_clocks(service: ClockService, clients: dict[str, DaemonClient], addresses: dict[str, str],
-                       facts: dict[str, dict[str, Any]], deadline: float) -> dict[str, Any] | None:
+                       facts: dict[str, dict[str, Any]], deadline: float) -> ClockSync | None:
     """Start serving and probing; what run.json records of it (None with one host)."""
     if len(clients) < 2:
         return None
@@ -49,15 +50,15 @@ async def start_clocks(service: ClockService, clients: dict[str, DaemonClient], 
                            port=served.port, key=key, interval_ms=interval_ms,
                            timestamps=service.timestamps)
         for h in probers))
-    return {"reference": service.reference, "probers": len(probers), "asked_interval_ms": service.interval_ms,
-            "interval_ms": interval_ms, "reference_budget_per_s": REFERENCE_EXCHANGES_PER_S}
+    return ClockSync(reference=service.reference, probers=len(probers), asked_interval_ms=service.interval_ms,
+                     interval_ms=interval_ms, reference_budget_per_s=REFERENCE_EXCHANGES_PER_S)
 
 
-def stretched(clocks: dict[str, Any]) -> str:
+def stretched(clocks: ClockSync) -> str:
     """What the user is told of an interval longer than asked."""
-    return (f"clksync: {clocks['probers']} hosts probe the reference every {clocks['interval_ms']:.0f} ms, "
-            f"not {clocks['asked_interval_ms']:.0f} ms, so that it answers at most "
-            f"{clocks['reference_budget_per_s']:.0f} exchanges/s")
+    return (f"clksync: {clocks.probers} hosts probe the reference every {clocks.interval_ms:.0f} ms, "
+            f"not {clocks.asked_interval_ms:.0f} ms, so that it answers at most "
+            f"{clocks.reference_budget_per_s:.0f} exchanges/s")
 
 
 def reference_address(reference: str, host: str, addresses: dict[str, str],

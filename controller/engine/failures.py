@@ -17,7 +17,7 @@ from netspec.protocol.errors import (
     raise_if_any_failed,
     some_hosts,
 )
-from netspec.protocol.kinds import Ack
+from netspec.protocol.kinds import Ack, WireError
 
 from ..experiment.model import Component
 from ..record.results import ComponentResult
@@ -38,7 +38,7 @@ def step_failures(barrier: Barrier, first: NetspecError, results: dict[str, Comp
         for host, names in first.waiting.items():
             name = names[0]
             if name == m.NODE:
-                outcome[host] = RemoteError(host, {"type": "DeadlineExceeded", "message": late})
+                outcome[host] = RemoteError(host, WireError(type="DeadlineExceeded", message=late))
                 continue
             why = late
             if phase == "launch" and components[name].aware:
@@ -56,7 +56,7 @@ def ack_failure(results: dict[str, ComponentResult], host: str, name: str, phase
     """The error an error ack from participant `name` stands for."""
     reason = f"failed: {ack.message or 'error'}"
     if name == m.NODE:
-        return RemoteError(host, {"type": "netspecd", "message": ack.message or "error"})
+        return RemoteError(host, WireError(type="netspecd", message=ack.message or "error"))
     return ComponentFailed(results[name], phase, reason, ack.traceback)
 
 

@@ -21,6 +21,7 @@ from netspec.protocol import acksummary
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.runrecord import FanOutTree
 from netspec.protocol.wire import Packed, packed
 
 from ..hosts.fleet import DaemonClient
@@ -84,7 +85,7 @@ class FanOut:
         # (participants.StepPlans keeps each for the run): steps alike reuse them, alternating or not.
         self._parts: dict[int, tuple[dict[str, Any], dict[str, tuple[Packed, Packed, int]]]] = {}
 
-    async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> dict[str, Any] | None:
+    async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> FanOutTree | None:
         """Have every host with children in the tree connect to them (each at the address
         the controller reached it at); what run.json says of the tree (None: flat)."""
         tree = self.tree
@@ -94,7 +95,7 @@ class FanOut:
         await asyncio.gather(*(self.clients[p].request(m.TREE, deadline, during="connect", children=[
             {"host": c, "address": list(addresses[c]), "hosts": tree.subtree(c)} for c in tree.children(p)])
             for p in parents))
-        return {"width": tree.width, "depth": tree.depth(), "relays": len(parents), "first": list(tree.first)}
+        return FanOutTree(tree.width, tree.depth(), len(parents), list(tree.first))
 
     def send(self, enters: dict[str, list[dict[str, Any]]], fields: dict[str, Any],
              summarize: bool = False) -> dict[str, int] | int:

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from netspec.protocol import messages as m
 from netspec.protocol.errors import DeadlineExceeded, NetspecError
-from netspec.protocol.runrecord import ClockSync, FanOutTree, HostRecord
+from netspec.protocol.runrecord import HostRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan
@@ -113,8 +113,8 @@ class Fleet:
                               else c for c in specs]
                 await client.request(m.SETUP, deadline, run=rundir.id, host=name,
                                      components=components, join_token=join_token,
-                                     streams={s.name: s.wire() for s in plan.streams},
-                                     camp=plan.camp.wire() if plan.camp else None,
+                                     streams={s.name: s.spec() for s in plan.streams},
+                                     camp=plan.camp.spec() if plan.camp else None,
                                      share=self.share_hosts)
                 reached.append(name)
                 progress(Progress("count", CONNECTING, name, done=len(reached), total=len(names)))
@@ -146,13 +146,12 @@ class Fleet:
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc
         if tree is not None:
-            rundir.record.fan_out = FanOutTree(**tree)
+            rundir.record.fan_out = tree
             progress(Progress("notice", text=f"steps go through a fan-out tree: {len(self.hosts)} "
-                              f"hosts, {tree['width']} children at most, {tree['depth']} levels"))
+                              f"hosts, {tree.width} children at most, {tree.depth} levels"))
         if clocks is not None:
-            offset, bound = self.controller_offset
-            rundir.record.clksync = ClockSync(**clocks, controller_offset_ns=offset,
-                                              controller_offset_bound_ns=bound)
-            if clocks["interval_ms"] > clocks["asked_interval_ms"]:
+            clocks.controller_offset_ns, clocks.controller_offset_bound_ns = self.controller_offset
+            rundir.record.clksync = clocks
+            if clocks.interval_ms > clocks.asked_interval_ms:
                 progress(Progress("notice", text=stretched(clocks)))
         rundir.save()

@@ -371,4 +371,4 @@ def _streams(src: SourceFile, spec: dict[str, Any], names: list[str]) -> tuple[S
             with src.checking():
                 src.error("a trigger writes a ring stream's chunks: give ring_chunks too",
                       ("streams", name, "trigger"))
-    return tuple(StreamConfig.from_wire(name, stream) for name, stream in spec.items())
+    return tuple(StreamConfig.from_map(name, stream) for name, stream in spec.items())

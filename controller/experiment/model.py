@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 from netspec.datastream.writer import StreamConfig
-from netspec.protocol.kinds import ComponentSpec
+from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.runplan import PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
@@ -109,6 +109,10 @@ class CampService:
 
     def wire(self) -> dict[str, Any]:
         return asdict(self)
+
+    def spec(self) -> CampSpec:
+        """As `setup` sends it."""
+        return CampSpec(**asdict(self))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ protocol/kinds.py, and said back as the map it is)."""
 import asyncio
 
 from netspec.controller.hosts.fleet import DaemonClient, Lost
-from netspec.protocol.reading import on_the_wire
+from support import on_the_wire
 
 
 class Session:

@@ -61,6 +61,24 @@ def test_a_run_set_up_again_the_moment_its_connection_hangs_up_is_its_own_again(
     wait_for(lambda: not run_processes(run), timeout=10, what="the last run to end")
 
 
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"streams": {"s": {"ring_chunks": "4"}}}, r"\$\.streams\[\.\.\.\]\.ring_chunks"),
+    ({"streams": {"s": {"components": "one"}}}, r"\$\.streams\[\.\.\.\]\.components"),
+    ({"streams": {"s": {"chunk_records": 0}}}, r"\$\.streams\[\.\.\.\]\.chunk_records"),
+    ({"camp": {"interval_ms": 0.01}}, r"\$\.camp\.interval_ms"),
+    ({"camp": {"interval_ms": float("nan")}}, r"\$\.camp\.interval_ms"),
+    ({"camp": {"interfaces": 7}}, r"\$\.camp\.interfaces"),
+])
+def test_a_setup_whose_streams_or_camp_are_of_the_wrong_type_is_refused_naming_it_and_the_daemon_serves_on(
+        daemon, key, fields, field):
+    async def scenario():
+        async with Session(daemon.port, key) as s:
+            with pytest.raises(RemoteError, match=f"'setup' does not fit: .* `{field}`"):
+                await s.request("setup", run=session_run_id("r-streams"), host="a", components=[], **fields)
+            return await s.request("hello")
+    assert asyncio.run(scenario())["pid"] == daemon.proc.pid
+
+
 @pytest.mark.parametrize("timeout_s", [float("nan"), float("inf"), -1.0, 1e12, "5", True])
 def test_a_request_timeout_that_is_no_number_of_seconds_is_refused_and_the_daemon_serves_on(
         daemon, key, timeout_s):
@@ -95,7 +113,7 @@ def test_a_run_is_joined_only_with_its_token_and_its_host_and_a_joined_connectio
                                  ("setup", {"run": "x", "components": []})):
                 with pytest.raises(RemoteError) as caught:
                     await other.request(kind, **fields)
-                refused[kind] = caught.value.error["message"]
+                refused[kind] = caught.value.error.message
             alive = run_processes(run)
             await owner.request("reset", clean=True)
             return refused, alive
@@ -124,7 +142,7 @@ def test_a_tree_with_this_daemon_as_its_own_child_is_refused(daemon, key, child,
             with pytest.raises(RemoteError, match=r"hosts \['c'\] are in the subtrees of two children"):
                 await s.request("tree", children=[{"host": h, "address": ["127.0.0.1", daemon.port],
                                                    "hosts": [h, "c"]} for h in ("b", "d")])
-            return caught.value.error["message"], await s.request("hello")
+            return caught.value.error.message, await s.request("hello")
     said, hello = asyncio.run(scenario())
     assert said == message.format(run=run) and hello["pid"] == daemon.proc.pid
 
@@ -139,7 +157,7 @@ def test_a_setup_beside_another_controllers_live_run_is_refused_naming_it_unless
                 await two.request("setup", run=second, host="a", components=[])
             shared = await two.request("setup", run=second, host="a", components=[], share=True)
             peer = "{}:{}".format(*one.client.channel.transport.get_extra_info("sockname")[:2])
-            return caught.value.error["message"], shared, peer
+            return caught.value.error.message, shared, peer
     refused, shared, peer = asyncio.run(scenario())
     assert refused == (f"this host is in use by run '{first}' (set up by the controller at {peer}); a run "
                        "shares a host only when asked to (ns_control run --share-hosts)")

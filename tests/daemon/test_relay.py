@@ -11,7 +11,7 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.kinds import Ack
-from netspec.protocol.reading import on_the_wire
+from support import on_the_wire
 
 
 def _ack(component, status=m.ACK_OK, **more):

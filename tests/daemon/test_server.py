@@ -18,9 +18,8 @@ from netspec.protocol import messages as m
 from netspec.protocol.auth import _mac
 from netspec.protocol.errors import AuthError, RemoteError
 from netspec.protocol.exits import run_processes
-from netspec.protocol.reading import on_the_wire
 from netspec.protocol.wire import encode
-from support import PROGRAMS, session_run_id, wait_for
+from support import PROGRAMS, on_the_wire, session_run_id, wait_for
 
 
 async def _client(port: int, key: bytes, events=None) -> tuple[DaemonClient, asyncio.Task]:

@@ -17,7 +17,7 @@ from netspec.daemon.supervisor import Supervisor
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import children, descendants, ending_told, run_processes
 from netspec.protocol.kinds import ComponentSpec
-from support import PROGRAMS, session_run_id, wait_for
+from support import PROGRAMS, on_the_wire, session_run_id, wait_for
 
 RUN_RESET = session_run_id("run-reset")
 RUN_EXIT = session_run_id("run-exit")
@@ -276,8 +276,8 @@ class Outbox:
     def __init__(self):
         self.events: list[dict] = []
 
-    def emit(self, message: dict) -> None:
-        self.events.append(message)
+    def emit(self, message) -> None:
+        self.events.append(on_the_wire(message))  # as the map it is on the wire
 
     async def drain(self) -> None:
         pass

@@ -7,6 +7,7 @@ from netspec.protocol.errors import (
     RemoteError,
     StepFailed,
 )
+from netspec.protocol.kinds import WireError
 
 
 def test_messages_name_who_and_where():
@@ -16,7 +17,7 @@ def test_messages_name_who_and_where():
         "phase 'run', host b: connection lost (reset by peer)"
     assert str(DeadlineExceeded("run", {"b": ["client"], "a": ["x", "y"]}, 2.5)) == \
         "phase 'run': deadline of 2.5 s passed, still waiting for host a: x, y; host b: client"
-    assert str(RemoteError("a", {"type": "KeyError", "message": "'x'"})) == "host a: KeyError: 'x'"
+    assert str(RemoteError("a", WireError(type="KeyError", message="'x'"))) == "host a: KeyError: 'x'"
 
 
 def test_component_failed_shows_command_exit_and_the_last_ten_lines():
@@ -31,7 +32,7 @@ def test_component_failed_shows_command_exit_and_the_last_ten_lines():
 
 
 def test_step_failed_tells_succeeded_from_failed_hosts():
-    cause = RemoteError("b", {"type": "X", "message": "y"})
+    cause = RemoteError("b", WireError(type="X", message="y"))
     error = StepFailed("run", {"a": [{"status": "ok"}], "b": cause})
     assert str(error) == "phase 'run' failed on b"
     assert error.failed == {"b": cause} and list(error.succeeded) == ["a"]

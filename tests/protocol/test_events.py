@@ -87,3 +87,21 @@ def test_no_reply_from_the_wire_breaks_the_reading_and_a_read_it_takes_makes_pro
         return
     if kind == m.READ and events.read_problem(size, reply) is None:
         assert len(reply.data) <= size and (reply.data or reply.eof is True)
+
+
+def test_a_clock_estimate_that_is_not_one_is_refused_where_it_is_read_naming_the_field():
+    good = {"offset_ns": -61, "bound_ns": 812, "exchanges": 21, "source": "kernel"}
+    assert _read({**ACK, "clock": good}).clock == k.Clock(-61, 812, 21, "kernel")
+    for bad, field in (({**good, "offset_ns": "soon"}, "Expected `int`, got `str` - at `$.clock.offset_ns`"),
+                       ({**good, "source": None}, "Expected `str`, got `None` - at `$.clock.source`"),
+                       ([1, 2, 3, 4], "Expected `object | null`, got `array` - at `$.clock`")):
+        said = _refused({**ACK, "step": 0, "component": m.NODE, "clock": bad})
+        assert said == f"event 'ack' does not fit: {field}"
+
+
+def test_an_error_whose_fields_are_of_the_wrong_type_is_refused_where_it_is_read_naming_the_field():
+    error = {"type": "OSError", "message": "disk full", "traceback": "...", "host": "a", "phase": "work"}
+    assert _read({"t": m.ERROR, "error": error, "id": 3}) == k.ErrorEvent(error=k.WireError(**error), id=3)
+    assert _read({"t": m.ERROR, "error": {}}).error == k.WireError()
+    for field, value in (("type", 5), ("message", ["x"]), ("traceback", b"x"), ("host", 1), ("phase", {})):
+        assert f"at `$.error.{field}`" in _refused({"t": m.ERROR, "error": {**error, field: value}})

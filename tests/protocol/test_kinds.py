@@ -11,6 +11,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.wire import MAX_OBJECTS, encode, packed
+from support import on_the_wire
 
 REQUESTS = reading.Reader(k.REQUESTS, "request")
 
@@ -56,7 +57,7 @@ def test_a_typed_message_is_on_the_wire_the_map_it_was():
     assert FROM_DAEMON(encode(ack)[4:]) == ack
     # An empty message, no published values: left out, as before.
     empty = k.Ack(status=m.ACK_OK, step=0, component="c", entered=1, acked=2)
-    assert "message" not in reading.on_the_wire(empty)
+    assert "message" not in on_the_wire(empty)
 
 
 def test_every_stamp_an_ack_declares_reaches_its_step_entry_through_the_wire_and_a_summary():
@@ -82,3 +83,14 @@ def test_a_components_ack_is_read_as_what_a_component_may_say():
     assert set(k.ComponentAck.__struct_fields__) < set(k.Ack.__struct_fields__)
     with pytest.raises(msgspec.ValidationError, match=r"at `\$\.started`"):
         msgspec.convert({"status": "ok", "started": "soon"}, k.ComponentAck)
+
+
+def test_a_stream_of_setup_defaults_to_what_the_writer_does_and_goes_on_the_wire_as_the_map_it_was():
+    from netspec.datastream.format import DEFAULT_CHUNK_RECORDS, DEFAULT_FLUSH_MS
+    from netspec.datastream.writer import StreamConfig
+    assert (k.STREAM_CHUNK_RECORDS, k.STREAM_FLUSH_MS) == (DEFAULT_CHUNK_RECORDS, DEFAULT_FLUSH_MS)
+    config = StreamConfig("s", enable=("A",), ring_chunks=4, trigger=("A/x",), components=("c",))
+    assert StreamConfig.from_wire("s", config.spec()) == config == StreamConfig.from_map("s", config.wire())
+    assert on_the_wire(config.spec()) == {"enable": ["A"], "disable": [], "ring_chunks": 4,
+                                          "trigger": ["A/x"], "chunk_records": 4096, "flush_ms": 100,
+                                          "components": ["c"]}

@@ -8,6 +8,7 @@ import signal
 import msgspec
 import pytest
 from netspec.controller.engine import release
+from netspec.controller.engine.clocks import stretched
 from netspec.controller.engine.fanout import FanOut, Tree
 from netspec.controller.experiment.load import load
 from netspec.controller.hosts.fleet import DaemonClient, Lost
@@ -18,10 +19,10 @@ from netspec.protocol.errors import ConfigError, ProtocolError, RemoteError
 from netspec.protocol.events import FROM_DAEMON
 from netspec.protocol.exits import run_processes
 from netspec.protocol.kinds import Ack
-from netspec.protocol.reading import Refused, on_the_wire
-from netspec.protocol.runrecord import Release, Step
+from netspec.protocol.reading import Refused
+from netspec.protocol.runrecord import ClockSync, Release, Step
 from netspec.protocol.wire import packed
-from support import latest_record, ns_control, session_run_id, start_run
+from support import latest_record, ns_control, on_the_wire, session_run_id, start_run
 
 
 def _hosts(n: int) -> tuple[str, ...]:
@@ -280,3 +281,10 @@ def test_a_relay_killed_mid_step_fails_the_run_and_every_hosts_files_are_still_g
         assert record["hosts"][host].get("streams"), host
         assert (tmp_path / "runs" / "latest" / "hosts" / host / f"c{host[1:]}" / "exit.json").exists()
     assert not run_processes(record["id"])
+
+
+def test_the_clock_service_a_run_records_is_the_typed_record_the_user_is_told_of():
+    clocks = ClockSync(reference="h0", probers=59, asked_interval_ms=200.0, interval_ms=295.0,
+                       reference_budget_per_s=800.0)
+    assert stretched(clocks) == ("clksync: 59 hosts probe the reference every 295 ms, not 200 ms, so that "
+                                 "it answers at most 800 exchanges/s")

@@ -7,6 +7,7 @@ from netspec.controller.engine.summary import LISTED_OK, error_lines
 from netspec.controller.engine.terminal import Terminal
 from netspec.controller.record.results import ComponentResult
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
+from netspec.protocol.kinds import WireError
 
 
 def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
@@ -41,7 +42,7 @@ def test_hosts_that_failed_alike_are_one_line_each_cause_and_a_host_alone_keeps_
     for i in range(12, 15):
         failed[f"h{i}"] = ComponentFailed(ComponentResult(f"h{i}", f"c{i}", ["actor.py"]), "collect",
                                           f"failed: c{i} did not end within 2 s of SIGKILL")
-    failed["x"] = RemoteError("x", {"type": "OSError", "message": "disk full"})
+    failed["x"] = RemoteError("x", WireError(type="OSError", message="disk full"))
     for host, port in (("p1", 7001), ("p2", 7002)):  # alike but for their addresses
         failed[host] = ConnectionLost(host, "collect", f"cannot connect to 127.0.0.1:{port}: Connect call "
                                       f"failed ('127.0.0.1', {port})")

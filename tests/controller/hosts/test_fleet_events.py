@@ -66,7 +66,8 @@ def test_a_daemon_that_sends_a_malformed_event_is_dropped_naming_what_it_sent():
 def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_host():
     def reply(kind, fields):
         return reading.reply(kind, _read({"t": m.REPLY, "id": 1, **fields}))
-    assert reply(m.HELLO, {"pid": 1, "protocol": 5, "facts": {}}) == k.HelloReply(pid=1, protocol=5, facts={})
+    hello = reply(m.HELLO, {"pid": 1, "protocol": 5, "facts": {}})
+    assert hello == k.HelloReply(id=1, pid=1, protocol=5, facts={})
     assert events.read_problem(10, reply(m.READ, {"data": b"", "eof": False})) == (
         "a reply to read of 0 bytes (eof False) for 10 asked")  # the controller would read for ever
     assert events.read_problem(10, reply(m.READ, {"data": b"x" * 11, "eof": True})).startswith(
