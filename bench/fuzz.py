@@ -64,6 +64,7 @@ from protoflood import flood  # noqa: E402
 from protofuzz import THREAD_CEILING, Fuzz, digest  # noqa: E402
 
 HANG_S = 15.0
+SETTLE_S = 20.0  # the last sessions' resets, at most, before what the daemon holds is a leak
 PRE_AUTH_SHARE = 0.4
 CONCURRENT_CONNECTIONS = 32
 CONCURRENT_SESSIONS = 8
@@ -223,8 +224,7 @@ def frames_section(workdir: Path, key_file: Path, key: bytes, frames: int, seed:
         if crashed:
             print("the daemon died; its log ends:", *daemon.log_tail(30), sep="\n")
         after_hello = None if crashed else asyncio.run(hello_time(daemon.port, key))
-        time.sleep(3)  # the last sessions' resets
-        marks["end"] = daemon.held() if not crashed else {}
+        marks["end"] = _settled(daemon, marks["warm"]) if not crashed else {}
     finally:
         daemon.stop()
     warm, end = marks["warm"], marks.get("end", {})
@@ -554,3 +554,15 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _settled(daemon, warm: dict, deadline_s: float = SETTLE_S) -> dict:
+    """What the daemon holds once its last sessions' resets are done: its fds and children
+    back to what it held after the warm-up, or as they are at the deadline (then a leak)."""
+    give_up = time.monotonic() + deadline_s
+    while True:
+        held = daemon.held()
+        back = held["fds"] <= warm["fds"] and held["children"] <= warm["children"]
+        if back or time.monotonic() > give_up:
+            return held
+        time.sleep(0.1)
