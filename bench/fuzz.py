@@ -552,10 +552,6 @@ def main() -> int:
     return 1 if any(result[k] for k in bad) or state.get("findings") else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _settled(daemon, warm: dict, deadline_s: float = SETTLE_S) -> dict:
     """What the daemon holds once its last sessions' resets are done: its fds and children
     back to what it held after the warm-up, or as they are at the deadline (then a leak)."""
@@ -566,3 +562,8 @@ def _settled(daemon, warm: dict, deadline_s: float = SETTLE_S) -> dict:
         if back or time.monotonic() > give_up:
             return held
         time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
