@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from .errors import NetspecError
+from .versioned import decode_versioned
 
 CAMPAIGN_FORMAT = 1
 CAMPAIGN_FILE = "campaign.json"
@@ -80,10 +81,6 @@ class CampaignRecord(msgspec.Struct, kw_only=True):
         return [r for p in self.points for r in p.runs]
 
 
-class _Format(msgspec.Struct):
-    format: int = 1
-
-
 def encode(record: CampaignRecord) -> bytes:
     """The record as it is written: JSON indented (a campaign's checkpoint is small, and read
     by people resuming it)."""
@@ -91,22 +88,8 @@ def encode(record: CampaignRecord) -> bytes:
 
 
 def decode(data: bytes, where: str) -> CampaignRecord:
-    """A campaign.json's bytes as the typed record.
-
-    Raises:
-        NetspecError: naming `where`, when it is not JSON, not a campaign record (a key of the
-            wrong type, named with its place), or of a format newer than this netspec reads.
-    """
-    try:
-        version = msgspec.json.decode(data, type=_Format).format
-        if version > CAMPAIGN_FORMAT:
-            raise NetspecError(f"{where} has format {version}; this netspec reads up to "
-                               f"{CAMPAIGN_FORMAT}: upgrade netspec")
-        return msgspec.json.decode(data, type=CampaignRecord)
-    except msgspec.ValidationError as exc:
-        raise NetspecError(f"{where}: not a campaign record: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
+    """A campaign.json's bytes as the typed record (Raises: NetspecError, as `decode_versioned`)."""
+    return decode_versioned(data, where, CampaignRecord, CAMPAIGN_FORMAT, "campaign record")
 
 
 def read_campaign(campaign: Path) -> CampaignRecord:

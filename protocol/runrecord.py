@@ -30,6 +30,7 @@ from .kinds import Clock
 from .runjournal import JOURNAL, journal_line
 from .runplan import PlanPair, PlanRecord
 from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarized
+from .versioned import decode_versioned
 
 __all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
            "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostRecord", "Program",
@@ -233,12 +234,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
         return texts
 
 
-class _Format(msgspec.Struct):
-    format: int = 1
-
-
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(RunRecord)
 
 
 def encode(record: RunRecord | Step) -> bytes:
@@ -248,27 +244,8 @@ def encode(record: RunRecord | Step) -> bytes:
 
 
 def decode(data: bytes, where: str) -> RunRecord:
-    """A run.json's bytes as the typed record.
-
-    Raises:
-        NetspecError: naming `where`, when it is not JSON, not a run record (a key of the
-            wrong type, named with its place), or of a format newer than this netspec reads.
-    """
-    try:
-        version = msgspec.json.decode(data, type=_Format).format
-    except msgspec.ValidationError as exc:
-        raise NetspecError(f"{where}: not a run record: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise NetspecError(f"{where}: not a JSON object ({exc})") from None
-    if version > RUN_FORMAT:
-        raise NetspecError(f"{where} has format {version}; this netspec reads up to {RUN_FORMAT}: "
-                           "upgrade netspec")
-    try:
-        return _DECODER.decode(data)
-    except msgspec.ValidationError as exc:
-        if "missing required field `format`" in str(exc):  # the first records did not say
-            return msgspec.convert({**msgspec.json.decode(data), "format": 1}, RunRecord)
-        raise NetspecError(f"{where}: not a run record: {exc}") from None
+    """A run.json's bytes as the typed record (Raises: NetspecError, as `decode_versioned`)."""
+    return decode_versioned(data, where, RunRecord, RUN_FORMAT, "run record")
 
 
 def read_run(run: Path) -> RunRecord:
