@@ -194,9 +194,6 @@ def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return out
 
 
-EVENT_COLUMNS = ("ts", "bound_ns", "host", "component", "entity", "kind", "tag", "value", "data")
-
-
 def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
            entity: str = "", tag: int | None = None, since_ms: float | None = None,
            until_ms: float | None = None, offset: int = 0, limit: int = 100,
