@@ -308,6 +308,13 @@ async def join(session: Session, request: k.Join) -> k.Reply:
     return k.Reply()
 
 
+async def fault(session: Session, request: k.Fault) -> k.Reply:
+    """A fault of the experiment's schedule, done at its instant (daemon/faults.py); its
+    report follows as an event of its own (`FaultDone`)."""
+    own_run(session, "schedule a fault in").faults.schedule(request)
+    return k.Reply()
+
+
 async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
     async with session.lifecycle:
         if session.supervisor is not None:
@@ -319,7 +326,7 @@ async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
 
 HANDLERS: dict[type[k.Request], Handler] = {
     k.Hello: hello, k.Setup: setup, k.End: end, k.Reset: reset, k.Files: files,
-    k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join,
+    k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join, k.Fault: fault,
 }
 # Requests answered as they are read, without a task of their own.
 INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], k.Reply]] = {k.Enter: enter}

@@ -29,6 +29,7 @@ from . import release
 from .barrier import Barrier
 from .events import Inbox, Underway
 from .failures import step_failures
+from .faults import Faults
 from .guard import Failure, guard
 from .participants import StepPlans
 from .reach import Fleet
@@ -42,8 +43,9 @@ class Steps:
 
     def __init__(self, plan: Plan, fleet: Fleet, rundir: RunDir, results: dict[str, ComponentResult],
                  progress: ProgressSink, saves: Saves, stragglers: Stragglers, inbox: Inbox,
-                 now: Underway, failure: Failure):
+                 now: Underway, failure: Failure, faults: Faults):
         self.fleet, self.rundir, self.results, self.progress = fleet, rundir, results, progress
+        self.faults = faults
         self.saves, self.stragglers, self.inbox = saves, stragglers, inbox
         self.now, self.failure = now, failure
         self.components = {c.name: c for c in plan.components}
@@ -87,6 +89,11 @@ class Steps:
                 lead = release.lead_s(step, len(plan.participants))
                 record.release = release.planned(lead, self.fleet.controller_offset[0])
                 scheduled = {"release_ns": record.release.instant_ns}
+            # The phase starts at its release instant, or now: its faults are due from then.
+            begins = record.release.instant_ns
+            if begins is None:
+                begins = release.instant_ns(0, self.fleet.controller_offset[0])
+            self.faults.phase_started(step.phase, begins, index == 0)
             sent = fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                               "deadline_s": step.deadline_s,
                                               "published": inbox.published, **scheduled}, summarize)

@@ -21,6 +21,7 @@ from netspec.protocol.messages import NODE
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
+from .faults import faults_of
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -116,12 +117,13 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     campaign = (src.checked(campaign_of, src, data, hosts, components)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
+    faults = faults_of(src, data.get("faults") or [], hosts, components, schedule, data.get("fan_out"))
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"))
+                data.get("fan_out"), faults)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

@@ -152,6 +152,24 @@ class Campaign:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A fault of the file's `faults:` (faults.py): `kind` done to `target` (a component, or
+    a host for pressure) on `host`, `after_s` from the start of the first step of `phase`
+    (None: from the run's first step), lasting `for_s` (a pause, a pressure), of `size`
+    bytes (memory, disk) or `workers` busy processes (cpu)."""
+
+    kind: str
+    target: str
+    host: str
+    after_s: float = 0.0
+    phase: str | None = None
+    for_s: float | None = None
+    size: int | None = None
+    workers: int | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -172,6 +190,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
+    faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -191,7 +210,7 @@ class Plan:
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out}
+                    "fan_out": self.fan_out, "faults": [asdict(f) for f in self.faults]}
         return msgspec.convert(resolved, PlanRecord)
 
     def filter_files(self) -> list[str]:
