@@ -138,6 +138,9 @@ class Faults:
                     await asyncio.shield(comp.exited)
             report.effect = (f"it {_end(comp)}" if comp.exited.done()
                              else f"it was not seen to end within {within:g} s")
+            if comp.exited.done():  # its exit as the daemon saw it, if that came before /proc's
+                seen = comp.exited.result()["ended_ns"]
+                report.effect_ns = seen if report.effect_ns is None else min(report.effect_ns, seen)
             if report.effect_ns is None:
                 report.error = f"not seen to end within {within:g} s of its {sig.name}"
             return
