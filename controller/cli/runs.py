@@ -13,6 +13,7 @@ from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..engine import summary
+from ..engine.faults import fault_lines
 from ..engine.runner import merge
 from ..engine.terminal import TERMINAL, print_lines
 from ..record.rundir import find_run, list_runs, settle
@@ -143,7 +144,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        print_lines([*run_differences(paths), *report_lines(table)])
+        # each run's faults, their instants against their effects (engine/faults.py)
+        faults = [line for path in paths for line in fault_lines(read_run(path))]
+        print_lines([*run_differences(paths), *report_lines(table), *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)
