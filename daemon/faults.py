@@ -10,7 +10,9 @@ schedule", protocol/exits.py), and their effect is its process seen gone from /p
 runs in processes of its own that carry the run's id (a reset ends them): `workers` busy
 loops (cpu), `size` bytes touched and held resident (memory), `size` bytes written and
 synced to a file in the run's directory, removed after (disk); what each did is measured
-from what the kernel says of it (its rusage, the file's blocks).
+from what the kernel says of it (its rusage, the file's blocks). A partition or heal is the
+run's link conditions toward one peer (netspec.links, the run's `LinkSet`): its effect, the
+first packet the partition's rule dropped, from the rule's own counter.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.links import Refused
+from netspec.links.kernel import ToolFailed
+from netspec.links.nfqueue import QueueError
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import describe_returncode, signal_pids
+from netspec.protocol.links import LinkCondition, LinkRule
 
 from . import release
 from .orphans import SPAWNED
@@ -45,8 +52,9 @@ FAULT_STREAM = "faults"
 SEEN_WITHIN_S = 2.0  # how long an effect (an exit, a state in /proc) is looked for
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
-PRESSURE_GRACE_S = 5.0
-REAP_EVERY_S = 0.01  # past its length, before a pressure's process is killed
+PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
+REAP_EVERY_S = 0.01  # how often a pressure's process is looked for ended
+COUNT_EVERY_S = 0.01  # how often a partition's drop counter is read (each read runs nft)
 MEMORY_SHARE = 0.5  # a memory pressure takes at most this share of MemAvailable
 DISK_SHARE = 0.5  # a disk pressure takes at most this share of the free space
 _CPU = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
@@ -100,7 +108,7 @@ class Faults:
     async def _run(self, request: k.Fault) -> None:
         at, said = release.local_instant(self.sup.services.clock, request.at_ns)
         est = self.sup.services.clock.estimate(at)
-        target = request.component or self.sup.host
+        target = request.component or (request.rule.peer if request.rule is not None else self.sup.host)
         report = k.FaultDone(index=request.index, kind=request.fault, target=target, at_ns=at,
                              offset_ns=None if est is None else est.offset_ns,
                              bound_ns=said.get("bound_ns"), unsynchronised=said.get("unsynchronised", False),
@@ -110,9 +118,12 @@ class Faults:
         try:
             if request.component is not None:
                 await self._component(request, self.sup.components[request.component], report)
+            elif request.rule is not None:
+                await self._link(request, request.rule, report)
             else:
                 await self._pressure(request, report)
-        except OSError as exc:  # a pressure's process or file could not be made: said, not the run's end
+        except (OSError, Refused, ToolFailed, QueueError) as exc:
+            # a pressure's process or file, or a link's rule, could not be made: said, not the run's end
             report.error = f"{request.fault}: {exc}"
         self._log(report)
         log.info("run %s: fault %d %s %s: %s%s", self.sup.run_id, request.index, request.fault, target,
@@ -158,6 +169,33 @@ class Faults:
                 _signal(comp, signal.SIGCONT)
                 comp.paused = False
                 report.ended_ns = await asyncio.to_thread(_seen, pid, _running, SEEN_WITHIN_S)
+
+    async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
+        """The direction from this host to `rule`'s peer partitioned (or healed: `rule`'s
+        condition put back), in effect when its rules are; a partition's effect is the first
+        packet its rule's counter dropped, looked for every COUNT_EVERY_S while it holds."""
+        links = self.sup.services.link_set(request.exclude_tcp, request.exclude_udp)
+        applied = await asyncio.to_thread(links.apply, [rule])
+        report.done_ns = applied.applied_ns
+        report.measured = {"apply_s": (applied.applied_ns - applied.began_ns) / 1e9}
+        if request.fault == "heal":
+            report.effect = f"toward {rule.peer}: {rule.condition.said()} (as links: holds it)"
+            return
+        until = time.monotonic() + (request.for_s if request.for_s is not None else SEEN_WITHIN_S)
+        while time.monotonic() < until:
+            stats = (await asyncio.to_thread(links.stats)).peers.get(rule.peer)
+            if stats is not None and stats.partitioned:
+                report.effect_ns = time.time_ns()
+                report.measured["dropped_at_first"] = float(stats.partitioned)
+                break
+            await asyncio.sleep(COUNT_EVERY_S)
+        report.effect = (f"toward {rule.peer}: its rule's counter dropped a first packet" if report.effect_ns
+                         else f"toward {rule.peer}: no packet dropped while it was looked for")
+        if request.for_s is not None:
+            await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
+            back = msgspec.structs.replace(rule, condition=request.restore or LinkCondition())
+            restored = await asyncio.to_thread(links.apply, [back])
+            report.ended_ns = restored.applied_ns
 
     async def _pressure(self, request: k.Fault, report: k.FaultDone) -> None:
         assert request.for_s is not None

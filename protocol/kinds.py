@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .links import LinkOffer, LinkRule, Placement
+from .links import LinkCondition, LinkOffer, LinkRule, Placement
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -237,33 +237,44 @@ class Join(Request, tag=JOIN, kw_only=True):
 
 
 FAULT = "fault"  # a fault of the experiment's schedule (controller -> daemon), and its report back
-FAULT_KINDS = ("kill", "terminate", "pause", "resume", "cpu", "memory", "disk")
+FAULT_KINDS = ("kill", "terminate", "pause", "resume", "cpu", "memory", "disk", "partition", "heal")
 COMPONENT_FAULTS = ("kill", "terminate", "pause", "resume")
+PRESSURE_FAULTS = ("cpu", "memory", "disk")
+LINK_FAULTS = ("partition", "heal")
 
 
 class Fault(Request, tag=FAULT, kw_only=True):
     """A fault of the schedule, done on this host at `at_ns` of the reference clock
-    (daemon/faults.py): to `component` (kill, terminate, pause, resume) or to the host itself
-    (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy processes).
+    (daemon/faults.py): to `component` (kill, terminate, pause, resume), to the host itself
+    (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy processes), or
+    to the direction from this host to `rule`'s peer (partition: `rule` the partition, for
+    `for_s` if given, then `restore`'s condition; heal: `rule` the condition restored), never
+    conditioning netspec's own ports (`exclude_tcp`, `exclude_udp`, as `Links`').
     `index` is its place in the plan's `faults`; a pause with `for_s` is resumed after it."""
 
     index: Count
-    fault: Literal["kill", "terminate", "pause", "resume", "cpu", "memory", "disk"]  # its kind
+    fault: Literal["kill", "terminate", "pause", "resume", "cpu", "memory", "disk", "partition", "heal"]
     at_ns: int
     component: str | None = None
     for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_S)] | None = None
     size: Annotated[int, msgspec.Meta(gt=0, le=1 << 40)] | None = None
     workers: Annotated[int, msgspec.Meta(gt=0, le=256)] | None = None
+    rule: LinkRule | None = None
+    restore: LinkCondition | None = None
+    exclude_tcp: list[Port] = []
+    exclude_udp: list[Port] = []
 
     def __post_init__(self) -> None:
         if (self.fault in COMPONENT_FAULTS) != (self.component is not None):
             needs = "needs" if self.fault in COMPONENT_FAULTS else "takes no"
             raise ValueError(f"a {self.fault} fault {needs} component")
-        if self.fault in ("cpu", "memory", "disk") and self.for_s is None:
+        if (self.fault in LINK_FAULTS) != (self.rule is not None):
+            needs = "needs" if self.fault in LINK_FAULTS else "takes no"
+            raise ValueError(f"a {self.fault} fault {needs} rule")
+        if self.fault in PRESSURE_FAULTS and self.for_s is None:
             raise ValueError(f"a {self.fault} fault needs for_s")
         if self.fault in ("memory", "disk") and self.size is None:
             raise ValueError(f"a {self.fault} fault needs size")
-
 
 
 class Links(Request, tag=LINKS, kw_only=True):

@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import msgspec
 from netspec.protocol import kinds as k
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.links import LinkCondition, LinkRule
 from netspec.protocol.runrecord import FaultRecord, RunRecord
 
-from ..experiment.model import Fault
-from ..hosts.fleet import DaemonClient
+from ..experiment.model import Fault, Plan
 from ..record.progress import Progress, ProgressSink
+from .reach import Fleet
 
 SEND_DEADLINE_S = 10.0  # a fault's request answered (it is only scheduled then) within this
+SSH_PORT = 22  # never partitioned: the controller reaches SSH hosts through it
 
 
 class Faults:
@@ -29,41 +32,56 @@ class Faults:
     `phase_started` at each step's start; `done` for each report a host sends; `settle` as
     the run ends: a fault never done says why in its record."""
 
-    def __init__(self, faults: tuple[Fault, ...], clients: dict[str, DaemonClient], record: RunRecord,
-                 progress: ProgressSink, trouble: Callable[[str, str, str, str], None]):
-        self.faults, self.clients, self.progress, self.trouble = faults, clients, progress, trouble
+    def __init__(self, plan: Plan, fleet: Fleet, record: RunRecord, progress: ProgressSink,
+                 trouble: Callable[[str, str, str, str], None]):
+        self.faults, self.fleet, self.progress, self.trouble = plan.faults, fleet, progress, trouble
         self.record = record
+        faults = plan.faults
+        # What `links:` holds of each direction from each step on: what a partition gives back.
+        self.link_states = plan.link_states() if any(f.kind in k.LINK_FAULTS for f in faults) else []
         record.faults = [FaultRecord(index=i, kind=f.kind, target=f.target, host=f.host, phase=f.phase,
                                      after_s=f.after_s) for i, f in enumerate(faults)]
         self.started: set[str] = set()
         self.tg: asyncio.TaskGroup | None = None
 
-    def phase_started(self, phase: str, instant_ns: int, first: bool) -> None:
-        """The first step of `phase` starts at `instant_ns` on the reference clock (`first`:
-        the run's first step): each fault of that phase (and with `first`, each of no phase)
-        is sent to its host."""
+    def phase_started(self, phase: str, instant_ns: int, index: int) -> None:
+        """The first step of `phase`, step `index`, starts at `instant_ns` on the reference
+        clock: each fault of that phase (and at the run's first step, each of no phase) is
+        sent to its host."""
         if phase in self.started:
             return
         self.started.add(phase)
-        for index, fault in enumerate(self.faults):
-            if fault.phase == phase or (first and fault.phase is None):
+        for number, fault in enumerate(self.faults):
+            if fault.phase == phase or (index == 0 and fault.phase is None):
                 planned = instant_ns + round(fault.after_s * 1e9)
-                self.record.faults[index].planned_ns = planned
+                self.record.faults[number].planned_ns = planned
                 assert self.tg is not None
-                self.tg.create_task(self._send(index, fault, planned))
+                self.tg.create_task(self._send(number, fault, planned, index))
 
-    async def _send(self, index: int, fault: Fault, at_ns: int) -> None:
-        client = self.clients.get(fault.host)
+    async def _send(self, number: int, fault: Fault, at_ns: int, step: int) -> None:
+        client = self.fleet.clients.get(fault.host)
         try:
             if client is None:
                 raise NetspecError(f"host {fault.host} is not connected")
             given = {"component": fault.target if fault.kind in k.COMPONENT_FAULTS else None,
-                     "for_s": fault.for_s, "size": fault.size, "workers": fault.workers}
+                     "for_s": fault.for_s, "size": fault.size, "workers": fault.workers,
+                     **(self._link(fault, step) if fault.kind in k.LINK_FAULTS else {})}
             await client.request(k.FAULT, asyncio.get_running_loop().time() + SEND_DEADLINE_S,
-                                 index=index, fault=fault.kind, at_ns=at_ns,
+                                 index=number, fault=fault.kind, at_ns=at_ns,
                                  **{key: value for key, value in given.items() if value is not None})
         except NetspecError as exc:
-            self._failed(index, f"not scheduled on host {fault.host}: {exc}")
+            self._failed(number, f"not scheduled on host {fault.host}: {exc}")
+
+    def _link(self, fault: Fault, step: int) -> dict[str, object]:
+        """A partition's or heal's rule: the direction from its host to its peer (at the
+        address its host reaches it), partitioned, or put back to what `links:` holds from
+        step `step` on; never on netspec's own ports (SSH's, the daemons')."""
+        held = self.link_states[step].get((fault.host, fault.target), LinkCondition())
+        address = self.fleet.addresses[fault.target]
+        rule = LinkRule(peer=fault.target, address=address,
+                        condition=LinkCondition(partition=True) if fault.kind == "partition" else held)
+        ports = sorted({SSH_PORT, *(port for _, port in self.fleet.endpoints.values())})
+        return {"rule": msgspec.to_builtins(rule), "restore": msgspec.to_builtins(held), "exclude_tcp": ports}
 
     def done(self, host: str, report: k.FaultDone) -> None:
         """A host's report of fault `report.index`: its audit in run.json, said live."""

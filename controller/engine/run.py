@@ -55,8 +55,7 @@ class Run:
                                      partial(end_component, self.fleet.clients))
         self.inbox = Inbox(self.results, rundir, self.fleet.fan_out, self.stragglers, self.now,
                            self.failure, progress)
-        self.faults = Faults(plan.faults, self.fleet.clients, rundir.record, progress,
-                             self.stragglers.trouble)
+        self.faults = Faults(plan, self.fleet, rundir.record, progress, self.stragglers.trouble)
         self.steps = Steps(plan, self.fleet, rundir, self.results, progress, self.saves, self.stragglers,
                            self.inbox, self.now, self.failure, self.faults)
 

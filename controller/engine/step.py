@@ -93,7 +93,7 @@ class Steps:
             begins = record.release.instant_ns
             if begins is None:
                 begins = release.instant_ns(0, self.fleet.controller_offset[0])
-            self.faults.phase_started(step.phase, begins, index == 0)
+            self.faults.phase_started(step.phase, begins, index)
             sent = fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                               "deadline_s": step.deadline_s,
                                               "published": inbox.published, **scheduled}, summarize)

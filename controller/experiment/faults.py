@@ -9,25 +9,32 @@ or to the run's, checked with every error at once (file:line:key).
       - {cpu: h1, at: {after: 5s}, for: 2s, workers: 2}  # busy processes on the host
       - {memory: h1, at: {phase: run, after: 0s}, for: 1s, size: 64MB}  # resident, touched
       - {disk: h1, at: {phase: run, after: 0s}, for: 1s, size: 16MB}    # written, synced, removed
+      - {partition: [h1, h2], at: {phase: run, after: 1s}, for: 2s}  # no packet between them
+      - {heal: [h1, h2], at: {phase: run, after: 5s}}    # the links: conditions back
 
 `at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
 (the step's release: its instant with `release: at`, else when the controller sends it);
 `at: {after: D}` is D after the run's first step. A component fault happens on its
 component's host; a pressure names its host. A pressure is bounded in size and time
 (MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
+A partition or heal names two hosts or groups: it is a fault per direction between them, each
+done by the host it leaves (netspec.links' conditions: a partition replaces the direction's
+`links:` condition, for `for` if given; a heal puts back the one `links:` holds then). Local
+daemons share this machine's network stack: refused in a partition, as in `links:`.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
-from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS
+from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS, LINK_FAULTS, PRESSURE_FAULTS
 
+from .links import _names as link_hosts
 from .model import Component, Fault, Host, Step
 from .sourcefile import Path_, SourceFile
 
-PRESSURES = ("cpu", "memory", "disk")
 MAX_PRESSURE_BYTES = 1 << 30  # a memory or disk pressure's size at most: 1 GiB
 MAX_FOR_S = 3600.0  # a pause's or pressure's length at most
 MAX_WORKERS = 64  # a cpu pressure's busy processes at most
@@ -49,11 +56,11 @@ def parse_size(value: int | str) -> int:
     return round(float(found.group(1)) * _SIZE_UNITS[found.group(2).upper()])
 
 
-def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host],
+def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
               components: tuple[Component, ...], schedule: tuple[Step, ...],
               fan_out: int | None) -> tuple[Fault, ...]:
-    """Every fault of the file's `faults:`, each checked; every error recorded in `src` (the
-    caller raises them all at once)."""
+    """Every fault of the file's `faults:`, each checked (a partition or heal: a fault per
+    direction); every error recorded in `src` (the caller raises them all at once)."""
     from .load import parse_duration  # load imports this module
 
     faults = []
@@ -62,7 +69,7 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host],
     for i, spec in enumerate(raw):
         where: Path_ = ("faults", i)
         with src.checking():
-            faults.append(_fault(src, spec, where, hosts, names, phases, parse_duration))
+            faults += _fault(src, spec, where, hosts, groups, names, phases, parse_duration)
         if fan_out is not None:
             with src.checking():
                 src.error(f"faults are sent to each host's daemon directly, which a fan-out tree "
@@ -71,16 +78,24 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host],
 
 
 def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],
-           components: dict[str, Component], phases: list[str], duration: Any) -> Fault:
+           groups: dict[str, tuple[str, ...]], components: dict[str, Component], phases: list[str],
+           duration: Any) -> list[Fault]:
     kinds = [k for k in FAULT_KINDS if k in spec]
     if len(kinds) != 1:
         src.error(f"give exactly one kind of fault ({', '.join(FAULT_KINDS)}); "
                   f"this gives {', '.join(kinds) or 'none'}", where)
     kind = kinds[0]
     target = spec[kind]
+    pairs: list[tuple[str, str]] = []
     if kind in COMPONENT_FAULTS:
         src.known("component", target, components, (*where, kind))
         host = components[target].host
+    elif kind in LINK_FAULTS:
+        sides = [link_hosts(src, name, (*where, kind, j), hosts, groups) for j, name in enumerate(target)]
+        pairs = [(a, b) for one, other in (sides, sides[::-1]) for a in one for b in other if a != b]
+        if not pairs:
+            src.error(f"a {kind} is between two hosts: these name one", (*where, kind))
+        host = ""
     else:
         src.known("host", target, hosts, (*where, kind))
         host = target
@@ -107,16 +122,20 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if workers is not None and kind != "cpu":
         with src.checking():
             src.error(f"'workers' is a cpu pressure's; a {kind} takes none", (*where, "workers"))
-    return Fault(kind, target, host, duration(at.get("after", 0)), phase, for_s, size,
-                 workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
+    fault = Fault(kind, target, host, duration(at.get("after", 0)), phase, for_s, size,
+                  workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
+    if pairs:  # a fault per direction, done by the host it leaves
+        return [replace(fault, target=b, host=a) for a, b in pairs]
+    return [fault]
 
 
 def _check_length(src: SourceFile, kind: str, spec: dict[str, Any], for_s: float | None,
                   where: Path_) -> None:
-    if kind in PRESSURES and for_s is None:
+    if kind in PRESSURE_FAULTS and for_s is None:
         src.error(f"a {kind} pressure lasts a while: give 'for' (at most {MAX_FOR_S:g} s)", where)
-    if "for" in spec and kind not in (*PRESSURES, "pause"):
-        src.error(f"'for' is how long a pause or a pressure lasts; a {kind} takes none", (*where, "for"))
+    if "for" in spec and kind not in (*PRESSURE_FAULTS, "pause", "partition"):
+        src.error(f"'for' is how long a pause, a partition or a pressure lasts; a {kind} takes none",
+                  (*where, "for"))
     if for_s is not None and for_s > MAX_FOR_S:
         src.error(f"{for_s:g} s is longer than a fault may last ({MAX_FOR_S:g} s)", (*where, "for"))
 

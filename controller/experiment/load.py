@@ -120,7 +120,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     campaign = (src.checked(campaign_of, src, data, hosts, components)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
-    faults = faults_of(src, data.get("faults") or [], hosts, components, schedule, data.get("fan_out"))
+    faults = faults_of(src, data.get("faults") or [], hosts, groups, components, schedule,
+                       data.get("fan_out"))
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
