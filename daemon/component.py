@@ -175,8 +175,27 @@ class ComponentProcess:
                                f"{pid} already: a component is started once in a run, not again in "
                                f"phase '{phase}'")
         self.started_in = phase
+        await self._spawn(tg)
+
+    async def restart(self, tg: asyncio.TaskGroup) -> None:
+        """Start it again, once its process ended (a restart fault of the schedule: daemon/
+        faults.py): a process of its own, its output appended to the first's, its channel
+        and exit watched anew. The one start a run allows is the first: this is the
+        schedule's, not the component's.
+
+        Raises:
+            ComponentExited: the program cannot be started.
+        """
+        assert self.exited.done(), "a component is restarted once it ended"
+        self.link = ComponentChannel(self.spec.name, self.run_id)
+        self.exited = asyncio.get_running_loop().create_future()
+        self.stopping = self.awaited = self.scheduled = self.paused = self.forced = False
+        self.verdict, self.forced_why = RUNNING, ""
+        await self._spawn(tg, again=True)
+
+    async def _spawn(self, tg: asyncio.TaskGroup, again: bool = False) -> None:
         try:
-            spawned = await spawn(self.spec, self.run_id, self.dir, self.workdir, self.env)
+            spawned = await spawn(self.spec, self.run_id, self.dir, self.workdir, self.env, again)
         except ExecFailed as exc:
             raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.error.strerror}") from exc.error
         self.proc = spawned.proc

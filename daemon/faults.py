@@ -5,7 +5,8 @@ global timeline with its clock bound) and reported to the controller (`FaultDone
 
 A component's fault signals its process group and every descendant: kill (SIGKILL) and
 terminate (SIGTERM) mark it ended by the schedule first (its end is then "killed by
-schedule", protocol/exits.py), and their effect is its process seen gone from /proc; pause
+schedule", protocol/exits.py), and their effect is its process seen gone from /proc; restart
+kills it so, then starts it again (a process of its own, its output appended); pause
 (SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
 runs in processes of its own that carry the run's id (a reset ends them): `workers` busy
 loops (cpu), `size` bytes touched and held resident (memory), `size` bytes written and
@@ -40,6 +41,7 @@ from netspec.protocol.exits import describe_returncode, signal_pids
 from netspec.protocol.links import LinkCondition, LinkRule
 
 from . import release
+from .componentchannel import ComponentExited
 from .orphans import SPAWNED
 
 if TYPE_CHECKING:
@@ -93,6 +95,12 @@ class Faults:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def close_stream(self) -> None:
+        """Close the faults stream (at collect, before the run's files are listed): a fault
+        done after it is reported, but not in the stream."""
+        if self.streams is not None:
+            self.streams.stop()
+
     async def close(self) -> None:
         # Killed before their tasks end: a task's end lets go of its pids (the reset's reaper
         # of orphans, orphans.reap_adopted, reaps what is left).
@@ -102,8 +110,7 @@ class Faults:
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
         shutil.rmtree(self.directory, ignore_errors=True)
-        if self.streams is not None:
-            self.streams.stop()
+        self.close_stream()
 
     async def _run(self, request: k.Fault) -> None:
         at, said = release.local_instant(self.sup.services.clock, request.at_ns)
@@ -136,9 +143,9 @@ class Faults:
                 ("(not started yet)" if comp.proc is None else f"(it {_end(comp)})")
             return
         pid, kind = comp.proc.pid, request.fault
-        if kind in ("kill", "terminate"):
+        if kind in ("kill", "terminate", "restart"):
             comp.scheduled = True  # its end is this fault's effect (protocol/exits.py)
-            sig = signal.SIGKILL if kind == "kill" else signal.SIGTERM
+            sig = signal.SIGTERM if kind == "terminate" else signal.SIGKILL
             _signal(comp, sig)
             if comp.paused and sig == signal.SIGTERM:
                 _signal(comp, signal.SIGCONT)  # a stopped process takes no SIGTERM until then
@@ -154,6 +161,8 @@ class Faults:
                 report.effect_ns = seen if report.effect_ns is None else min(report.effect_ns, seen)
             if report.effect_ns is None:
                 report.error = f"not seen to end within {within:g} s of its {sig.name}"
+            elif kind == "restart":
+                await self._restart(comp, report)
             return
         stop = kind == "pause"
         _signal(comp, signal.SIGSTOP if stop else signal.SIGCONT)
@@ -169,6 +178,25 @@ class Faults:
                 _signal(comp, signal.SIGCONT)
                 comp.paused = False
                 report.ended_ns = await asyncio.to_thread(_seen, pid, _running, SEEN_WITHIN_S)
+
+    async def _restart(self, comp: ComponentProcess, report: k.FaultDone) -> None:
+        """Start the killed component again; an aware one is waited for until it registers
+        (SEEN_WITHIN_S), and given the logging window if one is open."""
+        await comp.restart(self.sup.tg)
+        assert comp.proc is not None
+        self.sup.services.started(comp.spec.name, comp.proc.pid)
+        report.ended_ns = comp.started_ns
+        again = f"started again as pid {comp.proc.pid}"
+        if comp.spec.aware:
+            try:
+                async with asyncio.timeout(SEEN_WITHIN_S):
+                    await comp.registered
+                report.ended_ns = time.time_ns()
+                if not self.sup.services.streams.paused:  # in a logging window: it logs too
+                    await comp.call(m.START_LOGGING, {}, {}, logging=self.sup.logging_for(comp.spec.name))
+            except (TimeoutError, ComponentExited) as exc:
+                report.error = f"{again}, but it did not register within {SEEN_WITHIN_S:g} s ({exc})"
+        report.effect = f"{report.effect}; {again}"
 
     async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
         """The direction from this host to `rule`'s peer partitioned (or healed: `rule`'s

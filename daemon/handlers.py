@@ -242,6 +242,7 @@ async def reset(session: Session, request: k.Reset) -> k.Reply:
 async def files(session: Session, request: k.Files) -> k.Reply:
     sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
+    sup.faults.close_stream()  # and the faults stream: its records are in its file when listed
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
     return k.FilesReply(files=[k.FileEntry(**f) for f in found])

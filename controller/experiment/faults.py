@@ -4,6 +4,7 @@ or to the run's, checked with every error at once (file:line:key).
     faults:
       - {kill: server, at: {phase: run, after: 2s}}      # SIGKILL to the component's group
       - {terminate: worker, at: {phase: run, after: 1s}} # SIGTERM
+      - {restart: worker, at: {phase: run, after: 2s}}   # SIGKILL, then started again
       - {pause: client, at: {phase: run, after: 1s}, for: 500ms}  # SIGSTOP, SIGCONT after `for`
       - {resume: client, at: {phase: run, after: 3s}}    # SIGCONT
       - {cpu: h1, at: {after: 5s}, for: 2s, workers: 2}  # busy processes on the host

@@ -22,6 +22,7 @@ components:
   terminated: {{command: [sleep, "30"], start: launch, stop: after}}
   paused: {{command: [{sys.executable}, -c, "{TICKER}"], start: launch, stop: after}}
   awaited: {{command: [sleep, "30"], start: work}}
+  restarted: {{command: "echo started $$; exec sleep 30", start: launch, stop: after}}
   waiter: {{command: [sleep, "1.2"], start: work}}
 schedule:
   - launch
@@ -33,6 +34,7 @@ faults:
   - {{pause: paused, at: {{phase: work, after: 200ms}}, for: 300ms}}
   - {{terminate: terminated, at: {{phase: work, after: 300ms}}}}
   - {{kill: awaited, at: {{phase: work, after: 400ms}}}}
+  - {{restart: restarted, at: {{phase: work, after: 500ms}}}}
   - {{cpu: local, at: {{phase: work, after: 0s}}, for: 400ms}}
   - {{memory: local, at: {{phase: work, after: 0s}}, for: 300ms, size: 32MB}}
   - {{disk: local, at: {{phase: work, after: 0s}}, for: 300ms, size: 8MB}}
@@ -49,7 +51,7 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
     assert run.returncode == 0, run.stdout + run.stderr
     record = read_run(tmp_path / "runs" / "latest")
     assert record.status == "ok"  # the faults' effects are not the run's failure
-    said = {f.target: f for f in record.faults if f.kind in ("kill", "terminate", "pause")}
+    said = {f.target: f for f in record.faults if f.kind in ("kill", "terminate", "pause", "restart")}
     pressure = {f.kind: f for f in record.faults if f.kind in ("cpu", "memory", "disk")}
     for fault in record.faults:
         assert not fault.error, fault
@@ -62,6 +64,12 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
         assert (end.returncode, end.scheduled) == (code, True)
         # seen gone in /proc after the signal, and before the daemon's exit record of it
         assert fault.done_ns <= fault.effect_ns <= end.ended_ns, (fault, end)
+    # Restarted: a second process, its output after the first's, ended at its stop as any other.
+    pids = [int(line.split()[1]) for line in (tmp_path / "runs" / "latest" / "hosts" / "local" / "restarted"
+                                              / "stdout").read_text().splitlines()]
+    assert len(pids) == 2 and pids[0] != pids[1]
+    assert said["restarted"].effect.endswith(f"started again as pid {pids[1]}")
+    assert (ends["local/restarted"].returncode, ends["local/restarted"].scheduled) == (-15, False)
     work = record.steps[1].hosts["local"].components
     assert work["awaited"].outcome == KILLED and work["waiter"].outcome == "ok"
     # The paused program's own ticks stop at the SIGSTOP and resume only after its `for`.
@@ -78,10 +86,12 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
     assert not run_processes(record.id)
     # Each fault in its host's faults stream, and in report's section.
     stream = next((tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("faults.*.ds"))
-    done = [r for r in StreamReader(stream) if r.entity.full_name == "FAULTS/fault"]
-    assert sorted(r.tag for r in done) == list(range(7))
+    records = list(StreamReader(stream))
+    assert records[-1].entity.full_name == "DS/close"  # closed before collect listed it
+    done = [r for r in records if r.entity.full_name == "FAULTS/fault"]
+    assert sorted(r.tag for r in done) == list(range(8))
     assert {r.tag: r.ts for r in done} == {f.index: f.done_ns for f in record.faults}  # local = reference
-    assert len(fault_lines(record)) == 8
+    assert len(fault_lines(record)) == 9
 
 
 # Exits 3 once the process of the pid in `pidfile` is gone: a crash the victim's end causes.

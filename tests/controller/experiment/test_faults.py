@@ -43,8 +43,8 @@ def test_every_fault_error_is_said_at_once_naming_the_line_and_key(experiment, t
     assert [str(e) for e in err.value.errors] == [
         f"{path}:7: faults[0].kill: unknown component 'sever' (did you mean 'server'?)",
         f"{path}:8: faults[1].at.phase: unknown phase 'runn' (did you mean 'run'?)",
-        f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, pause, resume, cpu, memory, "
-        "disk, partition, heal); this gives kill, terminate",
+        f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, restart, pause, resume, cpu, "
+        "memory, disk, partition, heal); this gives kill, terminate",
         f"{path}:10: faults[3]: a memory pressure lasts a while: give 'for' (at most 3600 s)",
         f"{path}:10: faults[3].size: 5000000000 bytes: a pressure's size is more than 0 and at most "
         "1073741824 (1 GiB)",
