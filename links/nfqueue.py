@@ -97,6 +97,22 @@ def jitter_ms(rng: random.Random, distribution: str, jitter: float) -> float:
     return (0.25 * rng.gauss(0.0, 1.0) + 0.75 * pareto) / math.hypot(0.25, 0.75) * jitter
 
 
+def drop(rng: random.Random, cond: LinkCondition, bad: bool) -> tuple[bool, bool]:
+    """Whether the next packet is lost, and the loss's state after it (Gilbert-Elliott's: in a
+    burst). Independent: each lost with `loss_pct`. In bursts: a lossless good state and an
+    all-lost bad one, left with 1/`loss_burst` (the burst's mean length) and entered so that
+    the long-run loss is `loss_pct` (netem's `loss gemodel p r 100% 0%`)."""
+    if not cond.loss_pct:
+        return False, False
+    p = cond.loss_pct / 100
+    if cond.loss_burst is None:
+        return rng.random() < p, False
+    leave = 1 / cond.loss_burst
+    enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
+    bad = (rng.random() >= leave) if bad else (rng.random() < enter)
+    return bad, bad
+
+
 class UserPath:
     """The run's queue and the thread that gives its packets their verdicts.
 
@@ -232,18 +248,8 @@ class UserPath:
         return None
 
     def _lost(self, peer: _Peer) -> bool:
-        cond = peer.condition
-        if not cond.loss_pct:
-            return False
-        p = cond.loss_pct / 100
-        if cond.loss_burst is None:
-            return self._rng.random() < p
-        # Gilbert-Elliott with a lossless good state and an all-lost bad one: leave a burst
-        # with 1/burst (its mean length), enter one so that the long-run loss is p.
-        leave = 1 / cond.loss_burst
-        enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
-        peer.bad = (self._rng.random() >= leave) if peer.bad else (self._rng.random() < enter)
-        return peer.bad
+        lost, peer.bad = drop(self._rng, peer.condition, peer.bad)
+        return lost
 
     def _release(self, now: int | None) -> None:
         """Accept every held packet that is due (all of them: `now` None), counting lateness."""
