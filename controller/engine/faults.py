@@ -23,7 +23,6 @@ from ..record.progress import Progress, ProgressSink
 from .reach import Fleet
 
 SEND_DEADLINE_S = 10.0  # a fault's request answered (it is only scheduled then) within this
-SSH_PORT = 22  # never partitioned: the controller reaches SSH hosts through it
 
 
 class Faults:
@@ -43,6 +42,8 @@ class Faults:
                                      after_s=f.after_s) for i, f in enumerate(faults)]
         self.started: set[str] = set()
         self.tg: asyncio.TaskGroup | None = None
+        # netspec's own TCP ports, never partitioned: the run's link conditions' (Steps sets them).
+        self.exclude_tcp: list[int] = []
 
     def phase_started(self, phase: str, instant_ns: int, index: int) -> None:
         """The first step of `phase`, step `index`, starts at `instant_ns` on the reference
@@ -80,8 +81,8 @@ class Faults:
         address = self.fleet.addresses[fault.target]
         rule = LinkRule(peer=fault.target, address=address,
                         condition=LinkCondition(partition=True) if fault.kind == "partition" else held)
-        ports = sorted({SSH_PORT, *(port for _, port in self.fleet.endpoints.values())})
-        return {"rule": msgspec.to_builtins(rule), "restore": msgspec.to_builtins(held), "exclude_tcp": ports}
+        return {"rule": msgspec.to_builtins(rule), "restore": msgspec.to_builtins(held),
+                "exclude_tcp": self.exclude_tcp}
 
     def done(self, host: str, report: k.FaultDone) -> None:
         """A host's report of fault `report.index`: its audit in run.json, said live."""

@@ -53,6 +53,7 @@ class Steps:
         self.components = {c.name: c for c in plan.components}
         self.step_plans = StepPlans(plan)
         self.conditions = Conditions(plan, fleet, rundir, progress)
+        faults.exclude_tcp = self.conditions.exclude_tcp  # a partition fault leaves them alone too
         self.collected = False
 
     async def step(self, index: int, step: Step) -> None:
