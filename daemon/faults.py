@@ -55,6 +55,7 @@ SEEN_WITHIN_S = 2.0  # how long an effect (an exit, a state in /proc) is looked 
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
 PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
+KILL_DAEMON_DRAIN_S = 0.1  # how long a daemon about to be killed gives its report to leave
 REAP_EVERY_S = 0.01  # how often a pressure's process is looked for ended
 COUNT_EVERY_S = 0.01  # how often a partition's drop counter is read (each read runs nft)
 MEMORY_SHARE = 0.5  # a memory pressure takes at most this share of MemAvailable
@@ -81,6 +82,7 @@ class Faults:
         self.tasks: set[asyncio.Task[None]] = set()
         self.pids: set[int] = set()  # pressures' processes still running
         self.streams: Datastreams | None = None
+        self.stream_closed = False  # at collect: a fault done after is reported, not logged
         self.directory = sup.root / "faults"
 
     def schedule(self, request: k.Fault) -> None:
@@ -98,8 +100,9 @@ class Faults:
     def close_stream(self) -> None:
         """Close the faults stream (at collect, before the run's files are listed): a fault
         done after it is reported, but not in the stream."""
-        if self.streams is not None:
+        if self.streams is not None and not self.stream_closed:
             self.streams.stop()
+        self.stream_closed = True
 
     async def close(self) -> None:
         # Killed before their tasks end: a task's end lets go of its pids (the reset's reaper
@@ -127,11 +130,16 @@ class Faults:
                 await self._component(request, self.sup.components[request.component], report)
             elif request.rule is not None:
                 await self._link(request, request.rule, report)
+            elif request.fault == "kill_daemon":
+                await self._kill_daemon(report)
             else:
                 await self._pressure(request, report)
         except (OSError, Refused, ToolFailed, QueueError) as exc:
             # a pressure's process or file, or a link's rule, could not be made: said, not the run's end
             report.error = f"{request.fault}: {exc}"
+        except Exception as exc:  # a fault of netspecd's own: said in the report, not a dead session
+            log.exception("run %s: fault %d", self.sup.run_id, request.index)
+            report.error = f"{request.fault}: netspecd: {type(exc).__name__}: {exc}"
         self._log(report)
         log.info("run %s: fault %d %s %s: %s%s", self.sup.run_id, request.index, request.fault, target,
                  report.effect, f" ({report.error})" if report.error else "")
@@ -178,6 +186,21 @@ class Faults:
                 _signal(comp, signal.SIGCONT)
                 comp.paused = False
                 report.ended_ns = await asyncio.to_thread(_seen, pid, _running, SEEN_WITHIN_S)
+
+    async def _kill_daemon(self, report: k.FaultDone) -> None:
+        """This daemon killed (SIGKILL, nothing of it cleaned up), after its report and the
+        faults stream's record (flushed and closed first) had their chance to leave: the
+        controller takes its lost connection for the effect. Its components get the SIGTERM
+        a dying daemon leaves them (daemon/spawn.py)."""
+        report.effect = f"SIGKILL to netspecd (pid {os.getpid()})"
+        self._log(report)
+        self.close_stream()
+        self.sup.outbox.emit(report)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(KILL_DAEMON_DRAIN_S):
+                await self.sup.outbox.drain()
+        log.warning("run %s: fault %d: netspecd killed by the schedule", self.sup.run_id, report.index)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     async def _restart(self, comp: ComponentProcess, report: k.FaultDone) -> None:
         """Start the killed component again; an aware one is waited for until it registers
@@ -286,6 +309,8 @@ class Faults:
     def _log(self, report: k.FaultDone) -> None:
         """The fault in this host's `faults` stream (opened at the run's first fault), at
         the instant it was done."""
+        if self.stream_closed:
+            return
         if self.streams is None:
             self.streams = Datastreams()
             self._event = self.streams.event("FAULTS", "fault", "a fault of the schedule, done on this host")

@@ -240,21 +240,23 @@ FAULT = "fault"  # a fault of the experiment's schedule (controller -> daemon), 
 COMPONENT_FAULTS = ("kill", "terminate", "restart", "pause", "resume")
 PRESSURE_FAULTS = ("cpu", "memory", "disk")
 LINK_FAULTS = ("partition", "heal")
-FAULT_KINDS = (*COMPONENT_FAULTS, *PRESSURE_FAULTS, *LINK_FAULTS)
+DAEMON_FAULTS = ("kill_daemon",)
+FAULT_KINDS = (*COMPONENT_FAULTS, *PRESSURE_FAULTS, *LINK_FAULTS, *DAEMON_FAULTS)
 
 
 class Fault(Request, tag=FAULT, kw_only=True):
     """A fault of the schedule, done on this host at `at_ns` of the reference clock
-    (daemon/faults.py): to `component` (kill, terminate, restart, pause, resume), to the host itself
-    (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy processes), or
-    to the direction from this host to `rule`'s peer (partition: `rule` the partition, for
-    `for_s` if given, then `restore`'s condition; heal: `rule` the condition restored), never
+    (daemon/faults.py): to `component` (kill, terminate, restart, pause, resume), to the host
+    itself (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy
+    processes; kill_daemon, its daemon killed), or to the direction from this host to `rule`'s
+    peer (partition: `rule` the partition, for `for_s` if given, then `restore`'s condition;
+    heal: `rule` the condition restored), never
     conditioning netspec's own ports (`exclude_tcp`, `exclude_udp`, as `Links`').
     `index` is its place in the plan's `faults`; a pause with `for_s` is resumed after it."""
 
     index: Count
     fault: Literal["kill", "terminate", "restart", "pause", "resume", "cpu", "memory", "disk", "partition",
-                   "heal"]
+                   "heal", "kill_daemon"]
     at_ns: int
     component: str | None = None
     for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_S)] | None = None

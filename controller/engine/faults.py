@@ -4,12 +4,14 @@ for one with no phase), with its instant on the reference clock: that step's rel
 instant, or the instant it is sent, plus the fault's `after`. Each host does it at that
 instant by its own clock estimate (daemon/faults.py) and reports it; the report is said live
 and kept in run.json's `faults` with its audit: when the fault was done against its planned
-instant, with its host's clock bound, and the effect its daemon observed, and when.
+instant, with its host's clock bound, and the effect its daemon observed, and when. A host
+whose daemon the schedule killed is `gone`: the run goes on without it (run.py, step.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -23,6 +25,9 @@ from ..record.progress import Progress, ProgressSink
 from .reach import Fleet
 
 SEND_DEADLINE_S = 10.0  # a fault's request answered (it is only scheduled then) within this
+# A daemon's connection lost this long before its kill_daemon's instant is not that fault's:
+# the instant is on the reference clock, the loss seen on the controller's (+- their offset).
+LOST_EARLY_NS = 50_000_000
 
 
 class Faults:
@@ -44,6 +49,7 @@ class Faults:
         self.tg: asyncio.TaskGroup | None = None
         # netspec's own TCP ports, never partitioned: the run's link conditions' (Steps sets them).
         self.exclude_tcp: list[int] = []
+        self.gone: set[str] = set()  # hosts whose daemon the schedule killed: out of the run
 
     def phase_started(self, phase: str, instant_ns: int, index: int) -> None:
         """The first step of `phase`, step `index`, starts at `instant_ns` on the reference
@@ -106,6 +112,23 @@ class Faults:
         self.progress(Progress("notice", host=host, text=fault_line(said)))
         if report.error:
             self.trouble(said.phase or "run", host, said.target, f"fault {said.kind}: {report.error}")
+
+    def lost(self, host: str) -> bool:
+        """Whether `host`'s lost connection is the effect of the schedule's kill_daemon (sent,
+        and its instant near or past): then it is recorded as that fault's effect (the
+        instant the controller saw it, on the global timeline) and the host is `gone`."""
+        now = time.time_ns() - self.fleet.controller_offset[0]
+        for said in self.record.faults:
+            if (said.kind == "kill_daemon" and said.host == host and said.planned_ns is not None
+                    and now >= said.planned_ns - LOST_EARLY_NS):
+                said.effect_ns = now
+                said.effect = f"{said.effect}; its connection lost" if said.effect else "its connection lost"
+                if said.done_ns is not None:
+                    said.effect_after_ns = now - said.done_ns
+                self.gone.add(host)
+                self.progress(Progress("notice", host=host, text=fault_line(said)))
+                return True
+        return False
 
     def _failed(self, index: int, why: str) -> None:
         said = self.record.faults[index]

@@ -22,7 +22,7 @@ from netspec.protocol.errors import Interrupted, NetspecError
 from ..experiment.model import Plan, Step
 from ..hosts.fleet import Lost
 from ..hosts.forks import DaemonForks
-from ..record.progress import ProgressSink
+from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
 from ..record.rundir import RunDir
 from ..record.saving import Saves
@@ -110,8 +110,25 @@ class Run:
         """An event from `host`: a fault's report to the run's faults, any other to its inbox."""
         if type(event) is k.FaultDone:
             self.faults.done(host, event)
+        elif type(event) is Lost and self.faults.lost(host):
+            self._left(host)
         else:
             self.inbox.on_event(host, event)
+
+    def _left(self, host: str) -> None:
+        """`host`'s daemon was killed by the schedule: its components are out of the run
+        (their steps neither wait for them nor fail for them), its files salvaged at collect."""
+        why = "its host's daemon was killed by the schedule"
+        names = [comp.name for comp in self.plan.host_components(host)]
+        for name in names:
+            self.stragglers.ended.setdefault(name, why)
+        out = ", ".join(names) or "no component"
+        self.progress(Progress("notice", host=host, text=f"host {host} left the run, its daemon killed by "
+                               f"the schedule: {out} out of the steps after; its files salvaged at collect"))
+        barrier = self.now.barrier
+        if barrier is not None:
+            for name in list(barrier.expected.get(host, ())):
+                barrier.drop(host, name)
 
     async def _step(self, index: int, step: Step) -> None:
         await self.steps.step(index, step)

@@ -33,7 +33,7 @@ from .events import Inbox, Underway
 from .failures import step_failures
 from .faults import Faults
 from .guard import Failure, guard
-from .participants import StepPlans
+from .participants import StepPlan, StepPlans
 from .reach import Fleet
 from .stragglers import Stragglers
 
@@ -87,6 +87,7 @@ class Steps:
                 await guard(self.failure, changing, deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["its link conditions"] for h in self.fleet.clients}, step.deadline_s))
             plan = self.step_plans.of(step, inbox.registered, self.stragglers.ended)
+            plan = without(plan, self.faults.gone)
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.
             summarize = fan_out.tree is not None and step.need is None
@@ -157,4 +158,14 @@ class Steps:
         def fetched() -> None:
             self.collected = True  # not again at the end, even if a host's files were lost
         await fetch_fleet(self.fleet.clients, self.fleet.hosts, self.rundir, self.results, self.progress,
-                          deadline, fetched)
+                          deadline, fetched, left=self.faults.gone)
+
+
+def without(plan: StepPlan, gone: set[str]) -> StepPlan:
+    """`plan` without the hosts whose daemon the schedule killed (controller/engine/faults.py):
+    neither their components nor their daemon's node part take part any more."""
+    if not gone or not gone & set(plan.participants):
+        return plan
+    participants = {h: names for h, names in plan.participants.items() if h not in gone}
+    return StepPlan(participants, sum(map(len, participants.values())),
+                    {h: enters for h, enters in plan.enters.items() if h not in gone})

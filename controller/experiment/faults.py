@@ -12,6 +12,7 @@ or to the run's, checked with every error at once (file:line:key).
       - {disk: h1, at: {phase: run, after: 0s}, for: 1s, size: 16MB}    # written, synced, removed
       - {partition: [h1, h2], at: {phase: run, after: 1s}, for: 2s}  # no packet between them
       - {heal: [h1, h2], at: {phase: run, after: 5s}}    # the links: conditions back
+      - {kill_daemon: h2, at: {phase: run, after: 3s}}  # SIGKILL to the host's netspecd
 
 `at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
 (the step's release: its instant with `release: at`, else when the controller sends it);
@@ -21,7 +22,9 @@ component's host; a pressure names its host. A pressure is bounded in size and t
 A partition or heal names two hosts or groups: it is a fault per direction between them, each
 done by the host it leaves (netspec.links' conditions: a partition replaces the direction's
 `links:` condition, for `for` if given; a heal puts back the one `links:` holds then). Local
-daemons share this machine's network stack: refused in a partition, as in `links:`.
+daemons share this machine's network stack: refused in a partition, as in `links:`. A
+host whose daemon the schedule killed leaves the run: its components are out of the steps
+after, its daemon's node part too, and its files are salvaged at collect.
 """
 
 from __future__ import annotations

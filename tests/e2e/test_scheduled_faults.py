@@ -5,6 +5,7 @@ kernel's accounting), and the run's outcome with them."""
 import os
 import sys
 
+import psutil
 import pytest
 from netspec.controller.engine.faults import fault_lines
 from netspec.datastream.reader import StreamReader
@@ -17,16 +18,20 @@ pytestmark = pytest.mark.e2e
 TICKER = "import time\\nwhile True: print(time.time_ns(), flush=True); time.sleep(0.002)"
 FAULTS = f"""\
 experiment: faults
+hosts: {{local: {{}}, b: {{}}}}
 components:
-  killed: {{command: [sleep, "30"], start: launch, stop: after}}
-  terminated: {{command: [sleep, "30"], start: launch, stop: after}}
-  paused: {{command: [{sys.executable}, -c, "{TICKER}"], start: launch, stop: after}}
-  awaited: {{command: [sleep, "30"], start: work}}
-  restarted: {{command: "echo started $$; exec sleep 30", start: launch, stop: after}}
-  waiter: {{command: [sleep, "1.2"], start: work}}
+  killed: {{host: local, command: [sleep, "30"], start: launch, stop: after}}
+  terminated: {{host: local, command: [sleep, "30"], start: launch, stop: after}}
+  paused: {{host: local, command: [{sys.executable}, -c, "{TICKER}"], start: launch, stop: after}}
+  awaited: {{host: local, command: [sleep, "30"], start: work}}
+  restarted: {{host: local, command: "echo started $$; exec sleep 30", start: launch, stop: after}}
+  waiter: {{host: local, command: [sleep, "1.2"], start: work}}
+  leaves: {{host: b, command: [sleep, "30"], start: launch, stop: after}}
 schedule:
   - launch
+  - sync_clocks
   - {{phase: work, need: 1}}
+  - start_logging
   - after
   - collect
 faults:
@@ -38,6 +43,7 @@ faults:
   - {{cpu: local, at: {{phase: work, after: 0s}}, for: 400ms}}
   - {{memory: local, at: {{phase: work, after: 0s}}, for: 300ms, size: 32MB}}
   - {{disk: local, at: {{phase: work, after: 0s}}, for: 300ms, size: 8MB}}
+  - {{kill_daemon: b, at: {{phase: work, after: 200ms}}}}
 """
 # A bound on how late a fault may be done on a loaded 2-core machine (its daemon's loop, the
 # pressures' own start): what is checked is that none is early, and none is lost.
@@ -58,7 +64,16 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
         assert fault.bound_ns is not None and fault.late_ns is not None
         assert -fault.bound_ns <= fault.late_ns < LATE_AT_MOST_NS, fault  # never early
         assert f"fault {fault.index} {fault.kind} {fault.target}" in run.stdout  # said live
+    # b's daemon killed: its connection lost after, the run going on without b (no step after
+    # waited for it, neither its component nor its daemon's node part), b's files salvaged.
+    daemon = record.faults[-1]
+    assert daemon.kind == "kill_daemon" and daemon.effect.endswith("its connection lost")
+    assert daemon.done_ns <= daemon.effect_ns < daemon.done_ns + LATE_AT_MOST_NS
+    assert not psutil.pid_exists(record.hosts["b"].daemon_pid)
+    assert "b" in record.steps[1].hosts and all("b" not in step.hosts for step in record.steps[3:])
+    assert record.hosts["b"].salvaged is not None
     ends = record.components
+    assert "b/leaves" not in ends  # its end was its daemon's, which was not there to see it
     for name, code in (("killed", -9), ("terminated", -15), ("awaited", -9)):
         end, fault = ends[f"local/{name}"], said[name]
         assert (end.returncode, end.scheduled) == (code, True)
@@ -70,7 +85,7 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
     assert len(pids) == 2 and pids[0] != pids[1]
     assert said["restarted"].effect.endswith(f"started again as pid {pids[1]}")
     assert (ends["local/restarted"].returncode, ends["local/restarted"].scheduled) == (-15, False)
-    work = record.steps[1].hosts["local"].components
+    work = record.steps[2].hosts["local"].components
     assert work["awaited"].outcome == KILLED and work["waiter"].outcome == "ok"
     # The paused program's own ticks stop at the SIGSTOP and resume only after its `for`.
     ticks = [int(t) for t in (tmp_path / "runs" / "latest" / "hosts" / "local" / "paused" / "stdout")
@@ -85,13 +100,15 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
     assert pressure["disk"].measured["written_bytes"] >= 8e6
     assert not run_processes(record.id)
     # Each fault in its host's faults stream, and in report's section.
-    stream = next((tmp_path / "runs" / "latest" / "hosts" / "local" / "streams").glob("faults.*.ds"))
-    records = list(StreamReader(stream))
-    assert records[-1].entity.full_name == "DS/close"  # closed before collect listed it
-    done = [r for r in records if r.entity.full_name == "FAULTS/fault"]
-    assert sorted(r.tag for r in done) == list(range(8))
-    assert {r.tag: r.ts for r in done} == {f.index: f.done_ns for f in record.faults}  # local = reference
-    assert len(fault_lines(record)) == 9
+    hosts = tmp_path / "runs" / "latest" / "hosts"
+    records = [list(StreamReader(next((hosts / h / "streams").glob("faults.*.ds")))) for h in ("local", "b")]
+    assert all(r[-1].entity.full_name == "DS/close" for r in records)  # closed before collect listed it
+    done = [r for r in records[0] + records[1] if r.entity.full_name == "FAULTS/fault"]
+    assert sorted(r.tag for r in done) == list(range(9))
+    # on the reference host, its stream's own clock is the global timeline's
+    assert {r.tag: r.ts for r in records[0] if r.entity.full_name == "FAULTS/fault"} == \
+        {f.index: f.done_ns for f in record.faults if f.host == "local"}
+    assert len(fault_lines(record)) == 10
 
 
 # Exits 3 once the process of the pid in `pidfile` is gone: a crash the victim's end causes.
@@ -121,3 +138,4 @@ faults:
     [cause] = record.error.causes  # the dependent's crash alone: the victim's end is the fault's
     assert "component 'dependent' exited 3" in cause
     assert os.path.exists(pidfile)
+

@@ -19,14 +19,16 @@ def test_faults_resolve_to_their_host_phase_and_instant(experiment):
   - {pause: server, at: {after: 500ms}, for: 1s}
   - {cpu: b, at: {phase: run, after: 0s}, for: 2s}
   - {disk: b, at: {phase: run, after: 0s}, for: 1s, size: 16MiB}
+  - {kill_daemon: b, at: {after: 3s}}
 """)))
     assert [(f.kind, f.target, f.host, f.phase, f.after_s, f.for_s, f.size, f.workers, f.line)
             for f in plan.faults] == [
         ("kill", "server", "a", "run", 2.0, None, None, None, 7),
         ("pause", "server", "a", None, 0.5, 1.0, None, None, 8),
         ("cpu", "b", "b", "run", 0.0, 2.0, None, 1, 9),
-        ("disk", "b", "b", "run", 0.0, 1.0, 16 << 20, None, 10)]
-    assert [f.target for f in plan.resolved().faults] == ["server", "server", "b", "b"]
+        ("disk", "b", "b", "run", 0.0, 1.0, 16 << 20, None, 10),
+        ("kill_daemon", "b", "b", None, 3.0, None, None, None, 11)]
+    assert [f.target for f in plan.resolved().faults] == ["server", "server", "b", "b", "b"]
 
 
 def test_every_fault_error_is_said_at_once_naming_the_line_and_key(experiment, tmp_path):
@@ -44,7 +46,7 @@ def test_every_fault_error_is_said_at_once_naming_the_line_and_key(experiment, t
         f"{path}:7: faults[0].kill: unknown component 'sever' (did you mean 'server'?)",
         f"{path}:8: faults[1].at.phase: unknown phase 'runn' (did you mean 'run'?)",
         f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, restart, pause, resume, cpu, "
-        "memory, disk, partition, heal); this gives kill, terminate",
+        "memory, disk, partition, heal, kill_daemon); this gives kill, terminate",
         f"{path}:10: faults[3]: a memory pressure lasts a while: give 'for' (at most 3600 s)",
         f"{path}:10: faults[3].size: 5000000000 bytes: a pressure's size is more than 0 and at most "
         "1073741824 (1 GiB)",
