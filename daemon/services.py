@@ -11,6 +11,10 @@ logging windows or not: the clock fit needs exchanges on both sides of every eve
 
 With `services: camp:` the CAMP sampler (daemon.sampler) writes the `camp` stream during
 the logging windows: the node's counters at randomized instants.
+
+In a run with link conditions, the audit's probes (netspec.links.probes) write the `links`
+stream from the moment their targets are known to collect: `open_probes` binds their port
+at setup, `start_probes` sends to the peers this host has links to.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from netspec.clksync.node import ClockService
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.links.probes import LinkProbes, Target
 from netspec.protocol.names import as_name
 
 from . import sampler
@@ -28,6 +33,7 @@ from .sampler import CampConfig, CampSampler
 
 NODE_STREAM = "netspecd"
 CLOCK_STREAM = "clksync"
+LINKS_STREAM = "links"
 DAEMON_FLUSH_MS = 1000
 
 
@@ -51,6 +57,8 @@ class NodeServices:
                         (camp.processes is None or n in camp.processes)]
         self.camp_streams = Datastreams()
         self.sampler: CampSampler | None = None
+        self.link_streams = Datastreams()
+        self.probes: LinkProbes | None = None
 
     def open(self) -> None:
         # Flushed each second, like CAMP's: a daemon's flusher then wakes once a second, not
@@ -63,6 +71,23 @@ class NodeServices:
                                             component=CLOCK_STREAM), exit_hooks=False)
         if self.camp is not None:
             self.camp_streams = sampler.open_stream(self.directory, self.run_id, self.host)
+
+    def open_probes(self, address: str = "0.0.0.0", port: int = 0, default_per_s: float | None = None) -> int:
+        """Open the `links` stream and bind the audit's probe port on (address, port); the
+        port bound, which the peers' probes are sent to. Once per run."""
+        self.link_streams.start([StreamConfig(LINKS_STREAM, enable=("LINKS",), flush_ms=DAEMON_FLUSH_MS)],
+                                StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                           component=LINKS_STREAM), exit_hooks=False)
+        self.probes = LinkProbes(self.link_streams, self.host, self.run_id,
+                                 *(() if default_per_s is None else (default_per_s,)))
+        return self.probes.open(address, port)
+
+    def start_probes(self, targets: list[Target], port: int) -> None:
+        """Probe each target (a peer this host has a link to) on `port` until `close`."""
+        if self.probes is None:
+            self.open_probes()
+        assert self.probes is not None
+        self.probes.start(targets, port)
 
     def start_logging(self, processes: dict[str, int]) -> None:
         """`processes`: each running component's pid, for the sampler to pick from."""
@@ -90,12 +115,13 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
-        """End the sampler's and clksync's threads (each joined under its deadline) and
+        """End the sampler's, clksync's and the probes' threads (each joined under its deadline) and
         close the streams. Every part is closed even if one fails; the first failure is
         raised after, the others noted on it."""
         failed: list[Exception] = []
+        probes = self.probes.close if self.probes is not None else (lambda: None)
         for close in (self.stop_logging, self.camp_streams.stop, self.clock.close, self.clock_streams.stop,
-                      self.streams.stop):
+                      probes, self.link_streams.stop, self.streams.stop):
             try:
                 close()
             except Exception as exc:  # raised below, once the other parts are closed too
