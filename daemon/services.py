@@ -9,6 +9,10 @@ file creation.
 clksync (netspec.clksync.node) writes the `clksync` stream beside it from setup to collect,
 logging windows or not: the clock fit needs exchanges on both sides of every event.
 
+With `links:` in the experiment, the run's link conditions on this host (netspec.links'
+LinkSet: its rules, qdiscs and user-space queue) are made at the first `links` request and
+removed by `close`, whatever ended the run.
+
 With `services: camp:` the CAMP sampler (daemon.sampler) writes the `camp` stream during
 the logging windows: the node's counters at randomized instants.
 
@@ -25,6 +29,7 @@ from typing import Any
 from netspec.clksync.node import ClockService
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.links import Exclude, LinkSet
 from netspec.links.probes import LinkProbes, Target
 from netspec.protocol.names import as_name
 
@@ -59,6 +64,23 @@ class NodeServices:
         self.sampler: CampSampler | None = None
         self.link_streams = Datastreams()
         self.probes: LinkProbes | None = None
+        self.links: LinkSet | None = None
+        self.clock_ports: set[int] = set()  # clksync's server port: its probes are never conditioned
+
+    def link_set(self, tcp: list[int], udp: list[int]) -> LinkSet:
+        """The run's link conditions here (made at the first ask), never conditioning netspec's
+        own ports: `tcp` (SSH's, the daemons') and `udp` with clksync's."""
+        if self.links is None:
+            exclude = Exclude(tuple(tcp), tuple({*udp, *self.clock_ports}))
+            self.links = LinkSet(self.run_id, self.host, exclude)
+        return self.links
+
+    def close_links(self) -> None:
+        """Remove every link condition of the run here; what could not be removed is raised."""
+        if self.links is not None:
+            failed = self.links.close()
+            if failed:
+                raise RuntimeError(f"run {self.run_id}: link conditions not all removed: {'; '.join(failed)}")
 
     def open(self) -> None:
         # Flushed each second, like CAMP's: a daemon's flusher then wakes once a second, not
@@ -115,13 +137,14 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
-        """End the sampler's, clksync's and the probes' threads (each joined under its deadline) and
-        close the streams. Every part is closed even if one fails; the first failure is
-        raised after, the others noted on it."""
+        """Remove the run's link conditions (their queue's thread joined), end the sampler's,
+        clksync's and the probes' threads (each joined under its deadline) and close the
+        streams. Every part is closed even if one fails; the first failure is raised after,
+        the others noted on it."""
         failed: list[Exception] = []
         probes = self.probes.close if self.probes is not None else (lambda: None)
-        for close in (self.stop_logging, self.camp_streams.stop, self.clock.close, self.clock_streams.stop,
-                      probes, self.link_streams.stop, self.streams.stop):
+        for close in (self.close_links, self.stop_logging, self.camp_streams.stop, self.clock.close,
+                      self.clock_streams.stop, probes, self.link_streams.stop, self.streams.stop):
             try:
                 close()
             except Exception as exc:  # raised below, once the other parts are closed too

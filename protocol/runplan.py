@@ -14,8 +14,10 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair", "PlanRecord",
-           "PlanStep", "PlanStream"]
+from .links import LinkCondition
+
+__all__ = ["PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanLink", "PlanPair",
+           "PlanRecord", "PlanStep", "PlanStream"]
 
 
 class PlanHost(msgspec.Struct):
@@ -42,9 +44,20 @@ class PlanComponent(msgspec.Struct):
     stop: str | None = None
 
 
+class PlanLink(msgspec.Struct):
+    """A rule of a `links:` list: the directed host pairs it names ([from, to]) and the
+    condition it puts on them (at its defaults: it clears them), and its line in the file."""
+
+    pairs: list[tuple[str, str]]
+    condition: LinkCondition = LinkCondition()
+    line: int | None = None
+
+
 class PlanStep(msgspec.Struct):
     """A barrier of the schedule (`components` None: every component that takes part) and
-    the line of the experiment file it was on."""
+    the line of the experiment file it was on; the link rules its release applies, and the
+    condition of every directed pair in effect from then on ("from->to": condition; a pair
+    not named has none)."""
 
     phase: str
     components: list[str] | None = None
@@ -54,6 +67,8 @@ class PlanStep(msgspec.Struct):
     line: int | None = None
     release: str = "message"
     lead_s: float | None = None
+    links: list[PlanLink] | None = None
+    link_state: dict[str, LinkCondition] = {}
 
 
 class PlanClock(msgspec.Struct):
@@ -110,7 +125,8 @@ class PlanAnalysis(msgspec.Struct):
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
-    connect deadline and fan-out width it asked for (None: the fleet's own; flat)."""
+    connect deadline and fan-out width it asked for (None: the fleet's own; flat), and the
+    link conditions that hold from the start of the run."""
 
     experiment: str = ""
     source: str = ""
@@ -125,3 +141,4 @@ class PlanRecord(msgspec.Struct):
     warnings: list[str] = []
     connect_deadline_s: float | None = None
     fan_out: int | None = None
+    links: list[PlanLink] = []
