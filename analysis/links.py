@@ -238,13 +238,24 @@ def verdict(row: dict[str, Any], cond: Condition) -> tuple[bool | None, str]:
 
 
 def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]:
-    """Each directed pair's conditions in each step, as run.json records them (the state the
-    controller resolved for every step). A record without link states (a run of before
-    links:, or with none) configures nothing: the audit then still reports what any probes
-    achieved."""
-    # run.json's link states are the `links` engineer's typed record (protocol/runstep.py);
-    # until it is merged no run records any, and the audit reads none.
-    return {}
+    """Each directed pair's conditions in each step, as run.json's plan records them (the
+    state the controller resolved for every step: PlanStep.link_state, "from->to"). A run
+    without a plan, or with no links:, configures nothing: the audit then reports what any
+    probes achieved, against no condition. Steps are the plan's schedule in order; a run
+    whose steps stop matching it (a phase that differs) is read up to there."""
+    plan = record.plan
+    if plan is None:
+        return {}
+    found = {}
+    for i, (ran, planned) in enumerate(zip(record.steps, plan.schedule, strict=False)):
+        if ran.phase != planned.phase:
+            break
+        for pair, cond in planned.link_state.items():
+            src, _, dst = pair.partition("->")
+            found[(src, dst, i)] = Condition(
+                delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
+                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition)
+    return found
 
 
 def write_links(db: duckdb.DuckDBPyConnection, path: Path, configured: dict[tuple[str, str, int], Condition],
@@ -278,6 +289,20 @@ def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
                    f"{_num(bound):>8} {_num(jit):>7} {_num(cl, 1):>11} "
                    f"{_loss(loss, lo, hi):>20} {got:>4}/{sent:<4}  {words}")
     return out
+
+
+def merged_lines(merged: Path) -> list[str]:
+    """The audit's section for the result set in `merged` (`ns_control report`): empty when
+    it has no links.parquet."""
+    path = merged / "links.parquet"
+    if not path.is_file():
+        return []
+    db = duckdb.connect()
+    try:
+        db.execute("CREATE VIEW links AS SELECT * FROM read_parquet(?)", [str(path)])
+        return lines(db)
+    finally:
+        db.close()
 
 
 def _num(v: float | None, digits: int = 3) -> str:

@@ -302,6 +302,7 @@ async def links(session: Session, request: k.Links) -> k.Reply:
     if request.check:
         return k.LinksReply(offer=have, placements=link_set.place(request.rules))
     applied = await asyncio.to_thread(link_set.apply, request.rules)
+    sup.services.probe_links(request.rules)  # the audit's probes (netspec.links.probes) measure them
     est = sup.services.clock.estimate(applied.applied_ns)
     log.info("run %s: link conditions toward %s applied", sup.run_id,
              ", ".join(r.peer for r in request.rules))

@@ -30,7 +30,9 @@ from netspec.clksync.node import ClockService
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.links import Exclude, LinkSet
-from netspec.links.probes import LinkProbes, Target
+from netspec.links.probes import LinkProbes, Target, probe_port
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.links import LinkRule
 from netspec.protocol.names import as_name
 
 from . import sampler
@@ -97,12 +99,38 @@ class NodeServices:
     def open_probes(self, address: str = "0.0.0.0", port: int = 0, default_per_s: float | None = None) -> int:
         """Open the `links` stream and bind the audit's probe port on (address, port); the
         port bound, which the peers' probes are sent to. Once per run."""
-        self.link_streams.start([StreamConfig(LINKS_STREAM, enable=("LINKS",), flush_ms=DAEMON_FLUSH_MS)],
-                                StreamInfo(self.directory, run=self.run_id, host=self.host,
-                                           component=LINKS_STREAM), exit_hooks=False)
-        self.probes = LinkProbes(self.link_streams, self.host, self.run_id,
-                                 *(() if default_per_s is None else (default_per_s,)))
-        return self.probes.open(address, port)
+        if not self.link_streams.streams:
+            self.link_streams.start([StreamConfig(LINKS_STREAM, enable=("LINKS",), flush_ms=DAEMON_FLUSH_MS)],
+                                    StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                               component=LINKS_STREAM), exit_hooks=False)
+        probes = LinkProbes(self.link_streams, self.host, self.run_id,
+                            *(() if default_per_s is None else (default_per_s,)))
+        bound = probes.open(address, port)
+        self.probes = probes
+        return bound
+
+    def probe_links(self, rules: list[LinkRule]) -> None:
+        """Aim the audit's probes at the peers of the link rules just applied (every host of
+        the run takes them on one port, `probe_port`): started at the first, at each peer's
+        current rate after.
+
+        Raises:
+            NetspecError: the probes' port is taken on this host.
+        """
+        targets = [Target(r.peer, r.address, None if r.condition.rate_mbit is None
+                          else r.condition.rate_mbit * 1e6) for r in rules]
+        port = probe_port(self.run_id)
+        if self.probes is None:
+            try:
+                self.open_probes(port=port)
+            except OSError as exc:
+                raise NetspecError(f"run {self.run_id}, host {self.host}: the link audit's probe port "
+                                   f"UDP {port} cannot be bound ({exc})") from exc
+        assert self.probes is not None
+        if self.probes.thread is None:
+            self.probes.start(targets, port)
+        else:
+            self.probes.aim(targets)
 
     def start_probes(self, targets: list[Target], port: int) -> None:
         """Probe each target (a peer this host has a link to) on `port` until `close`."""

@@ -40,6 +40,7 @@ DEFAULT_PER_S = 50.0  # a link without a rate: 50 probes of ~70 bytes a second, 
 MAX_SHARE = 0.01  # of a link's configured capacity
 # What a probe takes on the wire beyond its UDP payload: UDP 8, IPv4 20, Ethernet 14 + FCS 4.
 WIRE_OVERHEAD = 46
+PORTS = range(16_384, 32_768)  # below Linux's ephemeral ports (32768 on), so no socket of chance holds one
 POLL_S = 0.05  # the longest the thread sleeps without looking at its stop
 STOP_S = 2.0
 RECV_BATCH = 64  # datagrams read per wake at most, so sends stay on time under a flood
@@ -89,6 +90,12 @@ def probes_per_s(rate_bps: float | None, size: int, default: float = DEFAULT_PER
     return min(default, MAX_SHARE * rate_bps / ((size + WIRE_OVERHEAD) * 8))
 
 
+def probe_port(run_id: str) -> int:
+    """The UDP port every host of run `run_id` takes its peers' probes on: known to all
+    without a message, and apart for two runs on one host (each in 16,384 ports)."""
+    return PORTS.start + int.from_bytes(run_tag(run_id)[:4], "big") % len(PORTS)
+
+
 def run_tag(run_id: str) -> bytes:
     """The 8 bytes every probe of run `run_id` carries; a probe of another run is refused."""
     return hashlib.blake2b(run_id.encode(), digest_size=8).digest()
@@ -117,6 +124,8 @@ class LinkProbes:
         self.thread: threading.Thread | None = None
         self.sent = self.received = self.refused = self.send_errors = 0
         self.rates: dict[str, float] = {}
+        self.targets: dict[str, Target] = {}
+        self._aiming = threading.Lock()
 
     def __enter__(self) -> LinkProbes:
         return self
@@ -145,27 +154,41 @@ class LinkProbes:
             raise NetspecError("links: probes started before their socket was opened")
         if self.thread is not None:
             raise NetspecError("links: probes are already running on this host for this run")
-        size = probe_size(self.host)
-        self.rates = {t.host: probes_per_s(t.rate_bps, size, self.default_per_s) for t in targets}
-        self.thread = threading.Thread(target=self._loop, args=(list(targets), port, size),
+        self.aim(targets)
+        self.thread = threading.Thread(target=self._loop, args=(port, probe_size(self.host)),
                                        name="link-probes", daemon=True)
         self.thread.start()
 
-    def _loop(self, targets: list[Target], port: int, size: int) -> None:
+    def aim(self, targets: list[Target]) -> None:
+        """Probe these targets too, or at their new rates (a step changed their links)."""
+        size = probe_size(self.host)
+        with self._aiming:
+            for t in targets:
+                self.targets[t.host] = t
+                self.rates[t.host] = probes_per_s(t.rate_bps, size, self.default_per_s)
+
+    def _gap(self, host: str) -> float:
+        rate = self.rates[host]
+        return random.expovariate(rate) if rate > 0 else float("inf")
+
+    def _loop(self, port: int, size: int) -> None:
         sock = self.sock
         assert sock is not None
         name = self.host.encode()
-        seq = dict.fromkeys((t.host for t in targets), 0)
-        now = time.monotonic()
-        due = [now + random.expovariate(self.rates[t.host]) if self.rates[t.host] > 0 else float("inf")
-               for t in targets]
+        seq: dict[str, int] = {}
+        due: dict[str, float] = {}
         while not self.stopping.is_set():
-            wait = min([POLL_S, *(d - time.monotonic() for d in due)])
+            with self._aiming:
+                targets = list(self.targets.values())
+                for t in targets:
+                    if t.host not in due:
+                        seq[t.host], due[t.host] = 0, time.monotonic() + self._gap(t.host)
+            wait = min([POLL_S, *(d - time.monotonic() for d in due.values())])
             if wait > 0 and select.select([sock], [], [], wait)[0]:
                 self._receive(sock)
             now = time.monotonic()
-            for i, t in enumerate(targets):
-                if due[i] > now:
+            for t in targets:
+                if due[t.host] > now:
                     continue
                 n = seq[t.host] = seq[t.host] + 1
                 sent_ns = time.time_ns()
@@ -176,7 +199,7 @@ class LinkProbes:
                     sock.sendto(_HEAD.pack(MAGIC, self.tag, n, sent_ns, len(name)) + name, (t.address, port))
                 except OSError:
                     self.send_errors += 1  # dropped at this host (a partition): lost, as sent
-                due[i] = now + random.expovariate(self.rates[t.host])
+                due[t.host] = now + self._gap(t.host)
 
     def _receive(self, sock: socket.socket) -> None:
         for _ in range(RECV_BATCH):
