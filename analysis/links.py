@@ -102,7 +102,8 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At k = 0 (or n) the bound is 0 (or 1) exactly: the float sum leaves a crumb of it.
+    return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
 
 
 def windows(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int]]:
