@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
 
 GUARD_NS = 20_000_000
@@ -77,6 +78,7 @@ class Counters:
     user_late_pct: float | None = None
     user_drops: int | None = None
     user_cpu_pct: float | None = None
+    saturated: bool = False  # the rate's class held packets back (overlimits): the link was full
 
 
 @dataclass
@@ -132,12 +134,44 @@ def _has(db: duckdb.DuckDBPyConnection, table: str) -> bool:
                 .fetchall()[0][0])
 
 
+def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int]],
+             audit: Audit) -> dict[tuple[str, str, int], Counters]:
+    """Each link's counters over each step, from the `LINKS/stats` events its sender logged
+    (protocol.links.LinkStats, read every half second): the last read in the window less
+    the first. A link and step with fewer than two reads has none."""
+    reads: dict[str, list[tuple[int, LinkStats]]] = {}
+    for ts, host, stats in _decoded(db.execute("""SELECT ts, host, data FROM events
+                                                  WHERE entity = 'LINKS/stats' AND kind = 'event'
+                                                  ORDER BY ts""").fetchall(), LinkStats, audit):
+        reads.setdefault(host, []).append((ts, stats))
+    found = {}
+    for step, _, start, end in steps:
+        for host, got in reads.items():
+            inside = [(ts, s) for ts, s in got if start <= ts < end]
+            if len(inside) < 2:
+                continue
+            (t0, first), (t1, last) = inside[0], inside[-1]
+            for peer, now in last.peers.items():
+                was = first.peers.get(peer)
+                if was is None or t1 <= t0:
+                    continue
+                sent = now.rate_packets - was.rate_packets
+                queued = now.queued - was.queued
+                bits = (now.rate_bytes - was.rate_bytes) * 8
+                found[(host, peer, step)] = Counters(
+                    rate_mbit=bits / ((t1 - t0) / 1e9) / 1e6 if sent else None,
+                    user_late_pct=100 * (now.late_over_1ms - was.late_over_1ms) / queued if queued else None,
+                    user_drops=now.dropped_user - was.dropped_user if queued else None,
+                    saturated=now.rate_overlimits > was.rate_overlimits)
+    return found
+
+
 def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], Condition],
-          counters: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
+          read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
     """The audit's rows from a result set's events and phases: one per link and step that
-    probes crossed or conditions named."""
+    probes crossed or conditions named; the backends' counters from the run's `LINKS/stats`
+    events unless given (`read`)."""
     result = Audit()
-    counters = counters or {}
     if not _has(db, 'events') or not _has(db, 'phases'):
         return result
     # A send is logged on its sender: the event's host.
@@ -159,10 +193,11 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
         groups.setdefault((src, dst, steps[i][0]), []).append(
             (ts, bound if bound is not None and bound >= 0 else 0, *(got or (None, None)), sent.size))
     by_step = {w[0]: w for w in steps}
+    read = counters(db, steps, result) if read is None else read
     for key in sorted(set(groups) | {k for k in configured if k[2] in by_step}):
         src, dst, step = key
         result.rows.append(_row(key, by_step[step], groups.get(key, []), configured.get(key, Condition()),
-                                counters.get(key, Counters())))
+                                read.get(key, Counters())))
     return result
 
 
@@ -202,11 +237,11 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "bottleneck": (None if count.user_late_pct is None
                        else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)),
     }
-    row["within"], row["verdict"] = verdict(row, cond)
+    row["within"], row["verdict"] = verdict(row, cond, count.saturated)
     return row
 
 
-def verdict(row: dict[str, Any], cond: Condition) -> tuple[bool | None, str]:
+def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tuple[bool | None, str]:
     """Whether the link did what it was configured to do in this step, and the words for it:
     `within tolerance`, or each way it was off and by how much."""
     off = []
@@ -229,9 +264,13 @@ def verdict(row: dict[str, Any], cond: Condition) -> tuple[bool | None, str]:
         lo, hi = row["loss_low_pct"], row["loss_high_pct"]
         if row["loss_pct"] is not None and not lo - 1e-9 <= loss <= hi + 1e-9:
             off.append(f"loss {row['loss_pct']:.1f} % [{lo:.1f}, {hi:.1f}] against {loss:g} %")
-        if cond.rate_mbit and row["rate_mbit"] is not None and \
-                abs(row["rate_mbit"] - cond.rate_mbit) > RATE_SHARE * cond.rate_mbit:
-            off.append(f"rate {row['rate_mbit']:.2f} Mbit/s against {cond.rate_mbit:g}")
+        # A link's traffic may stay under its rate: only a rate above it, or one below it
+        # while the link was full (its class held packets back), is off.
+        rate = row["rate_mbit"]
+        if cond.rate_mbit and rate is not None and (rate > (1 + RATE_SHARE) * cond.rate_mbit or (
+                saturated and rate < (1 - RATE_SHARE) * cond.rate_mbit)):
+            off.append(f"rate {rate:.2f} Mbit/s against {cond.rate_mbit:g}"
+                       + (" (the link full)" if saturated else ""))
     if row["bottleneck"]:
         off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late, "
                    f"{row['user_drops']} dropped)")
@@ -260,10 +299,10 @@ def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]
 
 
 def write_links(db: duckdb.DuckDBPyConnection, path: Path, configured: dict[tuple[str, str, int], Condition],
-                counters: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
+                read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
     """links.parquet from the result set open in `db`; nothing is written for a run without
     probes or conditions."""
-    result = audit(db, configured, counters)
+    result = audit(db, configured, read)
     if result.rows:
         pq.write_table(pa.Table.from_pylist(result.rows, schema=COLUMNS), path)
     else:

@@ -23,6 +23,7 @@ at setup, `start_probes` sends to the peers this host has links to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ class NodeServices:
         if self.camp is not None:
             self.camp_streams = sampler.open_stream(self.directory, self.run_id, self.host)
 
-    def open_probes(self, address: str = "0.0.0.0", port: int = 0, default_per_s: float | None = None) -> int:
+    def open_probes(self, address: str = "0.0.0.0", port: int = 0, default_per_s: float | None = None,
+                    stats: Callable[[], Any] | None = None) -> int:
         """Open the `links` stream and bind the audit's probe port on (address, port); the
         port bound, which the peers' probes are sent to. Once per run."""
         if not self.link_streams.streams:
@@ -104,7 +106,7 @@ class NodeServices:
                                     StreamInfo(self.directory, run=self.run_id, host=self.host,
                                                component=LINKS_STREAM), exit_hooks=False)
         probes = LinkProbes(self.link_streams, self.host, self.run_id,
-                            *(() if default_per_s is None else (default_per_s,)))
+                            *(() if default_per_s is None else (default_per_s,)), stats=stats)
         bound = probes.open(address, port)
         self.probes = probes
         return bound
@@ -122,7 +124,7 @@ class NodeServices:
         port = probe_port(self.run_id)
         if self.probes is None:
             try:
-                self.open_probes(port=port)
+                self.open_probes(port=port, stats=None if self.links is None else self.links.stats)
             except OSError as exc:
                 raise NetspecError(f"run {self.run_id}, host {self.host}: the link audit's probe port "
                                    f"UDP {port} cannot be bound ({exc})") from exc

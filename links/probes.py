@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -42,7 +43,8 @@ MAX_SHARE = 0.01  # of a link's configured capacity
 WIRE_OVERHEAD = 46
 PORTS = range(16_384, 32_768)  # below Linux's ephemeral ports (32768 on), so no socket of chance holds one
 POLL_S = 0.05  # the longest the thread sleeps without looking at its stop
-STOP_S = 2.0
+STOP_S = 5.0  # a stats read (nft and tc, each a process) under way finishes first
+STATS_S = 0.5  # how often the backends' counters are read, in a thread of their own
 RECV_BATCH = 64  # datagrams read per wake at most, so sends stay on time under a flood
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # = SCM_TIMESTAMPNS, linux/asm-generic/socket.h
 _TIMESPEC = struct.Struct("=qq")
@@ -110,13 +112,19 @@ class LinkProbes:
     run's, garbled, too short), `send_errors` (the kernel refused the send: a partition's
     DROP on OUTPUT says EPERM; the probe counts as sent, and lost)."""
 
-    def __init__(self, streams: Datastreams, host: str, run_id: str, default_per_s: float = DEFAULT_PER_S):
+    def __init__(self, streams: Datastreams, host: str, run_id: str, default_per_s: float = DEFAULT_PER_S,
+                 stats: Callable[[], msgspec.Struct] | None = None):
         if len(host.encode()) > MAX_NAME:
             raise NetspecError(f"links: host name {host[:40]!r}... too long for a probe")
         self.host, self.tag, self.default_per_s = host, run_tag(run_id), default_per_s
         self._probe = streams.event("LINKS", "probe",
                                     "a probe received: ProbeRecord, at its kernel receive stamp")
         self._sent = streams.event("LINKS", "sent", "a probe sent: SentRecord, at its send stamp")
+        self._stats = streams.event("LINKS", "stats", "the backends' counters: protocol.links.LinkStats")
+        self._stats_failed = streams.event("LINKS", "stats_failed",
+                                           "the backends' counters could not be read")
+        self.read_stats = stats
+        self.stats_thread: threading.Thread | None = None
         self.sock: socket.socket | None = None
         self.kernel = False
         self.port = 0
@@ -158,6 +166,23 @@ class LinkProbes:
         self.thread = threading.Thread(target=self._loop, args=(port, probe_size(self.host)),
                                        name="link-probes", daemon=True)
         self.thread.start()
+        if self.read_stats is not None:
+            # Apart from the sends: a read runs nft and tc, tens of ms that would bunch them.
+            self.stats_thread = threading.Thread(target=self._read_stats, name="link-stats", daemon=True)
+            self.stats_thread.start()
+
+    def _read_stats(self) -> None:
+        assert self.read_stats is not None
+        said = False
+        while True:
+            try:
+                self._stats.log(0, msgspec.to_builtins(self.read_stats()))
+            except Exception as exc:  # said once in the stream; the audit then has no counters
+                if not said:
+                    self._stats_failed.log(0, f"{type(exc).__name__}: {exc}")
+                    said = True
+            if self.stopping.wait(STATS_S):
+                return
 
     def aim(self, targets: list[Target]) -> None:
         """Probe these targets too, or at their new rates (a step changed their links)."""
@@ -234,9 +259,11 @@ class LinkProbes:
             NetspecError: the thread did not end within STOP_S (its socket is left to it).
         """
         self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(STOP_S)
-            if self.thread.is_alive():
-                raise NetspecError(f"links: the probes' thread did not end within {STOP_S:g} s of its stop")
+        for thread in (self.thread, self.stats_thread):
+            if thread is not None:
+                thread.join(STOP_S)
+                if thread.is_alive():
+                    raise NetspecError(f"links: the {thread.name} thread did not end within {STOP_S:g} s "
+                                       "of its stop")
         if self.sock is not None:
             self.sock.close()

@@ -5,6 +5,7 @@ thread and socket gone after close."""
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,7 @@ from netspec.daemon.services import NodeServices
 from netspec.datastream.reader import StreamReader
 from netspec.datastream.schema import ProbeRecord, SentRecord
 from netspec.links.probes import DEFAULT_PER_S, MAX_SHARE, WIRE_OVERHEAD, Target, probe_size, probes_per_s
+from netspec.protocol.links import LinkStats
 from support import descriptors, threads_named, wait_for
 
 
@@ -36,17 +38,19 @@ def test_probes_between_two_hosts_are_logged_at_both_ends_and_leave_nothing_afte
     a = NodeServices("run-probes", "a", tmp_path / "a")
     b = NodeServices("run-probes", "b", tmp_path / "b")
     try:
-        port_a = a.open_probes("127.0.0.1", default_per_s=400)
+        port_a = a.open_probes("127.0.0.1", default_per_s=400,
+                               stats=lambda: LinkStats(read_ns=time.time_ns()))
         port_b = b.open_probes("127.0.0.1", default_per_s=400)
         a.start_probes([Target("b", "127.0.0.1")], port_b)
         b.start_probes([Target("a", "127.0.0.1")], port_a)
-        assert len(threads_named("link-probes")) == 2
+        assert len(threads_named("link-probes")) == 2 and len(threads_named("link-stats")) == 1
         wait_for(lambda: a.probes.received >= 20 and b.probes.received >= 20, timeout=10,
                  what="20 probes each way")
     finally:
         a.close()
         b.close()
-    assert threads_named("link-probes") == []
+    assert threads_named("link-probes") == threads_named("link-stats") == []
+    assert _records(tmp_path / "a", "LINKS/stats")  # the backends' counters, read beside the probes
     assert descriptors() == before
     received = _records(tmp_path / "b", "LINKS/probe")
     sent = _records(tmp_path / "a", "LINKS/sent")
