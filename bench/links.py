@@ -253,7 +253,8 @@ def delays(link: Link, prefix: str, n: int, result: dict) -> None:
                                             "us": round(after["cpu_s"] / count * 1e6, 2)})
         jit = f" ± {jitter:g} ms (normal): std {std:.3f} ms" if jitter else ""
         print(f"  delay, {backend}, {pps} packets/s: {ms:g} ms{jit}; p50 {p50:.3f} ms ({p50 - ms:+.3f}, "
-              f"target ±{bound:.3f}: {'within' if row['within'] else 'OFF'}), p99 {p99:.3f} ms, {len(got)}/{count} through; "
+              f"target ±{bound:.3f}: {'within' if row['within'] else 'OFF'}), p99 {p99:.3f} ms, "
+              f"{len(got)}/{count} through; "
               f"late over 1 ms {row['late_over_1ms']}, at most {row['late_max_ms']} ms; "
               f"{after['cpu_s'] / count * 1e6:.1f} us CPU/packet")
     if not any(r["backend"] == "netem" for r in result["delay"]):
