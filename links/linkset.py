@@ -111,7 +111,7 @@ class LinkSet:
         self.closed = False
 
     def place(self, rules: list[LinkRule]) -> dict[str, Placement]:
-        """Each rule's placement on this host.
+        """Each rule's placement on this host (a peer named by several rules: the parts of all).
 
         Raises:
             Refused: a part of a condition no backend here can apply (every one, at once), or
@@ -127,7 +127,9 @@ class LinkSet:
                 if set(parts.values()) - {"nftables"}:
                     missing.append((rule.peer, ", ".join(parts),
                                     f"an IPv4 address (the peer is at {rule.address})"))
-            placed[rule.peer] = Placement(parts=parts)  # type: ignore[arg-type]
+            # A peer named twice (a check of every condition a run will ask): every part said.
+            known = placed[rule.peer].parts if rule.peer in placed else {}
+            placed[rule.peer] = Placement(parts={**known, **parts})  # type: ignore[arg-type]
         if missing:
             raise Refused(self.host, missing)
         return placed
