@@ -175,9 +175,9 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
     if not _has(db, 'events') or not _has(db, 'phases'):
         return result
     # A send is logged on its sender: the event's host.
-    sends = _decoded(db.execute("""SELECT ts, bound, host, data FROM events WHERE entity = 'LINKS/sent'
+    sends = _decoded(db.execute("""SELECT ts, bound_ns, host, data FROM events WHERE entity = 'LINKS/sent'
                                    AND kind = 'event'""").fetchall(), SentRecord, result)
-    probes = _decoded(db.execute("""SELECT ts, bound, data FROM events WHERE entity = 'LINKS/probe'
+    probes = _decoded(db.execute("""SELECT ts, bound_ns, data FROM events WHERE entity = 'LINKS/probe'
                                     AND kind = 'event'""").fetchall(), ProbeRecord, result)
     received = {(p.src, p.dst, p.seq): (ts, bound) for ts, bound, p in probes}
     steps = windows(db)
@@ -339,7 +339,8 @@ def merged_lines(merged: Path) -> list[str]:
         return []
     db = duckdb.connect()
     try:
-        db.execute("CREATE VIEW links AS SELECT * FROM read_parquet(?)", [str(path)])
+        quoted = str(path).replace("'", "''")
+        db.execute(f"CREATE VIEW links AS SELECT * FROM read_parquet('{quoted}')")
         return lines(db)
     finally:
         db.close()

@@ -176,7 +176,8 @@ class LinkProbes:
         said = False
         while True:
             try:
-                self._stats.log(0, msgspec.to_builtins(self.read_stats()))
+                if self.targets:  # a host no link starts at has no counters to read
+                    self._stats.log(0, msgspec.to_builtins(self.read_stats()))
             except Exception as exc:  # said once in the stream; the audit then has no counters
                 if not said:
                     self._stats_failed.log(0, f"{type(exc).__name__}: {exc}")

@@ -65,6 +65,8 @@ class Conditions:
         for state in self.plan.link_states():
             for host, rules in self._rules(state).items():
                 asked.setdefault(host, []).extend(r for r in rules if r not in asked.get(host, []))
+            for _, target in state:  # a host a link ends at: asked too, to take the audit's probes
+                asked.setdefault(target, [])
         if not asked:
             return
         replies = await self._ask(asked, phase, deadline, check=True)
