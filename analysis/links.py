@@ -40,7 +40,10 @@ DELAY_FLOOR_NS = {"kernel": 100_000, "netem": 100_000, "user": 250_000}
 DEFAULT_DELAY_FLOOR_NS = 250_000
 RATE_SHARE = 0.05
 WIRE_OVERHEAD = 46  # a probe's bytes on the wire beyond its UDP payload (links/probes.py's)
-LATE_SHARE = 0.10  # the user-space path is the bottleneck when it released over 10 % of packets late
+# The user-space path is the bottleneck when it released over 10 % of packets late, dropped
+# any, or its threads were busy over 80 % of the time (one of them is all it has).
+LATE_SHARE = 0.10
+BUSY_SHARE = 0.80
 
 COLUMNS = pa.schema([
     ("src", pa.string()), ("dst", pa.string()), ("step", pa.int32()), ("phase", pa.string()),
@@ -144,9 +147,18 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
                                                   WHERE entity = 'LINKS/stats' AND kind = 'event'
                                                   ORDER BY ts""").fetchall(), LinkStats, audit):
         reads.setdefault(host, []).append((ts, stats))
+    cpu: dict[str, list[tuple[int, float]]] = {}
+    # A number as an event's data is its value (analysis/source.py).
+    for host, ts, seconds in db.execute("""SELECT host, ts, value FROM events
+                                           WHERE entity = 'LINKS/user_cpu' AND kind = 'event'
+                                           AND value IS NOT NULL ORDER BY ts""").fetchall():
+        cpu.setdefault(host, []).append((ts, seconds))
     found = {}
     for step, _, start, end in steps:
         for host, got in reads.items():
+            used = [(ts, s) for ts, s in cpu.get(host, []) if start <= ts < end]
+            cpu_pct = (100 * (used[-1][1] - used[0][1]) / ((used[-1][0] - used[0][0]) / 1e9)
+                       if len(used) > 1 and used[-1][0] > used[0][0] else None)
             inside = [(ts, s) for ts, s in got if start <= ts < end]
             if len(inside) < 2:
                 continue
@@ -162,6 +174,7 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
                     rate_mbit=bits / ((t1 - t0) / 1e9) / 1e6 if sent else None,
                     user_late_pct=100 * (now.late_over_1ms - was.late_over_1ms) / queued if queued else None,
                     user_drops=now.dropped_user - was.dropped_user if queued else None,
+                    user_cpu_pct=cpu_pct if queued else None,
                     saturated=now.rate_overlimits > was.rate_overlimits)
     return found
 
@@ -235,7 +248,8 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "rate_mbit": count.rate_mbit, "user_late_pct": count.user_late_pct, "user_drops": count.user_drops,
         "user_cpu_pct": count.user_cpu_pct,
         "bottleneck": (None if count.user_late_pct is None
-                       else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)),
+                       else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)
+                       or (count.user_cpu_pct or 0.0) > 100 * BUSY_SHARE),
     }
     row["within"], row["verdict"] = verdict(row, cond, count.saturated)
     return row
@@ -272,8 +286,9 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
             off.append(f"rate {rate:.2f} Mbit/s against {cond.rate_mbit:g}"
                        + (" (the link full)" if saturated else ""))
     if row["bottleneck"]:
+        cpu = "" if row["user_cpu_pct"] is None else f", {row['user_cpu_pct']:.0f} % CPU"
         off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late, "
-                   f"{row['user_drops']} dropped)")
+                   f"{row['user_drops']} dropped{cpu})")
     return (not off), ("within tolerance" if not off else "; ".join(off))
 
 

@@ -20,6 +20,7 @@ the link has no rate.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import select
 import socket
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 from netspec.datastream.instrument import Datastreams
@@ -45,6 +47,24 @@ PORTS = range(16_384, 32_768)  # below Linux's ephemeral ports (32768 on), so no
 POLL_S = 0.05  # the longest the thread sleeps without looking at its stop
 STOP_S = 5.0  # a stats read (nft and tc, each a process) under way finishes first
 STATS_S = 0.5  # how often the backends' counters are read, in a thread of their own
+USER_PATH_THREADS = "netspec-links-q"  # the user-space path's threads' names begin so (links/nfqueue.py)
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def user_path_cpu_s() -> float | None:
+    """The CPU seconds the user-space path's threads in this process used so far (None: it
+    has none running), from /proc/self/task/<tid>/stat."""
+    total, found = 0.0, False
+    for thread in threading.enumerate():
+        if thread.name.startswith(USER_PATH_THREADS) and thread.native_id is not None:
+            try:
+                stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+                fields = stat.rpartition(")")[2].split()
+            except OSError:
+                continue  # ended since
+            total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+            found = True
+    return total if found else None
 RECV_BATCH = 64  # datagrams read per wake at most, so sends stay on time under a flood
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # = SCM_TIMESTAMPNS, linux/asm-generic/socket.h
 _TIMESPEC = struct.Struct("=qq")
@@ -121,6 +141,8 @@ class LinkProbes:
                                     "a probe received: ProbeRecord, at its kernel receive stamp")
         self._sent = streams.event("LINKS", "sent", "a probe sent: SentRecord, at its send stamp")
         self._stats = streams.event("LINKS", "stats", "the backends' counters: protocol.links.LinkStats")
+        self._user_cpu = streams.event("LINKS", "user_cpu",
+                                       "CPU seconds the user-space path's threads used so far")
         self._stats_failed = streams.event("LINKS", "stats_failed",
                                            "the backends' counters could not be read")
         self.read_stats = stats
@@ -178,6 +200,9 @@ class LinkProbes:
             try:
                 if self.targets:  # a host no link starts at has no counters to read
                     self._stats.log(0, msgspec.to_builtins(self.read_stats()))
+                    cpu = user_path_cpu_s()
+                    if cpu is not None:
+                        self._user_cpu.log(0, cpu)
             except Exception as exc:  # said once in the stream; the audit then has no counters
                 if not said:
                     self._stats_failed.log(0, f"{type(exc).__name__}: {exc}")
