@@ -80,11 +80,11 @@ class Conditions:
         Raises:
             RemoteError, DeadlineExceeded: as `check`.
         """
+        if not self.checked:  # at launch, whichever step changes them first
+            await self.check(phase, deadline)
         changes = self.plan.link_changes(index)
         if not changes:
             return
-        if not self.checked:
-            await self.check(phase, deadline)
         asked = self._rules(changes)
         replies = await self._ask(asked, phase, deadline, check=False)
         said = []
