@@ -44,6 +44,8 @@ RCVBUF = 8 * 1024 * 1024
 JOIN_S = 5.0
 LATE_NS = 1_000_000  # a verdict later than this is counted apart
 IDLE_S = 1.0
+EARLY_S = 0.001
+RECEIVES = 64  # reads of the socket before the held packets' verdicts are looked at again
 
 
 class QueueError(Exception):
@@ -179,20 +181,24 @@ class UserPath:
             poller.register(self._sock.fileno(), select.EPOLLIN)
             poller.register(self._wake_r, select.EPOLLIN)
             while not self._stop:
-                # To the microsecond (epoll's float timeout), not poll's whole milliseconds.
                 due = self._held[0][0] if self._held else None
-                wait = IDLE_S if due is None else min(IDLE_S, max(0.0, (due - time.monotonic_ns()) / 1e9))
-                for fd, _ in poller.poll(wait):
+                wait = IDLE_S if due is None else min(IDLE_S, (due - time.monotonic_ns()) / 1e9)
+                # epoll waits whole milliseconds: it wakes a millisecond early, and the last of
+                # the wait is slept (clock_nanosleep), so a verdict is late by tens of us, not ms.
+                events = poller.poll(wait - EARLY_S if wait > 2 * EARLY_S else 0)
+                for fd, _ in events:
                     if fd == self._wake_r:
                         os.read(self._wake_r, 4096)
                     else:
                         self._receive()
+                if not events and due is not None:
+                    time.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
                 self._release(time.monotonic_ns())
         self._release(None)
 
     def _receive(self) -> None:
         out = []
-        while True:
+        for _ in range(RECEIVES):
             try:
                 data = self._sock.recv(262144)
             except BlockingIOError:
