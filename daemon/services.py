@@ -70,12 +70,18 @@ class NodeServices:
         self.links: LinkSet | None = None
         self.clock_ports: set[int] = set()  # clksync's server port: its probes are never conditioned
 
-    def link_set(self, tcp: list[int], udp: list[int]) -> LinkSet:
-        """The run's link conditions here (made at the first ask), never conditioning netspec's
-        own ports: `tcp` (SSH's, the daemons') and `udp` with clksync's."""
+    def link_set(self, tcp: list[int] | None = None, udp: list[int] | None = None) -> LinkSet:
+        """The run's link conditions here (made at the first ask: the controller's `links`, or
+        a fault's partition), never conditioning netspec's own ports: SSH's and `tcp` (the
+        daemons'), clksync's and `udp`; each ask's ports are added to those before, and hold
+        from the next change on."""
+        exclude = Exclude(tuple(sorted({22, *(tcp or ())})), tuple(sorted({*(udp or ()), *self.clock_ports})))
         if self.links is None:
-            exclude = Exclude(tuple(tcp), tuple({*udp, *self.clock_ports}))
             self.links = LinkSet(self.run_id, self.host, exclude)
+        else:
+            old = self.links.exclude
+            self.links.exclude = Exclude(tuple(sorted({*old.tcp, *exclude.tcp})),
+                                         tuple(sorted({*old.udp, *exclude.udp})))
         return self.links
 
     def close_links(self) -> None:

@@ -44,6 +44,8 @@ RCVBUF = 8 * 1024 * 1024
 JOIN_S = 5.0
 LATE_NS = 1_000_000  # a verdict later than this is counted apart
 IDLE_S = 1.0
+EARLY_S = 0.001
+RECEIVES = 64  # reads of the socket before the held packets' verdicts are looked at again
 
 
 class QueueError(Exception):
@@ -95,6 +97,22 @@ def jitter_ms(rng: random.Random, distribution: str, jitter: float) -> float:
         return pareto * jitter
     # paretonormal: netem's mix, a quarter normal and three quarters pareto, at the same spread
     return (0.25 * rng.gauss(0.0, 1.0) + 0.75 * pareto) / math.hypot(0.25, 0.75) * jitter
+
+
+def drop(rng: random.Random, cond: LinkCondition, bad: bool) -> tuple[bool, bool]:
+    """Whether the next packet is lost, and the loss's state after it (Gilbert-Elliott's: in a
+    burst). Independent: each lost with `loss_pct`. In bursts: a lossless good state and an
+    all-lost bad one, left with 1/`loss_burst` (the burst's mean length) and entered so that
+    the long-run loss is `loss_pct` (netem's `loss gemodel p r 100% 0%`)."""
+    if not cond.loss_pct:
+        return False, False
+    p = cond.loss_pct / 100
+    if cond.loss_burst is None:
+        return rng.random() < p, False
+    leave = 1 / cond.loss_burst
+    enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
+    bad = (rng.random() >= leave) if bad else (rng.random() < enter)
+    return bad, bad
 
 
 class UserPath:
@@ -163,20 +181,24 @@ class UserPath:
             poller.register(self._sock.fileno(), select.EPOLLIN)
             poller.register(self._wake_r, select.EPOLLIN)
             while not self._stop:
-                # To the microsecond (epoll's float timeout), not poll's whole milliseconds.
                 due = self._held[0][0] if self._held else None
-                wait = IDLE_S if due is None else min(IDLE_S, max(0.0, (due - time.monotonic_ns()) / 1e9))
-                for fd, _ in poller.poll(wait):
+                wait = IDLE_S if due is None else min(IDLE_S, (due - time.monotonic_ns()) / 1e9)
+                # epoll waits whole milliseconds: it wakes a millisecond early, and the last of
+                # the wait is slept (clock_nanosleep), so a verdict is late by tens of us, not ms.
+                events = poller.poll(wait - EARLY_S if wait > 2 * EARLY_S else 0)
+                for fd, _ in events:
                     if fd == self._wake_r:
                         os.read(self._wake_r, 4096)
                     else:
                         self._receive()
+                if not events and due is not None:
+                    time.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
                 self._release(time.monotonic_ns())
         self._release(None)
 
     def _receive(self) -> None:
         out = []
-        while True:
+        for _ in range(RECEIVES):
             try:
                 data = self._sock.recv(262144)
             except BlockingIOError:
@@ -232,18 +254,8 @@ class UserPath:
         return None
 
     def _lost(self, peer: _Peer) -> bool:
-        cond = peer.condition
-        if not cond.loss_pct:
-            return False
-        p = cond.loss_pct / 100
-        if cond.loss_burst is None:
-            return self._rng.random() < p
-        # Gilbert-Elliott with a lossless good state and an all-lost bad one: leave a burst
-        # with 1/burst (its mean length), enter one so that the long-run loss is p.
-        leave = 1 / cond.loss_burst
-        enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
-        peer.bad = (self._rng.random() >= leave) if peer.bad else (self._rng.random() < enter)
-        return peer.bad
+        lost, peer.bad = drop(self._rng, peer.condition, peer.bad)
+        return lost
 
     def _release(self, now: int | None) -> None:
         """Accept every held packet that is due (all of them: `now` None), counting lateness."""
