@@ -169,9 +169,6 @@ class SentRecord(msgspec.Struct, array_like=True):
     size: Count
 
 
-# The events whose data has a declared form here, by their entity's full name.
-EVENT_DATA: dict[str, type[msgspec.Struct]] = {"LINKS/probe": ProbeRecord, "LINKS/sent": SentRecord}
-
 # Every kind of record, by the stream record's id or the entity's kind.
 STREAM_RECORDS: dict[int, type[StreamRecord]] = {
     NAMESPACE: NamespaceRecord, DROPPED: DroppedRecord, TRIGGER: TriggerRecord, CLOSE: CloseRecord}
