@@ -91,9 +91,11 @@ class Audit:
     rows: list[dict[str, Any]] = field(default_factory=list)
     outside: int = 0  # probes sent outside every step's window, or in a window's guard
     undecodable: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # host -> datagrams not this run's probes
 
     def warnings(self) -> list[str]:
-        said = []
+        said = [f"links: host {host} refused {n} datagrams on the audit's probe port (not this run's probes: "
+                "another run's, or garbled)" for host, n in sorted(self.refused.items()) if n]
         if self.undecodable:
             said.append(f"links: {self.undecodable} probe records whose data does not fit their form "
                         "were left out of links.parquet")
@@ -193,6 +195,12 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
     probes = _decoded(db.execute("""SELECT ts, bound_ns, data FROM events WHERE entity = 'LINKS/probe'
                                     AND kind = 'event'""").fetchall(), ProbeRecord, result)
     received = {(p.src, p.dst, p.seq): (ts, bound) for ts, bound, p in probes}
+    for host, data in db.execute("""SELECT host, data FROM events WHERE entity = 'LINKS/counts'
+                                    AND kind = 'event'""").fetchall():
+        try:
+            result.refused[host] = int(msgspec.json.decode(data).get("refused", 0))
+        except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+            result.undecodable += 1
     steps = windows(db)
     starts = np.array([w[2] for w in steps], dtype=np.int64)
     groups: dict[tuple[str, str, int], list[tuple[int, int, int | None, int | None]]] = {}

@@ -141,6 +141,8 @@ class LinkProbes:
                                     "a probe received: ProbeRecord, at its kernel receive stamp")
         self._sent = streams.event("LINKS", "sent", "a probe sent: SentRecord, at its send stamp")
         self._stats = streams.event("LINKS", "stats", "the backends' counters: protocol.links.LinkStats")
+        self._counts = streams.event("LINKS", "counts", "the probes' counts at the end: sent, received, "
+                                     "refused (not this run's probes), send_errors")
         self._user_cpu = streams.event("LINKS", "user_cpu",
                                        "CPU seconds the user-space path's threads used so far")
         self._stats_failed = streams.event("LINKS", "stats_failed",
@@ -291,5 +293,9 @@ class LinkProbes:
                 if thread.is_alive():
                     raise NetspecError(f"links: the {thread.name} thread did not end within {STOP_S:g} s "
                                        "of its stop")
+        if self.thread is not None:  # said once, for the audit to say what was refused
+            self._counts.log(0, {"sent": self.sent, "received": self.received, "refused": self.refused,
+                                 "send_errors": self.send_errors})
+            self.thread = None
         if self.sock is not None:
             self.sock.close()

@@ -5,6 +5,7 @@ thread and socket gone after close."""
 from __future__ import annotations
 
 import itertools
+import socket
 import time
 from pathlib import Path
 
@@ -46,11 +47,16 @@ def test_probes_between_two_hosts_are_logged_at_both_ends_and_leave_nothing_afte
         assert len(threads_named("link-probes")) == 2 and len(threads_named("link-stats")) == 1
         wait_for(lambda: a.probes.received >= 20 and b.probes.received >= 20, timeout=10,
                  what="20 probes each way")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:  # not a probe of this run
+            stranger.sendto(b"NSLP" + bytes(40), ("127.0.0.1", port_b))
+        wait_for(lambda: b.probes.refused == 1, timeout=10, what="the stranger's datagram refused")
     finally:
         a.close()
         b.close()
     assert threads_named("link-probes") == threads_named("link-stats") == []
     assert _records(tmp_path / "a", "LINKS/stats")  # the backends' counters, read beside the probes
+    (_, counts), = _records(tmp_path / "b", "LINKS/counts")  # said once, at the close
+    assert counts["received"] == len(_records(tmp_path / "b", "LINKS/probe")) and counts["refused"] == 1
     assert descriptors() == before
     received = _records(tmp_path / "b", "LINKS/probe")
     sent = _records(tmp_path / "a", "LINKS/sent")
