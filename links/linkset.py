@@ -244,7 +244,8 @@ class LinkSet:
         dropped = kernel.nft_counts(self.run_id)
         classes = {d: kernel.tc_counts(self.run_id, d) for d in set(devices.values()) & shaped_devices}
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
-        found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0)
+        found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0,
+                          realtime=user.realtime if user else None)
         for peer in peers:
             stats = PeerStats()
             if user is not None and (counts := user.counters(peer.address)) is not None:

@@ -127,6 +127,7 @@ class UserPath:
         self.queue = queue
         self.peers: dict[bytes, _Peer] = {}  # by the packed IPv4 address
         self.overruns = 0
+        self.realtime: bool | None = None  # whether its thread got real-time priority
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._held: list[tuple[int, int, int, bytes]] = []  # (due_ns, seq, packet id, peer)
@@ -177,6 +178,13 @@ class UserPath:
         return None if peer is None else PathCounters(**vars(peer.counters))
 
     def _serve(self) -> None:
+        # A verdict is due at an instant, as a release or a CAMP sample is: SCHED_FIFO (as the
+        # daemon's own threads that act at an instant take it), else it waits for a free core.
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            self.realtime = True
+        except PermissionError:
+            self.realtime = False
         with select.epoll() as poller:
             poller.register(self._sock.fileno(), select.EPOLLIN)
             poller.register(self._wake_r, select.EPOLLIN)
