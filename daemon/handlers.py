@@ -301,8 +301,11 @@ async def links(session: Session, request: k.Links) -> k.Reply:
     have = await asyncio.to_thread(offer)
     link_set = sup.services.link_set(request.exclude_tcp, request.exclude_udp)
     if request.check:
-        return k.LinksReply(offer=have, placements=link_set.place(request.rules))
+        placements = link_set.place(request.rules)
+        sup.services.probe_links([])  # from launch on, every host of a link takes the audit's probes
+        return k.LinksReply(offer=have, placements=placements)
     applied = await asyncio.to_thread(link_set.apply, request.rules)
+    sup.services.probe_links(request.rules)  # the audit's probes (netspec.links.probes) measure them
     est = sup.services.clock.estimate(applied.applied_ns)
     log.info("run %s: link conditions toward %s applied", sup.run_id,
              ", ".join(r.peer for r in request.rules))

@@ -1,8 +1,8 @@
 """netspec.links: link conditions on this host (delay, jitter, loss, rate, partition toward
 each peer of a run), applied by the kernel where it can (tc htb, netem, nftables, iptables)
 and by netspec's own user-space path (NFQUEUE) where it cannot; the host's probe of what it
-offers; the sweep of what a run left behind. The daemon's run owns a `LinkSet`
-(daemon/services.py); docs/architecture.md says who calls what.
+offers; the sweep of what a run left behind; the audit's probe traffic (probes.py). The
+daemon's run owns a `LinkSet` (daemon/services.py); docs/architecture.md says who calls what.
 
 The API others build on (the audit's probes and bench, the fault schedule's partitions):
 

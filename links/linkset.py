@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 from netspec.protocol.links import LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats, Placement
 
 from . import kernel, names
@@ -103,8 +104,11 @@ class LinkSet:
         self.have = have if have is not None else offer()
         self.rules: dict[str, LinkRule] = {}
         self.placed: dict[str, dict[str, str]] = {}
+        self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
         self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
         self._shaped: set[str] = set()  # devices with the run's htb tree
+        self._batches: dict[str, str] = {}  # each one's tree as installed
+        self._queued: list[str] = []  # the iptables chain's rules as installed
         self._nft = self._iptables = False
         self._user: UserPath | None = None
         self._lock = threading.Lock()
@@ -153,64 +157,112 @@ class LinkSet:
                     self.placed.pop(rule.peer, None)
                 else:
                     self.rules[rule.peer], self.placed[rule.peer] = rule, dict(placed[rule.peer].parts)
-            self._install(rules)
+            self._install({r.peer: r.address for r in rules})
             return Applied(began, time.time_ns(), placed)
 
-    def _peers(self) -> list[Peer]:
-        return [Peer(r.peer, r.address, r.condition, self.placed[r.peer]) for r in self.rules.values()]
+    def cut(self, peers: dict[str, str], on: bool = True) -> Applied:
+        """A partition toward each of `peers` (name -> address) on top of its condition (`on`),
+        or healed (not `on`): its condition as it was, or as a change since made it. For a
+        fault's partition and heal at an instant (its `applied_ns`).
 
-    def _install(self, changed: list[LinkRule]) -> None:
+        Raises:
+            Refused: no backend here can partition; nothing changed.
+            ToolFailed, QueueError: as `apply`.
+        """
+        parts, missing = place(LinkCondition(partition=True), self.have)
+        if missing and on:
+            raise Refused(self.host, [(peer, part, what) for peer in peers for part, what in missing])
+        with self._lock:
+            if self.closed:
+                raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
+            began = time.time_ns()
+            for peer, address in peers.items():
+                if on:
+                    self.cuts[peer] = (address, parts)
+                else:
+                    self.cuts.pop(peer, None)
+            self._install(dict(peers))
+            return Applied(began, time.time_ns(), {p: Placement(parts=parts) for p in peers})  # type: ignore[arg-type]
+
+    def _peers(self) -> list[Peer]:
+        """Every conditioned direction as it is in effect: a cut one partitioned, its other
+        parts left as they are (so a cut and a heal change the partition's rule alone)."""
+        cut = LinkCondition(partition=True)
+        peers = []
+        for r in self.rules.values():
+            if r.peer in self.cuts:
+                parts = {**self.placed[r.peer], **self.cuts[r.peer][1]}
+                condition = msgspec.structs.replace(r.condition, partition=True)
+                peers.append(Peer(r.peer, r.address, condition, parts))
+            else:
+                peers.append(Peer(r.peer, r.address, r.condition, self.placed[r.peer]))
+        return peers + [Peer(name, address, cut, parts) for name, (address, parts) in self.cuts.items()
+                        if name not in self.rules]
+
+    def _install(self, changed: dict[str, str]) -> None:
+        """Install what is in effect; `changed`: the peers changed (name -> address)."""
         peers = self._peers()
         # The user-space path first: its queue is bound before any rule sends packets to it.
         if self._user is None and any("user" in p.parts.values() for p in peers):
             self._user = UserPath(names.queue(self.run_id))
         if self._user is not None:
-            for rule in changed:
-                self._user.set(rule.address, _on_user(rule.condition, self.placed.get(rule.peer, {})))
+            effective = {p.name: p for p in peers}
+            for name, address in changed.items():
+                peer = effective.get(name)
+                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
         devices = {p.name: self._devices.get(p.name) or kernel.device_to(p.address) for p in peers}
         self._nft = kernel.nft_apply(self.run_id, peers, devices, self.exclude, self._nft)
-        self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, names.queue(self.run_id),
-                                               self._iptables)
+        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, names.queue(self.run_id))
+        if queued != self._queued or not self._iptables:  # unchanged: not installed again
+            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, names.queue(self.run_id),
+                                                   self._iptables)
+            self._queued = queued
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
         shaped_on = {p.name: devices[p.name] for p in shaped}
-        touched = {shaped_on[r.peer] for r in changed if r.peer in shaped_on}
-        was = {r.peer: self._devices[r.peer] for r in changed if r.peer in self._devices}
+        touched = {shaped_on[name] for name in changed if name in shaped_on}
+        was = {name: self._devices[name] for name in changed if name in self._devices}
         touched |= {device for device in was.values() if device in self._shaped}
         self._devices = devices
         for device in sorted(touched):
             on = [p for p in shaped if devices[p.name] == device]
+            batch = kernel.tc_batch(self.run_id, device, on, self.exclude, False)
+            if device in self._shaped and self._batches.get(device) == batch:
+                continue  # its tree as it is: a cut or a heal does not touch the rate
             if kernel.tc_apply(self.run_id, device, on, self.exclude, device in self._shaped):
                 self._shaped.add(device)
+                self._batches[device] = batch
             else:
                 self._shaped.discard(device)
+                self._batches.pop(device, None)
 
     def stats(self) -> LinkStats:
-        """The backends' counters now, per peer (the user-space path's and the kernel's)."""
+        """The backends' counters now, per peer conditioned (the user-space path's, the nftables
+        rules' drops: `partitioned` while the peer is cut off, and the htb class's)."""
         with self._lock:
-            rules = dict(self.rules)
-            devices = dict(self._devices)
-            user = self._user
+            peers = self._peers()
+            devices, shaped_devices, user = dict(self._devices), set(self._shaped), self._user
         dropped = kernel.nft_counts(self.run_id)
-        classes = {d: kernel.tc_counts(self.run_id, d) for d in set(devices.values()) if d in self._shaped}
-        found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0)
-        for peer, rule in rules.items():
+        classes = {d: kernel.tc_counts(self.run_id, d) for d in set(devices.values()) & shaped_devices}
+        shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
+        found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0,
+                          realtime=user.realtime if user else None)
+        for peer in peers:
             stats = PeerStats()
-            if user is not None and (counts := user.counters(rule.address)) is not None:
+            if user is not None and (counts := user.counters(peer.address)) is not None:
                 stats.queued, stats.dropped_user = counts.queued, counts.dropped
                 stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
                 stats.late_over_1ms = counts.late_over_1ms
-            if rule.condition.partition:
-                stats.partitioned = dropped.get(peer, 0)
+            if peer.condition.partition:
+                stats.partitioned = dropped.get(peer.name, 0)
             else:
-                stats.dropped_kernel = dropped.get(peer, 0)
-            if devices.get(peer) in classes:
-                shaped = [p for p in self._peers() if {"htb", "netem"} & set(p.parts.values())
-                          and devices.get(p.name) == devices[peer]]
-                minor = next((i for i, p in enumerate(shaped, start=1) if p.name == peer), 0)
-                got = classes[devices[peer]].get(minor, {})
+                stats.dropped_kernel = dropped.get(peer.name, 0)
+            device = devices.get(peer.name)
+            if device in classes:  # its class's minor: its place among the device's (kernel.tc_batch)
+                on = [p.name for p in shaped if devices.get(p.name) == device]
+                got = classes[device].get(on.index(peer.name) + 1, {}) if peer.name in on else {}
                 stats.rate_bytes, stats.rate_packets = got.get("bytes", 0), got.get("packets", 0)
                 stats.rate_dropped, stats.rate_overlimits = got.get("drops", 0), got.get("overlimits", 0)
-            found.peers[peer] = stats
+            found.peers[peer.name] = stats
         return found
 
     def close(self) -> list[str]:

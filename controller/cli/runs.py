@@ -144,9 +144,15 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        # each run's faults, their instants against their effects (engine/faults.py)
+        from netspec.analysis.links import merged_lines
+
+        audits = []  # each run's link audit (analysis/links.py), for a run with links:
+        for path in paths:
+            said = merged_lines(path / MERGED)
+            audits += [f"{path.name}:", *said] if said else []
+        # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]
-        print_lines([*run_differences(paths), *report_lines(table), *faults])
+        print_lines([*run_differences(paths), *report_lines(table), *audits, *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

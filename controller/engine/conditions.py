@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 
 from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError
 from netspec.protocol.kinds import LinksReply
 from netspec.protocol.links import LinkCondition, LinkRule
 from netspec.protocol.runrecord import HostLinks, LinkChange
 from netspec.protocol.runrecord import Step as StepRecord
 
+from ..experiment.links import LOCAL
 from ..experiment.model import Plan
 from ..record.progress import Progress, ProgressSink
 from ..record.rundir import RunDir
@@ -55,16 +57,25 @@ class Conditions:
         the run will ask of it; record what each offers and where each part goes.
 
         Raises:
+            NetspecError: a link names a local daemon (they share this machine's stack).
             RemoteError: a host cannot apply a condition (its daemon names the link and what
                 is missing), or refused otherwise.
             DeadlineExceeded: a host did not answer by `deadline`.
             ConnectionLost: a host's daemon was lost.
         """
         self.checked = True
+        local = {h.name for h in self.plan.hosts if h.local}
+        for state in self.plan.link_states():  # a plan not read from a file is held to it too
+            for pair in state:
+                if local & set(pair):
+                    said = LOCAL.format(min(local & set(pair)))
+                    raise NetspecError(f"link {pair[0]} -> {pair[1]}: {said}")
         asked: dict[str, list[LinkRule]] = {}
         for state in self.plan.link_states():
             for host, rules in self._rules(state).items():
                 asked.setdefault(host, []).extend(r for r in rules if r not in asked.get(host, []))
+            for _, target in state:  # a host a link ends at: asked too, to take the audit's probes
+                asked.setdefault(target, [])
         if not asked:
             return
         replies = await self._ask(asked, phase, deadline, check=True)
@@ -80,11 +91,11 @@ class Conditions:
         Raises:
             RemoteError, DeadlineExceeded: as `check`.
         """
+        if not self.checked:  # at launch, whichever step changes them first
+            await self.check(phase, deadline)
         changes = self.plan.link_changes(index)
         if not changes:
             return
-        if not self.checked:
-            await self.check(phase, deadline)
         asked = self._rules(changes)
         replies = await self._ask(asked, phase, deadline, check=False)
         said = []

@@ -42,7 +42,12 @@ def percent(text: str) -> float:
 
 def local_hosts(hosts: dict[str, Host]) -> set[str]:
     """Hosts whose daemon is local: they share this machine's network stack."""
-    return {name for name, h in hosts.items() if h.address is None and h.ssh is None}
+    return {name for name, h in hosts.items() if h.local}
+
+
+LOCAL = ("host '{}' is a local daemon: local daemons share this machine's network stack, so a "
+         "condition between them would be on all of their traffic (and this machine's); give it "
+         "ssh: or address:, or drop it from the link")
 
 
 def links_of(src: SourceFile, raw: list[dict[str, Any]] | None, where: Path_, hosts: dict[str, Host],
@@ -72,9 +77,7 @@ def _names(src: SourceFile, value: str | list[str], where: Path_, hosts: dict[st
             src.error(f"unknown host or group '{name}'{suggest(name, [*hosts, *groups])}", at)
         for host in members:
             if host in locals_:
-                src.error(f"host '{host}' is a local daemon: local daemons share this machine's network "
-                          "stack, so a condition between them would be on all of their traffic (and "
-                          "this machine's); give it ssh: or address:, or drop it from the link", at)
+                src.error(LOCAL.format(host), at)
         found += [h for h in members if h not in found]
     return found
 

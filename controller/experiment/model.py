@@ -29,6 +29,12 @@ class Host:
     accept_new_host_key: bool = False
     python: str = "python3"
 
+    @property
+    def local(self) -> bool:
+        """A local daemon: it shares this machine's network stack with every other local one
+        (link conditions refuse it). A container (issue 41's `docker:`) has a stack of its own."""
+        return self.address is None and self.ssh is None and getattr(self, "docker", None) is None
+
 
 @dataclass(frozen=True)
 class Component:

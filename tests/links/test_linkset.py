@@ -7,7 +7,8 @@ WAN = LinkCondition(delay_ms=10, jitter_ms=2, loss_pct=1, rate_mbit=10)
 
 
 def test_without_netem_the_kernel_takes_rate_and_loss_and_the_user_space_path_the_delay():
-    assert place(WAN, THIS_KERNEL) == ({"delay": "user", "jitter": "user", "loss": "nftables", "rate": "htb"}, [])
+    assert place(WAN, THIS_KERNEL) == (
+        {"delay": "user", "jitter": "user", "loss": "nftables", "rate": "htb"}, [])
     bursty = LinkCondition(loss_pct=5, loss_burst=4)
     assert place(bursty, THIS_KERNEL) == ({"bursty loss": "user"}, [])
     assert place(LinkCondition(partition=True), THIS_KERNEL) == ({"partition": "nftables"}, [])
@@ -23,10 +24,9 @@ def test_what_no_backend_can_apply_is_refused_naming_the_host_link_part_and_what
     bare = LinkOffer(cap_net_admin=True, nftables=True)
     parts, missing = place(WAN, bare)
     assert parts == {"loss": "nftables"}
-    assert missing == [
-        ("delay", "netem (sch_netem, with htb), or iptables with the NFQUEUE target (netspec's user-space path)"),
-        ("jitter", "netem (sch_netem, with htb), or iptables with the NFQUEUE target (netspec's user-space path)"),
-        ("rate", "the htb qdisc (sch_htb) and tc")]
+    either = "netem (sch_netem, with htb), or iptables with the NFQUEUE target (netspec's user-space path)"
+    assert missing == [("delay", either), ("jitter", either), ("rate", "the htb qdisc (sch_htb) and tc")]
     error = Refused("h2", [("h1", part, what) for part, what in missing])
-    assert str(error).startswith("host h2 cannot apply: link h2 -> h1: delay needs netem (sch_netem, with htb)")
+    assert str(error).startswith("host h2 cannot apply: link h2 -> h1: delay needs netem (sch_netem, "
+                                 "with htb)")
     assert place(WAN, LinkOffer())[1][0] == ("delay", "CAP_NET_ADMIN (netspecd runs without it)")
