@@ -5,7 +5,8 @@ partitions the primary and kills a replica, and the timeline shows the fail-over
 `listen` it binds where the other hosts reach it and publishes its address. A primary
 answers each client request (adding it to its count), replicates the request to the other
 replica and sends it a heartbeat every `heartbeat_ms`; a backup keeps the replicated count
-and takes over as primary once it has missed heartbeats for `takeover_ms` (event FO/takeover).
+and, once it has heard the primary, takes over as primary when it has missed its heartbeats
+for `takeover_ms` (event FO/takeover).
 
 `--role client` (params: `duration_s`, `interval_ms`, `timeout_ms`, `misses`): in phase `run`
 it sends a request every `interval_ms` to the replica it takes for the primary, each an
@@ -44,7 +45,7 @@ class Replica:
         self.primary = False
         self.count = 0
         self.peer: tuple[str, int] | None = None
-        self.last_heartbeat = time.monotonic()
+        self.last_heartbeat: float | None = None  # none heard yet: nothing to miss
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -62,8 +63,7 @@ class Replica:
         other = ctx.params["peer"]
         self.peer = (ctx.lookup(other, "address"), ctx.lookup(other, "port"))
         heartbeat, takeover = float(ctx.params.get("heartbeat_ms", 20)) / 1e3, \
-            float(ctx.params.get("takeover_ms", 150)) / 1e3
-        self.last_heartbeat = time.monotonic()
+            float(ctx.params.get("takeover_ms", 250)) / 1e3
         self.threads = [threading.Thread(target=self._read, daemon=True),
                         threading.Thread(target=self._tick, args=(heartbeat, takeover), daemon=True)]
         for thread in self.threads:
@@ -96,7 +96,7 @@ class Replica:
         while not self.stop.wait(heartbeat):
             if self.primary:
                 self.sock.sendto(b'{"t": "heartbeat"}', self.peer)
-            elif time.monotonic() - self.last_heartbeat > takeover:
+            elif self.last_heartbeat is not None and time.monotonic() - self.last_heartbeat > takeover:
                 self.primary = True
                 TAKEOVER.log(self.count)
 
@@ -111,7 +111,7 @@ class Replica:
 def client_run(ctx: nodelib.PhaseContext) -> str:
     params = ctx.params
     duration, interval = float(params.get("duration_s", 3)), float(params.get("interval_ms", 20)) / 1e3
-    timeout, misses = float(params.get("timeout_ms", 60)) / 1e3, int(params.get("misses", 3))
+    timeout, misses = float(params.get("timeout_ms", 100)) / 1e3, int(params.get("misses", 3))
     replicas = {name: (ctx.lookup(name, "address"), ctx.lookup(name, "port")) for name in REPLICAS}
     current, missed, failovers, answered, first_missed = "primary", 0, 0, 0, None
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
