@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -52,6 +53,7 @@ log = logging.getLogger("netspecd")
 
 FAULT_STREAM = "faults"
 SEEN_WITHIN_S = 2.0  # how long an effect (an exit, a state in /proc) is looked for
+LOOKERS = 8  # effects looked for at once, each in a thread of its own
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
 PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
@@ -83,6 +85,8 @@ class Faults:
         self.pids: set[int] = set()  # pressures' processes still running
         self.streams: Datastreams | None = None
         self.stream_closed = False  # at collect: a fault done after is reported, not logged
+        # Where effects are looked for in /proc, each for SEEN_WITHIN_S at most: shut at `close`.
+        self.pool = ThreadPoolExecutor(max_workers=LOOKERS, thread_name_prefix="netspecd-faults")
         self.directory = sup.root / "faults"
 
     def schedule(self, request: k.Fault) -> None:
@@ -112,6 +116,7 @@ class Faults:
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a look still going ends by its bound
         shutil.rmtree(self.directory, ignore_errors=True)
         self.close_stream()
 
@@ -158,7 +163,7 @@ class Faults:
             if comp.paused and sig == signal.SIGTERM:
                 _signal(comp, signal.SIGCONT)  # a stopped process takes no SIGTERM until then
             within = SEEN_WITHIN_S if kind == "kill" else TERMINATED_WITHIN_S
-            report.effect_ns = await asyncio.to_thread(_seen, pid, _gone, within)
+            report.effect_ns = await self._look(pid, _gone, within)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(within):
                     await asyncio.shield(comp.exited)
@@ -175,7 +180,7 @@ class Faults:
         stop = kind == "pause"
         _signal(comp, signal.SIGSTOP if stop else signal.SIGCONT)
         comp.paused = stop
-        report.effect_ns = await asyncio.to_thread(_seen, pid, _stopped if stop else _running, SEEN_WITHIN_S)
+        report.effect_ns = await self._look(pid, _stopped if stop else _running, SEEN_WITHIN_S)
         report.effect = "seen stopped (T) in /proc" if stop else "seen running again in /proc"
         if report.effect_ns is None:
             report.effect, report.error = "", f"not seen {'stopped' if stop else 'resumed'} in /proc " \
@@ -185,7 +190,12 @@ class Faults:
             if not comp.exited.done():
                 _signal(comp, signal.SIGCONT)
                 comp.paused = False
-                report.ended_ns = await asyncio.to_thread(_seen, pid, _running, SEEN_WITHIN_S)
+                report.ended_ns = await self._look(pid, _running, SEEN_WITHIN_S)
+
+    async def _look(self, pid: int, wanted: Any, within: float) -> int | None:
+        """`_seen` in a thread of the faults' own pool: its polls never hold up the loop's
+        default pool, where each fault waits for its instant (daemon/release.py)."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, _seen, pid, wanted, within)
 
     async def _kill_daemon(self, report: k.FaultDone) -> None:
         """This daemon killed (SIGKILL, nothing of it cleaned up), after its report and the
