@@ -9,7 +9,8 @@ before it starts (put_archive). At the run's end the container goes, and the net
 its last container (both kept with --keep-daemons).
 
 Attached (`container:` a name, or `label:` key=value matching one container): netspecd is
-started in the container (exec) beside what runs there, and ended at the run's end.
+started in the container (exec) beside what runs there, the container joins the run's
+network, and both are undone at the run's end.
 
 Either way the daemon's run directories are under WORK in the container, which a salvage
 or `collect` copies out through the engine (get_archive), running or stopped. The engine is
@@ -109,6 +110,7 @@ class DockerHost(Host):
         self.container: Any = None
         self.created = False
         self.exec_pid: int | None = None  # netspecd's in an attached container
+        self.joined = False  # an attached container joined the run's network
         self.address = ""
         self.engine_info: dict[str, Any] = {}
 
@@ -246,7 +248,12 @@ class DockerHost(Host):
         return found[0]
 
     def _start_attached(self) -> int:
+        """netspecd started in the container, which joins the run's network (left at the end)
+        so that the run's hosts reach each other."""
         self._put_key()
+        if self.network_name not in self.container.attrs["NetworkSettings"]["Networks"]:
+            self._network().connect(self.container)
+            self.joined = True
         state = f"/tmp/netspecd-{self.run_id}-{safe_name(self.name, 'host')}.json"
         netspecd = (self.container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
         self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True)
@@ -334,8 +341,12 @@ class DockerHost(Host):
             if self.created:
                 self.container.remove(force=True)
                 remove_network(self._client(), self.network_name)
-            elif self.exec_pid is not None:
-                self.container.exec_run(["kill", "-TERM", str(self.exec_pid)])
+            else:
+                if self.exec_pid is not None:
+                    self.container.exec_run(["kill", "-TERM", str(self.exec_pid)])
+                if self.joined:
+                    self._client().networks.get(self.network_name).disconnect(self.container)
+                    remove_network(self._client(), self.network_name)
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
