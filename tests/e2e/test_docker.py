@@ -5,8 +5,6 @@ Everything the test makes is named for the session and removed after."""
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
 import textwrap
 
@@ -14,7 +12,7 @@ import duckdb
 import pytest
 from netspec.analysis.provenance import shared_kernels
 from netspec.datastream.reader import StreamReader
-from support import latest_record, session_dir, wait_for
+from support import latest_record, session_dir, start_run, wait_for
 
 docker = pytest.importorskip("docker")
 
@@ -59,15 +57,8 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
                                      labels={"org.netspec.test": prefix}, detach=True, init=True)
     try:
         path = experiment(textwrap.dedent(TEXT.format(image=docker_image, prefix=prefix)))
-        proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
-                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def working():
-            latest = tmp_path / "runs" / "latest" / "run.json"
-            record = json.loads(latest.read_text()) if latest.exists() else {}
-            return (record.get("steps") or [{}])[-1].get("phase") == "work" and record
-
-        record = wait_for(working, timeout=120, what="the run to reach phase 'work'")
+        in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+        proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'")
         killed = client.containers.get(record["hosts"]["b"]["placement"]["container_id"])
         wait_for(lambda: ticks_in(killed, record["id"], tmp_path) == 2000, timeout=60,
                  what="component two's ticks to be flushed in container b")
