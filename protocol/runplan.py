@@ -30,7 +30,7 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     image: str | None = None
     cpus: float | None = None
     memory: str | None = None
-    cap_add: tuple[str, ...] = ("NET_ADMIN",)
+    cap_add: tuple[str, ...] = ("NET_ADMIN", "SYS_NICE")
     container: str | None = None
     label: str | None = None
     network: str | None = None

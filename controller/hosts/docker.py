@@ -47,6 +47,7 @@ from ..experiment.model import Host as HostSpec
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
 
+DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
 PORT = 7420  # netspecd's in the container: each has its own network namespace
 WORK = "/var/lib/netspec/work"
 PROGRAMS = "/var/lib/netspec/programs"
@@ -198,6 +199,7 @@ class DockerHost(Host):
         return self._client().containers.create(
             image, [*self._netspecd(netspecd), "--announce"],
             name=self.container_name, hostname=self.name, network=self.network_name, detach=True, init=True,
+            environment={DAEMON_ADDRESS_ENV: "hostname"},
             labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
@@ -256,7 +258,10 @@ class DockerHost(Host):
             self.joined = True
         state = f"/tmp/netspecd-{self.run_id}-{safe_name(self.name, 'host')}.json"
         netspecd = (self.container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
-        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True)
+        self.container.reload()
+        address = self.container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
+        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True,
+                                environment={DAEMON_ADDRESS_ENV: address})
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             code, out = self.container.exec_run(["cat", state])

@@ -80,7 +80,7 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         # Placement as the engine made it.
         a, c = record["hosts"]["a"]["placement"], record["hosts"]["c"]["placement"]
         info = client.info()
-        assert a["limits"] == {"cpus": 0.5, "memory_bytes": 256 * MIB, "cap_add": ["NET_ADMIN"]}
+        assert a["limits"] == {"cpus": 0.5, "memory_bytes": 256 * MIB, "cap_add": ["NET_ADMIN", "SYS_NICE"]}
         assert (a["engine"], a["node"], a["engine_id"]) == ("local", info["Name"], info["ID"])
         assert a["image_id"] == client.images.get(docker_image).id and a["created"]
         assert a["cgroup"] == f"/docker/{a['container_id']}"
