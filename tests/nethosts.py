@@ -357,6 +357,82 @@ def remove_forwarding(prefix: str) -> None:
         _iptables("-D", chain, *shlex.split(line)[2:])
 
 
+def set_sshd_env(h: NetHost, **env: str) -> None:
+    """Restart the host's sshd with `env` set in its sessions (beside the set's HOME)."""
+    config = h.dir / "sshd_config"
+    text = config.read_text().splitlines()
+    values = [line.removeprefix("SetEnv ") for line in text if line.startswith("SetEnv ")]
+    values += [f"{k}={v}" for k, v in env.items()]
+    config.write_text("\n".join([*(line for line in text if not line.startswith("SetEnv ")),
+                                 "SetEnv " + " ".join(values)]) + "\n")
+    pid = h.sshd_pid()
+    h.stop_sshd()
+    deadline = time.monotonic() + 10
+    while pid and os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{h.alias}: sshd did not stop within 10 s")
+        time.sleep(0.05)
+    start_and_check(h)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A second Docker engine in a host's namespace, everything of its own named `name`:
+    its data, exec root, pidfile and socket under `dir`, its bridge in the namespace, its
+    containerd namespaces. Its iptables rules are the namespace's, not the machine's."""
+
+    host: NetHost
+    name: str
+    dir: Path
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.dir / 'docker.sock'}"
+
+    @property
+    def bridge(self) -> str:
+        return self.name[-15:]
+
+
+def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0) -> Engine:
+    """Start dockerd in the host's network namespace (this mount namespace: containerd's
+    mounts are seen) and wait until it answers."""
+    directory.mkdir(parents=True)
+    bridge = name[-15:]
+    _run("ip", "-n", h.netns, "link", "add", bridge, "type", "bridge")
+    _run("ip", "-n", h.netns, "addr", "add", f"172.31.{secrets.randbelow(250) + 1}.1/24", "dev", bridge)
+    _run("ip", "-n", h.netns, "link", "set", bridge, "up")
+    with open(directory / "dockerd.log", "wb") as log:
+        process = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{h.netns}", "dockerd", "--data-root", str(directory / "data"),
+             "--exec-root", str(directory / "x"), "--pidfile", str(directory / "dockerd.pid"),
+             "-H", f"unix://{directory / 'docker.sock'}", "--bridge", bridge, "--containerd-namespace", name,
+             "--containerd-plugins-namespace", f"{name}-plugins"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    engine = Engine(h, name, directory, process)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["docker", "-H", engine.url, "info"], capture_output=True).returncode:
+        if process.poll() is not None or time.monotonic() > deadline:
+            said = (directory / "dockerd.log").read_text(errors="replace")[-2000:]
+            stop_dockerd(engine)
+            raise RuntimeError(f"dockerd {name} did not answer within {timeout:g} s:\n{said}")
+        time.sleep(0.1)
+    return engine
+
+
+def stop_dockerd(engine: Engine, timeout: float = 30.0) -> None:
+    """Stop it (SIGTERM; SIGKILL after `timeout`) and remove what it kept."""
+    engine.process.terminate()
+    try:
+        engine.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(engine.process.pid, signal.SIGKILL)
+        engine.process.wait(timeout)
+    subprocess.run(["ip", "-n", engine.host.netns, "link", "del", engine.bridge], capture_output=True)
+    shutil.rmtree(engine.dir, ignore_errors=True)
+
+
 def add(h: NetHost) -> None:
     """Build one host of a set whose bridge exists: its namespace, veth, sshd config and,
     with own homes, its user. Its sshd is not started yet."""

@@ -5,6 +5,8 @@ Everything the test makes is named for the session and removed after."""
 
 import io
 import json
+import os
+import subprocess
 import tarfile
 import textwrap
 
@@ -12,7 +14,7 @@ import duckdb
 import pytest
 from netspec.analysis.provenance import shared_kernels
 from netspec.datastream.reader import StreamReader
-from support import latest_record, session_dir, start_run, wait_for
+from support import latest_record, ns_control, session_dir, start_run, wait_for
 
 docker = pytest.importorskip("docker")
 
@@ -116,3 +118,59 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         for network in client.networks.list(filters={"name": prefix}):
             network.remove()
         client.close()
+
+
+TWO_ENGINES = """\
+experiment: two-engines
+hosts:
+  a: {{docker: {{image: "{image}", prefix: {prefix}}}}}
+  b: {{docker: {{image: "{image}", prefix: {prefix}, engine: "{engine}", cpus: 1}}}}
+components:
+  one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+  two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+streams: {{play: {{enable: [PLAY]}}}}
+schedule: [launch, sync_clocks, start_logging, work, collect]
+"""
+
+
+def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh(
+        docker_image, own_host, experiment, tmp_path):
+    import nethosts as nh
+
+    name = f"{session_dir().name}-e{own_host.index}"
+    engine = nh.start_dockerd(own_host, name, session_dir() / name)
+    local = docker.from_env()
+    try:
+        second = docker.DockerClient(base_url=engine.url)
+        second.images.load(local.images.get(docker_image).save(named=True))  # no registry: save, load
+        nh.set_sshd_env(own_host, DOCKER_HOST=engine.url)  # what `docker system dial-stdio` dials there
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)  # the Docker SDK's ssh:// reads ~/.ssh as OpenSSH does
+        (home / ".ssh" / "config").write_text(f"Host {own_host.address}\n  IdentityFile "
+                                              f"{own_host.state / 'id_ed25519'}\n")
+        (home / ".ssh" / "known_hosts").write_text(own_host.known_hosts_line + "\n")
+        url = f"ssh://root@{own_host.address}"
+        path = experiment(TWO_ENGINES.format(image=docker_image, prefix=name, engine=url))
+        done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180,
+                          env={**os.environ, "HOME": str(home)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = latest_record(tmp_path / "runs")
+        a, b = record["hosts"]["a"]["placement"], record["hosts"]["b"]["placement"]
+        assert (a["engine"], b["engine"]) == ("local", url)
+        assert b["engine_id"] == second.info()["ID"]  # the machine's key's (/etc/docker), as a's
+        assert b["image_id"] == a["image_id"] == local.images.get(docker_image).id  # the same image, loaded
+        assert b["limits"]["cpus"] == 1.0 and "cpus" not in a["limits"]
+        assert record["hosts"]["b"]["address"].startswith(f"{own_host.address}:")  # its port published there
+        clock = record["hosts"]["b"]["clock"]  # across engines, one kernel: the truth is 0
+        assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], clock
+        # Each engine is left as it was: no container, no network of the run.
+        for client in (local, second):
+            assert client.containers.list(all=True, filters={"name": name}) == []
+            assert client.networks.list(filters={"name": name}) == []
+        second.close()
+    finally:
+        local.close()
+        nh.stop_dockerd(engine)
+    # The second engine's rules were its namespace's: the machine's firewall never named it.
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert engine.bridge not in rules and name not in rules
