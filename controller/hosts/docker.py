@@ -6,7 +6,9 @@ and labelled with the run and host, on the run's own network `<prefix>-<run>` (m
 first of its hosts, removed by the last), with the limits and capabilities asked; its main
 process is netspecd, so a container killed is a daemon lost. The shared key is copied in
 before it starts (put_archive). At the run's end the container goes, and the network with
-its last container (both kept with --keep-daemons).
+its last container (both kept with --keep-daemons). The controller holds the container's
+stdin, netspecd's lifeline: if the controller dies, the engine closes it, and the daemon
+ends its run and the container (whose files `ns_control collect` then copies out).
 
 Attached (`container:` a name, or `label:` key=value matching one container): netspecd is
 started in the container (exec) beside what runs there, the container joins the run's
@@ -112,6 +114,8 @@ class DockerHost(Host):
         self.created = False
         self.exec_pid: int | None = None  # netspecd's in an attached container
         self.joined = False  # an attached container joined the run's network
+        self.lifeline: Any = None  # a created container's stdin, attached (`_create`)
+        self.log_dir: Path | None = None
         self.address = ""
         self.engine_info: dict[str, Any] = {}
 
@@ -196,9 +200,13 @@ class DockerHost(Host):
         image, netspecd = self._image()
         self._network()
         d = self.docker
+        # Its stdin the lifeline, as an SSH host's daemon's is its channel: held by this
+        # controller (attached), closed by the engine when the controller goes, which ends the
+        # daemon's run and the container. A daemon kept (--keep-daemons) has none.
         return self._client().containers.create(
-            image, [*self._netspecd(netspecd), "--announce"],
-            name=self.container_name, hostname=self.name, network=self.network_name, detach=True, init=True,
+            image, [*self._netspecd(netspecd), "--announce", *([] if self.keep else ["--lifeline"])],
+            stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
+            name=self.container_name, hostname=self.name, network=self.network_name, init=True,
             environment={DAEMON_ADDRESS_ENV: "hostname"},
             labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
@@ -222,6 +230,9 @@ class DockerHost(Host):
 
     def _start_created(self, log_dir: Path) -> int:
         self._put_key()
+        self.log_dir = log_dir
+        if not self.keep:
+            self.lifeline = self.container.attach_socket(params={"stdin": 1, "stream": 1})
         self.container.start()
         deadline = time.monotonic() + START_S
         while True:
@@ -340,10 +351,18 @@ class DockerHost(Host):
         import docker.errors
 
         said: list[str] = []
-        if self.container is None or self.keep:
+        if self.keep:
+            return said
+        if self.container is None:  # none made (its creation failed): the network may be there
+            if self.client is not None and not (self.docker.container or self.docker.label):
+                with contextlib.suppress(docker.errors.DockerException):
+                    remove_network(self.client, self.network_name)
             return said
         try:
             if self.created:
+                if self.log_dir is not None:  # netspecd's stderr, as a local or SSH host's is kept
+                    said_there = self.container.logs(stdout=False, stderr=True)
+                    (self.log_dir / "netspecd.log").write_bytes(said_there)
                 self.container.remove(force=True)
                 remove_network(self._client(), self.network_name)
             else:
@@ -356,6 +375,11 @@ class DockerHost(Host):
             pass
         except docker.errors.DockerException as exc:
             said.append(f"container {self.container.name}: not cleaned up: {exc}")
+        finally:
+            if self.lifeline is not None:
+                with contextlib.suppress(OSError):
+                    self.lifeline.close()
+                self.lifeline = None
         self.container = None if self.created else self.container
         return said
 
