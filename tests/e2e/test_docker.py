@@ -174,3 +174,42 @@ def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh(
     # The second engine's rules were its namespace's: the machine's firewall never named it.
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     assert engine.bridge not in rules and name not in rules
+
+
+def test_a_killed_controllers_containers_end_their_run_and_collect_copies_out_what_they_kept(
+        docker_image, experiment, tmp_path):
+    client = docker.from_env()
+    prefix = f"{session_dir().name}-k"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: orphaned
+        hosts: {{a: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components:
+          one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+        streams: {{play: {{enable: [PLAY]}}}}
+        schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'")
+    container = client.containers.get(f"{prefix}-{record['id']}-a")
+    try:
+        proc.kill()  # no clean-up of its own: the container's lifeline (its stdin) ends with it
+        proc.communicate(timeout=30)
+
+        def exited():
+            container.reload()
+            return container.status == "exited"
+        wait_for(exited, timeout=30, what="the orphaned container to end")
+        done = ns_control("collect", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"over the local engine, container {container.name}; " in done.stdout
+        salvaged = latest_record(tmp_path / "runs")["hosts"]["a"]["salvaged"]
+        assert "hosts/a/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+        assert any(f.startswith("hosts/a/streams/play.one.") for f in salvaged["files"])
+        assert client.containers.list(all=True, filters={"name": prefix}) == []
+        assert client.networks.list(filters={"name": prefix}) == []
+    finally:
+        for left in client.containers.list(all=True, filters={"name": prefix}):
+            left.remove(force=True)
+        for network in client.networks.list(filters={"name": prefix}):
+            network.remove()
+        client.close()
