@@ -395,10 +395,59 @@ class Engine:
         return self.name[-15:]
 
 
+def tls_files(directory: Path, address: str) -> dict[str, Path]:
+    """A CA of its own, a server certificate for `address` and a client certificate, as
+    PEM files in `directory`: what dockerd's --tlsverify and a client need."""
+    import datetime
+    import ipaddress as ip
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "netspec test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    files = {"ca": directory / "ca.pem"}
+    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    usages = {"server": ExtendedKeyUsageOID.SERVER_AUTH, "client": ExtendedKeyUsageOID.CLIENT_AUTH}
+    for who, usage in usages.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"netspec test {who}")]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        if who == "server":
+            cert = cert.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip.ip_address(address))]),
+                                      critical=False)
+        files[f"{who}_cert"] = directory / f"{who}-cert.pem"
+        files[f"{who}_key"] = directory / f"{who}-key.pem"
+        signed = cert.sign(ca_key, hashes.SHA256())
+        files[f"{who}_cert"].write_bytes(signed.public_bytes(serialization.Encoding.PEM))
+        files[f"{who}_key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+        files[f"{who}_key"].chmod(0o600)
+    return files
+
+
+TLS_PORT = 2376
+
+
 def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0) -> Engine:
     """Start dockerd in the host's network namespace (this mount namespace: containerd's
-    mounts are seen) and wait until it answers."""
+    mounts are seen) and wait until it answers: on a socket in `directory`, and on the
+    host's address, port TLS_PORT, with TLS whose files (`tls_files`) are in directory/tls."""
     directory.mkdir(parents=True)
+    (directory / "tls").mkdir()
+    tls = tls_files(directory / "tls", h.address)
     bridge = name[-15:]
     _run("ip", "-n", h.netns, "link", "add", bridge, "type", "bridge")
     _run("ip", "-n", h.netns, "addr", "add", f"172.31.{secrets.randbelow(250) + 1}.1/24", "dev", bridge)
@@ -407,7 +456,10 @@ def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0)
         process = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{h.netns}", "dockerd", "--data-root", str(directory / "data"),
              "--exec-root", str(directory / "x"), "--pidfile", str(directory / "dockerd.pid"),
-             "-H", f"unix://{directory / 'docker.sock'}", "--bridge", bridge, "--containerd-namespace", name,
+             "-H", f"unix://{directory / 'docker.sock'}", "-H", f"tcp://{h.address}:{TLS_PORT}",
+             "--tlsverify", "--tlscacert", str(tls["ca"]), "--tlscert", str(tls["server_cert"]),
+             "--tlskey", str(tls["server_key"]),
+             "--bridge", bridge, "--containerd-namespace", name,
              "--containerd-plugins-namespace", f"{name}-plugins"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     engine = Engine(h, name, directory, process)

@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 import tempfile
@@ -133,7 +134,12 @@ class DockerHost(Host):
 
     @property
     def remote(self) -> bool:
-        return bool(self.docker.engine) and not self.docker.engine.startswith("unix://")
+        """An engine of another machine (its containers' addresses are not routed here)."""
+        return not self.engine_url.startswith("unix://")
+
+    @property
+    def engine_url(self) -> str:
+        return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
     def _client(self) -> Any:
         if self.client is None:
@@ -166,7 +172,7 @@ class DockerHost(Host):
             published = self.container.attrs["NetworkSettings"]["Ports"].get(f"{PORT}/tcp") or []
             if not published:
                 raise ConnectionLost(self.name, detail=f"the engine published no port for netspecd's {PORT}")
-            return urlsplit(self.docker.engine).hostname or "", int(published[0]["HostPort"])
+            return urlsplit(self.engine_url).hostname or "", int(published[0]["HostPort"])
         if not self.address:
             raise ConnectionLost(self.name, detail=f"container {self.container.name} has no address")
         return self.address, port
@@ -286,6 +292,11 @@ class DockerHost(Host):
                              f"within {START_S:g} s")
 
     def reachable_at(self, facts: dict[str, Any]) -> str:
+        """Its address on the run's network of its engine. A container of another engine
+        reaches it there where the engines' machines route to each other's networks (a
+        container of a remote engine reaches one of this machine's, the clock reference
+        say, through the remote machine's route); the other way round only its daemon's
+        port is published."""
         return self.address
 
     async def place(self, programs: list[str]) -> dict[str, str]:

@@ -125,15 +125,19 @@ experiment: two-engines
 hosts:
   a: {{docker: {{image: "{image}", prefix: {prefix}}}}}
   b: {{docker: {{image: "{image}", prefix: {prefix}, engine: "{engine}", cpus: 1}}}}
+  c:
+    docker: {{image: "{image}", prefix: {prefix}, engine: "{tcp}",
+              tls: {{ca: "{tls}/ca.pem", cert: "{tls}/client-cert.pem", key: "{tls}/client-key.pem"}}}}
 components:
   one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
   two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+  three: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
 streams: {{play: {{enable: [PLAY]}}}}
 schedule: [launch, sync_clocks, start_logging, work, collect]
 """
 
 
-def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh(
+def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh_and_over_tcp_with_tls(
         docker_image, own_host, experiment, tmp_path):
     import nethosts as nh
 
@@ -150,19 +154,23 @@ def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh(
                                               f"{own_host.state / 'id_ed25519'}\n")
         (home / ".ssh" / "known_hosts").write_text(own_host.known_hosts_line + "\n")
         url = f"ssh://root@{own_host.address}"
-        path = experiment(TWO_ENGINES.format(image=docker_image, prefix=name, engine=url))
+        tcp, tls = f"tcp://{own_host.address}:{nh.TLS_PORT}", engine.dir / "tls"
+        path = experiment(TWO_ENGINES.format(image=docker_image, prefix=name, engine=url, tcp=tcp, tls=tls))
         done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180,
                           env={**os.environ, "HOME": str(home)})
         assert done.returncode == 0, done.stdout + done.stderr
         record = latest_record(tmp_path / "runs")
         a, b = record["hosts"]["a"]["placement"], record["hosts"]["b"]["placement"]
-        assert (a["engine"], b["engine"]) == ("local", url)
+        c = record["hosts"]["c"]["placement"]
+        assert (a["engine"], b["engine"], c["engine"]) == ("local", url, tcp)
+        assert c["container_id"] != b["container_id"] and c["engine_id"] == b["engine_id"]
         assert b["engine_id"] == second.info()["ID"]  # the machine's key's (/etc/docker), as a's
         assert b["image_id"] == a["image_id"] == local.images.get(docker_image).id  # the same image, loaded
         assert b["limits"]["cpus"] == 1.0 and "cpus" not in a["limits"]
         assert record["hosts"]["b"]["address"].startswith(f"{own_host.address}:")  # its port published there
-        clock = record["hosts"]["b"]["clock"]  # across engines, one kernel: the truth is 0
-        assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], clock
+        for host in "bc":  # across engines, one kernel: the truth is 0
+            clock = record["hosts"][host]["clock"]
+            assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], (host, clock)
         # Each engine is left as it was: no container, no network of the run.
         for client in (local, second):
             assert client.containers.list(all=True, filters={"name": name}) == []
