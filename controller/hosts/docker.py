@@ -59,6 +59,7 @@ START_S = 30.0
 POLL_S = 0.05
 STOP_S = 15.0
 API_TIMEOUT_S = 60
+TLS_API_VERSION = "1.40"  # Docker 19.03 and later: every call made here is in it
 RUN_LABEL, HOST_LABEL, CREATED_LABEL = "org.netspec.run", "org.netspec.host", "org.netspec.created"
 _NETWORKS = threading.Lock()  # a run's hosts make its network one at a time
 MEMORY = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
@@ -82,8 +83,13 @@ def engine_client(engine: str | None, tls: dict[str, str] | None = None) -> Any:
                 config = docker.tls.TLSConfig(
                     client_cert=(tls["cert"], tls["key"]) if "cert" in tls else None,
                     ca_cert=tls.get("ca"), verify=tls.get("ca") or True)
+            # With a CA of the file's, the API version is given rather than asked at once:
+            # requests takes REQUESTS_CA_BUNDLE over the client's CA unless the client ignores
+            # the environment, which it can be told only once made.
             client = docker.DockerClient(base_url=engine, tls=config or False, timeout=API_TIMEOUT_S,
-                                         use_ssh_client=False)
+                                         use_ssh_client=False, version=TLS_API_VERSION if config else None)
+            if config is not None:
+                client.api.trust_env = False
         client.ping()
     except (docker.errors.DockerException, OSError) as exc:
         raise ConnectionLost(f"engine {engine or 'local'}",
