@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .links import LinkCondition, LinkOffer, LinkRule, Placement
+from .links import Backends, LinkCondition, LinkOffer, LinkRule
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -536,12 +536,12 @@ class TreeReply(Reply, kw_only=True):
 
 
 class LinksReply(Reply, kw_only=True):
-    """What the host offers, where each peer's condition goes (peer -> Placement), and for an
+    """What the host offers, where each peer's condition goes (peer -> Backends), and for an
     applied change when it began and when it was in effect (this host's clock) with the
     host's clock estimate then ((offset, bound) ns from the reference, None before clksync)."""
 
     offer: LinkOffer
-    placements: dict[str, Placement] = {}
+    placements: dict[str, Backends] = {}
     began_ns: int | None = None
     applied_ns: int | None = None
     clock: tuple[int, int] | None = None
