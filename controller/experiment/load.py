@@ -21,6 +21,7 @@ from netspec.protocol.messages import NODE
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
+from .groups import Groups, expand
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -87,18 +88,23 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
         # Resolved from the campaign file's own data, so that every line cited is its line.
         text = point_text(text, point)
         with_point(data, point)
+    groups = Groups()
     try:
-        plan = _resolve(src, data, path, programs or {}, text)
+        expanded, groups = expand(src, data)
+        plan = _resolve(src, expanded, path, programs or {}, text, data, groups)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError):
         # A check tripped over a shape the schema rejected, and that error is recorded.
         if not src.errors:
             raise
+    groups.named(src)
     src.raise_errors()
     return plan
 
 
 def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],
-             text: str) -> Plan:
+             text: str, written: dict[str, Any], groups: Groups) -> Plan:
+    """The plan of `data` (its groups expanded; `written`, the file as written, for the
+    sweep's checks)."""
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
@@ -113,7 +119,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     analysis = data.get("analysis") or {}
     pairs = _pairs(src, analysis.get("pairs", {}), names)
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = (src.checked(campaign_of, src, data, hosts, components)
+    campaign = (src.checked(campaign_of, src, data, hosts, components, written)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
     return Plan(data["experiment"], path.resolve(), text,
@@ -121,7 +127,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"))
+                data.get("fan_out"), groups.hosts, groups.components)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

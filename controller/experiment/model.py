@@ -172,6 +172,10 @@ class Plan:
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
+    # A host group's name -> its hosts, a group component's -> its components (groups.py):
+    # what takes a name (link conditions, show, the browser) resolves a group's through them.
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    component_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -191,7 +195,8 @@ class Plan:
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out}
+                    "fan_out": self.fan_out, "groups": self.groups,
+                    "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)
 
     def filter_files(self) -> list[str]:
