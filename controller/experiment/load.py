@@ -117,7 +117,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
-    pairs = _pairs(src, analysis.get("pairs", {}), names)
+    pairs = _pairs(src, analysis.get("pairs", {}), [*names, *groups.components])
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
     campaign = (src.checked(campaign_of, src, data, hosts, components, written)
                 if CAMPAIGN_KEYS & set(data) else None)

@@ -24,6 +24,8 @@ streams:
   fast: {enable: ["*"], components: [worker]}
 services:
   camp: {processes: [worker, boss]}
+analysis:
+  pairs: {ask: {start: KV/ask, end: KV/done, end_component: worker}}
 """
 
 
@@ -41,6 +43,7 @@ def test_a_host_group_and_a_component_per_host_expand_wherever_names_are_listed(
     assert plan.schedule[1].components == ("boss", *workers) and plan.schedule[1].need == 4
     assert tuple(plan.streams[0].components) == workers
     assert plan.camp.processes == (*workers, "boss")
+    assert plan.pairs[0].end_component == "worker"  # the merge counts each of its components
     record = plan.resolved()
     assert record.groups == {"peers": list(members)} and record.component_groups == {"worker": list(workers)}
     assert record.group_of("peers-3") == "peers" and record.group_of("worker-peers-1") == "worker"
