@@ -14,18 +14,39 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair", "PlanRecord",
-           "PlanStep", "PlanStream"]
+__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair",
+           "PlanRecord", "PlanStep", "PlanStream"]
+
+
+class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A host in a container (`docker:`, controller/hosts/docker.py): the engine (None: this
+    machine's), its TLS files for tcp://, the image (None: netspec's of this build), the
+    limits and capabilities; or the container to attach to, by name or by a label's
+    key=value. `prefix` begins the names of what the run creates; `network` replaces the
+    run's own network."""
+
+    engine: str | None = None
+    tls: dict[str, str] | None = None
+    image: str | None = None
+    cpus: float | None = None
+    memory: str | None = None
+    cap_add: tuple[str, ...] = ("NET_ADMIN",)
+    container: str | None = None
+    label: str | None = None
+    network: str | None = None
+    prefix: str = "netspec"
 
 
 class PlanHost(msgspec.Struct):
-    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
+    a container (`docker`)."""
 
     name: str
     address: str | None = None
     ssh: str | None = None
     accept_new_host_key: bool = False
     python: str = "python3"
+    docker: DockerSpec | None = None
 
 
 class PlanComponent(msgspec.Struct):

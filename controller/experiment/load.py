@@ -14,10 +14,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from netspec.analysis.graph import GraphError, check_node
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
+from netspec.protocol.runplan import DockerSpec
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
@@ -194,7 +196,19 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
         if spec and "ssh" in spec:
             with src.checking():
                 _check_ssh(src, name, spec["ssh"])
-    return {name: Host(name, **(spec or {})) for name, spec in given.items()}
+        if spec and "docker" in spec and ("address" in spec or "ssh" in spec):
+            with src.checking():
+                src.error("a docker host is reached through its engine: give 'docker', not 'address' "
+                          "or 'ssh'", ("hosts", name))
+    return {name: _host(name, spec or {}) for name, spec in given.items()}
+
+
+def _host(name: str, spec: dict[str, Any]) -> Host:
+    if spec.get("docker") is None:
+        return Host(name, **spec)
+    given = {k: tuple(v) if k == "cap_add" else v for k, v in spec["docker"].items()}
+    docker = msgspec.convert(given, DockerSpec)
+    return Host(name, **{**spec, "docker": docker})
 
 
 def _check_ssh(src: SourceFile, host: str, target: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
-from netspec.protocol.runplan import PlanRecord
+from netspec.protocol.runplan import DockerSpec, PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -20,13 +20,15 @@ DEFAULT_DEADLINE_S = 60.0
 
 @dataclass(frozen=True)
 class Host:
-    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
+    a container (`docker`: the same record run.json's plan keeps)."""
 
     name: str
     address: str | None = None
     ssh: str | None = None
     accept_new_host_key: bool = False
     python: str = "python3"
+    docker: DockerSpec | None = None
 
 
 @dataclass(frozen=True)
