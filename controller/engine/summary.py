@@ -200,6 +200,7 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
     if unsaid:
         lines.append(f"  {unsaid} messages of ok acks not shown (ns_control show --host HOST)")
     lines.extend(_clock_lines(hosts, record.clock_reference, many))
+    lines.extend(_placement_lines(record, hosts, not many))
     streams = {h: len(info.streams) for h, info in hosts.items() if info.streams}
     if streams and many:
         lines.append(f"  streams: {sum(streams.values())} files from {len(streams)} hosts "
@@ -254,6 +255,16 @@ def _component_group_lines(record: RunRecord, groups: dict[str, list[str]], line
         lines.append(f"    {group:<24} {len(good)}/{len(members)} exit 0" + (f", {unended} not ended"
                      if unended else "") + (f" ({said})" if said else ""))
     return said_here
+
+
+def _placement_lines(record: RunRecord, hosts: dict[str, HostRecord], whole: bool) -> list[str]:
+    """Where each container host ran (provenance's `placed`): the hosts placed alike on one
+    line; with `whole` (a few hosts, or one host's detail), a line each with its container,
+    network and cgroup too."""
+    from netspec.analysis.provenance import placed
+
+    rows = placed(record, whole, set(hosts), LISTED_OK)
+    return ["  placement:", *(f"    {names}: {text}" for names, text in rows)] if rows else []
 
 
 def _ended(code: int) -> str:
