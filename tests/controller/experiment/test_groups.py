@@ -117,3 +117,25 @@ def test_a_campaign_sweeps_a_group_s_count_and_its_component_s_param(experiment)
     said = str(caught.value)
     assert "sweep.params.hosts.peers.count[1]: 0 makes host 'peers' one the file cannot have" in said
     assert "sweep.params.hosts.nope.ssh: unknown host 'nope'" in said
+
+
+def test_a_campaign_sweeps_a_docker_group_s_placement_and_check_refuses_a_value_it_cannot_take(experiment):
+    text = """\
+    experiment: placed
+    hosts:
+      peers: {count: 2, docker: {cpus: 0.5}}
+    components:
+      c: {group: peers, command: "true"}
+    schedule: [launch, collect]
+    sweep:
+      params:
+        hosts.peers.docker.cpus: [0.5, 2]
+        hosts.peers.docker.engine: ["ssh://a@h1", "ssh://a@h2"]
+    """
+    plan = load(experiment(text))
+    point = parse(plan.text, plan.path, point=plan.campaign.points[3])
+    assert {(h.docker.cpus, h.docker.engine) for h in point.hosts} == {(2, "ssh://a@h2")}
+    with pytest.raises(ConfigError) as caught:
+        load(experiment(text.replace("[0.5, 2]", "[0.5, many]")))
+    assert ("sweep.params.hosts.peers.docker.cpus[1]: 'many' makes host 'peers' one the file cannot "
+            "have: hosts.peers.docker.cpus: 'many' is not of type 'number'") in str(caught.value)
