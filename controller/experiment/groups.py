@@ -23,6 +23,7 @@ A campaign sweeps a host's setting, a group's count among them, as `hosts.HOST.K
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ MAX_MEMBERS = 10_000  # the schema's bound on count, said again where it is enfo
 _HOST_TOKENS = ("{i}", "{name}")
 _COMPONENT_TOKENS = ("{i}", "{host}")
 Members = dict[str, tuple[str, ...]]  # a group's name -> its members' names
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,27 @@ class Groups:
                     else f"{members[0]} ... {members[-1]}: {len(members)} of {size} members")
             kept.append(ConfigError(reason, file, line, f"{where}[{said}]{tail}"))
         src.errors[:] = kept
+        src.warnings[:] = _folded(src.warnings, member_of)
+
+
+def _folded(warnings: list[str], member_of: dict[str, str]) -> list[str]:
+    """The warnings that differ only in which member of a group they name, said once: the
+    first, and how many more members it holds for."""
+    alike: dict[str, list[tuple[str, list[str]]]] = {}
+    for warning in warnings:
+        named = [w for w in _WORD.findall(warning) if w in member_of]
+        shape = _WORD.sub(lambda m: f"<{member_of[m[0]]}>" if m[0] in member_of else m[0], warning)
+        alike.setdefault(shape, []).append((warning, named))
+    said = []
+    for found in alike.values():
+        first, named = found[0]
+        if len(found) == 1 or not named:
+            said += [w for w, _ in found]
+            continue
+        others = [n[0] for _, n in found[1:]]
+        said.append(f"{first} (alike for {len(others)} more of group {member_of[named[0]]}: "
+                    f"{others[0]}{' ... ' + others[-1] if len(others) > 1 else ''})")
+    return said
 
 
 def expand(src: SourceFile, data: dict[str, Any]) -> tuple[dict[str, Any], Groups]:

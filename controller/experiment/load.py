@@ -8,6 +8,7 @@ into "file:line: key: message".
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -100,7 +101,7 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
             raise
     groups.named(src)
     src.raise_errors()
-    return plan
+    return dataclasses.replace(plan, warnings=tuple(src.warnings)) if groups.hosts else plan
 
 
 def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],

@@ -139,3 +139,18 @@ def test_a_campaign_sweeps_a_docker_group_s_placement_and_check_refuses_a_value_
         load(experiment(text.replace("[0.5, 2]", "[0.5, many]")))
     assert ("sweep.params.hosts.peers.docker.cpus[1]: 'many' makes host 'peers' one the file cannot "
             "have: hosts.peers.docker.cpus: 'many' is not of type 'number'") in str(caught.value)
+
+
+def test_a_warning_alike_for_every_member_is_said_once(experiment):
+    text = """\
+    experiment: w
+    hosts:
+      peers: {count: 3}
+    components:
+      worker: {group: peers, command: "true", params: {rate: 1}}
+    schedule: [launch, {phase: run, params: {rate: 2}}, collect]
+    """
+    (said,) = load(experiment(text)).warnings
+    assert said.endswith("schedule[1].params.rate: overrides param rate of component 'worker-peers-1' in "
+                         "phase 'run': 1 -> 2 (alike for 2 more of group worker: worker-peers-2 ... "
+                         "worker-peers-3)")
