@@ -49,6 +49,7 @@ from netspec.controller.hosts.images import build
 from netspec.controller.record.progress import Progress
 from netspec.controller.record.rundir import RunDir
 from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import HostRecord
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +98,13 @@ def container_pids(info: HostRecord) -> list[int]:
     return [int(p) for p in (where / "cgroup.procs").read_text().split()]
 
 
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
@@ -104,25 +112,36 @@ def parent(pid: int) -> int:
 class Watch:
     """The fleet's up time and its memory, read at the engine's progress events."""
 
-    def __init__(self, rundir: RunDir, started: float):
-        self.rundir, self.started = rundir, started
+    def __init__(self, rundir: RunDir, started: float, client: Any):
+        self.rundir, self.started, self.client = rundir, started, client
         self.figures: dict[str, float] = {}
+        self.notices: list[str] = []  # what the run said of its settings and of its ending
 
     def __call__(self, event: Progress) -> None:
-        if event.kind == "step" and event.step == "launch":
+        if event.kind == "notice":
+            self.notices.append(event.text)
+        elif event.kind == "step" and event.step == "launch":
             self.figures["up_s"] = time.perf_counter() - self.started
         elif event.kind == "step" and event.step == "collect":
             hosts = self.rundir.record.hosts
             boxes = {h: container_pids(i) for h, i in hosts.items() if i.placement is not None}
             locals_ = {h: descendants(i.daemon_pid) for h, i in hosts.items()
                        if i.placement is None and i.daemon_pid is not None}
-            shims = {parent(min(pids)) for pids in boxes.values() if pids}
+            # The engine's shim is the parent of the container's first process (as the engine
+            # says it: the lowest PID of its cgroup need not be, once PIDs wrap).
+            inits = [self.client.containers.get(i.placement.container_id).attrs["State"]["Pid"]
+                     for i in hosts.values() if i.placement is not None]
+            shims = {parent(pid) for pid in inits}
+            self.figures["shims_named_shim"] = sum("shim" in comm(p) for p in shims) / len(boxes)
             in_boxes = sum(pss_kb(p) for ps in boxes.values() for p in ps)
             self.figures["pss_mb_per_host"] = in_boxes / len(boxes) / 1024
             self.figures["shim_pss_mb_per_host"] = sum(map(pss_kb, shims)) / len(boxes) / 1024
             self.figures["local_pss_mb_per_host"] = (sum(pss_kb(p) for ps in locals_.values() for p in ps)
                                                      / len(locals_) / 1024)
             self.figures["processes_per_container"] = sum(map(len, boxes.values())) / len(boxes)
+            if self.figures["shims_named_shim"] < 1:
+                print(f"  warning: {1 - self.figures['shims_named_shim']:.0%} of the containers' parents "
+                      "are no containerd-shim: their PSS is not the shims' alone", flush=True)
 
 
 def group_steps(record_steps: list, members: set[str], skip: int) -> list[float]:
@@ -138,10 +157,11 @@ def group_steps(record_steps: list, members: set[str], skip: int) -> list[float]
     return times[skip:]
 
 
-async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: float, runs: Path) -> dict:
+async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: float, runs: Path,
+                   client: Any) -> dict:
     plan = parse(experiment_text(n, steps, image, prefix, deadline_s), HERE / "containers.yaml")
     rundir = RunDir.create(runs, plan.name, plan.text, plan=plan.resolved())
-    watch = Watch(rundir, time.perf_counter())
+    watch = Watch(rundir, time.perf_counter(), client)
     run = Run(plan, rundir, load_or_create_key(), watch)
     await asyncio.wait_for(run.execute(), deadline_s * 3)
     record = rundir.record
@@ -159,7 +179,9 @@ async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: floa
             "shim_pss_mb_per_host": round(watch.figures["shim_pss_mb_per_host"], 1),
             "local_pss_mb_per_host": round(watch.figures["local_pss_mb_per_host"], 1),
             "processes_per_container": round(watch.figures["processes_per_container"], 1),
-            "steps": len(boxes), "node": node}
+            "steps": len(boxes), "node": node, "status": RunOutcome.of(record).status,
+            "not_stopped": sum("not stopped" in text for text in watch.notices),
+            "said": [text for text in watch.notices if "not stopped" in text][:3]}
 
 
 def said(got: dict) -> list[str]:
@@ -173,7 +195,10 @@ def said(got: dict) -> list[str]:
             f"p99 {got['local_step_p99_ms']:8.2f} ms  (x{ratio:.2f} containers / local)",
             f"  PSS per container {got['pss_mb_per_host']:.1f} MB ({got['processes_per_container']:.0f} "
             f"processes) + its shim {got['shim_pss_mb_per_host']:.1f} MB; per local daemon "
-            f"{got['local_pss_mb_per_host']:.1f} MB"]
+            f"{got['local_pss_mb_per_host']:.1f} MB",
+            f"  run {got['status']}; hosts the run said it did not stop in time: {got['not_stopped']}"
+            + (f" (e.g. {got['said'][0]})" if got["said"] else "")
+            + f"; containers and networks it left, removed here: {got['left_by_run']}"]
 
 
 def leftovers(client: Any, prefix: str) -> list[str]:
@@ -207,11 +232,13 @@ def main() -> None:
             for n in map(int, args.counts.split(",")):
                 try:
                     got = asyncio.run(one_size(n, args.steps, image, prefix, args.deadline,
-                                               Path(tmp) / "runs"))
+                                               Path(tmp) / "runs", client))
                 finally:
                     left = leftovers(client, prefix)
                     if left:
-                        print(f"  removed what the run left: {', '.join(left)}")
+                        print(f"  removed what the run left: {len(left)} containers and networks: "
+                              f"{', '.join(left[:3])}{' ...' if len(left) > 3 else ''}")
+                got["left_by_run"] = len(left)
                 print("\n".join(said(got)))
                 print(json.dumps(got), flush=True)
     finally:

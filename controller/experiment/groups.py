@@ -42,16 +42,10 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 @dataclass(frozen=True)
 class Groups:
     """What the file's groups expanded to: each host group's member hosts and each group
-    component's member components, in order, and the group every member is of."""
+    component's member components, in order."""
 
     hosts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     components: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def group_of(self, member: str) -> str | None:
-        for group, members in (*self.hosts.items(), *self.components.items()):
-            if member in members:
-                return group
-        return None
 
     def named(self, src: SourceFile) -> None:
         """Every error a member's check recorded, keyed by its group and the member
