@@ -70,6 +70,8 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     try:
         if name == "clocks":
             return panels.clocks(db, origin)
+        if name == "links":
+            return panels.links(db)
         if name == "resources":
             return panels.resources(db, origin)
         if name == "distributions":
@@ -90,7 +92,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     raise NotFound(f"no panel {name!r}")
 
 
-PANELS = ("timeline", "live", "clocks", "resources", "distributions", "triage", "events")
+PANELS = ("timeline", "live", "clocks", "links", "resources", "distributions", "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

@@ -31,7 +31,8 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     data = {"timeline": timeline.timeline_figure(record)}
     db = open_tables(out)
     try:
-        data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin),
+        data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
+                    resources=panels.resources(db, origin),
                     distributions=panels.distributions(db),
                     events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
                     triage=panels.triage(db, record, run))

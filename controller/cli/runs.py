@@ -143,7 +143,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        print_lines([*run_differences(paths), *report_lines(table)])
+        from netspec.analysis.links import merged_lines
+
+        audits = []  # each run's link audit (analysis/links.py), for a run with links:
+        for path in paths:
+            said = merged_lines(path / MERGED)
+            audits += [f"{path.name}:", *said] if said else []
+        print_lines([*run_differences(paths), *report_lines(table), *audits])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

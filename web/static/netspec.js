@@ -48,6 +48,15 @@ const netspec = (() => {
       [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]]);
   }
 
+  async function links() {
+    const data = await panel("links");
+    if (data.merged === false) { document.getElementById("links").innerHTML = notMerged; return; }
+    await plot("links", data.figure);
+    document.getElementById("links-table").innerHTML = table(data.rows,
+      [["link", "link"], ["phase", "phase"], ["configured", "configured"], ["delay", "delay p50 / p99 ± bound"],
+       ["jitter", "jitter"], ["loss", "loss [95 %]"], ["probes", "probes"], ["verdict", "verdict"]]);
+  }
+
   async function resources() {
     const data = await panel("resources");
     if (data.merged === false) { document.getElementById("busy").innerHTML = notMerged; return; }
@@ -163,7 +172,7 @@ const netspec = (() => {
     document.getElementById("event-filter").addEventListener("submit", (e) => { e.preventDefault(); eventsOffset = 0; events().catch((x) => problem("events", x)); });
     document.getElementById("events-prev").addEventListener("click", () => { eventsOffset = Math.max(0, eventsOffset - 100); events(); });
     document.getElementById("events-next").addEventListener("click", () => { eventsOffset += 100; events(); });
-    await settle({timeline: async () => plot("timeline", await panel("timeline")), triage, clocks, resources, distributions, events});
+    await settle({timeline: async () => plot("timeline", await panel("timeline")), triage, clocks, links, resources, distributions, events});
     markReady();
     if (page.status === "running" && !embedded) follow();
   }
