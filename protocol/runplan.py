@@ -164,8 +164,10 @@ class PlanFault(msgspec.Struct):
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
-    connect deadline and fan-out width it asked for (None: the fleet's own; flat), and the
-    link conditions that hold from the start of the run."""
+    connect deadline and fan-out width it asked for (None: the fleet's own; flat), the
+    link conditions that hold from the start of the run, and its groups: a host group's
+    name -> its hosts, a group component's -> its components, in the order the file's
+    expansion made them (controller/experiment/groups.py)."""
 
     experiment: str = ""
     source: str = ""
@@ -182,3 +184,12 @@ class PlanRecord(msgspec.Struct):
     fan_out: int | None = None
     faults: list[PlanFault] = []
     links: list[PlanLink] = []
+    groups: dict[str, list[str]] = {}
+    component_groups: dict[str, list[str]] = {}
+
+    def group_of(self, name: str) -> str | None:
+        """The group a host or component is a member of (None: of none)."""
+        for group, members in (*self.groups.items(), *self.component_groups.items()):
+            if name in members:
+                return group
+        return None

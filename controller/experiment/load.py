@@ -8,6 +8,7 @@ into "file:line: key: message".
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -24,6 +25,7 @@ from netspec.protocol.runplan import DockerSpec
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
 from .faults import faults_of
+from .groups import Groups, expand
 from .links import links_of
 from .model import (
     DEFAULT_DEADLINE_S,
@@ -91,25 +93,29 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
         # Resolved from the campaign file's own data, so that every line cited is its line.
         text = point_text(text, point)
         with_point(data, point)
+    groups = Groups()
     try:
-        plan = _resolve(src, data, path, programs or {}, text)
+        expanded, groups = expand(src, data)
+        plan = _resolve(src, expanded, path, programs or {}, text, data, groups)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError):
         # A check tripped over a shape the schema rejected, and that error is recorded.
         if not src.errors:
             raise
+    groups.named(src)
     src.raise_errors()
-    return plan
+    return dataclasses.replace(plan, warnings=tuple(src.warnings)) if groups.hosts else plan
 
 
 def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],
-             text: str) -> Plan:
+             text: str, written: dict[str, Any], groups: Groups) -> Plan:
+    """The plan of `data` (its groups expanded; `written`, the file as written, for the
+    sweep's checks)."""
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
                        if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
-    groups: dict[str, tuple[str, ...]] = {}  # host groups (issue 41's fleets) name hosts too
-    schedule = _schedule(src, data["schedule"], names, hosts, groups)
-    links = links_of(src, data.get("links"), ("links",), hosts, groups)
+    schedule = _schedule(src, data["schedule"], names, hosts, groups.hosts)
+    links = links_of(src, data.get("links"), ("links",), hosts, groups.hosts)
     _check_plain_phases(src, components, schedule)
     _check_needs(src, data["schedule"], components, len(hosts))
     clock = src.checked(_clock, src, data.get("services", {}).get("clksync", {}), hosts)
@@ -117,19 +123,19 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
-    pairs = _pairs(src, analysis.get("pairs", {}), names)
+    pairs = _pairs(src, analysis.get("pairs", {}), [*names, *groups.components])
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = (src.checked(campaign_of, src, data, hosts, components)
+    campaign = (src.checked(campaign_of, src, data, hosts, components, written)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
-    faults = faults_of(src, data.get("faults") or [], hosts, groups, components, schedule,
+    faults = faults_of(src, data.get("faults") or [], hosts, groups.hosts, components, schedule,
                        data.get("fan_out"))
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"), links, faults)
+                data.get("fan_out"), links, faults, groups.hosts, groups.components)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

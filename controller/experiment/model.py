@@ -212,6 +212,10 @@ class Plan:
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
     links: tuple[LinkRule, ...] = ()  # link conditions from the start of the run
     faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
+    # A host group's name -> its hosts, a group component's -> its components (groups.py):
+    # what takes a name (link conditions, show, the browser) resolves a group's through them.
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    component_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -234,7 +238,8 @@ class Plan:
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
                     "fan_out": self.fan_out, "faults": [asdict(f) for f in self.faults],
-                    "links": [_link(rule) for rule in self.links]}
+                    "links": [_link(rule) for rule in self.links], "groups": self.groups,
+                    "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)
 
     def link_states(self) -> list[dict[tuple[str, str], LinkCondition]]:
