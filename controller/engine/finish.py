@@ -27,6 +27,7 @@ from .step import Steps
 from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
+ENGINES_CLOSE_S = 5.0
 
 
 async def end_component(clients: Mapping[str, DaemonClient], host: str, name: str) -> str | None:
@@ -110,6 +111,10 @@ async def finish(error: NetspecError | None, phase: str, *, fleet: Fleet, forks:
     for client in fleet.clients.values():
         await client.close()
     stops = await stop_hosts(fleet.hosts, rundir.id, CLEANUP_DEADLINE_S, stragglers.progress)
+    if fleet.engines is not None:  # the container hosts' pool, its calls under way waited for
+        for text in await asyncio.to_thread(fleet.engines.close, ENGINES_CLOSE_S):
+            stragglers.progress(Progress("notice", text=text))
+            stops.append(text)
     if any(isinstance(h, LocalHost) for h in fleet.hosts.values()):
         # A local daemon that died hard (SIGKILL, OOM) could not reset its run; this
         # machine is its host, so what it left behind is ours to end: one scan of the

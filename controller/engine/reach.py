@@ -16,6 +16,7 @@ from netspec.protocol.runrecord import HostRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan
+from ..hosts.engines import Engines
 from ..hosts.fleet import (
     AddressHost,
     DaemonClient,
@@ -37,15 +38,16 @@ FAN_OUT = 32  # hosts reached at once
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
-              keep_daemons: bool = False, run_id: str = "", key: bytes = b"") -> Host:
+              keep_daemons: bool = False, run_id: str = "", key: bytes = b"",
+              engines: Engines | None = None) -> Host:
     """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
     the run, and keeps a container host's container; a container host's names carry
-    `run_id`, and `key` is copied into it."""
+    `run_id`, `key` is copied into it, and its engine is called through `engines`."""
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
 
-        return DockerHost(spec, run_id, key, keep=keep_daemons)
+        return DockerHost(spec, run_id, key, keep=keep_daemons, engines=engines)
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 
@@ -62,8 +64,12 @@ class Fleet:
                  keep_daemons: bool = False, share_hosts: bool = False, run_id: str = ""):
         self.plan, self.key = plan, key
         self.share_hosts = share_hosts  # set up beside another run a host's daemon holds
+        # The container hosts' engines and the pool where each call to them is made: closed
+        # at the run's end, after the hosts were stopped (finish.py).
+        self.engines = Engines() if any(h.docker for h in plan.hosts) else None
         self.hosts: dict[str, Host] = {
-            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, key) for h in plan.hosts}
+            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, key, self.engines)
+            for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)
                               if plan.fan_out else None)

@@ -34,7 +34,6 @@ import io
 import json
 import os
 import tarfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,9 +48,9 @@ from .engines import (
     API_TIMEOUT_S,
     CREATED_LABEL,
     ContainerRunFiles,
+    Engines,
     engine_client,
     memory_bytes,
-    remove_network,
 )
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
@@ -63,9 +62,8 @@ PROGRAMS = "/var/lib/netspec/programs"
 KEY_DIR = "/etc/netspec"
 START_S = 30.0
 POLL_S = 0.05
-STOP_S = 15.0
+POLL_MAX_S = 0.5  # netspecd's announce is looked for ever less often: N containers' polls are calls in flight
 RUN_LABEL, HOST_LABEL = "org.netspec.run", "org.netspec.host"
-_NETWORKS = threading.Lock()  # a run's hosts make its network one at a time
 
 
 class DockerHost(Host):
@@ -73,16 +71,19 @@ class DockerHost(Host):
 
     start_deadline_s = START_S + API_TIMEOUT_S
 
-    def __init__(self, spec: HostSpec, run_id: str, key: bytes, keep: bool = False):
+    def __init__(self, spec: HostSpec, run_id: str, key: bytes, keep: bool = False,
+                 engines: Engines | None = None):
         super().__init__(spec)
         assert spec.docker is not None
         self.docker = spec.docker
         self.run_id, self.key, self.keep = run_id, key, keep
-        self.client: Any = None
+        self.engines = engines  # the fleet's (start and stop need them; `collect` has none)
+        self.client: Any = None  # without the fleet's engines, a client of its own
         self.container: Any = None
         self.created = False
         self.exec_pid: int | None = None  # netspecd's in an attached container
         self.joined = False  # an attached container joined the run's network
+        self.networked = False  # counted on the run's network (by `Engines.network`)
         self.lifeline: Any = None  # a created container's stdin, attached (`_create`)
         self.log_dir: Path | None = None
         self.address = ""
@@ -110,27 +111,31 @@ class DockerHost(Host):
         return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
     def _client(self) -> Any:
+        if self.engines is not None:
+            return self.engines.client(self.docker.engine, self.docker.tls)
         if self.client is None:
             self.client = engine_client(self.docker.engine, self.docker.tls)
         return self.client
 
-    async def start(self, log_dir: Path) -> tuple[str, int]:
-        return await asyncio.to_thread(self._start, log_dir)
+    def _engines(self) -> Engines:
+        if self.engines is None:
+            raise NetspecError(f"host {self.name}: a container host is started and stopped by a fleet")
+        return self.engines
 
-    def _start(self, log_dir: Path) -> tuple[str, int]:
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        """Every call to the engine made in the fleet's pool (`Engines`): N hosts' starts go on
+        at once, a bounded number of calls in flight; waiting for netspecd's announce holds
+        no thread."""
         import docker.errors
 
-        client = self._client()
+        engines = self._engines()
         try:
-            self.engine_info = client.info()
             if self.docker.container or self.docker.label:
-                self.container = self._find()
-                port = self._start_attached()
+                port = await engines.call(self._start_attached)
             else:
-                self.container = self._create()
-                self.created = True
-                port = self._start_created(log_dir)
-            self.container.reload()
+                await engines.call(self._make)
+                port = await self._announced(log_dir)
+            await engines.call(self.container.reload)
         except docker.errors.DockerException as exc:
             raise ConnectionLost(self.name, detail=f"engine {self.docker.engine or 'local'}: {exc}") from None
         networks = self.container.attrs["NetworkSettings"]["Networks"]
@@ -151,7 +156,7 @@ class DockerHost(Host):
 
         image = self.docker.image or default_image()
         try:
-            found = self._client().images.get(image)
+            found = self._engines().image(self.docker.engine, self.docker.tls, image)
         except docker.errors.ImageNotFound:
             where = f" --engine {self.docker.engine}" if self.docker.engine else ""
             raise ConnectionLost(self.name, detail=f"no image {image} in {self.engine_label}: make it "
@@ -159,16 +164,21 @@ class DockerHost(Host):
         return image, (found.labels or {}).get(NETSPECD_LABEL, "netspecd")
 
     def _network(self) -> Any:
-        """The run's network, made by the first of its hosts (the engine would make two of
-        one name if asked at once: its hosts ask one at a time)."""
-        import docker.errors
-
-        client = self._client()
-        with _NETWORKS:
-            with contextlib.suppress(docker.errors.NotFound):
-                return client.networks.get(self.network_name)
-            return client.networks.create(self.network_name, driver="bridge", check_duplicate=True,
+        """The run's network (made by the first of its hosts), this host counted on it."""
+        network = self._engines().network(self.docker.engine, self.docker.tls, self.network_name,
                                           labels={RUN_LABEL: self.run_id, CREATED_LABEL: "1"})
+        self.networked = True
+        return network
+
+    def _make(self) -> None:
+        """The container made and started, the key in it, its lifeline held."""
+        self.engine_info = self._engines().info(self.docker.engine, self.docker.tls)
+        self.container = self._create()
+        self.created = True
+        self._put_key()
+        if not self.keep:
+            self.lifeline = self.container.attach_socket(params={"stdin": 1, "stream": 1})
+        self.container.start()
 
     def _create(self) -> Any:
         image, netspecd = self._image()
@@ -202,27 +212,38 @@ class DockerHost(Host):
             _add(tar, self._key_path().strip("/"), (self.key.hex() + "\n").encode(), 0o600)
         self.container.put_archive("/", data.getvalue())
 
-    def _start_created(self, log_dir: Path) -> int:
-        self._put_key()
+    async def _announced(self, log_dir: Path) -> int:
+        """The port netspecd announced on its stdout, looked for in the container's log ever
+        less often (each look a call in the fleet's pool, none held between looks), until
+        START_S or the container's end."""
         self.log_dir = log_dir
-        if not self.keep:
-            self.lifeline = self.container.attach_socket(params={"stdin": 1, "stream": 1})
-        self.container.start()
-        deadline = time.monotonic() + START_S
+        loop = asyncio.get_running_loop()
+        deadline, wait = loop.time() + START_S, POLL_S
         while True:
-            logs = self.container.logs(stdout=True, stderr=False).decode(errors="replace")
-            for line in logs.splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    return int(json.loads(line)["port"])
-            self.container.reload()
-            if self.container.status not in ("created", "running") or time.monotonic() > deadline:
-                said = self.container.logs(stdout=False, stderr=True).decode(errors="replace")
+            port, status = await self._engines().call(self._look)
+            if port is not None:
+                return port
+            if status not in ("created", "running") or loop.time() > deadline:
+                said = await self._engines().call(self._said)
                 log_dir.mkdir(parents=True, exist_ok=True)
                 (log_dir / "netspecd.log").write_text(said)
                 raise ConnectionLost(self.name, detail=f"netspecd did not start in container "
-                                     f"{self.container.name} ({self.container.status}) within {START_S:g} s; "
+                                     f"{self.container.name} ({status}) within {START_S:g} s; "
                                      f"it said:\n{said[-2000:]}")
-            time.sleep(POLL_S)
+            await asyncio.sleep(wait)
+            wait = min(wait * 1.5, POLL_MAX_S)
+
+    def _look(self) -> tuple[int | None, str]:
+        """netspecd's announced port if its log has it, else None and the container's status."""
+        logs = self.container.logs(stdout=True, stderr=False).decode(errors="replace")
+        for line in logs.splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                return int(json.loads(line)["port"]), "running"
+        self.container.reload()
+        return None, self.container.status
+
+    def _said(self) -> str:
+        return self.container.logs(stdout=False, stderr=True).decode(errors="replace")
 
     def _find(self) -> Any:
         client = self._client()
@@ -237,6 +258,8 @@ class DockerHost(Host):
     def _start_attached(self) -> int:
         """netspecd started in the container, which joins the run's network (left at the end)
         so that the run's hosts reach each other."""
+        self.engine_info = self._engines().info(self.docker.engine, self.docker.tls)
+        self.container = self._find()
         self._put_key()
         if self.network_name not in self.container.attrs["NetworkSettings"]["Networks"]:
             self._network().connect(self.container)
@@ -278,7 +301,7 @@ class DockerHost(Host):
                 where = f"{hashlib.sha256(body).hexdigest()[:16]}/{Path(program).name}"
                 placed[program] = f"{PROGRAMS}/{where}"
                 _add(tar, where, body, 0o755)
-        await asyncio.to_thread(self.container.put_archive, PROGRAMS, data.getvalue())
+        await self._engines().call(self.container.put_archive, PROGRAMS, data.getvalue())
         return placed
 
     def placement(self) -> Placement | None:
@@ -324,41 +347,47 @@ class DockerHost(Host):
         return f"engine {self.docker.engine}" if self.docker.engine else "the local engine"
 
     async def stop(self, run_id: str = "") -> list[str]:
-        return await asyncio.to_thread(self._stop)
+        """In the fleet's pool, as its start: N containers go at once, a bounded number of
+        calls in flight."""
+        if self.keep or self.engines is None:
+            return []
+        return await self.engines.call(self._stop)
 
     def _stop(self) -> list[str]:
+        """The container killed and removed (netspecd ended its run and its files were
+        fetched: nothing is left to stop it for), or netspecd ended in an attached one;
+        the run's network removed after the last of its containers."""
         import docker.errors
 
         said: list[str] = []
-        if self.keep:
-            return said
-        if self.container is None:  # none made (its creation failed): the network may be there
-            if self.client is not None and not (self.docker.container or self.docker.label):
-                with contextlib.suppress(docker.errors.DockerException):
-                    remove_network(self.client, self.network_name)
-            return said
+        if self.lifeline is not None:
+            with contextlib.suppress(OSError):
+                self.lifeline.close()
+            self.lifeline = None
         try:
+            if self.container is None:  # none made (its creation failed)
+                return said
             if self.created:
                 if self.log_dir is not None:  # netspecd's stderr, as a local or SSH host's is kept
                     said_there = self.container.logs(stdout=False, stderr=True)
                     (self.log_dir / "netspecd.log").write_bytes(said_there)
-                self.container.remove(force=True)
-                remove_network(self._client(), self.network_name)
+                self.container.remove(force=True)  # a kill, then the removal
             else:
                 if self.exec_pid is not None:
                     self.container.exec_run(["kill", "-TERM", str(self.exec_pid)])
                 if self.joined:
                     self._client().networks.get(self.network_name).disconnect(self.container)
-                    remove_network(self._client(), self.network_name)
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
             said.append(f"container {self.container.name}: not cleaned up: {exc}")
         finally:
-            if self.lifeline is not None:
-                with contextlib.suppress(OSError):
-                    self.lifeline.close()
-                self.lifeline = None
+            if self.networked:
+                self.networked = False
+                try:
+                    self._engines().left(self.docker.engine, self.docker.tls, self.network_name)
+                except docker.errors.DockerException as exc:
+                    said.append(f"network {self.network_name}: not removed: {exc}")
         self.container = None if self.created else self.container
         return said
 
