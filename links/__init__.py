@@ -8,7 +8,7 @@ The API others build on (the audit's probes and bench, the fault schedule's part
 
     offer()                                 what this host's kernel and tools offer (cached)
     links = LinkSet(run_id, exclude=Exclude(tcp=(22, port), udp=(clock_port,)))
-    links.place(rules) -> {peer: Placement} which backend applies each part; raises Refused
+    links.place(rules) -> {peer: Backends} which backend applies each part; raises Refused
     links.apply(rules) -> Applied           the conditions in effect (its instant: applied_ns)
     links.stats() -> LinkStats              the backends' counters (user-space lateness, drops,
                                             the qdisc's and the rules' counts)

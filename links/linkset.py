@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 import msgspec
-from netspec.protocol.links import LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats, Placement
+from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
 
 from . import kernel, names
 from .kernel import Exclude, Peer
@@ -41,7 +41,7 @@ class Applied:
 
     began_ns: int
     applied_ns: int
-    placements: dict[str, Placement] = field(default_factory=dict)
+    placements: dict[str, Backends] = field(default_factory=dict)
 
     @property
     def at_ns(self) -> int:
@@ -125,7 +125,7 @@ class LinkSet:
         self._lock = threading.Lock()
         self.closed = False
 
-    def place(self, rules: list[LinkRule]) -> dict[str, Placement]:
+    def place(self, rules: list[LinkRule]) -> dict[str, Backends]:
         """Each rule's placement on this host (a peer named by several rules: the parts of all).
 
         Raises:
@@ -144,7 +144,7 @@ class LinkSet:
                                     f"an IPv4 address (the peer is at {rule.address})"))
             # A peer named twice (a check of every condition a run will ask): every part said.
             known = placed[rule.peer].parts if rule.peer in placed else {}
-            placed[rule.peer] = Placement(parts={**known, **parts})  # type: ignore[arg-type]
+            placed[rule.peer] = Backends(parts={**known, **parts})  # type: ignore[arg-type]
         if missing:
             raise Refused(self.host, missing)
         return placed
@@ -191,7 +191,7 @@ class LinkSet:
                 else:
                     self.cuts.pop(peer, None)
             began, applied = self._install(dict(peers))
-            return Applied(began, applied, {p: Placement(parts=parts) for p in peers})  # type: ignore[arg-type]
+            return Applied(began, applied, {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
     def _peers(self) -> list[Peer]:
         """Every conditioned direction as it is in effect: a cut one partitioned, its other

@@ -1,7 +1,7 @@
 """Link conditions as they cross packages: one direction's condition (`LinkCondition`), a rule
 the controller sends a daemon for one peer (`LinkRule`), what a host's kernel offers
 (`LinkOffer`, the daemon's probe), which backend applies each part of a condition
-(`Placement`) and what the backends counted (`LinkStats`). The experiment file's `links:`
+(`Backends`) and what the backends counted (`LinkStats`). The experiment file's `links:`
 (controller/experiment/links.py) resolves to LinkConditions per directed pair, recorded in
 run.json's plan (protocol/runplan.py); the daemon's netspec.links applies them.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["DISTRIBUTIONS", "LinkCondition", "LinkOffer", "LinkRule", "LinkStats", "PeerStats", "Placement"]
+__all__ = ["DISTRIBUTIONS", "Backends", "LinkCondition", "LinkOffer", "LinkRule", "LinkStats", "PeerStats"]
 
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")  # as netem names them
 Distribution = Literal["uniform", "normal", "pareto", "paretonormal"]
@@ -97,7 +97,7 @@ class LinkOffer(msgspec.Struct, kw_only=True, omit_defaults=False):
 Backend = Literal["netem", "htb", "nftables", "iptables", "user"]
 
 
-class Placement(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Backends(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Which backend applies each part of a condition on one host (LinkCondition.needs'
     words -> a backend: netem, htb, nftables, iptables, or netspec's user-space path `user`)."""
 

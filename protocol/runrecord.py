@@ -17,6 +17,10 @@ run.json version history (readers accept every older version):
      host's, left out at their defaults (a thousand hosts' entries per step); a key of the
      wrong type is refused naming where it is. The plan is typed too (protocol/runplan.py):
      a record with none says so where a command needs it (`collect`, `rerun`).
+     A host's `placement` (where a container host ran: engine, node, container, image,
+     limits, cgroup; null for other hosts) was added since.
+     Later optional keys: faults (the schedule's faults as they went, with their audit),
+     components' scheduled (ended by a fault of the schedule), plan.faults.
 """
 
 from __future__ import annotations
@@ -30,17 +34,47 @@ import msgspec
 from . import runjournal
 from .errors import NetspecError
 from .kinds import Clock
-from .links import LinkOffer, Placement
+from .links import Backends, LinkOffer
 from .runjournal import JOURNAL, journal_line
 from .runplan import PlanPair, PlanRecord
 from .runstep import CutShort, Entry, LinkChange, Release, Spread, Step, StepHost, Summarized
 from .versioned import decode_versioned
 
-__all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
-           "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostLinks", "HostRecord",
-           "LinkChange", "Program",
-           "Release", "RunError", "RunRecord", "Salvage", "Spread", "Step", "StepHost", "Summarized",
-           "controller_gone", "decode", "encode", "fold_acks", "journal_line", "process_start", "read_run"]
+__all__ = [
+    "JOURNAL",
+    "MERGED",
+    "RUN_FORMAT",
+    "CampaignPoint",
+    "Clock",
+    "ClockSync",
+    "Collected",
+    "ComponentEnd",
+    "Controller",
+    "CutShort",
+    "Entry",
+    "FanOutTree",
+    "HostLinks",
+    "HostRecord",
+    "Limits",
+    "LinkChange",
+    "Placement",
+    "Program",
+    "Release",
+    "RunError",
+    "RunRecord",
+    "Salvage",
+    "Spread",
+    "Step",
+    "StepHost",
+    "Summarized",
+    "controller_gone",
+    "decode",
+    "encode",
+    "fold_acks",
+    "journal_line",
+    "process_start",
+    "read_run",
+]
 
 RUN_FORMAT = 1
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
@@ -73,13 +107,44 @@ class HostLinks(msgspec.Struct):
     and the backend of each part of every condition the run asks of it, by peer."""
 
     offer: LinkOffer
-    placements: dict[str, Placement] = {}
+    placements: dict[str, Backends] = {}
+
+
+class Limits(msgspec.Struct, omit_defaults=True):
+    """What a container host may use, as its engine was asked (None: no limit): CPUs (the
+    engine's nano_cpus / 1e9), memory in bytes, and the capabilities added."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    cap_add: list[str] = []
+
+
+class Placement(msgspec.Struct, omit_defaults=True):
+    """Where a container host ran (controller/hosts/docker.py): its engine (the address
+    netspec reached it at, `local` for this machine's socket), the engine's node name and
+    its id, the container (id, name, whether netspec created it for the run), its image
+    (the name asked for and the digest found), the run's network, its limits, and its
+    cgroup (the path under the node's cgroup hierarchy, and its version)."""
+
+    engine: str
+    node: str = ""
+    engine_id: str = ""
+    container_id: str = ""
+    container: str = ""
+    created: bool = False
+    image: str = ""
+    image_id: str = ""
+    network: str = ""
+    limits: Limits = msgspec.field(default_factory=Limits)
+    cgroup: str = ""
+    cgroup_version: int | None = None
+    kind: str = "docker"
 
 
 class HostRecord(msgspec.Struct):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
-    streams gathered, what a salvage gathered without its daemon, and its link conditions'
-    backends."""
+    streams gathered, what a salvage gathered without its daemon, its link conditions'
+    backends, and where a container host was placed (None for other hosts)."""
 
     address: str = ""
     daemon_pid: int | None = None
@@ -87,6 +152,7 @@ class HostRecord(msgspec.Struct):
     streams: list[str] = []
     salvaged: Salvage | None = None
     links: HostLinks | None = None
+    placement: Placement | None = None
 
 
 class ComponentEnd(msgspec.Struct):
@@ -96,6 +162,7 @@ class ComponentEnd(msgspec.Struct):
     duration_s: float | None = None
     argv: list[str] = []
     ended_ns: int | None = None
+    scheduled: bool = False  # a fault of the schedule ended it: its outcome is "killed by schedule"
 
 
 class Program(msgspec.Struct):
@@ -160,6 +227,34 @@ class CampaignPoint(msgspec.Struct):
     repetition: int = 0
 
 
+class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A fault of the schedule as it went (controller/engine/faults.py), and its audit: the
+    instant planned on the global timeline, when its host did it (`done_ns`, `late_ns` after
+    the plan, +- `bound_ns`: its host's clock bound; `unsynchronised`: that host had no clock
+    estimate, the instant was taken on its own clock), the effect its daemon observed and
+    when (`effect_ns`, `effect_after_ns` after the fault was done, on that host's clock alone:
+    no bound between them), a pressure's or a timed pause's end, what a pressure measured,
+    and what went wrong (`error`: not done, or no effect seen)."""
+
+    index: int
+    kind: str
+    target: str
+    host: str
+    phase: str | None = None
+    after_s: float = 0.0
+    planned_ns: int | None = None
+    done_ns: int | None = None
+    late_ns: int | None = None
+    bound_ns: int | None = None
+    unsynchronised: bool = False
+    effect: str = ""
+    effect_ns: int | None = None
+    effect_after_ns: int | None = None
+    ended_ns: int | None = None
+    measured: dict[str, float] = {}
+    error: str = ""
+
+
 class RunRecord(msgspec.Struct, kw_only=True):
     """run.json. `plan` is the experiment as it ran (protocol/runplan.py, made by
     controller/experiment/model.py's `Plan.resolved`); its steps are protocol/runstep.py's."""
@@ -192,6 +287,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     fan_out: FanOutTree | None = None
     clksync: ClockSync | None = None
     cut_short: list[CutShort] = []
+    faults: list[FaultRecord] = []  # the schedule's faults as they went, in the order planned
 
     @property
     def clock_reference(self) -> str | None:

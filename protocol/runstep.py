@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from .errors import some_hosts
-from .links import Placement
+from .links import Backends
 
 
 class Spread(msgspec.Struct):
@@ -126,7 +126,7 @@ class LinkChange(msgspec.Struct, omit_defaults=True, kw_only=True):
     applied_ns: int | None = None
     at_ns: int | None = None
     bound_ns: int | None = None
-    placements: dict[str, Placement] = {}
+    placements: dict[str, Backends] = {}
 
 
 class Step(msgspec.Struct):

@@ -13,6 +13,13 @@ choosing a subnet happen under one lock, and every set is listed in /run/netspec
 with its owner's pid: a set whose owner died (a test suite killed by SIGKILL) is removed by
 the next `up`. A set built from the command line has no owner and stays until `down`.
 
+Traffic between the hosts crosses the bridge, which with br_netfilter goes through
+iptables' FORWARD chain: where dockerd set its policy to DROP, that traffic is cut. So
+`up` allows the bridge's own forwarding by rules commented `netspec-nethosts-P`, in
+DOCKER-USER where it exists (dockerd keeps that chain first in FORWARD) or else in FORWARD,
+and `down` removes them; where iptables is missing, it says so if the bridge does not
+forward.
+
 The state directory (default /tmp/netspec-hosts-P) holds the hosts' keys and sshd configs,
 a client key that every host accepts, a known_hosts file, an ssh_config naming the hosts
 netspec-h1.. (point NETSPEC_SSH_CONFIG at it) and home/, the home directory of the set's
@@ -30,6 +37,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -293,6 +301,7 @@ def _build(hs: HostSet, count: int) -> list[NetHost]:
     _run("ip", "link", "add", hs.bridge, "type", "bridge")
     _run("ip", "addr", "add", f"{hs.subnet}.1/24", "dev", hs.bridge)
     _run("ip", "link", "set", hs.bridge, "up")
+    allow_forwarding(hs)
     hosts = [hs.host(i) for i in range(1, count + 1)]
     for h in hosts:
         add(h)
@@ -301,6 +310,179 @@ def _build(hs: HostSet, count: int) -> list[NetHost]:
     for h in hosts:
         start_and_check(h)
     return hosts
+
+
+FORWARD_CHAINS = ("DOCKER-USER", "FORWARD")
+
+
+def rule_comment(prefix: str) -> str:
+    return f"netspec-nethosts-{prefix}"
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True)
+
+
+def forward_chain() -> str | None:
+    """Where the set's rules go: DOCKER-USER if dockerd made it, else FORWARD (None: no iptables)."""
+    if shutil.which("iptables") is None:
+        return None
+    return next(c for c in FORWARD_CHAINS if c == "FORWARD" or _iptables("-S", c).returncode == 0)
+
+
+def allow_forwarding(hs: HostSet) -> None:
+    """Accept what crosses the set's bridge, in and out, ahead of whatever dockerd put there."""
+    chain = forward_chain()
+    if chain is None:
+        policy = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if policy.is_file() and policy.read_text().strip() == "1":
+            print(f"nethosts: no iptables to allow bridge {hs.bridge}'s forwarding: if FORWARD's policy is "
+                  "DROP (dockerd sets it), its hosts cannot reach each other", file=sys.stderr)
+        return
+    for direction in ("-i", "-o"):
+        _run("iptables", "-w", "5", "-I", chain, direction, hs.bridge, "-m", "comment",
+             "--comment", rule_comment(hs.prefix), "-j", "ACCEPT")
+
+
+def forwarding_rules(prefix: str) -> list[tuple[str, str]]:
+    """(chain, rule) of every rule named for the set, as `iptables -S` shows it."""
+    if shutil.which("iptables") is None:
+        return []
+    return [(chain, line) for chain in FORWARD_CHAINS for line in _iptables("-S", chain).stdout.splitlines()
+            if line.startswith("-A ") and rule_comment(prefix) in shlex.split(line)]
+
+
+def remove_forwarding(prefix: str) -> None:
+    for chain, line in forwarding_rules(prefix):
+        _iptables("-D", chain, *shlex.split(line)[2:])
+
+
+def set_sshd_env(h: NetHost, **env: str) -> None:
+    """Restart the host's sshd with `env` set in its sessions (beside the set's HOME)."""
+    config = h.dir / "sshd_config"
+    text = config.read_text().splitlines()
+    values = [line.removeprefix("SetEnv ") for line in text if line.startswith("SetEnv ")]
+    values += [f"{k}={v}" for k, v in env.items()]
+    config.write_text("\n".join([*(line for line in text if not line.startswith("SetEnv ")),
+                                 "SetEnv " + " ".join(values)]) + "\n")
+    pid = h.sshd_pid()
+    h.stop_sshd()
+    deadline = time.monotonic() + 10
+    while pid and os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{h.alias}: sshd did not stop within 10 s")
+        time.sleep(0.05)
+    start_and_check(h)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A second Docker engine in a host's namespace, everything of its own named `name`:
+    its data, exec root, pidfile and socket under `dir`, its bridge in the namespace, its
+    containerd namespaces. Its iptables rules are the namespace's, not the machine's."""
+
+    host: NetHost
+    name: str
+    dir: Path
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.dir / 'docker.sock'}"
+
+    @property
+    def bridge(self) -> str:
+        return self.name[-15:]
+
+
+def tls_files(directory: Path, address: str) -> dict[str, Path]:
+    """A CA of its own, a server certificate for `address` and a client certificate, as
+    PEM files in `directory`: what dockerd's --tlsverify and a client need."""
+    import datetime
+    import ipaddress as ip
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "netspec test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    files = {"ca": directory / "ca.pem"}
+    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    usages = {"server": ExtendedKeyUsageOID.SERVER_AUTH, "client": ExtendedKeyUsageOID.CLIENT_AUTH}
+    for who, usage in usages.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"netspec test {who}")]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        if who == "server":
+            cert = cert.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip.ip_address(address))]),
+                                      critical=False)
+        files[f"{who}_cert"] = directory / f"{who}-cert.pem"
+        files[f"{who}_key"] = directory / f"{who}-key.pem"
+        signed = cert.sign(ca_key, hashes.SHA256())
+        files[f"{who}_cert"].write_bytes(signed.public_bytes(serialization.Encoding.PEM))
+        files[f"{who}_key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+        files[f"{who}_key"].chmod(0o600)
+    return files
+
+
+TLS_PORT = 2376
+
+
+def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0) -> Engine:
+    """Start dockerd in the host's network namespace (this mount namespace: containerd's
+    mounts are seen) and wait until it answers: on a socket in `directory`, and on the
+    host's address, port TLS_PORT, with TLS whose files (`tls_files`) are in directory/tls."""
+    directory.mkdir(parents=True)
+    (directory / "tls").mkdir()
+    tls = tls_files(directory / "tls", h.address)
+    bridge = name[-15:]
+    _run("ip", "-n", h.netns, "link", "add", bridge, "type", "bridge")
+    _run("ip", "-n", h.netns, "addr", "add", f"172.31.{secrets.randbelow(250) + 1}.1/24", "dev", bridge)
+    _run("ip", "-n", h.netns, "link", "set", bridge, "up")
+    with open(directory / "dockerd.log", "wb") as log:
+        process = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{h.netns}", "dockerd", "--data-root", str(directory / "data"),
+             "--exec-root", str(directory / "x"), "--pidfile", str(directory / "dockerd.pid"),
+             "-H", f"unix://{directory / 'docker.sock'}", "-H", f"tcp://{h.address}:{TLS_PORT}",
+             "--tlsverify", "--tlscacert", str(tls["ca"]), "--tlscert", str(tls["server_cert"]),
+             "--tlskey", str(tls["server_key"]),
+             "--bridge", bridge, "--containerd-namespace", name,
+             "--containerd-plugins-namespace", f"{name}-plugins"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    engine = Engine(h, name, directory, process)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["docker", "-H", engine.url, "info"], capture_output=True).returncode:
+        if process.poll() is not None or time.monotonic() > deadline:
+            said = (directory / "dockerd.log").read_text(errors="replace")[-2000:]
+            stop_dockerd(engine)
+            raise RuntimeError(f"dockerd {name} did not answer within {timeout:g} s:\n{said}")
+        time.sleep(0.1)
+    return engine
+
+
+def stop_dockerd(engine: Engine, timeout: float = 30.0) -> None:
+    """Stop it (SIGTERM; SIGKILL after `timeout`) and remove what it kept."""
+    engine.process.terminate()
+    try:
+        engine.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(engine.process.pid, signal.SIGKILL)
+        engine.process.wait(timeout)
+    subprocess.run(["ip", "-n", engine.host.netns, "link", "del", engine.bridge], capture_output=True)
+    shutil.rmtree(engine.dir, ignore_errors=True)
 
 
 def add(h: NetHost) -> None:
@@ -391,6 +573,7 @@ def _down_locked(prefix: str, state: Path) -> None:
         if name.startswith(f"{prefix}h") and name[len(prefix) + 1:].isdigit():
             remove(hs.host(int(name[len(prefix) + 1:])))
     subprocess.run(["ip", "link", "del", hs.bridge], capture_output=True)
+    remove_forwarding(prefix)
     shutil.rmtree(state, ignore_errors=True)
     (REGISTRY / f"{prefix}.json").unlink(missing_ok=True)
 

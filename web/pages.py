@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 import msgspec
+from netspec.analysis.provenance import placed
 from netspec.analysis.units import duration_text
 from netspec.protocol.runoutcome import STATUSES, RunOutcome
 from netspec.protocol.runrecord import MERGED, RunRecord
@@ -24,6 +25,7 @@ STATIC = HERE / "static"
 # What a run page offers to download, relative to the run directory.
 DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
              "merged/narration.txt", "merged/report.html")
+PLACED_WHOLE = 8  # container hosts a run page's placement block names each with its container
 
 
 @functools.cache
@@ -84,6 +86,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "ref": ref, "record": record, "status": outcome.status, "steps": step_rows(record),
         "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
         "cut_short": record.cut_short_texts(),
+        "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled}}
 
 

@@ -20,7 +20,7 @@ from ..engine import summary
 from ..engine.runner import MergeInterrupted
 from ..engine.terminal import print_lines
 from ..experiment.campaignfile import CAMPAIGNS
-from . import running, runs
+from . import images, running, runs
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -36,7 +36,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     run = command("run", help="run an experiment file")
     run.add_argument("file", type=Path)
     run.add_argument("--keep-daemons", action="store_true",
-                     help="leave the daemons of ssh hosts running (stop them with `down`)")
+                     help="leave the daemons of ssh hosts running (stop them with `down`), and docker hosts' "
+                          "containers and network")
     demo = command("demo", help="run the bundled demo experiment (stimulus-response on two local daemons)")
     up = command("up", help="start the daemons of a file's ssh hosts, to outlive runs")
     up.add_argument("file", type=Path)
@@ -111,6 +112,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun,
               serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
+    images.add_parser(command)
     args = parser.parse_args(argv)
     if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
         args.campaigns = args.runs / CAMPAIGNS
@@ -123,7 +125,7 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "rerun": running.cmd_rerun, "dump": runs.cmd_dump, "ls": runs.cmd_ls, "show": runs.cmd_show,
             "fetch": runs.cmd_fetch, "collect": runs.cmd_collect, "export": runs.cmd_export,
             "import": runs.cmd_import, "results": runs.cmd_results, "report": runs.cmd_report,
-            "serve": runs.cmd_serve}
+            "serve": runs.cmd_serve, "image": images.cmd_image}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,373 @@
+"""A host in a container of a Docker engine (`docker:` in the experiment file), through the
+Docker SDK for Python (the controller's dependency alone: the daemon never imports it).
+
+Created for the run (the default): one container per host, named `<prefix>-<run>-<host>`
+and labelled with the run and host, on the run's own network `<prefix>-<run>` (made by the
+first of its hosts, removed by the last), with the limits and capabilities asked; its main
+process is netspecd, so a container killed is a daemon lost. The shared key is copied in
+before it starts (put_archive). At the run's end the container goes, and the network with
+its last container (both kept with --keep-daemons). The controller holds the container's
+stdin, netspecd's lifeline: if the controller dies, the engine closes it, and the daemon
+ends its run and the container (whose files `ns_control collect` then copies out).
+
+Attached (`container:` a name, or `label:` key=value matching one container): netspecd is
+started in the container (exec) beside what runs there, the container joins the run's
+network, and both are undone at the run's end.
+
+Either way the daemon's run directories are under WORK in the container, which a salvage
+or `collect` copies out through the engine (get_archive), running or stopped. The engine is
+this machine's (DOCKER_HOST, else its socket) or `engine:` ssh://user@host (over paramiko)
+or tcp://host:port (with TLS: `tls:` ca, cert, key). A container of this machine's engine
+is reached at its address on the run's network; one of a remote engine through its
+daemon's port published on the engine's machine.
+
+Another engine's provider (a Kubernetes pod per host, say) is another Host beside this
+one, with its own RunFiles: the engine sees only Host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import io
+import json
+import os
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.names import safe_name
+from netspec.protocol.runrecord import Limits, Placement
+
+from ..experiment.model import Host as HostSpec
+from .engines import (
+    API_TIMEOUT_S,
+    CREATED_LABEL,
+    ContainerRunFiles,
+    engine_client,
+    memory_bytes,
+    remove_network,
+)
+from .fleet import Host
+from .images import NETSPECD_LABEL, default_image
+
+DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
+PORT = 7420  # netspecd's in the container: each has its own network namespace
+WORK = "/var/lib/netspec/work"
+PROGRAMS = "/var/lib/netspec/programs"
+KEY_DIR = "/etc/netspec"
+START_S = 30.0
+POLL_S = 0.05
+STOP_S = 15.0
+RUN_LABEL, HOST_LABEL = "org.netspec.run", "org.netspec.host"
+_NETWORKS = threading.Lock()  # a run's hosts make its network one at a time
+
+
+class DockerHost(Host):
+    """A host with `docker:` in the experiment file."""
+
+    start_deadline_s = START_S + API_TIMEOUT_S
+
+    def __init__(self, spec: HostSpec, run_id: str, key: bytes, keep: bool = False):
+        super().__init__(spec)
+        assert spec.docker is not None
+        self.docker = spec.docker
+        self.run_id, self.key, self.keep = run_id, key, keep
+        self.client: Any = None
+        self.container: Any = None
+        self.created = False
+        self.exec_pid: int | None = None  # netspecd's in an attached container
+        self.joined = False  # an attached container joined the run's network
+        self.lifeline: Any = None  # a created container's stdin, attached (`_create`)
+        self.log_dir: Path | None = None
+        self.address = ""
+        self.engine_info: dict[str, Any] = {}
+
+    @property
+    def prefix(self) -> str:
+        return self.docker.prefix
+
+    @property
+    def network_name(self) -> str:
+        return self.docker.network or f"{self.prefix}-{self.run_id}"
+
+    @property
+    def container_name(self) -> str:
+        return f"{self.prefix}-{self.run_id}-{safe_name(self.name, 'host')}"
+
+    @property
+    def remote(self) -> bool:
+        """An engine of another machine (its containers' addresses are not routed here)."""
+        return not self.engine_url.startswith("unix://")
+
+    @property
+    def engine_url(self) -> str:
+        return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+    def _client(self) -> Any:
+        if self.client is None:
+            self.client = engine_client(self.docker.engine, self.docker.tls)
+        return self.client
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        return await asyncio.to_thread(self._start, log_dir)
+
+    def _start(self, log_dir: Path) -> tuple[str, int]:
+        import docker.errors
+
+        client = self._client()
+        try:
+            self.engine_info = client.info()
+            if self.docker.container or self.docker.label:
+                self.container = self._find()
+                port = self._start_attached()
+            else:
+                self.container = self._create()
+                self.created = True
+                port = self._start_created(log_dir)
+            self.container.reload()
+        except docker.errors.DockerException as exc:
+            raise ConnectionLost(self.name, detail=f"engine {self.docker.engine or 'local'}: {exc}") from None
+        networks = self.container.attrs["NetworkSettings"]["Networks"]
+        net = networks.get(self.network_name) or next(iter(networks.values()), {})
+        self.address = net.get("IPAddress", "")
+        if self.remote:
+            published = self.container.attrs["NetworkSettings"]["Ports"].get(f"{PORT}/tcp") or []
+            if not published:
+                raise ConnectionLost(self.name, detail=f"the engine published no port for netspecd's {PORT}")
+            return urlsplit(self.engine_url).hostname or "", int(published[0]["HostPort"])
+        if not self.address:
+            raise ConnectionLost(self.name, detail=f"container {self.container.name} has no address")
+        return self.address, port
+
+    def _image(self) -> tuple[str, str]:
+        """The image to run and netspecd's path in it (the label of images netspec built)."""
+        import docker.errors
+
+        image = self.docker.image or default_image()
+        try:
+            found = self._client().images.get(image)
+        except docker.errors.ImageNotFound:
+            where = f" --engine {self.docker.engine}" if self.docker.engine else ""
+            raise ConnectionLost(self.name, detail=f"no image {image} in {self.engine_label}: make it "
+                                 f"with `ns_control image build{where}`") from None
+        return image, (found.labels or {}).get(NETSPECD_LABEL, "netspecd")
+
+    def _network(self) -> Any:
+        """The run's network, made by the first of its hosts (the engine would make two of
+        one name if asked at once: its hosts ask one at a time)."""
+        import docker.errors
+
+        client = self._client()
+        with _NETWORKS:
+            with contextlib.suppress(docker.errors.NotFound):
+                return client.networks.get(self.network_name)
+            return client.networks.create(self.network_name, driver="bridge", check_duplicate=True,
+                                          labels={RUN_LABEL: self.run_id, CREATED_LABEL: "1"})
+
+    def _create(self) -> Any:
+        image, netspecd = self._image()
+        self._network()
+        d = self.docker
+        # Its stdin the lifeline, as an SSH host's daemon's is its channel: held by this
+        # controller (attached), closed by the engine when the controller goes, which ends the
+        # daemon's run and the container. A daemon kept (--keep-daemons) has none.
+        return self._client().containers.create(
+            image, [*self._netspecd(netspecd), "--announce", *([] if self.keep else ["--lifeline"])],
+            stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
+            name=self.container_name, hostname=self.name, network=self.network_name, init=True,
+            environment={DAEMON_ADDRESS_ENV: "hostname"},
+            labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
+            nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
+            cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
+
+    def _netspecd(self, path: str) -> list[str]:
+        return [path, "--listen", f"0.0.0.0:{PORT}", "--key", self._key_path(), "--root", WORK]
+
+    def _key_path(self) -> str:
+        return f"{KEY_DIR}/{self.run_id}.key"
+
+    def _put_key(self) -> None:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            for path in (KEY_DIR, PROGRAMS):
+                info = tarfile.TarInfo(path.strip("/"))
+                info.type, info.mode = tarfile.DIRTYPE, 0o700
+                tar.addfile(info)
+            _add(tar, self._key_path().strip("/"), (self.key.hex() + "\n").encode(), 0o600)
+        self.container.put_archive("/", data.getvalue())
+
+    def _start_created(self, log_dir: Path) -> int:
+        self._put_key()
+        self.log_dir = log_dir
+        if not self.keep:
+            self.lifeline = self.container.attach_socket(params={"stdin": 1, "stream": 1})
+        self.container.start()
+        deadline = time.monotonic() + START_S
+        while True:
+            logs = self.container.logs(stdout=True, stderr=False).decode(errors="replace")
+            for line in logs.splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    return int(json.loads(line)["port"])
+            self.container.reload()
+            if self.container.status not in ("created", "running") or time.monotonic() > deadline:
+                said = self.container.logs(stdout=False, stderr=True).decode(errors="replace")
+                log_dir.mkdir(parents=True, exist_ok=True)
+                (log_dir / "netspecd.log").write_text(said)
+                raise ConnectionLost(self.name, detail=f"netspecd did not start in container "
+                                     f"{self.container.name} ({self.container.status}) within {START_S:g} s; "
+                                     f"it said:\n{said[-2000:]}")
+            time.sleep(POLL_S)
+
+    def _find(self) -> Any:
+        client = self._client()
+        if self.docker.container:
+            return client.containers.get(self.docker.container)
+        found = client.containers.list(filters={"label": self.docker.label})
+        if len(found) != 1:
+            raise ConnectionLost(self.name, detail=f"label {self.docker.label} matches {len(found)} running "
+                                 "containers, not one")
+        return found[0]
+
+    def _start_attached(self) -> int:
+        """netspecd started in the container, which joins the run's network (left at the end)
+        so that the run's hosts reach each other."""
+        self._put_key()
+        if self.network_name not in self.container.attrs["NetworkSettings"]["Networks"]:
+            self._network().connect(self.container)
+            self.joined = True
+        state = f"/tmp/netspecd-{self.run_id}-{safe_name(self.name, 'host')}.json"
+        netspecd = (self.container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
+        self.container.reload()
+        address = self.container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
+        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True,
+                                environment={DAEMON_ADDRESS_ENV: address})
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            code, out = self.container.exec_run(["cat", state])
+            if code == 0:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    found = json.loads(out)
+                    self.exec_pid = int(found["pid"])
+                    return int(found["port"])
+            time.sleep(POLL_S)
+        raise ConnectionLost(self.name, detail=f"netspecd did not start in container {self.container.name} "
+                             f"within {START_S:g} s")
+
+    def reachable_at(self, facts: dict[str, Any]) -> str:
+        """Its address on the run's network of its engine. A container of another engine
+        reaches it there where the engines' machines route to each other's networks (a
+        container of a remote engine reaches one of this machine's, the clock reference
+        say, through the remote machine's route); the other way round only its daemon's
+        port is published."""
+        return self.address
+
+    async def place(self, programs: list[str]) -> dict[str, str]:
+        """Each program copied into the container (PROGRAMS/<digest>/<name>), in one archive."""
+        if not programs:
+            return {}
+        data, placed = io.BytesIO(), {}
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            for program in dict.fromkeys(programs):
+                body = Path(program).read_bytes()
+                where = f"{hashlib.sha256(body).hexdigest()[:16]}/{Path(program).name}"
+                placed[program] = f"{PROGRAMS}/{where}"
+                _add(tar, where, body, 0o755)
+        await asyncio.to_thread(self.container.put_archive, PROGRAMS, data.getvalue())
+        return placed
+
+    def placement(self) -> Placement | None:
+        if self.container is None:
+            return None
+        attrs, info = self.container.attrs, self.engine_info
+        host_config = attrs.get("HostConfig", {})
+        version = int(info.get("CgroupVersion") or 1)
+        if info.get("CgroupDriver") == "systemd":
+            cgroup = f"/system.slice/docker-{self.container.id}.scope"
+        else:
+            cgroup = f"{host_config.get('CgroupParent') or '/docker'}/{self.container.id}"
+        nano = host_config.get("NanoCpus") or 0
+        return Placement(
+            engine=self.docker.engine or "local", node=info.get("Name", ""), engine_id=info.get("ID", ""),
+            container_id=self.container.id, container=self.container.name, created=self.created,
+            image=attrs.get("Config", {}).get("Image", ""), image_id=attrs.get("Image", ""),
+            network=self.network_name if self.created else ",".join(attrs["NetworkSettings"]["Networks"]),
+            limits=Limits(cpus=nano / 1e9 if nano else None, memory_bytes=host_config.get("Memory") or None,
+                          cap_add=list(host_config.get("CapAdd") or [])),
+            cgroup=cgroup, cgroup_version=version)
+
+    def run_files(self, run_id: str) -> ContainerRunFiles | None:
+        import docker.errors
+
+        client = self._client()
+        try:
+            container = self.container
+            if container is None:
+                container = (self._find() if self.docker.container or self.docker.label else
+                             client.containers.get(f"{self.prefix}-{run_id}-{safe_name(self.name, 'host')}"))
+            container.reload()
+        except docker.errors.NotFound:
+            raise NetspecError(f"no container of host {self.name} in engine {self.docker.engine or 'local'} "
+                               "(removed already?)") from None
+        if container.status == "running":
+            container.exec_run([_netspecd(container), "--kill-run", run_id, "--host", self.name])
+        return ContainerRunFiles(container, f"{WORK}/{safe_name(run_id, 'run id')}", self.engine_label,
+                                 owned=(container.labels or {}).get(CREATED_LABEL) == "1" and not self.keep)
+
+    @property
+    def engine_label(self) -> str:
+        return f"engine {self.docker.engine}" if self.docker.engine else "the local engine"
+
+    async def stop(self, run_id: str = "") -> list[str]:
+        return await asyncio.to_thread(self._stop)
+
+    def _stop(self) -> list[str]:
+        import docker.errors
+
+        said: list[str] = []
+        if self.keep:
+            return said
+        if self.container is None:  # none made (its creation failed): the network may be there
+            if self.client is not None and not (self.docker.container or self.docker.label):
+                with contextlib.suppress(docker.errors.DockerException):
+                    remove_network(self.client, self.network_name)
+            return said
+        try:
+            if self.created:
+                if self.log_dir is not None:  # netspecd's stderr, as a local or SSH host's is kept
+                    said_there = self.container.logs(stdout=False, stderr=True)
+                    (self.log_dir / "netspecd.log").write_bytes(said_there)
+                self.container.remove(force=True)
+                remove_network(self._client(), self.network_name)
+            else:
+                if self.exec_pid is not None:
+                    self.container.exec_run(["kill", "-TERM", str(self.exec_pid)])
+                if self.joined:
+                    self._client().networks.get(self.network_name).disconnect(self.container)
+                    remove_network(self._client(), self.network_name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            said.append(f"container {self.container.name}: not cleaned up: {exc}")
+        finally:
+            if self.lifeline is not None:
+                with contextlib.suppress(OSError):
+                    self.lifeline.close()
+                self.lifeline = None
+        self.container = None if self.created else self.container
+        return said
+
+
+def _netspecd(container: Any) -> str:
+    return (container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
+
+
+def _add(tar: tarfile.TarFile, name: str, body: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(body), mode
+    tar.addfile(info, io.BytesIO(body))
