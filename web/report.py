@@ -11,7 +11,7 @@ from pathlib import Path
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
-from . import panels, timeline
+from . import fleet, panels, timeline
 from .pages import downloads, render, run_header
 
 REPORT = "report.html"
@@ -28,11 +28,12 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     out = out or run / MERGED
     record = read_run(run)
     origin = timeline.origin_ns(record)
-    data = {"timeline": timeline.timeline_figure(record)}
+    data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
+    of = fleet.group_of(record)
     db = open_tables(out)
     try:
-        data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin),
-                    distributions=panels.distributions(db),
+        data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin, of),
+                    distributions=panels.distributions(db, of), phases=panels.phases(db),
                     events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
                     triage=panels.triage(db, record, run))
     finally:
