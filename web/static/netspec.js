@@ -208,10 +208,15 @@ const netspec = (() => {
     document.body.dataset.ready = "yes";
   }
 
+  let drawing = 0;  // panels being fetched and drawn now (the page's `data-drawing`, for a bench or a test)
   async function settle(tasks) {
     const names = Object.keys(tasks);
+    drawing += names.length;
+    document.body.dataset.drawing = drawing;
     const results = await Promise.allSettled(names.map((n) => tasks[n]()));
     results.forEach((r, i) => { if (r.status === "rejected") { console.warn(names[i], r.reason); problem(names[i], r.reason); } });
+    drawing -= names.length;
+    document.body.dataset.drawing = drawing;
   }
 
   function stepRows(steps) {
@@ -311,5 +316,10 @@ const netspec = (() => {
     markReady();
   }
 
-  return {run, index, campaign, plain: markReady};
+  async function compare() {
+    await Promise.all((page.ecdfs || []).map((f, i) => plot(`ecdf-${i + 1}`, f)));
+    markReady();
+  }
+
+  return {run, index, campaign, compare, plain: markReady};
 })();
