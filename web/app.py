@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
@@ -26,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from . import panels, timeline
 from .catalog import Catalog, NotFound
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, downloads, plotly_js, render, run_header
+from .pages import STATIC, downloads, follows, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -59,10 +60,10 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     """One panel's data. `events` takes its filters from the request's query."""
     if name == "timeline":
         return timeline.timeline_figure(record)
-    if name == "live":
-        return {"status": RunOutcome.of(record).status, "steps": timeline.step_rows(record),
-                "timeline": timeline.timeline_figure(record)}
     merged = (run / MERGED / "summary.json").is_file()
+    if name == "live":
+        return {"status": RunOutcome.of(record).status, "merged": merged, "follow": follows(record, merged),
+                "steps": timeline.step_rows(record), "timeline": timeline.timeline_figure(record)}
     if not merged:
         return panels.triage(None, record, run) if name == "triage" else {"merged": False}
     origin = timeline.origin_ns(record)
@@ -71,7 +72,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "clocks":
             return panels.clocks(db, origin)
         if name == "resources":
-            return panels.resources(db, origin)
+            return panels.resources(db, origin, host_facts(run, record.host_names))
         if name == "distributions":
             return panels.distributions(db)
         if name == "triage":
