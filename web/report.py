@@ -20,8 +20,9 @@ REPORT = "report.html"
 REPORT_EVENTS = 2000
 
 
-def write_report(run: Path, out: Path | None = None) -> Path:
-    """Write `out`/report.html (`out` is the run's merged/ by default) and return its path.
+def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS) -> Path:
+    """Write `out`/report.html (`out` is the run's merged/ by default), carrying at most
+    `events` events, and return its path.
 
     Raises:
         NetspecError: run.json cannot be read.
@@ -36,7 +37,7 @@ def write_report(run: Path, out: Path | None = None) -> Path:
         data.update(clocks=panels.clocks(db, origin),
                     resources=panels.resources(db, origin, host_facts(run, record.host_names)),
                     distributions=panels.distributions(db),
-                    events=panels.events_sample(db, origin, REPORT_EVENTS),
+                    events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:
         db.close()

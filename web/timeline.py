@@ -27,8 +27,7 @@ OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "er
 # that none of its participants acked (`waiting`, as `ns_control show` says it).
 FAILING = ("error", "killed", "late", "waiting")
 # Every step's name is written over the timeline; names that would overlap are stacked in
-# rows by the page (netspec.js measures them as drawn), each row this many pixels high.
-LABEL_ROW_PX = 14
+# rows by the page (netspec.js's unclutter measures them as drawn).
 # A step's row in the steps table shows this many of its participants' ack messages.
 ACK_MESSAGES = 6
 

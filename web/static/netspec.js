@@ -41,7 +41,6 @@ const netspec = (() => {
     return Plotly.react(el, figure.data, figure.layout, config);
   }
 
-  const LABEL_ROW_PX = 14;
   async function unclutter(id) {
     // Every step's name over the timeline, each as drawn: a name that would run into one to
     // its left goes up a row, and the top margin grows to hold the rows.
@@ -52,11 +51,13 @@ const netspec = (() => {
     el.dataset.marginTop = base;
     const height = el.dataset.baseHeight ? Number(el.dataset.baseHeight) : el.layout.height || el.clientHeight;
     el.dataset.baseHeight = height;
-    const flat = {"margin.t": base, height};
+    // (a relayout of the height turns autosize off: it stays on, the width follows the window)
+    const flat = {"margin.t": base, height, autosize: true};
     names.forEach((_, i) => { flat[`annotations[${i}].yshift`] = 0; });
     await Plotly.relayout(el, flat);
     const boxes = [...el.querySelectorAll(".annotation")].map((a) => a.getBoundingClientRect());
     if (boxes.length !== names.length) return;
+    const rowPx = Math.ceil(Math.max(...boxes.map((b) => b.height))) + 2;
     const order = names.map((a, i) => i).sort((i, j) => boxes[i].left - boxes[j].left);
     const rowEnds = [];
     const shift = {};
@@ -64,12 +65,13 @@ const netspec = (() => {
       let row = rowEnds.findIndex((end) => boxes[i].left >= end + 4);
       if (row < 0) { row = rowEnds.length; rowEnds.push(0); }
       rowEnds[row] = boxes[i].right;
-      shift[`annotations[${i}].yshift`] = row * LABEL_ROW_PX;
+      shift[`annotations[${i}].yshift`] = row * rowPx;
     }
     // the rows of names take room of their own: the plot keeps its height below them
-    const extra = (rowEnds.length - 1) * LABEL_ROW_PX;
+    const extra = (rowEnds.length - 1) * rowPx;
     shift["margin.t"] = base + extra;
     shift.height = height + extra;
+    shift.autosize = true;
     el.style.height = `${height + extra}px`;
     if (rowEnds.length > 1) await Plotly.relayout(el, shift);
     else el.style.height = `${height}px`;
