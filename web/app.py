@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import panels, timeline
+from . import fleet, panels, timeline
 from .catalog import Catalog, NotFound
 from .compare import campaign_view, compare_runs
 from .pages import STATIC, downloads, follows, plotly_js, render, run_header
@@ -58,12 +58,17 @@ def _query_number(request: Request, name: str, kind: type[int] | type[float],
 
 def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     """One panel's data. `events` takes its filters from the request's query."""
+    expand = [g for g in request.query_params.get("expand", "").split(",") if g]
+    unknown = sorted(set(expand) - set(fleet.groups(record)))
+    if unknown:
+        raise NotFound(f"expand={','.join(unknown)}: no such host group ({', '.join(fleet.groups(record))})")
     if name == "timeline":
-        return timeline.timeline_figure(record)
+        return timeline.timeline_figure(record, fleet.folded(record, expand))
     merged = (run / MERGED / "summary.json").is_file()
     if name == "live":
         return {"status": RunOutcome.of(record).status, "merged": merged, "follow": follows(record, merged),
-                "steps": timeline.step_rows(record), "timeline": timeline.timeline_figure(record)}
+                "steps": timeline.step_rows(record),
+                "timeline": timeline.timeline_figure(record, fleet.folded(record, expand))}
     if not merged:
         return panels.triage(None, record, run) if name == "triage" else {"merged": False}
     origin = timeline.origin_ns(record)
@@ -72,9 +77,11 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "clocks":
             return panels.clocks(db, origin)
         if name == "resources":
-            return panels.resources(db, origin, host_facts(run, record.host_names))
+            return panels.resources(db, origin, fleet.group_of(record), host_facts(run, record.host_names))
         if name == "distributions":
-            return panels.distributions(db)
+            return panels.distributions(db, fleet.group_of(record))
+        if name == "phases":
+            return panels.phases(db)
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":
@@ -91,7 +98,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     raise NotFound(f"no panel {name!r}")
 
 
-PANELS = ("timeline", "live", "clocks", "resources", "distributions", "triage", "events")
+PANELS = ("timeline", "live", "phases", "clocks", "resources", "distributions", "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

@@ -5,6 +5,7 @@ say first what differs between the runs they put side by side."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from scipy import stats
 from .pages import plain
 from .panels import CPU_FIELDS, cpu_caveats
 from .timeline import bars
+
+ECDF_POINTS = 101
 
 
 def _number(value: float, unit: str) -> str:
@@ -86,6 +89,7 @@ def campaign_view(record: CampaignRecord, run_ref: Callable[[str], str | None]) 
                          {"id": r.id, "ref": run_ref(r.path) if r.path else None, "status": r.status,
                           "counted": r.counted, "value": r.value, "warmup": r.warmup} for r in point.runs]})
     return {"statistic": statistic, "metric": repeat.get("metric"), "metrics": metrics, "rows": rows,
+            "better": {m: better(m) for m in metrics},
             "problem": problem, "lines": _lines(points, table, metrics)}
 
 
@@ -110,13 +114,34 @@ def _lines(points: list[Point], table: dict[str, Any], metrics: list[str]) -> li
             lo.append(0 if math.isnan(s.low) else s.mean - s.low)
             hi.append(0 if math.isnan(s.high) else s.high - s.mean)
             unit = metric.unit
-        figures.append({"metric": m, "figure": {"data": [{
+        direction = better(m)
+        figures.append({"metric": m, "better": direction, "figure": {"data": [{
             "type": "scatter", "mode": "lines+markers", "x": xs, "y": ys, "name": m,
             "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo}}],
             "layout": {"height": 280, "margin": {"t": 50, "r": 10},
-                       "title": {"text": m, "font": {"size": 12}},
-                       "xaxis": {"title": {"text": axis}}, "yaxis": {"title": {"text": f"mean ({unit})"}}}}})
+                       "title": {"text": m + (f" ({direction} is better)" if direction else ""),
+                                 "font": {"size": 12}},
+                       "xaxis": {"title": {"text": axis + (" (log)" if geometric(xs) else "")},
+                                 **({"type": "log"} if geometric(xs) else {})},
+                       "yaxis": {"title": {"text": f"mean ({unit})"}}}}})
     return figures
+
+
+def better(metric: str) -> str | None:
+    """Which direction is better for a metric netspec names: a duration (an interval or a
+    pair) and CPU use are better lower; None where netspec cannot tell."""
+    return "lower" if metric.startswith(("interval ", "cpu busy ", "cpu of ")) else None
+
+
+def geometric(xs: list[float]) -> bool:
+    """A sweep whose values grow by a factor (64, 256, 1024, ...): drawn on a log axis. Every
+    value positive, spanning a factor of 10 or more, and no step between neighbours more than
+    4x another's (in ratio)."""
+    values = sorted(set(xs))
+    if len(values) < 2 or values[0] <= 0 or values[-1] / values[0] < 10:
+        return False
+    ratios = [b / a for a, b in itertools.pairwise(values)]
+    return max(ratios) <= 4 * min(ratios) if len(ratios) > 1 else True
 
 
 def _step_takes(record: RunRecord) -> dict[int, list[int]]:
@@ -206,7 +231,8 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
             "b_mean": _number(sb.mean, mb[name].unit), "n": [sa.count, sb.count],
             "overhead_pct": None if m is None else m.pct, "p": None if m is None else m.p,
             "interval": "" if m is None else _interval(m, unit),
-            "verdict": "n/a" if m is None else m.verdict})
+            "verdict": "n/a" if m is None else m.verdict,
+            "ecdf": _ecdf(name, ma[name].values, mb[name].values, ma[name].unit)})
     only = sorted(set(ma) ^ set(mb))
     return {"differences": differences(ra, rb), "steps": steps, "unaligned": unaligned, "metrics": metrics,
             "only_in_one": only, "missing": missing, "caveats": [*dict.fromkeys(caveats_a + caveats_b)],
@@ -262,3 +288,17 @@ def median_test(a: np.ndarray, b: np.ndarray) -> MedianTest | None:
 def _interval(m: MedianTest, unit: str) -> str:
     (low, high), shown = in_one_unit([m.low, m.high], unit)
     return f"[{low}, {high}] {shown}".strip()
+
+
+def _ecdf(name: str, a: np.ndarray, b: np.ndarray, unit: str) -> dict[str, Any]:
+    """Both runs' distributions of a metric as ECDFs on one axis (ECDF_POINTS quantiles each),
+    so a shift, a spread or a tail shows where a table of medians hides it."""
+    q = np.linspace(0, 1, ECDF_POINTS)
+    scale, shown = (1e3, "ms") if unit == "us" and max(np.median(a), np.median(b)) >= 1e3 else (1.0, unit)
+    return {"data": [{"type": "scatter", "mode": "lines", "line": {"shape": "hv"}, "name": run,
+                      "x": (np.quantile(v, q) / scale).tolist() if len(v) else [], "y": q.tolist()}
+                     for run, v in (("a", a), ("b", b))],
+            "layout": {"height": 260, "margin": {"t": 30, "r": 10},
+                       "title": {"text": name, "font": {"size": 12}},
+                       "xaxis": {"title": {"text": shown}, "exponentformat": "none"},
+                       "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}

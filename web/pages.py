@@ -16,9 +16,11 @@ import jinja2
 import msgspec
 from netspec.analysis.resultset import read_summary
 from netspec.analysis.units import duration_text, rate_text
+from netspec.protocol.names import NAME
 from netspec.protocol.runoutcome import STATUSES, RunOutcome
 from netspec.protocol.runrecord import MERGED, RunRecord, process_start
 
+from . import fleet
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
@@ -126,7 +128,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "ref": ref, "record": record, "status": outcome.status, "steps": step_rows(record),
         "exits": exits(record), "checks": checks(path, record),
         "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
-        "cut_short": record.cut_short_texts(),
+        "cut_short": record.cut_short_texts(), "overview": fleet.overview(record),
         "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled,
                  "follow": follows(record, merged)}}
 
@@ -143,6 +145,23 @@ def follows(record: RunRecord, merged: bool) -> bool:
 
 
 def downloads(run: Path) -> list[str]:
-    """The run's files a page links to: the fixed ones and every Parquet table, if present."""
+    """The run's files a page links to: the fixed ones and every Parquet table, if present;
+    then each component's stdout, stderr and handed-back files (`component_files`)."""
     tables = sorted(f"merged/{p.name}" for p in (run / "merged").glob("*.parquet"))
-    return [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    return fixed + component_files(run)
+
+
+def component_files(run: Path) -> list[str]:
+    """hosts/HOST/COMPONENT/{stdout,stderr} and hosts/HOST/COMPONENT/files/NAME, every part a
+    checked name (protocol/names.py: a part that is not one is not offered) and every file a
+    regular file, not a link."""
+    out = []
+    for component in sorted((run / "hosts").glob("*/*/")):
+        host = component.parent.name
+        if not (NAME.fullmatch(host) and NAME.fullmatch(component.name)) or component.name == "streams":
+            continue
+        files = [component / "stdout", component / "stderr", *sorted((component / "files").glob("*"))]
+        out += [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
+                if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+    return out

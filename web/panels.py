@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from netspec.analysis.phases import phase_figures
 from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.runrecord import RunRecord
 
-from . import timeline
+from . import fleet, timeline
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600
@@ -85,25 +86,29 @@ CPU_FIELDS = "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.so
 
 
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
-                   unit: str, cap: dict[str, float] | None = None) -> dict[str, Any] | None:
-    """A heatmap of a host's use per step. `cap`: a host's most (its CPUs): a cell above it
-    (a counter's window straddling a short step) is drawn at it and counted in `capped`."""
+                   unit: str, of: dict[str, str],
+                   cap: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """A heatmap of use per step and host (per group past fleet.FOLD_HOSTS hosts, `of`).
+    `cap`: a host's most (its CPUs): a cell above it (a counter's window straddling a short
+    step) is drawn at it and said in `capped`."""
     rows = db.execute(f"""
         SELECT step, any_value(phase) AS phase, host, sum(per_s) / {scale} AS v FROM usage
         WHERE per_s IS NOT NULL AND ({where}) GROUP BY step, host ORDER BY step, host""").fetchall()
     if not rows:
         return None
+    capped = []
+    for i, (s, p, h, v) in enumerate(rows):
+        most = (cap or {}).get(h)
+        if most is not None and v > most:
+            capped.append(f"{h} in {s} {p}: {v:.3g} measured, {most:g} drawn")
+            rows[i] = (s, p, h, most)
+    rows = fleet.fold_cells(rows, of)
     steps = sorted({(s, p) for s, p, _, _ in rows})
     hosts = sorted({h for _, _, h, _ in rows})
     col = {s: i for i, (s, _) in enumerate(steps)}
     row = {h: i for i, h in enumerate(hosts)}
     z: list[list[float | None]] = [[None] * len(steps) for _ in hosts]
-    capped = []
-    for s, p, h, v in rows:
-        most = (cap or {}).get(h)
-        if most is not None and v > most:
-            capped.append(f"{h} in {s} {p}: {v:.3g} measured, {most:g} drawn")
-            v = most
+    for s, _, h, v in rows:
         z[row[h]][col[s]] = v
     plot_px = max(HEAT_MIN_PLOT_PX, HEAT_ROW_PX * len(hosts))
     return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
@@ -133,9 +138,10 @@ def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
     return f"{max(known):g} CPUs" if known else "unknown CPUs"
 
 
-def resources(db: duckdb.DuckDBPyConnection, origin: int,
+def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | None = None,
               facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Per step and host the CPU, network and disk the usage table holds, as heatmaps; and each
+    """Per step and host the CPU, network and disk the usage table holds, as heatmaps (past
+    fleet.FOLD_HOSTS hosts a row per group of `of` and the busiest hosts apart); and each
     host's CPU busy % over time with the steps shaded. A CPU figure is at most its host's
     CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
     have = tables(db)
@@ -148,7 +154,7 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int,
                  "field LIKE 'net.%.bytes_sent' OR field LIKE 'net.%.bytes_recv'", 1.0, "B/s"),
                 ("Disk per step (reads + writes)", "field LIKE 'disk.%.reads' OR field LIKE 'disk.%.writes'",
                  1.0, "ops/s")):
-            figure = _usage_heatmap(db, title, where, scale, unit, cpus if unit == "cpus" else None)
+            figure = _usage_heatmap(db, title, where, scale, unit, of or {}, cpus if unit == "cpus" else None)
             if figure:
                 if figure["capped"]:
                     caveats.append(f"{len(figure['capped'])} CPU figure(s) measured above their host's CPUs "
@@ -181,39 +187,50 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
                    "fill": "toself", "opacity": 0.3, "line": {"width": 0},
                    "name": f"range over {hosts} hosts"},
                   {"type": "scatter", "mode": "lines", "x": t, "y": mid, "name": "median host"}]
+        # the busiest hosts apart: a range does not say which host it is
+        for h, ht, hv in db.execute(f"""SELECT host, list((t - $origin) / 1e6 ORDER BY t), list(v ORDER BY t)
+                                        FROM ({bucketed}) GROUP BY host ORDER BY avg(v) DESC, host
+                                        LIMIT {fleet.SLOW_APART}""", params).fetchall():
+            traces.append({"type": "scatter", "mode": "lines", "name": f"{h} (busiest)", "x": ht, "y": hv,
+                           "line": {"width": 1, "dash": "dot"}})
     return {"data": traces, "layout": {
         "height": 300, "margin": {"t": 20, "r": 20}, "shapes": _step_shapes(db, origin),
         "xaxis": {"title": {"text": "ms since the first start (steps shaded)"}},
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
 
-def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Each interval and pair: a histogram and an ECDF per host where it started, in the
-    unit that suits it, with p50 and p99 marked and said."""
+def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each interval and pair: a histogram and an ECDF per host where it started (per group
+    past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
+    slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
     if "intervals" not in tables(db):
         return []
     out = []
+    quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
     for name, n, p50, p99, lo, hi in db.execute("""
             SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
                    quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999)
             FROM intervals GROUP BY name ORDER BY name""").fetchall():
         unit, scale = time_unit([p50])
-        hosts = [h for (h,) in db.execute(
-            "SELECT start_host FROM intervals WHERE name = $name GROUP BY start_host ORDER BY count(*) DESC",
-            {"name": name}).fetchall()]
-        shown = hosts[:HOSTS_PER_DISTRIBUTION]
+        by_p99 = db.execute("""SELECT start_host, quantile_cont(duration_ns, 0.99) AS p FROM intervals
+                               WHERE name = $name GROUP BY start_host ORDER BY p DESC, start_host""",
+                            {"name": name}).fetchall()
+        label_of = fleet.labels([h for h, _ in by_p99], of or {}, HOSTS_PER_DISTRIBUTION)
+        shown = list(dict.fromkeys(label_of.values()))
         width = max((hi - lo) / HIST_BINS, 1.0)
-        hist = db.execute("""
-            SELECT start_host, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
-                   count(*) FROM intervals WHERE name = $name GROUP BY ALL ORDER BY bin""",
-                          {"lo": lo, "width": width, "bins": HIST_BINS, "name": name}).fetchall()
-        quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
-        ecdf = dict(db.execute("""SELECT start_host, quantile_cont(duration_ns, $q) FROM intervals
-                                  WHERE name = $name GROUP BY start_host""",
-                               {"q": quantiles, "name": name}).fetchall())
-        counts: dict[str, list[int]] = {h: [0] * HIST_BINS for h in shown}
-        for host, bin_, count in hist:
-            counts[host if host in counts else shown[-1]][int(bin_)] += count
+        params = {"lo": lo, "width": width, "bins": HIST_BINS, "name": name, "hosts": list(label_of),
+                  "labels": list(label_of.values())}
+        labelled = """intervals JOIN (SELECT unnest($hosts) AS host, unnest($labels) AS label) m
+                      ON start_host = m.host WHERE name = $name"""
+        hist = db.execute(f"""
+            SELECT label, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
+                   count(*) FROM {labelled} GROUP BY ALL ORDER BY bin""", params).fetchall()
+        ecdf = dict(db.execute(f"SELECT label, quantile_cont(duration_ns, $q) FROM {labelled} GROUP BY label",
+                               {"q": quantiles, "name": name, "hosts": params["hosts"],
+                                "labels": params["labels"]}).fetchall())
+        counts: dict[str, list[int]] = {label: [0] * HIST_BINS for label in shown}
+        for label, bin_, count in hist:
+            counts[label][int(bin_)] += count
         centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
         marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
                   "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
@@ -223,17 +240,30 @@ def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         out.append({
             "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
             "p50_text": duration_text(p50), "p99_text": duration_text(p99),
-            "hosts": len(hosts), "hosts_shown": shown,
-            "histogram": {"data": [{"type": "bar", "name": h, "x": centres, "y": counts[h]} for h in shown],
+            "hosts": len(by_p99), "hosts_shown": shown,
+            "slowest": [{"host": h, "p99": p / scale} for h, p in by_p99[:fleet.SLOW_APART]],
+            "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
+                                   for label in shown],
                           "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
                                      "shapes": marks, "annotations": labels, "xaxis": axis,
                                      "yaxis": {"title": {"text": "count"}}}},
-            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": h, "line": {"shape": "hv"},
-                               "x": [v / scale for v in ecdf[h]], "y": quantiles} for h in shown],
+            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
+                               "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
                      "layout": {"height": 280, "margin": {"t": 24, "r": 10}, "shapes": marks,
                                 "annotations": labels, "xaxis": axis,
                                 "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
     return out
+
+
+def phases(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The per-phase figures (analysis/phases.py), as the page's table shows them."""
+    return [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
+             "ok": f"{f.ok}/{f.participants}", "net": rate_text(f.net_bytes_per_s, "B/s"),
+             "cpu": "-" if f.cpus_mean is None else
+                    f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} ({f.cpus_max_host})",
+             "latency": "; ".join(f"{lat.name} p50 {duration_text(lat.p50_ns)} p99 "
+                                  f"{duration_text(lat.p99_ns)} ({lat.count})" for lat in f.latencies) or "-"}
+            for f in phase_figures(db)]
 
 
 def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
@@ -375,4 +405,35 @@ def triage(db: duckdb.DuckDBPyConnection | None, record: RunRecord, run: Path) -
         doing = timeline.doing_at(record, f["instant_ns"])
         by_failure.append({h: {**counters.get(h, {}), "phase": doing.get(h, "")}
                            for h in sorted({*counters, *doing})})
+    for f in failed:
+        f["hang"] = hang(db, record, f)
     return {"failures": failed, "merged": db is not None, "around": by_failure}
+
+
+def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, Any]) -> dict[str, Any] | None:
+    """What a participant that never acked (ended at its step's deadline, or late) is triaged
+    by: the deadline it missed, and its last sign of life: its last event on the global
+    timeline and its last line of output. None for a participant that failed of itself."""
+    if f["outcome"] not in ("killed", "late", "waiting"):
+        return None
+    plan = record.plan.schedule if record.plan is not None else []
+    planned = plan[f["step"]] if f["step"] < len(plan) and plan[f["step"]].phase == f["phase"] else None
+    deadline_s = planned.deadline_s if planned is not None else None
+    missed_ns = f["instant_ns"] + int(deadline_s * 1e9) if deadline_s is not None else f["instant_ns"]
+    out: dict[str, Any] = {
+        "deadline": (f"missed the deadline of step {f['step']} ({f['phase']}): no ack within "
+                     f"{duration_text(deadline_s * 1e9)}" if deadline_s is not None else
+                     f"no ack in step {f['step']} ({f['phase']})")
+                    + (f", need {planned.need}" if planned is not None and planned.need is not None else ""),
+        "last_event": None,
+        "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
+                        for name, text in f["output"].items()}}
+    if db is not None and f["component"] and "events" in tables(db):
+        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, coalesce(data, CAST(value AS VARCHAR))
+                            FROM events WHERE host = $h AND component = $c AND kind != 'admin'
+                            ORDER BY ts DESC LIMIT 1""",
+                         {"t": missed_ns, "h": f["host"], "c": f["component"]}).fetchone()
+        if row is not None:
+            out["last_event"] = {"before_deadline": duration_text(-row[0] * 1e6), "entity": row[1],
+                                 "tag": row[2], "data": row[3]}
+    return out

@@ -13,7 +13,7 @@ from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
-from . import panels, timeline
+from . import fleet, panels, timeline
 from .pages import downloads, render, run_header
 
 REPORT = "report.html"
@@ -31,12 +31,13 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     out = out or run / MERGED
     record = read_run(run)
     origin = timeline.origin_ns(record)
-    data = {"timeline": timeline.timeline_figure(record)}
+    data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
+    of = fleet.group_of(record)
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin),
-                    resources=panels.resources(db, origin, host_facts(run, record.host_names)),
-                    distributions=panels.distributions(db),
+                    resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
+                    distributions=panels.distributions(db, of), phases=panels.phases(db),
                     events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:

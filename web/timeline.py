@@ -144,11 +144,11 @@ def _hover(b: Bar, first_end: dict[int, int]) -> str:
             f"<br>{where}{after}{message}")
 
 
-def timeline_figure(record: RunRecord) -> dict[str, Any]:
+def timeline_figure(record: RunRecord, run_bars: list[Bar] | None = None) -> dict[str, Any]:
     """The phase timeline as a Plotly figure: a row per host/component, a bar per step from
     its start to its ack (ms since the first start), the start's error bound as a whisker,
     each outcome its colour, each step shaded with its name where it fits."""
-    run_bars = bars(record)
+    run_bars = bars(record) if run_bars is None else run_bars  # or a fleet's, folded (fleet.py)
     origin = origin_ns(record, run_bars)
     rows = sorted({b.row for b in run_bars})
     first_end: dict[int, int] = {}
@@ -181,7 +181,9 @@ def timeline_figure(record: RunRecord) -> dict[str, Any]:
     shapes, annotations = _step_spans(record, spans, origin)
     return {"data": traces, "layout": {
         "barmode": "overlay", "height": max(220, 90 + 22 * len(rows)), "shapes": shapes,
-        "annotations": annotations, "showlegend": True, "legend": {"orientation": "h", "y": -0.15},
+        "annotations": annotations, "showlegend": True,
+        # beside the rows it explains, at their top: not under a fleet's hundreds of rows
+        "legend": {"orientation": "v", "x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top"},
         "xaxis": {"title": {"text": "ms since the first start (global timeline)"}, "zeroline": False},
         "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1], "automargin": True},
         "margin": {"t": 40, "r": 20, "b": 60}}}

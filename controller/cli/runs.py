@@ -117,6 +117,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
     from netspec.analysis.metrics import run_metrics
+    from netspec.analysis.phases import run_phase_lines
     from netspec.analysis.report import report_lines, write_csv
     from netspec.analysis.resultset import MERGED, is_current
 
@@ -143,7 +144,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
-        print_lines([*run_differences(paths), *report_lines(table)])
+        per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
+        print_lines([*run_differences(paths), *per_phase, *report_lines(table)])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

@@ -24,11 +24,52 @@ const netspec = (() => {
     if (el) el.innerHTML = `<p class="problem">${esc(error.message || error)}</p>`;
   }
 
-  function table(rows, columns) {
+  function table(rows, columns, limit = Infinity) {
+    // Past `limit` rows the rest are hidden until the user asks (a fleet's 300 rows are not the first screen's).
     if (!rows.length) return "<p class='empty'>none</p>";
     const head = columns.map(([, title]) => `<th>${esc(title)}</th>`).join("");
-    const body = rows.map((r) => "<tr>" + columns.map(([key]) => `<td>${esc(r[key])}</td>`).join("") + "</tr>").join("");
-    return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+    const body = rows.map((r, i) => `<tr${i >= limit ? " hidden class='more'" : ""}>` + columns.map(([key]) => `<td>${esc(r[key])}</td>`).join("") + "</tr>").join("");
+    const more = rows.length > limit ? `<button type="button" class="show-more" onclick="this.previousElementSibling.querySelectorAll('tr.more').forEach((r) => { r.hidden = false; }); this.remove()">show all ${rows.length} rows</button>` : "";
+    return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>${more}`;
+  }
+
+  // The page's state in its URL (after '#'): the events' filters, the timeline's expanded
+  // groups and the shared zoom; a reload or a shared link restores it.
+  const state = new URLSearchParams(location.hash.slice(1));
+  function saveState() { history.replaceState(null, "", "#" + state.toString()); }
+  const TABLE_ROWS = 12;
+
+  // Grafana's shared time range: the panels whose x axis is the global timeline (ms since the
+  // first start) zoom together, and the range is kept in the URL.
+  const SHARED = ["timeline", "busy", "clocks"];
+  const fixed = (v) => (+v).toFixed(3);
+  function shareZoom(id) {
+    const el = document.getElementById(id);
+    if (!el || !el.on || el.dataset.shared) return;
+    el.dataset.shared = "yes";
+    el.on("plotly_relayout", (e) => {
+      const range = e["xaxis.range[0]"] !== undefined ? [e["xaxis.range[0]"], e["xaxis.range[1]"]]
+        : e["xaxis.range"] ? e["xaxis.range"] : null;
+      if (!range && !e["xaxis.autorange"]) return;
+      // the others' own relayout, echoing the range this one set, changes nothing
+      if (range ? state.get("x0") === fixed(range[0]) && state.get("x1") === fixed(range[1]) : !state.has("x0")) return;
+      if (range) { state.set("x0", fixed(range[0])); state.set("x1", fixed(range[1])); }
+      else { state.delete("x0"); state.delete("x1"); }
+      saveState();
+      zoomAll(id);
+    });
+  }
+  function zoomAll(except) {
+    const zoomed = state.has("x0");
+    const range = zoomed ? [Number(state.get("x0")), Number(state.get("x1"))] : null;
+    for (const id of SHARED) {
+      const el = document.getElementById(id);
+      if (id === except || !el || !el.data || !el.layout) continue;
+      const now = el.layout.xaxis && el.layout.xaxis.range;
+      if (zoomed && now && fixed(now[0]) === fixed(range[0]) && fixed(now[1]) === fixed(range[1])) continue;
+      if (!zoomed && el.layout.xaxis && el.layout.xaxis.autorange) continue;
+      Plotly.relayout(el, zoomed ? {"xaxis.range": range} : {"xaxis.autorange": true});
+    }
   }
 
   function plot(id, figure) {
@@ -77,7 +118,7 @@ const netspec = (() => {
     else el.style.height = `${height}px`;
   }
 
-  async function timeline(figure) {
+  async function drawTimeline(figure) {
     await plot("timeline", figure);
     await unclutter("timeline");
   }
@@ -89,7 +130,7 @@ const netspec = (() => {
     if (data.merged === false) { document.getElementById("clocks").innerHTML = notMerged; return; }
     await plot("clocks", data.figure);
     document.getElementById("clocks-table").innerHTML = table(data.rows,
-      [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]]);
+      [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]], TABLE_ROWS);
   }
 
   async function resources() {
@@ -113,12 +154,16 @@ const netspec = (() => {
     await Promise.all(data.flatMap((d, i) => [plot(`hist-${i}`, d.histogram), plot(`ecdf-${i}`, d.ecdf)]));
   }
 
-  let eventsOffset = 0;
+  const EVENTS_PAGE = 25;
+  let eventsOffset = Number(state.get("offset")) || 0;
   function eventQuery() {
     const form = new FormData(document.getElementById("event-filter"));
     const params = new URLSearchParams();
-    for (const [k, v] of form) if (v) params.set(k, v);
+    for (const [k, v] of form) { if (v) params.set(k, v); if (v) state.set(k, v); else state.delete(k); }
     params.set("offset", eventsOffset);
+    params.set("limit", EVENTS_PAGE);
+    if (eventsOffset) state.set("offset", eventsOffset); else state.delete("offset");
+    saveState();
     return params;
   }
 
@@ -144,7 +189,7 @@ const netspec = (() => {
       (!text || (r.entity || "").toLowerCase().includes(text) || (r.data || "").toLowerCase().includes(text) ||
        (number !== null && r.value === number)));
     const offset = Number(params.get("offset")) || 0;
-    return {total: rows.length, offset, limit: 100, rows: rows.slice(offset, offset + 100),
+    return {total: rows.length, offset, limit: EVENTS_PAGE, rows: rows.slice(offset, offset + EVENTS_PAGE),
             carried: data.rows.length, of: data.total, sample: data.sample};
   }
 
@@ -163,6 +208,29 @@ const netspec = (() => {
     document.getElementById("events-next").disabled = last >= data.total;
   }
 
+  const expanded = () => (state.get("expand") || "").split(",").filter(Boolean);
+  function timelineQuery() { return expanded().length ? "?expand=" + encodeURIComponent(expanded().join(",")) : ""; }
+
+  async function timeline() {
+    const figure = embedded ? await panel("timeline") : await panel("timeline", timelineQuery());
+    await drawTimeline(figure);
+    if (state.has("x0")) zoomAll(null);
+  }
+
+  async function phases() {
+    const box = document.getElementById("phases");
+    if (!box) return;
+    const data = await panel("phases");
+    if (data.merged === false) { box.innerHTML = notMerged; return; }
+    box.innerHTML = table(data, [["step", "#"], ["phase", "phase"], ["took", "took"], ["ok", "ok"],
+      ["cpu", "CPUs a host: mean / max (busiest)"], ["net", "network, every host"], ["latency", "latency of intervals ending in it"]]);
+  }
+
+  function afterDraw() {
+    for (const id of SHARED) shareZoom(id);
+    if (state.has("x0")) zoomAll(null);
+  }
+
   async function triage() {
     const box = document.getElementById("triage");
     if (!box) return;
@@ -171,19 +239,24 @@ const netspec = (() => {
     box.innerHTML = data.failures.map((f, i) => {
       const around = (data.around || [])[i] || {};
       const hosts = Object.keys(around).sort();
-      const rows = hosts.map((h) => {
+      const rows = hosts.map((h, k) => {
         const a = around[h];
         const last = (a.events || []).map((e) => `${e.ms} ms ${esc(e.component)} ${esc(e.entity)} ${esc(e.data ?? "")}`).join("<br>");
-        return `<tr><td>${esc(h)}</td><td>${esc(a.phase || "")}</td><td>${last || "-"}</td><td>${esc(a.cpu_busy || "-")}</td><td>${esc(a.net || "-")}</td></tr>`;
+        return `<tr${k >= TABLE_ROWS ? " hidden class='more'" : ""}><td>${esc(h)}</td><td>${esc(a.phase || "")}</td><td>${last || "-"}</td><td>${esc(a.cpu_busy || "-")}</td><td>${esc(a.net || "-")}</td></tr>`;
       }).join("");
-      return `<div class="failure"><h3>${esc(f.host)}${f.component ? "/" + esc(f.component) : ""} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3>
-        <p>${esc(f.message)}</p>
+      const who = `${esc(f.host)}${f.component ? "/" + esc(f.component) : ""}`;
+      const h = f.hang;
+      const lead = h ? `<div class="hang-lead"><h3>${who} ${esc(h.deadline)}</h3>
+        <p class="life"><b>last sign of life</b>: ${h.last_event ? `its last event ${esc(h.last_event.entity)} tag ${esc(h.last_event.tag)}${h.last_event.data ? " " + esc(h.last_event.data) : ""}, ${esc(h.last_event.before_deadline)} before the deadline` : "no event of its own"};
+        its last lines of output: stdout <code>${esc(h.last_output.stdout) || "(none)"}</code>, stderr <code>${esc(h.last_output.stderr) || "(none)"}</code></p>
+        <p class="then">then: ${esc(f.message)}</p></div>`
+        : `<h3>${who} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3><p>${esc(f.message)}</p>`;
+      return `<div class="failure ${h ? "hang" : "exception"}">${i ? `<details><summary>${who} ${esc(h ? "missed its deadline" : f.outcome)} in ${esc(f.phase)} (step ${f.step})</summary>` : ""}${lead}
         ${f.traceback ? `<pre class="traceback">${esc(f.traceback)}</pre>` : ""}
         <h4>last lines of stdout</h4><pre class="stdout">${esc(f.output.stdout) || "(empty)"}</pre>
         <h4>last lines of stderr</h4><pre class="stderr">${esc(f.output.stderr) || "(empty)"}</pre>
-        <h4>every host within a second of the failure (its instant is 0 ms)</h4>
-        ${Object.keys(around).length ? `<table class="around"><thead><tr><th>host</th><th>phase</th><th>its last events before</th><th>CPU busy</th><th>network</th></tr></thead><tbody>${rows}</tbody></table>`
-                       : ""}${data.merged ? "" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}</div>`;
+        ${Object.keys(around).length ? `<details class="around"${hosts.length > TABLE_ROWS ? "" : " open"}><summary>every host within a second of the failure (its instant is 0 ms): ${hosts.length}</summary><table class="around"><thead><tr><th>host</th><th>phase</th><th>its last events before</th><th>CPU busy</th><th>network</th></tr></thead><tbody>${rows}</tbody></table>${hosts.length > TABLE_ROWS ? `<button type="button" class="show-more" onclick="this.previousElementSibling.querySelectorAll('tr.more').forEach((r) => { r.hidden = false; }); this.remove()">show all ${hosts.length} hosts</button>` : ""}</details>`
+                       : ""}${data.merged ? "" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}${i ? "</details>" : ""}</div>`;
     }).join("");
   }
 
@@ -192,10 +265,15 @@ const netspec = (() => {
     document.body.dataset.ready = "yes";
   }
 
+  let drawing = 0;  // panels being fetched and drawn now (the page's `data-drawing`, for a bench or a test)
   async function settle(tasks) {
     const names = Object.keys(tasks);
+    drawing += names.length;
+    document.body.dataset.drawing = drawing;
     const results = await Promise.allSettled(names.map((n) => tasks[n]()));
     results.forEach((r, i) => { if (r.status === "rejected") { console.warn(names[i], r.reason); problem(names[i], r.reason); } });
+    drawing -= names.length;
+    document.body.dataset.drawing = drawing;
   }
 
   function stepRows(steps) {
@@ -213,12 +291,12 @@ const netspec = (() => {
       if (busy) return;
       busy = true;
       try {
-        const live = await panel("live");
+        const live = await panel("live", timelineQuery());
         if (live.status !== page.status || live.merged !== page.merged || !live.follow) {
           clearInterval(timer); location.reload(); return;
         }
         document.querySelector("#steps tbody").innerHTML = stepRows(live.steps);
-        await timeline(live.timeline);
+        await drawTimeline(live.timeline);
         document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
       } catch (error) { problem("live", error); } finally { busy = false; }
     }, 1000);
@@ -226,9 +304,42 @@ const netspec = (() => {
 
   async function run() {
     document.getElementById("event-filter").addEventListener("submit", (e) => { e.preventDefault(); eventsOffset = 0; events().catch((x) => problem("events", x)); });
-    document.getElementById("events-prev").addEventListener("click", () => { eventsOffset = Math.max(0, eventsOffset - 100); events(); });
-    document.getElementById("events-next").addEventListener("click", () => { eventsOffset += 100; events(); });
-    await settle({timeline: async () => timeline(await panel("timeline")), triage, clocks, resources, distributions, events});
+    document.getElementById("events-prev").addEventListener("click", () => { eventsOffset = Math.max(0, eventsOffset - EVENTS_PAGE); events(); });
+    document.getElementById("events-next").addEventListener("click", () => { eventsOffset += EVENTS_PAGE; events(); });
+    const form = document.getElementById("event-filter");
+    for (const el of form.elements) if (el.name && state.get(el.name)) el.value = state.get(el.name);
+    document.querySelectorAll("#fold .expand").forEach((b) => {
+      b.classList.toggle("on", expanded().includes(b.dataset.group));
+      b.addEventListener("click", () => {
+        const now = expanded(), g = b.dataset.group;
+        const next = now.includes(g) ? now.filter((x) => x !== g) : [...now, g];
+        if (next.length) state.set("expand", next.join(",")); else state.delete("expand");
+        saveState();
+        b.classList.toggle("on", next.includes(g));
+        timeline().catch((x) => problem("timeline", x));
+      });
+    });
+    // A section the page folds (a fleet's: details closed) draws when the user opens it; the
+    // open ones are kept in the URL.
+    const opened = (state.get("open") || "").split(",").filter(Boolean);
+    const tasks = {timeline, phases, triage, clocks, resources, distributions, events};
+    const later = {};
+    for (const d of document.querySelectorAll("details.panel")) {
+      if (opened.includes(d.id)) d.open = true;
+      const names = (d.dataset.panels || "").split(",").filter(Boolean);
+      if (!d.open) for (const n of names) { later[n] = tasks[n]; delete tasks[n]; }
+      d.addEventListener("toggle", async () => {
+        const now = new Set((state.get("open") || "").split(",").filter(Boolean));
+        if (d.open) now.add(d.id); else now.delete(d.id);
+        if (now.size) state.set("open", [...now].join(",")); else state.delete("open");
+        saveState();
+        const due = Object.fromEntries(names.filter((n) => later[n]).map((n) => [n, later[n]]));
+        names.forEach((n) => delete later[n]);
+        if (d.open && Object.keys(due).length) { await settle(due); afterDraw(); }
+      });
+    }
+    await settle(tasks);
+    afterDraw();
     let resized = null;
     window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => unclutter("timeline"), 150); });
     markReady();
@@ -272,5 +383,10 @@ const netspec = (() => {
     markReady();
   }
 
-  return {run, index, campaign, plain: markReady};
+  async function compare() {
+    await Promise.all((page.ecdfs || []).map((f, i) => plot(`ecdf-${i + 1}`, f)));
+    markReady();
+  }
+
+  return {run, index, campaign, compare, plain: markReady};
 })();
