@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
@@ -26,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from . import fleet, panels, timeline
 from .catalog import Catalog, NotFound
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, downloads, plotly_js, render, run_header
+from .pages import STATIC, downloads, follows, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -63,10 +64,11 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         raise NotFound(f"expand={','.join(unknown)}: no such host group ({', '.join(fleet.groups(record))})")
     if name == "timeline":
         return _timeline(run, record, expand)
-    if name == "live":
-        return {"status": RunOutcome.of(record).status, "steps": timeline.step_rows(record),
-                "timeline": timeline.timeline_figure(record, fleet.folded(record, expand))}
     merged = (run / MERGED / "summary.json").is_file()
+    if name == "live":
+        return {"status": RunOutcome.of(record).status, "merged": merged, "follow": follows(record, merged),
+                "steps": timeline.step_rows(record),
+                "timeline": timeline.timeline_figure(record, fleet.folded(record, expand))}
     if not merged:
         return panels.triage(None, record, run) if name == "triage" else {"merged": False}
     origin = timeline.origin_ns(record)
@@ -75,7 +77,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "clocks":
             return panels.clocks(db, origin)
         if name == "resources":
-            return panels.resources(db, origin, fleet.group_of(record))
+            return panels.resources(db, origin, fleet.group_of(record), host_facts(run, record.host_names))
         if name == "distributions":
             return panels.distributions(db, fleet.group_of(record))
         if name == "phases":

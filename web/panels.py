@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 from netspec.analysis.phases import phase_figures
+from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.runrecord import RunRecord
 
@@ -76,13 +77,31 @@ def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, A
              "name": phase} for _, phase, lo, hi in spans]
 
 
+# Light for an idle cell, dark for the busiest (plotly.js's own "Blues" runs the other way).
+HEAT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]
+# A heatmap's rows are at least this tall, and its colour bar has a tick per this many pixels,
+# so that the colour bar's labels never run into each other.
+HEAT_ROW_PX, HEAT_MIN_PLOT_PX, HEAT_TICK_PX = 22, 120, 40
+CPU_FIELDS = "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
+
+
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
-                   unit: str, of: dict[str, str]) -> dict[str, Any] | None:
+                   unit: str, of: dict[str, str],
+                   cap: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """A heatmap of use per step and host (per group past fleet.FOLD_HOSTS hosts, `of`).
+    `cap`: a host's most (its CPUs): a cell above it (a counter's window straddling a short
+    step) is drawn at it and said in `capped`."""
     rows = db.execute(f"""
         SELECT step, any_value(phase) AS phase, host, sum(per_s) / {scale} AS v FROM usage
         WHERE per_s IS NOT NULL AND ({where}) GROUP BY step, host ORDER BY step, host""").fetchall()
     if not rows:
         return None
+    capped = []
+    for i, (s, p, h, v) in enumerate(rows):
+        most = (cap or {}).get(h)
+        if most is not None and v > most:
+            capped.append(f"{h} in {s} {p}: {v:.3g} measured, {most:g} drawn")
+            rows[i] = (s, p, h, most)
     rows = fleet.fold_cells(rows, of)
     steps = sorted({(s, p) for s, p, _, _ in rows})
     hosts = sorted({h for _, _, h, _ in rows})
@@ -91,34 +110,59 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
     z: list[list[float | None]] = [[None] * len(steps) for _ in hosts]
     for s, _, h, v in rows:
         z[row[h]][col[s]] = v
+    plot_px = max(HEAT_MIN_PLOT_PX, HEAT_ROW_PX * len(hosts))
     return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
-                      "colorscale": "Blues", "colorbar": {"title": {"text": unit}},
+                      "colorscale": HEAT_SCALE, "zmin": 0,
+                      "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
+                                   "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
             "layout": {"title": {"text": title, "font": {"size": 13}},
-                       "height": max(200, 80 + 20 * len(hosts)),
+                       "height": plot_px + 130,
                        "margin": {"t": 40, "r": 20, "b": 90}, "yaxis": {"automargin": True},
-                       "xaxis": {"tickangle": -30, "automargin": True}}}
+                       "xaxis": {"tickangle": -30, "automargin": True}},
+            "capped": capped}
 
 
-def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | None = None) -> dict[str, Any]:
+def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
+    """Each host's CPUs (its daemon's facts) and what a CPU figure of the run must be read
+    with: hosts on one kernel each see the whole machine's CPUs, not their own."""
+    cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
+    notes = [f"hosts {', '.join(group)} share one kernel (namespaces or containers of one machine of "
+             f"{_cpus_text(cpus, group)}): the CPU figure of each is the whole machine's, not its own"
+             for group in shared_kernels(facts)]
+    return cpus, notes
+
+
+def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
+    known = {cpus[h] for h in group if h in cpus}
+    return f"{max(known):g} CPUs" if known else "unknown CPUs"
+
+
+def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | None = None,
+              facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per step and host the CPU, network and disk the usage table holds, as heatmaps (past
     fleet.FOLD_HOSTS hosts a row per group of `of` and the busiest hosts apart); and each
-    host's CPU busy % over time with the steps shaded."""
+    host's CPU busy % over time with the steps shaded. A CPU figure is at most its host's
+    CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
     have = tables(db)
     heatmaps = []
+    cpus, caveats = cpu_caveats(facts or {})
     if "usage" in have:
         for title, where, scale, unit in (
-                ("CPU per step", "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')",
-                 1e9, "cpus"),
+                ("CPU per step", CPU_FIELDS, 1e9, "cpus"),
                 ("Network per step (sent + received, every interface)",
                  "field LIKE 'net.%.bytes_sent' OR field LIKE 'net.%.bytes_recv'", 1.0, "B/s"),
                 ("Disk per step (reads + writes)", "field LIKE 'disk.%.reads' OR field LIKE 'disk.%.writes'",
                  1.0, "ops/s")):
-            figure = _usage_heatmap(db, title, where, scale, unit, of or {})
+            figure = _usage_heatmap(db, title, where, scale, unit, of or {}, cpus if unit == "cpus" else None)
             if figure:
+                if figure["capped"]:
+                    caveats.append(f"{len(figure['capped'])} CPU figure(s) measured above their host's CPUs "
+                                   "(a counter's sampling window straddles a short step) are drawn at "
+                                   f"the host's CPUs: {'; '.join(figure['capped'][:5])}")
                 heatmaps.append(figure)
     busy = _busy_over_time(db, origin) if "rates" in have else None
-    return {"heatmaps": heatmaps, "busy": busy}
+    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats}
 
 
 def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any] | None:
@@ -195,6 +239,7 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
         axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
         out.append({
             "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
+            "p50_text": duration_text(p50), "p99_text": duration_text(p99),
             "hosts": len(by_p99), "hosts_shown": shown,
             "slowest": [{"host": h, "p99": p / scale} for h, p in by_p99[:fleet.SLOW_APART]],
             "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
@@ -268,12 +313,18 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
         if value:
             where.append(f"{column} = ${column}")
             params[column] = value
+    # The same match as a report's page makes of the events it carries (netspec.js's
+    # filterEmbedded): an entity whole (case aside, `*` any run), text within the entity or
+    # the data, or the value itself.
     if entity:
-        where.append("entity ILIKE $entity")
-        params["entity"] = entity.replace("*", "%")
+        where.append("entity ILIKE $entity ESCAPE '\\'")
+        params["entity"] = _like(entity).replace("*", "%")
     if text:
-        where.append("(entity ILIKE $text OR data ILIKE $text OR CAST(value AS VARCHAR) = $exact)")
-        params.update(text=f"%{text}%", exact=text)
+        where.append("(entity ILIKE $text ESCAPE '\\' OR data ILIKE $text ESCAPE '\\'"
+                     + (" OR value = $number)" if _number(text) is not None else ")"))
+        params["text"] = f"%{_like(text)}%"
+        if _number(text) is not None:
+            params["number"] = _number(text)
     if tag is not None:
         where.append("tag = $tag")
         params["tag"] = tag
@@ -292,9 +343,62 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
                           ORDER BY ts LIMIT {limit} OFFSET {offset}""",
                       {**params, "origin": origin}).fetchall()
     return {"total": total, "offset": offset, "limit": limit,
-            "rows": [{"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
-                      "entity": e, "kind": k, "tag": t, "value": v, "data": d}
-                     for ms, bound, h, c, e, k, t, v, d in rows]}
+            "rows": [_event_row(r) for r in rows]}
+
+
+def _like(text: str) -> str:
+    """`text` to match as it is in a LIKE pattern (its %, _ and \\ not wildcards)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and text.strip() else None
+
+
+def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dict[str, Any]:
+    """At most `limit` events for a page that carries its events (a report): every host and
+    kind of record (host, stream, kind) given an equal share, the earliest of each, a share a
+    group does not fill left to the others; in global time order, with what was carried
+    said (`sample`), and the total."""
+    if "events" not in tables(db):
+        return {"total": 0, "rows": [], "offset": 0, "sample": "no events"}
+    groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
+                           GROUP BY ALL""").fetchall()
+    total = sum(n for *_, n in groups)
+    share = _fair_share([n for *_, n in groups], limit)
+    rows = db.execute("""
+        SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag, value, data FROM (
+            SELECT *, row_number() OVER (PARTITION BY host, stream, kind ORDER BY ts) AS k
+            FROM events WHERE kind != 'admin') WHERE k <= $share ORDER BY ts""",
+                      {"origin": origin, "share": share}).fetchall()
+    whole = total <= limit
+    sample = ("all of them" if whole else
+              f"the first {share} of each of its {len(groups)} kinds of record per host "
+              f"(host, stream and kind; every one of a group with fewer)")
+    return {"total": total, "offset": 0, "limit": len(rows), "sample": sample,
+            "rows": [_event_row(r) for r in rows]}
+
+
+def _fair_share(counts: list[int], limit: int) -> int:
+    """The largest share q such that taking min(n, q) of each group stays within `limit`."""
+    lo, hi = 0, max(counts, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in counts) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _event_row(row: tuple) -> dict[str, Any]:
+    ms, bound, h, c, e, k, t, v, d = row
+    return {"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
+            "entity": e, "kind": k, "tag": t, "value": v, "data": d}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,

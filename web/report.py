@@ -1,6 +1,7 @@
 """A result set's merged/report.html: the run page with every panel's data, plotly.js and
 the page's own script inside one file, so that it opens from file:// with no network and no
-server (for mail and archives). Its events table carries the first REPORT_EVENTS events;
+server (for mail and archives). Its events table carries at most REPORT_EVENTS events, each
+host's each kind of record given an equal share (`panels.events_sample`), and says so;
 events.parquet beside it has them all."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
@@ -18,8 +20,9 @@ REPORT = "report.html"
 REPORT_EVENTS = 2000
 
 
-def write_report(run: Path, out: Path | None = None) -> Path:
-    """Write `out`/report.html (`out` is the run's merged/ by default) and return its path.
+def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS) -> Path:
+    """Write `out`/report.html (`out` is the run's merged/ by default), carrying at most
+    `events` events, and return its path.
 
     Raises:
         NetspecError: run.json cannot be read.
@@ -32,9 +35,10 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     of = fleet.group_of(record)
     db = open_tables(out)
     try:
-        data.update(clocks=panels.clocks(db, origin), resources=panels.resources(db, origin, of),
+        data.update(clocks=panels.clocks(db, origin),
+                    resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
                     distributions=panels.distributions(db, of), phases=panels.phases(db),
-                    events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
+                    events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:
         db.close()

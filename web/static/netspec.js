@@ -76,7 +76,51 @@ const netspec = (() => {
     const el = document.getElementById(id);
     if (!el) return;
     if (!figure) { el.innerHTML = "<p class='empty'>nothing to draw</p>"; return; }
+    // The container holds the figure's height: a responsive plot takes its container's size,
+    // and a container of no height of its own would shrink it to nothing on a resize.
+    if (figure.layout && figure.layout.height) el.style.height = `${figure.layout.height}px`;
     return Plotly.react(el, figure.data, figure.layout, config);
+  }
+
+  async function unclutter(id) {
+    // Every step's name over the timeline, each as drawn: a name that would run into one to
+    // its left goes up a row, and the top margin grows to hold the rows.
+    const el = document.getElementById(id);
+    if (!el || !el.layout || !(el.layout.annotations || []).length) return;
+    const names = el.layout.annotations;
+    const base = el.dataset.marginTop ? Number(el.dataset.marginTop) : (el.layout.margin || {}).t || 40;
+    el.dataset.marginTop = base;
+    const height = el.dataset.baseHeight ? Number(el.dataset.baseHeight) : el.layout.height || el.clientHeight;
+    el.dataset.baseHeight = height;
+    // (a relayout of the height turns autosize off: it stays on, the width follows the window)
+    const flat = {"margin.t": base, height, autosize: true};
+    names.forEach((_, i) => { flat[`annotations[${i}].yshift`] = 0; });
+    await Plotly.relayout(el, flat);
+    const boxes = [...el.querySelectorAll(".annotation")].map((a) => a.getBoundingClientRect());
+    if (boxes.length !== names.length) return;
+    const rowPx = Math.ceil(Math.max(...boxes.map((b) => b.height))) + 2;
+    const order = names.map((a, i) => i).sort((i, j) => boxes[i].left - boxes[j].left);
+    const rowEnds = [];
+    const shift = {};
+    for (const i of order) {
+      let row = rowEnds.findIndex((end) => boxes[i].left >= end + 4);
+      if (row < 0) { row = rowEnds.length; rowEnds.push(0); }
+      rowEnds[row] = boxes[i].right;
+      shift[`annotations[${i}].yshift`] = row * rowPx;
+    }
+    // the rows of names take room of their own: the plot keeps its height below them
+    const extra = (rowEnds.length - 1) * rowPx;
+    shift["margin.t"] = base + extra;
+    shift.height = height + extra;
+    shift.autosize = true;
+    el.style.height = `${height + extra}px`;
+    if (rowEnds.length > 1) await Plotly.relayout(el, shift);
+    else el.style.height = `${height}px`;
+  }
+
+  async function drawTimeline(figure) {
+    await plot("timeline", figure);
+    await unclutter("timeline");
   }
 
   const notMerged = "<p class='empty'>no result set: merge the run first (ns_control fetch)</p>";
@@ -92,6 +136,7 @@ const netspec = (() => {
   async function resources() {
     const data = await panel("resources");
     if (data.merged === false) { document.getElementById("busy").innerHTML = notMerged; return; }
+    document.getElementById("resource-caveats").innerHTML = (data.caveats || []).map((c) => `<p class="note caveat">${esc(c)}</p>`).join("");
     await plot("busy", data.busy);
     const box = document.getElementById("heatmaps");
     box.innerHTML = data.heatmaps.map((_, i) => `<div class="plot heatmap" id="heatmap-${i}"></div>`).join("");
@@ -103,8 +148,8 @@ const netspec = (() => {
     const box = document.getElementById("distributions");
     if (data.merged === false) { box.innerHTML = notMerged; return; }
     if (!data.length) { box.innerHTML = "<p class='empty'>no intervals or pairs in this run</p>"; return; }
-    box.innerHTML = data.map((d, i) => `<h3>${esc(d.name)} <small>${d.count} values, p50 ${d.p50.toPrecision(3)} ${d.unit},
-      p99 ${d.p99.toPrecision(3)} ${d.unit}${d.hosts > d.hosts_shown.length ? `; the ${d.hosts - d.hosts_shown.length} least busy hosts are counted with ${esc(d.hosts_shown.at(-1))}` : ""}</small></h3>
+    box.innerHTML = data.map((d, i) => `<h3>${esc(d.name)} <small>${d.count} values, p50 ${esc(d.p50_text)},
+      p99 ${esc(d.p99_text)}; a colour per host (where each started)${d.hosts > d.hosts_shown.length ? `; the ${d.hosts - d.hosts_shown.length} least busy hosts are counted with ${esc(d.hosts_shown.at(-1))}` : ""}</small></h3>
       <div class="grid"><div class="plot histogram" id="hist-${i}"></div><div class="plot ecdf" id="ecdf-${i}"></div></div>`).join("");
     await Promise.all(data.flatMap((d, i) => [plot(`hist-${i}`, d.histogram), plot(`ecdf-${i}`, d.ecdf)]));
   }
@@ -122,19 +167,30 @@ const netspec = (() => {
     return params;
   }
 
+  function glob(pattern) {
+    // The server's match of an entity (panels.events): the whole name, case aside, `*` any run.
+    const parts = pattern.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&"));
+    return new RegExp(`^${parts.join(".*")}$`, "is");
+  }
+
   function filterEmbedded(data, params) {
-    // A report carries the first events only; it filters them here, as the server would.
-    const text = (params.get("text") || "").toLowerCase(), entity = (params.get("entity") || "").toLowerCase();
+    // A report carries a sample of the events; it filters them here as the server filters
+    // them all (panels.events): host and component whole, entity a whole name with `*`,
+    // text within the entity or data or the value itself.
+    const text = (params.get("text") || "").toLowerCase(), entity = params.get("entity") ? glob(params.get("entity")) : null;
+    const number = text.trim() !== "" && !Number.isNaN(Number(text)) ? Number(text) : null;
     const rows = data.rows.filter((r) =>
       (!params.get("host") || r.host === params.get("host")) &&
       (!params.get("component") || r.component === params.get("component")) &&
-      (!entity || r.entity.toLowerCase().includes(entity.replaceAll("*", ""))) &&
+      (!entity || entity.test(r.entity || "")) &&
       (!params.get("tag") || String(r.tag) === params.get("tag")) &&
       (!params.get("since") || r.ms >= Number(params.get("since"))) &&
       (!params.get("until") || r.ms <= Number(params.get("until"))) &&
-      (!text || (r.entity + " " + (r.data || "")).toLowerCase().includes(text)));
+      (!text || (r.entity || "").toLowerCase().includes(text) || (r.data || "").toLowerCase().includes(text) ||
+       (number !== null && r.value === number)));
     const offset = Number(params.get("offset")) || 0;
-    return {total: rows.length, offset, limit: EVENTS_PAGE, rows: rows.slice(offset, offset + EVENTS_PAGE), carried: data.total};
+    return {total: rows.length, offset, limit: EVENTS_PAGE, rows: rows.slice(offset, offset + EVENTS_PAGE),
+            carried: data.rows.length, of: data.total, sample: data.sample};
   }
 
   async function events() {
@@ -146,7 +202,8 @@ const netspec = (() => {
       ["entity", "entity"], ["kind", "kind"], ["tag", "tag"], ["value", "value"], ["data", "data"]]);
     const last = Math.min(data.offset + data.rows.length, data.total);
     document.getElementById("events-page").textContent = data.total ?
-      `${data.offset + 1}-${last} of ${data.total}` + (data.carried ? ` (this report carries the first ${data.carried}; events.parquet has them all)` : "") : "no events match";
+      `${data.offset + 1}-${last} of ${data.total}` + (data.carried !== undefined ? ` (of the ${data.carried} this report carries of the run's ${data.of}: ${data.sample}; events.parquet has them all)` : "") :
+      "no events match" + (data.carried !== undefined ? ` among the ${data.carried} this report carries of the run's ${data.of} (${data.sample}; events.parquet has them all)` : "");
     document.getElementById("events-prev").disabled = data.offset <= 0;
     document.getElementById("events-next").disabled = last >= data.total;
   }
@@ -156,7 +213,7 @@ const netspec = (() => {
 
   async function timeline() {
     const figure = embedded ? await panel("timeline") : await panel("timeline", timelineQuery());
-    await plot("timeline", figure);
+    await drawTimeline(figure);
     if (state.has("x0")) zoomAll(null);
   }
 
@@ -222,18 +279,26 @@ const netspec = (() => {
   function stepRows(steps) {
     return steps.map((s) => `<tr class="step ${esc(s.status)}"><td>${s.step}</td><td>${esc(s.phase)}</td>
       <td><span class="status ${esc(s.status)}">${esc(s.status)}</span></td><td>${esc(s.took)}</td><td>${esc(s.release)}</td>
-      <td>${esc(s.skew)}</td><td>${esc(s.skew_at_most)}</td><td>${esc(s.outcomes)}</td><td>${esc(s.slowest)}</td><td>${esc(s.troubles)}</td></tr>`).join("");
+      <td>${esc(s.skew)}</td><td>${esc(s.skew_at_most)}</td><td>${esc(s.outcomes)}</td><td>${esc(s.slowest)}</td><td>${esc(s.troubles)}</td>
+      <td class="messages">${(s.messages || []).map((m) => `<div>${esc(m)}</div>`).join("")}</td></tr>`).join("");
   }
 
   function follow() {
-    // A run in progress: redraw its timeline and steps as they complete, reload once it ends.
+    // A run in progress, or one whose merge is under way: redraw its timeline and steps as
+    // they complete, and reload once it ended and its result set is there (or will not be).
+    let busy = false;
     const timer = setInterval(async () => {
+      if (busy) return;
+      busy = true;
       try {
         const live = await panel("live", timelineQuery());
-        if (live.status !== "running") { clearInterval(timer); location.reload(); return; }
+        if (live.status !== page.status || live.merged !== page.merged || !live.follow) {
+          clearInterval(timer); location.reload(); return;
+        }
         document.querySelector("#steps tbody").innerHTML = stepRows(live.steps);
-        await plot("timeline", live.timeline);
-      } catch (error) { problem("live", error); }
+        await drawTimeline(live.timeline);
+        document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
+      } catch (error) { problem("live", error); } finally { busy = false; }
     }, 1000);
   }
 
@@ -275,8 +340,10 @@ const netspec = (() => {
     }
     await settle(tasks);
     afterDraw();
+    let resized = null;
+    window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => unclutter("timeline"), 150); });
     markReady();
-    if (page.status === "running" && !embedded) follow();
+    if (page.follow && !embedded) follow();
   }
 
   function index() {
