@@ -173,14 +173,30 @@ def chromium() -> Iterator:
         driver.quit()
 
 
-def open_page(driver, url: str, timeout: float = 30) -> None:
-    """Load `url` and wait until its panels drew (the page marks its body ready)."""
+def open_page(driver, url: str, timeout: float = 30, unfold: bool = True) -> None:
+    """Load `url` and wait until its panels drew (the page marks its body ready); with
+    `unfold`, open every section the page folds (as a user asks for more) and wait until
+    their panels drew too."""
     driver.get(url)
     deadline = time.monotonic() + timeout
     while not driver.execute_script("return document.body && document.body.dataset.ready === 'yes'"):
         if time.monotonic() > deadline:
             raise AssertionError(f"{url} did not finish drawing within {timeout} s")
         time.sleep(0.05)
+    if not unfold:
+        return
+    # a section's panels begin drawing once it is in the URL's `open` (netspec.js)
+    opened = driver.execute_script(UNFOLD)
+    while not driver.execute_script(UNFOLDED, opened):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url}: the sections opened did not finish drawing within {timeout} s")
+        time.sleep(0.05)
+
+
+UNFOLD = """const closed = [...document.querySelectorAll('details.panel:not([open])')];
+    closed.forEach((d) => d.querySelector('summary').click()); return closed.map((d) => d.id)"""
+UNFOLDED = """const open = (new URLSearchParams(location.hash.slice(1)).get('open') || '').split(',');
+    return arguments[0].every((id) => open.includes(id)) && (document.body.dataset.drawing || '0') === '0'"""
 
 
 def console_errors(driver) -> list[str]:

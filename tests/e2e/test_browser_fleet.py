@@ -32,7 +32,7 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
     record = read_run(fleet_results / "runs" / ref)
     with serving(fleet_results) as url, chromium() as driver:
         driver.set_window_size(*SCREEN)
-        open_page(driver, f"{url}/run/{ref}")
+        open_page(driver, f"{url}/run/{ref}", unfold=False)
         driver.save_screenshot(str(tmp_path / "fleet.png"))
         # n/N ok per step, for the fleet and per group, on the first screen
         assert _in_first_screen(driver, "#grid")
@@ -109,7 +109,7 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
                  what="the page's panels to be drawn before it is left")
         # a reload restores it all
         driver.get("about:blank")
-        open_page(driver, saved)
+        open_page(driver, saved, unfold=False)
         assert "db-2/xdb2" in expanded()
         assert driver.execute_script("return document.getElementById('clocks').layout.xaxis.range") \
             == [100, 900]
@@ -132,6 +132,16 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         with urllib.request.urlopen(stdout, timeout=10) as response:
             assert b"xweb03 line 2" in response.read()
         assert any(h.endswith("/hosts/web-03/xweb03/files/xweb03.log") for h in links), links
+        assert not (errors := console_errors(driver)), errors
+
+        # its report.html: at most 2 MB (plotly.js and the panels' data packed), and it opens
+        # from file:// with nothing fetched
+        report = fleet_results / "runs" / ref / "merged" / "report.html"
+        assert report.stat().st_size <= 2_000_000, report.stat().st_size
+        open_page(driver, report.as_uri())
+        assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+        assert driver.execute_script("return document.getElementById('timeline').data.length") > 1
+        assert driver.find_elements(By.CSS_SELECTOR, "#distributions .ecdf .main-svg")
         assert not (errors := console_errors(driver)), errors
 
 
