@@ -37,7 +37,7 @@ _STEM = re.compile(r"[-_.]?\d+$")
 def groups(record: RunRecord) -> dict[str, list[str]]:
     """Group name -> its hosts, in name order; every host in exactly one group."""
     hosts = record.host_names
-    declared = getattr(record.plan, "groups", None) if record.plan is not None else None
+    declared = record.plan.groups if record.plan is not None else {}
     out: dict[str, list[str]] = {}
     placed: set[str] = set()
     if declared:
