@@ -42,8 +42,11 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
                any_value(reference)
         FROM clock GROUP BY host ORDER BY host""", {"origin": origin}).fetchall()
     unit, scale = time_unit([v for r in rows for v in (r[5],)])
+    # past a fleet's fold, the hosts of the widest bounds are drawn (the table lists every host)
+    widest = (sorted(rows, key=lambda r: -(r[5] or 0))[:HOST_LINES_MAX] if len(rows) > fleet.FOLD_HOSTS
+              else rows)
     traces = []
-    for host, t, offset, lo, hi, _, _, _ in rows:
+    for host, t, offset, lo, hi, _, _, _ in sorted(widest):
         traces += [
             {"type": "scatter", "mode": "lines", "x": t + t[::-1],
              "y": [_scaled(v, scale) for v in hi + lo[::-1]],
@@ -53,7 +56,9 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
              "name": host, "legendgroup": host, "marker": {"size": 4}}]
     figure = {"data": traces, "layout": {
         "height": 320, "margin": {"t": 20, "r": 20},
-        "xaxis": {"title": {"text": "ms since the first start"}},
+        "xaxis": {"title": {"text": "ms since the first start" + (
+            f" (the {len(widest)} hosts of the widest bounds, of {len(rows)})"
+            if len(widest) < len(rows) else "")}},
         "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
     table = [{"host": host, "reference": ref, "knots": len(t),
               "worst_bound": "-" if worst is None else f"{worst / scale:.3g} {unit}",
