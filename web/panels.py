@@ -113,6 +113,8 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
     plot_px = max(HEAT_MIN_PLOT_PX, HEAT_ROW_PX * len(hosts))
     return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
                       "colorscale": HEAT_SCALE, "zmin": 0,
+                      # a heatmap of zeros is pale throughout (not a scale of -0.5 to 0.5)
+                      "zmax": max((v for _, _, _, v in rows if v is not None), default=0) or 1,
                       "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
                                    "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from browser import chromium, console_errors, open_page, run_ref, serving
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import open_tables
 from netspec.protocol.runrecord import read_run
 from netspec.web import panels, timeline
@@ -52,6 +53,7 @@ return {plots, wide: document.documentElement.scrollWidth - document.documentEle
           p.querySelectorAll('.colorbar .cbaxis text, .colorbar .ytick text')))),
         timelineWidth: document.getElementById('timeline').getBoundingClientRect().width};
 """
+WIDER = "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
 # Each heatmap's colour scale as drawn: the luminance of its lowest and of its highest colour.
 HEAT = """
 const channels = (c) => c.startsWith('#') ? [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16))
@@ -120,6 +122,11 @@ def test_a_run_page_keeps_its_layout_at_1400_and_800_px_and_after_a_resize_and_s
         assert [c.split()[:2] for c in causality] == [["to_server", "300"], ["to_client", "300"]], causality
         caveats = driver.find_element(By.ID, "resource-caveats").text
         assert "the CPU figure of each is the whole machine's" in caveats, caveats
+        # no host is drawn busier than it has CPUs (a cell measured above is capped, and said)
+        cpus = max(f["cpu_count"] for f in host_facts(results / "runs" / ok, record.host_names).values())
+        drawn = driver.execute_script("""return [...document.querySelectorAll('#heatmaps .plot')]
+            .filter((p) => p.layout.title.text.startsWith('CPU')).flatMap((p) => p.data[0].z.flat())""")
+        assert drawn and max(v for v in drawn if v is not None) <= cpus, (drawn, cpus)
         assert not console_errors(driver)
 
 
@@ -181,6 +188,7 @@ def test_the_events_filter_is_one_on_the_served_page_and_in_a_report_which_says_
 
 def test_a_campaigns_cells_are_each_in_one_unit_and_compare_decides_on_the_medians_it_shows(results: Path):
     with serving(results) as url, chromium() as driver:
+        driver.set_window_size(800, 1800)
         [campaign] = (results / "runs" / "campaigns").glob("*/*")
         open_page(driver, f"{url}/campaign/{campaign.parent.name}/{campaign.name}")
         cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell")]
@@ -190,9 +198,11 @@ def test_a_campaigns_cells_are_each_in_one_unit_and_compare_decides_on_the_media
             assert m and m[2] == m[5], cell
             low, mean, high = (float(m[i].replace(",", "")) for i in (3, 1, 4))
             assert low <= mean <= high, cell
+        assert driver.execute_script(WIDER) <= 0, "the campaign page is wider than 800 px"
         a, b = run_ref(results, "browse-sweep", 0), run_ref(results, "browse-sweep", 1)
         open_page(driver, f"{url}/compare?a={a}&b={b}")
         assert "Mann-Whitney U" in driver.find_element(By.ID, "metrics-method").text
+        assert driver.execute_script(WIDER) <= 0, "the compare page is wider than 800 px"
         for row in driver.find_elements(By.CSS_SELECTOR, "#compare-metrics tr.metric"):
             pct, verdict = (row.find_elements(By.TAG_NAME, "td")[i].text for i in (4, 6))
             if verdict.startswith("higher"):
