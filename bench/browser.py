@@ -34,7 +34,7 @@ from pathlib import Path
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from browser import chromium, console_errors, open_page, serving
+from browser import UNFOLD, UNFOLDED, chromium, console_errors, open_page, serving
 
 REPO = Path(__file__).parent.parent
 SCREEN = (1400, 900)
@@ -71,13 +71,6 @@ def grow(run: Path, events: int) -> tuple[int, int]:
                  for t in ("events", "intervals"))
 
 
-# Open every folded section; returns their ids (each is in the URL once its panels began drawing).
-OPEN_ALL = """const closed = [...document.querySelectorAll('details.panel:not([open])')];
-    closed.forEach((d) => d.querySelector('summary').click()); return closed.map((d) => d.id)"""
-STARTED = """const open = new URLSearchParams(location.hash.slice(1)).get('open') || '';
-    return arguments[0].every((id) => open.split(',').includes(id))"""
-
-
 def measure(driver, url: str, repeat: int) -> dict[str, float]:
     """Medians over `repeat` fresh loads: first contentful paint, the page's height before
     asking for more, the time to every panel drawn (the folded ones opened at once), and
@@ -85,14 +78,13 @@ def measure(driver, url: str, repeat: int) -> dict[str, float]:
     paints, heights, alls, slowest = [], [], [], []
     for _ in range(repeat):
         driver.get("about:blank")
-        open_page(driver, url, timeout=120)
+        open_page(driver, url, timeout=120, unfold=False)
         heights.append(driver.execute_script(
             "return document.documentElement.scrollHeight / window.innerHeight"))
-        opened = driver.execute_script(OPEN_ALL)
+        opened = driver.execute_script(UNFOLD)
         deadline = time.monotonic() + 120
         # each opened section fetches and draws its panels: done when the page draws none
-        while not driver.execute_script(STARTED, opened) \
-                or driver.execute_script("return document.body.dataset.drawing") != "0":
+        while not driver.execute_script(UNFOLDED, opened):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{url}: the opened panels did not draw within 120 s")
             time.sleep(0.01)

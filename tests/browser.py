@@ -92,45 +92,39 @@ repeat: {runs: 2, metric: interval to_client}
 """
 
 
-@pytest.fixture(scope="session")
-def results() -> Path:
-    """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
-    root = session_dir() / "browser"
-    with open(session_dir() / "browser.lock", "w") as lock:
+def made_runs(name: str, made: dict[str, tuple[str, int]]) -> Path:
+    """session_dir()/NAME with runs/ made by real runs of `made` (file name -> experiment text
+    and the exit code it must end with), once per session, whichever xdist worker asks first."""
+    root = session_dir() / name
+    with open(session_dir() / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root / "made").exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
             env = {**os.environ, "NETSPEC_HOME": str(root / "home")}
-            made = {"ok": (OK, 0), "failing": (FAILING, 1), "sweep": (SWEEP, 0)}
-            for name, (text, _) in made.items():
-                (root / f"{name}.yaml").write_text(textwrap.dedent(text))
+            for file, (text, _) in made.items():
+                (root / f"{file}.yaml").write_text(textwrap.dedent(text))
             # At once: each run waits on its daemons and steps more than it computes.
             with ThreadPoolExecutor(len(made)) as pool:
-                done = dict(zip(made, pool.map(lambda name: ns_control(
-                    "run", f"{name}.yaml", "--quiet", cwd=root, env=env, timeout=180), made), strict=True))
-            for name, (_, code) in made.items():
-                assert done[name].returncode == code, done[name].stdout + done[name].stderr
+                done = dict(zip(made, pool.map(lambda file: ns_control(
+                    "run", f"{file}.yaml", "--quiet", cwd=root, env=env, timeout=180), made), strict=True))
+            for file, (_, code) in made.items():
+                assert done[file].returncode == code, done[file].stdout + done[file].stderr
             (root / "made").write_text("")
     return root
+
+
+@pytest.fixture(scope="session")
+def results() -> Path:
+    """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
+    return made_runs("browser", {"ok": (OK, 0), "failing": (FAILING, 1), "sweep": (SWEEP, 0)})
 
 
 @pytest.fixture(scope="session")
 def fleet_results() -> Path:
     """A directory with runs/ holding the FLEET run, once per session (apart from `results`,
     whose runs the other browser tests wait for)."""
-    root = session_dir() / "browser-fleet"
-    with open(session_dir() / "browser-fleet.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "made").exists():
-            shutil.rmtree(root, ignore_errors=True)
-            root.mkdir()
-            (root / "fleet.yaml").write_text(textwrap.dedent(FLEET))
-            done = ns_control("run", "fleet.yaml", "--quiet", cwd=root,
-                              env={**os.environ, "NETSPEC_HOME": str(root / "home")}, timeout=180)
-            assert done.returncode == 1, done.stdout + done.stderr
-            (root / "made").write_text("")
-    return root
+    return made_runs("browser-fleet", {"fleet": (FLEET, 1)})
 
 
 def run_ref(root: Path, experiment: str, index: int = 0) -> str:
@@ -179,14 +173,30 @@ def chromium() -> Iterator:
         driver.quit()
 
 
-def open_page(driver, url: str, timeout: float = 30) -> None:
-    """Load `url` and wait until its panels drew (the page marks its body ready)."""
+def open_page(driver, url: str, timeout: float = 30, unfold: bool = True) -> None:
+    """Load `url` and wait until its panels drew (the page marks its body ready); with
+    `unfold`, open every section the page folds (as a user asks for more) and wait until
+    their panels drew too."""
     driver.get(url)
     deadline = time.monotonic() + timeout
     while not driver.execute_script("return document.body && document.body.dataset.ready === 'yes'"):
         if time.monotonic() > deadline:
             raise AssertionError(f"{url} did not finish drawing within {timeout} s")
         time.sleep(0.05)
+    if not unfold:
+        return
+    # a section's panels begin drawing once it is in the URL's `open` (netspec.js)
+    opened = driver.execute_script(UNFOLD)
+    while not driver.execute_script(UNFOLDED, opened):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url}: the sections opened did not finish drawing within {timeout} s")
+        time.sleep(0.05)
+
+
+UNFOLD = """const closed = [...document.querySelectorAll('details.panel:not([open])')];
+    closed.forEach((d) => d.querySelector('summary').click()); return closed.map((d) => d.id)"""
+UNFOLDED = """const open = (new URLSearchParams(location.hash.slice(1)).get('open') || '').split(',');
+    return arguments[0].every((id) => open.includes(id)) && (document.body.dataset.drawing || '0') === '0'"""
 
 
 def console_errors(driver) -> list[str]:

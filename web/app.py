@@ -63,7 +63,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     if unknown:
         raise NotFound(f"expand={','.join(unknown)}: no such host group ({', '.join(fleet.groups(record))})")
     if name == "timeline":
-        return timeline.timeline_figure(record, fleet.folded(record, expand))
+        return _timeline(run, record, expand)
     merged = (run / MERGED / "summary.json").is_file()
     if name == "live":
         return {"status": RunOutcome.of(record).status, "merged": merged, "follow": follows(record, merged),
@@ -96,6 +96,21 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     finally:
         db.close()
     raise NotFound(f"no panel {name!r}")
+
+
+def _timeline(run: Path, record: RunRecord, expand: list[str]) -> dict[str, Any]:
+    """The phase timeline, and on it the programs' events where the run has a result set."""
+    run_bars = fleet.folded(record, expand)
+    figure = timeline.timeline_figure(record, run_bars)
+    if (run / MERGED / "summary.json").is_file():
+        db = open_tables(run / MERGED)
+        try:
+            ticks = panels.timeline_events(db, timeline.origin_ns(record), fleet.rows_of(record, run_bars))
+        finally:
+            db.close()
+        if ticks is not None:
+            figure["data"].append(ticks)
+    return figure
 
 
 PANELS = ("timeline", "live", "phases", "clocks", "resources", "distributions", "triage", "events")

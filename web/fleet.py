@@ -65,6 +65,11 @@ def folds(record: RunRecord) -> bool:
     return len(record.host_names) > FOLD_HOSTS
 
 
+def group_row(group: str, sizes: dict[str, int]) -> str:
+    """A folded group's row on the timeline."""
+    return f"{group} ({sizes.get(group, 0)} hosts)"
+
+
 def folded(record: RunRecord, expand: Iterable[str] = ()) -> list[Bar]:
     """The timeline's bars with each group not in `expand` folded into one bar per step: from
     its first start to its last end, in its worst outcome, its hover saying n/N ok and its
@@ -90,9 +95,23 @@ def folded(record: RunRecord, expand: Iterable[str] = ()) -> list[Bar]:
         said = f"{ok}/{len(mine)} ok" + (f"; slowest {slowest.row} {duration_text(slowest.took_ns)}"
                                         if slowest else "")
         bound = max((b.bound_ns for b in mine if b.bound_ns is not None), default=None)
-        out.append(Bar(step, mine[0].phase, f"{g} ({sizes.get(g, 0)} hosts)", "", worst.outcome, start, bound,
+        out.append(Bar(step, mine[0].phase, group_row(g, sizes), "", worst.outcome, start, bound,
                        None if end is None else end - start, said, acked=end is not None))
     return sorted(out, key=lambda b: (b.step, b.row))
+
+
+def rows_of(record: RunRecord, run_bars: list[Bar]) -> dict[tuple[str, str], str]:
+    """(host, component) -> its row on a timeline drawn from `run_bars` (its own, or its
+    folded group's)."""
+    drawn = {b.row for b in run_bars}
+    of, sizes = group_of(record), {g: len(m) for g, m in groups(record).items()}
+    out = {}
+    for b in bars(record):
+        if not b.component:
+            continue
+        own = b.row if b.row in drawn else group_row(of.get(b.host, "ungrouped"), sizes)
+        out[(b.host, b.component)] = own
+    return {k: v for k, v in out.items() if v in drawn}
 
 
 def overview(record: RunRecord) -> dict[str, Any]:

@@ -5,6 +5,7 @@ internet. Served pages link /static/; a report inlines all of it."""
 from __future__ import annotations
 
 import functools
+import gzip
 import importlib.util
 import re
 import socket
@@ -14,6 +15,7 @@ from typing import Any
 
 import jinja2
 import msgspec
+import numpy as np
 from netspec.analysis.resultset import read_summary
 from netspec.analysis.units import duration_text, rate_text
 from netspec.protocol.names import NAME
@@ -80,12 +82,36 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+# A report's packed text: gzip, then base 85 in these characters (none of < > & / \ or a quote,
+# so that no sequence of them ends or escapes the <script> element it is in); the page's
+# script (netspec.js `unpack`) inflates it with the browser's own DecompressionStream.
+PACK_ALPHABET = np.frombuffer(bytes(c for c in range(33, 127) if chr(c) not in "<>&/\\\"'`")[:85], np.uint8)
+
+
+def packed(data: bytes) -> str:
+    """`data` gzipped and written in base 85 (PACK_ALPHABET): 4 bytes to 5 characters, the
+    last group's padding said by a leading digit (0-3)."""
+    raw = gzip.compress(data, 9, mtime=0)
+    pad = -len(raw) % 4
+    words = np.frombuffer(raw + b"\0" * pad, dtype=">u4").astype(np.uint64)
+    digits = np.empty((len(words), 5), np.uint8)
+    for i in range(4, -1, -1):
+        digits[:, i] = words % 85
+        words //= 85
+    return str(pad) + PACK_ALPHABET[digits].tobytes().decode()
+
+
+@functools.cache
+def packed_plotly() -> str:
+    return packed(plotly_js())
+
+
 def render(template: str, **context: Any) -> str:
     context.setdefault("static", False)
     if context["static"]:
         context.update(inline_css=(STATIC / "netspec.css").read_text(),
                        inline_js=inline_script((STATIC / "netspec.js").read_text()),
-                       inline_plotly=inline_script(plotly_js()))
+                       packed_plotly=packed_plotly(), pack_alphabet=PACK_ALPHABET.tobytes().decode())
     return _environment().get_template(template).render(**context)
 
 

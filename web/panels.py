@@ -257,6 +257,38 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
     return out
 
 
+# At most this many events are drawn on the timeline (evenly spaced within each row).
+TIMELINE_EVENTS = 3000
+
+
+def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
+                    row_of: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+    """The programs' events as ticks on the phase timeline (Perfetto's slices and instants on
+    one time axis): each on its host/component's row (or its folded group's, `row_of`), at
+    most TIMELINE_EVENTS in all, evenly spaced within each row; the hover names each."""
+    if "events" not in tables(db) or not row_of:
+        return None
+    pairs = list(row_of)
+    rows = db.execute("""
+        WITH e AS (SELECT ts, host, component, entity, tag, coalesce(data, CAST(value AS VARCHAR)) AS said,
+                          m.row_label, row_number() OVER (PARTITION BY m.row_label ORDER BY ts) AS k,
+                          count(*) OVER (PARTITION BY m.row_label) AS n
+                   FROM events JOIN (SELECT unnest($hosts) AS h, unnest($components) AS c,
+                                            unnest($labels) AS row_label) m ON host = m.h AND component = m.c
+                   WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync', 'netspecd'))
+        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag
+               || coalesce(' ' || left(said, 80), '')
+        FROM e WHERE (k - 1) % greatest(ceil(n * $rows / $cap), 1) = 0 ORDER BY ts""",
+                      {"hosts": [h for h, _ in pairs], "components": [c for _, c in pairs],
+                       "labels": [row_of[p] for p in pairs], "origin": origin, "cap": TIMELINE_EVENTS,
+                       "rows": len(set(row_of.values()))}).fetchall()
+    if not rows:
+        return None
+    return {"type": "scatter", "mode": "markers", "name": "events", "x": [r[0] for r in rows],
+            "y": [r[1] for r in rows], "hovertext": [r[2] for r in rows], "hoverinfo": "text+x",
+            "marker": {"symbol": "line-ns-open", "size": 9, "color": "#333", "opacity": 0.6}}
+
+
 def phases(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """The per-phase figures (analysis/phases.py), as the page's table shows them."""
     return [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
 from . import fleet, panels, timeline
-from .pages import downloads, render, run_header
+from .pages import downloads, packed, render, run_header
 
 REPORT = "report.html"
 REPORT_EVENTS = 2000
@@ -47,7 +48,8 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     # a report's downloads are the files beside it, linked relative to where it is written
     links = [(os.path.relpath(run / name, out), name) for name in downloads(run)
              if name != f"{MERGED}/{REPORT}"]
-    html = render("run.html", title=f"run {record.id}", static=True, panels=data,
+    html = render("run.html", title=f"run {record.id}", static=True,
+                  packed_panels=packed(msgspec.json.encode(data)),
                   links=links, **{**header, "merged": True})
     path = out / REPORT
     tmp = path.with_name(f".{REPORT}.tmp")

@@ -32,7 +32,7 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
     record = read_run(fleet_results / "runs" / ref)
     with serving(fleet_results) as url, chromium() as driver:
         driver.set_window_size(*SCREEN)
-        open_page(driver, f"{url}/run/{ref}")
+        open_page(driver, f"{url}/run/{ref}", unfold=False)
         driver.save_screenshot(str(tmp_path / "fleet.png"))
         # n/N ok per step, for the fleet and per group, on the first screen
         assert _in_first_screen(driver, "#grid")
@@ -55,13 +55,18 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
                   [c.text for c in r.find_elements(By.TAG_NAME, "td")]
                   for r in driver.find_elements(By.CSS_SELECTOR, "#phases tbody tr")}
         assert "PLAY/span p50" in phases["warm"][6] and "PLAY/span p50" in phases["soak"][6], phases
-        assert "(" in phases["soak"][4] and phases["soak"][5].endswith("B/s"), phases
+        assert phases["soak"][4].endswith(")"), phases  # CPUs mean / max (its busiest host)
+        assert any(phases[p][5].endswith("B/s") for p in ("warm", "soak", "work", "finish")), phases
         assert driver.execute_script("return document.querySelector('#phases').getBoundingClientRect().top") \
             < SCREEN[1] * 1.5
         # hosts folded into their groups: a row per group, the legend beside the rows
         rows = driver.execute_script("return document.getElementById('timeline').layout.yaxis.categoryarray")
         assert sorted(rows) == ["db (4 hosts)", "web (12 hosts)"], rows
         assert driver.execute_script("return document.getElementById('timeline').layout.legend.x") > 1
+        # the programs' events on the same time axis as the phases, on their (folded) rows
+        ticks = driver.execute_script("""const t = document.getElementById('timeline').data
+            .find((t) => t.name === 'events'); return t && [new Set(t.y).size, t.hovertext[0]]""")
+        assert ticks and ticks[0] == 2 and " PLAY/" in ticks[1], ticks
         # the page is at most three screens before the user asks for more
         height = driver.execute_script("return document.documentElement.scrollHeight")
         assert height <= 3 * driver.execute_script("return window.innerHeight"), height
@@ -100,9 +105,11 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         driver.find_element(By.CSS_SELECTOR, "#event-filter button").click()
         wait_for(lambda: "text=span" in driver.current_url, timeout=10, what="the events' filter in the URL")
         saved = driver.current_url
+        wait_for(lambda: driver.execute_script("return document.body.dataset.drawing") == "0", timeout=20,
+                 what="the page's panels to be drawn before it is left")
         # a reload restores it all
         driver.get("about:blank")
-        open_page(driver, saved)
+        open_page(driver, saved, unfold=False)
         assert "db-2/xdb2" in expanded()
         assert driver.execute_script("return document.getElementById('clocks').layout.xaxis.range") \
             == [100, 900]
@@ -125,7 +132,17 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         with urllib.request.urlopen(stdout, timeout=10) as response:
             assert b"xweb03 line 2" in response.read()
         assert any(h.endswith("/hosts/web-03/xweb03/files/xweb03.log") for h in links), links
-        assert not console_errors(driver)
+        assert not (errors := console_errors(driver)), errors
+
+        # its report.html: at most 2 MB (plotly.js and the panels' data packed), and it opens
+        # from file:// with nothing fetched
+        report = fleet_results / "runs" / ref / "merged" / "report.html"
+        assert report.stat().st_size <= 2_000_000, report.stat().st_size
+        open_page(driver, report.as_uri())
+        assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+        assert driver.execute_script("return document.getElementById('timeline').data.length") > 1
+        assert driver.find_elements(By.CSS_SELECTOR, "#distributions .ecdf .main-svg")
+        assert not (errors := console_errors(driver)), errors
 
 
 def test_report_gives_the_figures_of_each_phase_and_judges_a_trend_within_a_phase(fleet_results: Path):
@@ -155,10 +172,10 @@ def test_a_campaign_says_which_direction_is_better_and_draws_a_geometric_sweep_o
         # client.size 64 and 16384: a factor of 256, drawn on a log axis
         axis = driver.execute_script("return document.getElementById('line-1').layout.xaxis")
         assert axis["type"] == "log" and axis["title"]["text"] == "client.size (log)", axis
-        assert not console_errors(driver)
+        assert not (errors := console_errors(driver)), errors
 
         open_page(driver, f"{url}/compare?a={a}&b={b}")
         drawn = driver.execute_script("""return [...document.querySelectorAll('#compare-distributions .ecdf')]
             .map((el) => [el.layout.title.text, el.data.map((t) => t.name + ':' + t.x.length)])""")
         assert ["interval to_client", ["a:101", "b:101"]] in drawn, drawn
-        assert not console_errors(driver)
+        assert not (errors := console_errors(driver)), errors

@@ -6,7 +6,29 @@ const netspec = (() => {
   const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
   const json = (id) => { const el = document.getElementById(id); return el ? JSON.parse(el.textContent) : null; };
   const page = json("page") || {};
-  const embedded = json("panels");
+  // A report carries its panels' data and plotly.js packed (web/pages.py `packed`): gzip in
+  // base 85, inflated here by the browser's DecompressionStream, with nothing fetched.
+  let embedded = null;
+  async function unpack(el, alphabet) {
+    const text = el.textContent.trim(), pad = Number(text[0]), value = new Uint8Array(128);
+    for (let i = 0; i < alphabet.length; i++) value[alphabet.charCodeAt(i)] = i;
+    const groups = (text.length - 1) / 5, bytes = new Uint8Array(groups * 4);
+    for (let g = 0, at = 1; g < groups; g++, at += 5) {
+      let word = 0;
+      for (let k = 0; k < 5; k++) word = word * 85 + value[text.charCodeAt(at + k)];
+      bytes[g * 4] = word >>> 24; bytes[g * 4 + 1] = (word >>> 16) & 255; bytes[g * 4 + 2] = (word >>> 8) & 255; bytes[g * 4 + 3] = word & 255;
+    }
+    const stream = new Blob([bytes.subarray(0, bytes.length - pad)]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text();
+  }
+  async function loadReport() {
+    const lib = document.getElementById("plotly-packed");
+    if (!lib) return;
+    const alphabet = lib.dataset.alphabet;
+    const [code, data] = await Promise.all([unpack(lib, alphabet), unpack(document.getElementById("panels-packed"), alphabet)]);
+    embedded = JSON.parse(data);
+    if (!window.Plotly) (0, eval)(code);  // plotly.js, as a classic script would run it
+  }
 
   async function panel(name, query = "") {
     if (embedded) {
@@ -253,8 +275,9 @@ const netspec = (() => {
         : `<h3>${who} ${esc(f.outcome)} in ${esc(f.phase)} (step ${f.step})</h3><p>${esc(f.message)}</p>`;
       return `<div class="failure ${h ? "hang" : "exception"}">${i ? `<details><summary>${who} ${esc(h ? "missed its deadline" : f.outcome)} in ${esc(f.phase)} (step ${f.step})</summary>` : ""}${lead}
         ${f.traceback ? `<pre class="traceback">${esc(f.traceback)}</pre>` : ""}
+        <details class="output"${h ? "" : " open"}><summary>its last lines of output</summary>
         <h4>last lines of stdout</h4><pre class="stdout">${esc(f.output.stdout) || "(empty)"}</pre>
-        <h4>last lines of stderr</h4><pre class="stderr">${esc(f.output.stderr) || "(empty)"}</pre>
+        <h4>last lines of stderr</h4><pre class="stderr">${esc(f.output.stderr) || "(empty)"}</pre></details>
         ${Object.keys(around).length ? `<details class="around"${hosts.length > TABLE_ROWS ? "" : " open"}><summary>every host within a second of the failure (its instant is 0 ms): ${hosts.length}</summary><table class="around"><thead><tr><th>host</th><th>phase</th><th>its last events before</th><th>CPU busy</th><th>network</th></tr></thead><tbody>${rows}</tbody></table>${hosts.length > TABLE_ROWS ? `<button type="button" class="show-more" onclick="this.previousElementSibling.querySelectorAll('tr.more').forEach((r) => { r.hidden = false; }); this.remove()">show all ${hosts.length} hosts</button>` : ""}</details>`
                        : ""}${data.merged ? "" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}${i ? "</details>" : ""}</div>`;
     }).join("");
@@ -303,6 +326,7 @@ const netspec = (() => {
   }
 
   async function run() {
+    await loadReport();
     document.getElementById("event-filter").addEventListener("submit", (e) => { e.preventDefault(); eventsOffset = 0; events().catch((x) => problem("events", x)); });
     document.getElementById("events-prev").addEventListener("click", () => { eventsOffset = Math.max(0, eventsOffset - EVENTS_PAGE); events(); });
     document.getElementById("events-next").addEventListener("click", () => { eventsOffset += EVENTS_PAGE; events(); });
