@@ -164,9 +164,14 @@ def camp_warnings(db: duckdb.DuckDBPyConnection) -> list[str]:
 
 def camp_on_one_kernel(db: duckdb.DuckDBPyConnection, groups: list[list[str]]) -> list[list[str]]:
     """Of the groups of hosts that share one kernel (`provenance.shared_kernels`), those CAMP
-    sampled a host of: their node counters are the machine's, the same for each."""
+    sampled a host of: their node counters are the machine's, the same for each. A host in a
+    container whose CAMP read its cgroup (its `cgroup` warning says so: camp/cgroup.py) has
+    figures of its own, and is left out."""
     sampled = {h for (h,) in db.execute(
         "SELECT DISTINCT host FROM samples WHERE entity = 'CAMP/node'").fetchall()}
+    sampled -= {h for (h,) in db.execute(
+        "SELECT DISTINCT host FROM events WHERE entity = 'CAMP/warning' "
+        "AND json_extract_string(data, '$.kind') = 'cgroup'").fetchall()}
     return [hosts for hosts in groups if sampled & set(hosts)]
 
 

@@ -20,9 +20,10 @@ MATCHES = ("all", "first", "last")  # which ends of a tag a pair keeps; the firs
 
 _SIDES = """
 s_all AS (SELECT tag, host, component, ts, ts_local, bound_ns FROM {source}
-          WHERE entity = $start AND ($start_component IS NULL OR component = $start_component)),
+          WHERE entity = $start
+            AND ($start_component IS NULL OR list_contains($start_components, component))),
 e_all AS (SELECT tag, host, component, ts, ts_local, bound_ns FROM {source}
-          WHERE entity = $end AND ($end_component IS NULL OR component = $end_component)),
+          WHERE entity = $end AND ($end_component IS NULL OR list_contains($end_components, component))),
 s AS (FROM s_all WHERE tag IS NOT NULL QUALIFY row_number() OVER (PARTITION BY tag ORDER BY ts) = 1),
 e AS (SELECT *, row_number() OVER (PARTITION BY tag ORDER BY ts) AS first_n,
              row_number() OVER (PARTITION BY tag ORDER BY ts DESC) AS last_n
@@ -52,14 +53,17 @@ SELECT (SELECT count(*) FROM s_all WHERE tag IS NOT NULL), (SELECT count(*) FROM
 def pair_sql(source: str) -> str:
     """The pairing query over the table or view `source` (a merged table's or a graph node's
     name, which the experiment file's schema holds to a plain identifier), with the pair's
-    parameters left as $name, $start, $end, $start_component, $end_component and $match for
+    parameters left as $name, $start, $end, $start_component, $end_component (and the
+    components each stands for, $start_components, $end_components) and $match for
     `pair_params`."""
     return _PAIR_SQL.format(source=source)
 
 
 def pair_params(name: str, start: str, end: str, start_component: str | None = None,
-                end_component: str | None = None, match: str | None = None) -> dict[str, Any]:
-    """The query parameters of one pair (`match` None: `all`).
+                end_component: str | None = None, match: str | None = None,
+                groups: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The query parameters of one pair (`match` None: `all`); a component filter that
+    names a group component of `groups` (the plan's) counts each of its components.
 
     Raises:
         ValueError: `match` is none of MATCHES.
@@ -67,8 +71,11 @@ def pair_params(name: str, start: str, end: str, start_component: str | None = N
     match = match or MATCHES[0]
     if match not in MATCHES:
         raise ValueError(f"pair {name}: match {match!r} is none of {', '.join(MATCHES)}")
+    groups = groups or {}
     return {"name": name, "start": start, "end": end, "start_component": start_component,
-            "end_component": end_component, "match": match}
+            "end_component": end_component, "match": match,
+            "start_components": list(groups.get(start_component or "", [start_component])),
+            "end_components": list(groups.get(end_component or "", [end_component]))}
 
 
 @dataclass(frozen=True)

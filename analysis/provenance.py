@@ -1,7 +1,13 @@
 """What differs between runs: before runs are compared or combined, their records are
 checked (pyperf's habit), and every difference is said as `what: before -> after`: the
 experiment's name, components, hosts and schedule, its services, streams and analysis, each
-program's hash, the versions, and each host's facts (CPU model, cores, kernel, ...)."""
+program's hash, the versions, each host's facts (CPU model, cores, kernel, ...) and where a
+container host was placed (engine, node, image digest, limits, cgroup version: what stays
+from one run to the next; the container's id, name, network and cgroup path do not). The
+hosts of a fleet that differ alike are said on one line.
+
+`placement_text` is the one wording of a placement that `show`, the report and the browser
+print."""
 
 from __future__ import annotations
 
@@ -15,8 +21,9 @@ import msgspec
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.names import safe_name
 from netspec.protocol.runplan import PlanRecord
-from netspec.protocol.runrecord import RunRecord, read_run
+from netspec.protocol.runrecord import Placement, RunRecord, read_run
 
+FOLD = 3  # hosts whose fact differs alike, named each on a line of its own; beyond, on one line
 # What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
 # address and the paths of its Python do not.
 HOST_FACTS = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
@@ -86,6 +93,9 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
                 flat[f"{comp.name} {key}"] = _text(value)
     for host in plan.hosts:
         flat[f"host {host.name}"] = host.ssh or host.address or "local"
+    for host, info in sorted(record.hosts.items()):
+        if info.placement is not None:
+            flat[f"host {host} placement"] = placement_text(info.placement)
     for host, known in sorted(run.host_facts.items()):
         for key in HOST_FACTS:
             if known.get(key) is not None:
@@ -121,9 +131,72 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(msgspec.to_builtins(value), sort_keys=True)
 
 
+def placement_text(placement: Placement, whole: bool = False) -> str:
+    """Where a container host ran, in words: its kind, engine, node, image (its digest),
+    limits and cgroup version; `whole` adds what is the run's own (the container's id and
+    name, whether the run created it, its network and its cgroup's path)."""
+    limits = placement.limits
+    said = [f"{placement.kind} engine {placement.engine}", f"node {placement.node or '?'}",
+            f"image {placement.image or '?'}" + (f" ({placement.image_id.removeprefix('sha256:')[:12]})"
+                                                 if placement.image_id else "")]
+    said.append(f"cpus {limits.cpus:g}" if limits.cpus is not None else "cpus unlimited")
+    said.append(f"memory {limits.memory_bytes / 2**20:g} MiB" if limits.memory_bytes is not None
+                else "memory unlimited")
+    if limits.cap_add:
+        said.append(f"cap_add {','.join(limits.cap_add)}")
+    if placement.cgroup_version is not None:
+        said.append(f"cgroup v{placement.cgroup_version}")
+    if whole:
+        said.append(f"container {placement.container_id[:12] or '?'} {placement.container or ''} "
+                    f"({'created for the run' if placement.created else 'attached'})")
+        said += [f"network {placement.network}" if placement.network else "",
+                 f"cgroup path {placement.cgroup}" if placement.cgroup else ""]
+    return ", ".join(s for s in said if s)
+
+
+def placed(record: RunRecord, whole: bool = False, only: set[str] | None = None,
+           listed: int = 8) -> list[tuple[str, str]]:
+    """Where the run's container hosts (of `only`, if given) ran, as (the hosts, the
+    placement in words): the hosts placed alike together, a whole group of the plan by its
+    name, the first `listed` others by theirs; with `whole`, each host with its container."""
+    alike: dict[str, list[str]] = {}
+    for host, info in sorted(record.hosts.items()):
+        if info.placement is not None and (only is None or host in only):
+            alike.setdefault(placement_text(info.placement, whole), []).append(host)
+    groups = record.plan.groups if record.plan is not None else {}
+    rows = []
+    for text, hosts in alike.items():
+        whole_groups = [g for g, members in groups.items() if len(members) > 1 and set(members) <= set(hosts)]
+        rest = [h for h in hosts if not any(h in groups[g] for g in whole_groups)]
+        named = [f"{g} ({len(groups[g])} hosts)" for g in whole_groups]
+        named += rest[:listed] + ([f"{len(rest) - listed} more"] if len(rest) > listed else [])
+        rows.append((", ".join(named), text))
+    return rows
+
+
 def differences(before: Provenance | RunRecord, after: Provenance | RunRecord) -> list[str]:
     """Each fact that differs between two runs' records (with their hosts' facts when read
-    by `load`), as `what: before -> after`."""
+    by `load`), as `what: before -> after`; more than FOLD hosts whose fact differs alike
+    are said on one line (`hosts peers-1, peers-2, peers-3 and 197 more (200) placement: ...`)."""
     a, b = facts(before), facts(after)
-    return [f"{key}: {a.get(key, '(none)')} -> {b.get(key, '(none)')}"
-            for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key)]
+    keys = [key for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key)]
+    alike: dict[str, list[str]] = {}  # a host's difference, its name left out -> those hosts
+    for key in keys:
+        kind, host, rest = [*key.split(" ", 2), "", ""][:3]
+        if kind == "host" and rest:
+            alike.setdefault(_change(rest, a.get(key), b.get(key)), []).append(host)
+    lines = []
+    for key in keys:
+        kind, host, rest = [*key.split(" ", 2), "", ""][:3]
+        change = _change(rest, a.get(key), b.get(key))
+        hosts = alike.get(change, []) if kind == "host" and rest else []
+        if len(hosts) <= FOLD:
+            lines.append(_change(key, a.get(key), b.get(key)))
+        elif host == hosts[0]:
+            named = ", ".join(hosts[:FOLD]) + f" and {len(hosts) - FOLD} more"
+            lines.append(f"hosts {named} ({len(hosts)}) {change}")
+    return lines
+
+
+def _change(what: str, before: str | None, after: str | None) -> str:
+    return f"{what}: {before or '(none)'} -> {after or '(none)'}"

@@ -174,8 +174,9 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     write_clock(out / "clock.parquet", fits)
     write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
-    result.intervals, result.causality = write_intervals(db, out, record.pairs)
-    result.pairs = [pair_counts(db, "events", _params(name, p)) for name, p in record.pairs.items()]
+    groups = record.plan.component_groups if record.plan is not None else {}
+    result.intervals, result.causality = write_intervals(db, out, record.pairs, groups)
+    result.pairs = [pair_counts(db, "events", _params(name, p, groups)) for name, p in record.pairs.items()]
     only = {counts.pair: counts.only() for counts in result.pairs}
     result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair].start} was followed by "
                         f"its {record.pairs[c.pair].end}{only[c.pair]}; check both names, and the "
@@ -210,9 +211,9 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     return result
 
 
-def _params(name: str, pair: PlanPair) -> dict[str, Any]:
-    """The query parameters of the run's pair `name`."""
-    return pair_params(name, **msgspec.structs.asdict(pair))
+def _params(name: str, pair: PlanPair, groups: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The query parameters of the run's pair `name` (`groups`: the plan's group components)."""
+    return pair_params(name, **msgspec.structs.asdict(pair), groups=groups)
 
 
 PLOTTABLE_SQL = """SELECT EXISTS (FROM intervals) OR EXISTS (FROM rates)
@@ -287,12 +288,13 @@ FROM events WHERE kind = 'interval'
 """
 
 def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
-                    pairs: dict[str, PlanPair]) -> tuple[int, list[Causality]]:
+                    pairs: dict[str, PlanPair],
+                    groups: dict[str, list[str]] | None = None) -> tuple[int, list[Causality]]:
     """intervals.parquet from the interval records and each pair; the causality check."""
     db.execute("DROP VIEW IF EXISTS intervals")
     db.execute("CREATE TABLE intervals AS " + INTERVALS_SQL)
     for name, p in pairs.items():
-        db.execute("INSERT INTO intervals " + pair_sql("events"), _params(name, p))
+        db.execute("INSERT INTO intervals " + pair_sql("events"), _params(name, p, groups))
     db.execute(f"""COPY (SELECT * FROM intervals ORDER BY end_ts) TO '{out / 'intervals.parquet'}'
                    (FORMAT parquet)""")
     total = db.execute("SELECT count(*) FROM intervals").fetchall()[0][0]

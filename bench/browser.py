@@ -43,11 +43,14 @@ BUDGETS = {"first_paint_ms": 500, "all_panels_ms": 2000, "slowest_panel_ms": 200
 
 
 def fleet_text(n: int) -> str:
-    """N hosts in two groups by name (web-NNNN, a fifth db-NNNN), a `sleep` on each."""
-    hosts = [f"db-{i:04}" if i % 5 == 0 else f"web-{i:04}" for i in range(n)]
+    """N hosts in two host groups (web, and a fifth of them db), a `sleep` on each."""
+    db = n // 5
     return "\n".join([
-        "experiment: browser-bench-fleet", "hosts:", *(f"  {h}: {{}}" for h in hosts), "components:",
-        *(f"  c{i}: {{host: {h}, command: [sleep, '3600'], stop: collect}}" for i, h in enumerate(hosts)),
+        "experiment: browser-bench-fleet",
+        f"hosts: {{web: {{count: {n - db}}}, db: {{count: {db}}}}}",
+        "components:",
+        "  w: {group: web, command: [sleep, '3600'], stop: collect}",
+        "  d: {group: db, command: [sleep, '3600'], stop: collect}",
         "services: {camp: {interval_ms: 1000}}",
         "schedule: [launch, sync_clocks, start_logging, stop_logging, collect]"]) + "\n"
 

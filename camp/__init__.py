@@ -14,7 +14,8 @@ mistaken for the process it replaced).
 
 Two backends: `procfs` (Linux: /proc and /sys files kept open and re-read with pread, only
 the needed fields parsed) and `psutil` (everywhere else, and as a cross-check). The
-default is procfs where /proc exists.
+default is procfs where /proc exists; in a container, procfs with the CPU, memory and disk
+figures of the container's own cgroup (`cgroup`), whose `scope` says so.
 """
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ from .counters import ProcessId as ProcessId
 
 
 def default_backend() -> Backend:
+    """procfs where /proc exists, its node figures the cgroup's in a container (cgroup.py);
+    psutil elsewhere."""
     if os.path.exists("/proc/self/stat"):
+        from .cgroup import container_backend
         from .procfs import ProcBackend
-        return ProcBackend()
+        return container_backend() or ProcBackend()
     from .psutil_backend import PsutilBackend
     return PsutilBackend()
 

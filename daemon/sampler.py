@@ -106,6 +106,8 @@ class CampSampler:
         for d in self.disks:
             self.backend.disk(d)
         self._warning = streams.event("CAMP", "warning", "counters missing or contradicting each other")
+        if scope := getattr(self.backend, "scope", None):  # a container's cgroup (camp/cgroup.py)
+            self.warn("cgroup", scope)
         self.processes: dict[str, ProcessId | None] = {}
         for name, pid in processes.items():
             try:

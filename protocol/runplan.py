@@ -14,18 +14,39 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair", "PlanRecord",
-           "PlanStep", "PlanStream"]
+__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair",
+           "PlanRecord", "PlanStep", "PlanStream"]
+
+
+class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A host in a container (`docker:`, controller/hosts/docker.py): the engine (None: this
+    machine's), its TLS files for tcp://, the image (None: netspec's of this build), the
+    limits and capabilities; or the container to attach to, by name or by a label's
+    key=value. `prefix` begins the names of what the run creates; `network` replaces the
+    run's own network."""
+
+    engine: str | None = None
+    tls: dict[str, str] | None = None
+    image: str | None = None
+    cpus: float | None = None
+    memory: str | None = None
+    cap_add: tuple[str, ...] = ("NET_ADMIN",)
+    container: str | None = None
+    label: str | None = None
+    network: str | None = None
+    prefix: str = "netspec"
 
 
 class PlanHost(msgspec.Struct):
-    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
+    a container (`docker`)."""
 
     name: str
     address: str | None = None
     ssh: str | None = None
     accept_new_host_key: bool = False
     python: str = "python3"
+    docker: DockerSpec | None = None
 
 
 class PlanComponent(msgspec.Struct):
@@ -110,7 +131,9 @@ class PlanAnalysis(msgspec.Struct):
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
-    connect deadline and fan-out width it asked for (None: the fleet's own; flat)."""
+    connect deadline and fan-out width it asked for (None: the fleet's own; flat), and its
+    groups: a host group's name -> its hosts, a group component's -> its components, in the
+    order the file's expansion made them (controller/experiment/groups.py)."""
 
     experiment: str = ""
     source: str = ""
@@ -125,3 +148,12 @@ class PlanRecord(msgspec.Struct):
     warnings: list[str] = []
     connect_deadline_s: float | None = None
     fan_out: int | None = None
+    groups: dict[str, list[str]] = {}
+    component_groups: dict[str, list[str]] = {}
+
+    def group_of(self, name: str) -> str | None:
+        """The group a host or component is a member of (None: of none)."""
+        for group, members in (*self.groups.items(), *self.component_groups.items()):
+            if name in members:
+                return group
+        return None

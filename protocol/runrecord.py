@@ -14,6 +14,8 @@ run.json version history (readers accept every older version):
      host's, left out at their defaults (a thousand hosts' entries per step); a key of the
      wrong type is refused naming where it is. The plan is typed too (protocol/runplan.py):
      a record with none says so where a command needs it (`collect`, `rerun`).
+     A host's `placement` (where a container host ran: engine, node, container, image,
+     limits, cgroup; null for other hosts) was added since.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarize
 from .versioned import decode_versioned
 
 __all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
-           "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostRecord", "Program",
-           "Release", "RunError", "RunRecord", "Salvage", "Spread", "Step", "StepHost", "Summarized",
-           "controller_gone", "decode", "encode", "fold_acks", "journal_line", "process_start", "read_run"]
+           "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostRecord", "Limits",
+           "Placement", "Program", "Release", "RunError", "RunRecord", "Salvage", "Spread", "Step",
+           "StepHost", "Summarized", "controller_gone", "decode", "encode", "fold_acks", "journal_line",
+           "process_start", "read_run"]
 
 RUN_FORMAT = 1
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
@@ -63,15 +66,48 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     error: str = ""
 
 
+class Limits(msgspec.Struct, omit_defaults=True):
+    """What a container host may use, as its engine was asked (None: no limit): CPUs (the
+    engine's nano_cpus / 1e9), memory in bytes, and the capabilities added."""
+
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    cap_add: list[str] = []
+
+
+class Placement(msgspec.Struct, omit_defaults=True):
+    """Where a container host ran (controller/hosts/docker.py): its engine (the address
+    netspec reached it at, `local` for this machine's socket), the engine's node name and
+    its id, the container (id, name, whether netspec created it for the run), its image
+    (the name asked for and the digest found), the run's network, its limits, and its
+    cgroup (the path under the node's cgroup hierarchy, and its version)."""
+
+    engine: str
+    node: str = ""
+    engine_id: str = ""
+    container_id: str = ""
+    container: str = ""
+    created: bool = False
+    image: str = ""
+    image_id: str = ""
+    network: str = ""
+    limits: Limits = msgspec.field(default_factory=Limits)
+    cgroup: str = ""
+    cgroup_version: int | None = None
+    kind: str = "docker"
+
+
 class HostRecord(msgspec.Struct):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
-    streams gathered, and what a salvage gathered without its daemon."""
+    streams gathered, what a salvage gathered without its daemon, and where a container
+    host was placed (None for other hosts)."""
 
     address: str = ""
     daemon_pid: int | None = None
     clock: Clock | None = None
     streams: list[str] = []
     salvaged: Salvage | None = None
+    placement: Placement | None = None
 
 
 class ComponentEnd(msgspec.Struct):

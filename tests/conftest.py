@@ -246,6 +246,33 @@ def _install_netspec(host: Any) -> None:
             remote.conn.close()
 
 
+@pytest.fixture(scope="session")
+def docker_image() -> Iterator[str]:
+    """netspec's image of this build in this machine's Docker engine, made once (its base
+    from this machine's Debian packages, netspec from this session's wheels) and kept: the
+    engine caches it by its content's hash, so later sessions of the same source find it.
+    Skips where no engine answers (start dockerd: .ci/run does)."""
+    try:
+        import docker
+        from netspec.controller.hosts.docker import engine_client
+        from netspec.controller.hosts.images import build
+        from netspec.protocol.errors import ConnectionLost
+    except ImportError as exc:
+        pytest.skip(f"no Docker SDK: {exc}")
+    try:
+        client = engine_client(None)
+    except ConnectionLost as exc:
+        pytest.skip(str(exc))
+    try:
+        with mock.patch.dict(os.environ, {"NETSPEC_CACHE": str(_wheel_cache())}):
+            tag = build(client, lambda said: print(f"docker_image: {said}"))
+    except docker.errors.DockerException as exc:
+        raise AssertionError(f"building netspec's image failed: {exc}") from exc
+    finally:
+        client.close()
+    yield tag
+
+
 @pytest.fixture
 def ssh_env(nethosts: list, monkeypatch: pytest.MonkeyPatch) -> list:
     """The session's namespaced hosts as ssh aliases netspec-h1.., for this process and

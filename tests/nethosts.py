@@ -13,6 +13,13 @@ choosing a subnet happen under one lock, and every set is listed in /run/netspec
 with its owner's pid: a set whose owner died (a test suite killed by SIGKILL) is removed by
 the next `up`. A set built from the command line has no owner and stays until `down`.
 
+Traffic between the hosts crosses the bridge, which with br_netfilter goes through
+iptables' FORWARD chain: where dockerd set its policy to DROP, that traffic is cut. So
+`up` allows the bridge's own forwarding by rules commented `netspec-nethosts-P`, in
+DOCKER-USER where it exists (dockerd keeps that chain first in FORWARD) or else in FORWARD,
+and `down` removes them; where iptables is missing, it says so if the bridge does not
+forward.
+
 The state directory (default /tmp/netspec-hosts-P) holds the hosts' keys and sshd configs,
 a client key that every host accepts, a known_hosts file, an ssh_config naming the hosts
 netspec-h1.. (point NETSPEC_SSH_CONFIG at it) and home/, the home directory of the set's
@@ -30,6 +37,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -293,6 +301,7 @@ def _build(hs: HostSet, count: int) -> list[NetHost]:
     _run("ip", "link", "add", hs.bridge, "type", "bridge")
     _run("ip", "addr", "add", f"{hs.subnet}.1/24", "dev", hs.bridge)
     _run("ip", "link", "set", hs.bridge, "up")
+    allow_forwarding(hs)
     hosts = [hs.host(i) for i in range(1, count + 1)]
     for h in hosts:
         add(h)
@@ -301,6 +310,51 @@ def _build(hs: HostSet, count: int) -> list[NetHost]:
     for h in hosts:
         start_and_check(h)
     return hosts
+
+
+FORWARD_CHAINS = ("DOCKER-USER", "FORWARD")
+
+
+def rule_comment(prefix: str) -> str:
+    return f"netspec-nethosts-{prefix}"
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True)
+
+
+def forward_chain() -> str | None:
+    """Where the set's rules go: DOCKER-USER if dockerd made it, else FORWARD (None: no iptables)."""
+    if shutil.which("iptables") is None:
+        return None
+    return next(c for c in FORWARD_CHAINS if c == "FORWARD" or _iptables("-S", c).returncode == 0)
+
+
+def allow_forwarding(hs: HostSet) -> None:
+    """Accept what crosses the set's bridge, in and out, ahead of whatever dockerd put there."""
+    chain = forward_chain()
+    if chain is None:
+        policy = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if policy.is_file() and policy.read_text().strip() == "1":
+            print(f"nethosts: no iptables to allow bridge {hs.bridge}'s forwarding: if FORWARD's policy is "
+                  "DROP (dockerd sets it), its hosts cannot reach each other", file=sys.stderr)
+        return
+    for direction in ("-i", "-o"):
+        _run("iptables", "-w", "5", "-I", chain, direction, hs.bridge, "-m", "comment",
+             "--comment", rule_comment(hs.prefix), "-j", "ACCEPT")
+
+
+def forwarding_rules(prefix: str) -> list[tuple[str, str]]:
+    """(chain, rule) of every rule named for the set, as `iptables -S` shows it."""
+    if shutil.which("iptables") is None:
+        return []
+    return [(chain, line) for chain in FORWARD_CHAINS for line in _iptables("-S", chain).stdout.splitlines()
+            if line.startswith("-A ") and rule_comment(prefix) in shlex.split(line)]
+
+
+def remove_forwarding(prefix: str) -> None:
+    for chain, line in forwarding_rules(prefix):
+        _iptables("-D", chain, *shlex.split(line)[2:])
 
 
 def add(h: NetHost) -> None:
@@ -391,6 +445,7 @@ def _down_locked(prefix: str, state: Path) -> None:
         if name.startswith(f"{prefix}h") and name[len(prefix) + 1:].isdigit():
             remove(hs.host(int(name[len(prefix) + 1:])))
     subprocess.run(["ip", "link", "del", hs.bridge], capture_output=True)
+    remove_forwarding(prefix)
     shutil.rmtree(state, ignore_errors=True)
     (REGISTRY / f"{prefix}.json").unlink(missing_ok=True)
 

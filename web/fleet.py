@@ -3,9 +3,9 @@ slowest participants named, and the timeline's hosts folded into a row per group
 FOLD_HOSTS hosts (a group expanded on request). What the first screen of a run at 300 hosts
 answers: did it work, and where did the time go.
 
-Groups are the experiment's host groups where run.json's plan has them; else hosts are grouped
-by their name without its trailing number (`web-017` is in `web`), and a fleet whose names
-share no stem is one group.
+Groups are the experiment's host groups (run.json's plan); the hosts no group declares are
+grouped by their name without its trailing number (`web-017` is in `web`), and hosts whose
+names share no stem are one group.
 """
 
 from __future__ import annotations
@@ -37,24 +37,23 @@ _STEM = re.compile(r"[-_.]?\d+$")
 def groups(record: RunRecord) -> dict[str, list[str]]:
     """Group name -> its hosts, in name order; every host in exactly one group."""
     hosts = record.host_names
-    declared = getattr(record.plan, "groups", None) if record.plan is not None else None
+    declared = record.plan.groups if record.plan is not None else {}
     out: dict[str, list[str]] = {}
     placed: set[str] = set()
-    if declared:
-        for name, members in sorted(declared.items()):
-            mine = [h for h in members if h in hosts and h not in placed]
-            placed.update(mine)
-            if mine:
-                out[name] = mine
-        for h in hosts:
-            if h not in placed:
-                out.setdefault("ungrouped", []).append(h)
-        return out
+    for name, members in sorted(declared.items()):
+        mine = [h for h in members if h in hosts and h not in placed]
+        placed.update(mine)
+        if mine:
+            out[name] = mine
+    by_stem: dict[str, list[str]] = {}
     for h in hosts:
-        out.setdefault(_STEM.sub("", h) or h, []).append(h)
-    if len(out) == len(hosts):  # no two hosts share a stem: one group
+        if h not in placed:
+            by_stem.setdefault(_STEM.sub("", h) or h, []).append(h)
+    if len(by_stem) == len(hosts) - len(placed) and not out:  # no two hosts share a stem: one group
         return {"all": list(hosts)} if hosts else {}
-    return dict(sorted(out.items()))
+    if len(by_stem) == len(hosts) - len(placed) and by_stem:  # the hosts no group declares
+        by_stem = {"ungrouped": [h for hs in by_stem.values() for h in hs]}
+    return dict(sorted({**by_stem, **out}.items()))
 
 
 def group_of(record: RunRecord) -> dict[str, str]:

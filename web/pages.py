@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 import msgspec
 import numpy as np
+from netspec.analysis.provenance import placed
 from netspec.analysis.resultset import read_summary
 from netspec.analysis.units import duration_text, rate_text
 from netspec.protocol.names import NAME
@@ -30,6 +31,7 @@ STATIC = HERE / "static"
 # What a run page offers to download, relative to the run directory.
 DOWNLOADS = ("experiment.yaml", "run.json", "merged/summary.json", "merged/trace.json",
              "merged/narration.txt", "merged/report.html")
+PLACED_WHOLE = 8  # container hosts a run page's placement block names each with its container
 
 
 @functools.cache
@@ -155,6 +157,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "exits": exits(record), "checks": checks(path, record),
         "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
         "cut_short": record.cut_short_texts(), "overview": fleet.overview(record),
+        "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled,
                  "follow": follows(record, merged)}}
 

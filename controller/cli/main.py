@@ -20,7 +20,7 @@ from ..engine import summary
 from ..engine.runner import MergeInterrupted
 from ..engine.terminal import print_lines
 from ..experiment.campaignfile import CAMPAIGNS
-from . import running, runs
+from . import images, running, runs
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -111,6 +111,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     for p in (run, demo, ls, show, fetch, collect, export, import_, results, report, resume, rerun,
               serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
+    images.add_parser(command)
     args = parser.parse_args(argv)
     if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
         args.campaigns = args.runs / CAMPAIGNS
@@ -123,7 +124,7 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "rerun": running.cmd_rerun, "dump": runs.cmd_dump, "ls": runs.cmd_ls, "show": runs.cmd_show,
             "fetch": runs.cmd_fetch, "collect": runs.cmd_collect, "export": runs.cmd_export,
             "import": runs.cmd_import, "results": runs.cmd_results, "report": runs.cmd_report,
-            "serve": runs.cmd_serve}
+            "serve": runs.cmd_serve, "image": images.cmd_image}
 
 
 def main(argv: list[str] | None = None) -> int:

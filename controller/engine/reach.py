@@ -37,10 +37,15 @@ FAN_OUT = 32  # hosts reached at once
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
-              keep_daemons: bool = False) -> Host:
+              keep_daemons: bool = False, run_id: str = "", key: bytes = b"") -> Host:
     """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
-    the run."""
+    the run, and keeps a container host's container; a container host's names carry
+    `run_id`, and `key` is copied into it."""
+    if spec.docker:
+        from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
+
+        return DockerHost(spec, run_id, key, keep=keep_daemons)
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 
@@ -54,11 +59,11 @@ class Fleet:
     end (finish.py)."""
 
     def __init__(self, plan: Plan, forks: DaemonForks, key: bytes, accept_new_host_keys: bool = False,
-                 keep_daemons: bool = False, share_hosts: bool = False):
+                 keep_daemons: bool = False, share_hosts: bool = False, run_id: str = ""):
         self.plan, self.key = plan, key
         self.share_hosts = share_hosts  # set up beside another run a host's daemon holds
-        self.hosts: dict[str, Host] = {h.name: make_host(h, forks, accept_new_host_keys, keep_daemons)
-                                       for h in plan.hosts}
+        self.hosts: dict[str, Host] = {
+            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, key) for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)
                               if plan.fan_out else None)
@@ -106,7 +111,8 @@ class Fleet:
                 rundir.write_json(rundir.host_dir(name) / "facts.json", hello.facts)
                 self.facts[name] = hello.facts
                 self.addresses[name] = self.hosts[name].reachable_at(hello.facts)
-                rundir.record.hosts[name] = HostRecord("{}:{}".format(*address), hello.pid)
+                rundir.record.hosts[name] = HostRecord("{}:{}".format(*address), hello.pid,
+                                                       placement=self.hosts[name].placement())
                 specs = [c.wire() for c in plan.host_components(name)]
                 placed = await self.hosts[name].place([c.program for c in specs if c.program is not None])
                 components = [msgspec.structs.replace(c, program=placed[c.program]) if c.program is not None

@@ -40,7 +40,7 @@ class Run:
                  accept_new_host_keys: bool = False, keep_daemons: bool = False, share_hosts: bool = False):
         self.plan, self.rundir, self.progress = plan, rundir, progress
         self.forks = DaemonForks()
-        self.fleet = Fleet(plan, self.forks, key, accept_new_host_keys, keep_daemons, share_hosts)
+        self.fleet = Fleet(plan, self.forks, key, accept_new_host_keys, keep_daemons, share_hosts, rundir.id)
         self.results = {c.name: ComponentResult(c.host, c.name, c.argv)
                         for c in plan.components}
         self.now = Underway()

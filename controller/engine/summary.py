@@ -12,6 +12,7 @@ from netspec.protocol.messages import worst_status
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import MERGED, HostRecord, RunRecord
 from netspec.protocol.runrecord import Step as StepRecord
+from netspec.protocol.runrecord import StepHost as StepHostRecord
 
 from ..record.progress import Progress
 from .release import began_ns as release_began
@@ -106,27 +107,62 @@ def _more_ok(count: int, slowest: list[tuple[float, str]], listed: int) -> str:
     return f"{'and ' if listed else ''}{count}{' more' if listed else ''} ok (slowest {named})"
 
 
-def _step_hosts(step: StepRecord, only: str | None) -> str:
+def _host_state(step: StepRecord, info: StepHostRecord) -> tuple[str, float | None] | None:
+    """How a host did in a step (ok, WARN, FAIL, waiting, ended, skipped) and how long it
+    took; None for a host the step neither sent to nor heard of."""
+    comps = info.components
+    # A component still in the step when the run failed, ended with it, is no failure;
+    # nor is one skipped there, having left the run in an earlier step (said there).
+    live = [c.status for c in comps.values() if c.outcome not in ("ended", "skipped")]
+    quiet = "ended" if any(c.outcome == "ended" for c in comps.values()) else "skipped"
+    worst = worst_status(live) if live or not comps else quiet
+    if info.done_ns is not None and info.sent_ns is not None:
+        return MARK.get(worst, worst), (info.done_ns - release_began(step, info.sent_ns)) / 1e9
+    if comps or info.sent_ns is not None:
+        return ("waiting" if not comps else MARK.get(worst, worst)), None
+    return None
+
+
+def _step_hosts(step: StepRecord, only: str | None, groups: dict[str, list[str]] | None = None) -> str:
+    """The step's hosts: those that did not do well and the first LISTED_OK that did by
+    name, the rest counted; a group's hosts (`groups`) as one n/N cell each."""
+    grouped = {h for members in (groups or {}).values() for h in members} if only is None else set()
     parts, rest = [], []
     for host, info in step.hosts.items():
-        if only is not None and host != only:
+        state = _host_state(step, info) if only in (None, host) and host not in grouped else None
+        if state is None:
             continue
-        comps = info.components
-        # A component still in the step when the run failed, ended with it, is no failure;
-        # nor is one skipped there, having left the run in an earlier step (said there).
-        live = [c.status for c in comps.values() if c.outcome not in ("ended", "skipped")]
-        quiet = "ended" if any(c.outcome == "ended" for c in comps.values()) else "skipped"
-        worst = worst_status(live) if live or not comps else quiet
-        if info.done_ns is not None and info.sent_ns is not None:
-            took = (info.done_ns - release_began(step, info.sent_ns)) / 1e9
-            if worst == "ok" and len(parts) >= LISTED_OK:
-                rest.append((took, host))
-            else:
-                parts.append(f"{host} {MARK.get(worst, worst)} {seconds(took)}")
-        elif comps or info.sent_ns is not None:
-            parts.append(f"{host} {'waiting' if not comps else MARK.get(worst, worst)}")
+        mark, took = state
+        if took is not None and mark == "ok" and len(parts) >= LISTED_OK:
+            rest.append((took, host))
+        else:
+            parts.append(f"{host} {mark}" + (f" {seconds(took)}" if took is not None else ""))
     more = _more_ok(len(rest), rest, len(parts))
-    return ", ".join([*parts, more] if more else parts)
+    cells = [*parts, more] if more else parts
+    if grouped:
+        cells += [cell for group, members in (groups or {}).items()
+                  if (cell := _group_cell(step, group, members))]
+    return ", ".join(cells)
+
+
+def _group_cell(step: StepRecord, group: str, members: list[str]) -> str:
+    """A group's hosts in a step: how many of those in it did well, those that did not
+    named (the first LISTED_OK), and the slowest that did."""
+    states = {h: s for h in members if h in step.hosts and (s := _host_state(step, step.hosts[h]))}
+    if not states:
+        return ""
+    ok = sorted(((took or 0.0, h) for h, (mark, took) in states.items() if mark == "ok"), reverse=True)
+    bad = [f"{h} {mark}" for h, (mark, _) in states.items() if mark != "ok"]
+    return f"{group} {len(ok)}/{len(states)} ok ({_named(bad, ok, 'not ok')})"
+
+
+def _named(bad: list[str], good: list[tuple[float, str]], how: str) -> str:
+    """A group's members that did not do well, the first LISTED_OK by name, and the
+    SLOWEST of those that did (`good`, slowest first)."""
+    said = [*bad[:LISTED_OK], *([f"{len(bad) - LISTED_OK} more {how}"] if len(bad) > LISTED_OK else [])]
+    if good:
+        said.append("slowest " + ", ".join(f"{name} {seconds(s)}" for s, name in good[:SLOWEST]))
+    return "; ".join(said)
 
 
 def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[str]:
@@ -139,13 +175,15 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
              f"{seconds(record.duration_s)}", f"  dir: {path}"]
     lines.append(f"  {'step':<16} {'status':<8} {'time':>8} {'skew':>8}  hosts")
     unsaid = 0
+    plan = record.plan
+    groups = plan.groups if plan is not None else {}
     for step in record.steps:
         release = step.release
         headline = release.headline_ns
         skew = seconds(headline / 1e9) if headline is not None else "-"
         phase = step.phase + (" (at)" if release.mode == "at" else "")
         lines.append(f"  {phase:<16} {step.status:<8} "
-                     f"{seconds(step.duration_s):>8} {skew:>8}  {_step_hosts(step, only)}")
+                     f"{seconds(step.duration_s):>8} {skew:>8}  {_step_hosts(step, only, groups)}")
         if release.mode == "at" and (said := release_text(release)):
             lines.append(f"  {'':<16} {said}")  # the programs' skew beside the daemons', and what went wrong
         elif troubles := release.troubles():
@@ -162,6 +200,7 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
     if unsaid:
         lines.append(f"  {unsaid} messages of ok acks not shown (ns_control show --host HOST)")
     lines.extend(_clock_lines(hosts, record.clock_reference, many))
+    lines.extend(_placement_lines(record, hosts, not many))
     streams = {h: len(info.streams) for h, info in hosts.items() if info.streams}
     if streams and many:
         lines.append(f"  streams: {sum(streams.values())} files from {len(streams)} hosts "
@@ -171,6 +210,10 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
         lines.append(f"  streams: {counts} (narrate: ns_control dump {path}/hosts)")
     components = {name: info for name, info in sorted(record.components.items())
                   if only in (None, name.partition("/")[0])}
+    component_groups = plan.component_groups if plan is not None and only is None else {}
+    if component_groups:
+        grouped = _component_group_lines(record, component_groups, lines)
+        components = {n: i for n, i in components.items() if n not in grouped}
     if components:
         lines.append("  components:")
         # At fleet scale the first LISTED_OK of those that ended badly and of those that
@@ -192,6 +235,36 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
         for text in [error.message, *error.causes]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]
+
+
+def _component_group_lines(record: RunRecord, groups: dict[str, list[str]], lines: list[str]) -> set[str]:
+    """Each group component's components as one line of `lines`: how many exited 0, those
+    that did not named (the first LISTED_OK), and the slowest; the HOST/COMPONENT keys of
+    run.json's components said so."""
+    lines.append("  component groups:")
+    hosts = {c.name: c.host for c in record.plan.components} if record.plan else {}
+    said_here: set[str] = set()
+    for group, members in groups.items():
+        keys = {m: f"{hosts.get(m)}/{m}" for m in members}
+        said_here.update(keys.values())
+        ends = {m: info for m, key in keys.items() if (info := record.components.get(key))}
+        good = sorted(((i.duration_s or 0.0, m) for m, i in ends.items() if i.returncode == 0), reverse=True)
+        bad = [f"{m} {_ended(i.returncode)}" for m, i in ends.items() if i.returncode != 0]
+        said = _named(bad, good, "not exit 0")
+        unended = len(members) - len(ends)
+        lines.append(f"    {group:<24} {len(good)}/{len(members)} exit 0" + (f", {unended} not ended"
+                     if unended else "") + (f" ({said})" if said else ""))
+    return said_here
+
+
+def _placement_lines(record: RunRecord, hosts: dict[str, HostRecord], whole: bool) -> list[str]:
+    """Where each container host ran (provenance's `placed`): the hosts placed alike on one
+    line; with `whole` (a few hosts, or one host's detail), a line each with its container,
+    network and cgroup too."""
+    from netspec.analysis.provenance import placed
+
+    rows = placed(record, whole, set(hosts), LISTED_OK)
+    return ["  placement:", *(f"    {names}: {text}" for names, text in rows)] if rows else []
 
 
 def _ended(code: int) -> str:

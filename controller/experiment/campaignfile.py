@@ -11,6 +11,7 @@ import yaml
 from netspec.analysis.predicate import check_predicate
 
 from .declared import close_to, listing, of_components
+from .groups import check_host_axis, host_setting, with_host_setting
 from .model import DEFAULT_HOST, Campaign, Component, Hook, Host
 from .sourcefile import Path_, SourceFile, suggest
 
@@ -34,6 +35,8 @@ def with_point(data: dict[str, Any], point: dict[str, Any]) -> None:
     for key in CAMPAIGN_KEYS:
         data.pop(key, None)
     for key, value in point.items():
+        if with_host_setting(data, key, value):
+            continue
         component, _, param = key.rpartition(".")
         spec = data["components"][component]
         spec["params"] = {**(spec.get("params") or {}), param: value}
@@ -133,12 +136,19 @@ def _check_metric(src: SourceFile, metric: str, data: dict[str, Any],
 
 
 def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
-                components: tuple[Component, ...]) -> Campaign:
+                components: tuple[Component, ...], written: dict[str, Any] | None = None) -> Campaign:
+    """The campaign of `data` (its groups expanded; `written`, the file as written, whose
+    components and hosts, groups among them, the sweep names)."""
+    written = written or data
     sweep = data.get("sweep") or {"params": {}}
     axes = {}
     for key, spec in sweep["params"].items():
         with src.checking():
-            axes[key] = _sweep_axis(src, key, spec, data["components"])
+            if host_setting(key) is not None:
+                axes[key] = sweep_values(spec)
+                check_host_axis(src, written, key, axes[key])
+            else:
+                axes[key] = _sweep_axis(src, key, spec, written["components"])
     if sweep.get("mode") == "zip" and len({len(v) for v in axes.values()}) > 1:
         lengths = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
         src.error(f"zip takes lists of one length ({lengths})", ("sweep", "mode"))

@@ -8,19 +8,23 @@ into "file:line: key: message".
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from netspec.analysis.graph import GraphError, check_node
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError
 from netspec.protocol.messages import NODE
+from netspec.protocol.runplan import DockerSpec
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
+from .groups import Groups, expand
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -87,18 +91,23 @@ def parse(text: str, path: Path, programs: dict[str, str] | None = None, *,
         # Resolved from the campaign file's own data, so that every line cited is its line.
         text = point_text(text, point)
         with_point(data, point)
+    groups = Groups()
     try:
-        plan = _resolve(src, data, path, programs or {}, text)
+        expanded, groups = expand(src, data)
+        plan = _resolve(src, expanded, path, programs or {}, text, data, groups)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError):
         # A check tripped over a shape the schema rejected, and that error is recorded.
         if not src.errors:
             raise
+    groups.named(src)
     src.raise_errors()
-    return plan
+    return dataclasses.replace(plan, warnings=tuple(src.warnings)) if groups.hosts else plan
 
 
 def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[str, str],
-             text: str) -> Plan:
+             text: str, written: dict[str, Any], groups: Groups) -> Plan:
+    """The plan of `data` (its groups expanded; `written`, the file as written, for the
+    sweep's checks)."""
     hosts = _hosts(src, data)
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
@@ -111,9 +120,9 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
     analysis = data.get("analysis") or {}
-    pairs = _pairs(src, analysis.get("pairs", {}), names)
+    pairs = _pairs(src, analysis.get("pairs", {}), [*names, *groups.components])
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
-    campaign = (src.checked(campaign_of, src, data, hosts, components)
+    campaign = (src.checked(campaign_of, src, data, hosts, components, written)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
     return Plan(data["experiment"], path.resolve(), text,
@@ -121,7 +130,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"))
+                data.get("fan_out"), groups.hosts, groups.components)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:
@@ -188,7 +197,19 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
         if spec and "ssh" in spec:
             with src.checking():
                 _check_ssh(src, name, spec["ssh"])
-    return {name: Host(name, **(spec or {})) for name, spec in given.items()}
+        if spec and "docker" in spec and ("address" in spec or "ssh" in spec):
+            with src.checking():
+                src.error("a docker host is reached through its engine: give 'docker', not 'address' "
+                          "or 'ssh'", ("hosts", name))
+    return {name: _host(name, spec or {}) for name, spec in given.items()}
+
+
+def _host(name: str, spec: dict[str, Any]) -> Host:
+    if spec.get("docker") is None:
+        return Host(name, **spec)
+    given = {k: tuple(v) if k == "cap_add" else v for k, v in spec["docker"].items()}
+    docker = msgspec.convert(given, DockerSpec)
+    return Host(name, **{**spec, "docker": docker})
 
 
 def _check_ssh(src: SourceFile, host: str, target: str) -> None:

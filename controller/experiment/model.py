@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
-from netspec.protocol.runplan import PlanRecord
+from netspec.protocol.runplan import DockerSpec, PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -20,13 +20,15 @@ DEFAULT_DEADLINE_S = 60.0
 
 @dataclass(frozen=True)
 class Host:
-    """A logical host: a local daemon (neither set), one at `address`, or one over `ssh`."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
+    a container (`docker`: the same record run.json's plan keeps)."""
 
     name: str
     address: str | None = None
     ssh: str | None = None
     accept_new_host_key: bool = False
     python: str = "python3"
+    docker: DockerSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,10 @@ class Plan:
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
+    # A host group's name -> its hosts, a group component's -> its components (groups.py):
+    # what takes a name (link conditions, show, the browser) resolves a group's through them.
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    component_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -191,7 +197,8 @@ class Plan:
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out}
+                    "fan_out": self.fan_out, "groups": self.groups,
+                    "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)
 
     def filter_files(self) -> list[str]:

@@ -67,7 +67,8 @@ def crate(run: Path, record: RunRecord) -> dict[str, Any]:
         facts = run / "hosts" / name / "facts.json"
         hosts.append({"@id": f"#host-{name}", "@type": "Thing", "name": f"host {name}",
                       **({"subjectOf": {"@id": f"hosts/{name}/facts.json"}} if facts.is_file() else {}),
-                      **({"clock": msgspec.to_builtins(info.clock)} if info.clock else {})})
+                      **({"clock": msgspec.to_builtins(info.clock)} if info.clock else {}),
+                      **({"placement": msgspec.to_builtins(info.placement)} if info.placement else {})})
     software = [{"@id": f"#{name}", "@type": "SoftwareApplication", "name": name, "version": version}
                 for name, version in sorted(record.versions.items())]
     root = {"@id": "./", "@type": "Dataset", "name": f"netspec run {record.id} of {record.experiment}",

@@ -64,6 +64,10 @@ def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SS
         return functools.partial(host.run_files, record.id)
     if spec.address:
         return lambda: None
+    if spec.docker:
+        from ..hosts.docker import DockerHost  # the Docker SDK loads only for a run with docker hosts
+
+        return functools.partial(DockerHost(spec, record.id, b"").run_files, record.id)
     return functools.partial(_local_files, record, spec.name)
 
 

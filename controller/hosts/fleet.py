@@ -31,6 +31,7 @@ from netspec.protocol.errors import (
     RemoteError,
 )
 from netspec.protocol.names import safe_name
+from netspec.protocol.runrecord import Placement
 
 from ..experiment.model import Host as HostSpec
 from .forks import DaemonForks
@@ -221,6 +222,11 @@ class Host(abc.ABC):
     def reachable_at(self, facts: dict[str, Any]) -> str:
         """The address other hosts of the run reach this one at (its daemon's `facts`)."""
         return "127.0.0.1"
+
+    def placement(self) -> Placement | None:
+        """Where the host was placed, for run.json (a container host's; None for others).
+        Known once `start` returned."""
+        return None
 
     def run_files(self, run_id: str) -> RunFiles | None:
         """For a host whose daemon is lost: end what is left of the run there (its

@@ -23,7 +23,8 @@ LOST_AT_BACKUP2 = range(90, 100)  # backup2 never got these: starts with one end
 STRAYS = range(1000, 1005)  # backup1 logs tags the primary never sent: ends without a start
 
 
-def replicated_run(tmp_path: Path, pairs: dict[str, dict]) -> Path:
+def replicated_run(tmp_path: Path, pairs: dict[str, dict],
+                   groups: dict[str, list[str]] | None = None) -> Path:
     """A run directory: host p's primary sends WRITES writes, hosts b1 and b2's backups apply
     them after their LATENCY (all on one clock: each host's own, no fit)."""
     run = tmp_path / "run"
@@ -37,7 +38,8 @@ def replicated_run(tmp_path: Path, pairs: dict[str, dict]) -> Path:
     write_stream(run / "hosts" / "b2" / "streams", "b2", "backup2", applied2)
     (run / "run.json").write_text(json.dumps({
         "format": 1, "id": "r", "experiment": "replication", "status": "ok",
-        "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": {"pairs": pairs}},
+        "plan": {"source": str(tmp_path / "exp.yaml"), "analysis": {"pairs": pairs},
+                 "component_groups": groups or {}},
         "hosts": {}, "steps": []}))
     return run
 
@@ -102,3 +104,12 @@ def test_the_graphs_pair_filter_matches_every_end_too_and_says_what_it_left_unma
     assert run_graph(db, graph, run / "merged", tmp_path, T0, {}, trusted=()) == [
         "analysis node legs: pair legs: 5 of 195 ends had no start"]
     assert db.execute("SELECT count(*) FROM legs").fetchone() == (2 * WRITES - len(LOST_AT_BACKUP2),)
+
+
+def test_a_pair_s_component_filter_naming_a_group_component_counts_each_of_its_components(tmp_path):
+    pair = {"start": "KV/replicate", "end": "KV/applied", "end_component": "backup"}
+    run = replicated_run(tmp_path, {"to_backups": pair}, {"backup": ["backup1", "backup2"]})
+    merge_run(run)
+    rows = duckdb.sql(f"""SELECT end_component, count(*) FROM '{run}/merged/intervals.parquet'
+                          WHERE name = 'to_backups' GROUP BY ALL ORDER BY 1""").fetchall()
+    assert rows == [("backup1", WRITES), ("backup2", WRITES - len(LOST_AT_BACKUP2))]

@@ -46,7 +46,7 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         assert grid["finish"][2] == "11/12", grid  # web-03 raised (db-2 was skipped, out since work)
         # the failed and the slowest named, on the first screen
         failed = driver.find_element(By.ID, "failed-list").text
-        assert "web-03/xweb03 error in finish" in failed and "db-2/xdb2 killed in work" in failed, failed
+        assert "web-03/xweb03 error in finish" in failed and "db-2/xdb2 missed its deadline in work" in failed, failed
         slow = driver.find_element(By.ID, "slow-list").text
         assert "web-07/xweb07" in slow and "in soak" in slow, slow
         assert _in_first_screen(driver, "#named")

@@ -119,3 +119,21 @@ def test_a_campaign_refuses_to_count_runs_on_unlike_hosts_as_repetitions(tmp_pat
     kernels = r"host a kernel: 6.18.44 -> 6.1.0; host b kernel: 6.18.44 -> 6.1.0$"
     with pytest.raises(UnlikeRuns, match=kernels):
         check_repetitions("client.size=64", runs)
+
+
+def test_hosts_placed_otherwise_alike_are_said_on_one_line_and_a_container_s_own_names_are_no_difference():
+    def fleet(cpus: float, run: str) -> dict:
+        record = stored()
+        record["hosts"] = {f"peers-{i}": {"placement": {
+            "engine": "local", "node": "vm", "image": "netspec:1", "image_id": "sha256:" + "ab" * 32,
+            "container_id": f"{run}{i}" * 8, "container": f"netspec-{run}-peers-{i}", "created": True,
+            "network": f"netspec-{run}", "limits": {"cpus": cpus, "cap_add": ["NET_ADMIN"]},
+            "cgroup": f"/docker/{run}{i}", "cgroup_version": 1}} for i in range(1, 6)}
+        return record
+
+    assert differences(typed(fleet(0.5, "a")), typed(fleet(0.5, "b"))) == []  # a repetition counts
+    (said,) = differences(typed(fleet(0.5, "a")), typed(fleet(1.0, "b")))
+    where = "docker engine local, node vm, image netspec:1 (abababababab), cpus {}, memory unlimited, " \
+            "cap_add NET_ADMIN, cgroup v1"
+    assert said == (f"hosts peers-1, peers-2, peers-3 and 2 more (5) placement: {where.format('0.5')} -> "
+                    f"{where.format('1')}")
