@@ -130,7 +130,7 @@ def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], lis
     with: hosts on one kernel each see the whole machine's CPUs, not their own."""
     cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
     notes = [f"hosts {', '.join(group)} share one kernel (namespaces or containers of one machine of "
-             f"{_cpus_text(cpus, group)}): the CPU figure of each is the whole machine's, not its own"
+             f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
              for group in shared_kernels(facts)]
     return cpus, notes
 
