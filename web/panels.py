@@ -118,6 +118,8 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
     plot_px = max(HEAT_MIN_PLOT_PX, HEAT_ROW_PX * len(hosts))
     return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
                       "colorscale": HEAT_SCALE, "zmin": 0,
+                      # a heatmap of zeros is pale throughout (not a scale of -0.5 to 0.5)
+                      "zmax": max((v for _, _, _, v in rows if v is not None), default=0) or 1,
                       "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
                                    "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
@@ -133,7 +135,7 @@ def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], lis
     with: hosts on one kernel each see the whole machine's CPUs, not their own."""
     cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
     notes = [f"hosts {', '.join(group)} share one kernel (namespaces or containers of one machine of "
-             f"{_cpus_text(cpus, group)}): the CPU figure of each is the whole machine's, not its own"
+             f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
              for group in shared_kernels(facts)]
     return cpus, notes
 

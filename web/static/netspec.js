@@ -101,8 +101,22 @@ const netspec = (() => {
     // The container holds the figure's height: a responsive plot takes its container's size,
     // and a container of no height of its own would shrink it to nothing on a resize.
     if (figure.layout && figure.layout.height) el.style.height = `${figure.layout.height}px`;
+    fitted.observe(el);
     return Plotly.react(el, figure.data, figure.layout, config);
   }
+
+  // A plot follows its container's width whatever changed it (the window, a scroll bar that
+  // came with a taller page, a section opened), not only the window's resize plotly.js hears.
+  const widths = new WeakMap();
+  const fitted = new ResizeObserver((entries) => {
+    for (const e of entries) {
+      const width = Math.round(e.contentRect.width);
+      if (widths.get(e.target) === width) continue;
+      const first = !widths.has(e.target);
+      widths.set(e.target, width);
+      if (!first && e.target.layout && width > 0) Plotly.Plots.resize(e.target);
+    }
+  });
 
   async function unclutter(id) {
     // Every step's name over the timeline, each as drawn: a name that would run into one to
