@@ -5,6 +5,7 @@
     intervals.parquet interval records, and the experiment's cross-host pairs
     clock.parquet     each host's clock fit: offset and bounds at every knot
     phases.parquet    when each component entered and finished each step, globally
+    links.parquet     the link audit: per link and step, configured against achieved (links.py)
     rates.parquet, usage.parquet, workload.parquet, states.parquet   derived (derive.py)
     trace.json        the timeline for ui.perfetto.dev
     narration.txt     the timeline in words
@@ -34,6 +35,8 @@ from netspec.protocol.runrecord import MERGED, RunRecord, Step, read_run
 
 from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
 from .graph import run_graph
+from .links import configured_links, write_links
+from .links import lines as link_lines
 from .narrate import write_narration
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .provenance import host_facts, shared_kernels
@@ -89,6 +92,7 @@ class ResultSet:
     workloads: list[Workload] = field(default_factory=list)
     shared_kernel: list[list[str]] = field(default_factory=list)  # CAMP-sampled hosts on one kernel
     plots: list[Path] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # the link audit's lines (links.lines), if the run has one
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
@@ -174,6 +178,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     write_clock(out / "clock.parquet", fits)
     write_phases(out / "phases.parquet", record.steps, fits)
     db = open_tables(out)
+    audit = write_links(db, out / "links.parquet", configured_links(record))
+    result.warnings += audit.warnings()
     groups = record.plan.component_groups if record.plan is not None else {}
     result.intervals, result.causality = write_intervals(db, out, record.pairs, groups)
     result.pairs = [pair_counts(db, "events", _params(name, p, groups)) for name, p in record.pairs.items()]
@@ -188,6 +194,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.shared_kernel = camp_on_one_kernel(db, shared_kernels(host_facts(run, record.hosts)))
     result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
+    result.links = link_lines(db)
     origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
     if trace.truncated:

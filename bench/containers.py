@@ -44,7 +44,7 @@ from typing import Any
 from barrier import percentile
 from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
-from netspec.controller.hosts.docker import engine_client
+from netspec.controller.hosts.engines import engine_client
 from netspec.controller.hosts.images import build
 from netspec.controller.record.progress import Progress
 from netspec.controller.record.rundir import RunDir

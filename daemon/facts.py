@@ -35,9 +35,21 @@ def _os_name() -> str:
     return platform.platform()
 
 
+DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # an address, or `hostname`: what it resolves to
+
+
 def host_address() -> str:
     """The address the controller reached this host at: the server side of the SSH
-    connection that started this daemon, or loopback for a local daemon."""
+    connection that started this daemon, or loopback for a local daemon; in a container
+    (controller/hosts/docker.py), the address its hostname has on the run's network."""
+    given = os.environ.get(DAEMON_ADDRESS_ENV, "")
+    if given == "hostname":
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+    if given:
+        return given
     parts = os.environ.get("SSH_CONNECTION", "").split()
     return parts[2] if len(parts) == 4 else "127.0.0.1"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 from netspec.clksync import packets
+from netspec.links import offer
 from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
@@ -276,14 +277,40 @@ async def clksync(session: Session, request: k.Clksync) -> k.Reply:
     key = request.key
     if len(key) < packets.KEY_BYTES:
         raise ProtocolError(f"clksync needs a probe key of at least {packets.KEY_BYTES} bytes")
+    services = own_run(session, "start clksync in").services
     if request.role == "serve":
         # Every host of the run must reach it, at addresses only they know; what keeps
         # others out is the key.
-        return k.ClksyncReply(port=clock.serve("0.0.0.0", key, kernel))
+        port = clock.serve("0.0.0.0", key, kernel)
+        services.clock_ports.add(port)  # never conditioned by the run's links
+        return k.ClksyncReply(port=port)
     assert request.peer is not None and request.address is not None  # a probe's (kinds.Clksync)
     assert request.port is not None and request.interval_ms is not None
+    services.clock_ports.add(request.port)
     clock.probe(request.peer, request.address, request.port, key, request.interval_ms / 1000, kernel)
     return k.Reply()
+
+
+async def links(session: Session, request: k.Links) -> k.Reply:
+    """The run's link conditions from this host (netspec.links): checked against what the
+    host offers (`check`: every condition the run will ask, at launch), or applied, the
+    reply saying when they were in effect on this host's clock and its estimate then.
+    A condition no backend here can apply is refused, naming the link and what is missing."""
+    sup = own_run(session, "set the link conditions of")
+    have = await asyncio.to_thread(offer)
+    link_set = sup.services.link_set(request.exclude_tcp, request.exclude_udp)
+    if request.check:
+        placements = link_set.place(request.rules)
+        sup.services.probe_links([])  # from launch on, every host of a link takes the audit's probes
+        return k.LinksReply(offer=have, placements=placements)
+    applied = await asyncio.to_thread(link_set.apply, request.rules)
+    sup.services.probe_links(request.rules)  # the audit's probes (netspec.links.probes) measure them
+    est = sup.services.clock.estimate(applied.applied_ns)
+    log.info("run %s: link conditions toward %s applied", sup.run_id,
+             ", ".join(r.peer for r in request.rules))
+    return k.LinksReply(offer=have, placements=applied.placements, began_ns=applied.began_ns,
+                        applied_ns=applied.applied_ns,
+                        clock=None if est is None else (est.offset_ns, est.bound_ns))
 
 
 async def tree(session: Session, request: k.Tree) -> k.Reply:
@@ -319,7 +346,7 @@ async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
 
 HANDLERS: dict[type[k.Request], Handler] = {
     k.Hello: hello, k.Setup: setup, k.End: end, k.Reset: reset, k.Files: files,
-    k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join,
+    k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join, k.Links: links,
 }
 # Requests answered as they are read, without a task of their own.
 INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], k.Reply]] = {k.Enter: enter}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from netspec.links import sweep
 from netspec.protocol.auth import load_or_create_key, netspec_home
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
@@ -48,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-file", type=Path, default=None,
                         help="write {port, pid} here once listening; removed at exit")
     parser.add_argument("--kill-run", metavar="RUN_ID", default=None,
-                        help="end every process left by that run (SIGTERM, then SIGKILL), then exit")
+                        help="end every process left by that run (SIGTERM, then SIGKILL) and remove its link "
+                             "conditions (its nftables table, iptables chain, htb qdiscs), then exit")
     parser.add_argument("--host", default="",
                         help="with --kill-run: only the processes of this host of the run")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.kill_run:
         end_run_processes(args.kill_run, KILL_GRACE_S, args.host)
+        # And its link conditions, found by the run's names (a daemon killed hard left them).
+        for removed in sweep(args.kill_run):
+            print(f"netspecd: removed the run's {removed}", file=sys.stderr)
         return 0
     # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
     # for the components, which inherit the mask.

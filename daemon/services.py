@@ -9,18 +9,31 @@ file creation.
 clksync (netspec.clksync.node) writes the `clksync` stream beside it from setup to collect,
 logging windows or not: the clock fit needs exchanges on both sides of every event.
 
+With `links:` in the experiment, the run's link conditions on this host (netspec.links'
+LinkSet: its rules, qdiscs and user-space queue) are made at the first `links` request and
+removed by `close`, whatever ended the run.
+
 With `services: camp:` the CAMP sampler (daemon.sampler) writes the `camp` stream during
 the logging windows: the node's counters at randomized instants.
+
+In a run with link conditions, the audit's probes (netspec.links.probes) write the `links`
+stream from the moment their targets are known to collect: `open_probes` binds their port
+at setup, `start_probes` sends to the peers this host has links to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from netspec.clksync.node import ClockService
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.links import Exclude, LinkSet
+from netspec.links.probes import LinkProbes, Target, probe_port
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.links import LinkRule
 from netspec.protocol.names import as_name
 
 from . import sampler
@@ -28,6 +41,7 @@ from .sampler import CampConfig, CampSampler
 
 NODE_STREAM = "netspecd"
 CLOCK_STREAM = "clksync"
+LINKS_STREAM = "links"
 DAEMON_FLUSH_MS = 1000
 
 
@@ -51,6 +65,31 @@ class NodeServices:
                         (camp.processes is None or n in camp.processes)]
         self.camp_streams = Datastreams()
         self.sampler: CampSampler | None = None
+        self.link_streams = Datastreams()
+        self.probes: LinkProbes | None = None
+        self.links: LinkSet | None = None
+        self.clock_ports: set[int] = set()  # clksync's server port: its probes are never conditioned
+
+    def link_set(self, tcp: list[int] | None = None, udp: list[int] | None = None) -> LinkSet:
+        """The run's link conditions here (made at the first ask: the controller's `links`, or
+        a fault's partition), never conditioning netspec's own ports: SSH's and `tcp` (the
+        daemons'), clksync's and `udp`; each ask's ports are added to those before, and hold
+        from the next change on."""
+        exclude = Exclude(tuple(sorted({22, *(tcp or ())})), tuple(sorted({*(udp or ()), *self.clock_ports})))
+        if self.links is None:
+            self.links = LinkSet(self.run_id, self.host, exclude)
+        else:
+            old = self.links.exclude
+            self.links.exclude = Exclude(tuple(sorted({*old.tcp, *exclude.tcp})),
+                                         tuple(sorted({*old.udp, *exclude.udp})))
+        return self.links
+
+    def close_links(self) -> None:
+        """Remove every link condition of the run here; what could not be removed is raised."""
+        if self.links is not None:
+            failed = self.links.close()
+            if failed:
+                raise RuntimeError(f"run {self.run_id}: link conditions not all removed: {'; '.join(failed)}")
 
     def open(self) -> None:
         # Flushed each second, like CAMP's: a daemon's flusher then wakes once a second, not
@@ -63,6 +102,50 @@ class NodeServices:
                                             component=CLOCK_STREAM), exit_hooks=False)
         if self.camp is not None:
             self.camp_streams = sampler.open_stream(self.directory, self.run_id, self.host)
+
+    def open_probes(self, address: str = "0.0.0.0", port: int = 0, default_per_s: float | None = None,
+                    stats: Callable[[], Any] | None = None) -> int:
+        """Open the `links` stream and bind the audit's probe port on (address, port); the
+        port bound, which the peers' probes are sent to. Once per run."""
+        if not self.link_streams.streams:
+            self.link_streams.start([StreamConfig(LINKS_STREAM, enable=("LINKS",), flush_ms=DAEMON_FLUSH_MS)],
+                                    StreamInfo(self.directory, run=self.run_id, host=self.host,
+                                               component=LINKS_STREAM), exit_hooks=False)
+        probes = LinkProbes(self.link_streams, self.host, self.run_id,
+                            *(() if default_per_s is None else (default_per_s,)), stats=stats)
+        bound = probes.open(address, port)
+        self.probes = probes
+        return bound
+
+    def probe_links(self, rules: list[LinkRule]) -> None:
+        """Aim the audit's probes at the peers of the link rules just applied (every host of
+        the run takes them on one port, `probe_port`): started at the first, at each peer's
+        current rate after.
+
+        Raises:
+            NetspecError: the probes' port is taken on this host.
+        """
+        targets = [Target(r.peer, r.address, None if r.condition.rate_mbit is None
+                          else r.condition.rate_mbit * 1e6) for r in rules]
+        port = probe_port(self.run_id)
+        if self.probes is None:
+            try:
+                self.open_probes(port=port, stats=None if self.links is None else self.links.stats)
+            except OSError as exc:
+                raise NetspecError(f"run {self.run_id}, host {self.host}: the link audit's probe port "
+                                   f"UDP {port} cannot be bound ({exc})") from exc
+        assert self.probes is not None
+        if self.probes.thread is None:
+            self.probes.start(targets, port)
+        else:
+            self.probes.aim(targets)
+
+    def start_probes(self, targets: list[Target], port: int) -> None:
+        """Probe each target (a peer this host has a link to) on `port` until `close`."""
+        if self.probes is None:
+            self.open_probes()
+        assert self.probes is not None
+        self.probes.start(targets, port)
 
     def start_logging(self, processes: dict[str, int]) -> None:
         """`processes`: each running component's pid, for the sampler to pick from."""
@@ -90,12 +173,14 @@ class NodeServices:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
     def close(self) -> None:
-        """End the sampler's and clksync's threads (each joined under its deadline) and
-        close the streams. Every part is closed even if one fails; the first failure is
-        raised after, the others noted on it."""
+        """Remove the run's link conditions (their queue's thread joined), end the sampler's,
+        clksync's and the probes' threads (each joined under its deadline) and close the
+        streams. Every part is closed even if one fails; the first failure is raised after,
+        the others noted on it."""
         failed: list[Exception] = []
-        for close in (self.stop_logging, self.camp_streams.stop, self.clock.close, self.clock_streams.stop,
-                      self.streams.stop):
+        probes = self.probes.close if self.probes is not None else (lambda: None)
+        for close in (self.close_links, self.stop_logging, self.camp_streams.stop, self.clock.close,
+                      self.clock_streams.stop, probes, self.link_streams.stop, self.streams.stop):
             try:
                 close()
             except Exception as exc:  # raised below, once the other parts are closed too

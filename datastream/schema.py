@@ -141,6 +141,34 @@ class SamplesRecord(msgspec.Struct, array_like=True):
     values: list[Any]
 
 
+
+class ProbeRecord(msgspec.Struct, array_like=True):
+    """The audit's probe (netspec.links.probes), the data of a `LINKS/probe` event that the
+    receiving host logs at the kernel's receive stamp: the host `src` sent probe `seq` to
+    `dst` at `sent_ns` (the sender's clock, stamped just before the send, so the link's
+    shaping lies between the two), it came in at `recv_ns` (this host's clock, the
+    kernel's stamp), `size` bytes of UDP payload. The sender logs each probe it sends as a
+    `LINKS/sent` event, tag `seq`, data `SentRecord`: a probe sent and never received was lost.
+    An event's data, not a sixth kind of entity record: the merge carries it as every
+    event's (events.parquet's `data`), and analysis/links.py decodes it with this form."""
+
+    src: str
+    dst: str
+    seq: Count
+    sent_ns: Time
+    recv_ns: Time
+    size: Count
+
+
+class SentRecord(msgspec.Struct, array_like=True):
+    """A probe sent: to host `dst`, probe `seq`, at `sent_ns` (the event's time too)."""
+
+    dst: str
+    seq: Count
+    sent_ns: Time
+    size: Count
+
+
 # Every kind of record, by the stream record's id or the entity's kind.
 STREAM_RECORDS: dict[int, type[StreamRecord]] = {
     NAMESPACE: NamespaceRecord, DROPPED: DroppedRecord, TRIGGER: TriggerRecord, CLOSE: CloseRecord}

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .links import Backends, LinkOffer, LinkRule
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -31,6 +32,7 @@ from .messages import (
     FILES,
     HELLO,
     JOIN,
+    LINKS,
     NODE,
     OUTPUT,
     READ,
@@ -234,7 +236,20 @@ class Join(Request, tag=JOIN, kw_only=True):
     token: bytes
 
 
-REQUESTS = Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join
+class Links(Request, tag=LINKS, kw_only=True):
+    """The run's link conditions from this host toward others (netspec.links): each rule
+    replaces its peer's condition (an empty one clears it). `check`: only say where each would
+    go (every condition the run will ask of the host, sent at launch), or refuse naming what
+    is missing; nothing changes. netspec's own ports are never conditioned: TCP `exclude_tcp`
+    (SSH's, the daemons') and UDP `exclude_udp` (clksync's)."""
+
+    rules: list[LinkRule]
+    check: bool = False
+    exclude_tcp: list[Port] = []
+    exclude_udp: list[Port] = []
+
+
+REQUESTS = Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join | Links
 
 
 # -- daemon -> controller: events, acks and their summaries ---------------------------------
@@ -449,6 +464,18 @@ class TreeReply(Reply, kw_only=True):
     children: Count  # the children it joined
 
 
+class LinksReply(Reply, kw_only=True):
+    """What the host offers, where each peer's condition goes (peer -> Backends), and for an
+    applied change when it began and when it was in effect (this host's clock) with the
+    host's clock estimate then ((offset, bound) ns from the reference, None before clksync)."""
+
+    offer: LinkOffer
+    placements: dict[str, Backends] = {}
+    began_ns: int | None = None
+    applied_ns: int | None = None
+    clock: tuple[int, int] | None = None
+
+
 REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, ENTER: EnterReply, END: EndReply,
                                    FILES: FilesReply, READ: ReadReply, CLKSYNC: ClksyncReply,
-                                   RESET: ResetReply, TREE: TreeReply}
+                                   RESET: ResetReply, TREE: TreeReply, LINKS: LinksReply}

@@ -61,6 +61,8 @@ HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE = (
     "hello", "setup", "enter", "end", "reset", "files", "read", "clksync", "shutdown", "tree")
 # Daemon -> daemon: a parent in a fan-out tree attaches its connection to the run.
 JOIN = "join"
+# Controller -> daemon: a run's link conditions toward other hosts (netspec.links).
+LINKS = "links"
 # Daemon -> controller (ACKS: a batch of a fan-out tree's acks, each with its host).
 REPLY, ERROR, OUTPUT, EXIT, ACK, ACKS = "reply", "error", "output", "exit", "ack", "acks"
 # Component <-> daemon.

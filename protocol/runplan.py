@@ -14,8 +14,10 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanPair",
-           "PlanRecord", "PlanStep", "PlanStream"]
+from .links import LinkCondition
+
+__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanLink",
+           "PlanPair", "PlanRecord", "PlanStep", "PlanStream"]
 
 
 class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -30,7 +32,7 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     image: str | None = None
     cpus: float | None = None
     memory: str | None = None
-    cap_add: tuple[str, ...] = ("NET_ADMIN",)
+    cap_add: tuple[str, ...] = ("NET_ADMIN", "SYS_NICE")
     container: str | None = None
     label: str | None = None
     network: str | None = None
@@ -63,9 +65,20 @@ class PlanComponent(msgspec.Struct):
     stop: str | None = None
 
 
+class PlanLink(msgspec.Struct):
+    """A rule of a `links:` list: the directed host pairs it names ([from, to]) and the
+    condition it puts on them (at its defaults: it clears them), and its line in the file."""
+
+    pairs: list[tuple[str, str]]
+    condition: LinkCondition = LinkCondition()
+    line: int | None = None
+
+
 class PlanStep(msgspec.Struct):
     """A barrier of the schedule (`components` None: every component that takes part) and
-    the line of the experiment file it was on."""
+    the line of the experiment file it was on; the link rules its release applies, and the
+    condition of every directed pair in effect from then on ("from->to": condition; a pair
+    not named has none)."""
 
     phase: str
     components: list[str] | None = None
@@ -75,6 +88,8 @@ class PlanStep(msgspec.Struct):
     line: int | None = None
     release: str = "message"
     lead_s: float | None = None
+    links: list[PlanLink] | None = None
+    link_state: dict[str, LinkCondition] = {}
 
 
 class PlanClock(msgspec.Struct):
@@ -131,9 +146,10 @@ class PlanAnalysis(msgspec.Struct):
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
-    connect deadline and fan-out width it asked for (None: the fleet's own; flat), and its
-    groups: a host group's name -> its hosts, a group component's -> its components, in the
-    order the file's expansion made them (controller/experiment/groups.py)."""
+    connect deadline and fan-out width it asked for (None: the fleet's own; flat), the
+    link conditions that hold from the start of the run, and its groups: a host group's
+    name -> its hosts, a group component's -> its components, in the order the file's
+    expansion made them (controller/experiment/groups.py)."""
 
     experiment: str = ""
     source: str = ""
@@ -148,6 +164,7 @@ class PlanRecord(msgspec.Struct):
     warnings: list[str] = []
     connect_deadline_s: float | None = None
     fan_out: int | None = None
+    links: list[PlanLink] = []
     groups: dict[str, list[str]] = {}
     component_groups: dict[str, list[str]] = {}
 

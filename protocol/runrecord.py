@@ -8,7 +8,10 @@ run.json version history (readers accept every older version):
      Keys added since, each optional (a reader takes its absence as before): merge (why the
      run has no whole result set: --no-merge, or a merge interrupted), collected (what
      `ns_control collect` gathered: at, hosts, failed), error.gathered (a killed
-     controller's run: whether collect gathered what its hosts held), share_hosts.
+     controller's run: whether collect gathered what its hosts held), share_hosts, a host's
+     links (what its kernel offers link conditions, and where each went), a step's links
+     (the link conditions its release changed, by host: protocol/runstep.py's LinkChange),
+     the plan's links and each plan step's links and link_state.
      Since the record is typed (msgspec), every key of the record, a step and a host is
      written (null where it has nothing to say) but for a participant's entry's and a step
      host's, left out at their defaults (a thousand hosts' entries per step); a key of the
@@ -29,16 +32,47 @@ import msgspec
 from . import runjournal
 from .errors import NetspecError
 from .kinds import Clock
+from .links import Backends, LinkOffer
 from .runjournal import JOURNAL, journal_line
 from .runplan import PlanPair, PlanRecord
-from .runstep import CutShort, Entry, Release, Spread, Step, StepHost, Summarized
+from .runstep import CutShort, Entry, LinkChange, Release, Spread, Step, StepHost, Summarized
 from .versioned import decode_versioned
 
-__all__ = ["JOURNAL", "MERGED", "RUN_FORMAT", "CampaignPoint", "Clock", "ClockSync", "Collected",
-           "ComponentEnd", "Controller", "CutShort", "Entry", "FanOutTree", "HostRecord", "Limits",
-           "Placement", "Program", "Release", "RunError", "RunRecord", "Salvage", "Spread", "Step",
-           "StepHost", "Summarized", "controller_gone", "decode", "encode", "fold_acks", "journal_line",
-           "process_start", "read_run"]
+__all__ = [
+    "JOURNAL",
+    "MERGED",
+    "RUN_FORMAT",
+    "CampaignPoint",
+    "Clock",
+    "ClockSync",
+    "Collected",
+    "ComponentEnd",
+    "Controller",
+    "CutShort",
+    "Entry",
+    "FanOutTree",
+    "HostLinks",
+    "HostRecord",
+    "Limits",
+    "LinkChange",
+    "Placement",
+    "Program",
+    "Release",
+    "RunError",
+    "RunRecord",
+    "Salvage",
+    "Spread",
+    "Step",
+    "StepHost",
+    "Summarized",
+    "controller_gone",
+    "decode",
+    "encode",
+    "fold_acks",
+    "journal_line",
+    "process_start",
+    "read_run",
+]
 
 RUN_FORMAT = 1
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
@@ -64,6 +98,14 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     left: list[str] = []
     removed: bool = False
     error: str = ""
+
+
+class HostLinks(msgspec.Struct):
+    """A host's link conditions (netspec.links): what its kernel offers them, found at launch,
+    and the backend of each part of every condition the run asks of it, by peer."""
+
+    offer: LinkOffer
+    placements: dict[str, Backends] = {}
 
 
 class Limits(msgspec.Struct, omit_defaults=True):
@@ -99,14 +141,15 @@ class Placement(msgspec.Struct, omit_defaults=True):
 
 class HostRecord(msgspec.Struct):
     """A host of the run: where its daemon was reached, its clock state at sync_clocks, its
-    streams gathered, what a salvage gathered without its daemon, and where a container
-    host was placed (None for other hosts)."""
+    streams gathered, what a salvage gathered without its daemon, its link conditions'
+    backends, and where a container host was placed (None for other hosts)."""
 
     address: str = ""
     daemon_pid: int | None = None
     clock: Clock | None = None
     streams: list[str] = []
     salvaged: Salvage | None = None
+    links: HostLinks | None = None
     placement: Placement | None = None
 
 

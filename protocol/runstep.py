@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from .errors import some_hosts
+from .links import Backends
 
 
 class Spread(msgspec.Struct):
@@ -112,8 +113,24 @@ class Summarized(msgspec.Struct):
     slowest: list[list[Any]] = []  # [took_ns, host], slowest first
 
 
+class LinkChange(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A host's link conditions changed at a step's release, before any participant entered
+    (controller/engine/conditions.py): the directions it changed ("from->to"), when the change
+    began and was in effect on the host's clock (`began_ns`, `applied_ns`), in effect on the
+    global timeline (`at_ns`, +- `bound_ns`; None without a clock estimate), and the backend
+    of each part of each peer's condition."""
+
+    pairs: list[str] = []
+    began_ns: int | None = None
+    applied_ns: int | None = None
+    at_ns: int | None = None
+    bound_ns: int | None = None
+    placements: dict[str, Backends] = {}
+
+
 class Step(msgspec.Struct):
-    """One step as it ran: its release as planned and measured (controller/engine/release.py)."""
+    """One step as it ran: its release as planned and measured (controller/engine/release.py),
+    and the link conditions its release changed, by host."""
 
     phase: str
     status: str  # running, ok, failed
@@ -124,6 +141,7 @@ class Step(msgspec.Struct):
     duration_s: float | None = None
     release: Release = msgspec.field(default_factory=Release)
     summarized: Summarized | None = None
+    links: dict[str, LinkChange] = {}
 
     def participants(self) -> list[tuple[str, str, Entry]]:
         """Every (host, component, entry) of the step: those that acked and those that did

@@ -254,7 +254,7 @@ def docker_image() -> Iterator[str]:
     Skips where no engine answers (start dockerd: .ci/run does)."""
     try:
         import docker
-        from netspec.controller.hosts.docker import engine_client
+        from netspec.controller.hosts.engines import engine_client
         from netspec.controller.hosts.images import build
         from netspec.protocol.errors import ConnectionLost
     except ImportError as exc:

@@ -357,6 +357,134 @@ def remove_forwarding(prefix: str) -> None:
         _iptables("-D", chain, *shlex.split(line)[2:])
 
 
+def set_sshd_env(h: NetHost, **env: str) -> None:
+    """Restart the host's sshd with `env` set in its sessions (beside the set's HOME)."""
+    config = h.dir / "sshd_config"
+    text = config.read_text().splitlines()
+    values = [line.removeprefix("SetEnv ") for line in text if line.startswith("SetEnv ")]
+    values += [f"{k}={v}" for k, v in env.items()]
+    config.write_text("\n".join([*(line for line in text if not line.startswith("SetEnv ")),
+                                 "SetEnv " + " ".join(values)]) + "\n")
+    pid = h.sshd_pid()
+    h.stop_sshd()
+    deadline = time.monotonic() + 10
+    while pid and os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{h.alias}: sshd did not stop within 10 s")
+        time.sleep(0.05)
+    start_and_check(h)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A second Docker engine in a host's namespace, everything of its own named `name`:
+    its data, exec root, pidfile and socket under `dir`, its bridge in the namespace, its
+    containerd namespaces. Its iptables rules are the namespace's, not the machine's."""
+
+    host: NetHost
+    name: str
+    dir: Path
+    process: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.dir / 'docker.sock'}"
+
+    @property
+    def bridge(self) -> str:
+        return self.name[-15:]
+
+
+def tls_files(directory: Path, address: str) -> dict[str, Path]:
+    """A CA of its own, a server certificate for `address` and a client certificate, as
+    PEM files in `directory`: what dockerd's --tlsverify and a client need."""
+    import datetime
+    import ipaddress as ip
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "netspec test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    files = {"ca": directory / "ca.pem"}
+    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    usages = {"server": ExtendedKeyUsageOID.SERVER_AUTH, "client": ExtendedKeyUsageOID.CLIENT_AUTH}
+    for who, usage in usages.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"netspec test {who}")]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        if who == "server":
+            cert = cert.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip.ip_address(address))]),
+                                      critical=False)
+        files[f"{who}_cert"] = directory / f"{who}-cert.pem"
+        files[f"{who}_key"] = directory / f"{who}-key.pem"
+        signed = cert.sign(ca_key, hashes.SHA256())
+        files[f"{who}_cert"].write_bytes(signed.public_bytes(serialization.Encoding.PEM))
+        files[f"{who}_key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+        files[f"{who}_key"].chmod(0o600)
+    return files
+
+
+TLS_PORT = 2376
+
+
+def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0) -> Engine:
+    """Start dockerd in the host's network namespace (this mount namespace: containerd's
+    mounts are seen) and wait until it answers: on a socket in `directory`, and on the
+    host's address, port TLS_PORT, with TLS whose files (`tls_files`) are in directory/tls."""
+    directory.mkdir(parents=True)
+    (directory / "tls").mkdir()
+    tls = tls_files(directory / "tls", h.address)
+    bridge = name[-15:]
+    _run("ip", "-n", h.netns, "link", "add", bridge, "type", "bridge")
+    _run("ip", "-n", h.netns, "addr", "add", f"172.31.{secrets.randbelow(250) + 1}.1/24", "dev", bridge)
+    _run("ip", "-n", h.netns, "link", "set", bridge, "up")
+    with open(directory / "dockerd.log", "wb") as log:
+        process = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{h.netns}", "dockerd", "--data-root", str(directory / "data"),
+             "--exec-root", str(directory / "x"), "--pidfile", str(directory / "dockerd.pid"),
+             "-H", f"unix://{directory / 'docker.sock'}", "-H", f"tcp://{h.address}:{TLS_PORT}",
+             "--tlsverify", "--tlscacert", str(tls["ca"]), "--tlscert", str(tls["server_cert"]),
+             "--tlskey", str(tls["server_key"]),
+             "--bridge", bridge, "--containerd-namespace", name,
+             "--containerd-plugins-namespace", f"{name}-plugins"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    engine = Engine(h, name, directory, process)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["docker", "-H", engine.url, "info"], capture_output=True).returncode:
+        if process.poll() is not None or time.monotonic() > deadline:
+            said = (directory / "dockerd.log").read_text(errors="replace")[-2000:]
+            stop_dockerd(engine)
+            raise RuntimeError(f"dockerd {name} did not answer within {timeout:g} s:\n{said}")
+        time.sleep(0.1)
+    return engine
+
+
+def stop_dockerd(engine: Engine, timeout: float = 30.0) -> None:
+    """Stop it (SIGTERM; SIGKILL after `timeout`) and remove what it kept."""
+    engine.process.terminate()
+    try:
+        engine.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(engine.process.pid, signal.SIGKILL)
+        engine.process.wait(timeout)
+    subprocess.run(["ip", "-n", engine.host.netns, "link", "del", engine.bridge], capture_output=True)
+    shutil.rmtree(engine.dir, ignore_errors=True)
+
+
 def add(h: NetHost) -> None:
     """Build one host of a set whose bridge exists: its namespace, veth, sshd config and,
     with own homes, its user. Its sshd is not started yet."""

@@ -72,17 +72,17 @@ def ns_control(*args: str, cwd: Path, timeout: float = 120,
 
 
 def start_run(path: Path, cwd: Path, until: Callable[[dict], object],
-              what: str) -> tuple[subprocess.Popen, dict]:
-    """Start `ns_control run FILE` in `cwd`; return the process and the run's record (its
-    journal merged) once `until(record)` holds."""
-    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", str(path)],
+              what: str, *options: str, timeout: float = 20.0) -> tuple[subprocess.Popen, dict]:
+    """Start `ns_control run [OPTIONS] FILE` in `cwd`; return the process and the run's record
+    (its journal merged) once `until(record)` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run", *options, str(path)],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def reached() -> dict | None:
         latest = cwd / "runs" / "latest"
         record = load_record(latest) if (latest / "run.json").exists() else {}
         return record if record and until(record) else None
-    return proc, wait_for(reached, what=what)  # type: ignore[return-value]
+    return proc, wait_for(reached, timeout=timeout, what=what)  # type: ignore[return-value]
 
 
 def latest_record(runs: Path) -> dict:

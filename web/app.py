@@ -76,6 +76,8 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     try:
         if name == "clocks":
             return panels.clocks(db, origin)
+        if name == "links":
+            return panels.links(db)
         if name == "resources":
             return panels.resources(db, origin, fleet.group_of(record), host_facts(run, record.host_names))
         if name == "distributions":
@@ -113,7 +115,7 @@ def _timeline(run: Path, record: RunRecord, expand: list[str]) -> dict[str, Any]
     return figure
 
 
-PANELS = ("timeline", "live", "phases", "clocks", "resources", "distributions", "triage", "events")
+PANELS = ("timeline", "live", "phases", "clocks", "links", "resources", "distributions", "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

@@ -66,6 +66,45 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
     return {"figure": figure if rows else None, "rows": table}
 
 
+def links(db: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The link audit (links.parquet, analysis/links.py): per link and step, the achieved
+    one-way delay's p50 (with its p99 and the clock bound) beside the configured, and a row
+    each with loss, jitter and the verdict. None to draw for a run without links."""
+    if "links" not in tables(db):
+        return {"figure": None, "rows": []}
+    rows = db.execute("""SELECT src || ' -> ' || dst, step, phase, configured_delay_ms, delay_p50_ms,
+                                delay_p99_ms, delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct,
+                                loss_low_pct, loss_high_pct, probes_received, probes_sent, partition, within,
+                                verdict
+                         FROM links ORDER BY step, src, dst""").fetchall()
+    names = [f"{link} · {phase}" for link, _, phase, *_ in rows]
+    achieved = {"type": "bar", "name": "achieved p50 (whisker: p99)", "x": names, "y": [r[4] for r in rows],
+                "error_y": {"type": "data", "symmetric": False, "array": [
+                    None if r[5] is None or r[4] is None else r[5] - r[4] for r in rows],
+                    "arrayminus": [0] * len(rows)},
+                "marker": {"color": ["#4c78a8" if r[15] is not False else "#e45756" for r in rows]}}
+    configured = {"type": "scatter", "mode": "markers", "name": "configured", "x": names,
+                  "y": [r[3] for r in rows],
+                  "marker": {"symbol": "line-ew-open", "size": 28, "color": "#222"}}
+    figure = {"data": [achieved, configured], "layout": {
+        "height": 300, "margin": {"t": 20, "r": 20}, "barmode": "overlay",
+        "yaxis": {"title": {"text": "one-way delay (ms)"}, "rangemode": "tozero"}}}
+    table = [{"link": link, "step": step, "phase": phase,
+              "configured": "partition" if part else _cond(cd, cl),
+              "delay": "-" if p50 is None else f"{p50:.3f} / {p99:.3f} ms ± {bound or 0:.3f}",
+              "jitter": "-" if jit is None else f"{jit:.3f} ms",
+              "loss": "-" if loss is None else f"{loss:.1f} % [{lo:.1f}, {hi:.1f}]",
+              "probes": f"{got}/{sent}", "verdict": words, "within": within}
+             for (link, step, phase, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, within,
+                  words) in rows]
+    return {"figure": figure if rows else None, "rows": table}
+
+
+def _cond(delay_ms: float | None, loss_pct: float | None) -> str:
+    said = [f"delay {delay_ms:g} ms" if delay_ms else "", f"loss {loss_pct:g} %" if loss_pct else ""]
+    return ", ".join(s for s in said if s) or "none"
+
+
 def _scaled(value: float | None, scale: float) -> float | None:
     return None if value is None else value / scale
 

@@ -36,7 +36,7 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     of = fleet.group_of(record)
     db = open_tables(out)
     try:
-        data.update(clocks=panels.clocks(db, origin),
+        data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
                     resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
                     distributions=panels.distributions(db, of), phases=panels.phases(db),
                     events=panels.events_sample(db, origin, events),

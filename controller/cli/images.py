@@ -22,7 +22,7 @@ def add_parser(command: Any) -> None:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from ..hosts.docker import engine_client
+    from ..hosts.engines import engine_client
     from ..hosts.images import build
 
     client = engine_client(args.engine)

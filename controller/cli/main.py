@@ -36,7 +36,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     run = command("run", help="run an experiment file")
     run.add_argument("file", type=Path)
     run.add_argument("--keep-daemons", action="store_true",
-                     help="leave the daemons of ssh hosts running (stop them with `down`)")
+                     help="leave the daemons of ssh hosts running (stop them with `down`), and docker hosts' "
+                          "containers and network")
     demo = command("demo", help="run the bundled demo experiment (stimulus-response on two local daemons)")
     up = command("up", help="start the daemons of a file's ssh hosts, to outlive runs")
     up.add_argument("file", type=Path)

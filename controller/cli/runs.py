@@ -144,8 +144,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
+        from netspec.analysis.links import merged_lines
+
+        audits = []  # each run's link audit (analysis/links.py), for a run with links:
+        for path in paths:
+            said = merged_lines(path / MERGED)
+            audits += [f"{path.name}:", *said] if said else []
         per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
-        print_lines([*run_differences(paths), *per_phase, *report_lines(table)])
+        print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

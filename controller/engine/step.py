@@ -1,6 +1,7 @@
-"""One step of a run: its enter sent to every participant (at a release instant, if the step
-asks for one), its barrier waited for under the step's deadline, a k-of-n step's stragglers
-followed, at collect the fleet's files fetched; and the step's record in run.json."""
+"""One step of a run: its link conditions changed (conditions.py), then its enter sent to every
+participant (at a release instant, if the step asks for one), its barrier waited for under the
+step's deadline, a k-of-n step's stragglers followed, at collect the fleet's files fetched;
+and the step's record in run.json."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..record.rundir import RunDir
 from ..record.saving import Saves
 from . import release
 from .barrier import Barrier
+from .conditions import Conditions
 from .events import Inbox, Underway
 from .failures import step_failures
 from .guard import Failure, guard
@@ -48,6 +50,7 @@ class Steps:
         self.now, self.failure = now, failure
         self.components = {c.name: c for c in plan.components}
         self.step_plans = StepPlans(plan)
+        self.conditions = Conditions(plan, fleet, rundir, progress)
         self.collected = False
 
     async def step(self, index: int, step: Step) -> None:
@@ -76,6 +79,10 @@ class Steps:
         fan_out, inbox = self.fleet.fan_out, self.inbox
         barrier = None
         try:
+            if self.conditions.any:  # the step's link conditions, in effect before anyone enters
+                changing = self.conditions.apply(index, step.phase, record, deadline)
+                await guard(self.failure, changing, deadline, lambda: DeadlineExceeded(
+                    step.phase, {h: ["its link conditions"] for h in self.fleet.clients}, step.deadline_s))
             plan = self.step_plans.of(step, inbox.registered, self.stragglers.ended)
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.

@@ -314,6 +314,7 @@ def merge_lines(result: ResultSet, took_s: float) -> list[str]:
              f"intervals on one timeline in {seconds(took_s)} -> {result.directory}"]
     lines += [f"  causality {c.text()}" for c in result.causality]
     lines += [f"  workload {w.text()}" for w in result.workloads]
+    lines += [f"  {line}" for line in result.links]
     lines += [f"{WARNING}{w}" for w in result.warnings]
     return lines
 

@@ -25,6 +25,7 @@ from netspec.protocol.runplan import DockerSpec
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
 from .groups import Groups, expand
+from .links import links_of
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -112,7 +113,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
                        if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
-    schedule = _schedule(src, data["schedule"], names)
+    schedule = _schedule(src, data["schedule"], names, hosts, groups.hosts)
+    links = links_of(src, data.get("links"), ("links",), hosts, groups.hosts)
     _check_plain_phases(src, components, schedule)
     _check_needs(src, data["schedule"], components, len(hosts))
     clock = src.checked(_clock, src, data.get("services", {}).get("clksync", {}), hosts)
@@ -130,7 +132,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"), groups.hosts, groups.components)
+                data.get("fan_out"), links, groups.hosts, groups.components)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:
@@ -267,7 +269,8 @@ def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str
                      spec.get("start", "launch"), spec.get("stop"))
 
 
-def _schedule(src: SourceFile, raw: list[Any], names: list[str]) -> tuple[Step, ...]:
+def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str, Host],
+              groups: dict[str, tuple[str, ...]]) -> tuple[Step, ...]:
     steps = []
     for i, item in enumerate(raw):
         spec = {"phase": item} if isinstance(item, str) else item
@@ -284,7 +287,9 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str]) -> tuple[Step, 
                       else default_deadline_s(phase, len(names)))
         steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
                           dict(spec.get("params", {})), src.line(where), spec.get("release", "message"),
-                          None if "lead" not in spec else parse_duration(spec["lead"])))
+                          None if "lead" not in spec else parse_duration(spec["lead"]),
+                          links_of(src, spec["links"], (*where, "links"), hosts, groups)
+                          if "links" in spec else None))
     # launch and collect bracket every run; the resolved plan says so even if the file did not.
     if steps[0].phase != "launch":
         steps.insert(0, Step("launch", deadline_s=default_deadline_s("launch", len(names))))

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
+from netspec.protocol.links import LinkCondition
 from netspec.protocol.runplan import DockerSpec, PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
@@ -29,6 +30,12 @@ class Host:
     accept_new_host_key: bool = False
     python: str = "python3"
     docker: DockerSpec | None = None
+
+    @property
+    def local(self) -> bool:
+        """A local daemon: it shares this machine's network stack with every other local one
+        (link conditions refuse it). A container (issue 41's `docker:`) has a stack of its own."""
+        return self.address is None and self.ssh is None and getattr(self, "docker", None) is None
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,16 @@ _FIELDS = frozenset(Component.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
+class LinkRule:
+    """A rule of a `links:` list (controller/experiment/links.py): the directed host pairs it
+    names, (from, to), and the condition it puts on them (empty: it clears them)."""
+
+    pairs: tuple[tuple[str, str], ...]
+    condition: LinkCondition
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     """One barrier of the schedule. `components` None means: every component that takes part."""
 
@@ -81,6 +98,7 @@ class Step:
     # release.lead_s, by the fleet's size).
     release: str = "message"
     lead_s: float | None = None
+    links: tuple[LinkRule, ...] | None = None  # the link conditions changed at its release
 
     @property
     def builtin(self) -> bool:
@@ -174,6 +192,7 @@ class Plan:
     warnings: tuple[str, ...] = ()  # what check found odd but legal, each "file:line: key: text"
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
+    links: tuple[LinkRule, ...] = ()  # link conditions from the start of the run
     # A host group's name -> its hosts, a group component's -> its components (groups.py):
     # what takes a name (link conditions, show, the browser) resolves a group's through them.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -190,18 +209,57 @@ class Plan:
         resolved = {"experiment": self.name, "source": str(self.path), "sha256": self.sha256,
                     "hosts": [asdict(h) for h in self.hosts],
                     "components": [asdict(c) for c in self.components],
-                    "schedule": [asdict(s) for s in self.schedule], "clock": asdict(self.clock),
+                    "schedule": [_step(s, state)
+                                 for s, state in zip(self.schedule, self.link_states(), strict=True)],
+                    "clock": asdict(self.clock),
                     "streams": {s.name: s.wire() for s in self.streams},
                     "camp": self.camp.wire() if self.camp else None,
                     "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out, "groups": self.groups,
+                    "fan_out": self.fan_out,
+                    "links": [_link(rule) for rule in self.links], "groups": self.groups,
                     "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)
+
+    def link_states(self) -> list[dict[tuple[str, str], LinkCondition]]:
+        """The condition of every directed pair in effect from each step's release on."""
+        state: dict[tuple[str, str], LinkCondition] = {}
+        found = []
+        for index, step in enumerate(self.schedule):
+            for rule in (self.links if index == 0 else ()) + (step.links or ()):
+                for pair in rule.pairs:
+                    if rule.condition.empty:
+                        state.pop(pair, None)
+                    else:
+                        state[pair] = rule.condition
+            found.append(dict(state))
+        return found
+
+    def link_changes(self, index: int) -> dict[tuple[str, str], LinkCondition]:
+        """The directions step `index`'s release changes, and to what (empty: cleared); the
+        launch step's are the top-level rules, then its own."""
+        changed: dict[tuple[str, str], LinkCondition] = {}
+        for rule in (self.links if index == 0 else ()) + (self.schedule[index].links or ()):
+            for pair in rule.pairs:
+                changed[pair] = rule.condition
+        return changed
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""
         return [spec["filter"].rpartition(":")[0] for spec in self.graph.values()
                 if spec["filter"].rpartition(":")[0].endswith(".py")]
+
+
+def _link(rule: LinkRule) -> dict[str, Any]:
+    return {"pairs": [list(p) for p in rule.pairs], "condition": rule.condition, "line": rule.line}
+
+
+def _step(step: Step, state: dict[tuple[str, str], LinkCondition]) -> dict[str, Any]:
+    """A step as run.json's plan keeps it: its link rules, and the state of every directed
+    pair in effect from its release on ("from->to": condition)."""
+    fields = {k: v for k, v in asdict(step).items() if k != "links"}
+    if step.links is not None:
+        fields["links"] = [_link(rule) for rule in step.links]
+    return {**fields, "link_state": {f"{a}->{b}": c for (a, b), c in state.items()}}

@@ -6,7 +6,9 @@ and labelled with the run and host, on the run's own network `<prefix>-<run>` (m
 first of its hosts, removed by the last), with the limits and capabilities asked; its main
 process is netspecd, so a container killed is a daemon lost. The shared key is copied in
 before it starts (put_archive). At the run's end the container goes, and the network with
-its last container (both kept with --keep-daemons).
+its last container (both kept with --keep-daemons). The controller holds the container's
+stdin, netspecd's lifeline: if the controller dies, the engine closes it, and the daemon
+ends its run and the container (whose files `ns_control collect` then copies out).
 
 Attached (`container:` a name, or `label:` key=value matching one container): netspecd is
 started in the container (exec) beside what runs there, the container joins the run's
@@ -30,13 +32,12 @@ import contextlib
 import hashlib
 import io
 import json
-import re
+import os
 import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from netspec.protocol.errors import ConnectionLost, NetspecError
@@ -44,9 +45,18 @@ from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
 
 from ..experiment.model import Host as HostSpec
+from .engines import (
+    API_TIMEOUT_S,
+    CREATED_LABEL,
+    ContainerRunFiles,
+    engine_client,
+    memory_bytes,
+    remove_network,
+)
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
 
+DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
 PORT = 7420  # netspecd's in the container: each has its own network namespace
 WORK = "/var/lib/netspec/work"
 PROGRAMS = "/var/lib/netspec/programs"
@@ -54,46 +64,8 @@ KEY_DIR = "/etc/netspec"
 START_S = 30.0
 POLL_S = 0.05
 STOP_S = 15.0
-API_TIMEOUT_S = 60
-RUN_LABEL, HOST_LABEL, CREATED_LABEL = "org.netspec.run", "org.netspec.host", "org.netspec.created"
+RUN_LABEL, HOST_LABEL = "org.netspec.run", "org.netspec.host"
 _NETWORKS = threading.Lock()  # a run's hosts make its network one at a time
-MEMORY = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
-
-
-def engine_client(engine: str | None, tls: dict[str, str] | None = None) -> Any:
-    """A client of the engine at `engine` (None: DOCKER_HOST, else this machine's socket).
-
-    Raises:
-        ConnectionLost: the engine does not answer.
-    """
-    import docker
-    import docker.errors
-
-    try:
-        if engine is None:
-            client = docker.from_env(timeout=API_TIMEOUT_S)
-        else:
-            config = None
-            if tls:
-                config = docker.tls.TLSConfig(
-                    client_cert=(tls["cert"], tls["key"]) if "cert" in tls else None,
-                    ca_cert=tls.get("ca"), verify=tls.get("ca") or True)
-            client = docker.DockerClient(base_url=engine, tls=config or False, timeout=API_TIMEOUT_S,
-                                         use_ssh_client=False)
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        raise ConnectionLost(f"engine {engine or 'local'}",
-                             detail=f"the Docker engine does not answer: {exc}") from None
-    return client
-
-
-def memory_bytes(text: str | None) -> int | None:
-    if text is None:
-        return None
-    found = MEMORY.match(str(text).strip())
-    if not found:
-        raise NetspecError(f"memory: {text!r} is no size (a number of bytes, or with k, m or g)")
-    return int(found[1]) * 1024 ** "bkmg".index((found[2] or "b").lower())
 
 
 class DockerHost(Host):
@@ -111,6 +83,8 @@ class DockerHost(Host):
         self.created = False
         self.exec_pid: int | None = None  # netspecd's in an attached container
         self.joined = False  # an attached container joined the run's network
+        self.lifeline: Any = None  # a created container's stdin, attached (`_create`)
+        self.log_dir: Path | None = None
         self.address = ""
         self.engine_info: dict[str, Any] = {}
 
@@ -128,7 +102,12 @@ class DockerHost(Host):
 
     @property
     def remote(self) -> bool:
-        return bool(self.docker.engine) and not self.docker.engine.startswith("unix://")
+        """An engine of another machine (its containers' addresses are not routed here)."""
+        return not self.engine_url.startswith("unix://")
+
+    @property
+    def engine_url(self) -> str:
+        return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
     def _client(self) -> Any:
         if self.client is None:
@@ -161,7 +140,7 @@ class DockerHost(Host):
             published = self.container.attrs["NetworkSettings"]["Ports"].get(f"{PORT}/tcp") or []
             if not published:
                 raise ConnectionLost(self.name, detail=f"the engine published no port for netspecd's {PORT}")
-            return urlsplit(self.docker.engine).hostname or "", int(published[0]["HostPort"])
+            return urlsplit(self.engine_url).hostname or "", int(published[0]["HostPort"])
         if not self.address:
             raise ConnectionLost(self.name, detail=f"container {self.container.name} has no address")
         return self.address, port
@@ -195,9 +174,14 @@ class DockerHost(Host):
         image, netspecd = self._image()
         self._network()
         d = self.docker
+        # Its stdin the lifeline, as an SSH host's daemon's is its channel: held by this
+        # controller (attached), closed by the engine when the controller goes, which ends the
+        # daemon's run and the container. A daemon kept (--keep-daemons) has none.
         return self._client().containers.create(
-            image, [*self._netspecd(netspecd), "--announce"],
-            name=self.container_name, hostname=self.name, network=self.network_name, detach=True, init=True,
+            image, [*self._netspecd(netspecd), "--announce", *([] if self.keep else ["--lifeline"])],
+            stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
+            name=self.container_name, hostname=self.name, network=self.network_name, init=True,
+            environment={DAEMON_ADDRESS_ENV: "hostname"},
             labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
@@ -220,6 +204,9 @@ class DockerHost(Host):
 
     def _start_created(self, log_dir: Path) -> int:
         self._put_key()
+        self.log_dir = log_dir
+        if not self.keep:
+            self.lifeline = self.container.attach_socket(params={"stdin": 1, "stream": 1})
         self.container.start()
         deadline = time.monotonic() + START_S
         while True:
@@ -256,7 +243,10 @@ class DockerHost(Host):
             self.joined = True
         state = f"/tmp/netspecd-{self.run_id}-{safe_name(self.name, 'host')}.json"
         netspecd = (self.container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
-        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True)
+        self.container.reload()
+        address = self.container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
+        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True,
+                                environment={DAEMON_ADDRESS_ENV: address})
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             code, out = self.container.exec_run(["cat", state])
@@ -270,6 +260,11 @@ class DockerHost(Host):
                              f"within {START_S:g} s")
 
     def reachable_at(self, facts: dict[str, Any]) -> str:
+        """Its address on the run's network of its engine. A container of another engine
+        reaches it there where the engines' machines route to each other's networks (a
+        container of a remote engine reaches one of this machine's, the clock reference
+        say, through the remote machine's route); the other way round only its daemon's
+        port is published."""
         return self.address
 
     async def place(self, programs: list[str]) -> dict[str, str]:
@@ -335,10 +330,18 @@ class DockerHost(Host):
         import docker.errors
 
         said: list[str] = []
-        if self.container is None or self.keep:
+        if self.keep:
+            return said
+        if self.container is None:  # none made (its creation failed): the network may be there
+            if self.client is not None and not (self.docker.container or self.docker.label):
+                with contextlib.suppress(docker.errors.DockerException):
+                    remove_network(self.client, self.network_name)
             return said
         try:
             if self.created:
+                if self.log_dir is not None:  # netspecd's stderr, as a local or SSH host's is kept
+                    said_there = self.container.logs(stdout=False, stderr=True)
+                    (self.log_dir / "netspecd.log").write_bytes(said_there)
                 self.container.remove(force=True)
                 remove_network(self._client(), self.network_name)
             else:
@@ -351,6 +354,11 @@ class DockerHost(Host):
             pass
         except docker.errors.DockerException as exc:
             said.append(f"container {self.container.name}: not cleaned up: {exc}")
+        finally:
+            if self.lifeline is not None:
+                with contextlib.suppress(OSError):
+                    self.lifeline.close()
+                self.lifeline = None
         self.container = None if self.created else self.container
         return said
 
@@ -359,102 +367,7 @@ def _netspecd(container: Any) -> str:
     return (container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
 
 
-def remove_network(client: Any, name: str) -> None:
-    """Remove the run's network once no container is on it (each host tries after its own
-    container went: the last one's try finds it empty)."""
-    import docker.errors
-
-    try:
-        network = client.networks.get(name)
-        ours = (network.attrs.get("Labels") or {}).get(CREATED_LABEL) == "1"
-        if ours and not network.attrs.get("Containers"):
-            network.remove()
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.status_code not in (403, 409):  # another container joined it since: its host removes it
-            raise
-
-
 def _add(tar: tarfile.TarFile, name: str, body: bytes, mode: int) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(body), mode
     tar.addfile(info, io.BytesIO(body))
-
-
-class ContainerRunFiles:
-    """A run's directory in a container, copied out through its engine (get_archive: the
-    container may have stopped). The whole directory comes in one archive, kept in a
-    temporary file until `remove` or the object's end."""
-
-    def __init__(self, container: Any, root: str, engine: str, owned: bool):
-        self.container, self.root, self.owned = container, root, owned
-        self.where = f"{engine}, container {container.name}"
-        self._archive: IO[bytes] | None = None
-        self._lock = threading.Lock()
-
-    def _tar(self) -> tarfile.TarFile | None:
-        import docker.errors
-
-        with self._lock:
-            if self._archive is None:
-                self._archive = tempfile.TemporaryFile(prefix="netspec-salvage-")  # noqa: SIM115 (closed by remove)
-                try:
-                    stream, _ = self.container.get_archive(self.root)
-                except docker.errors.NotFound:
-                    return None
-                for chunk in stream:
-                    self._archive.write(chunk)
-            self._archive.seek(0)
-            return tarfile.open(fileobj=self._archive, mode="r:")
-
-    def _members(self, tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
-        top = Path(self.root).name
-        return {m.name.removeprefix(f"{top}/"): m for m in tar.getmembers()
-                if m.isreg() and m.name.startswith(f"{top}/")}
-
-    def listing(self) -> list[tuple[str, int]]:
-        tar = self._tar()
-        if tar is None:
-            return []
-        with tar:
-            return sorted((name, m.size) for name, m in self._members(tar).items())
-
-    def copy(self, relative: str, target: Path) -> int:
-        tar = self._tar()
-        if tar is None:
-            raise NetspecError(f"{self.root} is gone from container {self.container.name}")
-        with tar:
-            member = self._members(tar).get(relative)
-            source = tar.extractfile(member) if member is not None else None
-            if source is None:
-                raise NetspecError(f"{relative} is not a regular file of the run's directory")
-            with open(target, "wb") as dst:
-                while chunk := source.read(1 << 20):
-                    dst.write(chunk)
-                return dst.tell()
-
-    def remove(self) -> None:
-        """The run's directory removed: with the container, if netspec made it for the run
-        (and keeps it not), else from the running container."""
-        import docker.errors
-
-        if self._archive is not None:
-            self._archive.close()
-        try:
-            if self.owned:
-                network = list(self.container.attrs["NetworkSettings"]["Networks"])
-                self.container.remove(force=True)
-                for name in network:
-                    remove_network(self.container.client, name)
-                return
-            self.container.reload()
-            if self.container.status == "running":
-                code, out = self.container.exec_run(["rm", "-rf", "--", self.root])
-                if code:
-                    said = out.decode(errors="replace").strip()
-                    raise NetspecError(f"could not remove {self.root}: {said}")
-        except docker.errors.NotFound:
-            return
-        except docker.errors.DockerException as exc:
-            raise NetspecError(f"could not remove {self.root}: {exc}") from None

@@ -12,6 +12,11 @@ Two layers, each cached in the engine by a content hash in its tag:
   this build of netspec and the daemon's dependencies installed from the wheels made for
   remote installs (wheels.py), with the installer remote hosts run (remote.py), into
   /opt/netspec/venv. Its label org.netspec.netspecd names the daemon's path there.
+  `netspec:<build>` is this build on the Debian base made first on the engine (of this
+  machine's packages, or debootstrap's): either serves alike.
+Images of earlier builds stay in the engine, as their wheels stay in the cache: remove them
+with `docker image prune -a --filter label=org.netspec.build` (which takes this build's too, made
+again by the next `ns_control image build`).
 
 A user's own image with netspec installed works as it is (netspecd on its PATH).
 """

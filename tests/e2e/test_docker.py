@@ -5,14 +5,15 @@ Everything the test makes is named for the session and removed after."""
 
 import io
 import json
+import os
+import subprocess
 import tarfile
 import textwrap
 
-import duckdb
 import pytest
 from netspec.analysis.provenance import shared_kernels
 from netspec.datastream.reader import StreamReader
-from support import latest_record, session_dir, start_run, wait_for
+from support import latest_record, ns_control, session_dir, start_run, wait_for
 
 docker = pytest.importorskip("docker")
 
@@ -31,6 +32,14 @@ streams: {{play: {{enable: [PLAY]}}}}
 schedule: [launch, sync_clocks, start_logging, prepare, {{phase: work, deadline: 5m}}, collect]
 """
 MIB = 1 << 20
+
+
+def remove_named(client, prefix: str) -> None:
+    """Every container and network whose name has `prefix`, removed (a test's leftovers)."""
+    for container in client.containers.list(all=True, filters={"name": prefix}):
+        container.remove(force=True)
+    for network in client.networks.list(filters={"name": prefix}):
+        network.remove()
 
 
 def ticks_in(container, run_id: str, tmp_path) -> int:
@@ -55,10 +64,12 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
     prefix = f"{session_dir().name}-d"
     attached = client.containers.run(docker_image, ["sleep", "infinity"], name=f"{prefix}-attached",
                                      labels={"org.netspec.test": prefix}, detach=True, init=True)
+    proc = None
     try:
         path = experiment(textwrap.dedent(TEXT.format(image=docker_image, prefix=prefix)))
         in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
-        proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'")
+        proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge",
+                                 timeout=120)
         killed = client.containers.get(record["hosts"]["b"]["placement"]["container_id"])
         wait_for(lambda: ticks_in(killed, record["id"], tmp_path) == 2000, timeout=60,
                  what="component two's ticks to be flushed in container b")
@@ -80,7 +91,7 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         # Placement as the engine made it.
         a, c = record["hosts"]["a"]["placement"], record["hosts"]["c"]["placement"]
         info = client.info()
-        assert a["limits"] == {"cpus": 0.5, "memory_bytes": 256 * MIB, "cap_add": ["NET_ADMIN"]}
+        assert a["limits"] == {"cpus": 0.5, "memory_bytes": 256 * MIB, "cap_add": ["NET_ADMIN", "SYS_NICE"]}
         assert (a["engine"], a["node"], a["engine_id"]) == ("local", info["Name"], info["ID"])
         assert a["image_id"] == client.images.get(docker_image).id and a["created"]
         assert a["cgroup"] == f"/docker/{a['container_id']}"
@@ -96,13 +107,11 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
             assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], (host, clock)
 
         # CAMP read a's cgroup, said so, and its free memory is what a's 256 MiB leave.
-        db = duckdb.connect()
-        said = db.execute(f"SELECT data FROM '{run}/merged/events.parquet' WHERE host = 'a' "
-                          "AND entity = 'CAMP/warning'").fetchall()
-        assert any('"kind": "cgroup"' in d or '"kind":"cgroup"' in d for (d,) in said), said
-        (most,) = db.execute(f"SELECT max(value) FROM '{run}/merged/samples.parquet' WHERE host = 'a' "
-                             "AND entity = 'CAMP/node' AND field = 'mem_free'").fetchone()
-        assert 0 < most <= 256 * MIB
+        camp = [r for p in (run / "hosts" / "a" / "streams").glob("camp.*.ds") for r in StreamReader(p)]
+        said = [r.value for r in camp if r.entity.full_name == "CAMP/warning"]
+        assert any(w["kind"] == "cgroup" and "cgroup v" in w["message"] for w in said), said
+        free = [r.value["mem_free"] for r in camp if r.entity.full_name == "CAMP/node"]
+        assert free and all(0 < f <= 256 * MIB for f in free), free
 
         # Nothing of the run is left in the engine: its containers and network are gone, the
         # attached container left the network and runs on.
@@ -112,7 +121,110 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         assert attached.status == "running"
         assert list(attached.attrs["NetworkSettings"]["Networks"]) == ["bridge"]
     finally:
-        attached.remove(force=True)
-        for network in client.networks.list(filters={"name": prefix}):
-            network.remove()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        remove_named(client, prefix)
+        client.close()
+
+
+TWO_ENGINES = """\
+experiment: two-engines
+hosts:
+  a: {{docker: {{image: "{image}", prefix: {prefix}}}}}
+  b: {{docker: {{image: "{image}", prefix: {prefix}, engine: "{engine}", cpus: 1}}}}
+  c:
+    docker: {{image: "{image}", prefix: {prefix}, engine: "{tcp}",
+              tls: {{ca: "{tls}/ca.pem", cert: "{tls}/client-cert.pem", key: "{tls}/client-key.pem"}}}}
+components:
+  one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+  two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+  three: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+streams: {{play: {{enable: [PLAY]}}}}
+schedule: [launch, sync_clocks, start_logging, work, collect]
+"""
+
+
+def test_one_run_spans_containers_of_two_engines_the_second_reached_over_ssh_and_over_tcp_with_tls(
+        docker_image, own_host, experiment, tmp_path):
+    import nethosts as nh
+
+    name = f"{session_dir().name}-e{own_host.index}"
+    engine = nh.start_dockerd(own_host, name, session_dir() / name)
+    local = docker.from_env()
+    try:
+        second = docker.DockerClient(base_url=engine.url)
+        second.images.load(local.images.get(docker_image).save(named=True))  # no registry: save, load
+        nh.set_sshd_env(own_host, DOCKER_HOST=engine.url)  # what `docker system dial-stdio` dials there
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)  # the Docker SDK's ssh:// reads ~/.ssh as OpenSSH does
+        (home / ".ssh" / "config").write_text(f"Host {own_host.address}\n  IdentityFile "
+                                              f"{own_host.state / 'id_ed25519'}\n")
+        (home / ".ssh" / "known_hosts").write_text(own_host.known_hosts_line + "\n")
+        url = f"ssh://root@{own_host.address}"
+        tcp, tls = f"tcp://{own_host.address}:{nh.TLS_PORT}", engine.dir / "tls"
+        path = experiment(TWO_ENGINES.format(image=docker_image, prefix=name, engine=url, tcp=tcp, tls=tls))
+        done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180,
+                          env={**os.environ, "HOME": str(home)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = latest_record(tmp_path / "runs")
+        a, b = record["hosts"]["a"]["placement"], record["hosts"]["b"]["placement"]
+        c = record["hosts"]["c"]["placement"]
+        assert (a["engine"], b["engine"], c["engine"]) == ("local", url, tcp)
+        assert c["container_id"] != b["container_id"] and c["engine_id"] == b["engine_id"]
+        assert b["engine_id"] == second.info()["ID"]  # the machine's key's (/etc/docker), as a's
+        assert b["image_id"] == a["image_id"] == local.images.get(docker_image).id  # the same image, loaded
+        assert b["limits"]["cpus"] == 1.0 and "cpus" not in a["limits"]
+        assert record["hosts"]["b"]["address"].startswith(f"{own_host.address}:")  # its port published there
+        for host in "bc":  # across engines, one kernel: the truth is 0
+            clock = record["hosts"][host]["clock"]
+            assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], (host, clock)
+        # Each engine is left as it was: no container, no network of the run.
+        for client in (local, second):
+            assert client.containers.list(all=True, filters={"name": name}) == []
+            assert client.networks.list(filters={"name": name}) == []
+        second.close()
+    finally:
+        remove_named(local, name)
+        local.close()
+        nh.stop_dockerd(engine)
+    # The second engine's rules were its namespace's: the machine's firewall never named it.
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    assert engine.bridge not in rules and name not in rules
+
+
+def test_a_killed_controllers_containers_end_their_run_and_collect_copies_out_what_they_kept(
+        docker_image, experiment, tmp_path):
+    client = docker.from_env()
+    prefix = f"{session_dir().name}-k"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: orphaned
+        hosts: {{a: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components:
+          one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+        streams: {{play: {{enable: [PLAY]}}}}
+        schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", timeout=120)
+    container = client.containers.get(f"{prefix}-{record['id']}-a")
+    try:
+        proc.kill()  # no clean-up of its own: the container's lifeline (its stdin) ends with it
+        proc.communicate(timeout=30)
+
+        def exited():
+            container.reload()
+            return container.status == "exited"
+        wait_for(exited, timeout=30, what="the orphaned container to end")
+        done = ns_control("collect", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"over the local engine, container {container.name}; " in done.stdout
+        salvaged = latest_record(tmp_path / "runs")["hosts"]["a"]["salvaged"]
+        assert "hosts/a/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+        assert any(f.startswith("hosts/a/streams/play.one.") for f in salvaged["files"])
+        assert client.containers.list(all=True, filters={"name": prefix}) == []
+        assert client.networks.list(filters={"name": prefix}) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        remove_named(client, prefix)
         client.close()

@@ -1,5 +1,5 @@
 """Placement shown, for real: a campaign file sweeping a docker group's CPU limit, each of
-its two points run as it would be (the point's file), on two containers each; the limit
+its two points run as it would be (the point's file), on a container each; the limit
 reaches the containers, and `show`, the run page, the bundle and the comparison of the two
 runs say where each host ran. Everything the test makes is named for the session and
 removed after."""
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 TEXT = """\
 experiment: placed
 hosts:
-  peers: {{count: 2, docker: {{image: "{image}", prefix: {prefix}, cpus: 0.5}}}}
+  peers: {{count: 1, docker: {{image: "{image}", prefix: {prefix}, cpus: 0.5}}}}
 components:
   c: {{group: peers, command: "true"}}
 schedule: [launch, collect]
@@ -55,7 +55,7 @@ def test_a_swept_cpu_limit_reaches_the_containers_and_every_view_says_where_each
 
         said = differences(load(runs[0]), load(runs[1]))
         moved = [line for line in said if " placement: " in line]
-        assert [line.split(" placement:")[0] for line in moved] == ["host peers-1", "host peers-2"]
+        assert [line.split(" placement:")[0] for line in moved] == ["host peers-1"]
         assert "cpus 0.5" in moved[0].split(" -> ")[0] and "cpus 1," in moved[0].split(" -> ")[1]
 
         page = render("run.html", **run_header(runs[0], first, first.id, []))

@@ -169,6 +169,15 @@ const netspec = (() => {
       [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]], TABLE_ROWS);
   }
 
+  async function links() {
+    const data = await panel("links");
+    if (data.merged === false) { document.getElementById("links").innerHTML = notMerged; return; }
+    await plot("links", data.figure);
+    document.getElementById("links-table").innerHTML = table(data.rows,
+      [["link", "link"], ["phase", "phase"], ["configured", "configured"], ["delay", "delay p50 / p99 ± bound"],
+       ["jitter", "jitter"], ["loss", "loss [95 %]"], ["probes", "probes"], ["verdict", "verdict"]]);
+  }
+
   async function resources() {
     const data = await panel("resources");
     if (data.merged === false) { document.getElementById("busy").innerHTML = notMerged; return; }
@@ -360,7 +369,7 @@ const netspec = (() => {
     // A section the page folds (a fleet's: details closed) draws when the user opens it; the
     // open ones are kept in the URL.
     const opened = (state.get("open") || "").split(",").filter(Boolean);
-    const tasks = {timeline, phases, triage, clocks, resources, distributions, events};
+    const tasks = {timeline, phases, triage, clocks, links, resources, distributions, events};
     const later = {};
     for (const d of document.querySelectorAll("details.panel")) {
       if (opened.includes(d.id)) d.open = true;

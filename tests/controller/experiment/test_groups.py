@@ -154,3 +154,19 @@ def test_a_warning_alike_for_every_member_is_said_once(experiment):
     assert said.endswith("schedule[1].params.rate: overrides param rate of component 'worker-peers-1' in "
                          "phase 'run': 1 -> 2 (alike for 2 more of group worker: worker-peers-2 ... "
                          "worker-peers-3)")
+
+
+def test_link_conditions_name_a_group_for_its_hosts(experiment):
+    text = """\
+    experiment: l
+    hosts:
+      hub: {docker: {}}
+      peers: {count: 3, docker: {cpus: 0.5}}
+    components:
+      worker: {group: peers, command: "true"}
+    links:
+      - {from: peers, to: hub, delay: 10ms}
+    schedule: [launch, {phase: run, components: [worker], links: [{from: hub, to: peers, partition: true}]}]
+    """
+    plan = load(experiment(text)).resolved()
+    assert plan.links[0].pairs == [("peers-1", "hub"), ("peers-2", "hub"), ("peers-3", "hub")]

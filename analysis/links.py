@@ -1,0 +1,377 @@
+"""The audit of a run's link conditions: per link (a directed pair of hosts) and per step,
+what was configured against what the probes (netspec.links.probes) achieved: one-way delay
+p50 and p99 with the clock bounds of both ends, jitter, loss with its Wilson 95 % interval,
+rate where a backend's counters say it, and a verdict. Written as merged/links.parquet
+(columns in docs/results.md).
+
+Each probe is on the global timeline twice: its send (`LINKS/sent` on the sender, at the
+sender's stamp) and its receipt (`LINKS/probe` on the receiver, at the kernel's stamp), each
+converted by its host's clock fit with its bound. A probe belongs to the step in whose
+window it was sent: from the step's first entry to the next step's (the last step's to its
+last ack); probes sent in a window's first GUARD_NS (a change of conditions still in
+flight) or outside every window are left out, and counted.
+"""
+
+# Version history of links.parquet: 1 (this).
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.protocol.links import LinkStats
+from netspec.protocol.runrecord import RunRecord
+
+GUARD_NS = 20_000_000
+Z95 = 1.959963984540054
+# Tolerances (issue 40's bench targets): delay p50 within max(5 %, 100 us) of the configured
+# delay on the kernel's path, max(5 %, 250 us) on the user-space path (and when the backend
+# is not said); rate within 5 %; loss: the configured rate inside the achieved's 95 % interval.
+DELAY_SHARE = 0.05
+DELAY_FLOOR_NS = {"kernel": 100_000, "netem": 100_000, "user": 250_000}
+DEFAULT_DELAY_FLOOR_NS = 250_000
+RATE_SHARE = 0.05
+WIRE_OVERHEAD = 46  # a probe's bytes on the wire beyond its UDP payload (links/probes.py's)
+# The user-space path is the bottleneck when it released over 10 % of packets late, dropped
+# any, or its threads were busy over 80 % of the time (one of them is all it has).
+LATE_SHARE = 0.10
+BUSY_SHARE = 0.80
+
+COLUMNS = pa.schema([
+    ("src", pa.string()), ("dst", pa.string()), ("step", pa.int32()), ("phase", pa.string()),
+    ("start", pa.int64()), ("end", pa.int64()), ("backend", pa.string()),
+    ("configured_delay_ms", pa.float64()), ("configured_jitter_ms", pa.float64()),
+    ("configured_loss_pct", pa.float64()), ("configured_rate_mbit", pa.float64()),
+    ("partition", pa.bool_()),
+    ("probes_sent", pa.int64()), ("probes_received", pa.int64()), ("probe_rate_per_s", pa.float64()),
+    ("probe_share_pct", pa.float64()),
+    ("delay_p50_ms", pa.float64()), ("delay_p99_ms", pa.float64()), ("delay_bound_ms", pa.float64()),
+    ("jitter_ms", pa.float64()), ("loss_pct", pa.float64()), ("loss_low_pct", pa.float64()),
+    ("loss_high_pct", pa.float64()), ("rate_mbit", pa.float64()),
+    ("user_late_pct", pa.float64()), ("user_drops", pa.int64()), ("user_cpu_pct", pa.float64()),
+    ("bottleneck", pa.bool_()), ("within", pa.bool_()), ("verdict", pa.string())])
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What a link was configured to do during a step (None: not configured)."""
+
+    delay_ms: float | None = None
+    jitter_ms: float | None = None
+    loss_pct: float | None = None
+    rate_mbit: float | None = None
+    partition: bool = False
+    backend: str | None = None  # which backend applied the delay: kernel, netem, user
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a link's backends counted during a step: its achieved rate (qdisc bytes over the
+    window), the user-space path's share of packets released late, its drops and its CPU."""
+
+    rate_mbit: float | None = None
+    user_late_pct: float | None = None
+    user_drops: int | None = None
+    user_cpu_pct: float | None = None
+    saturated: bool = False  # the rate's class held packets back (overlimits): the link was full
+
+
+@dataclass
+class Audit:
+    """The audit's rows and what it left out."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    outside: int = 0  # probes sent outside every step's window, or in a window's guard
+    undecodable: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # host -> datagrams not this run's probes
+
+    def warnings(self) -> list[str]:
+        said = [f"links: host {host} refused {n} datagrams on the audit's probe port (not this run's probes: "
+                "another run's, or garbled)" for host, n in sorted(self.refused.items()) if n]
+        if self.undecodable:
+            said.append(f"links: {self.undecodable} probe records whose data does not fit their form "
+                        "were left out of links.parquet")
+        return said
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion k/n (0..1)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # At k = 0 (or n) the bound is 0 (or 1) exactly: the float sum leaves a crumb of it.
+    return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
+
+
+def windows(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int]]:
+    """Each step's window on the global timeline from phases.parquet: (step, phase, start, end)."""
+    rows = db.execute("""SELECT step, any_value(phase), min(entered), max(acked) FROM phases
+                         WHERE entered IS NOT NULL GROUP BY step ORDER BY step""").fetchall()
+    found = []
+    for i, (step, phase, start, last) in enumerate(rows):
+        end = rows[i + 1][2] if i + 1 < len(rows) else (last if last is not None else start)
+        found.append((int(step), str(phase), int(start), int(end)))
+    return found
+
+
+def _decoded(texts: list[tuple[Any, ...]], kind: type[msgspec.Struct], audit: Audit) -> list[tuple[Any, ...]]:
+    out = []
+    for *head, data in texts:
+        try:
+            out.append((*head, msgspec.json.decode(data, type=kind)))
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+            audit.undecodable += 1
+    return out
+
+
+def _has(db: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(db.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])
+                .fetchall()[0][0])
+
+
+def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int]],
+             audit: Audit) -> dict[tuple[str, str, int], Counters]:
+    """Each link's counters over each step, from the `LINKS/stats` events its sender logged
+    (protocol.links.LinkStats, read every half second): the last read in the window less
+    the first. A link and step with fewer than two reads has none."""
+    reads: dict[str, list[tuple[int, LinkStats]]] = {}
+    for ts, host, stats in _decoded(db.execute("""SELECT ts, host, data FROM events
+                                                  WHERE entity = 'LINKS/stats' AND kind = 'event'
+                                                  ORDER BY ts""").fetchall(), LinkStats, audit):
+        reads.setdefault(host, []).append((ts, stats))
+    cpu: dict[str, list[tuple[int, float]]] = {}
+    # A number as an event's data is its value (analysis/source.py).
+    for host, ts, seconds in db.execute("""SELECT host, ts, value FROM events
+                                           WHERE entity = 'LINKS/user_cpu' AND kind = 'event'
+                                           AND value IS NOT NULL ORDER BY ts""").fetchall():
+        cpu.setdefault(host, []).append((ts, seconds))
+    found = {}
+    for step, _, start, end in steps:
+        for host, got in reads.items():
+            used = [(ts, s) for ts, s in cpu.get(host, []) if start <= ts < end]
+            cpu_pct = (100 * (used[-1][1] - used[0][1]) / ((used[-1][0] - used[0][0]) / 1e9)
+                       if len(used) > 1 and used[-1][0] > used[0][0] else None)
+            inside = [(ts, s) for ts, s in got if start <= ts < end]
+            if len(inside) < 2:
+                continue
+            (t0, first), (t1, last) = inside[0], inside[-1]
+            for peer, now in last.peers.items():
+                was = first.peers.get(peer)
+                if was is None or t1 <= t0:
+                    continue
+                sent = now.rate_packets - was.rate_packets
+                queued = now.queued - was.queued
+                bits = (now.rate_bytes - was.rate_bytes) * 8
+                found[(host, peer, step)] = Counters(
+                    rate_mbit=bits / ((t1 - t0) / 1e9) / 1e6 if sent else None,
+                    user_late_pct=100 * (now.late_over_1ms - was.late_over_1ms) / queued if queued else None,
+                    user_drops=now.dropped_user - was.dropped_user if queued else None,
+                    user_cpu_pct=cpu_pct if queued else None,
+                    saturated=now.rate_overlimits > was.rate_overlimits)
+    return found
+
+
+def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], Condition],
+          read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
+    """The audit's rows from a result set's events and phases: one per link and step that
+    probes crossed or conditions named; the backends' counters from the run's `LINKS/stats`
+    events unless given (`read`)."""
+    result = Audit()
+    if not _has(db, 'events') or not _has(db, 'phases'):
+        return result
+    # A send is logged on its sender: the event's host.
+    sends = _decoded(db.execute("""SELECT ts, bound_ns, host, data FROM events WHERE entity = 'LINKS/sent'
+                                   AND kind = 'event'""").fetchall(), SentRecord, result)
+    probes = _decoded(db.execute("""SELECT ts, bound_ns, data FROM events WHERE entity = 'LINKS/probe'
+                                    AND kind = 'event'""").fetchall(), ProbeRecord, result)
+    received = {(p.src, p.dst, p.seq): (ts, bound) for ts, bound, p in probes}
+    for host, data in db.execute("""SELECT host, data FROM events WHERE entity = 'LINKS/counts'
+                                    AND kind = 'event'""").fetchall():
+        try:
+            result.refused[host] = int(msgspec.json.decode(data).get("refused", 0))
+        except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
+            result.undecodable += 1
+    steps = windows(db)
+    starts = np.array([w[2] for w in steps], dtype=np.int64)
+    groups: dict[tuple[str, str, int], list[tuple[int, int, int | None, int | None]]] = {}
+    for ts, bound, src, sent in sends:
+        dst, seq = sent.dst, sent.seq
+        i = int(np.searchsorted(starts, ts, side="right")) - 1
+        if i < 0 or ts >= steps[i][3] or ts < steps[i][2] + GUARD_NS:
+            result.outside += 1
+            continue
+        got = received.get((src, dst, seq))
+        groups.setdefault((src, dst, steps[i][0]), []).append(
+            (ts, bound if bound is not None and bound >= 0 else 0, *(got or (None, None)), sent.size))
+    by_step = {w[0]: w for w in steps}
+    read = counters(db, steps, result) if read is None else read
+    for key in sorted(set(groups) | {k for k in configured if k[2] in by_step}):
+        src, dst, step = key
+        result.rows.append(_row(key, by_step[step], groups.get(key, []), configured.get(key, Condition()),
+                                read.get(key, Counters())))
+    return result
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None or math.isnan(ns) else ns / 1e6
+
+
+def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: list[tuple[Any, ...]],
+         cond: Condition, count: Counters) -> dict[str, Any]:
+    src, dst, step = key
+    _, phase, start, end = window
+    sent = len(probes)
+    arrived = [(r - s, b + (rb if rb is not None and rb >= 0 else 0))
+               for s, b, r, rb, _ in probes if r is not None]
+    delays = np.array([d for d, _ in arrived], dtype=float)
+    bound = max((b for _, b in arrived), default=None)
+    lost = sent - len(arrived)
+    lo, hi = wilson(lost, sent)
+    span_s = max((end - start - GUARD_NS) / 1e9, 1e-9)
+    per_s = sent / span_s
+    row: dict[str, Any] = {
+        "src": src, "dst": dst, "step": step, "phase": phase, "start": start, "end": end,
+        "backend": cond.backend, "configured_delay_ms": cond.delay_ms, "configured_jitter_ms": cond.jitter_ms,
+        "configured_loss_pct": cond.loss_pct, "configured_rate_mbit": cond.rate_mbit,
+        "partition": cond.partition, "probes_sent": sent, "probes_received": len(arrived),
+        "probe_rate_per_s": per_s,
+        "probe_share_pct": (100 * per_s * (max(p[4] for p in probes) + WIRE_OVERHEAD) * 8
+                            / (cond.rate_mbit * 1e6) if cond.rate_mbit and probes else None),
+        "delay_p50_ms": _ms(float(np.percentile(delays, 50))) if len(delays) else None,
+        "delay_p99_ms": _ms(float(np.percentile(delays, 99))) if len(delays) else None,
+        "delay_bound_ms": _ms(bound),
+        "jitter_ms": _ms(float(delays.std(ddof=1))) if len(delays) > 1 else None,
+        "loss_pct": 100 * lost / sent if sent else None,
+        "loss_low_pct": 100 * lo if sent else None, "loss_high_pct": 100 * hi if sent else None,
+        "rate_mbit": count.rate_mbit, "user_late_pct": count.user_late_pct, "user_drops": count.user_drops,
+        "user_cpu_pct": count.user_cpu_pct,
+        "bottleneck": (None if count.user_late_pct is None
+                       else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)
+                       or (count.user_cpu_pct or 0.0) > 100 * BUSY_SHARE),
+    }
+    row["within"], row["verdict"] = verdict(row, cond, count.saturated)
+    return row
+
+
+def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tuple[bool | None, str]:
+    """Whether the link did what it was configured to do in this step, and the words for it:
+    `within tolerance`, or each way it was off and by how much."""
+    off = []
+    if row["probes_sent"] == 0:
+        return None, "no probes in this step"
+    if cond.partition:
+        if row["probes_received"]:
+            off.append(f"partition leaked {row['probes_received']} of {row['probes_sent']} probes")
+    else:
+        if cond.delay_ms is not None and row["delay_p50_ms"] is not None:
+            floor = DELAY_FLOOR_NS.get(cond.backend or "", DEFAULT_DELAY_FLOOR_NS) / 1e6
+            tol = max(DELAY_SHARE * cond.delay_ms, floor) + (row["delay_bound_ms"] or 0.0)
+            diff = row["delay_p50_ms"] - cond.delay_ms
+            if abs(diff) > tol:
+                off.append(f"delay p50 {row['delay_p50_ms']:.3f} ms, {diff:+.3f} ms off {cond.delay_ms:g} ms "
+                           f"(tolerance {tol:.3f} ms)")
+        elif cond.delay_ms is not None:
+            off.append("no probe came through to measure the delay")
+        loss = cond.loss_pct or 0.0
+        lo, hi = row["loss_low_pct"], row["loss_high_pct"]
+        if row["loss_pct"] is not None and not lo - 1e-9 <= loss <= hi + 1e-9:
+            off.append(f"loss {row['loss_pct']:.1f} % [{lo:.1f}, {hi:.1f}] against {loss:g} %")
+        # A link's traffic may stay under its rate: only a rate above it, or one below it
+        # while the link was full (its class held packets back), is off.
+        rate = row["rate_mbit"]
+        if cond.rate_mbit and rate is not None and (rate > (1 + RATE_SHARE) * cond.rate_mbit or (
+                saturated and rate < (1 - RATE_SHARE) * cond.rate_mbit)):
+            off.append(f"rate {rate:.2f} Mbit/s against {cond.rate_mbit:g}"
+                       + (" (the link full)" if saturated else ""))
+    if row["bottleneck"]:
+        cpu = "" if row["user_cpu_pct"] is None else f", {row['user_cpu_pct']:.0f} % CPU"
+        off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late, "
+                   f"{row['user_drops']} dropped{cpu})")
+    return (not off), ("within tolerance" if not off else "; ".join(off))
+
+
+def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]:
+    """Each directed pair's conditions in each step, as run.json's plan records them (the
+    state the controller resolved for every step: PlanStep.link_state, "from->to"). A run
+    without a plan, or with no links:, configures nothing: the audit then reports what any
+    probes achieved, against no condition. Steps are the plan's schedule in order; a run
+    whose steps stop matching it (a phase that differs) is read up to there."""
+    plan = record.plan
+    if plan is None:
+        return {}
+    found = {}
+    for i, (ran, planned) in enumerate(zip(record.steps, plan.schedule, strict=False)):
+        if ran.phase != planned.phase:
+            break
+        for pair, cond in planned.link_state.items():
+            src, _, dst = pair.partition("->")
+            found[(src, dst, i)] = Condition(
+                delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
+                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition)
+    return found
+
+
+def write_links(db: duckdb.DuckDBPyConnection, path: Path, configured: dict[tuple[str, str, int], Condition],
+                read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
+    """links.parquet from the result set open in `db`; nothing is written for a run without
+    probes or conditions."""
+    result = audit(db, configured, read)
+    if result.rows:
+        pq.write_table(pa.Table.from_pylist(result.rows, schema=COLUMNS), path)
+    else:
+        path.unlink(missing_ok=True)  # an earlier merge's
+    return result
+
+
+def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
+    """The audit's section of the report: one line per link and step, then the verdicts
+    that are off. Empty for a run without links.parquet."""
+    if not _has(db, "links"):
+        return []
+    rows = db.execute("""SELECT src, dst, phase, configured_delay_ms, delay_p50_ms, delay_p99_ms,
+                                delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct, loss_low_pct,
+                                loss_high_pct, probes_received, probes_sent, partition, within, verdict
+                         FROM links ORDER BY step, src, dst""").fetchall()
+    out = ["Links (configured against achieved, from the audit's probes):",
+           f"  {'link':<20} {'phase':<12} {'delay ms: set':>13} {'p50':>8} {'p99':>8} {'±bound':>8} "
+           f"{'jitter':>7} {'loss %: set':>11} {'got [95 %]':>20} {'probes':>9}  verdict"]
+    for (src, dst, phase, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, _within,
+         words) in rows:
+        set_delay = "partition" if part else _num(cd)
+        out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {set_delay:>13} {_num(p50):>8} {_num(p99):>8} "
+                   f"{_num(bound):>8} {_num(jit):>7} {_num(cl, 1):>11} "
+                   f"{_loss(loss, lo, hi):>20} {got:>4}/{sent:<4}  {words}")
+    return out
+
+
+def merged_lines(merged: Path) -> list[str]:
+    """The audit's section for the result set in `merged` (`ns_control report`): empty when
+    it has no links.parquet."""
+    path = merged / "links.parquet"
+    if not path.is_file():
+        return []
+    db = duckdb.connect()
+    try:
+        quoted = str(path).replace("'", "''")
+        db.execute(f"CREATE VIEW links AS SELECT * FROM read_parquet('{quoted}')")
+        return lines(db)
+    finally:
+        db.close()
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _loss(loss: float | None, lo: float | None, hi: float | None) -> str:
+    return "-" if loss is None else f"{loss:.1f} [{lo:.1f}, {hi:.1f}]"

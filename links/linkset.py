@@ -1,0 +1,300 @@
+"""A run's link conditions on this host: the conditions in effect toward each peer, the
+backend placed for each part of them (by what this host offers), installed, changed and
+removed. The daemon's run owns one (daemon/services.py) and closes it whatever ends the run;
+the audit reads its counters (`stats`), the fault schedule applies a partition through it."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
+
+from . import kernel, names
+from .kernel import Exclude, Peer
+from .names import ToolFailed
+from .nfqueue import QueueError, UserPath
+from .probe import offer
+
+__all__ = ["Applied", "Exclude", "LinkSet", "Refused", "place"]
+
+
+class Refused(Exception):
+    """Conditions this host cannot apply: each (peer, part, what is missing), all at once."""
+
+    def __init__(self, host: str, missing: list[tuple[str, str, str]]):
+        self.host, self.missing = host, missing
+        said = "; ".join(f"link {host} -> {peer}: {part} needs {what}" for peer, part, what in missing)
+        super().__init__(f"host {host} cannot apply: {said}")
+
+
+@dataclass
+class Applied:
+    """Conditions put in effect: when the change began and when its last part was in place
+    (this host's clock, ns), and which backend applies each part, by peer."""
+
+    began_ns: int
+    applied_ns: int
+    placements: dict[str, Backends] = field(default_factory=dict)
+
+
+def place(condition: LinkCondition, have: LinkOffer) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Which backend applies each part of `condition` on a host that offers `have`: (part ->
+    backend, [(part, what is missing)]). The kernel first (netem with htb for all but a
+    partition; else htb for a rate, nftables for a partition and an independent loss);
+    netspec's user-space path for the rest (delay, jitter, bursty loss, and a loss or a
+    partition without nftables). iptables' own drops are not used: at the output hook a drop
+    fails the sender's call, which no link does."""
+    parts: dict[str, str] = {}
+    missing: list[tuple[str, str]] = []
+    user = have.iptables and have.nfqueue
+    for part in condition.needs():
+        if not have.cap_net_admin:
+            missing.append((part, "CAP_NET_ADMIN (netspecd runs without it)"))
+        elif part == "partition" and have.nftables:
+            parts[part] = "nftables"
+        elif part == "rate":
+            if have.htb:
+                parts[part] = "htb"
+            else:
+                missing.append((part, "the htb qdisc (sch_htb) and tc"))
+        elif have.netem and have.htb:
+            parts[part] = "netem"
+        elif part == "loss" and have.nftables:
+            parts[part] = "nftables"
+        elif user:
+            parts[part] = "user"
+        else:
+            kernel_way = "nftables" if part in ("partition", "loss") else "netem (sch_netem, with htb)"
+            missing.append((part, f"{kernel_way}, or iptables with the NFQUEUE target (netspec's "
+                                  "user-space path)"))
+    return parts, missing
+
+
+def _on_user(condition: LinkCondition, parts: dict[str, str]) -> LinkCondition | None:
+    """The parts of `condition` placed on the user-space path (None: none)."""
+    mine = {part for part, backend in parts.items() if backend == "user"}
+    if not mine:
+        return None
+    if "partition" in mine:
+        return LinkCondition(loss_pct=100.0)
+    lossy = {"loss", "bursty loss"} & mine
+    return LinkCondition(delay_ms=condition.delay_ms if "delay" in mine else 0.0,
+                         jitter_ms=condition.jitter_ms if "jitter" in mine else 0.0,
+                         distribution=condition.distribution,
+                         loss_pct=condition.loss_pct if lossy else 0.0,
+                         loss_burst=condition.loss_burst if lossy else None)
+
+
+class LinkSet:
+    """The run's conditions on this host, one direction each: from here to a peer.
+
+    Lifecycle: made for a run (nothing installed); `apply` any number of times (each call
+    changes the peers it names, the rest hold); `close` once, which removes every rule,
+    chain, qdisc and queue of the run, even if a part fails (the failures are returned).
+    Thread-safe: the daemon applies from its loop's worker threads, a fault timer from its own.
+    """
+
+    def __init__(self, run_id: str, host: str = "", exclude: Exclude | None = None,
+                 have: LinkOffer | None = None):
+        self.run_id, self.host, self.exclude = run_id, host, exclude or Exclude()
+        self.have = have if have is not None else offer()
+        self.rules: dict[str, LinkRule] = {}
+        self.placed: dict[str, dict[str, str]] = {}
+        self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
+        self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
+        self._shaped: set[str] = set()  # devices with the run's htb tree
+        self._batches: dict[str, str] = {}  # each one's tree as installed
+        self._queued: list[str] = []  # the iptables chain's rules as installed
+        self._nft = self._iptables = False
+        self._user: UserPath | None = None
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def place(self, rules: list[LinkRule]) -> dict[str, Backends]:
+        """Each rule's placement on this host (a peer named by several rules: the parts of all).
+
+        Raises:
+            Refused: a part of a condition no backend here can apply (every one, at once), or
+                a peer at this host's own address.
+        """
+        placed, missing = {}, []
+        for rule in rules:
+            parts, lacking = place(rule.condition, self.have)
+            missing += [(rule.peer, part, what) for part, what in lacking]
+            try:
+                ipaddress.IPv4Address(rule.address)
+            except ValueError:
+                if set(parts.values()) - {"nftables"}:
+                    missing.append((rule.peer, ", ".join(parts),
+                                    f"an IPv4 address (the peer is at {rule.address})"))
+            # A peer named twice (a check of every condition a run will ask): every part said.
+            known = placed[rule.peer].parts if rule.peer in placed else {}
+            placed[rule.peer] = Backends(parts={**known, **parts})  # type: ignore[arg-type]
+        if missing:
+            raise Refused(self.host, missing)
+        return placed
+
+    def apply(self, rules: list[LinkRule]) -> Applied:
+        """Put `rules` in effect (each replaces its peer's condition; an empty one clears it).
+
+        Raises:
+            Refused: as `place`; nothing changed.
+            ToolFailed, QueueError: a tool or the queue refused; what was applied before
+                stays until `close`.
+        """
+        placed = self.place(rules)
+        with self._lock:
+            if self.closed:
+                raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
+            began = time.time_ns()
+            for rule in rules:
+                if rule.condition.empty:
+                    self.rules.pop(rule.peer, None)
+                    self.placed.pop(rule.peer, None)
+                else:
+                    self.rules[rule.peer], self.placed[rule.peer] = rule, dict(placed[rule.peer].parts)
+            self._install({r.peer: r.address for r in rules})
+            return Applied(began, time.time_ns(), placed)
+
+    def cut(self, peers: dict[str, str], on: bool = True) -> Applied:
+        """A partition toward each of `peers` (name -> address) on top of its condition (`on`),
+        or healed (not `on`): its condition as it was, or as a change since made it. For a
+        fault's partition and heal at an instant (its `applied_ns`).
+
+        Raises:
+            Refused: no backend here can partition; nothing changed.
+            ToolFailed, QueueError: as `apply`.
+        """
+        parts, missing = place(LinkCondition(partition=True), self.have)
+        if missing and on:
+            raise Refused(self.host, [(peer, part, what) for peer in peers for part, what in missing])
+        with self._lock:
+            if self.closed:
+                raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
+            began = time.time_ns()
+            for peer, address in peers.items():
+                if on:
+                    self.cuts[peer] = (address, parts)
+                else:
+                    self.cuts.pop(peer, None)
+            self._install(dict(peers))
+            return Applied(began, time.time_ns(), {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
+
+    def _peers(self) -> list[Peer]:
+        """Every conditioned direction as it is in effect: a cut one partitioned, its other
+        parts left as they are (so a cut and a heal change the partition's rule alone)."""
+        cut = LinkCondition(partition=True)
+        peers = []
+        for r in self.rules.values():
+            if r.peer in self.cuts:
+                parts = {**self.placed[r.peer], **self.cuts[r.peer][1]}
+                condition = msgspec.structs.replace(r.condition, partition=True)
+                peers.append(Peer(r.peer, r.address, condition, parts))
+            else:
+                peers.append(Peer(r.peer, r.address, r.condition, self.placed[r.peer]))
+        return peers + [Peer(name, address, cut, parts) for name, (address, parts) in self.cuts.items()
+                        if name not in self.rules]
+
+    def _install(self, changed: dict[str, str]) -> None:
+        """Install what is in effect; `changed`: the peers changed (name -> address)."""
+        peers = self._peers()
+        # The user-space path first: its queue is bound before any rule sends packets to it.
+        if self._user is None and any("user" in p.parts.values() for p in peers):
+            self._user = UserPath(names.queue(self.run_id))
+        if self._user is not None:
+            effective = {p.name: p for p in peers}
+            for name, address in changed.items():
+                peer = effective.get(name)
+                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
+        devices = {p.name: self._devices.get(p.name) or kernel.device_to(p.address) for p in peers}
+        self._nft = kernel.nft_apply(self.run_id, peers, devices, self.exclude, self._nft)
+        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, names.queue(self.run_id))
+        if queued != self._queued or not self._iptables:  # unchanged: not installed again
+            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, names.queue(self.run_id),
+                                                   self._iptables)
+            self._queued = queued
+        shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
+        shaped_on = {p.name: devices[p.name] for p in shaped}
+        touched = {shaped_on[name] for name in changed if name in shaped_on}
+        was = {name: self._devices[name] for name in changed if name in self._devices}
+        touched |= {device for device in was.values() if device in self._shaped}
+        self._devices = devices
+        for device in sorted(touched):
+            on = [p for p in shaped if devices[p.name] == device]
+            batch = kernel.tc_batch(self.run_id, device, on, self.exclude, False)
+            if device in self._shaped and self._batches.get(device) == batch:
+                continue  # its tree as it is: a cut or a heal does not touch the rate
+            if kernel.tc_apply(self.run_id, device, on, self.exclude, device in self._shaped):
+                self._shaped.add(device)
+                self._batches[device] = batch
+            else:
+                self._shaped.discard(device)
+                self._batches.pop(device, None)
+
+    def stats(self) -> LinkStats:
+        """The backends' counters now, per peer conditioned (the user-space path's, the nftables
+        rules' drops: `partitioned` while the peer is cut off, and the htb class's)."""
+        with self._lock:
+            peers = self._peers()
+            devices, shaped_devices, user = dict(self._devices), set(self._shaped), self._user
+        dropped = kernel.nft_counts(self.run_id)
+        classes = {d: kernel.tc_counts(self.run_id, d) for d in set(devices.values()) & shaped_devices}
+        shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
+        found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0,
+                          realtime=user.realtime if user else None)
+        for peer in peers:
+            stats = PeerStats()
+            if user is not None and (counts := user.counters(peer.address)) is not None:
+                stats.queued, stats.dropped_user = counts.queued, counts.dropped
+                stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
+                stats.late_over_1ms = counts.late_over_1ms
+            if peer.condition.partition:
+                stats.partitioned = dropped.get(peer.name, 0)
+            else:
+                stats.dropped_kernel = dropped.get(peer.name, 0)
+            device = devices.get(peer.name)
+            if device in classes:  # its class's minor: its place among the device's (kernel.tc_batch)
+                on = [p.name for p in shaped if devices.get(p.name) == device]
+                got = classes[device].get(on.index(peer.name) + 1, {}) if peer.name in on else {}
+                stats.rate_bytes, stats.rate_packets = got.get("bytes", 0), got.get("packets", 0)
+                stats.rate_dropped, stats.rate_overlimits = got.get("drops", 0), got.get("overlimits", 0)
+            found.peers[peer.name] = stats
+        return found
+
+    def close(self) -> list[str]:
+        """Remove every rule, chain, qdisc and queue of the run here; each failure said, in
+        the list returned (the others are removed all the same). Idempotent."""
+        with self._lock:
+            if self.closed:
+                return []
+            self.closed = True
+            failed = []
+            for remove in (self._remove_rules, self._remove_qdiscs, self._remove_queue):
+                try:
+                    remove()
+                except (ToolFailed, QueueError, OSError) as exc:
+                    failed.append(str(exc))
+            self.rules.clear()
+            return failed
+
+    def _remove_rules(self) -> None:
+        if self._iptables:  # first: no packet is queued to a path about to go
+            kernel.iptables_remove(self.run_id)
+            self._iptables = False
+        if self._nft:
+            kernel.nft_apply(self.run_id, [], {}, self.exclude, True)
+            self._nft = False
+
+    def _remove_qdiscs(self) -> None:
+        for device in sorted(self._shaped):
+            kernel.tc_apply(self.run_id, device, [], self.exclude, True)
+        self._shaped.clear()
+
+    def _remove_queue(self) -> None:
+        if self._user is not None:
+            user, self._user = self._user, None
+            user.close()

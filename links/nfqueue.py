@@ -1,0 +1,310 @@
+"""netspec's user-space path: packets toward a conditioned peer are queued to it by the kernel
+(iptables' NFQUEUE target, linkset.py installs the rule) and given their verdict here, over
+nfnetlink_queue in pure Python (an AF_NETLINK socket, NETLINK_NETFILTER): accepted at their
+due instant (the delay and its jitter), dropped for a loss (independent, or in bursts:
+Gilbert-Elliott). One thread per run, owned by its LinkSet, which starts and joins it.
+
+Each packet is copied up to its IPv4 header only (20 bytes: its destination names the peer);
+its verdict is sent when due, in batches, and how late each was (the verdict's instant minus
+its due instant) is counted, with the drops, for the audit (`PathCounters`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import math
+import os
+import random
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from netspec.protocol.links import LinkCondition
+
+NETLINK_NETFILTER = 12
+NETLINK_NO_ENOBUFS = 5
+SOL_NETLINK = 270
+NFNL_SUBSYS_QUEUE = 3
+NFQNL_MSG_PACKET, NFQNL_MSG_VERDICT, NFQNL_MSG_CONFIG = 0, 1, 2
+NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
+NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN, NFQA_CFG_MASK, NFQA_CFG_FLAGS = 1, 2, 3, 4, 5
+NFQA_CFG_F_FAIL_OPEN = 1
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_PAYLOAD = 1, 2, 10
+NFQNL_COPY_PACKET = 2
+NLMSG_ERROR = 2
+NLM_F_REQUEST, NLM_F_ACK = 1, 4
+NF_DROP, NF_ACCEPT = 0, 1
+COPY_BYTES = 20  # the IPv4 header: its destination address is all the path reads
+QUEUE_MAXLEN = 20_000  # packets held at once; past it the kernel lets them through (fail-open)
+RCVBUF = 8 * 1024 * 1024
+JOIN_S = 5.0
+LATE_NS = 1_000_000  # a verdict later than this is counted apart
+IDLE_S = 1.0
+EARLY_S = 0.001
+RECEIVES = 64  # reads of the socket before the held packets' verdicts are looked at again
+
+
+class QueueError(Exception):
+    """The kernel refused the queue (bound by another, no nfnetlink_queue, no privilege)."""
+
+
+@dataclass
+class PathCounters:
+    """One peer's counts on the user-space path."""
+
+    queued: int = 0
+    dropped: int = 0
+    late_total_ns: int = 0
+    late_max_ns: int = 0
+    late_over_1ms: int = 0
+
+
+@dataclass
+class _Peer:
+    condition: LinkCondition
+    counters: PathCounters = field(default_factory=PathCounters)
+    bad: bool = False  # Gilbert-Elliott's state: in a burst of losses
+
+
+def _nlmsg(kind: int, flags: int, queue: int, attrs: bytes, seq: int = 0) -> bytes:
+    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
+    return struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | kind, flags, seq, 0) + body
+
+
+def _attr(kind: int, data: bytes) -> bytes:
+    size = 4 + len(data)
+    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
+
+
+def _verdict(queue: int, packet_id: int, verdict: int) -> bytes:
+    attrs = _attr(NFQA_VERDICT_HDR, struct.pack(">II", verdict, packet_id))
+    return _nlmsg(NFQNL_MSG_VERDICT, NLM_F_REQUEST, queue, attrs)
+
+
+def jitter_ms(rng: random.Random, distribution: str, jitter: float) -> float:
+    """A jitter drawn from `distribution` (as netem names them) with `jitter` its spread: the
+    half-width of uniform's interval, the standard deviation of the others."""
+    if distribution == "uniform":
+        return rng.uniform(-jitter, jitter)
+    if distribution == "normal":
+        return rng.gauss(0.0, jitter)
+    pareto = (rng.paretovariate(3.0) - 1.5) / math.sqrt(0.75)  # alpha 3: mean 1.5, sd sqrt(3/4)
+    if distribution == "pareto":
+        return pareto * jitter
+    # paretonormal: netem's mix, a quarter normal and three quarters pareto, at the same spread
+    return (0.25 * rng.gauss(0.0, 1.0) + 0.75 * pareto) / math.hypot(0.25, 0.75) * jitter
+
+
+def drop(rng: random.Random, cond: LinkCondition, bad: bool) -> tuple[bool, bool]:
+    """Whether the next packet is lost, and the loss's state after it (Gilbert-Elliott's: in a
+    burst). Independent: each lost with `loss_pct`. In bursts: a lossless good state and an
+    all-lost bad one, left with 1/`loss_burst` (the burst's mean length) and entered so that
+    the long-run loss is `loss_pct` (netem's `loss gemodel p r 100% 0%`)."""
+    if not cond.loss_pct:
+        return False, False
+    p = cond.loss_pct / 100
+    if cond.loss_burst is None:
+        return rng.random() < p, False
+    leave = 1 / cond.loss_burst
+    enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
+    bad = (rng.random() >= leave) if bad else (rng.random() < enter)
+    return bad, bad
+
+
+class UserPath:
+    """The run's queue and the thread that gives its packets their verdicts.
+
+    Lifecycle: `UserPath(queue)` binds the queue (raises QueueError); `set` a peer's condition
+    (by its IPv4 address) any time, from any thread; `close` lets every held packet through
+    (once the rules that queue them are gone: the caller removes those first), unbinds and
+    joins the thread."""
+
+    def __init__(self, queue: int, seed: int | None = None):
+        self.queue = queue
+        self.peers: dict[bytes, _Peer] = {}  # by the packed IPv4 address
+        self.overruns = 0
+        self.realtime: bool | None = None  # whether its thread got real-time priority
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._held: list[tuple[int, int, int, bytes]] = []  # (due_ns, seq, packet id, peer)
+        self._seq = 0
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        self._wake_r, self._wake_w = os.pipe()
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+            self._sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+            self._sock.bind((0, 0))
+            self._config(_attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_BIND, socket.AF_INET)))
+            self._config(_attr(NFQA_CFG_PARAMS, struct.pack(">IB", COPY_BYTES, NFQNL_COPY_PACKET))
+                         + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack(">I", QUEUE_MAXLEN))
+                         + _attr(NFQA_CFG_MASK, struct.pack(">I", NFQA_CFG_F_FAIL_OPEN))
+                         + _attr(NFQA_CFG_FLAGS, struct.pack(">I", NFQA_CFG_F_FAIL_OPEN)))
+        except (OSError, QueueError) as exc:
+            self._close_fds()
+            raise QueueError(f"NFQUEUE {queue}: {exc}") from exc
+        self._sock.setblocking(False)
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, name=f"netspec-links-q{queue}", daemon=True)
+        self._thread.start()
+
+    def _config(self, attrs: bytes) -> None:
+        self._seq += 1
+        self._sock.send(_nlmsg(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, self.queue, attrs, self._seq))
+        data = self._sock.recv(65536)
+        _, kind = struct.unpack_from("=IH", data)
+        if kind == NLMSG_ERROR:
+            (error,) = struct.unpack_from("=i", data, 16)
+            if error:
+                raise QueueError(os.strerror(-error))
+
+    def set(self, address: str, condition: LinkCondition | None) -> None:
+        """The condition of the packets toward `address` from now on (None: none queued there)."""
+        key = socket.inet_aton(address)
+        with self._lock:
+            if condition is None or condition.empty:
+                self.peers.pop(key, None)
+            elif key in self.peers:
+                self.peers[key].condition = condition
+            else:
+                self.peers[key] = _Peer(condition)
+        os.write(self._wake_w, b"x")
+
+    def counters(self, address: str) -> PathCounters | None:
+        peer = self.peers.get(socket.inet_aton(address))
+        return None if peer is None else PathCounters(**vars(peer.counters))
+
+    def _serve(self) -> None:
+        # A verdict is due at an instant, as a release or a CAMP sample is: SCHED_FIFO (as the
+        # daemon's own threads that act at an instant take it), else it waits for a free core.
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            self.realtime = True
+        except PermissionError:
+            self.realtime = False
+        with select.epoll() as poller:
+            poller.register(self._sock.fileno(), select.EPOLLIN)
+            poller.register(self._wake_r, select.EPOLLIN)
+            while not self._stop:
+                due = self._held[0][0] if self._held else None
+                wait = IDLE_S if due is None else min(IDLE_S, (due - time.monotonic_ns()) / 1e9)
+                # epoll waits whole milliseconds: it wakes a millisecond early, and the last of
+                # the wait is slept (clock_nanosleep), so a verdict is late by tens of us, not ms.
+                events = poller.poll(wait - EARLY_S if wait > 2 * EARLY_S else 0)
+                for fd, _ in events:
+                    if fd == self._wake_r:
+                        os.read(self._wake_r, 4096)
+                    else:
+                        self._receive()
+                if not events and due is not None:
+                    time.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
+                self._release(time.monotonic_ns())
+        self._release(None)
+
+    def _receive(self) -> None:
+        out = []
+        for _ in range(RECEIVES):
+            try:
+                data = self._sock.recv(262144)
+            except BlockingIOError:
+                break
+            except OSError:  # ENOBUFS: packets the kernel could not hand up (fail-open or queued)
+                self.overruns += 1
+                break
+            now = time.monotonic_ns()
+            offset = 0
+            while offset + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if length < 16:
+                    break
+                if kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
+                    verdict = self._packet(data, offset + 20, offset + length, now)
+                    if verdict is not None:
+                        out.append(verdict)
+                offset += (length + 3) & ~3
+        if out:
+            self._send(out)
+
+    def _packet(self, data: bytes, at: int, end: int, now: int) -> bytes | None:
+        """A queued packet: its verdict now (a drop, or a peer with no condition), or held."""
+        packet_id, dst = None, b""
+        while at + 4 <= end:
+            size, kind = struct.unpack_from("=HH", data, at)
+            if size < 4:
+                break
+            kind &= 0x7FFF
+            if kind == NFQA_PACKET_HDR:
+                (packet_id,) = struct.unpack_from(">I", data, at + 4)
+            elif kind == NFQA_PAYLOAD and size >= 4 + 20:
+                dst = data[at + 4 + 16:at + 4 + 20]
+            at += (size + 3) & ~3
+        if packet_id is None:
+            return None
+        with self._lock:
+            peer = self.peers.get(dst)
+            if peer is None:
+                return _verdict(self.queue, packet_id, NF_ACCEPT)
+            cond, counts = peer.condition, peer.counters
+            counts.queued += 1
+            if self._lost(peer):
+                counts.dropped += 1
+                return _verdict(self.queue, packet_id, NF_DROP)
+            delay = cond.delay_ms
+            if cond.jitter_ms:
+                delay += jitter_ms(self._rng, cond.distribution, cond.jitter_ms)
+            if delay <= 0:
+                return _verdict(self.queue, packet_id, NF_ACCEPT)
+            self._seq += 1
+            heapq.heappush(self._held, (now + int(delay * 1e6), self._seq, packet_id, dst))
+        return None
+
+    def _lost(self, peer: _Peer) -> bool:
+        lost, peer.bad = drop(self._rng, peer.condition, peer.bad)
+        return lost
+
+    def _release(self, now: int | None) -> None:
+        """Accept every held packet that is due (all of them: `now` None), counting lateness."""
+        out = []
+        with self._lock:
+            while self._held and (now is None or self._held[0][0] <= now):
+                due, _, packet_id, dst = heapq.heappop(self._held)
+                out.append(_verdict(self.queue, packet_id, NF_ACCEPT))
+                peer = self.peers.get(dst)
+                if peer is not None and now is not None:
+                    late = time.monotonic_ns() - due
+                    counts = peer.counters
+                    counts.late_total_ns += late
+                    counts.late_max_ns = max(counts.late_max_ns, late)
+                    counts.late_over_1ms += late > LATE_NS
+        if out:
+            self._send(out)
+
+    def _send(self, messages: list[bytes]) -> None:
+        # A verdict the kernel refuses (its packet gone from the queue) comes back as an error
+        # message, which `_receive` passes over; the batch's others are taken all the same.
+        for start in range(0, len(messages), 256):
+            with contextlib.suppress(BlockingIOError):  # the socket's buffer full: bypassed
+                self._sock.send(b"".join(messages[start:start + 256]))
+
+    def close(self) -> None:
+        """Let every held packet through, unbind the queue and join the thread (JOIN_S)."""
+        if self._stop:
+            return
+        self._stop = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(JOIN_S)
+        try:
+            self._sock.setblocking(True)
+            self._sock.settimeout(1.0)
+            self._config(_attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_UNBIND, socket.AF_INET)))
+        except (OSError, QueueError):
+            pass  # closing the socket unbinds it all the same
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        self._sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
