@@ -195,11 +195,17 @@ def test_a_campaigns_cells_are_each_in_one_unit_and_compare_decides_on_the_media
         assert "Mann-Whitney U" in driver.find_element(By.ID, "metrics-method").text
         assert driver.execute_script(WIDER) <= 0, "the compare page is wider than 800 px"
         for row in driver.find_elements(By.CSS_SELECTOR, "#compare-metrics tr.metric"):
-            pct, verdict = (row.find_elements(By.TAG_NAME, "td")[i].text for i in (4, 6))
+            pct, interval, verdict = (row.find_elements(By.TAG_NAME, "td")[i].text for i in (4, 5, 6))
+            # the median moved the way the verdict says, and its interval excludes 0 that side
+            # (a median of 0 in a has no %)
+            bounds = re.match(r"\[(-?[\d.,]+), (-?[\d.,]+)\]", interval)
+            low, high = (float(v.replace(",", "")) for v in bounds.groups())
             if verdict.startswith("higher"):
-                assert pct.startswith("+"), (pct, verdict)
+                assert pct.startswith("+") or pct == "-", (pct, verdict)
+                assert low > 0, (interval, verdict)
             if verdict.startswith("lower"):
                 assert pct.startswith("-"), (pct, verdict)
+                assert high < 0, (interval, verdict)
         assert not console_errors(driver)
 
 
