@@ -24,6 +24,7 @@ from netspec.protocol.runplan import DockerSpec
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
+from .faults import faults_of
 from .groups import Groups, expand
 from .links import links_of
 from .model import (
@@ -127,12 +128,14 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     campaign = (src.checked(campaign_of, src, data, hosts, components, written)
                 if CAMPAIGN_KEYS & set(data) else None)
     _check_step_params(src, data, components)
+    faults = faults_of(src, data.get("faults") or [], hosts, groups.hosts, components, schedule,
+                       data.get("fan_out"))
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
                 schedule, clock, streams, camp, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
-                data.get("fan_out"), links, groups.hosts, groups.components)
+                data.get("fan_out"), links, groups.hosts, groups.components, faults)
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:

@@ -172,6 +172,24 @@ class Campaign:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A fault of the file's `faults:` (faults.py): `kind` done to `target` (a component, or
+    a host for pressure) on `host`, `after_s` from the start of the first step of `phase`
+    (None: from the run's first step), lasting `for_s` (a pause, a pressure), of `size`
+    bytes (memory, disk) or `workers` busy processes (cpu)."""
+
+    kind: str
+    target: str
+    host: str
+    after_s: float = 0.0
+    phase: str | None = None
+    for_s: float | None = None
+    size: int | None = None
+    workers: int | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -197,6 +215,7 @@ class Plan:
     # what takes a name (link conditions, show, the browser) resolves a group's through them.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     component_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]
@@ -218,7 +237,7 @@ class Plan:
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out,
+                    "fan_out": self.fan_out, "faults": [asdict(f) for f in self.faults],
                     "links": [_link(rule) for rule in self.links], "groups": self.groups,
                     "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)
