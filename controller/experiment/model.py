@@ -211,11 +211,11 @@ class Plan:
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
     links: tuple[LinkRule, ...] = ()  # link conditions from the start of the run
+    faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
     # A host group's name -> its hosts, a group component's -> its components (groups.py):
     # what takes a name (link conditions, show, the browser) resolves a group's through them.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     component_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
 
     def host_components(self, host: str) -> list[Component]:
         return [c for c in self.components if c.host == host]

@@ -4,7 +4,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from netspec.controller.experiment.load import load, parse_duration
+from netspec.controller.experiment.durations import parse_duration
+from netspec.controller.experiment.load import load
 from netspec.controller.experiment.schemacheck import schema, validator
 from netspec.protocol.errors import ConfigError
 
