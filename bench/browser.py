@@ -122,7 +122,7 @@ def run(root: Path, text: str, name: str, env: dict[str, str]) -> Path:
                           cwd=root, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"{name}: ns_control run exited {done.returncode}:\n"
-                         f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+                         f"{done.stdout[:3000]}\n...\n{done.stderr[-3000:]}")
     print(f"ran {name} in {time.monotonic() - started:.0f} s")
     return root
 

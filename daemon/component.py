@@ -28,7 +28,9 @@ from netspec.protocol.exits import (
     AWAITED,
     CLEAN,
     FAILED,
+    KILLED,
     RUNNING,
+    SCHEDULED,
     UNASKED,
     descendants,
     describe_returncode,
@@ -91,6 +93,8 @@ class ComponentProcess:
         self.exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.stopping = False  # netspec asked it to end (its exit is ASKED)
         self.awaited = False  # its start phase runs it to its end (its exit is AWAITED)
+        self.scheduled = False  # a fault of the schedule killed or terminated it (its exit is SCHEDULED)
+        self.paused = False  # a fault of the schedule stopped it (SIGSTOP), none resumed it yet
         self.verdict = RUNNING  # exit_verdict of its end, fixed as it ended
         self.forced = False  # netspec had to SIGKILL it once asked to stop
         self.forced_why = ""  # after what: idle for the grace, or still ending at the deadline
@@ -100,15 +104,18 @@ class ComponentProcess:
 
     @property
     def ending(self) -> str:
-        """How its end comes about, so far: ASKED, AWAITED or UNASKED (protocol/exits.py)."""
+        """How its end comes about, so far: SCHEDULED, ASKED, AWAITED or UNASKED
+        (protocol/exits.py): a fault of the schedule that came first is what ended it."""
+        if self.scheduled:
+            return SCHEDULED
         if self.stopping:
             return ASKED
         return AWAITED if self.awaited else UNASKED
 
     @property
     def ended_well(self) -> bool:
-        """Still running, or ended cleanly (its `verdict`)."""
-        return self.verdict in (RUNNING, CLEAN)
+        """Still running, ended cleanly, or ended by the schedule's fault (its `verdict`)."""
+        return self.verdict in (RUNNING, CLEAN, KILLED)
 
     @property
     def started(self) -> bool:
@@ -168,8 +175,27 @@ class ComponentProcess:
                                f"{pid} already: a component is started once in a run, not again in "
                                f"phase '{phase}'")
         self.started_in = phase
+        await self._spawn(tg)
+
+    async def restart(self, tg: asyncio.TaskGroup) -> None:
+        """Start it again, once its process ended (a restart fault of the schedule: daemon/
+        faults.py): a process of its own, its output appended to the first's, its channel
+        and exit watched anew. The one start a run allows is the first: this is the
+        schedule's, not the component's.
+
+        Raises:
+            ComponentExited: the program cannot be started.
+        """
+        assert self.exited.done(), "a component is restarted once it ended"
+        self.link = ComponentChannel(self.spec.name, self.run_id)
+        self.exited = asyncio.get_running_loop().create_future()
+        self.stopping = self.awaited = self.scheduled = self.paused = self.forced = False
+        self.verdict, self.forced_why = RUNNING, ""
+        await self._spawn(tg, again=True)
+
+    async def _spawn(self, tg: asyncio.TaskGroup, again: bool = False) -> None:
         try:
-            spawned = await spawn(self.spec, self.run_id, self.dir, self.workdir, self.env)
+            spawned = await spawn(self.spec, self.run_id, self.dir, self.workdir, self.env, again)
         except ExecFailed as exc:
             raise ComponentExited(f"cannot start {self.spec.argv[0]!r}: {exc.error.strerror}") from exc.error
         self.proc = spawned.proc
@@ -216,7 +242,7 @@ class ComponentProcess:
         # The exit goes before any ack it cuts short or lets through (a phase's, or
         # collect's): the controller learns of a death first (in a k-of-n step it is that
         # participant's failure, not the run's), and of every end before its step's end.
-        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED))
+        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED, scheduled=self.verdict == KILLED))
         self.exited.set_result(info)
         self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,
@@ -273,6 +299,9 @@ class ComponentProcess:
             return {}
         self.stopping = True
         loop = asyncio.get_running_loop()
+        if self.paused and not self.exited.done():
+            self.signal_group(signal.SIGCONT)  # stopped by the schedule: it cannot end until resumed
+            self.paused = False
         if not self.exited.done():
             asked = loop.time()
             in_phase = bool(self.link.pending)

@@ -242,6 +242,7 @@ async def reset(session: Session, request: k.Reset) -> k.Reply:
 async def files(session: Session, request: k.Files) -> k.Reply:
     sup = own_run(session, "list the files of")
     sup.services.close()  # collecting ends the logging window, stop_logging or not
+    sup.faults.close_stream()  # and the faults stream: its records are in its file when listed
     found = await asyncio.to_thread(sup.collectable)  # a stat per file: not on the loop
     sup.listed = {f["path"] for f in found if not f["missing"]}
     return k.FilesReply(files=[k.FileEntry(**f) for f in found])
@@ -335,6 +336,13 @@ async def join(session: Session, request: k.Join) -> k.Reply:
     return k.Reply()
 
 
+async def fault(session: Session, request: k.Fault) -> k.Reply:
+    """A fault of the experiment's schedule, done at its instant (daemon/faults.py); its
+    report follows as an event of its own (`FaultDone`)."""
+    own_run(session, "schedule a fault in").faults.schedule(request)
+    return k.Reply()
+
+
 async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
     async with session.lifecycle:
         if session.supervisor is not None:
@@ -347,6 +355,7 @@ async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
 HANDLERS: dict[type[k.Request], Handler] = {
     k.Hello: hello, k.Setup: setup, k.End: end, k.Reset: reset, k.Files: files,
     k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join, k.Links: links,
+    k.Fault: fault,
 }
 # Requests answered as they are read, without a task of their own.
 INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], k.Reply]] = {k.Enter: enter}

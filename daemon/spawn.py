@@ -76,7 +76,7 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def spawn(spec: ComponentSpec, run_id: str, directory: Path, workdir: Path,
-                env: dict[str, str]) -> Spawned:
+                env: dict[str, str], again: bool = False) -> Spawned:
     """Spawn `spec`'s program in `workdir`, in a session of its own.
 
     Args:
@@ -86,6 +86,7 @@ async def spawn(spec: ComponentSpec, run_id: str, directory: Path, workdir: Path
         directory: the component's directory: its stdout and stderr files go there.
         workdir: where it runs (made if it is not there).
         env: what the supervisor adds to its environment (what only it knows).
+        again: it is started again (a restart fault): its output files are appended to.
 
     Returns:
         The process, the future of its exit code, its output files and, if aware, the
@@ -98,7 +99,8 @@ async def spawn(spec: ComponentSpec, run_id: str, directory: Path, workdir: Path
     workdir.mkdir(parents=True, exist_ok=True)
     # Opened before the process is: its output has somewhere to go whatever happens to
     # the directory meanwhile (a reset that cleans it).
-    outputs = [open(directory / name, "wb") for name in ("stdout", "stderr")]  # noqa: SIM115 - the pumps close them
+    mode = "ab" if again else "wb"  # a restarted component's output follows its first process's
+    outputs = [open(directory / name, mode) for name in ("stdout", "stderr")]  # noqa: SIM115 - the pumps close them
     env = {**os.environ, **spec.env, m.RUN_ENV: run_id,
            m.COMPONENT_ENV: spec.name, m.PARAMS_ENV: json.dumps(spec.params),
            m.HOST_ADDRESS_ENV: host_address(), **env,

@@ -21,6 +21,7 @@ import psutil
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol import messages as m
 from netspec.protocol.exits import (
+    KILLED,
     describe_returncode,
     signal_pids,
     still_alive,
@@ -35,6 +36,7 @@ from .component import (
     StartRefused,
 )
 from .componentchannel import ComponentExited
+from .faults import Faults
 from .orphans import reap_adopted, run_processes_below
 from .sampler import CampConfig
 from .services import NodeServices
@@ -60,6 +62,8 @@ class Supervisor:
         self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)
                                for n, d in (streams or {}).items()]
         self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
+        self.outbox = outbox
+        self.faults = Faults(self)  # the experiment's faults on this host (daemon/faults.py)
         for comp in self.components.values():
             comp.env[m.HOST_ENV] = host
             if not comp.spec.aware and self.stream_configs:
@@ -85,6 +89,9 @@ class Supervisor:
         try:
             return await self._enter(comp, phase, params, published, deadline)
         except ComponentExited as exc:
+            if comp.verdict == KILLED:  # the schedule's fault ended it: its effect, not a failure
+                return {"status": m.ACK_WARNING, "message": f"{exc} in phase '{phase}': killed by schedule",
+                        "scheduled": True}
             return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
         except StartRefused as exc:
             return {"status": m.ACK_ERROR, "message": str(exc)}
@@ -134,6 +141,9 @@ class Supervisor:
                 return {"status": m.ACK_OK, "message": f"started pid {comp.proc.pid}"}
             comp.awaited = True  # its end is this ack's news, not a death
             info = await comp.exited
+            if comp.verdict == KILLED:
+                return {"status": m.ACK_WARNING, "scheduled": True,
+                        "message": f"{describe_returncode(info['returncode'])}: killed by schedule"}
             return {"status": m.ACK_OK if comp.ended_well else m.ACK_ERROR,
                     "message": describe_returncode(info["returncode"])}
         if phase == spec.stop:
@@ -161,6 +171,7 @@ class Supervisor:
         """
         self.was_reset = True
         loop = asyncio.get_running_loop()
+        await self.faults.close()  # no fault after a reset; a pressure's processes and files gone
         if self._spawning:
             await asyncio.wait(self._spawning, timeout=KILL_GRACE_S)
         victims = await asyncio.to_thread(self._run_processes)

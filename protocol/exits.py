@@ -16,12 +16,14 @@ from . import messages as m
 ASKED = "asked"  # netspec asked it to end (STOP, SIGTERM, a reset, a kill at the end)
 AWAITED = "awaited"  # a command its start phase runs to its end: that phase's ack says how it went
 UNASKED = "unasked"  # neither: it ended on its own (or someone else ended it) mid-run
+SCHEDULED = "scheduled"  # the experiment's fault schedule killed or terminated it (daemon/faults.py)
 
 # A component's end, as the one rule below reads it.
 RUNNING = "running"  # no end yet
 CLEAN = "clean"  # exited 0, or ended by the SIGTERM netspec sent it
 UNCLEAN = "unclean"  # asked to end or awaited, it ended otherwise (its ack or the unclean ends say so)
 FAILED = "failed"  # any end but 0 that nobody asked for nor awaited: a death mid-run (its Exit event)
+KILLED = "killed by schedule"  # ended by a fault of the schedule: its expected effect, not a failure
 
 
 def exit_verdict(code: int | None, ending: str) -> str:
@@ -30,28 +32,35 @@ def exit_verdict(code: int | None, ending: str) -> str:
 
     Args:
         code: its return code (negative: the signal that ended it); None while it runs.
-        ending: how its end came about: ASKED, AWAITED or UNASKED. A SIGTERM is clean only
-            when netspec sent it (ASKED): one from elsewhere mid-run is a failure.
+        ending: how its end came about: ASKED, AWAITED, UNASKED or SCHEDULED. A SIGTERM is
+            clean only when netspec sent it (ASKED): one from elsewhere mid-run is a failure.
+            Any end but 0 after a fault of the schedule killed or terminated it is that
+            fault's effect (KILLED), not the run's failure.
 
     Returns:
-        RUNNING, CLEAN, UNCLEAN or FAILED.
+        RUNNING, CLEAN, UNCLEAN, FAILED or KILLED.
     """
     if code is None:
         return RUNNING
     if code == 0 or (ending == ASKED and code == -signal.SIGTERM):
         return CLEAN
+    if ending == SCHEDULED:
+        return KILLED
     return FAILED if ending == UNASKED else UNCLEAN
 
 
 def ended_well(code: int | None, ending: str) -> bool:
-    """Still running, or ended cleanly (`exit_verdict`)."""
-    return exit_verdict(code, ending) in (RUNNING, CLEAN)
+    """Still running, ended cleanly, or ended by the schedule's fault (`exit_verdict`)."""
+    return exit_verdict(code, ending) in (RUNNING, CLEAN, KILLED)
 
 
-def ending_told(expected: bool, failed: bool) -> str:
-    """A component's `ending` read back from its Exit event, which carries `expected`
-    (ASKED) and `failed` (the daemon's verdict, FAILED): neither is UNASKED with exit 0
-    or AWAITED, which read alike but for a non-zero end, where only AWAITED can be."""
+def ending_told(expected: bool, failed: bool, scheduled: bool = False) -> str:
+    """A component's `ending` read back from its Exit event, which carries `scheduled`
+    (SCHEDULED), `expected` (ASKED) and `failed` (the daemon's verdict, FAILED): none is
+    UNASKED with exit 0 or AWAITED, which read alike but for a non-zero end, where only
+    AWAITED can be."""
+    if scheduled:
+        return SCHEDULED
     if expected:
         return ASKED
     return UNASKED if failed else AWAITED

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .links import Backends, LinkOffer, LinkRule
+from .links import Backends, LinkCondition, LinkOffer, LinkRule
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -236,6 +236,50 @@ class Join(Request, tag=JOIN, kw_only=True):
     token: bytes
 
 
+FAULT = "fault"  # a fault of the experiment's schedule (controller -> daemon), and its report back
+COMPONENT_FAULTS = ("kill", "terminate", "restart", "pause", "resume")
+PRESSURE_FAULTS = ("cpu", "memory", "disk")
+LINK_FAULTS = ("partition", "heal")
+DAEMON_FAULTS = ("kill_daemon",)
+FAULT_KINDS = (*COMPONENT_FAULTS, *PRESSURE_FAULTS, *LINK_FAULTS, *DAEMON_FAULTS)
+
+
+class Fault(Request, tag=FAULT, kw_only=True):
+    """A fault of the schedule, done on this host at `at_ns` of the reference clock
+    (daemon/faults.py): to `component` (kill, terminate, restart, pause, resume), to the host
+    itself (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy
+    processes; kill_daemon, its daemon killed), or to the direction from this host to `rule`'s
+    peer (partition: `rule` the partition, for `for_s` if given, then `restore`'s condition;
+    heal: `rule` the condition restored), never
+    conditioning netspec's own ports (`exclude_tcp`, `exclude_udp`, as `Links`').
+    `index` is its place in the plan's `faults`; a pause with `for_s` is resumed after it."""
+
+    index: Count
+    fault: Literal["kill", "terminate", "restart", "pause", "resume", "cpu", "memory", "disk", "partition",
+                   "heal", "kill_daemon"]
+    at_ns: int
+    component: str | None = None
+    for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_S)] | None = None
+    size: Annotated[int, msgspec.Meta(gt=0, le=1 << 40)] | None = None
+    workers: Annotated[int, msgspec.Meta(gt=0, le=256)] | None = None
+    rule: LinkRule | None = None
+    restore: LinkCondition | None = None
+    exclude_tcp: list[Port] = []
+    exclude_udp: list[Port] = []
+
+    def __post_init__(self) -> None:
+        if (self.fault in COMPONENT_FAULTS) != (self.component is not None):
+            needs = "needs" if self.fault in COMPONENT_FAULTS else "takes no"
+            raise ValueError(f"a {self.fault} fault {needs} component")
+        if (self.fault in LINK_FAULTS) != (self.rule is not None):
+            needs = "needs" if self.fault in LINK_FAULTS else "takes no"
+            raise ValueError(f"a {self.fault} fault {needs} rule")
+        if self.fault in PRESSURE_FAULTS and self.for_s is None:
+            raise ValueError(f"a {self.fault} fault needs for_s")
+        if self.fault in ("memory", "disk") and self.size is None:
+            raise ValueError(f"a {self.fault} fault needs size")
+
+
 class Links(Request, tag=LINKS, kw_only=True):
     """The run's link conditions from this host toward others (netspec.links): each rule
     replaces its peer's condition (an empty one clears it). `check`: only say where each would
@@ -249,7 +293,8 @@ class Links(Request, tag=LINKS, kw_only=True):
     exclude_udp: list[Port] = []
 
 
-REQUESTS = Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join | Links
+REQUESTS = (Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join | Links
+            | Fault)
 
 
 # -- daemon -> controller: events, acks and their summaries ---------------------------------
@@ -301,6 +346,7 @@ class Exit(Event, tag=EXIT, kw_only=True, omit_defaults=False):
     forced: bool = False  # an older daemon's exit does not say
     ended_ns: int
     failed: bool
+    scheduled: bool = False  # a fault of the schedule killed or terminated it: its end is that fault's
 
 
 class Release(_Map, kw_only=True):
@@ -353,6 +399,7 @@ class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
     phases: list[str] | None = None
     clock: Clock | None = None
     host: str | None = None
+    scheduled: bool = False  # the schedule's fault ended it before or in this step: not its failure
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -399,7 +446,31 @@ class ReplyFrame(Event, tag=REPLY, kw_only=True):
     body: bytes = b""  # the frame's own body, not a field on the wire
 
 
-EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks
+class FaultDone(Event, tag=FAULT, kw_only=True):
+    """A fault of the schedule as it went on its host (daemon/faults.py), every instant on
+    that host's clock: the instant it was due (`at_ns`, converted with the clock estimate of
+    `offset_ns` +- `bound_ns` from the reference; `unsynchronised`: taken as it was), when it
+    was done and how late the request came for it, the effect the daemon observed and when
+    (a killed component's exit, a paused process seen stopped in /proc), what a pressure
+    measured (`measured`: cpu_s, rss_bytes, written_bytes), and what went wrong (`error`)."""
+
+    index: Count
+    kind: str
+    target: str
+    at_ns: int
+    done_ns: int | None = None
+    offset_ns: int | None = None
+    bound_ns: int | None = None
+    unsynchronised: bool = False
+    missed_ns: Count = 0
+    effect: str = ""
+    effect_ns: int | None = None
+    ended_ns: int | None = None  # a pressure's (or a timed pause's) end
+    measured: dict[str, float] = {}
+    error: str = ""
+
+
+EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks | FaultDone
 # What a parent in a fan-out tree reads from a child: its join's answer, its batches, its errors.
 FROM_CHILD = ReplyFrame | ErrorEvent | Acks
 

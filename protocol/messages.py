@@ -27,7 +27,10 @@ from typing import Any
 #   8: setup's join_token and share, join's host and token: a run is joined only with its
 #      token as the host it is; a daemon holding another controller's run refuses a setup
 #      unless it says share.
-PROTOCOL_VERSION = 8
+#   9: links (a run's link conditions on a host: checked at launch, changed at a step's
+#      release) and fault (a scheduled fault) requests, the fault_done event, an exit's
+#      and an ack's `scheduled`.
+PROTOCOL_VERSION = 9
 
 
 @cache

@@ -16,8 +16,8 @@ import msgspec
 
 from .links import LinkCondition
 
-__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanHost", "PlanLink",
-           "PlanPair", "PlanRecord", "PlanStep", "PlanStream"]
+__all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanFault", "PlanHost",
+           "PlanLink", "PlanPair", "PlanRecord", "PlanStep", "PlanStream"]
 
 
 class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -143,6 +143,24 @@ class PlanAnalysis(msgspec.Struct):
     decoders: list[str] = []
 
 
+class PlanFault(msgspec.Struct):
+    """A fault of the file's `faults:` (controller/experiment/faults.py): its kind, what it is
+    done to (a component, or a host for cpu, memory and disk pressure) and the host where it
+    happens, its instant (`after_s` from the start of the first step of `phase`, or from the
+    run's first step with no phase), how long it lasts (`for_s`: a pause's, a pressure's), a
+    pressure's size in bytes or busy workers, and its line in the file."""
+
+    kind: str
+    target: str
+    host: str
+    after_s: float = 0.0
+    phase: str | None = None
+    for_s: float | None = None
+    size: int | None = None
+    workers: int | None = None
+    line: int | None = None
+
+
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
@@ -164,6 +182,7 @@ class PlanRecord(msgspec.Struct):
     warnings: list[str] = []
     connect_deadline_s: float | None = None
     fan_out: int | None = None
+    faults: list[PlanFault] = []
     links: list[PlanLink] = []
     groups: dict[str, list[str]] = {}
     component_groups: dict[str, list[str]] = {}

@@ -19,6 +19,8 @@ run.json version history (readers accept every older version):
      a record with none says so where a command needs it (`collect`, `rerun`).
      A host's `placement` (where a container host ran: engine, node, container, image,
      limits, cgroup; null for other hosts) was added since.
+     Later optional keys: faults (the schedule's faults as they went, with their audit),
+     components' scheduled (ended by a fault of the schedule), plan.faults.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class ComponentEnd(msgspec.Struct):
     duration_s: float | None = None
     argv: list[str] = []
     ended_ns: int | None = None
+    scheduled: bool = False  # a fault of the schedule ended it: its outcome is "killed by schedule"
 
 
 class Program(msgspec.Struct):
@@ -224,6 +227,34 @@ class CampaignPoint(msgspec.Struct):
     repetition: int = 0
 
 
+class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A fault of the schedule as it went (controller/engine/faults.py), and its audit: the
+    instant planned on the global timeline, when its host did it (`done_ns`, `late_ns` after
+    the plan, +- `bound_ns`: its host's clock bound; `unsynchronised`: that host had no clock
+    estimate, the instant was taken on its own clock), the effect its daemon observed and
+    when (`effect_ns`, `effect_after_ns` after the fault was done, on that host's clock alone:
+    no bound between them), a pressure's or a timed pause's end, what a pressure measured,
+    and what went wrong (`error`: not done, or no effect seen)."""
+
+    index: int
+    kind: str
+    target: str
+    host: str
+    phase: str | None = None
+    after_s: float = 0.0
+    planned_ns: int | None = None
+    done_ns: int | None = None
+    late_ns: int | None = None
+    bound_ns: int | None = None
+    unsynchronised: bool = False
+    effect: str = ""
+    effect_ns: int | None = None
+    effect_after_ns: int | None = None
+    ended_ns: int | None = None
+    measured: dict[str, float] = {}
+    error: str = ""
+
+
 class RunRecord(msgspec.Struct, kw_only=True):
     """run.json. `plan` is the experiment as it ran (protocol/runplan.py, made by
     controller/experiment/model.py's `Plan.resolved`); its steps are protocol/runstep.py's."""
@@ -256,6 +287,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     fan_out: FanOutTree | None = None
     clksync: ClockSync | None = None
     cut_short: list[CutShort] = []
+    faults: list[FaultRecord] = []  # the schedule's faults as they went, in the order planned
 
     @property
     def clock_reference(self) -> str | None:

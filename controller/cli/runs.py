@@ -13,6 +13,7 @@ from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..engine import summary
+from ..engine.faults import fault_lines
 from ..engine.runner import merge
 from ..engine.terminal import TERMINAL, print_lines
 from ..record.rundir import find_run, list_runs, settle
@@ -150,8 +151,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         for path in paths:
             said = merged_lines(path / MERGED)
             audits += [f"{path.name}:", *said] if said else []
+        # and each run's faults, their instants against their effects (engine/faults.py)
+        faults = [line for path in paths for line in fault_lines(read_run(path))]
         per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
-        print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits])
+        print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

@@ -15,7 +15,7 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, ProtocolError, RemoteError
-from netspec.protocol.exits import ending_told
+from netspec.protocol.exits import KILLED, ending_told
 from netspec.protocol.runrecord import ComponentEnd, Entry, StepHost
 
 from ..hosts.fleet import Lost
@@ -90,9 +90,9 @@ class Inbox:
             result = self.results[event.component]
             result.exit_status, result.duration_s = event.returncode, event.duration_s
             result.forced = event.forced  # an older daemon's exit does not say
-            result.ending = ending_told(event.expected, event.failed)
+            result.ending = ending_told(event.expected, event.failed, event.scheduled)
             self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
-                event.returncode, event.duration_s, event.argv, event.ended_ns)
+                event.returncode, event.duration_s, event.argv, event.ended_ns, event.scheduled)
             name = event.component
             if event.failed and name not in self.stragglers.ended and not self.failed_over(host, name):
                 self.failure.set(ComponentFailed(result, self.now.phase))
@@ -147,9 +147,13 @@ class Inbox:
                 # Still in the step when the run failed, and ended with it: not a cause.
                 entry.outcome = "ended"
             return
-        if not barrier.add(host, name, ack):
+        if ack.scheduled:
+            # Killed by the schedule's fault: out of the step, neither an ack toward its need
+            # nor its failure (a need the step can no longer meet fails it, NeedOutOfReach).
+            barrier.drop(host, name)
+        elif not barrier.add(host, name, ack):
             self.failure.set(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entry.outcome = "error" if ack.status == m.ACK_ERROR else "ok"
+        entry.outcome = "error" if ack.status == m.ACK_ERROR else KILLED if ack.scheduled else "ok"
         if ack.status == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
             self.stragglers.trouble(barrier.step.phase, host, name, ack.message or "error")

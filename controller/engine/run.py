@@ -16,16 +16,19 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
+from netspec.protocol import kinds as k
 from netspec.protocol.errors import Interrupted, NetspecError
 
 from ..experiment.model import Plan, Step
+from ..hosts.fleet import Lost
 from ..hosts.forks import DaemonForks
-from ..record.progress import ProgressSink
+from ..record.progress import Progress, ProgressSink
 from ..record.results import ComponentResult
 from ..record.rundir import RunDir
 from ..record.saving import Saves
 from .events import Inbox, Underway
 from .failures import CONNECTING
+from .faults import Faults
 from .finish import end_component, finish
 from .guard import Failure
 from .reach import Fleet
@@ -52,8 +55,9 @@ class Run:
                                      partial(end_component, self.fleet.clients))
         self.inbox = Inbox(self.results, rundir, self.fleet.fan_out, self.stragglers, self.now,
                            self.failure, progress)
+        self.faults = Faults(plan, self.fleet, rundir.record, progress, self.stragglers.trouble)
         self.steps = Steps(plan, self.fleet, rundir, self.results, progress, self.saves, self.stragglers,
-                           self.inbox, self.now, self.failure)
+                           self.inbox, self.now, self.failure, self.faults)
 
     @property
     def phase(self) -> str:
@@ -81,8 +85,9 @@ class Run:
         # a group of their own, ended as the run ends (`finish`: `Stragglers.run_ended`). The
         # local daemons' fork server is ended however the run ends (`finish` ends it first).
         async with self.forks, asyncio.TaskGroup() as tg, self.stragglers:
+            self.faults.tg = tg
             try:
-                await self.fleet.reach(self.rundir, self.progress, self.inbox.on_event, tg, self.failure)
+                await self.fleet.reach(self.rundir, self.progress, self._on_event, tg, self.failure)
                 for index, step in enumerate(self.plan.schedule):
                     await self._step(index, step)
             except NetspecError as exc:
@@ -94,11 +99,36 @@ class Run:
                 self.failure.set(error)
                 raise
             finally:
+                self.faults.settle()
                 await finish(error, self.now.phase, fleet=self.fleet, forks=self.forks, steps=self.steps,
                              stragglers=self.stragglers, saves=self.saves, failure=self.failure,
                              results=self.results, rundir=self.rundir)
         if error is not None:
             raise error
+
+    def _on_event(self, host: str, event: k.Event | Lost) -> None:
+        """An event from `host`: a fault's report to the run's faults, any other to its inbox."""
+        if type(event) is k.FaultDone:
+            self.faults.done(host, event)
+        elif type(event) is Lost and self.faults.lost(host):
+            self._left(host)
+        else:
+            self.inbox.on_event(host, event)
+
+    def _left(self, host: str) -> None:
+        """`host`'s daemon was killed by the schedule: its components are out of the run
+        (their steps neither wait for them nor fail for them), its files salvaged at collect."""
+        why = "its host's daemon was killed by the schedule"
+        names = [comp.name for comp in self.plan.host_components(host)]
+        for name in names:
+            self.stragglers.ended.setdefault(name, why)
+        out = ", ".join(names) or "no component"
+        self.progress(Progress("notice", host=host, text=f"host {host} left the run, its daemon killed by "
+                               f"the schedule: {out} out of the steps after; its files salvaged at collect"))
+        barrier = self.now.barrier
+        if barrier is not None:
+            for name in list(barrier.expected.get(host, ())):
+                barrier.drop(host, name)
 
     async def _step(self, index: int, step: Step) -> None:
         await self.steps.step(index, step)

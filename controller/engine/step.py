@@ -31,8 +31,9 @@ from .barrier import Barrier
 from .conditions import Conditions
 from .events import Inbox, Underway
 from .failures import step_failures
+from .faults import Faults
 from .guard import Failure, guard
-from .participants import StepPlans
+from .participants import StepPlan, StepPlans
 from .reach import Fleet
 from .stragglers import Stragglers
 
@@ -44,13 +45,15 @@ class Steps:
 
     def __init__(self, plan: Plan, fleet: Fleet, rundir: RunDir, results: dict[str, ComponentResult],
                  progress: ProgressSink, saves: Saves, stragglers: Stragglers, inbox: Inbox,
-                 now: Underway, failure: Failure):
+                 now: Underway, failure: Failure, faults: Faults):
         self.fleet, self.rundir, self.results, self.progress = fleet, rundir, results, progress
+        self.faults = faults
         self.saves, self.stragglers, self.inbox = saves, stragglers, inbox
         self.now, self.failure = now, failure
         self.components = {c.name: c for c in plan.components}
         self.step_plans = StepPlans(plan)
         self.conditions = Conditions(plan, fleet, rundir, progress)
+        faults.exclude_tcp = self.conditions.exclude_tcp  # a partition fault leaves them alone too
         self.collected = False
 
     async def step(self, index: int, step: Step) -> None:
@@ -84,6 +87,7 @@ class Steps:
                 await guard(self.failure, changing, deadline, lambda: DeadlineExceeded(
                     step.phase, {h: ["its link conditions"] for h in self.fleet.clients}, step.deadline_s))
             plan = self.step_plans.of(step, inbox.registered, self.stragglers.ended)
+            plan = without(plan, self.faults.gone)
             # In a tree, a step every participant must ack comes back summarized (fanout.py):
             # its hosts' entries reach run.json through the ack journal, not one by one here.
             summarize = fan_out.tree is not None and step.need is None
@@ -94,6 +98,11 @@ class Steps:
                 lead = release.lead_s(step, len(plan.participants))
                 record.release = release.planned(lead, self.fleet.controller_offset[0])
                 scheduled = {"release_ns": record.release.instant_ns}
+            # The phase starts at its release instant, or now: its faults are due from then.
+            begins = record.release.instant_ns
+            if begins is None:
+                begins = release.instant_ns(0, self.fleet.controller_offset[0])
+            self.faults.phase_started(step.phase, begins, index)
             sent = fan_out.send(plan.enters, {"phase": step.phase, "step": index,
                                               "deadline_s": step.deadline_s,
                                               "published": inbox.published, **scheduled}, summarize)
@@ -149,4 +158,14 @@ class Steps:
         def fetched() -> None:
             self.collected = True  # not again at the end, even if a host's files were lost
         await fetch_fleet(self.fleet.clients, self.fleet.hosts, self.rundir, self.results, self.progress,
-                          deadline, fetched)
+                          deadline, fetched, left=self.faults.gone)
+
+
+def without(plan: StepPlan, gone: set[str]) -> StepPlan:
+    """`plan` without the hosts whose daemon the schedule killed (controller/engine/faults.py):
+    neither their components nor their daemon's node part take part any more."""
+    if not gone or not gone & set(plan.participants):
+        return plan
+    participants = {h: names for h, names in plan.participants.items() if h not in gone}
+    return StepPlan(participants, sum(map(len, participants.values())),
+                    {h: enters for h, enters in plan.enters.items() if h not in gone})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from pathlib import Path
 
 from netspec.protocol import messages as m
@@ -66,15 +66,16 @@ async def fetch_host(client: DaemonClient, run: RunDir, deadline: float,
 
 async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], run: RunDir,
                       results: dict[str, ComponentResult], progress: ProgressSink, deadline: float,
-                      fetched: Callable[[], None]) -> None:
+                      fetched: Callable[[], None], left: Set[str] = frozenset()) -> None:
     """Gather every connected host's files, and salvage those of a host whose daemon was
-    lost; `fetched()` once every host was asked. Each component's files go to its result,
-    each host's streams to run.json.
+    lost, or `left` the run (the schedule killed it: salvaged, not a failure); `fetched()`
+    once every host was asked. Each component's files go to its result, each host's
+    streams to run.json.
 
     Raises:
         StepFailed: a host's files could not all be gathered (after the others were).
     """
-    names, done = list(clients), []
+    names, done = [h for h in clients if h not in left], []
     runs: dict[str, set[str]] = {}  # host -> its components, gathered once for the fleet
     for name, result in results.items():
         runs.setdefault(result.host, set()).add(name)
@@ -89,6 +90,7 @@ async def fetch_fleet(clients: dict[str, DaemonClient], hosts: dict[str, Host], 
     fetched()
     lost = {h: functools.partial(hosts[h].run_files, run.id)
             for h, files in zip(names, outcome, strict=True) if isinstance(files, ConnectionLost)}
+    lost.update({h: functools.partial(hosts[h].run_files, run.id) for h in left})
     salvaged = await salvage_hosts(lost, run, deadline)
     for host, found in salvaged.items():
         progress(Progress("salvaged", host=host, text=found.summary()))

@@ -1,5 +1,5 @@
-"""The shipped experiments and their programs, run for real: the link emulator, the load
-generators, and the multi-host experiments over SSH on namespaced hosts."""
+"""The shipped experiments and their programs, run for real: the load generators, and the
+multi-host experiments over SSH on namespaced hosts."""
 
 import json
 import re
@@ -8,14 +8,13 @@ import statistics
 import duckdb
 import pytest
 from netspec.datastream.reader import read_streams
+from netspec.protocol.runrecord import read_run
 from support import REPO, Steal, latest_record, ns_control
 
 pytestmark = pytest.mark.e2e
 
 EXPERIMENTS = REPO / "experiments"
 STIMULUS = EXPERIMENTS / "stimulus_response" / "stimulus.py"
-LINKEMU = EXPERIMENTS / "linkemu" / "linkemu.py"
-ETTCP = EXPERIMENTS / "loads" / "ettcp.py"
 CPULOAD = EXPERIMENTS / "loads" / "cpuload.py"
 
 
@@ -29,64 +28,6 @@ def acks(record, phase):
     step = next(s for s in record["steps"] if s["phase"] == phase)
     return {f"{h}/{c}": a.get("message", "") for h, info in step["hosts"].items()
             for c, a in info.get("components", {}).items()}
-
-
-@pytest.mark.timing
-def test_the_link_emulator_delays_both_ways_and_logs_each_packet(experiment, tmp_path):
-    path = experiment(f"""\
-        experiment: link
-        components:
-          server: {{program: {STIMULUS}, args: [--role, server]}}
-          link: {{program: {LINKEMU}, params: {{to: server, delay_ms: 2, jitter_ms: 0.2, seed: 3}}}}
-          client: {{program: {STIMULUS}, args: [--role, client], params: {{server: link, count: 200}}}}
-        streams: {{s: {{enable: [LINK, STIM]}}}}
-        schedule: [launch, start_logging, {{phase: listen, components: [server]}},
-                   {{phase: connect, components: [link]}}, {{phase: run, components: [client]}},
-                   stop_logging]
-        """)
-    # Read from the streams: not merged, so the merge does not hold the machine to itself.
-    done = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    run = tmp_path / "runs" / "latest"
-    rtts = [r.value for r in records(run, name="STIM/rtt")]
-    assert len(rtts) == 200
-    assert not (run / "merged").exists() and latest_record(tmp_path / "runs")["merge"] == \
-        "not merged, as asked (--no-merge)"
-    assert "not merged, as asked (--no-merge): `ns_control fetch RUN` merges it" in done.stdout
-    ins, outs = records(run, name="LINK/in"), records(run, name="LINK/out")
-    assert sum(r.value[1] > 0 for r in ins) == 400  # 200 stimuli and 200 replies
-    assert sum(r.value[0] == 1 for r in ins if r.value[1]) == 200
-    # The relay logs when each packet was due and when it went: how late this machine let
-    # it be is measured in the same run, not assumed.
-    late = sorted(r.ts - r.value for r in outs)
-    assert statistics.median(late) < 1e6, "the relay sends each packet when it is due"
-    # Two crossings of 2 ms, each as late as the relay was, plus the real path (< 1 ms).
-    worst_two = 2 * late[int(0.9 * len(late))]
-    assert 4.0e6 <= statistics.median(rtts) < 4.0e6 + worst_two + 1e6, (statistics.median(rtts), worst_two)
-    said = acks(latest_record(tmp_path / "runs"), "collect")["local/link"]
-    assert said.startswith("402 packets in, ") and said.endswith(" 0 dropped")  # 400 + two ends
-
-
-def test_udp_through_the_link_emulator_loses_what_loss_says(experiment, tmp_path):
-    path = experiment(f"""\
-        experiment: lossy
-        components:
-          rx: {{program: {ETTCP}, args: [--role, receiver], params: {{proto: udp, stop_in: stop}}}}
-          link: {{program: {LINKEMU}, params: {{to: rx, proto: udp, loss: 0.25, seed: 11, stop_in: stop}}}}
-          tx: {{program: {ETTCP}, args: [--role, sender],
-               params: {{to: link, proto: udp, block: 1000, rate_kbps: 8000, duration_s: 1, start_in: run,
-                        stop_in: drain}}}}
-        streams: {{s: {{enable: [LINK]}}}}
-        schedule: [launch, start_logging, listen, connect, run, drain, stop]
-        """)
-    done = ns_control("run", str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    said = acks(latest_record(tmp_path / "runs"), "stop")["local/link"]
-    counts = re.match(r"(\d+) packets in, (\d+) relayed, (\d+) dropped", said)
-    arrived, relayed, dropped = map(int, counts.groups())
-    assert arrived == relayed + dropped and arrived > 100
-    assert 0.15 < dropped / arrived < 0.35
-    assert len(records(tmp_path / "runs" / "latest", name="LINK/drop")) == dropped
 
 
 @pytest.mark.timing
@@ -172,23 +113,12 @@ def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
 
 @pytest.mark.timing
 def test_stimulus_response_across_an_emulated_link(ssh_env, tmp_path):
-    run, record = run_shipped("stimulus_response/across_a_link.yaml", tmp_path, "--no-merge")
+    run, _ = run_shipped("stimulus_response/across_a_link.yaml", tmp_path, "--no-merge")
     rtts = [r.value for r in records(run, "b", "STIM/rtt")]
     assert len(rtts) == 500
-    assert 2.0e6 <= statistics.median(rtts) < 3.5e6
-    assert acks(record, "connect")["a/link"].startswith(f"relaying tcp {ssh_env[0].address}:")
-
-
-def test_netem_mode_says_why_it_cannot_shape_where_the_kernel_lacks_netem(ssh_env, experiment, tmp_path):
-    path = experiment(f"""\
-        experiment: netem
-        hosts: {{a: {{ssh: netspec-h1}}}}
-        components:
-          server: {{host: a, program: {STIMULUS}, args: [--role, server]}}
-          link: {{host: a, program: {LINKEMU}, params: {{to: server, delay_ms: 1, mode: auto}}}}
-        schedule: [launch, {{phase: listen, components: [server]}}, {{phase: connect, components: [link]}}]
-        """)
-    done = ns_control("run", str(path), cwd=tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr
-    said = acks(latest_record(tmp_path / "runs"), "connect")["a/link"]
-    assert "tc netem on eth0" in said or "(tc netem unavailable: " in said
+    # Two crossings of 1 ms, and the real path with the backend's own lateness (without netem,
+    # netspec's user-space path: on this loaded 2-core machine up to ~1 ms a crossing).
+    assert 2.0e6 <= statistics.median(rtts) < 2.0e6 + 3e6
+    # Both ways conditioned by links:, from the start of the run, by each host's backend.
+    changed = read_run(run).steps[0].links
+    assert {pair for change in changed.values() for pair in change.pairs} == {"a->b", "b->a"}

@@ -1,0 +1,174 @@
+"""The run's faults (the file's `faults:`, controller/experiment/faults.py) on the controller's
+side: each sent to its host as the first step of its phase starts (or the run's first step,
+for one with no phase), with its instant on the reference clock: that step's release
+instant, or the instant it is sent, plus the fault's `after`. Each host does it at that
+instant by its own clock estimate (daemon/faults.py) and reports it; the report is said live
+and kept in run.json's `faults` with its audit: when the fault was done against its planned
+instant, with its host's clock bound, and the effect its daemon observed, and when. A host
+whose daemon the schedule killed is `gone`: the run goes on without it (run.py, step.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgspec
+from netspec.protocol import kinds as k
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.links import LinkCondition, LinkRule
+from netspec.protocol.runrecord import FaultRecord, RunRecord
+
+from ..experiment.model import Fault, Plan
+from ..record.progress import Progress, ProgressSink
+from .reach import Fleet
+
+SEND_DEADLINE_S = 10.0  # a fault's request answered (it is only scheduled then) within this
+# A daemon's connection lost this long before its kill_daemon's instant is not that fault's:
+# the instant is on the reference clock, the loss seen on the controller's (+- their offset).
+LOST_EARLY_NS = 50_000_000
+
+
+class Faults:
+    """The run's fault schedule. Lifecycle: made with the run; `tg` set to the run's task
+    group when it starts (each fault's request is a task of it, bounded by SEND_DEADLINE_S);
+    `phase_started` at each step's start; `done` for each report a host sends; `settle` as
+    the run ends: a fault never done says why in its record."""
+
+    def __init__(self, plan: Plan, fleet: Fleet, record: RunRecord, progress: ProgressSink,
+                 trouble: Callable[[str, str, str, str], None]):
+        self.faults, self.fleet, self.progress, self.trouble = plan.faults, fleet, progress, trouble
+        self.record = record
+        faults = plan.faults
+        # What `links:` holds of each direction from each step on: what a partition gives back.
+        self.link_states = plan.link_states() if any(f.kind in k.LINK_FAULTS for f in faults) else []
+        record.faults = [FaultRecord(index=i, kind=f.kind, target=f.target, host=f.host, phase=f.phase,
+                                     after_s=f.after_s) for i, f in enumerate(faults)]
+        self.started: set[str] = set()
+        self.tg: asyncio.TaskGroup | None = None
+        # netspec's own TCP ports, never partitioned: the run's link conditions' (Steps sets them).
+        self.exclude_tcp: list[int] = []
+        self.gone: set[str] = set()  # hosts whose daemon the schedule killed: out of the run
+
+    def phase_started(self, phase: str, instant_ns: int, index: int) -> None:
+        """The first step of `phase`, step `index`, starts at `instant_ns` on the reference
+        clock: each fault of that phase (and at the run's first step, each of no phase) is
+        sent to its host."""
+        if phase in self.started:
+            return
+        self.started.add(phase)
+        for number, fault in enumerate(self.faults):
+            if fault.phase == phase or (index == 0 and fault.phase is None):
+                planned = instant_ns + round(fault.after_s * 1e9)
+                self.record.faults[number].planned_ns = planned
+                assert self.tg is not None
+                self.tg.create_task(self._send(number, fault, planned, index))
+
+    async def _send(self, number: int, fault: Fault, at_ns: int, step: int) -> None:
+        client = self.fleet.clients.get(fault.host)
+        try:
+            if client is None:
+                raise NetspecError(f"host {fault.host} is not connected")
+            given = {"component": fault.target if fault.kind in k.COMPONENT_FAULTS else None,
+                     "for_s": fault.for_s, "size": fault.size, "workers": fault.workers,
+                     **(self._link(fault, step) if fault.kind in k.LINK_FAULTS else {})}
+            await client.request(k.FAULT, asyncio.get_running_loop().time() + SEND_DEADLINE_S,
+                                 index=number, fault=fault.kind, at_ns=at_ns,
+                                 **{key: value for key, value in given.items() if value is not None})
+        except NetspecError as exc:
+            self._failed(number, f"not scheduled on host {fault.host}: {exc}")
+
+    def _link(self, fault: Fault, step: int) -> dict[str, object]:
+        """A partition's or heal's rule: the direction from its host to its peer (at the
+        address its host reaches it), partitioned, or put back to what `links:` holds from
+        step `step` on; never on netspec's own ports (SSH's, the daemons')."""
+        held = self.link_states[step].get((fault.host, fault.target), LinkCondition())
+        address = self.fleet.addresses[fault.target]
+        rule = LinkRule(peer=fault.target, address=address,
+                        condition=LinkCondition(partition=True) if fault.kind == "partition" else held)
+        return {"rule": msgspec.to_builtins(rule), "restore": msgspec.to_builtins(held),
+                "exclude_tcp": self.exclude_tcp}
+
+    def done(self, host: str, report: k.FaultDone) -> None:
+        """A host's report of fault `report.index`: its audit in run.json, said live."""
+        if not 0 <= report.index < len(self.faults) or self.faults[report.index].host != host:
+            self.progress(Progress("notice", host=host, text=f"host {host}: a report of fault "
+                                   f"{report.index}, which is not one of its: ignored"))
+            return
+        said = self.record.faults[report.index]
+        offset = report.offset_ns or 0  # unsynchronised: its own clock, as it was taken
+
+        def placed(local: int | None) -> int | None:
+            return None if local is None else local - offset
+        said.done_ns, said.effect_ns, said.ended_ns = placed(report.done_ns), placed(report.effect_ns), \
+            placed(report.ended_ns)
+        said.bound_ns, said.unsynchronised = report.bound_ns, report.unsynchronised
+        if said.done_ns is not None and said.planned_ns is not None:
+            said.late_ns = said.done_ns - said.planned_ns
+        if report.effect_ns is not None and report.done_ns is not None:
+            said.effect_after_ns = report.effect_ns - report.done_ns
+        said.effect, said.measured, said.error = report.effect, dict(report.measured), report.error
+        self.progress(Progress("notice", host=host, text=fault_line(said)))
+        if report.error:
+            self.trouble(said.phase or "run", host, said.target, f"fault {said.kind}: {report.error}")
+
+    def lost(self, host: str) -> bool:
+        """Whether `host`'s lost connection is the effect of the schedule's kill_daemon (sent,
+        and its instant near or past): then it is recorded as that fault's effect (the
+        instant the controller saw it, on the global timeline) and the host is `gone`."""
+        now = time.time_ns() - self.fleet.controller_offset[0]
+        for said in self.record.faults:
+            if (said.kind == "kill_daemon" and said.host == host and said.planned_ns is not None
+                    and now >= said.planned_ns - LOST_EARLY_NS):
+                said.effect_ns = now
+                said.effect = f"{said.effect}; its connection lost" if said.effect else "its connection lost"
+                if said.done_ns is not None:
+                    said.effect_after_ns = now - said.done_ns
+                self.gone.add(host)
+                self.progress(Progress("notice", host=host, text=fault_line(said)))
+                return True
+        return False
+
+    def _failed(self, index: int, why: str) -> None:
+        said = self.record.faults[index]
+        said.error = why
+        self.progress(Progress("notice", host=said.host, text=fault_line(said)))
+        self.trouble(said.phase or "run", said.host, said.target, f"fault {said.kind}: {why}")
+
+    def settle(self) -> None:
+        """As the run ends: each fault with no report says why (its phase never came, or
+        the run ended before its instant or its report)."""
+        for said in self.record.faults:
+            if said.done_ns is None and not said.error:
+                said.error = ("not done: its phase never started" if said.planned_ns is None
+                              else "not done, or not reported, before the run ended")
+
+
+def fault_line(said: FaultRecord) -> str:
+    """A fault and its audit in a line: the live line's, and `report`'s."""
+    when = f"{said.phase or 'run'}+{said.after_s:g}s"
+    head = f"fault {said.index} {said.kind} {said.target} (host {said.host}, at {when})"
+    if said.done_ns is None:
+        return f"{head}: {said.error or 'not done yet'}"
+    bound = " (unsynchronised)" if said.unsynchronised else \
+        f" +- {_ms(said.bound_ns)}" if said.bound_ns is not None else ""
+    late = f"done {_ms(said.late_ns)} after its instant{bound}" if said.late_ns is not None else "done"
+    effect = f"; {said.effect}" if said.effect else ""
+    after = f", {_ms(said.effect_after_ns)} after it" if said.effect_after_ns is not None else ""
+    error = f"; {said.error}" if said.error else ""
+    return f"{head}: {late}{effect}{after}{error}"
+
+
+def fault_lines(record: RunRecord) -> list[str]:
+    """`report`'s section of a run's faults: each planned fault against its observed effect."""
+    if not record.faults:
+        return []
+    return ["faults (each instant against its effect, on its host's clock):",
+            *(f"  {fault_line(said)}" for said in record.faults)]
+
+
+def _ms(ns: int | None) -> str:
+    if ns is None:
+        return "?"
+    return f"{ns / 1e3:.0f} us" if abs(ns) < 1_000_000 else f"{ns / 1e6:.1f} ms"

@@ -1,0 +1,156 @@
+"""The file's `faults:`: a schedule of faults, each at an instant relative to a phase's start
+or to the run's, checked with every error at once (file:line:key).
+
+    faults:
+      - {kill: server, at: {phase: run, after: 2s}}      # SIGKILL to the component's group
+      - {terminate: worker, at: {phase: run, after: 1s}} # SIGTERM
+      - {restart: worker, at: {phase: run, after: 2s}}   # SIGKILL, then started again
+      - {pause: client, at: {phase: run, after: 1s}, for: 500ms}  # SIGSTOP, SIGCONT after `for`
+      - {resume: client, at: {phase: run, after: 3s}}    # SIGCONT
+      - {cpu: h1, at: {after: 5s}, for: 2s, workers: 2}  # busy processes on the host
+      - {memory: h1, at: {phase: run, after: 0s}, for: 1s, size: 64MB}  # resident, touched
+      - {disk: h1, at: {phase: run, after: 0s}, for: 1s, size: 16MB}    # written, synced, removed
+      - {partition: [h1, h2], at: {phase: run, after: 1s}, for: 2s}  # no packet between them
+      - {heal: [h1, h2], at: {phase: run, after: 5s}}    # the links: conditions back
+      - {kill_daemon: h2, at: {phase: run, after: 3s}}  # SIGKILL to the host's netspecd
+
+`at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
+(the step's release: its instant with `release: at`, else when the controller sends it);
+`at: {after: D}` is D after the run's first step. A component fault happens on its
+component's host; a pressure names its host. A pressure is bounded in size and time
+(MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
+A partition or heal names two hosts or groups: it is a fault per direction between them, each
+done by the host it leaves (netspec.links' conditions: a partition replaces the direction's
+`links:` condition, for `for` if given; a heal puts back the one `links:` holds then). Local
+daemons share this machine's network stack: refused in a partition, as in `links:`. A
+host whose daemon the schedule killed leaves the run: its components are out of the steps
+after, its daemon's node part too, and its files are salvaged at collect.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS, LINK_FAULTS, PRESSURE_FAULTS
+
+from .durations import parse_duration
+from .links import _names as link_hosts
+from .model import Component, Fault, Host, Step
+from .sourcefile import Path_, SourceFile
+
+MAX_PRESSURE_BYTES = 1 << 30  # a memory or disk pressure's size at most: 1 GiB
+MAX_FOR_S = 3600.0  # a pause's or pressure's length at most
+MAX_WORKERS = 64  # a cpu pressure's busy processes at most
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
+
+
+def parse_size(value: int | str) -> int:
+    """A size in bytes: an integer, or a number with a unit (kB, MB, GB, KiB, MiB, GiB).
+
+    Raises:
+        ValueError: not a size.
+    """
+    if isinstance(value, int):
+        return value
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+    if found is None or found.group(2).upper() not in _SIZE_UNITS:
+        raise ValueError(f"'{value}' is not a size (bytes, or a number with kB, MB, GB, KiB, MiB, GiB)")
+    return round(float(found.group(1)) * _SIZE_UNITS[found.group(2).upper()])
+
+
+def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
+              components: tuple[Component, ...], schedule: tuple[Step, ...],
+              fan_out: int | None) -> tuple[Fault, ...]:
+    """Every fault of the file's `faults:`, each checked (a partition or heal: a fault per
+    direction); every error recorded in `src` (the caller raises them all at once)."""
+    faults = []
+    names = {c.name: c for c in components}
+    phases = [s.phase for s in schedule]
+    for i, spec in enumerate(raw):
+        where: Path_ = ("faults", i)
+        with src.checking():
+            faults += _fault(src, spec, where, hosts, groups, names, phases)
+        if fan_out is not None:
+            with src.checking():
+                src.error(f"faults are sent to each host's daemon directly, which a fan-out tree "
+                          f"(fan_out: at line {src.line(('fan_out',))}) does not reach: drop one", where)
+    return tuple(faults)
+
+
+def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],
+           groups: dict[str, tuple[str, ...]], components: dict[str, Component],
+           phases: list[str]) -> list[Fault]:
+    kinds = [k for k in FAULT_KINDS if k in spec]
+    if len(kinds) != 1:
+        src.error(f"give exactly one kind of fault ({', '.join(FAULT_KINDS)}); "
+                  f"this gives {', '.join(kinds) or 'none'}", where)
+    kind = kinds[0]
+    target = spec[kind]
+    pairs: list[tuple[str, str]] = []
+    if kind in COMPONENT_FAULTS:
+        src.known("component", target, components, (*where, kind))
+        host = components[target].host
+    elif kind in LINK_FAULTS:
+        sides = [link_hosts(src, name, (*where, kind, j), hosts, groups) for j, name in enumerate(target)]
+        pairs = [(a, b) for one, other in (sides, sides[::-1]) for a in one for b in other if a != b]
+        if not pairs:
+            src.error(f"a {kind} is between two hosts: these name one", (*where, kind))
+        host = ""
+    else:
+        src.known("host", target, hosts, (*where, kind))
+        host = target
+    at = spec["at"]
+    phase = at.get("phase")
+    if phase is not None:
+        with src.checking():
+            src.known("phase", phase, phases, (*where, "at", "phase"))
+        if phase == "collect":
+            with src.checking():
+                src.error("a fault at collect would hit the run's gathering: give an earlier phase",
+                          (*where, "at", "phase"))
+    for_s = parse_duration(spec["for"]) if "for" in spec else None
+    with src.checking():
+        _check_length(src, kind, spec, for_s, where)
+    size = None
+    if kind in ("memory", "disk"):
+        with src.checking():
+            size = _size(src, kind, spec, where)
+    elif "size" in spec:
+        with src.checking():
+            src.error(f"'size' is a memory or disk pressure's; a {kind} takes none", (*where, "size"))
+    workers = spec.get("workers")
+    if workers is not None and kind != "cpu":
+        with src.checking():
+            src.error(f"'workers' is a cpu pressure's; a {kind} takes none", (*where, "workers"))
+    fault = Fault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
+                  workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
+    if pairs:  # a fault per direction, done by the host it leaves
+        return [replace(fault, target=b, host=a) for a, b in pairs]
+    return [fault]
+
+
+def _check_length(src: SourceFile, kind: str, spec: dict[str, Any], for_s: float | None,
+                  where: Path_) -> None:
+    if kind in PRESSURE_FAULTS and for_s is None:
+        src.error(f"a {kind} pressure lasts a while: give 'for' (at most {MAX_FOR_S:g} s)", where)
+    if "for" in spec and kind not in (*PRESSURE_FAULTS, "pause", "partition"):
+        src.error(f"'for' is how long a pause, a partition or a pressure lasts; a {kind} takes none",
+                  (*where, "for"))
+    if for_s is not None and for_s > MAX_FOR_S:
+        src.error(f"{for_s:g} s is longer than a fault may last ({MAX_FOR_S:g} s)", (*where, "for"))
+
+
+def _size(src: SourceFile, kind: str, spec: dict[str, Any], where: Path_) -> int:
+    if "size" not in spec:
+        src.error(f"a {kind} pressure needs 'size' (bytes, or e.g. 64MB; at most 1 GiB)", where)
+    try:
+        size = parse_size(spec["size"])
+    except ValueError as exc:
+        src.error(str(exc), (*where, "size"))
+    if not 0 < size <= MAX_PRESSURE_BYTES:
+        src.error(f"{size} bytes: a pressure's size is more than 0 and at most {MAX_PRESSURE_BYTES} "
+                  "(1 GiB)", (*where, "size"))
+    return size

@@ -1,0 +1,387 @@
+"""The experiment's faults on this host: each done at its instant on this host's clock (the
+reference clock's instant converted as a `release: at` step's is, daemon/release.py), its
+effect observed on the machine, logged in this host's `faults` stream (so it lands on the
+global timeline with its clock bound) and reported to the controller (`FaultDone`).
+
+A component's fault signals its process group and every descendant: kill (SIGKILL) and
+terminate (SIGTERM) mark it ended by the schedule first (its end is then "killed by
+schedule", protocol/exits.py), and their effect is its process seen gone from /proc; restart
+kills it so, then starts it again (a process of its own, its output appended); pause
+(SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
+runs in processes of its own that carry the run's id (a reset ends them): `workers` busy
+loops (cpu), `size` bytes touched and held resident (memory), `size` bytes written and
+synced to a file in the run's directory, removed after (disk); what each did is measured
+from what the kernel says of it (its rusage, the file's blocks). A partition or heal is the
+run's link conditions toward one peer (netspec.links, the run's `LinkSet`): its effect, the
+first packet the partition's rule dropped, from the rule's own counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from netspec.datastream.instrument import Datastreams
+from netspec.datastream.writer import StreamConfig, StreamInfo
+from netspec.links import Refused
+from netspec.links.kernel import ToolFailed
+from netspec.links.nfqueue import QueueError
+from netspec.protocol import kinds as k
+from netspec.protocol import messages as m
+from netspec.protocol.errors import NetspecError
+from netspec.protocol.exits import describe_returncode, signal_pids
+from netspec.protocol.links import LinkCondition, LinkRule
+
+from . import release
+from .componentchannel import ComponentExited
+from .orphans import SPAWNED
+
+if TYPE_CHECKING:
+    from .component import ComponentProcess
+    from .supervisor import Supervisor
+
+log = logging.getLogger("netspecd")
+
+FAULT_STREAM = "faults"
+SEEN_WITHIN_S = 2.0  # how long an effect (an exit, a state in /proc) is looked for
+LOOKERS = 8  # effects looked for at once, each in a thread of its own
+LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
+TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
+PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
+KILL_DAEMON_DRAIN_S = 0.1  # how long a daemon about to be killed gives its report to leave
+REAP_EVERY_S = 0.01  # how often a pressure's process is looked for ended
+COUNT_EVERY_S = 0.01  # how often a partition's drop counter is read (each read runs nft)
+MEMORY_SHARE = 0.5  # a memory pressure takes at most this share of MemAvailable
+DISK_SHARE = 0.5  # a disk pressure takes at most this share of the free space
+_CPU = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
+_MEMORY = ("import mmap, sys, time\nn, end = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
+           "b = mmap.mmap(-1, n)\nfor i in range(0, n, mmap.PAGESIZE): b[i] = 1\n"
+           "time.sleep(max(0.0, end - time.monotonic()))\n")
+_DISK = ("import os, sys, time\n"
+         "path, n, end = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])\n"
+         "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)\nchunk = os.urandom(1 << 20)\n"
+         "left = n\nwhile left > 0: left -= os.write(fd, chunk[:min(left, len(chunk))])\n"
+         "os.fsync(fd)\nos.close(fd)\ntime.sleep(max(0.0, end - time.monotonic()))\n")
+
+
+class Faults:
+    """The faults of one run on this host. Lifecycle: made with the run's supervisor;
+    `schedule` for each fault the controller sends (its task in the run's task group);
+    `close` at reset: every fault still waiting is cancelled, every pressure's process
+    killed and its files removed, the stream closed."""
+
+    def __init__(self, sup: Supervisor):
+        self.sup = sup
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.pids: set[int] = set()  # pressures' processes still running
+        self.streams: Datastreams | None = None
+        self.stream_closed = False  # at collect: a fault done after is reported, not logged
+        # Where effects are looked for in /proc, each for SEEN_WITHIN_S at most: shut at `close`.
+        self.pool = ThreadPoolExecutor(max_workers=LOOKERS, thread_name_prefix="netspecd-faults")
+        self.directory = sup.root / "faults"
+
+    def schedule(self, request: k.Fault) -> None:
+        """Do `request` at its instant, in the run's task group.
+
+        Raises:
+            NetspecError: it names a component this host does not run.
+        """
+        if request.component is not None and request.component not in self.sup.components:
+            raise NetspecError(f"unknown component {request.component!r}")
+        task = self.sup.tg.create_task(self._run(request))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def close_stream(self) -> None:
+        """Close the faults stream (at collect, before the run's files are listed): a fault
+        done after it is reported, but not in the stream."""
+        if self.streams is not None and not self.stream_closed:
+            self.streams.stop()
+        self.stream_closed = True
+
+    async def close(self) -> None:
+        # Killed before their tasks end: a task's end lets go of its pids (the reset's reaper
+        # of orphans, orphans.reap_adopted, reaps what is left).
+        signal_pids(list(self.pids), signal.SIGKILL)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a look still going ends by its bound
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.close_stream()
+
+    async def _run(self, request: k.Fault) -> None:
+        at, said = release.local_instant(self.sup.services.clock, request.at_ns)
+        est = self.sup.services.clock.estimate(at)
+        target = request.component or (request.rule.peer if request.rule is not None else self.sup.host)
+        report = k.FaultDone(index=request.index, kind=request.fault, target=target, at_ns=at,
+                             offset_ns=None if est is None else est.offset_ns,
+                             bound_ns=said.get("bound_ns"), unsynchronised=said.get("unsynchronised", False),
+                             missed_ns=said["missed_ns"])
+        await release.wait_until(at)
+        report.done_ns = time.time_ns()
+        try:
+            if request.component is not None:
+                await self._component(request, self.sup.components[request.component], report)
+            elif request.rule is not None:
+                await self._link(request, request.rule, report)
+            elif request.fault == "kill_daemon":
+                await self._kill_daemon(report)
+            else:
+                await self._pressure(request, report)
+        except (OSError, Refused, ToolFailed, QueueError) as exc:
+            # a pressure's process or file, or a link's rule, could not be made: said, not the run's end
+            report.error = f"{request.fault}: {exc}"
+        except Exception as exc:  # a fault of netspecd's own: said in the report, not a dead session
+            log.exception("run %s: fault %d", self.sup.run_id, request.index)
+            report.error = f"{request.fault}: netspecd: {type(exc).__name__}: {exc}"
+        self._log(report)
+        log.info("run %s: fault %d %s %s: %s%s", self.sup.run_id, request.index, request.fault, target,
+                 report.effect, f" ({report.error})" if report.error else "")
+        self.sup.outbox.emit(report)
+
+    async def _component(self, request: k.Fault, comp: ComponentProcess, report: k.FaultDone) -> None:
+        if comp.proc is None or comp.exited.done():
+            report.error = f"component {comp.spec.name} was not running " + \
+                ("(not started yet)" if comp.proc is None else f"(it {_end(comp)})")
+            return
+        pid, kind = comp.proc.pid, request.fault
+        if kind in ("kill", "terminate", "restart"):
+            comp.scheduled = True  # its end is this fault's effect (protocol/exits.py)
+            sig = signal.SIGTERM if kind == "terminate" else signal.SIGKILL
+            _signal(comp, sig)
+            if comp.paused and sig == signal.SIGTERM:
+                _signal(comp, signal.SIGCONT)  # a stopped process takes no SIGTERM until then
+            within = SEEN_WITHIN_S if kind == "kill" else TERMINATED_WITHIN_S
+            report.effect_ns = await self._look(pid, _gone, within)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within):
+                    await asyncio.shield(comp.exited)
+            report.effect = (f"it {_end(comp)}" if comp.exited.done()
+                             else f"it was not seen to end within {within:g} s")
+            if comp.exited.done():  # its exit as the daemon saw it, if that came before /proc's
+                seen = comp.exited.result()["ended_ns"]
+                report.effect_ns = seen if report.effect_ns is None else min(report.effect_ns, seen)
+            if report.effect_ns is None:
+                report.error = f"not seen to end within {within:g} s of its {sig.name}"
+            elif kind == "restart":
+                await self._restart(comp, report)
+            return
+        stop = kind == "pause"
+        _signal(comp, signal.SIGSTOP if stop else signal.SIGCONT)
+        comp.paused = stop
+        report.effect_ns = await self._look(pid, _stopped if stop else _running, SEEN_WITHIN_S)
+        report.effect = "seen stopped (T) in /proc" if stop else "seen running again in /proc"
+        if report.effect_ns is None:
+            report.effect, report.error = "", f"not seen {'stopped' if stop else 'resumed'} in /proc " \
+                f"within {SEEN_WITHIN_S:g} s"
+        if stop and request.for_s is not None:
+            await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
+            if not comp.exited.done():
+                _signal(comp, signal.SIGCONT)
+                comp.paused = False
+                report.ended_ns = await self._look(pid, _running, SEEN_WITHIN_S)
+
+    async def _look(self, pid: int, wanted: Any, within: float) -> int | None:
+        """`_seen` in a thread of the faults' own pool: its polls never hold up the loop's
+        default pool, where each fault waits for its instant (daemon/release.py)."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, _seen, pid, wanted, within)
+
+    async def _kill_daemon(self, report: k.FaultDone) -> None:
+        """This daemon killed (SIGKILL, nothing of it cleaned up), after its report and the
+        faults stream's record (flushed and closed first) had their chance to leave: the
+        controller takes its lost connection for the effect. Its components get the SIGTERM
+        a dying daemon leaves them (daemon/spawn.py)."""
+        report.effect = f"SIGKILL to netspecd (pid {os.getpid()})"
+        self._log(report)
+        self.close_stream()
+        self.sup.outbox.emit(report)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(KILL_DAEMON_DRAIN_S):
+                await self.sup.outbox.drain()
+        log.warning("run %s: fault %d: netspecd killed by the schedule", self.sup.run_id, report.index)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _restart(self, comp: ComponentProcess, report: k.FaultDone) -> None:
+        """Start the killed component again; an aware one is waited for until it registers
+        (SEEN_WITHIN_S), and given the logging window if one is open."""
+        await comp.restart(self.sup.tg)
+        assert comp.proc is not None
+        self.sup.services.started(comp.spec.name, comp.proc.pid)
+        report.ended_ns = comp.started_ns
+        again = f"started again as pid {comp.proc.pid}"
+        if comp.spec.aware:
+            try:
+                async with asyncio.timeout(SEEN_WITHIN_S):
+                    await comp.registered
+                report.ended_ns = time.time_ns()
+                if not self.sup.services.streams.paused:  # in a logging window: it logs too
+                    await comp.call(m.START_LOGGING, {}, {}, logging=self.sup.logging_for(comp.spec.name))
+            except (TimeoutError, ComponentExited) as exc:
+                report.error = f"{again}, but it did not register within {SEEN_WITHIN_S:g} s ({exc})"
+        report.effect = f"{report.effect}; {again}"
+
+    async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
+        """The direction from this host to `rule`'s peer partitioned (or healed: `rule`'s
+        condition put back), in effect when its rules are; a partition's effect is the first
+        packet its rule's counter dropped, looked for every COUNT_EVERY_S while it holds."""
+        links = self.sup.services.link_set(request.exclude_tcp, request.exclude_udp)
+        applied = await asyncio.to_thread(links.apply, [rule])
+        report.done_ns = applied.applied_ns
+        report.measured = {"apply_s": (applied.applied_ns - applied.began_ns) / 1e9}
+        if request.fault == "heal":
+            report.effect = f"toward {rule.peer}: {rule.condition.said()} (as links: holds it)"
+            return
+        until = time.monotonic() + (request.for_s if request.for_s is not None else SEEN_WITHIN_S)
+        while time.monotonic() < until:
+            stats = (await asyncio.to_thread(links.stats)).peers.get(rule.peer)
+            if stats is not None and stats.partitioned:
+                report.effect_ns = time.time_ns()
+                report.measured["dropped_at_first"] = float(stats.partitioned)
+                break
+            await asyncio.sleep(COUNT_EVERY_S)
+        report.effect = (f"toward {rule.peer}: its rule's counter dropped a first packet" if report.effect_ns
+                         else f"toward {rule.peer}: no packet dropped while it was looked for")
+        if request.for_s is not None:
+            await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
+            back = msgspec.structs.replace(rule, condition=request.restore or LinkCondition())
+            restored = await asyncio.to_thread(links.apply, [back])
+            report.ended_ns = restored.applied_ns
+
+    async def _pressure(self, request: k.Fault, report: k.FaultDone) -> None:
+        assert request.for_s is not None
+        kind, for_s, size = request.fault, request.for_s, request.size or 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"disk-{request.index}"
+        if kind == "memory" and size > (room := _mem_available() * MEMORY_SHARE):
+            report.error = f"memory: {size} bytes is more than half of this host's available memory " \
+                           f"({room:.0f} bytes): not done"
+            return
+        if kind == "disk" and size > (room := shutil.disk_usage(self.directory).free * DISK_SHARE):
+            report.error = f"disk: {size} bytes is more than half of the free space of {self.directory} " \
+                           f"({room:.0f} bytes): not done"
+            return
+        argv = {"cpu": [_CPU, str(for_s)], "memory": [_MEMORY, str(size), str(for_s)],
+                "disk": [_DISK, str(path), str(size), str(for_s)]}[kind]
+        count = request.workers or 1 if kind == "cpu" else 1
+        pids = [self._spawn(argv) for _ in range(count)]
+        usage = await asyncio.gather(*(self._reap(pid, for_s + PRESSURE_GRACE_S) for pid in pids))
+        report.ended_ns = time.time_ns()
+        wall = (report.ended_ns - report.done_ns) / 1e9  # type: ignore[operator]
+        cpu = sum(u.ru_utime + u.ru_stime for u in usage)
+        rss = max(u.ru_maxrss for u in usage) * 1024.0  # the kernel's peak resident set, in kB
+        report.measured = {"wall_s": wall, "cpu_s": cpu, "rss_bytes": rss}
+        if kind == "disk":
+            with contextlib.suppress(OSError):
+                report.measured["written_bytes"] = float(path.stat().st_blocks * 512)
+            path.unlink(missing_ok=True)
+        report.effect = {"cpu": f"{count} worker(s) busy {cpu:.2f} s of CPU in {wall:.2f} s",
+                         "memory": f"{report.measured['rss_bytes'] / 2**20:.1f} MiB resident at most, "
+                                   f"for {wall:.2f} s",
+                         "disk": f"{report.measured.get('written_bytes', 0) / 2**20:.1f} MiB on disk, "
+                                 f"removed after {wall:.2f} s"}[kind]
+
+    def _spawn(self, argv: list[str]) -> int:
+        env = {**os.environ, m.RUN_ENV: self.sup.run_id, m.HOST_ENV: self.sup.host}
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", *argv], env)
+        SPAWNED.add(pid)  # ours to reap, not the orphans' reaper's
+        self.pids.add(pid)
+        return pid
+
+    async def _reap(self, pid: int, within: float) -> Any:
+        """The pressure process `pid`'s resource usage (os.wait4's) once it ended, looked
+        for every REAP_EVERY_S; SIGKILL if it had not within `within` seconds."""
+        loop = asyncio.get_running_loop()
+        killed, end = False, loop.time() + within
+        try:
+            while True:
+                done, _, usage = os.wait4(pid, os.WNOHANG)
+                if done:
+                    return usage
+                if loop.time() >= end and not killed:
+                    signal_pids([pid], signal.SIGKILL)  # a SIGKILL ends it: waited for, then
+                    killed = True
+                await asyncio.sleep(REAP_EVERY_S)
+        finally:
+            self.pids.discard(pid)
+            SPAWNED.discard(pid)
+
+    def _log(self, report: k.FaultDone) -> None:
+        """The fault in this host's `faults` stream (opened at the run's first fault), at
+        the instant it was done."""
+        if self.stream_closed:
+            return
+        if self.streams is None:
+            self.streams = Datastreams()
+            self._event = self.streams.event("FAULTS", "fault", "a fault of the schedule, done on this host")
+            info = StreamInfo(self.sup.services.directory, run=self.sup.run_id, host=self.sup.host,
+                              component=FAULT_STREAM)
+            self.streams.start([StreamConfig(FAULT_STREAM, enable=("FAULTS",))], info, exit_hooks=False)
+        done = report.done_ns
+
+        def at_done() -> int:
+            return done if done is not None else time.time_ns()
+        self._event.log(report.index, {"kind": report.kind, "target": report.target, "effect": report.effect,
+                                       "effect_ns": report.effect_ns, "error": report.error}, at_done)
+
+
+def _signal(comp: ComponentProcess, sig: signal.Signals) -> None:
+    """`sig` to the component's process group and every descendant it has."""
+    pids = comp.pids()
+    comp.signal_group(sig)
+    signal_pids(pids[1:], sig)  # its descendants that left its group
+
+
+def _end(comp: ComponentProcess) -> str:
+    return describe_returncode(comp.exited.result()["returncode"])
+
+
+def _state(pid: int) -> str | None:
+    """Process `pid`'s state letter in /proc (R, S, D, T, Z...); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _gone(state: str | None) -> bool:
+    return state in ("Z", "X", None)
+
+
+def _stopped(state: str | None) -> bool:
+    return state == "T"
+
+
+def _running(state: str | None) -> bool:
+    return state != "T"
+
+
+def _seen(pid: int, wanted: Any, within: float) -> int | None:
+    """When process `pid`'s state in /proc was first seen to satisfy `wanted`, looked at
+    every LOOK_EVERY_S for `within` seconds (a thread: not on the loop); None if never."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if wanted(_state(pid)):
+            return time.time_ns()
+        time.sleep(LOOK_EVERY_S)
+    return None
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+

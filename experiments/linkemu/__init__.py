@@ -1,1 +1,0 @@
-"""A user-space link emulator component (NIST Net's role)."""

@@ -1,0 +1,76 @@
+import pytest
+from netspec.controller.experiment.faults import parse_size
+from netspec.controller.experiment.load import load
+from netspec.protocol.errors import ConfigError
+
+FILE = """\
+experiment: f
+hosts: {a: {}, b: {}}
+components:
+  server: {host: a, command: [sleep, "5"], start: launch, stop: run}
+schedule: [launch, run]
+faults:
+FAULTS"""
+
+
+def test_faults_resolve_to_their_host_phase_and_instant(experiment):
+    plan = load(experiment(FILE.replace("FAULTS", """\
+  - {kill: server, at: {phase: run, after: 2s}}
+  - {pause: server, at: {after: 500ms}, for: 1s}
+  - {cpu: b, at: {phase: run, after: 0s}, for: 2s}
+  - {disk: b, at: {phase: run, after: 0s}, for: 1s, size: 16MiB}
+  - {kill_daemon: b, at: {after: 3s}}
+""")))
+    assert [(f.kind, f.target, f.host, f.phase, f.after_s, f.for_s, f.size, f.workers, f.line)
+            for f in plan.faults] == [
+        ("kill", "server", "a", "run", 2.0, None, None, None, 7),
+        ("pause", "server", "a", None, 0.5, 1.0, None, None, 8),
+        ("cpu", "b", "b", "run", 0.0, 2.0, None, 1, 9),
+        ("disk", "b", "b", "run", 0.0, 1.0, 16 << 20, None, 10),
+        ("kill_daemon", "b", "b", None, 3.0, None, None, None, 11)]
+    assert [f.target for f in plan.resolved().faults] == ["server", "server", "b", "b", "b"]
+
+
+def test_every_fault_error_is_said_at_once_naming_the_line_and_key(experiment, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load(experiment(FILE.replace("FAULTS", """\
+  - {kill: sever, at: {phase: run, after: 2s}}
+  - {pause: server, at: {phase: runn, after: 1s}}
+  - {kill: server, terminate: server, at: {after: 0s}}
+  - {memory: a, at: {after: 0s}, size: 5GB}
+  - {disk: c, at: {after: 1s}, size: 1MB, for: 1s, workers: 2}
+  - {kill: server, at: {after: 1s}, for: 1s}
+""")))
+    path = tmp_path / "exp.yaml"
+    assert [str(e) for e in err.value.errors] == [
+        f"{path}:7: faults[0].kill: unknown component 'sever' (did you mean 'server'?)",
+        f"{path}:8: faults[1].at.phase: unknown phase 'runn' (did you mean 'run'?)",
+        f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, restart, pause, resume, cpu, "
+        "memory, disk, partition, heal, kill_daemon); this gives kill, terminate",
+        f"{path}:10: faults[3]: a memory pressure lasts a while: give 'for' (at most 3600 s)",
+        f"{path}:10: faults[3].size: 5000000000 bytes: a pressure's size is more than 0 and at most "
+        "1073741824 (1 GiB)",
+        f"{path}:11: faults[4].disk: unknown host 'c'",
+        f"{path}:12: faults[5].for: 'for' is how long a pause, a partition or a pressure lasts; a kill "
+        "takes none"]
+
+
+def test_a_size_is_bytes_or_a_number_with_a_unit():
+    assert [parse_size(v) for v in (3, "3", "1.5kB", "2MiB", "1 GB")] == [3, 3, 1500, 2 << 20, 10**9]
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("3 parsecs")
+
+
+def test_a_partition_is_a_fault_per_direction_each_done_by_the_host_it_leaves(experiment, tmp_path):
+    ssh = FILE.replace("hosts: {a: {}, b: {}}", "hosts: {a: {ssh: 10.0.0.1}, b: {ssh: 10.0.0.2}, c: {}}")
+    plan = load(experiment(ssh.replace("FAULTS", """\
+  - {partition: [a, b], at: {phase: run, after: 1s}, for: 2s}
+  - {heal: [b, a], at: {phase: run, after: 5s}}
+""")))
+    assert [(f.kind, f.host, f.target, f.for_s, f.line) for f in plan.faults] == [
+        ("partition", "a", "b", 2.0, 7), ("partition", "b", "a", 2.0, 7), ("heal", "b", "a", None, 8),
+        ("heal", "a", "b", None, 8)]
+    with pytest.raises(ConfigError) as err:
+        load(experiment(ssh.replace("FAULTS", "  - {partition: [a, c], at: {after: 0s}}\n")))
+    assert [str(e).partition(": local daemons")[0] for e in err.value.errors] == [
+        f"{tmp_path / 'exp.yaml'}:7: faults[0].partition[1]: host 'c' is a local daemon"]
