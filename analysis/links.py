@@ -12,7 +12,8 @@ last ack); probes sent in a window's first GUARD_NS (a change of conditions stil
 flight) or outside every window are left out, and counted.
 """
 
-# Version history of links.parquet: 1 (this).
+# Version history of links.parquet: 1; 2 (this): changed_at and changed_bound_ns, when the
+# step's change of the link took effect.
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ COLUMNS = pa.schema([
     ("start", pa.int64()), ("end", pa.int64()), ("backend", pa.string()),
     ("configured_delay_ms", pa.float64()), ("configured_jitter_ms", pa.float64()),
     ("configured_loss_pct", pa.float64()), ("configured_rate_mbit", pa.float64()),
-    ("partition", pa.bool_()),
+    ("partition", pa.bool_()), ("changed_at", pa.int64()), ("changed_bound_ns", pa.int64()),
     ("probes_sent", pa.int64()), ("probes_received", pa.int64()), ("probe_rate_per_s", pa.float64()),
     ("probe_share_pct", pa.float64()),
     ("delay_p50_ms", pa.float64()), ("delay_p99_ms", pa.float64()), ("delay_bound_ms", pa.float64()),
@@ -70,6 +71,10 @@ class Condition:
     rate_mbit: float | None = None
     partition: bool = False
     backend: str | None = None  # which backend applied the delay: kernel, netem, user
+    # When the step's change of the link took effect (global ns, the midpoint of the window
+    # it took effect in, and its bound: the clock's and half the window); None: unchanged.
+    changed_at: int | None = None
+    changed_bound_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,8 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "src": src, "dst": dst, "step": step, "phase": phase, "start": start, "end": end,
         "backend": cond.backend, "configured_delay_ms": cond.delay_ms, "configured_jitter_ms": cond.jitter_ms,
         "configured_loss_pct": cond.loss_pct, "configured_rate_mbit": cond.rate_mbit,
-        "partition": cond.partition, "probes_sent": sent, "probes_received": len(arrived),
+        "partition": cond.partition, "changed_at": cond.changed_at, "changed_bound_ns": cond.changed_bound_ns,
+        "probes_sent": sent, "probes_received": len(arrived),
         "probe_rate_per_s": per_s,
         "probe_share_pct": (100 * per_s * (max(p[4] for p in probes) + WIRE_OVERHEAD) * 8
                             / (cond.rate_mbit * 1e6) if cond.rate_mbit and probes else None),
@@ -315,9 +321,13 @@ def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]
             break
         for pair, cond in planned.link_state.items():
             src, _, dst = pair.partition("->")
+            change = ran.links.get(src)
+            changed = change is not None and pair in change.pairs
             found[(src, dst, i)] = Condition(
                 delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
-                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition)
+                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition,
+                changed_at=change.at_ns if changed else None,
+                changed_bound_ns=change.bound_ns if changed else None)
     return found
 
 
