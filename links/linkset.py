@@ -105,6 +105,7 @@ class LinkSet:
         self.rules: dict[str, LinkRule] = {}
         self.placed: dict[str, dict[str, str]] = {}
         self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
+        self._cut_drops: dict[str, int] = {}  # a cut peer's user-space drops before its cut
         self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
         self._shaped: set[str] = set()  # devices with the run's htb tree
         self._batches: dict[str, str] = {}  # each one's tree as installed
@@ -179,8 +180,11 @@ class LinkSet:
             for peer, address in peers.items():
                 if on:
                     self.cuts[peer] = (address, parts)
+                    counts = self._user.counters(address) if self._user is not None else None
+                    self._cut_drops[peer] = counts.dropped if counts is not None else 0
                 else:
                     self.cuts.pop(peer, None)
+                    self._cut_drops.pop(peer, None)
             self._install(dict(peers))
             return Applied(began, time.time_ns(), {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
@@ -235,6 +239,20 @@ class LinkSet:
                 self._shaped.discard(device)
                 self._batches.pop(device, None)
 
+    def partitioned(self, peer: str) -> int:
+        """Packets toward `peer` its cut has dropped so far (0: not cut): the nftables rule's
+        counter (its table is made anew at each change), or the user-space path's drops since
+        the cut. A fault's look for its effect: no qdisc's statistics read."""
+        with self._lock:
+            cut, user, before = self.cuts.get(peer), self._user, self._cut_drops.get(peer, 0)
+        if cut is None:
+            return 0
+        address, parts = cut
+        if parts.get("partition") == "user":
+            counts = user.counters(address) if user is not None else None
+            return 0 if counts is None else max(0, counts.dropped - before)
+        return kernel.nft_counts(self.run_id).get(peer, 0)
+
     def stats(self) -> LinkStats:
         """The backends' counters now, per peer conditioned (the user-space path's, the nftables
         rules' drops: `partitioned` while the peer is cut off, and the htb class's)."""
@@ -252,8 +270,9 @@ class LinkSet:
                 stats.queued, stats.dropped_user = counts.queued, counts.dropped
                 stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
                 stats.late_over_1ms = counts.late_over_1ms
-            if peer.condition.partition:
-                stats.partitioned = dropped.get(peer.name, 0)
+            if peer.condition.partition:  # by its nftables rule, or on the user-space path
+                stats.partitioned = dropped.get(peer.name, 0) + (
+                    stats.dropped_user if peer.parts.get("partition") == "user" else 0)
             else:
                 stats.dropped_kernel = dropped.get(peer.name, 0)
             device = devices.get(peer.name)
