@@ -18,7 +18,7 @@ import asyncio
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.kinds import LinksReply
+from netspec.protocol.kinds import LINK_FAULTS, LinksReply
 from netspec.protocol.links import LinkCondition, LinkRule
 from netspec.protocol.runrecord import HostLinks, LinkChange
 from netspec.protocol.runrecord import Step as StepRecord
@@ -39,7 +39,9 @@ class Conditions:
 
     def __init__(self, plan: Plan, fleet: Fleet, rundir: RunDir, progress: ProgressSink):
         self.plan, self.fleet, self.rundir, self.progress = plan, fleet, rundir, progress
-        self.any = bool(plan.links) or any(s.links for s in plan.schedule)
+        # A partition's or heal's direction (its host -> its peer): checked at launch as links' are.
+        self.cuts = sorted({(f.host, f.target) for f in plan.faults if f.kind in LINK_FAULTS})
+        self.any = bool(plan.links) or any(s.links for s in plan.schedule) or bool(self.cuts)
         ports = {int(h.address.rpartition(":")[2]) for h in plan.hosts if h.address}
         self.exclude_tcp = sorted({SSH_PORT, *ports})
         self.checked = False
@@ -54,10 +56,12 @@ class Conditions:
 
     async def check(self, phase: str, deadline: float) -> None:
         """Ask each host that will condition a direction whether it can, for every condition
-        the run will ask of it; record what each offers and where each part goes.
+        the run will ask of it (its `links:`, and a partition for each partition or heal the
+        schedule does there); record what each offers and where each part goes.
 
         Raises:
-            NetspecError: a link names a local daemon (they share this machine's stack).
+            NetspecError: a link, a partition or a heal names a local daemon (they share this
+                machine's stack).
             RemoteError: a host cannot apply a condition (its daemon names the link and what
                 is missing), or refused otherwise.
             DeadlineExceeded: a host did not answer by `deadline`.
@@ -65,8 +69,8 @@ class Conditions:
         """
         self.checked = True
         local = {h.name for h in self.plan.hosts if h.local}
-        for state in self.plan.link_states():  # a plan not read from a file is held to it too
-            for pair in state:
+        for pairs in [*self.plan.link_states(), self.cuts]:  # a plan not read from a file is held to it too
+            for pair in pairs:
                 if local & set(pair):
                     said = LOCAL.format(min(local & set(pair)))
                     raise NetspecError(f"link {pair[0]} -> {pair[1]}: {said}")
@@ -76,6 +80,11 @@ class Conditions:
                 asked.setdefault(host, []).extend(r for r in rules if r not in asked.get(host, []))
             for _, target in state:  # a host a link ends at: asked too, to take the audit's probes
                 asked.setdefault(target, [])
+        for host, target in self.cuts:
+            cut = LinkRule(peer=target, address=self.fleet.addresses[target],
+                           condition=LinkCondition(partition=True))
+            if cut not in asked.setdefault(host, []):
+                asked[host].append(cut)
         if not asked:
             return
         replies = await self._ask(asked, phase, deadline, check=True)

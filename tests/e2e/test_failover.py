@@ -45,6 +45,10 @@ def test_the_failover_experiment_fails_over_after_its_partition_and_back_after_i
     assert sorted((f.host, f.target) for f in partitions) == [("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")]
     for fault in record.faults:
         assert not fault.error and fault.done_ns is not None, fault
+    # Each partition was asked of its host at launch with links:' conditions (a host that
+    # could not would have failed the launch naming it), its placement recorded.
+    for fault in partitions:
+        assert record.hosts[fault.host].links.placements[fault.target].parts["partition"] == "nftables"
     # The rules' own counters saw the partition drop the primary's heartbeats and the
     # client's requests: each a first drop after the partition was in effect.
     dropped = {(f.host, f.target): f for f in partitions if f.effect_ns is not None}
@@ -79,7 +83,7 @@ def test_the_failover_experiment_fails_over_after_its_partition_and_back_after_i
                for src, dst, phase, fault, _, _, sent, got, within in audit if fault is not None}
     crossed = {("a", "b", "run"), ("c", "a", "run"), ("a", "b", "hold"), ("b", "a", "hold")}
     assert crossed <= set(faulted), audit
-    assert all(sent > 0 and got == 0 and within for sent, got, within in faulted.values()), audit
+    assert all(sent > 0 and got == 0 and within for sent, got, within in faulted.values()), faulted
     own = {(src, dst, phase): loss for src, dst, phase, fault, _, loss, *_ in audit if fault is None}
     assert own[("c", "a", "run")] < 20, audit
     after = {(src, dst): p50 for src, dst, phase, fault, p50, *_ in audit
