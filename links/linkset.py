@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
+from netspec.protocol.names import NAME
 
 from . import kernel, names
 from .kernel import Exclude, Peer
@@ -124,12 +125,18 @@ class LinkSet:
         """
         placed, missing = {}, []
         for rule in rules:
+            if not NAME.fullmatch(rule.peer):  # it goes into the backends' scripts
+                raise Refused(self.host, [(repr(rule.peer), "its name",
+                                           "a safe name (letters, digits, _ . -)")])
             parts, lacking = place(rule.condition, self.have)
             missing += [(rule.peer, part, what) for part, what in lacking]
             try:
-                ipaddress.IPv4Address(rule.address)
+                address = ipaddress.ip_address(rule.address)
             except ValueError:
-                if set(parts.values()) - {"nftables"}:
+                missing.append((rule.peer, ", ".join(parts) or "its condition",
+                                f"an IP address (the peer is at {rule.address!r})"))
+            else:
+                if address.version != 4 and set(parts.values()) - {"nftables"}:
                     missing.append((rule.peer, ", ".join(parts),
                                     f"an IPv4 address (the peer is at {rule.address})"))
             # A peer named twice (a check of every condition a run will ask): every part said.
@@ -170,9 +177,9 @@ class LinkSet:
             Refused: no backend here can partition; nothing changed.
             ToolFailed, QueueError: as `apply`.
         """
-        parts, missing = place(LinkCondition(partition=True), self.have)
-        if missing and on:
-            raise Refused(self.host, [(peer, part, what) for peer in peers for part, what in missing])
+        cut = LinkCondition(partition=on)  # a heal's: its peers' names and addresses checked alone
+        self.place([LinkRule(peer=peer, address=address, condition=cut) for peer, address in peers.items()])
+        parts = place(LinkCondition(partition=True), self.have)[0]
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")

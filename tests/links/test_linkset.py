@@ -1,5 +1,8 @@
-from netspec.links.linkset import Refused, place
-from netspec.protocol.links import LinkCondition, LinkOffer
+import msgspec
+import pytest
+from netspec.links.kernel import Exclude, Peer, iptables_rules
+from netspec.links.linkset import LinkSet, Refused, place
+from netspec.protocol.links import LinkCondition, LinkOffer, LinkRule
 
 THIS_KERNEL = LinkOffer(cap_net_admin=True, htb=True, tbf=True, nftables=True, iptables=True, statistic=True,
                         nfqueue=True)  # no netem: what this project's machines offer
@@ -30,3 +33,24 @@ def test_what_no_backend_can_apply_is_refused_naming_the_host_link_part_and_what
     assert str(error).startswith("host h2 cannot apply: link h2 -> h1: delay needs netem (sch_netem, "
                                  "with htb)")
     assert place(WAN, LinkOffer())[1][0] == ("delay", "CAP_NET_ADMIN (netspecd runs without it)")
+
+
+def test_a_hostile_peer_name_or_address_is_refused_before_any_script_is_written():
+    hostile = 'b" -j ACCEPT\nCOMMIT\n*nat'
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(msgspec.json.encode({"peer": hostile, "address": "10.0.0.2"}), type=LinkRule)
+    links = LinkSet("run", "h1", have=THIS_KERNEL)  # nothing installed until an apply
+    with pytest.raises(Refused, match="a safe name"):
+        links.place([LinkRule(peer=hostile, address="10.0.0.2", condition=WAN)])
+    # an address that is not one, on every part (the kernel's nftables too), and for a cut
+    for condition in (WAN, LinkCondition(loss_pct=1), LinkCondition(partition=True)):
+        said = r"link h1 -> b: .* needs an IP address \(the peer is at '10.0.0.2 ; x'\)"
+        with pytest.raises(Refused, match=said):
+            links.place([LinkRule(peer="b", address="10.0.0.2 ; x", condition=condition)])
+    with pytest.raises(Refused, match="needs an IP address"):
+        links.cut({"b": "10.0.0.2\nflush ruleset"})
+    assert not links.cuts and not links.rules
+    # a name that passes is quoted where the tools take a comment
+    peer = Peer("b.2", "10.0.0.2", WAN, {"delay": "user"})
+    [rule] = [r for r in iptables_rules("run", [peer], Exclude(), 4100) if "--comment" in r]
+    assert '--comment "b.2" ' in rule
