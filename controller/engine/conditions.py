@@ -42,8 +42,8 @@ class Conditions:
         # A partition's or heal's direction (its host -> its peer): checked at launch as links' are.
         self.cuts = sorted({(f.host, f.target) for f in plan.faults if f.kind in LINK_FAULTS})
         self.any = bool(plan.links) or any(s.links for s in plan.schedule) or bool(self.cuts)
-        ports = {int(h.address.rpartition(":")[2]) for h in plan.hosts if h.address}
-        self.exclude_tcp = sorted({SSH_PORT, *ports})
+        # Filled at `check`, when every daemon is reached (a fault's request shares the list).
+        self.exclude_tcp: list[int] = own_ports(plan, {})
         self.checked = False
 
     def _rules(self, changes: dict[tuple[str, str], LinkCondition]) -> dict[str, list[LinkRule]]:
@@ -74,6 +74,7 @@ class Conditions:
                 if local & set(pair):
                     said = LOCAL.format(min(local & set(pair)))
                     raise NetspecError(f"link {pair[0]} -> {pair[1]}: {said}")
+        self.exclude_tcp[:] = own_ports(self.plan, self.fleet.endpoints)
         asked: dict[str, list[LinkRule]] = {}
         for state in self.plan.link_states():
             for host, rules in self._rules(state).items():
@@ -134,3 +135,11 @@ class Conditions:
             clients[h].request(m.LINKS, deadline, during=phase, rules=asked[h], check=check,
                                exclude_tcp=self.exclude_tcp) for h in asked))
         return dict(zip(asked, replies, strict=True))
+
+
+def own_ports(plan: Plan, endpoints: dict[str, tuple[str, int]]) -> list[int]:
+    """netspec's own TCP ports, never conditioned: SSH's, and every daemon's as it was reached
+    (`endpoints`: a docker host's daemon listens on a port of its own, reached directly, and
+    in a fan-out tree the daemons connect to each other there), or as its `address:` says."""
+    ports = {int(h.address.rpartition(":")[2]) for h in plan.hosts if h.address}
+    return sorted({SSH_PORT, *ports, *(port for _, port in endpoints.values())})
