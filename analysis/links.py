@@ -14,7 +14,8 @@ left out, and counted. A scheduled partition's window (run.json's `faults`) is a
 as the fault's: partitioned; the rest of its step as the link's.
 """
 
-# Version history of links.parquet: 1; 2 (this): `fault`, a scheduled partition's own rows.
+# Version history of links.parquet: 1; 2: changed_at and changed_bound_ns, when the step's
+# change of the link took effect; 3 (this): `fault`, a scheduled partition's own rows.
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ COLUMNS = pa.schema([
     ("start", pa.int64()), ("end", pa.int64()), ("fault", pa.int32()), ("backend", pa.string()),
     ("configured_delay_ms", pa.float64()), ("configured_jitter_ms", pa.float64()),
     ("configured_loss_pct", pa.float64()), ("configured_rate_mbit", pa.float64()),
-    ("partition", pa.bool_()),
+    ("partition", pa.bool_()), ("changed_at", pa.int64()), ("changed_bound_ns", pa.int64()),
     ("probes_sent", pa.int64()), ("probes_received", pa.int64()), ("probe_rate_per_s", pa.float64()),
     ("probe_share_pct", pa.float64()),
     ("delay_p50_ms", pa.float64()), ("delay_p99_ms", pa.float64()), ("delay_bound_ms", pa.float64()),
@@ -73,6 +74,10 @@ class Condition:
     rate_mbit: float | None = None
     partition: bool = False
     backend: str | None = None  # which backend applied the delay (else its first part): netem, user...
+    # When the step's change of the link took effect (global ns, the midpoint of the window
+    # it took effect in, and its bound: the clock's and half the window); None: unchanged.
+    changed_at: int | None = None
+    changed_bound_ns: int | None = None
     # The scheduled partitions of this direction: (fault index, done_ns, ended_ns or None: to
     # the run's end). Probes sent in one are the fault's, audited as partitioned.
     faults: tuple[tuple[int, int, int | None], ...] = ()
@@ -281,7 +286,8 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "src": src, "dst": dst, "step": step, "phase": phase, "start": start, "end": end,
         "backend": cond.backend, "configured_delay_ms": cond.delay_ms, "configured_jitter_ms": cond.jitter_ms,
         "configured_loss_pct": cond.loss_pct, "configured_rate_mbit": cond.rate_mbit,
-        "partition": cond.partition, "probes_sent": sent, "probes_received": len(arrived),
+        "partition": cond.partition, "changed_at": cond.changed_at, "changed_bound_ns": cond.changed_bound_ns,
+        "probes_sent": sent, "probes_received": len(arrived),
         "probe_rate_per_s": per_s,
         "probe_share_pct": (100 * per_s * (max(p[4] for p in probes) + WIRE_OVERHEAD) * 8
                             / (cond.rate_mbit * 1e6) if cond.rate_mbit and probes else None),
@@ -376,11 +382,15 @@ def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]
         for pair, cond in planned.link_state.items():
             src, _, dst = pair.partition("->")
             parts = placed.get((src, dst), {})
-            backend = parts.get("delay") or next(iter(parts.values()), None)
+            change = ran.links.get(src)
+            changed = change is not None and pair in change.pairs
             found[(src, dst, i)] = Condition(
                 delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
                 loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition,
-                backend=backend, faults=tuple(cuts.get((src, dst), ())))
+                backend=parts.get("delay") or next(iter(parts.values()), None),
+                changed_at=change.at_ns if changed else None,
+                changed_bound_ns=change.bound_ns if changed else None,
+                faults=tuple(cuts.get((src, dst), ())))
     return found
 
 
@@ -402,7 +412,7 @@ def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
     if not _has(db, "links"):
         return []
     columns = {c[0] for c in db.execute("DESCRIBE links").fetchall()}
-    fault = "fault" if "fault" in columns else "NULL"  # links.parquet before version 2: none
+    fault = "fault" if "fault" in columns else "NULL"  # links.parquet before version 3: none
     rows = db.execute(f"""SELECT src, dst, phase, {fault}, configured_delay_ms, delay_p50_ms, delay_p99_ms,
                                 delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct, loss_low_pct,
                                 loss_high_pct, probes_received, probes_sent, partition, within, verdict

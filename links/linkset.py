@@ -34,12 +34,23 @@ class Refused(Exception):
 
 @dataclass
 class Applied:
-    """Conditions put in effect: when the change began and when its last part was in place
-    (this host's clock, ns), and which backend applies each part, by peer."""
+    """Conditions put in effect, and which backend applies each part, by peer. When: the
+    change took effect inside a window on this host's clock (ns), from just before its first
+    part was submitted to the kernel (`began_ns`) to just after its last returned
+    (`applied_ns`); what is worked out first (routes, the rules' text, the queue's binding)
+    is outside it. Its instant is the window's midpoint (`at_ns`), within `half_ns`."""
 
     began_ns: int
     applied_ns: int
     placements: dict[str, Backends] = field(default_factory=dict)
+
+    @property
+    def at_ns(self) -> int:
+        return (self.began_ns + self.applied_ns) // 2
+
+    @property
+    def half_ns(self) -> int:
+        return (self.applied_ns - self.began_ns + 1) // 2
 
 
 def place(condition: LinkCondition, have: LinkOffer) -> tuple[dict[str, str], list[tuple[str, str]]]:
@@ -158,15 +169,14 @@ class LinkSet:
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
-            began = time.time_ns()
             for rule in rules:
                 if rule.condition.empty:
                     self.rules.pop(rule.peer, None)
                     self.placed.pop(rule.peer, None)
                 else:
                     self.rules[rule.peer], self.placed[rule.peer] = rule, dict(placed[rule.peer].parts)
-            self._install({r.peer: r.address for r in rules})
-            return Applied(began, time.time_ns(), placed)
+            began, applied = self._install({r.peer: r.address for r in rules})
+            return Applied(began, applied, placed)
 
     def cut(self, peers: dict[str, str], on: bool = True) -> Applied:
         """A partition toward each of `peers` (name -> address) on top of its condition (`on`),
@@ -183,7 +193,6 @@ class LinkSet:
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
-            began = time.time_ns()
             for peer, address in peers.items():
                 if on:
                     self.cuts[peer] = (address, parts)
@@ -192,8 +201,8 @@ class LinkSet:
                 else:
                     self.cuts.pop(peer, None)
                     self._cut_drops.pop(peer, None)
-            self._install(dict(peers))
-            return Applied(began, time.time_ns(), {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
+            began, applied = self._install(dict(peers))
+            return Applied(began, applied, {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
     def _peers(self) -> list[Peer]:
         """Every conditioned direction as it is in effect: a cut one partitioned, its other
@@ -210,41 +219,52 @@ class LinkSet:
         return peers + [Peer(name, address, cut, parts) for name, (address, parts) in self.cuts.items()
                         if name not in self.rules]
 
-    def _install(self, changed: dict[str, str]) -> None:
-        """Install what is in effect; `changed`: the peers changed (name -> address)."""
+    def _install(self, changed: dict[str, str]) -> tuple[int, int]:
+        """Install what is in effect; `changed`: the peers changed (name -> address). The
+        window the change took effect in (this host's clock, ns): everything that can be is
+        worked out before it (the queue bound, each peer's device, each tool's input), so
+        that it holds the submissions alone; a change the nftables rules make alone (a
+        partition, a loss, a cut, a heal) is one `nft -f -` transaction, one process."""
         peers = self._peers()
         # The user-space path first: its queue is bound before any rule sends packets to it.
         if self._user is None and any("user" in p.parts.values() for p in peers):
             self._user = UserPath(names.queue(self.run_id))
-        if self._user is not None:
-            effective = {p.name: p for p in peers}
-            for name, address in changed.items():
-                peer = effective.get(name)
-                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
         devices = {p.name: self._devices.get(p.name) or kernel.device_to(p.address) for p in peers}
-        self._nft = kernel.nft_apply(self.run_id, peers, devices, self.exclude, self._nft)
-        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, names.queue(self.run_id))
-        if queued != self._queued or not self._iptables:  # unchanged: not installed again
-            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, names.queue(self.run_id),
-                                                   self._iptables)
-            self._queued = queued
+        script = kernel.nft_script(self.run_id, peers, devices, self.exclude, self._nft)
+        queue = names.queue(self.run_id)
+        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, queue)
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
         shaped_on = {p.name: devices[p.name] for p in shaped}
         touched = {shaped_on[name] for name in changed if name in shaped_on}
         was = {name: self._devices[name] for name in changed if name in self._devices}
         touched |= {device for device in was.values() if device in self._shaped}
-        self._devices = devices
+        trees = {}
         for device in sorted(touched):
             on = [p for p in shaped if devices[p.name] == device]
             batch = kernel.tc_batch(self.run_id, device, on, self.exclude, False)
-            if device in self._shaped and self._batches.get(device) == batch:
-                continue  # its tree as it is: a cut or a heal does not touch the rate
+            if not (device in self._shaped and self._batches.get(device) == batch):
+                trees[device] = (on, batch)  # else its tree as it is: a cut or a heal keeps the rate
+        effective = {p.name: p for p in peers}
+        began = time.time_ns()
+        if self._user is not None:
+            for name, address in changed.items():
+                peer = effective.get(name)
+                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
+        if script:
+            kernel.nft_run(script)
+        self._nft = kernel.nft_needed(peers)
+        if queued != self._queued or not self._iptables:  # unchanged: not installed again
+            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, queue, self._iptables)
+            self._queued = queued
+        self._devices = devices
+        for device, (on, batch) in trees.items():
             if kernel.tc_apply(self.run_id, device, on, self.exclude, device in self._shaped):
                 self._shaped.add(device)
                 self._batches[device] = batch
             else:
                 self._shaped.discard(device)
                 self._batches.pop(device, None)
+        return began, time.time_ns()
 
     def partitioned(self, peer: str) -> int:
         """Packets toward `peer` its cut has dropped so far (0: not cut): the nftables rule's

@@ -12,7 +12,7 @@ from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
 from netspec.protocol.runrecord import RunRecord, read_run
 
-from ..engine import summary
+from ..engine import conditions, summary
 from ..engine.faults import fault_lines
 from ..engine.runner import merge
 from ..engine.terminal import TERMINAL, print_lines
@@ -59,6 +59,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NetspecError(f"run {record.id} has no host '{args.host}' (its hosts: {listed or 'none'})")
     print_lines(summary.run_lines(path, record, args.host))
+    print_lines(conditions.record_lines(record, args.host))  # each step's link changes, each host's backends
     return EXIT_OK
 
 
