@@ -119,6 +119,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
     from netspec.analysis.metrics import run_metrics
+    from netspec.analysis.phases import run_phase_lines
     from netspec.analysis.report import report_lines, write_csv
     from netspec.analysis.resultset import MERGED, is_current
 
@@ -153,7 +154,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             audits += [f"{path.name}:", *said] if said else []
         # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]
-        print_lines([*run_differences(paths), *report_lines(table), *audits, *faults])
+        per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
+        print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

@@ -186,7 +186,7 @@ def test_a_stream_pattern_no_program_declares_is_a_warning_with_a_did_you_mean(e
     assert load(experiment(text.replace(", components: [server]", ""))).warnings == ()
     assert plan.warnings == tuple(
         f"{tmp_path}/exp.yaml:12: streams.s.{key}: '{pattern}' matches no entity the stream's programs "
-        "declare (PLAY/phase, PLAY/tick) nor the daemon's (NETSPECD, CAMP, CLKSYNC) "
+        "declare (PLAY/phase, PLAY/span, PLAY/tick) nor the daemon's (NETSPECD, CAMP, CLKSYNC) "
         f"(did you mean '{close}'?)"
         for key, pattern, close in (("enable[0]", "play", "PLAY"), ("trigger[0]", "PLAY/tock", "PLAY/tick")))
 
