@@ -130,7 +130,7 @@ def iptables_rules(run_id: str, peers: list[Peer], exclude: Exclude, queue: int)
         rules += [f"-A {chain} -p udp --{way} {port} -j RETURN" for way in ("dport", "sport")]
     for peer in peers:
         if "user" in peer.parts.values():
-            rules.append(f"-A {chain} -d {peer.address}/32 -m comment --comment {peer.name} "
+            rules.append(f"-A {chain} -d {peer.address}/32 -m comment --comment \"{peer.name}\" "
                          f"-j NFQUEUE --queue-num {queue} --queue-bypass")
     return rules
 

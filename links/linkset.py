@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
+from netspec.protocol.names import NAME
 
 from . import kernel, names
 from .kernel import Exclude, Peer
@@ -116,6 +117,7 @@ class LinkSet:
         self.rules: dict[str, LinkRule] = {}
         self.placed: dict[str, dict[str, str]] = {}
         self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
+        self._cut_drops: dict[str, int] = {}  # a cut peer's user-space drops before its cut
         self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
         self._shaped: set[str] = set()  # devices with the run's htb tree
         self._batches: dict[str, str] = {}  # each one's tree as installed
@@ -134,12 +136,18 @@ class LinkSet:
         """
         placed, missing = {}, []
         for rule in rules:
+            if not NAME.fullmatch(rule.peer):  # it goes into the backends' scripts
+                raise Refused(self.host, [(repr(rule.peer), "its name",
+                                           "a safe name (letters, digits, _ . -)")])
             parts, lacking = place(rule.condition, self.have)
             missing += [(rule.peer, part, what) for part, what in lacking]
             try:
-                ipaddress.IPv4Address(rule.address)
+                address = ipaddress.ip_address(rule.address)
             except ValueError:
-                if set(parts.values()) - {"nftables"}:
+                missing.append((rule.peer, ", ".join(parts) or "its condition",
+                                f"an IP address (the peer is at {rule.address!r})"))
+            else:
+                if address.version != 4 and set(parts.values()) - {"nftables"}:
                     missing.append((rule.peer, ", ".join(parts),
                                     f"an IPv4 address (the peer is at {rule.address})"))
             # A peer named twice (a check of every condition a run will ask): every part said.
@@ -179,17 +187,20 @@ class LinkSet:
             Refused: no backend here can partition; nothing changed.
             ToolFailed, QueueError: as `apply`.
         """
-        parts, missing = place(LinkCondition(partition=True), self.have)
-        if missing and on:
-            raise Refused(self.host, [(peer, part, what) for peer in peers for part, what in missing])
+        cut = LinkCondition(partition=on)  # a heal's: its peers' names and addresses checked alone
+        self.place([LinkRule(peer=peer, address=address, condition=cut) for peer, address in peers.items()])
+        parts = place(LinkCondition(partition=True), self.have)[0]
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
             for peer, address in peers.items():
                 if on:
                     self.cuts[peer] = (address, parts)
+                    counts = self._user.counters(address) if self._user is not None else None
+                    self._cut_drops[peer] = counts.dropped if counts is not None else 0
                 else:
                     self.cuts.pop(peer, None)
+                    self._cut_drops.pop(peer, None)
             began, applied = self._install(dict(peers))
             return Applied(began, applied, {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
@@ -255,6 +266,20 @@ class LinkSet:
                 self._batches.pop(device, None)
         return began, time.time_ns()
 
+    def partitioned(self, peer: str) -> int:
+        """Packets toward `peer` its cut has dropped so far (0: not cut): the nftables rule's
+        counter (its table is made anew at each change), or the user-space path's drops since
+        the cut. A fault's look for its effect: no qdisc's statistics read."""
+        with self._lock:
+            cut, user, before = self.cuts.get(peer), self._user, self._cut_drops.get(peer, 0)
+        if cut is None:
+            return 0
+        address, parts = cut
+        if parts.get("partition") == "user":
+            counts = user.counters(address) if user is not None else None
+            return 0 if counts is None else max(0, counts.dropped - before)
+        return kernel.nft_counts(self.run_id).get(peer, 0)
+
     def stats(self) -> LinkStats:
         """The backends' counters now, per peer conditioned (the user-space path's, the nftables
         rules' drops: `partitioned` while the peer is cut off, and the htb class's)."""
@@ -272,8 +297,9 @@ class LinkSet:
                 stats.queued, stats.dropped_user = counts.queued, counts.dropped
                 stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
                 stats.late_over_1ms = counts.late_over_1ms
-            if peer.condition.partition:
-                stats.partitioned = dropped.get(peer.name, 0)
+            if peer.condition.partition:  # by its nftables rule, or on the user-space path
+                stats.partitioned = dropped.get(peer.name, 0) + (
+                    stats.dropped_user if peer.parts.get("partition") == "user" else 0)
             else:
                 stats.dropped_kernel = dropped.get(peer.name, 0)
             device = devices.get(peer.name)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.kinds import LinksReply
+from netspec.protocol.kinds import LINK_FAULTS, LinksReply
 from netspec.protocol.links import LinkCondition, LinkRule
 from netspec.protocol.runrecord import HostLinks, LinkChange, RunRecord
 from netspec.protocol.runrecord import Step as StepRecord
@@ -102,9 +102,11 @@ class Conditions:
 
     def __init__(self, plan: Plan, fleet: Fleet, rundir: RunDir, progress: ProgressSink):
         self.plan, self.fleet, self.rundir, self.progress = plan, fleet, rundir, progress
-        self.any = bool(plan.links) or any(s.links for s in plan.schedule)
-        ports = {int(h.address.rpartition(":")[2]) for h in plan.hosts if h.address}
-        self.exclude_tcp = sorted({SSH_PORT, *ports})
+        # A partition's or heal's direction (its host -> its peer): checked at launch as links' are.
+        self.cuts = sorted({(f.host, f.target) for f in plan.faults if f.kind in LINK_FAULTS})
+        self.any = bool(plan.links) or any(s.links for s in plan.schedule) or bool(self.cuts)
+        # Filled at `check`, when every daemon is reached (a fault's request shares the list).
+        self.exclude_tcp: list[int] = own_ports(plan, {})
         self.checked = False
 
     def _rules(self, changes: dict[tuple[str, str], LinkCondition]) -> dict[str, list[LinkRule]]:
@@ -117,10 +119,12 @@ class Conditions:
 
     async def check(self, phase: str, deadline: float) -> None:
         """Ask each host that will condition a direction whether it can, for every condition
-        the run will ask of it; record what each offers and where each part goes.
+        the run will ask of it (its `links:`, and a partition for each partition or heal the
+        schedule does there); record what each offers and where each part goes.
 
         Raises:
-            NetspecError: a link names a local daemon (they share this machine's stack).
+            NetspecError: a link, a partition or a heal names a local daemon (they share this
+                machine's stack).
             RemoteError: a host cannot apply a condition (its daemon names the link and what
                 is missing), or refused otherwise.
             DeadlineExceeded: a host did not answer by `deadline`.
@@ -128,17 +132,23 @@ class Conditions:
         """
         self.checked = True
         local = {h.name for h in self.plan.hosts if h.local}
-        for state in self.plan.link_states():  # a plan not read from a file is held to it too
-            for pair in state:
+        for pairs in [*self.plan.link_states(), self.cuts]:  # a plan not read from a file is held to it too
+            for pair in pairs:
                 if local & set(pair):
                     said = LOCAL.format(min(local & set(pair)))
                     raise NetspecError(f"link {pair[0]} -> {pair[1]}: {said}")
+        self.exclude_tcp[:] = own_ports(self.plan, self.fleet.endpoints)
         asked: dict[str, list[LinkRule]] = {}
         for state in self.plan.link_states():
             for host, rules in self._rules(state).items():
                 asked.setdefault(host, []).extend(r for r in rules if r not in asked.get(host, []))
             for _, target in state:  # a host a link ends at: asked too, to take the audit's probes
                 asked.setdefault(target, [])
+        for host, target in self.cuts:
+            cut = LinkRule(peer=target, address=self.fleet.addresses[target],
+                           condition=LinkCondition(partition=True))
+            if cut not in asked.setdefault(host, []):
+                asked[host].append(cut)
         if not asked:
             return
         replies = await self._ask(asked, phase, deadline, check=True)
@@ -181,3 +191,11 @@ class Conditions:
             clients[h].request(m.LINKS, deadline, during=phase, rules=asked[h], check=check,
                                exclude_tcp=self.exclude_tcp) for h in asked))
         return dict(zip(asked, replies, strict=True))
+
+
+def own_ports(plan: Plan, endpoints: dict[str, tuple[str, int]]) -> list[int]:
+    """netspec's own TCP ports, never conditioned: SSH's, and every daemon's as it was reached
+    (`endpoints`: a docker host's daemon listens on a port of its own, reached directly, and
+    in a fan-out tree the daemons connect to each other there), or as its `address:` says."""
+    ports = {int(h.address.rpartition(":")[2]) for h in plan.hosts if h.address}
+    return sorted({SSH_PORT, *ports, *(port for _, port in endpoints.values())})
