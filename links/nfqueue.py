@@ -19,7 +19,6 @@ reorders them turns the FIFO into a heap, with a verdict per packet, until it em
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import math
 import os
@@ -358,8 +357,12 @@ class UserPath:
         # A verdict the kernel refuses (its packet gone from the queue) comes back as an error
         # message, which `_receive` passes over; the batch's others are taken all the same.
         for start in range(0, len(messages), 256):
-            with contextlib.suppress(BlockingIOError):  # the socket's buffer full: bypassed
+            try:
                 self._sock.send(b"".join(messages[start:start + 256]))
+            except BlockingIOError:
+                # The socket's buffer full: these packets wait in the kernel's queue until it is
+                # unbound (then dropped), counted with the packets it could not hand up.
+                self.overruns += len(messages[start:start + 256])
 
     def close(self) -> None:
         """Let every held packet through, unbind the queue and join the thread (JOIN_S)."""
