@@ -134,5 +134,6 @@ class LinkStats(msgspec.Struct, kw_only=True, omit_defaults=False):
 
     read_ns: int = 0
     peers: dict[str, PeerStats] = {}
-    queue_overruns: int = 0  # packets the kernel could not hand to the user-space path, or whose verdict it refused
+    # Packets the kernel could not hand to the user-space path, or whose verdict it refused.
+    queue_overruns: int = 0
     realtime: bool | None = None  # whether the user-space path's thread runs at real-time priority
