@@ -9,13 +9,17 @@ sender's stamp) and its receipt (`LINKS/probe` on the receiver, at the kernel's 
 converted by its host's clock fit with its bound. A probe belongs to the step in whose
 window it was sent: from the step's first entry to the next step's (the last step's to its
 last ack); probes sent in a window's first GUARD_NS (a change of conditions still in
-flight) or outside every window are left out, and counted.
+flight), within GUARD_NS of a scheduled partition's start or end, or outside every window are
+left out, and counted. A scheduled partition's window (run.json's `faults`) is audited apart,
+as the fault's: partitioned; the rest of its step as the link's.
 """
 
-# Version history of links.parquet: 1 (this).
+# Version history of links.parquet: 1; 2: changed_at and changed_bound_ns, when the step's
+# change of the link took effect; 3 (this): `fault`, a scheduled partition's own rows.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +51,10 @@ BUSY_SHARE = 0.80
 
 COLUMNS = pa.schema([
     ("src", pa.string()), ("dst", pa.string()), ("step", pa.int32()), ("phase", pa.string()),
-    ("start", pa.int64()), ("end", pa.int64()), ("backend", pa.string()),
+    ("start", pa.int64()), ("end", pa.int64()), ("fault", pa.int32()), ("backend", pa.string()),
     ("configured_delay_ms", pa.float64()), ("configured_jitter_ms", pa.float64()),
     ("configured_loss_pct", pa.float64()), ("configured_rate_mbit", pa.float64()),
-    ("partition", pa.bool_()),
+    ("partition", pa.bool_()), ("changed_at", pa.int64()), ("changed_bound_ns", pa.int64()),
     ("probes_sent", pa.int64()), ("probes_received", pa.int64()), ("probe_rate_per_s", pa.float64()),
     ("probe_share_pct", pa.float64()),
     ("delay_p50_ms", pa.float64()), ("delay_p99_ms", pa.float64()), ("delay_bound_ms", pa.float64()),
@@ -69,7 +73,14 @@ class Condition:
     loss_pct: float | None = None
     rate_mbit: float | None = None
     partition: bool = False
-    backend: str | None = None  # which backend applied the delay: kernel, netem, user
+    backend: str | None = None  # which backend applied the delay (else its first part): netem, user...
+    # When the step's change of the link took effect (global ns, the midpoint of the window
+    # it took effect in, and its bound: the clock's and half the window); None: unchanged.
+    changed_at: int | None = None
+    changed_bound_ns: int | None = None
+    # The scheduled partitions of this direction: (fault index, done_ns, ended_ns or None: to
+    # the run's end). Probes sent in one are the fault's, audited as partitioned.
+    faults: tuple[tuple[int, int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,11 +150,20 @@ def _has(db: duckdb.DuckDBPyConnection, table: str) -> bool:
                 .fetchall()[0][0])
 
 
+def increase(values: list[int]) -> int:
+    """What a counter read at each of `values` counted meanwhile: the sum of its increases
+    between consecutive reads. A read below the one before is a reset (its nft table made
+    anew, its htb class renumbered, its peer dropped by the user-space path): it counted
+    that read's value since."""
+    return sum(now - was if now >= was else now for was, now in itertools.pairwise(values))
+
+
 def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int]],
              audit: Audit) -> dict[tuple[str, str, int], Counters]:
     """Each link's counters over each step, from the `LINKS/stats` events its sender logged
-    (protocol.links.LinkStats, read every half second): the last read in the window less
-    the first. A link and step with fewer than two reads has none."""
+    (protocol.links.LinkStats, read every half second): the increases between consecutive
+    reads in the window (`increase`: a counter reset counts from zero). A link and step with
+    fewer than two reads has none."""
     reads: dict[str, list[tuple[int, LinkStats]]] = {}
     for ts, host, stats in _decoded(db.execute("""SELECT ts, host, data FROM events
                                                   WHERE entity = 'LINKS/stats' AND kind = 'event'
@@ -162,22 +182,23 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
             cpu_pct = (100 * (used[-1][1] - used[0][1]) / ((used[-1][0] - used[0][0]) / 1e9)
                        if len(used) > 1 and used[-1][0] > used[0][0] else None)
             inside = [(ts, s) for ts, s in got if start <= ts < end]
-            if len(inside) < 2:
+            if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
                 continue
-            (t0, first), (t1, last) = inside[0], inside[-1]
-            for peer, now in last.peers.items():
-                was = first.peers.get(peer)
-                if was is None or t1 <= t0:
+            seconds = (inside[-1][0] - inside[0][0]) / 1e9
+            for peer in inside[-1][1].peers:
+                reads_of = [s.peers.get(peer) for _, s in inside]
+                if reads_of[0] is None:
                     continue
-                sent = now.rate_packets - was.rate_packets
-                queued = now.queued - was.queued
-                bits = (now.rate_bytes - was.rate_bytes) * 8
+
+                def grew(name: str, of: list[Any] = reads_of) -> int:
+                    return increase([getattr(r, name) if r is not None else 0 for r in of])
+                sent, queued = grew("rate_packets"), grew("queued")
                 found[(host, peer, step)] = Counters(
-                    rate_mbit=bits / ((t1 - t0) / 1e9) / 1e6 if sent else None,
-                    user_late_pct=100 * (now.late_over_1ms - was.late_over_1ms) / queued if queued else None,
-                    user_drops=now.dropped_user - was.dropped_user if queued else None,
+                    rate_mbit=grew("rate_bytes") * 8 / seconds / 1e6 if sent else None,
+                    user_late_pct=100 * grew("late_over_1ms") / queued if queued else None,
+                    user_drops=grew("dropped_user") if queued else None,
                     user_cpu_pct=cpu_pct if queued else None,
-                    saturated=now.rate_overlimits > was.rate_overlimits)
+                    saturated=grew("rate_overlimits") > 0)
     return found
 
 
@@ -203,22 +224,44 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
             result.undecodable += 1
     steps = windows(db)
     starts = np.array([w[2] for w in steps], dtype=np.int64)
-    groups: dict[tuple[str, str, int], list[tuple[int, int, int | None, int | None]]] = {}
+    groups: dict[tuple[str, str, int, int | None], list[tuple[int, int, int | None, int | None]]] = {}
     for ts, bound, src, sent in sends:
         dst, seq = sent.dst, sent.seq
         i = int(np.searchsorted(starts, ts, side="right")) - 1
         if i < 0 or ts >= steps[i][3] or ts < steps[i][2] + GUARD_NS:
             result.outside += 1
             continue
+        cuts = configured.get((src, dst, steps[i][0]), Condition()).faults
+        if any(abs(ts - edge) < GUARD_NS for _, began, ended in cuts for edge in (began, ended) if edge):
+            result.outside += 1  # a partition's start or end still in flight (its queue, its delay)
+            continue
         got = received.get((src, dst, seq))
-        groups.setdefault((src, dst, steps[i][0]), []).append(
+        faulted = next((index for index, began, ended in cuts
+                        if began <= ts and (ended is None or ts < ended)), None)
+        groups.setdefault((src, dst, steps[i][0], faulted), []).append(
             (ts, bound if bound is not None and bound >= 0 else 0, *(got or (None, None)), sent.size))
     by_step = {w[0]: w for w in steps}
     read = counters(db, steps, result) if read is None else read
-    for key in sorted(set(groups) | {k for k in configured if k[2] in by_step}):
-        src, dst, step = key
-        result.rows.append(_row(key, by_step[step], groups.get(key, []), configured.get(key, Condition()),
-                                read.get(key, Counters())))
+    keys = set(groups) | {(*k, None) for k in configured if k[2] in by_step}
+    for src, dst, step, cond in ((k[0], k[1], k[2], c) for k, c in configured.items() if k[2] in by_step):
+        _, _, start, end = by_step[step]
+        keys |= {(src, dst, step, index) for index, began, ended in cond.faults
+                 if began < end and (ended is None or ended > start)}
+    for key in sorted(keys, key=lambda k: (k[0], k[1], k[2], -1 if k[3] is None else k[3])):
+        src, dst, step, fault = key
+        cond = configured.get((src, dst, step), Condition())
+        window = by_step[step]
+        if fault is None:
+            row = _row((src, dst, step), window, groups.get(key, []), cond,
+                       read.get((src, dst, step), Counters()))
+        else:  # the fault's part of the step: its own, partitioned by the schedule
+            began, ended = next((b, e) for i, b, e in cond.faults if i == fault)
+            clipped = (step, window[1], max(window[2], began),
+                       window[3] if ended is None else min(window[3], ended))
+            row = _row((src, dst, step), clipped, groups.get(key, []),
+                       Condition(partition=True), Counters())
+        row["fault"] = fault
+        result.rows.append(row)
     return result
 
 
@@ -243,7 +286,8 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "src": src, "dst": dst, "step": step, "phase": phase, "start": start, "end": end,
         "backend": cond.backend, "configured_delay_ms": cond.delay_ms, "configured_jitter_ms": cond.jitter_ms,
         "configured_loss_pct": cond.loss_pct, "configured_rate_mbit": cond.rate_mbit,
-        "partition": cond.partition, "probes_sent": sent, "probes_received": len(arrived),
+        "partition": cond.partition, "changed_at": cond.changed_at, "changed_bound_ns": cond.changed_bound_ns,
+        "probes_sent": sent, "probes_received": len(arrived),
         "probe_rate_per_s": per_s,
         "probe_share_pct": (100 * per_s * (max(p[4] for p in probes) + WIRE_OVERHEAD) * 8
                             / (cond.rate_mbit * 1e6) if cond.rate_mbit and probes else None),
@@ -302,22 +346,51 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
 
 def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]:
     """Each directed pair's conditions in each step, as run.json's plan records them (the
-    state the controller resolved for every step: PlanStep.link_state, "from->to"). A run
-    without a plan, or with no links:, configures nothing: the audit then reports what any
-    probes achieved, against no condition. Steps are the plan's schedule in order; a run
-    whose steps stop matching it (a phase that differs) is read up to there."""
+    state the controller resolved for every step: PlanStep.link_state, "from->to"), with the
+    backend its sending host placed them on (the step's change's placements, else the last
+    before it, else the host's at launch) and the scheduled partitions of that direction (a
+    partition fault's window: from when it was done to its `for`'s end, a later heal of it,
+    or the run's end). A run without a plan, or with no links:, configures nothing: the audit
+    then reports what any probes achieved, against no condition. Steps are the plan's
+    schedule in order; a run whose steps stop matching it (a phase that differs) is read up
+    to there."""
     plan = record.plan
     if plan is None:
         return {}
+    cuts: dict[tuple[str, str], list[tuple[int, int, int | None]]] = {}
+    for fault in record.faults:
+        if fault.kind != "partition" or fault.done_ns is None:
+            continue
+        ended = fault.ended_ns
+        if ended is None:  # no `for`: until a heal of the same direction done after it
+            ended = min((h.done_ns for h in record.faults if h.kind == "heal" and h.done_ns is not None
+                         and (h.host, h.target) == (fault.host, fault.target) and h.done_ns >= fault.done_ns),
+                        default=None)
+        cuts.setdefault((fault.host, fault.target), []).append((fault.index, fault.done_ns, ended))
+    placed: dict[tuple[str, str], dict[str, str]] = {}
+    for host, said in record.hosts.items():
+        if said.links is not None:
+            for peer, backends in said.links.placements.items():
+                placed[(host, peer)] = dict(backends.parts)
     found = {}
     for i, (ran, planned) in enumerate(zip(record.steps, plan.schedule, strict=False)):
         if ran.phase != planned.phase:
             break
+        for host, change in ran.links.items():
+            for peer, backends in change.placements.items():
+                placed[(host, peer)] = dict(backends.parts)
         for pair, cond in planned.link_state.items():
             src, _, dst = pair.partition("->")
+            parts = placed.get((src, dst), {})
+            change = ran.links.get(src)
+            changed = change is not None and pair in change.pairs
             found[(src, dst, i)] = Condition(
                 delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
-                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition)
+                loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition,
+                backend=parts.get("delay") or next(iter(parts.values()), None),
+                changed_at=change.at_ns if changed else None,
+                changed_bound_ns=change.bound_ns if changed else None,
+                faults=tuple(cuts.get((src, dst), ())))
     return found
 
 
@@ -338,16 +411,18 @@ def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
     that are off. Empty for a run without links.parquet."""
     if not _has(db, "links"):
         return []
-    rows = db.execute("""SELECT src, dst, phase, configured_delay_ms, delay_p50_ms, delay_p99_ms,
+    columns = {c[0] for c in db.execute("DESCRIBE links").fetchall()}
+    fault = "fault" if "fault" in columns else "NULL"  # links.parquet before version 3: none
+    rows = db.execute(f"""SELECT src, dst, phase, {fault}, configured_delay_ms, delay_p50_ms, delay_p99_ms,
                                 delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct, loss_low_pct,
                                 loss_high_pct, probes_received, probes_sent, partition, within, verdict
-                         FROM links ORDER BY step, src, dst""").fetchall()
+                         FROM links ORDER BY step, src, dst, {fault} NULLS FIRST""").fetchall()
     out = ["Links (configured against achieved, from the audit's probes):",
            f"  {'link':<20} {'phase':<12} {'delay ms: set':>13} {'p50':>8} {'p99':>8} {'±bound':>8} "
            f"{'jitter':>7} {'loss %: set':>11} {'got [95 %]':>20} {'probes':>9}  verdict"]
-    for (src, dst, phase, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, _within,
+    for (src, dst, phase, faulted, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, _within,
          words) in rows:
-        set_delay = "partition" if part else _num(cd)
+        set_delay = f"fault {faulted}" if faulted is not None else "partition" if part else _num(cd)
         out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {set_delay:>13} {_num(p50):>8} {_num(p99):>8} "
                    f"{_num(bound):>8} {_num(jit):>7} {_num(cl, 1):>11} "
                    f"{_loss(loss, lo, hi):>20} {got:>4}/{sent:<4}  {words}")

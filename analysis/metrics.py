@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .phases import spans
 from .resultset import SUMMARY, is_current, open_tables, read_summary
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ class Metric:
     values: np.ndarray
     at: np.ndarray  # global time of each value, ns
     caveat: str = ""  # what makes its values other than they seem (a host sharing its kernel)
+    # The run's steps as (label, start, end), global ns: its trend is judged within each (a
+    # phase change is not a drift). Empty: judged over the whole sample (a campaign's metric).
+    phases: tuple[tuple[str, int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.values)
@@ -68,8 +72,9 @@ def run_metrics(merged: Path) -> dict[str, Metric]:
                                 "(ns_control fetch)")
     rows = db.execute(f"SELECT * FROM ({METRICS_SQL}) ORDER BY metric LIKE 'cpu%', metric").fetchall()
     caveats = _shared_kernel_caveats(merged)
+    steps = tuple((f"{phase} (step {step})", lo, hi) for step, phase, lo, hi, _, _ in spans(db))
     return {name: Metric(name, unit, np.array(v, dtype=float), np.array(t, dtype=np.int64),
-                         caveats.get(name, ""))
+                         caveats.get(name, ""), steps)
             for name, unit, v, t in rows}
 
 

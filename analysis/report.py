@@ -50,11 +50,7 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
                 shown = ", ".join(f"#{i} {v:.4g} (z {z:+.1f})" for i, v, z in worst)
                 by_run.setdefault(run, []).append(
                     f"{name}: {len(far)} of {len(m)} values beyond z 2: {shown}")
-            t = trend(m.values, m.at)
-            if t is not None and t.warns:
-                by_run.setdefault(run, []).append(
-                    f"{name}: drifts {t.change_pct:+.1f} % of its mean across the run (slope p "
-                    f"{t.p_value:.2g}): a leak or a gradual degradation?")
+            by_run.setdefault(run, []).extend(_drifts(name, m))
     for r in table:
         if r.summary.clamped:
             by_run.setdefault(r.run, []).append(_clamped(r))
@@ -66,6 +62,23 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
         lines.append(f"  {run}:")
         lines.extend(f"    {t}" for t in texts)
     return lines
+
+
+def _drifts(name: str, m: Metric) -> list[str]:
+    """A significant slope within a phase (or across the run, where the metric has no phases):
+    a change from one phase to the next is the schedule's, not a leak."""
+    if not m.phases:
+        t = trend(m.values, m.at)
+        return [f"{name}: drifts {t.change_pct:+.1f} % of its mean across the run (slope p "
+                f"{t.p_value:.2g}): a leak or a gradual degradation?"] if t is not None and t.warns else []
+    out = []
+    for label, lo, hi in m.phases:
+        inside = (m.at >= lo) & (m.at <= hi)
+        t = trend(m.values[inside], m.at[inside])
+        if t is not None and t.warns:
+            out.append(f"{name}: drifts {t.change_pct:+.1f} % of its mean within phase {label} (slope p "
+                       f"{t.p_value:.2g}): a leak or a gradual degradation?")
+    return out
 
 
 def _clamped(r: Row) -> str:

@@ -14,8 +14,11 @@ part on; a backend is benched alone by taking the ones before it as absent. Per 
   rate:      10 and 100 Mbit/s by htb, sent at 1.3x for a second; achieved from the bytes h2
              received (the target: within 5 %);
   partition: by nftables and by the user-space path, at 10,000 packets/s: the send stamp of
-             the first packet lost against the instant netspec records it in effect
-             (`applied_ns`; the target: within 1 ms);
+             the first packet lost against the window netspec records the change took effect
+             in (from just before its submission, `began_ns`, to just after it returned,
+             `applied_ns`): whether it fell inside, and its distance from the recorded
+             instant (the window's midpoint) against the window's half-width (the target:
+             within 1 ms);
   CPU:       per packet: the user-space path's process, or the sender's system CPU with the
              kernel's condition less without;
   probes:    the audit's probe rate (links/probes.py) against 1 % of each rate's capacity.
@@ -130,6 +133,7 @@ def role_apply(run_id: str, peer: str, condition: str, without: str, wait: str =
         applied = links.apply([rule])
         cpu0 = sum(os.times()[:2])
         print(json.dumps({"began_ns": applied.began_ns, "applied_ns": applied.applied_ns,
+                          "at_ns": applied.at_ns, "half_ns": applied.half_ns,
                           "parts": applied.placements["h2"].parts}), flush=True)
         sys.stdin.read()
         print(json.dumps({"stats": msgspec.to_builtins(links.stats()), "cpu_s": sum(os.times()[:2]) - cpu0}),
@@ -332,19 +336,23 @@ def partitions(link: Link, prefix: str, seconds: float, result: dict) -> None:
             link.go(applier, {"partition": True})
         got, fig = link.measure(n, PPS, during=cut)
         link.release(applier)
-        backend, instant = applier.applied["parts"].get("partition"), applier.applied["applied_ns"]
-        began = applier.applied["began_ns"]
+        applied = applier.applied
+        backend, instant = applied["parts"].get("partition"), applied["at_ns"]
+        began, ended, half = applied["began_ns"], applied["applied_ns"], applied["half_ns"]
         seqs, stamps = {seq for seq, _, _, _ in got}, fig["stamps"]
         lost = [q for q in range(n) if q not in seqs and stamps[q] >= began - 50_000_000]
         first_lost = stamps[lost[0]] if lost else None
-        leaked = sum(1 for q in seqs if stamps[q] > instant)
+        leaked = sum(1 for q in seqs if stamps[q] > ended)
         effect = None if first_lost is None else round((first_lost - instant) / 1e6, 3)
+        inside = first_lost is not None and began <= first_lost <= ended
         result["partition"].append({"backend": backend, "effect_ms": effect,
-                                    "apply_ms": round((instant - began) / 1e6, 3), "leaked": leaked})
-        said = "no packet lost" if effect is None else f"the first packet lost was sent {effect:+.3f} ms"
-        print(f"  partition, {backend}: in place {(instant - began) / 1e6:.2f} ms after its change began; "
-              f"{said} from the instant netspec records (target within 1 ms); {leaked} packets through "
-              "after it")
+                                    "half_window_ms": round(half / 1e6, 3), "inside_window": inside,
+                                    "apply_ms": round((ended - began) / 1e6, 3), "leaked": leaked})
+        said = ("no packet lost" if effect is None else
+                f"the first packet lost was sent {effect:+.3f} ms from the instant netspec records, "
+                f"{'inside' if inside else 'OUTSIDE'} its window (± {half / 1e6:.3f} ms)")
+        print(f"  partition, {backend}: took effect in a {(ended - began) / 1e6:.2f} ms window; {said} "
+              f"(target within 1 ms); {leaked} packets through after the window")
     result["partition_effect_ms"] = max((abs(p["effect_ms"]) for p in result["partition"]
                                          if p["effect_ms"] is not None), default=None)
 

@@ -27,6 +27,9 @@ from .procfs import ProcBackend
 
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
 ROOT = "/sys/fs/cgroup"
+# Set by the host kinds that put netspecd in a container of their own (controller/hosts/docker.py):
+# there a group seen as "/" (a cgroup namespace of its own, cgroup v2's default) is the container's.
+CONTAINER_ENV = "NETSPEC_CONTAINER"
 
 
 def in_container() -> bool:
@@ -131,4 +134,9 @@ def container_backend() -> CgroupBackend | None:
     if not in_container():
         return None
     version = cgroup_version()
-    return CgroupBackend(version) if version is not None else None
+    if version is None:
+        return None
+    cgroup = CgroupBackend(version)
+    # A machine that is itself a container (a CI runner, a sandbox) sees its own group as the
+    # root: its figures are the machine's as /proc gives them, unless netspec made the container.
+    return cgroup if cgroup.group != "/" or os.environ.get(CONTAINER_ENV) else None

@@ -29,7 +29,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.links import Refused
@@ -39,7 +38,7 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import describe_returncode, signal_pids
-from netspec.protocol.links import LinkCondition, LinkRule
+from netspec.protocol.links import LinkRule
 
 from . import release
 from .componentchannel import ComponentExited
@@ -232,31 +231,35 @@ class Faults:
         report.effect = f"{report.effect}; {again}"
 
     async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
-        """The direction from this host to `rule`'s peer partitioned (or healed: `rule`'s
-        condition put back), in effect when its rules are; a partition's effect is the first
-        packet its rule's counter dropped, looked for every COUNT_EVERY_S while it holds."""
-        links = self.sup.services.link_set(request.exclude_tcp, request.exclude_udp)
-        applied = await asyncio.to_thread(links.apply, [rule])
+        """The direction from this host to `rule`'s peer partitioned on top of its conditions
+        (`LinkSet.cut`), or healed: the partition lifted, the conditions `links:` holds now
+        left as they are (a step's change since the partition included). In effect when its
+        rules are; a partition's effect is the first packet its rule dropped, looked for
+        every COUNT_EVERY_S for SEEN_WITHIN_S at most (only its drop counters are read)."""
+        # Made at the first ask: its probe of the host's offer runs tools (seconds), off the loop.
+        links = await asyncio.to_thread(self.sup.services.link_set, request.exclude_tcp, request.exclude_udp)
+        peers = {rule.peer: rule.address}
+        applied = await asyncio.to_thread(links.cut, peers, request.fault == "partition")
         report.done_ns = applied.applied_ns
         report.measured = {"apply_s": (applied.applied_ns - applied.began_ns) / 1e9}
         if request.fault == "heal":
-            report.effect = f"toward {rule.peer}: {rule.condition.said()} (as links: holds it)"
+            report.effect = f"toward {rule.peer}: partition lifted (its conditions as links: holds them)"
             return
-        until = time.monotonic() + (request.for_s if request.for_s is not None else SEEN_WITHIN_S)
+        look = min(SEEN_WITHIN_S, request.for_s) if request.for_s is not None else SEEN_WITHIN_S
+        until = time.monotonic() + look
         while time.monotonic() < until:
-            stats = (await asyncio.to_thread(links.stats)).peers.get(rule.peer)
-            if stats is not None and stats.partitioned:
+            dropped = await asyncio.to_thread(links.partitioned, rule.peer)
+            if dropped:
                 report.effect_ns = time.time_ns()
-                report.measured["dropped_at_first"] = float(stats.partitioned)
+                report.measured["dropped_at_first"] = float(dropped)
                 break
             await asyncio.sleep(COUNT_EVERY_S)
-        report.effect = (f"toward {rule.peer}: its rule's counter dropped a first packet" if report.effect_ns
-                         else f"toward {rule.peer}: no packet dropped while it was looked for")
+        report.effect = (f"toward {rule.peer}: its rule dropped a first packet" if report.effect_ns
+                         else f"toward {rule.peer}: no packet dropped within {look:g} s")
         if request.for_s is not None:
             await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
-            back = msgspec.structs.replace(rule, condition=request.restore or LinkCondition())
-            restored = await asyncio.to_thread(links.apply, [back])
-            report.ended_ns = restored.applied_ns
+            healed = await asyncio.to_thread(links.cut, peers, False)
+            report.ended_ns = healed.applied_ns
 
     async def _pressure(self, request: k.Fault, report: k.FaultDone) -> None:
         assert request.for_s is not None

@@ -84,13 +84,23 @@ def nft_script(run_id: str, peers: list[Peer], devices: dict[str, str], exclude:
     return "\n".join(text) + "\n}\n"
 
 
+def nft_run(script: str) -> None:
+    """One nft transaction (`nft -f -`, one process): all of it in effect at once, or none."""
+    run(["nft", "-f", "-"], stdin=script)
+
+
+def nft_needed(peers: list[Peer]) -> bool:
+    """Whether the run's table exists once `peers` are installed."""
+    return any(p.parts.get("partition") == "nftables" or p.parts.get("loss") == "nftables" for p in peers)
+
+
 def nft_apply(run_id: str, peers: list[Peer], devices: dict[str, str], exclude: Exclude,
               exists: bool) -> bool:
     """Install the run's table; whether it exists now."""
     script = nft_script(run_id, peers, devices, exclude, exists)
     if script:
-        run(["nft", "-f", "-"], stdin=script)
-    return any(p.parts.get("partition") == "nftables" or p.parts.get("loss") == "nftables" for p in peers)
+        nft_run(script)
+    return nft_needed(peers)
 
 
 def nft_counts(run_id: str) -> dict[str, int]:
@@ -120,7 +130,7 @@ def iptables_rules(run_id: str, peers: list[Peer], exclude: Exclude, queue: int)
         rules += [f"-A {chain} -p udp --{way} {port} -j RETURN" for way in ("dport", "sport")]
     for peer in peers:
         if "user" in peer.parts.values():
-            rules.append(f"-A {chain} -d {peer.address}/32 -m comment --comment {peer.name} "
+            rules.append(f"-A {chain} -d {peer.address}/32 -m comment --comment \"{peer.name}\" "
                          f"-j NFQUEUE --queue-num {queue} --queue-bypass")
     return rules
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
+from netspec.protocol.names import NAME
 
 from . import kernel, names
 from .kernel import Exclude, Peer
@@ -33,12 +34,23 @@ class Refused(Exception):
 
 @dataclass
 class Applied:
-    """Conditions put in effect: when the change began and when its last part was in place
-    (this host's clock, ns), and which backend applies each part, by peer."""
+    """Conditions put in effect, and which backend applies each part, by peer. When: the
+    change took effect inside a window on this host's clock (ns), from just before its first
+    part was submitted to the kernel (`began_ns`) to just after its last returned
+    (`applied_ns`); what is worked out first (routes, the rules' text, the queue's binding)
+    is outside it. Its instant is the window's midpoint (`at_ns`), within `half_ns`."""
 
     began_ns: int
     applied_ns: int
     placements: dict[str, Backends] = field(default_factory=dict)
+
+    @property
+    def at_ns(self) -> int:
+        return (self.began_ns + self.applied_ns) // 2
+
+    @property
+    def half_ns(self) -> int:
+        return (self.applied_ns - self.began_ns + 1) // 2
 
 
 def place(condition: LinkCondition, have: LinkOffer) -> tuple[dict[str, str], list[tuple[str, str]]]:
@@ -105,6 +117,7 @@ class LinkSet:
         self.rules: dict[str, LinkRule] = {}
         self.placed: dict[str, dict[str, str]] = {}
         self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
+        self._cut_drops: dict[str, int] = {}  # a cut peer's user-space drops before its cut
         self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
         self._shaped: set[str] = set()  # devices with the run's htb tree
         self._batches: dict[str, str] = {}  # each one's tree as installed
@@ -123,12 +136,18 @@ class LinkSet:
         """
         placed, missing = {}, []
         for rule in rules:
+            if not NAME.fullmatch(rule.peer):  # it goes into the backends' scripts
+                raise Refused(self.host, [(repr(rule.peer), "its name",
+                                           "a safe name (letters, digits, _ . -)")])
             parts, lacking = place(rule.condition, self.have)
             missing += [(rule.peer, part, what) for part, what in lacking]
             try:
-                ipaddress.IPv4Address(rule.address)
+                address = ipaddress.ip_address(rule.address)
             except ValueError:
-                if set(parts.values()) - {"nftables"}:
+                missing.append((rule.peer, ", ".join(parts) or "its condition",
+                                f"an IP address (the peer is at {rule.address!r})"))
+            else:
+                if address.version != 4 and set(parts.values()) - {"nftables"}:
                     missing.append((rule.peer, ", ".join(parts),
                                     f"an IPv4 address (the peer is at {rule.address})"))
             # A peer named twice (a check of every condition a run will ask): every part said.
@@ -150,15 +169,14 @@ class LinkSet:
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
-            began = time.time_ns()
             for rule in rules:
                 if rule.condition.empty:
                     self.rules.pop(rule.peer, None)
                     self.placed.pop(rule.peer, None)
                 else:
                     self.rules[rule.peer], self.placed[rule.peer] = rule, dict(placed[rule.peer].parts)
-            self._install({r.peer: r.address for r in rules})
-            return Applied(began, time.time_ns(), placed)
+            began, applied = self._install({r.peer: r.address for r in rules})
+            return Applied(began, applied, placed)
 
     def cut(self, peers: dict[str, str], on: bool = True) -> Applied:
         """A partition toward each of `peers` (name -> address) on top of its condition (`on`),
@@ -169,20 +187,22 @@ class LinkSet:
             Refused: no backend here can partition; nothing changed.
             ToolFailed, QueueError: as `apply`.
         """
-        parts, missing = place(LinkCondition(partition=True), self.have)
-        if missing and on:
-            raise Refused(self.host, [(peer, part, what) for peer in peers for part, what in missing])
+        cut = LinkCondition(partition=on)  # a heal's: its peers' names and addresses checked alone
+        self.place([LinkRule(peer=peer, address=address, condition=cut) for peer, address in peers.items()])
+        parts = place(LinkCondition(partition=True), self.have)[0]
         with self._lock:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
-            began = time.time_ns()
             for peer, address in peers.items():
                 if on:
                     self.cuts[peer] = (address, parts)
+                    counts = self._user.counters(address) if self._user is not None else None
+                    self._cut_drops[peer] = counts.dropped if counts is not None else 0
                 else:
                     self.cuts.pop(peer, None)
-            self._install(dict(peers))
-            return Applied(began, time.time_ns(), {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
+                    self._cut_drops.pop(peer, None)
+            began, applied = self._install(dict(peers))
+            return Applied(began, applied, {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
     def _peers(self) -> list[Peer]:
         """Every conditioned direction as it is in effect: a cut one partitioned, its other
@@ -199,41 +219,66 @@ class LinkSet:
         return peers + [Peer(name, address, cut, parts) for name, (address, parts) in self.cuts.items()
                         if name not in self.rules]
 
-    def _install(self, changed: dict[str, str]) -> None:
-        """Install what is in effect; `changed`: the peers changed (name -> address)."""
+    def _install(self, changed: dict[str, str]) -> tuple[int, int]:
+        """Install what is in effect; `changed`: the peers changed (name -> address). The
+        window the change took effect in (this host's clock, ns): everything that can be is
+        worked out before it (the queue bound, each peer's device, each tool's input), so
+        that it holds the submissions alone; a change the nftables rules make alone (a
+        partition, a loss, a cut, a heal) is one `nft -f -` transaction, one process."""
         peers = self._peers()
         # The user-space path first: its queue is bound before any rule sends packets to it.
         if self._user is None and any("user" in p.parts.values() for p in peers):
             self._user = UserPath(names.queue(self.run_id))
-        if self._user is not None:
-            effective = {p.name: p for p in peers}
-            for name, address in changed.items():
-                peer = effective.get(name)
-                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
         devices = {p.name: self._devices.get(p.name) or kernel.device_to(p.address) for p in peers}
-        self._nft = kernel.nft_apply(self.run_id, peers, devices, self.exclude, self._nft)
-        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, names.queue(self.run_id))
-        if queued != self._queued or not self._iptables:  # unchanged: not installed again
-            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, names.queue(self.run_id),
-                                                   self._iptables)
-            self._queued = queued
+        script = kernel.nft_script(self.run_id, peers, devices, self.exclude, self._nft)
+        queue = names.queue(self.run_id)
+        queued = kernel.iptables_rules(self.run_id, peers, self.exclude, queue)
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
         shaped_on = {p.name: devices[p.name] for p in shaped}
         touched = {shaped_on[name] for name in changed if name in shaped_on}
         was = {name: self._devices[name] for name in changed if name in self._devices}
         touched |= {device for device in was.values() if device in self._shaped}
-        self._devices = devices
+        trees = {}
         for device in sorted(touched):
             on = [p for p in shaped if devices[p.name] == device]
             batch = kernel.tc_batch(self.run_id, device, on, self.exclude, False)
-            if device in self._shaped and self._batches.get(device) == batch:
-                continue  # its tree as it is: a cut or a heal does not touch the rate
+            if not (device in self._shaped and self._batches.get(device) == batch):
+                trees[device] = (on, batch)  # else its tree as it is: a cut or a heal keeps the rate
+        effective = {p.name: p for p in peers}
+        began = time.time_ns()
+        if self._user is not None:
+            for name, address in changed.items():
+                peer = effective.get(name)
+                self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
+        if script:
+            kernel.nft_run(script)
+        self._nft = kernel.nft_needed(peers)
+        if queued != self._queued or not self._iptables:  # unchanged: not installed again
+            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, queue, self._iptables)
+            self._queued = queued
+        self._devices = devices
+        for device, (on, batch) in trees.items():
             if kernel.tc_apply(self.run_id, device, on, self.exclude, device in self._shaped):
                 self._shaped.add(device)
                 self._batches[device] = batch
             else:
                 self._shaped.discard(device)
                 self._batches.pop(device, None)
+        return began, time.time_ns()
+
+    def partitioned(self, peer: str) -> int:
+        """Packets toward `peer` its cut has dropped so far (0: not cut): the nftables rule's
+        counter (its table is made anew at each change), or the user-space path's drops since
+        the cut. A fault's look for its effect: no qdisc's statistics read."""
+        with self._lock:
+            cut, user, before = self.cuts.get(peer), self._user, self._cut_drops.get(peer, 0)
+        if cut is None:
+            return 0
+        address, parts = cut
+        if parts.get("partition") == "user":
+            counts = user.counters(address) if user is not None else None
+            return 0 if counts is None else max(0, counts.dropped - before)
+        return kernel.nft_counts(self.run_id).get(peer, 0)
 
     def stats(self) -> LinkStats:
         """The backends' counters now, per peer conditioned (the user-space path's, the nftables
@@ -252,8 +297,9 @@ class LinkSet:
                 stats.queued, stats.dropped_user = counts.queued, counts.dropped
                 stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
                 stats.late_over_1ms = counts.late_over_1ms
-            if peer.condition.partition:
-                stats.partitioned = dropped.get(peer.name, 0)
+            if peer.condition.partition:  # by its nftables rule, or on the user-space path
+                stats.partitioned = dropped.get(peer.name, 0) + (
+                    stats.dropped_user if peer.parts.get("partition") == "user" else 0)
             else:
                 stats.dropped_kernel = dropped.get(peer.name, 0)
             device = devices.get(peer.name)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .links import Backends, LinkCondition, LinkOffer, LinkRule
+from .links import Backends, LinkOffer, LinkRule
 from .messages import (
     ACK,
     ACK_ERROR,
@@ -249,8 +249,8 @@ class Fault(Request, tag=FAULT, kw_only=True):
     (daemon/faults.py): to `component` (kill, terminate, restart, pause, resume), to the host
     itself (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy
     processes; kill_daemon, its daemon killed), or to the direction from this host to `rule`'s
-    peer (partition: `rule` the partition, for `for_s` if given, then `restore`'s condition;
-    heal: `rule` the condition restored), never
+    peer (partition: cut on top of its conditions, for `for_s` if given; heal: that cut
+    lifted, its conditions as they are then), never
     conditioning netspec's own ports (`exclude_tcp`, `exclude_udp`, as `Links`').
     `index` is its place in the plan's `faults`; a pause with `for_s` is resumed after it."""
 
@@ -263,7 +263,6 @@ class Fault(Request, tag=FAULT, kw_only=True):
     size: Annotated[int, msgspec.Meta(gt=0, le=1 << 40)] | None = None
     workers: Annotated[int, msgspec.Meta(gt=0, le=256)] | None = None
     rule: LinkRule | None = None
-    restore: LinkCondition | None = None
     exclude_tcp: list[Port] = []
     exclude_udp: list[Port] = []
 

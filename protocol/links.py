@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from .names import NAME
+
 __all__ = ["DISTRIBUTIONS", "Backends", "LinkCondition", "LinkOffer", "LinkRule", "LinkStats", "PeerStats"]
 
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")  # as netem names them
@@ -67,11 +69,15 @@ class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=Tru
         return ", ".join(parts) or "none"
 
 
+# A peer's name goes into the backends' scripts (a rule's comment): a safe name only (names.NAME).
+PeerName = Annotated[str, msgspec.Meta(pattern=rf"^{NAME.pattern}\Z")]
+
+
 class LinkRule(msgspec.Struct, kw_only=True, frozen=True):
     """The condition of the direction from the daemon's host to `peer` (a host of the run) at
     `address` (the peer's address as this host reaches it). An empty condition clears it."""
 
-    peer: str
+    peer: PeerName
     address: str
     condition: LinkCondition = LinkCondition()
 
@@ -128,5 +134,6 @@ class LinkStats(msgspec.Struct, kw_only=True, omit_defaults=False):
 
     read_ns: int = 0
     peers: dict[str, PeerStats] = {}
-    queue_overruns: int = 0  # packets the kernel could not hand to the user-space path
+    # Packets the kernel could not hand to the user-space path, or whose verdict it refused.
+    queue_overruns: int = 0
     realtime: bool | None = None  # whether the user-space path's thread runs at real-time priority

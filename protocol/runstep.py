@@ -115,10 +115,11 @@ class Summarized(msgspec.Struct):
 
 class LinkChange(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A host's link conditions changed at a step's release, before any participant entered
-    (controller/engine/conditions.py): the directions it changed ("from->to"), when the change
-    began and was in effect on the host's clock (`began_ns`, `applied_ns`), in effect on the
-    global timeline (`at_ns`, +- `bound_ns`; None without a clock estimate), and the backend
-    of each part of each peer's condition."""
+    (controller/engine/conditions.py): the directions it changed ("from->to"), the window it
+    took effect in on the host's clock (`began_ns` just before it was submitted, `applied_ns`
+    just after it returned), its instant on the global timeline (`at_ns`: the window's
+    midpoint, +- `bound_ns`: the clock's bound plus half the window; None without a clock
+    estimate), and the backend of each part of each peer's condition."""
 
     pairs: list[str] = []
     began_ns: int | None = None

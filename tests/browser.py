@@ -58,33 +58,73 @@ streams: {{play: {{enable: [PLAY]}}}}
 schedule: [launch, sync_clocks, start_logging, {{phase: play, components: [w1]}},
            {{phase: work, components: [w2, w3]}}, stop, stop_logging, collect]
 """
+# A fleet past the page's fold (web/fleet.py FOLD_HOSTS, 12): 16 hosts in two groups by name.
+# Spans of ~1 ms in `warm` then ~4 ms in `soak` (a phase change, flat within each phase);
+# web-07 slow in soak; db-2 hangs in work (the step passes on `need`; db-2 is ended at the
+# deadline while finish runs); web-03 raises in finish, after the deadline. 16 hosts, not 300:
+# the fold, the grid, the names and the page's height are the same past 12 (bench/browser.py
+# measures 300 and 1000).
+FLEET_HOSTS = [f"web-{i:02}" for i in range(1, 13)] + [f"db-{i}" for i in range(1, 5)]
+
+
+def _fleet_component(host: str) -> str:
+    params = {"ticks": 5, "span_ms_warm": 1, "span_ms_soak": 4, "lines": 3}
+    params.update({"web-07": {"slow_in": "soak", "slow_ms": 400}, "db-2": {"hang_in": "work"},
+                   "web-03": {"fail_in": "finish", "slow_in": "finish", "slow_ms": 2000}}.get(host, {}))
+    inline = ", ".join(f"{k}: {v}" for k, v in params.items())
+    return (f"  x{host.replace('-', '')}: {{host: {host}, program: {PROGRAMS / 'actor.py'}, "
+            f"args: [\"warm,soak,work,finish\"], params: {{{inline}}}}}")
+
+
+FLEET = (f"""
+experiment: browse-fleet
+hosts: {{{", ".join(f"{h}: {{}}" for h in FLEET_HOSTS)}}}
+components:
+""" + "\n".join(_fleet_component(h) for h in FLEET_HOSTS) + f"""
+services: {{clksync: {{reference: web-01}}, camp: {{interval_ms: 100}}}}
+streams: {{play: {{enable: [PLAY]}}}}
+schedule: [launch, sync_clocks, start_logging, warm, soak,
+           {{phase: work, need: {len(FLEET_HOSTS) - 1}, deadline: 1500ms}}, finish, stop_logging, collect]
+""")
 SWEEP = OK.replace("browse-ok", "browse-sweep").replace("count: 300", "count: 100") + """
 sweep: {params: {client.size: [64, 16384]}}
 repeat: {runs: 2, metric: interval to_client}
 """
 
 
-@pytest.fixture(scope="session")
-def results() -> Path:
-    """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
-    root = session_dir() / "browser"
-    with open(session_dir() / "browser.lock", "w") as lock:
+def made_runs(name: str, made: dict[str, tuple[str, int]]) -> Path:
+    """session_dir()/NAME with runs/ made by real runs of `made` (file name -> experiment text
+    and the exit code it must end with), once per session, whichever xdist worker asks first."""
+    root = session_dir() / name
+    with open(session_dir() / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root / "made").exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
             env = {**os.environ, "NETSPEC_HOME": str(root / "home")}
-            made = {"ok": (OK, 0), "failing": (FAILING, 1), "sweep": (SWEEP, 0)}
-            for name, (text, _) in made.items():
-                (root / f"{name}.yaml").write_text(textwrap.dedent(text))
+            for file, (text, _) in made.items():
+                (root / f"{file}.yaml").write_text(textwrap.dedent(text))
             # At once: each run waits on its daemons and steps more than it computes.
             with ThreadPoolExecutor(len(made)) as pool:
-                done = dict(zip(made, pool.map(lambda name: ns_control(
-                    "run", f"{name}.yaml", "--quiet", cwd=root, env=env, timeout=180), made), strict=True))
-            for name, (_, code) in made.items():
-                assert done[name].returncode == code, done[name].stdout + done[name].stderr
+                done = dict(zip(made, pool.map(lambda file: ns_control(
+                    "run", f"{file}.yaml", "--quiet", cwd=root, env=env, timeout=180), made), strict=True))
+            for file, (_, code) in made.items():
+                assert done[file].returncode == code, done[file].stdout + done[file].stderr
             (root / "made").write_text("")
     return root
+
+
+@pytest.fixture(scope="session")
+def results() -> Path:
+    """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
+    return made_runs("browser", {"ok": (OK, 0), "failing": (FAILING, 1), "sweep": (SWEEP, 0)})
+
+
+@pytest.fixture(scope="session")
+def fleet_results() -> Path:
+    """A directory with runs/ holding the FLEET run, once per session (apart from `results`,
+    whose runs the other browser tests wait for)."""
+    return made_runs("browser-fleet", {"fleet": (FLEET, 1)})
 
 
 def run_ref(root: Path, experiment: str, index: int = 0) -> str:
@@ -133,14 +173,30 @@ def chromium() -> Iterator:
         driver.quit()
 
 
-def open_page(driver, url: str, timeout: float = 30) -> None:
-    """Load `url` and wait until its panels drew (the page marks its body ready)."""
+def open_page(driver, url: str, timeout: float = 30, unfold: bool = True) -> None:
+    """Load `url` and wait until its panels drew (the page marks its body ready); with
+    `unfold`, open every section the page folds (as a user asks for more) and wait until
+    their panels drew too."""
     driver.get(url)
     deadline = time.monotonic() + timeout
     while not driver.execute_script("return document.body && document.body.dataset.ready === 'yes'"):
         if time.monotonic() > deadline:
             raise AssertionError(f"{url} did not finish drawing within {timeout} s")
         time.sleep(0.05)
+    if not unfold:
+        return
+    # a section's panels begin drawing once it is in the URL's `open` (netspec.js)
+    opened = driver.execute_script(UNFOLD)
+    while not driver.execute_script(UNFOLDED, opened):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url}: the sections opened did not finish drawing within {timeout} s")
+        time.sleep(0.05)
+
+
+UNFOLD = """const closed = [...document.querySelectorAll('details.panel:not([open])')];
+    closed.forEach((d) => d.querySelector('summary').click()); return closed.map((d) => d.id)"""
+UNFOLDED = """const open = (new URLSearchParams(location.hash.slice(1)).get('open') || '').split(',');
+    return arguments[0].every((id) => open.includes(id)) && (document.body.dataset.drawing || '0') === '0'"""
 
 
 def console_errors(driver) -> list[str]:

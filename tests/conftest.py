@@ -22,7 +22,7 @@ import pytest
 
 # The browser tests' runs, made once per session (tests/browser.py). Declared here: a
 # conftest.py of tests/web would be the module `conftest` that other tests import from.
-from browser import results  # noqa: F401
+from browser import fleet_results, results  # noqa: F401
 from netspec.protocol.auth import load_or_create_key
 from support import PROGRAMS, SESSION_ENV, session_dir
 
@@ -251,18 +251,19 @@ def docker_image() -> Iterator[str]:
     """netspec's image of this build in this machine's Docker engine, made once (its base
     from this machine's Debian packages, netspec from this session's wheels) and kept: the
     engine caches it by its content's hash, so later sessions of the same source find it.
-    Skips where no engine answers (start dockerd: .ci/run does)."""
-    try:
-        import docker
-        from netspec.controller.hosts.engines import engine_client
-        from netspec.controller.hosts.images import build
-        from netspec.protocol.errors import ConnectionLost
-    except ImportError as exc:
-        pytest.skip(f"no Docker SDK: {exc}")
+    Skips only on a machine without Docker's engine installed; an engine installed that does
+    not answer fails the tests that need it (start dockerd: .ci/run does)."""
+    import docker
+    from netspec.controller.hosts.engines import engine_client
+    from netspec.controller.hosts.images import build
+    from netspec.protocol.errors import ConnectionLost
+
     try:
         client = engine_client(None)
     except ConnectionLost as exc:
-        pytest.skip(str(exc))
+        if shutil.which("dockerd") is None:
+            pytest.skip(f"Docker's engine is not installed here: {exc}")
+        raise AssertionError(f"dockerd is installed but no engine answers (start it): {exc}") from exc
     try:
         with mock.patch.dict(os.environ, {"NETSPEC_CACHE": str(_wheel_cache())}):
             tag = build(client, lambda said: print(f"docker_image: {said}"))

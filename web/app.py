@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
@@ -23,10 +24,10 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import panels, timeline
+from . import fleet, panels, timeline
 from .catalog import Catalog, NotFound
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, downloads, plotly_js, render, run_header
+from .pages import STATIC, downloads, follows, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -57,12 +58,17 @@ def _query_number(request: Request, name: str, kind: type[int] | type[float],
 
 def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     """One panel's data. `events` takes its filters from the request's query."""
+    expand = [g for g in request.query_params.get("expand", "").split(",") if g]
+    unknown = sorted(set(expand) - set(fleet.groups(record)))
+    if unknown:
+        raise NotFound(f"expand={','.join(unknown)}: no such host group ({', '.join(fleet.groups(record))})")
     if name == "timeline":
-        return timeline.timeline_figure(record)
-    if name == "live":
-        return {"status": RunOutcome.of(record).status, "steps": timeline.step_rows(record),
-                "timeline": timeline.timeline_figure(record)}
+        return _timeline(run, record, expand)
     merged = (run / MERGED / "summary.json").is_file()
+    if name == "live":
+        return {"status": RunOutcome.of(record).status, "merged": merged, "follow": follows(record, merged),
+                "steps": timeline.step_rows(record),
+                "timeline": timeline.timeline_figure(record, fleet.folded(record, expand))}
     if not merged:
         return panels.triage(None, record, run) if name == "triage" else {"merged": False}
     origin = timeline.origin_ns(record)
@@ -73,9 +79,11 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "links":
             return panels.links(db)
         if name == "resources":
-            return panels.resources(db, origin)
+            return panels.resources(db, origin, fleet.group_of(record), host_facts(run, record.host_names))
         if name == "distributions":
-            return panels.distributions(db)
+            return panels.distributions(db, fleet.group_of(record))
+        if name == "phases":
+            return panels.phases(db)
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":
@@ -92,7 +100,22 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
     raise NotFound(f"no panel {name!r}")
 
 
-PANELS = ("timeline", "live", "clocks", "links", "resources", "distributions", "triage", "events")
+def _timeline(run: Path, record: RunRecord, expand: list[str]) -> dict[str, Any]:
+    """The phase timeline, and on it the programs' events where the run has a result set."""
+    run_bars = fleet.folded(record, expand)
+    figure = timeline.timeline_figure(record, run_bars)
+    if (run / MERGED / "summary.json").is_file():
+        db = open_tables(run / MERGED)
+        try:
+            ticks = panels.timeline_events(db, timeline.origin_ns(record), fleet.rows_of(record, run_bars))
+        finally:
+            db.close()
+        if ticks is not None:
+            figure["data"].append(ticks)
+    return figure
+
+
+PANELS = ("timeline", "live", "phases", "clocks", "links", "resources", "distributions", "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

@@ -5,19 +5,25 @@ internet. Served pages link /static/; a report inlines all of it."""
 from __future__ import annotations
 
 import functools
+import gzip
 import importlib.util
 import re
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import msgspec
+import numpy as np
 from netspec.analysis.provenance import placed
-from netspec.analysis.units import duration_text
+from netspec.analysis.resultset import read_summary
+from netspec.analysis.units import duration_text, rate_text
+from netspec.protocol.names import NAME
 from netspec.protocol.runoutcome import STATUSES, RunOutcome
-from netspec.protocol.runrecord import MERGED, RunRecord
+from netspec.protocol.runrecord import MERGED, RunRecord, process_start
 
+from . import fleet
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
@@ -55,6 +61,15 @@ def when(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def plain(value: float) -> str:
+    """A number as people read it: '0.0123', '17.6', '1,024', never '1.02e+03'."""
+    if value != value:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
 def status_class(status: str | None) -> str:
     return status if status in STATUSES else "other"
 
@@ -63,9 +78,34 @@ def status_class(status: str | None) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True)
-    env.filters.update(when=when, status_class=status_class, duration=duration_text, embedded=embedded)
+    env.filters.update(when=when, status_class=status_class, duration=duration_text, embedded=embedded,
+                       plain=plain, rate=lambda v: rate_text(v, "B/s"))
     env.globals["outcome_colours"] = OUTCOME_COLOURS
     return env
+
+
+# A report's packed text: gzip, then base 85 in these characters (none of < > & / \ or a quote,
+# so that no sequence of them ends or escapes the <script> element it is in); the page's
+# script (netspec.js `unpack`) inflates it with the browser's own DecompressionStream.
+PACK_ALPHABET = np.frombuffer(bytes(c for c in range(33, 127) if chr(c) not in "<>&/\\\"'`")[:85], np.uint8)
+
+
+def packed(data: bytes) -> str:
+    """`data` gzipped and written in base 85 (PACK_ALPHABET): 4 bytes to 5 characters, the
+    last group's padding said by a leading digit (0-3)."""
+    raw = gzip.compress(data, 9, mtime=0)
+    pad = -len(raw) % 4
+    words = np.frombuffer(raw + b"\0" * pad, dtype=">u4").astype(np.uint64)
+    digits = np.empty((len(words), 5), np.uint8)
+    for i in range(4, -1, -1):
+        digits[:, i] = words % 85
+        words //= 85
+    return str(pad) + PACK_ALPHABET[digits].tobytes().decode()
+
+
+@functools.cache
+def packed_plotly() -> str:
+    return packed(plotly_js())
 
 
 def render(template: str, **context: Any) -> str:
@@ -73,24 +113,84 @@ def render(template: str, **context: Any) -> str:
     if context["static"]:
         context.update(inline_css=(STATIC / "netspec.css").read_text(),
                        inline_js=inline_script((STATIC / "netspec.js").read_text()),
-                       inline_plotly=inline_script(plotly_js()))
+                       packed_plotly=packed_plotly(), pack_alphabet=PACK_ALPHABET.tobytes().decode())
     return _environment().get_template(template).render(**context)
+
+
+def exits(record: RunRecord) -> list[dict[str, Any]]:
+    """How each component's process ended, as run.json has it: its exit status (a negative
+    one the signal that ended it), how long it ran and its command."""
+    return [{"component": name, "returncode": end.returncode,
+             "status": "ok" if end.returncode == 0 else
+             (f"killed by signal {-end.returncode}" if end.returncode < 0 else f"exit {end.returncode}"),
+             "ran": duration_text(end.duration_s * 1e9) if end.duration_s is not None else "-",
+             "command": " ".join(end.argv)} for name, end in sorted(record.components.items())]
+
+
+def checks(path: Path, record: RunRecord) -> dict[str, Any]:
+    """What the experiment's check and the merge warned of, and each pair's causality check
+    (summary.json: ends that land before their starts), said as `report` says them."""
+    summary = read_summary(path / MERGED)
+    plan = list(record.plan.warnings) if record.plan is not None else []
+    causality = []
+    for c in summary.causality if summary is not None else []:
+        worst = c.get("worst_ns") or 0
+        violations = c.get("violations") or 0
+        causality.append({
+            "pair": c.get("pair", ""), "matched": c.get("matched", 0), "violations": violations,
+            "beyond_bound": c.get("beyond_bound", 0), "ok": violations == 0,
+            "text": "every end after its start" if violations == 0 else
+            (f"{violations} end(s) before their start, the worst by {duration_text(worst)}; "
+             f"{c.get('beyond_bound', 0)} beyond the two clocks' bounds")})
+    return {"warnings": plan + (list(summary.warnings) if summary is not None else []),
+            "causality": causality, "merged": summary is not None}
 
 
 def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dict[str, Any]:
     """What a run page shows before any panel loads: who, when, how it ended (its outcome,
-    as `ns_control show` says it: `RunOutcome`), its steps."""
+    as `ns_control show` says it: `RunOutcome`), its steps, its components' exits, what was
+    warned of and the causality check."""
     outcome = RunOutcome.of(record)
     merged = (path / MERGED / "summary.json").is_file()
     return {
         "ref": ref, "record": record, "status": outcome.status, "steps": step_rows(record),
+        "exits": exits(record), "checks": checks(path, record),
         "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
-        "cut_short": record.cut_short_texts(),
+        "cut_short": record.cut_short_texts(), "overview": fleet.overview(record),
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
-        "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled}}
+        "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled,
+                 "follow": follows(record, merged)}}
+
+
+def follows(record: RunRecord, merged: bool) -> bool:
+    """Whether a run's page keeps following it: while it runs, and once it ended while its
+    controller (on this machine, alive) is still making its result set."""
+    if RunOutcome.of(record).running:
+        return True
+    controller = record.controller
+    return (not merged and record.merge is None and controller.host == socket.gethostname()
+            and bool(controller.pid) and controller.pid_started is not None
+            and process_start(controller.pid) == controller.pid_started)
 
 
 def downloads(run: Path) -> list[str]:
-    """The run's files a page links to: the fixed ones and every Parquet table, if present."""
+    """The run's files a page links to: the fixed ones and every Parquet table, if present;
+    then each component's stdout, stderr and handed-back files (`component_files`)."""
     tables = sorted(f"merged/{p.name}" for p in (run / "merged").glob("*.parquet"))
-    return [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    return fixed + component_files(run)
+
+
+def component_files(run: Path) -> list[str]:
+    """hosts/HOST/COMPONENT/{stdout,stderr} and hosts/HOST/COMPONENT/files/NAME, every part a
+    checked name (protocol/names.py: a part that is not one is not offered) and every file a
+    regular file, not a link."""
+    out = []
+    for component in sorted((run / "hosts").glob("*/*/")):
+        host = component.parent.name
+        if not (NAME.fullmatch(host) and NAME.fullmatch(component.name)) or component.name == "streams":
+            continue
+        files = [component / "stdout", component / "stderr", *sorted((component / "files").glob("*"))]
+        out += [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
+                if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+    return out

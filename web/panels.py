@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from netspec.analysis.units import rate_text, time_unit
+from netspec.analysis.phases import phase_figures
+from netspec.analysis.provenance import shared_kernels
+from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.runrecord import RunRecord
 
-from . import timeline
+from . import fleet, timeline
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600
@@ -40,8 +42,11 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
                any_value(reference)
         FROM clock GROUP BY host ORDER BY host""", {"origin": origin}).fetchall()
     unit, scale = time_unit([v for r in rows for v in (r[5],)])
+    # past a fleet's fold, the hosts of the widest bounds are drawn (the table lists every host)
+    widest = (sorted(rows, key=lambda r: -(r[5] or 0))[:HOST_LINES_MAX] if len(rows) > fleet.FOLD_HOSTS
+              else rows)
     traces = []
-    for host, t, offset, lo, hi, _, _, _ in rows:
+    for host, t, offset, lo, hi, _, _, _ in sorted(widest):
         traces += [
             {"type": "scatter", "mode": "lines", "x": t + t[::-1],
              "y": [_scaled(v, scale) for v in hi + lo[::-1]],
@@ -51,7 +56,9 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
              "name": host, "legendgroup": host, "marker": {"size": 4}}]
     figure = {"data": traces, "layout": {
         "height": 320, "margin": {"t": 20, "r": 20},
-        "xaxis": {"title": {"text": "ms since the first start"}},
+        "xaxis": {"title": {"text": "ms since the first start" + (
+            f" (the {len(widest)} hosts of the widest bounds, of {len(rows)})"
+            if len(widest) < len(rows) else "")}},
         "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
     table = [{"host": host, "reference": ref, "knots": len(t),
               "worst_bound": "-" if worst is None else f"{worst / scale:.3g} {unit}",
@@ -114,13 +121,32 @@ def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, A
              "name": phase} for _, phase, lo, hi in spans]
 
 
+# Light for an idle cell, dark for the busiest (plotly.js's own "Blues" runs the other way).
+HEAT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]
+# A heatmap's rows are at least this tall, and its colour bar has a tick per this many pixels,
+# so that the colour bar's labels never run into each other.
+HEAT_ROW_PX, HEAT_MIN_PLOT_PX, HEAT_TICK_PX = 22, 120, 40
+CPU_FIELDS = "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
+
+
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
-                   unit: str) -> dict[str, Any] | None:
+                   unit: str, of: dict[str, str],
+                   cap: dict[str, float] | None = None) -> dict[str, Any] | None:
+    """A heatmap of use per step and host (per group past fleet.FOLD_HOSTS hosts, `of`).
+    `cap`: a host's most (its CPUs): a cell above it (a counter's window straddling a short
+    step) is drawn at it and said in `capped`."""
     rows = db.execute(f"""
         SELECT step, any_value(phase) AS phase, host, sum(per_s) / {scale} AS v FROM usage
         WHERE per_s IS NOT NULL AND ({where}) GROUP BY step, host ORDER BY step, host""").fetchall()
     if not rows:
         return None
+    capped = []
+    for i, (s, p, h, v) in enumerate(rows):
+        most = (cap or {}).get(h)
+        if most is not None and v > most:
+            capped.append(f"{h} in {s} {p}: {v:.3g} measured, {most:g} drawn")
+            rows[i] = (s, p, h, most)
+    rows = fleet.fold_cells(rows, of)
     steps = sorted({(s, p) for s, p, _, _ in rows})
     hosts = sorted({h for _, _, h, _ in rows})
     col = {s: i for i, (s, _) in enumerate(steps)}
@@ -128,33 +154,61 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
     z: list[list[float | None]] = [[None] * len(steps) for _ in hosts]
     for s, _, h, v in rows:
         z[row[h]][col[s]] = v
+    plot_px = max(HEAT_MIN_PLOT_PX, HEAT_ROW_PX * len(hosts))
     return {"data": [{"type": "heatmap", "z": z, "x": [f"{s} {p}" for s, p in steps], "y": hosts,
-                      "colorscale": "Blues", "colorbar": {"title": {"text": unit}},
+                      "colorscale": HEAT_SCALE, "zmin": 0,
+                      # a heatmap of zeros is pale throughout (not a scale of -0.5 to 0.5)
+                      "zmax": max((v for _, _, _, v in rows if v is not None), default=0) or 1,
+                      "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
+                                   "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
             "layout": {"title": {"text": title, "font": {"size": 13}},
-                       "height": max(200, 80 + 20 * len(hosts)),
+                       "height": plot_px + 130,
                        "margin": {"t": 40, "r": 20, "b": 90}, "yaxis": {"automargin": True},
-                       "xaxis": {"tickangle": -30, "automargin": True}}}
+                       "xaxis": {"tickangle": -30, "automargin": True}},
+            "capped": capped}
 
 
-def resources(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
-    """Per step and host the CPU, network and disk the usage table holds, as heatmaps; and each
-    host's CPU busy % over time with the steps shaded."""
+def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
+    """Each host's CPUs (its daemon's facts) and what a CPU figure of the run must be read
+    with: hosts on one kernel each see the whole machine's CPUs, not their own."""
+    cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
+    notes = [f"hosts {', '.join(group)} share one kernel (namespaces or containers of one machine of "
+             f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
+             for group in shared_kernels(facts)]
+    return cpus, notes
+
+
+def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
+    known = {cpus[h] for h in group if h in cpus}
+    return f"{max(known):g} CPUs" if known else "unknown CPUs"
+
+
+def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | None = None,
+              facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Per step and host the CPU, network and disk the usage table holds, as heatmaps (past
+    fleet.FOLD_HOSTS hosts a row per group of `of` and the busiest hosts apart); and each
+    host's CPU busy % over time with the steps shaded. A CPU figure is at most its host's
+    CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
     have = tables(db)
     heatmaps = []
+    cpus, caveats = cpu_caveats(facts or {})
     if "usage" in have:
         for title, where, scale, unit in (
-                ("CPU per step", "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')",
-                 1e9, "cpus"),
+                ("CPU per step", CPU_FIELDS, 1e9, "cpus"),
                 ("Network per step (sent + received, every interface)",
                  "field LIKE 'net.%.bytes_sent' OR field LIKE 'net.%.bytes_recv'", 1.0, "B/s"),
                 ("Disk per step (reads + writes)", "field LIKE 'disk.%.reads' OR field LIKE 'disk.%.writes'",
                  1.0, "ops/s")):
-            figure = _usage_heatmap(db, title, where, scale, unit)
+            figure = _usage_heatmap(db, title, where, scale, unit, of or {}, cpus if unit == "cpus" else None)
             if figure:
+                if figure["capped"]:
+                    caveats.append(f"{len(figure['capped'])} CPU figure(s) measured above their host's CPUs "
+                                   "(a counter's sampling window straddles a short step) are drawn at "
+                                   f"the host's CPUs: {'; '.join(figure['capped'][:5])}")
                 heatmaps.append(figure)
     busy = _busy_over_time(db, origin) if "rates" in have else None
-    return {"heatmaps": heatmaps, "busy": busy}
+    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats}
 
 
 def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any] | None:
@@ -179,39 +233,50 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
                    "fill": "toself", "opacity": 0.3, "line": {"width": 0},
                    "name": f"range over {hosts} hosts"},
                   {"type": "scatter", "mode": "lines", "x": t, "y": mid, "name": "median host"}]
+        # the busiest hosts apart: a range does not say which host it is
+        for h, ht, hv in db.execute(f"""SELECT host, list((t - $origin) / 1e6 ORDER BY t), list(v ORDER BY t)
+                                        FROM ({bucketed}) GROUP BY host ORDER BY avg(v) DESC, host
+                                        LIMIT {fleet.SLOW_APART}""", params).fetchall():
+            traces.append({"type": "scatter", "mode": "lines", "name": f"{h} (busiest)", "x": ht, "y": hv,
+                           "line": {"width": 1, "dash": "dot"}})
     return {"data": traces, "layout": {
         "height": 300, "margin": {"t": 20, "r": 20}, "shapes": _step_shapes(db, origin),
         "xaxis": {"title": {"text": "ms since the first start (steps shaded)"}},
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
 
-def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Each interval and pair: a histogram and an ECDF per host where it started, in the
-    unit that suits it, with p50 and p99 marked and said."""
+def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each interval and pair: a histogram and an ECDF per host where it started (per group
+    past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
+    slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
     if "intervals" not in tables(db):
         return []
     out = []
+    quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
     for name, n, p50, p99, lo, hi in db.execute("""
             SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
                    quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999)
             FROM intervals GROUP BY name ORDER BY name""").fetchall():
         unit, scale = time_unit([p50])
-        hosts = [h for (h,) in db.execute(
-            "SELECT start_host FROM intervals WHERE name = $name GROUP BY start_host ORDER BY count(*) DESC",
-            {"name": name}).fetchall()]
-        shown = hosts[:HOSTS_PER_DISTRIBUTION]
+        by_p99 = db.execute("""SELECT start_host, quantile_cont(duration_ns, 0.99) AS p FROM intervals
+                               WHERE name = $name GROUP BY start_host ORDER BY p DESC, start_host""",
+                            {"name": name}).fetchall()
+        label_of = fleet.labels([h for h, _ in by_p99], of or {}, HOSTS_PER_DISTRIBUTION)
+        shown = list(dict.fromkeys(label_of.values()))
         width = max((hi - lo) / HIST_BINS, 1.0)
-        hist = db.execute("""
-            SELECT start_host, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
-                   count(*) FROM intervals WHERE name = $name GROUP BY ALL ORDER BY bin""",
-                          {"lo": lo, "width": width, "bins": HIST_BINS, "name": name}).fetchall()
-        quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
-        ecdf = dict(db.execute("""SELECT start_host, quantile_cont(duration_ns, $q) FROM intervals
-                                  WHERE name = $name GROUP BY start_host""",
-                               {"q": quantiles, "name": name}).fetchall())
-        counts: dict[str, list[int]] = {h: [0] * HIST_BINS for h in shown}
-        for host, bin_, count in hist:
-            counts[host if host in counts else shown[-1]][int(bin_)] += count
+        params = {"lo": lo, "width": width, "bins": HIST_BINS, "name": name, "hosts": list(label_of),
+                  "labels": list(label_of.values())}
+        labelled = """intervals JOIN (SELECT unnest($hosts) AS host, unnest($labels) AS label) m
+                      ON start_host = m.host WHERE name = $name"""
+        hist = db.execute(f"""
+            SELECT label, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
+                   count(*) FROM {labelled} GROUP BY ALL ORDER BY bin""", params).fetchall()
+        ecdf = dict(db.execute(f"SELECT label, quantile_cont(duration_ns, $q) FROM {labelled} GROUP BY label",
+                               {"q": quantiles, "name": name, "hosts": params["hosts"],
+                                "labels": params["labels"]}).fetchall())
+        counts: dict[str, list[int]] = {label: [0] * HIST_BINS for label in shown}
+        for label, bin_, count in hist:
+            counts[label][int(bin_)] += count
         centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
         marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
                   "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
@@ -220,17 +285,63 @@ def distributions(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
         out.append({
             "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
-            "hosts": len(hosts), "hosts_shown": shown,
-            "histogram": {"data": [{"type": "bar", "name": h, "x": centres, "y": counts[h]} for h in shown],
+            "p50_text": duration_text(p50), "p99_text": duration_text(p99),
+            "hosts": len(by_p99), "hosts_shown": shown,
+            "slowest": [{"host": h, "p99": p / scale} for h, p in by_p99[:fleet.SLOW_APART]],
+            "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
+                                   for label in shown],
                           "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
                                      "shapes": marks, "annotations": labels, "xaxis": axis,
                                      "yaxis": {"title": {"text": "count"}}}},
-            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": h, "line": {"shape": "hv"},
-                               "x": [v / scale for v in ecdf[h]], "y": quantiles} for h in shown],
+            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
+                               "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
                      "layout": {"height": 280, "margin": {"t": 24, "r": 10}, "shapes": marks,
                                 "annotations": labels, "xaxis": axis,
                                 "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
     return out
+
+
+# At most this many events are drawn on the timeline (evenly spaced within each row).
+TIMELINE_EVENTS = 3000
+
+
+def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
+                    row_of: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+    """The programs' events as ticks on the phase timeline (Perfetto's slices and instants on
+    one time axis): each on its host/component's row (or its folded group's, `row_of`), at
+    most TIMELINE_EVENTS in all, evenly spaced within each row; the hover names each."""
+    if "events" not in tables(db) or not row_of:
+        return None
+    pairs = list(row_of)
+    rows = db.execute("""
+        WITH e AS (SELECT ts, host, component, entity, tag, coalesce(data, CAST(value AS VARCHAR)) AS said,
+                          m.row_label, row_number() OVER (PARTITION BY m.row_label ORDER BY ts) AS k,
+                          count(*) OVER (PARTITION BY m.row_label) AS n
+                   FROM events JOIN (SELECT unnest($hosts) AS h, unnest($components) AS c,
+                                            unnest($labels) AS row_label) m ON host = m.h AND component = m.c
+                   WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync', 'netspecd'))
+        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag
+               || coalesce(' ' || left(said, 80), '')
+        FROM e WHERE (k - 1) % greatest(ceil(n * $rows / $cap), 1) = 0 ORDER BY ts""",
+                      {"hosts": [h for h, _ in pairs], "components": [c for _, c in pairs],
+                       "labels": [row_of[p] for p in pairs], "origin": origin, "cap": TIMELINE_EVENTS,
+                       "rows": len(set(row_of.values()))}).fetchall()
+    if not rows:
+        return None
+    return {"type": "scatter", "mode": "markers", "name": "events", "x": [r[0] for r in rows],
+            "y": [r[1] for r in rows], "hovertext": [r[2] for r in rows], "hoverinfo": "text+x",
+            "marker": {"symbol": "line-ns-open", "size": 9, "color": "#333", "opacity": 0.6}}
+
+
+def phases(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The per-phase figures (analysis/phases.py), as the page's table shows them."""
+    return [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
+             "ok": f"{f.ok}/{f.participants}", "net": rate_text(f.net_bytes_per_s, "B/s"),
+             "cpu": "-" if f.cpus_mean is None else
+                    f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} ({f.cpus_max_host})",
+             "latency": "; ".join(f"{lat.name} p50 {duration_text(lat.p50_ns)} p99 "
+                                  f"{duration_text(lat.p99_ns)} ({lat.count})" for lat in f.latencies) or "-"}
+            for f in phase_figures(db)]
 
 
 def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
@@ -248,12 +359,18 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
         if value:
             where.append(f"{column} = ${column}")
             params[column] = value
+    # The same match as a report's page makes of the events it carries (netspec.js's
+    # filterEmbedded): an entity whole (case aside, `*` any run), text within the entity or
+    # the data, or the value itself.
     if entity:
-        where.append("entity ILIKE $entity")
-        params["entity"] = entity.replace("*", "%")
+        where.append("entity ILIKE $entity ESCAPE '\\'")
+        params["entity"] = _like(entity).replace("*", "%")
     if text:
-        where.append("(entity ILIKE $text OR data ILIKE $text OR CAST(value AS VARCHAR) = $exact)")
-        params.update(text=f"%{text}%", exact=text)
+        where.append("(entity ILIKE $text ESCAPE '\\' OR data ILIKE $text ESCAPE '\\'"
+                     + (" OR value = $number)" if _number(text) is not None else ")"))
+        params["text"] = f"%{_like(text)}%"
+        if _number(text) is not None:
+            params["number"] = _number(text)
     if tag is not None:
         where.append("tag = $tag")
         params["tag"] = tag
@@ -272,9 +389,62 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
                           ORDER BY ts LIMIT {limit} OFFSET {offset}""",
                       {**params, "origin": origin}).fetchall()
     return {"total": total, "offset": offset, "limit": limit,
-            "rows": [{"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
-                      "entity": e, "kind": k, "tag": t, "value": v, "data": d}
-                     for ms, bound, h, c, e, k, t, v, d in rows]}
+            "rows": [_event_row(r) for r in rows]}
+
+
+def _like(text: str) -> str:
+    """`text` to match as it is in a LIKE pattern (its %, _ and \\ not wildcards)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and text.strip() else None
+
+
+def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dict[str, Any]:
+    """At most `limit` events for a page that carries its events (a report): every host and
+    kind of record (host, stream, kind) given an equal share, the earliest of each, a share a
+    group does not fill left to the others; in global time order, with what was carried
+    said (`sample`), and the total."""
+    if "events" not in tables(db):
+        return {"total": 0, "rows": [], "offset": 0, "sample": "no events"}
+    groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
+                           GROUP BY ALL""").fetchall()
+    total = sum(n for *_, n in groups)
+    share = _fair_share([n for *_, n in groups], limit)
+    rows = db.execute("""
+        SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag, value, data FROM (
+            SELECT *, row_number() OVER (PARTITION BY host, stream, kind ORDER BY ts) AS k
+            FROM events WHERE kind != 'admin') WHERE k <= $share ORDER BY ts""",
+                      {"origin": origin, "share": share}).fetchall()
+    whole = total <= limit
+    sample = ("all of them" if whole else
+              f"the first {share} of each of its {len(groups)} kinds of record per host "
+              f"(host, stream and kind; every one of a group with fewer)")
+    return {"total": total, "offset": 0, "limit": len(rows), "sample": sample,
+            "rows": [_event_row(r) for r in rows]}
+
+
+def _fair_share(counts: list[int], limit: int) -> int:
+    """The largest share q such that taking min(n, q) of each group stays within `limit`."""
+    lo, hi = 0, max(counts, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in counts) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _event_row(row: tuple) -> dict[str, Any]:
+    ms, bound, h, c, e, k, t, v, d = row
+    return {"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
+            "entity": e, "kind": k, "tag": t, "value": v, "data": d}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,
@@ -313,4 +483,35 @@ def triage(db: duckdb.DuckDBPyConnection | None, record: RunRecord, run: Path) -
         doing = timeline.doing_at(record, f["instant_ns"])
         by_failure.append({h: {**counters.get(h, {}), "phase": doing.get(h, "")}
                            for h in sorted({*counters, *doing})})
+    for f in failed:
+        f["hang"] = hang(db, record, f)
     return {"failures": failed, "merged": db is not None, "around": by_failure}
+
+
+def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, Any]) -> dict[str, Any] | None:
+    """What a participant that never acked (ended at its step's deadline, or late) is triaged
+    by: the deadline it missed, and its last sign of life: its last event on the global
+    timeline and its last line of output. None for a participant that failed of itself."""
+    if f["outcome"] not in ("killed", "late", "waiting"):
+        return None
+    plan = record.plan.schedule if record.plan is not None else []
+    planned = plan[f["step"]] if f["step"] < len(plan) and plan[f["step"]].phase == f["phase"] else None
+    deadline_s = planned.deadline_s if planned is not None else None
+    missed_ns = f["instant_ns"] + int(deadline_s * 1e9) if deadline_s is not None else f["instant_ns"]
+    out: dict[str, Any] = {
+        "deadline": (f"missed the deadline of step {f['step']} ({f['phase']}): no ack within "
+                     f"{duration_text(deadline_s * 1e9)}" if deadline_s is not None else
+                     f"no ack in step {f['step']} ({f['phase']})")
+                    + (f", need {planned.need}" if planned is not None and planned.need is not None else ""),
+        "last_event": None,
+        "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
+                        for name, text in f["output"].items()}}
+    if db is not None and f["component"] and "events" in tables(db):
+        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, coalesce(data, CAST(value AS VARCHAR))
+                            FROM events WHERE host = $h AND component = $c AND kind != 'admin'
+                            ORDER BY ts DESC LIMIT 1""",
+                         {"t": missed_ns, "h": f["host"], "c": f["component"]}).fetchone()
+        if row is not None:
+            out["last_event"] = {"before_deadline": duration_text(-row[0] * 1e6), "entity": row[1],
+                                 "tag": row[2], "data": row[3]}
+    return out

@@ -1,6 +1,7 @@
 """A result set's merged/report.html: the run page with every panel's data, plotly.js and
 the page's own script inside one file, so that it opens from file:// with no network and no
-server (for mail and archives). Its events table carries the first REPORT_EVENTS events;
+server (for mail and archives). Its events table carries at most REPORT_EVENTS events, each
+host's each kind of record given an equal share (`panels.events_sample`), and says so;
 events.parquet beside it has them all."""
 
 from __future__ import annotations
@@ -8,18 +9,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
+from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
-from . import panels, timeline
-from .pages import downloads, render, run_header
+from . import fleet, panels, timeline
+from .pages import downloads, packed, render, run_header
 
 REPORT = "report.html"
 REPORT_EVENTS = 2000
 
 
-def write_report(run: Path, out: Path | None = None) -> Path:
-    """Write `out`/report.html (`out` is the run's merged/ by default) and return its path.
+def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS) -> Path:
+    """Write `out`/report.html (`out` is the run's merged/ by default), carrying at most
+    `events` events, and return its path.
 
     Raises:
         NetspecError: run.json cannot be read.
@@ -28,13 +32,14 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     out = out or run / MERGED
     record = read_run(run)
     origin = timeline.origin_ns(record)
-    data = {"timeline": timeline.timeline_figure(record)}
+    data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
+    of = fleet.group_of(record)
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
-                    resources=panels.resources(db, origin),
-                    distributions=panels.distributions(db),
-                    events=panels.events(db, origin, limit=REPORT_EVENTS, cap=REPORT_EVENTS),
+                    resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
+                    distributions=panels.distributions(db, of), phases=panels.phases(db),
+                    events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:
         db.close()
@@ -43,7 +48,8 @@ def write_report(run: Path, out: Path | None = None) -> Path:
     # a report's downloads are the files beside it, linked relative to where it is written
     links = [(os.path.relpath(run / name, out), name) for name in downloads(run)
              if name != f"{MERGED}/{REPORT}"]
-    html = render("run.html", title=f"run {record.id}", static=True, panels=data,
+    html = render("run.html", title=f"run {record.id}", static=True,
+                  packed_panels=packed(msgspec.json.encode(data)),
                   links=links, **{**header, "merged": True})
     path = out / REPORT
     tmp = path.with_name(f".{REPORT}.tmp")

@@ -26,9 +26,10 @@ OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "er
 # What the triage lists of a step: a participant that failed, or a host sent a failed step
 # that none of its participants acked (`waiting`, as `ns_control show` says it).
 FAILING = ("error", "killed", "late", "waiting")
-# Step names are written over the timeline only where the step is wide enough to hold one;
-# every step's name is in its hover and in the table.
-LABEL_MIN_SHARE = 0.06
+# Every step's name is written over the timeline; names that would overlap are stacked in
+# rows by the page (netspec.js's unclutter measures them as drawn).
+# A step's row in the steps table shows this many of its participants' ack messages.
+ACK_MESSAGES = 6
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Bar:
     took_ns: int | None  # None: no ack (killed, skipped, or the step still runs)
     message: str
     acked: bool = True  # False: it never acked, and starts when the controller sent its host the step
+    deadline_ns: int | None = None  # killed at its step's deadline: how long after its start
 
     @property
     def row(self) -> str:
@@ -50,15 +52,28 @@ class Bar:
 
     @property
     def end_ns(self) -> int:
-        return self.start_ns + (self.took_ns or 0)
+        """Its ack; or, killed at its deadline, the deadline; else its start."""
+        return self.start_ns + (self.took_ns if self.took_ns is not None else self.deadline_ns or 0)
 
 
-def outcome(entry: Entry) -> str:
-    """A participant's outcome in a step, as its bar's colour and the steps' table say it."""
+def outcome(entry: Entry, deadline_ns: int | None = None) -> str:
+    """A participant's outcome in a step, as its bar's colour and the steps' table say it:
+    one whose error ack came at or past its step's deadline (`deadline_ns`) was killed there."""
     said = entry.outcome or ("running" if entry.acked_ns is None else entry.status or "ok")
     if said == "ok" and entry.status == "warning":
         return "warning"
+    if (said == "error" and deadline_ns is not None and entry.acked_ns is not None
+            and entry.entered_ns is not None and entry.acked_ns - entry.entered_ns >= deadline_ns):
+        return "killed"
     return said
+
+
+def deadline_of(record: RunRecord, index: int) -> int | None:
+    """Step `index`'s deadline (ns) as the experiment planned it, if the record has its plan."""
+    schedule = record.plan.schedule if record.plan is not None else []
+    if index < len(schedule) and schedule[index].phase == record.steps[index].phase:
+        return int(schedule[index].deadline_s * 1e9)
+    return None
 
 
 def bars(record: RunRecord) -> list[Bar]:
@@ -70,22 +85,27 @@ def bars(record: RunRecord) -> list[Bar]:
     way): a bar of its own, `waiting`, as `show` says it."""
     out = []
     for index, step in enumerate(record.steps):
+        deadline = deadline_of(record, index)
         for host, part in sorted(step.hosts.items()):
             if not part.components and (part.sent_ns is not None or step.sent_ns is not None):
                 start, bound = _sent(record, step, host)
                 out.append(Bar(index, step.phase, host, "", "waiting", start, bound, None,
                                "sent the step; no participant on this host acked it", acked=False))
         for host, name, entry in sorted(step.participants(), key=lambda p: p[:2]):
+            said = outcome(entry, deadline)
             if entry.entered_ns is None:
                 start, bound = _sent(record, step, host)
-                out.append(Bar(index, step.phase, host, name, outcome(entry), start, bound, None,
-                               entry.message, acked=False))
+                out.append(Bar(index, step.phase, host, name, said, start, bound, None, entry.message,
+                               acked=False, deadline_ns=deadline if said == "killed" else None))
                 continue
             took = entry.acked_ns - entry.entered_ns if entry.acked_ns is not None else None
             placed = entry.start_ns is not None
-            out.append(Bar(index, step.phase, host, name, outcome(entry),
+            message = entry.message
+            if said == "killed" and entry.outcome != "killed":
+                message = f"no ack within the deadline of {duration_text(deadline)}: {message}"
+            out.append(Bar(index, step.phase, host, name, said,
                            entry.start_ns if placed else entry.entered_ns,
-                           entry.start_bound_ns if placed else None, took, entry.message))
+                           entry.start_bound_ns if placed else None, took, message))
     return out
 
 
@@ -124,11 +144,11 @@ def _hover(b: Bar, first_end: dict[int, int]) -> str:
             f"<br>{where}{after}{message}")
 
 
-def timeline_figure(record: RunRecord) -> dict[str, Any]:
+def timeline_figure(record: RunRecord, run_bars: list[Bar] | None = None) -> dict[str, Any]:
     """The phase timeline as a Plotly figure: a row per host/component, a bar per step from
     its start to its ack (ms since the first start), the start's error bound as a whisker,
     each outcome its colour, each step shaded with its name where it fits."""
-    run_bars = bars(record)
+    run_bars = bars(record) if run_bars is None else run_bars  # or a fleet's, folded (fleet.py)
     origin = origin_ns(record, run_bars)
     rows = sorted({b.row for b in run_bars})
     first_end: dict[int, int] = {}
@@ -144,9 +164,9 @@ def timeline_figure(record: RunRecord) -> dict[str, Any]:
         traces.append({
             "type": "bar", "orientation": "h", "name": outcome, "marker": {"color": colour},
             "y": [b.row for b in mine], "base": [(b.start_ns - origin) / 1e6 for b in mine],
-            # an unacked bar is drawn to its step's end so that it is seen
-            "x": [max((b.took_ns if b.took_ns is not None else spans[b.step][1] - b.start_ns) / 1e6, 0.02)
-                  for b in mine],
+            # a bar killed at its deadline is drawn to it; another unacked one to its step's end
+            "x": [max((b.end_ns - b.start_ns if b.took_ns is not None or b.deadline_ns
+                       else spans[b.step][1] - b.start_ns) / 1e6, 0.02) for b in mine],
             "hovertext": [_hover(b, first_end) for b in mine], "hoverinfo": "text",
             "customdata": [[b.step, b.host, b.component] for b in mine]})
     placed = [b for b in run_bars if b.bound_ns and b.acked]
@@ -157,13 +177,45 @@ def timeline_figure(record: RunRecord) -> dict[str, Any]:
             "error_x": {"type": "data", "array": [b.bound_ns / 1e6 for b in placed], "thickness": 1,
                         "width": 2},
             "hoverinfo": "skip"})
+    traces += _lifetimes(record, run_bars, origin)
     shapes, annotations = _step_spans(record, spans, origin)
     return {"data": traces, "layout": {
         "barmode": "overlay", "height": max(220, 90 + 22 * len(rows)), "shapes": shapes,
-        "annotations": annotations, "showlegend": True, "legend": {"orientation": "h", "y": -0.15},
+        "annotations": annotations, "showlegend": True,
+        # beside the rows it explains, at their top: not under a fleet's hundreds of rows
+        "legend": {"orientation": "v", "x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top"},
         "xaxis": {"title": {"text": "ms since the first start (global timeline)"}, "zeroline": False},
         "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1], "automargin": True},
         "margin": {"t": 40, "r": 20, "b": 60}}}
+
+
+def _lifetimes(record: RunRecord, run_bars: list[Bar], origin: int) -> list[dict[str, Any]]:
+    """A background `command:` (one with `stop:`) as a thin bar over its process's lifetime,
+    from its start to its end, on its row: its host's clock placed on the global timeline by
+    the offset its own steps' starts had there."""
+    background = {(c.host, c.name) for c in (record.plan.components if record.plan else [])
+                  if c.command and c.stop}
+    offsets: dict[str, int] = {}
+    for step in record.steps:
+        for host, _, entry in step.participants():
+            if None not in (entry.start_ns, entry.entered_ns, entry.start_bound_ns):
+                offsets[host] = entry.start_ns - entry.entered_ns
+    rows = {b.row for b in run_bars}
+    lives = []
+    for host, name in sorted(background):
+        end = record.components.get(f"{host}/{name}")
+        if end is None or end.ended_ns is None or end.duration_s is None or f"{host}/{name}" not in rows:
+            continue
+        ended = end.ended_ns + offsets.get(host, 0)
+        lives.append((f"{host}/{name}", ended - int(end.duration_s * 1e9), ended, end.returncode))
+    if not lives:
+        return []
+    return [{"type": "bar", "orientation": "h", "name": "background command's lifetime", "width": 0.25,
+             "marker": {"color": "rgba(60,60,60,0.55)"}, "y": [row for row, *_ in lives],
+             "base": [(lo - origin) / 1e6 for _, lo, _, _ in lives],
+             "x": [(hi - lo) / 1e6 for _, lo, hi, _ in lives],
+             "hovertext": [f"<b>{row}</b>: its process ran {duration_text(hi - lo)}, exit status {code}"
+                           for row, lo, hi, code in lives], "hoverinfo": "text"}]
 
 
 def _spans(run_bars: list[Bar]) -> dict[int, list[int]]:
@@ -178,7 +230,6 @@ def _spans(run_bars: list[Bar]) -> dict[int, list[int]]:
 def _step_spans(record: RunRecord, spans: dict[int, list[int]], origin: int) -> tuple[list, list]:
     if not spans:
         return [], []
-    total = max(hi for _, hi in spans.values()) - origin or 1
     shapes, annotations = [], []
     for index, (lo, hi) in sorted(spans.items()):
         step = record.steps[index]
@@ -187,11 +238,10 @@ def _step_spans(record: RunRecord, spans: dict[int, list[int]], origin: int) -> 
                        "x1": (hi - origin) / 1e6, "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
                        "fillcolor": "rgba(228,87,86,0.18)" if failed else
                        ("rgba(0,0,0,0.04)" if index % 2 else "rgba(0,0,0,0.0)")})
-        if (hi - lo) / total >= LABEL_MIN_SHARE or failed:
-            annotations.append({"x": (lo + hi - 2 * origin) / 2e6, "y": 1.0, "xref": "x", "yref": "paper",
-                                "yanchor": "bottom", "showarrow": False,
-                                "text": step.phase + (" ✕" if failed else ""),
-                                "font": {"size": 11, "color": "#e45756" if failed else "#555"}})
+        annotations.append({"x": (lo + hi - 2 * origin) / 2e6, "y": 1.0, "xref": "x", "yref": "paper",
+                            "yanchor": "bottom", "showarrow": False, "name": "step",
+                            "text": step.phase + (" ✕" if failed else ""),
+                            "font": {"size": 11, "color": "#e45756" if failed else "#555"}})
     return shapes, annotations
 
 
@@ -209,6 +259,9 @@ def step_rows(record: RunRecord) -> list[dict[str, Any]]:
                 if entry.acked_ns is not None and entry.entered_ns is not None]
         counts = counts_of.get(index, {})
         slowest = max(acks, default=None)
+        said = [f"{host}/{name}: {entry.message}" for host, name, entry in sorted(step.participants(),
+                                                                                    key=lambda p: p[:2])
+                if entry.message]
         rows.append({
             "step": index, "phase": step.phase, "status": step.status,
             "took": duration_text(step.duration_s * 1e9) if step.duration_s is not None else "-",
@@ -216,7 +269,10 @@ def step_rows(record: RunRecord) -> list[dict[str, Any]]:
             "skew": _skew(release, "skew_ns"), "skew_at_most": _skew(release, "at_most_ns"),
             "troubles": "; ".join(release.troubles()),  # as `show` says them
             "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(counts.items())),
-            "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-"})
+            "slowest": f"{slowest[1]} {duration_text(slowest[0])}" if slowest else "-",
+            # what the participants' acks said (a component's result line), the first few
+            "messages": said[:ACK_MESSAGES] + ([f"and {len(said) - ACK_MESSAGES} more (run.json has them)"]
+                                              if len(said) > ACK_MESSAGES else [])})
     return rows
 
 
@@ -241,7 +297,7 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
         out.append({"step": b.step, "phase": b.phase, "host": b.host, "component": b.component,
                     "outcome": b.outcome, "message": _host_cause(record, b) if entry is None else b.message,
                     "traceback": entry.traceback if entry is not None else "",
-                    "instant_ns": b.end_ns if b.took_ns is not None else b.start_ns,
+                    "instant_ns": b.end_ns,
                     "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
                                if b.component else "" for name in ("stdout", "stderr")}})
     return out

@@ -12,7 +12,7 @@ from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
 from netspec.protocol.runrecord import RunRecord, read_run
 
-from ..engine import summary
+from ..engine import conditions, summary
 from ..engine.faults import fault_lines
 from ..engine.runner import merge
 from ..engine.terminal import TERMINAL, print_lines
@@ -59,6 +59,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NetspecError(f"run {record.id} has no host '{args.host}' (its hosts: {listed or 'none'})")
     print_lines(summary.run_lines(path, record, args.host))
+    print_lines(conditions.record_lines(record, args.host))  # each step's link changes, each host's backends
     return EXIT_OK
 
 
@@ -118,6 +119,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     # scipy takes half a second to import: only the command that needs it pays for it.
     from netspec.analysis.metrics import run_metrics
+    from netspec.analysis.phases import run_phase_lines
     from netspec.analysis.report import report_lines, write_csv
     from netspec.analysis.resultset import MERGED, is_current
 
@@ -152,7 +154,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             audits += [f"{path.name}:", *said] if said else []
         # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]
-        print_lines([*run_differences(paths), *report_lines(table), *audits, *faults])
+        per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
+        print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             write_csv(table, f)

@@ -40,11 +40,8 @@ class Faults:
                  trouble: Callable[[str, str, str, str], None]):
         self.faults, self.fleet, self.progress, self.trouble = plan.faults, fleet, progress, trouble
         self.record = record
-        faults = plan.faults
-        # What `links:` holds of each direction from each step on: what a partition gives back.
-        self.link_states = plan.link_states() if any(f.kind in k.LINK_FAULTS for f in faults) else []
         record.faults = [FaultRecord(index=i, kind=f.kind, target=f.target, host=f.host, phase=f.phase,
-                                     after_s=f.after_s) for i, f in enumerate(faults)]
+                                     after_s=f.after_s) for i, f in enumerate(plan.faults)]
         self.started: set[str] = set()
         self.tg: asyncio.TaskGroup | None = None
         # netspec's own TCP ports, never partitioned: the run's link conditions' (Steps sets them).
@@ -63,32 +60,30 @@ class Faults:
                 planned = instant_ns + round(fault.after_s * 1e9)
                 self.record.faults[number].planned_ns = planned
                 assert self.tg is not None
-                self.tg.create_task(self._send(number, fault, planned, index))
+                self.tg.create_task(self._send(number, fault, planned))
 
-    async def _send(self, number: int, fault: Fault, at_ns: int, step: int) -> None:
+    async def _send(self, number: int, fault: Fault, at_ns: int) -> None:
         client = self.fleet.clients.get(fault.host)
         try:
             if client is None:
                 raise NetspecError(f"host {fault.host} is not connected")
             given = {"component": fault.target if fault.kind in k.COMPONENT_FAULTS else None,
                      "for_s": fault.for_s, "size": fault.size, "workers": fault.workers,
-                     **(self._link(fault, step) if fault.kind in k.LINK_FAULTS else {})}
+                     **(self._link(fault) if fault.kind in k.LINK_FAULTS else {})}
             await client.request(k.FAULT, asyncio.get_running_loop().time() + SEND_DEADLINE_S,
                                  index=number, fault=fault.kind, at_ns=at_ns,
                                  **{key: value for key, value in given.items() if value is not None})
         except NetspecError as exc:
             self._failed(number, f"not scheduled on host {fault.host}: {exc}")
 
-    def _link(self, fault: Fault, step: int) -> dict[str, object]:
+    def _link(self, fault: Fault) -> dict[str, object]:
         """A partition's or heal's rule: the direction from its host to its peer (at the
-        address its host reaches it), partitioned, or put back to what `links:` holds from
-        step `step` on; never on netspec's own ports (SSH's, the daemons')."""
-        held = self.link_states[step].get((fault.host, fault.target), LinkCondition())
-        address = self.fleet.addresses[fault.target]
-        rule = LinkRule(peer=fault.target, address=address,
-                        condition=LinkCondition(partition=True) if fault.kind == "partition" else held)
-        return {"rule": msgspec.to_builtins(rule), "restore": msgspec.to_builtins(held),
-                "exclude_tcp": self.exclude_tcp}
+        address its host reaches it). Its host cuts it on top of the conditions `links:` holds
+        (LinkSet.cut), so a step changing them meanwhile neither lifts the partition nor is
+        undone by its heal; never on netspec's own ports (SSH's, the daemons')."""
+        rule = LinkRule(peer=fault.target, address=self.fleet.addresses[fault.target],
+                        condition=LinkCondition(partition=fault.kind == "partition"))
+        return {"rule": msgspec.to_builtins(rule), "exclude_tcp": self.exclude_tcp}
 
     def done(self, host: str, report: k.FaultDone) -> None:
         """A host's report of fault `report.index`: its audit in run.json, said live."""

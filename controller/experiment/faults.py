@@ -35,6 +35,7 @@ from typing import Any
 
 from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS, LINK_FAULTS, PRESSURE_FAULTS
 
+from .durations import parse_duration
 from .links import _names as link_hosts
 from .model import Component, Fault, Host, Step
 from .sourcefile import Path_, SourceFile
@@ -65,15 +66,13 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: d
               fan_out: int | None) -> tuple[Fault, ...]:
     """Every fault of the file's `faults:`, each checked (a partition or heal: a fault per
     direction); every error recorded in `src` (the caller raises them all at once)."""
-    from .load import parse_duration  # load imports this module
-
     faults = []
     names = {c.name: c for c in components}
     phases = [s.phase for s in schedule]
     for i, spec in enumerate(raw):
         where: Path_ = ("faults", i)
         with src.checking():
-            faults += _fault(src, spec, where, hosts, groups, names, phases, parse_duration)
+            faults += _fault(src, spec, where, hosts, groups, names, phases)
         if fan_out is not None:
             with src.checking():
                 src.error(f"faults are sent to each host's daemon directly, which a fan-out tree "
@@ -82,8 +81,8 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: d
 
 
 def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],
-           groups: dict[str, tuple[str, ...]], components: dict[str, Component], phases: list[str],
-           duration: Any) -> list[Fault]:
+           groups: dict[str, tuple[str, ...]], components: dict[str, Component],
+           phases: list[str]) -> list[Fault]:
     kinds = [k for k in FAULT_KINDS if k in spec]
     if len(kinds) != 1:
         src.error(f"give exactly one kind of fault ({', '.join(FAULT_KINDS)}); "
@@ -112,7 +111,7 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
             with src.checking():
                 src.error("a fault at collect would hit the run's gathering: give an earlier phase",
                           (*where, "at", "phase"))
-    for_s = duration(spec["for"]) if "for" in spec else None
+    for_s = parse_duration(spec["for"]) if "for" in spec else None
     with src.checking():
         _check_length(src, kind, spec, for_s, where)
     size = None
@@ -126,7 +125,7 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if workers is not None and kind != "cpu":
         with src.checking():
             src.error(f"'workers' is a cpu pressure's; a {kind} takes none", (*where, "workers"))
-    fault = Fault(kind, target, host, duration(at.get("after", 0)), phase, for_s, size,
+    fault = Fault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
                   workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
     if pairs:  # a fault per direction, done by the host it leaves
         return [replace(fault, target=b, host=a) for a, b in pairs]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from netspec.protocol.runplan import DockerSpec
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
+from .durations import parse_duration
 from .faults import faults_of
 from .groups import Groups, expand
 from .links import links_of
@@ -44,14 +44,6 @@ from .sourcefile import Path_, SourceFile, key_name, suggest
 
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
 FLEET_S_PER_COMPONENT = 0.1
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: float | str) -> float:
-    if isinstance(value, int | float):
-        return float(value)
-    number, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", value).groups()  # type: ignore[union-attr]
-    return float(number) * _UNITS[unit]
 
 
 def load(path: str | Path) -> Plan:

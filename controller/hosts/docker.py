@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from netspec.camp.cgroup import CONTAINER_ENV
 from netspec.protocol.errors import ConnectionLost, NetspecError
 from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
@@ -191,7 +192,7 @@ class DockerHost(Host):
             image, [*self._netspecd(netspecd), "--announce", *([] if self.keep else ["--lifeline"])],
             stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
             name=self.container_name, hostname=self.name, network=self.network_name, init=True,
-            environment={DAEMON_ADDRESS_ENV: "hostname"},
+            environment={DAEMON_ADDRESS_ENV: "hostname", CONTAINER_ENV: "1"},
             labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
@@ -269,7 +270,7 @@ class DockerHost(Host):
         self.container.reload()
         address = self.container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
         self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True,
-                                environment={DAEMON_ADDRESS_ENV: address})
+                                environment={DAEMON_ADDRESS_ENV: address, CONTAINER_ENV: "1"})
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             code, out = self.container.exec_run(["cat", state])

@@ -210,15 +210,21 @@ class ContainerRunFiles:
 
         with self._lock:
             if self._archive is None:
-                self._archive = tempfile.TemporaryFile(prefix="netspec-salvage-")  # noqa: SIM115 (closed by remove)
                 try:
                     stream, _ = self.container.get_archive(self.root)
                 except docker.errors.NotFound:
                     return None
+                except docker.errors.DockerException as exc:
+                    raise NetspecError(f"{self.root} not copied out of {self.where}: {exc}") from None
+                archive = tempfile.TemporaryFile(prefix="netspec-salvage-")  # noqa: SIM115 (closed by remove)
                 for chunk in stream:
-                    self._archive.write(chunk)
+                    archive.write(chunk)
+                self._archive = archive  # kept only whole: a failed copy is tried again
             self._archive.seek(0)
-            return tarfile.open(fileobj=self._archive, mode="r:")
+            try:
+                return tarfile.open(fileobj=self._archive, mode="r:")
+            except tarfile.TarError as exc:
+                raise NetspecError(f"{self.root}'s archive from {self.where} is unreadable: {exc}") from None
 
     def _members(self, tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
         top = Path(self.root).name

@@ -48,6 +48,9 @@ NETSPECD = "/opt/netspec/venv/bin/netspecd"
 NETSPECD_LABEL = "org.netspec.netspecd"
 BUILD_LABEL = "org.netspec.build"
 SUITE = "bookworm"
+# Each build step's deadline: dpkg's listings take a second; debootstrap took 4 min on a loaded
+# 2-core machine with its packages to fetch.
+DPKG_S, DEBOOTSTRAP_S, TAR_S = 60.0, 1800.0, 600.0
 # Files of this machine kept in a base made of its packages: the dynamic linker's cache and
 # configuration (libraries live in multiarch directories), and the users and groups.
 LOCAL_EXTRAS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
@@ -179,8 +182,8 @@ def local_packages() -> dict[str, str] | None:
     (name -> version); None where it is no Debian or lacks one of them."""
     if not shutil.which("dpkg-query"):
         return None
-    shown = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Package}|${Version}|${Depends}|"
-                            "${Pre-Depends}|${Provides}\n"], capture_output=True, text=True)
+    shown = _tool(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Package}|${Version}|${Depends}|"
+                   "${Pre-Depends}|${Provides}\n"], DPKG_S)
     installed: dict[str, tuple[str, str]] = {}
     provided: dict[str, str] = {}
     for line in shown.stdout.splitlines():
@@ -215,8 +218,7 @@ def _name(relation: str) -> str:
 def _local_rootfs(packages: dict[str, str], into: Path) -> None:
     """A tar of the root filesystem made of the installed files of `packages`, with the
     alternatives they are reached through, /usr merged as on this machine."""
-    listed = subprocess.run(["dpkg-query", "-L", *sorted(packages)], capture_output=True, text=True,
-                            check=True)
+    listed = _tool(["dpkg-query", "-L", *sorted(packages)], DPKG_S)
     paths = {p for p in listed.stdout.splitlines() if p.startswith("/")}
     for extra in LOCAL_EXTRAS:
         paths.update([extra] if not os.path.isdir(extra) else (str(p) for p in Path(extra).iterdir()))
@@ -275,9 +277,19 @@ def _debootstrap_rootfs(mirror: str, into: Path, say: Say) -> None:
     packages.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="netspec-rootfs-") as root:
         say(f"debootstrap of Debian {SUITE} from {mirror} (its packages kept in {packages})")
-        done = subprocess.run(["debootstrap", "--variant=minbase", f"--cache-dir={packages}",
-                               f"--include={','.join(PACKAGES)}", SUITE, root, mirror],
-                              capture_output=True, text=True)
-        if done.returncode:
-            raise NetspecError(f"debootstrap failed:\n{(done.stdout + done.stderr)[-2000:]}")
-        subprocess.run(["tar", "-C", root, "-cf", str(into), "."], check=True)
+        _tool(["debootstrap", "--variant=minbase", f"--cache-dir={packages}",
+               f"--include={','.join(PACKAGES)}", SUITE, root, mirror], DEBOOTSTRAP_S)
+        _tool(["tar", "-C", root, "-cf", str(into), "."], TAR_S)
+
+
+def _tool(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """A build step's command run to its end within `timeout_s`; its failure or its timeout a
+    NetspecError naming it, with the end of what it said."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise NetspecError(f"{argv[0]} did not finish within {timeout_s:.0f} s") from None
+    if done.returncode:
+        said = (done.stdout + done.stderr)[-2000:]
+        raise NetspecError(f"{argv[0]} failed (exit {done.returncode}):\n{said}")
+    return done

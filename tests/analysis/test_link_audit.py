@@ -3,8 +3,24 @@ interval, and the verdict of a link and step from its figures."""
 
 from __future__ import annotations
 
+import duckdb
+import msgspec
 import pytest
-from netspec.analysis.links import Condition, verdict, wilson
+from netspec.analysis.links import (
+    Audit,
+    Condition,
+    audit,
+    configured_links,
+    counters,
+    increase,
+    verdict,
+    wilson,
+)
+from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkStats, PeerStats
+from netspec.protocol.runplan import PlanRecord, PlanStep
+from netspec.protocol.runrecord import FaultRecord, HostLinks, HostRecord, RunRecord
+from netspec.protocol.runstep import LinkChange, Step
 
 
 def test_the_wilson_interval_matches_its_known_values() -> None:
@@ -38,3 +54,63 @@ def test_a_partition_that_let_probes_through_is_off() -> None:
     assert verdict(_row(probes_received=3), Condition(partition=True)) == (
         False, "partition leaked 3 of 100 probes")
     assert verdict(_row(probes_received=0), Condition(partition=True))[0] is True
+
+
+def test_a_counter_that_went_down_was_reset_and_counts_from_zero_after() -> None:
+    assert increase([5, 9, 2, 6]) == 4 + 2 + 4
+    assert increase([3]) == 0 and increase([]) == 0
+
+
+def _events(rows: list[tuple[int, str, str, object]]) -> duckdb.DuckDBPyConnection:
+    db = duckdb.connect()
+    db.execute("CREATE TABLE events (ts BIGINT, bound_ns BIGINT, host VARCHAR, entity VARCHAR, kind VARCHAR, "
+               "data VARCHAR, value DOUBLE)")
+    for ts, host, entity, data in rows:
+        db.execute("INSERT INTO events VALUES (?, 0, ?, ?, 'event', ?, NULL)",
+                   [ts, host, entity, msgspec.json.encode(data).decode()])
+    return db
+
+
+def test_a_link_whose_counters_were_reset_in_a_step_reads_no_negative_rate_or_lateness() -> None:
+    def read(ts: int, sent: int, queued: int, late: int) -> tuple[int, str, str, object]:
+        stats = LinkStats(read_ns=ts, peers={"b": PeerStats(rate_bytes=sent * 1000, rate_packets=sent,
+                                                            queued=queued, late_over_1ms=late)})
+        return (ts, "a", "LINKS/stats", stats)
+    # the table made anew (counters reset) between the second and the third read
+    db = _events([read(0, 100, 100, 10), read(10**9, 200, 200, 20), read(2 * 10**9, 50, 40, 2)])
+    got = counters(db, [(0, "run", 0, 3 * 10**9)], Audit())[("a", "b", 0)]
+    assert got.rate_mbit == pytest.approx(150 * 1000 * 8 / 2 / 1e6)
+    assert got.user_late_pct == pytest.approx(100 * 12 / 140)
+
+
+def test_a_scheduled_partition_is_audited_as_the_fault_and_the_rest_of_its_step_as_the_link() -> None:
+    ms = 1_000_000
+    plan = PlanRecord(schedule=[PlanStep("run", link_state={"a->b": LinkCondition(delay_ms=1.0)})])
+    offer = LinkOffer()
+    record = RunRecord(
+        format=1, id="r", experiment="e", status="ok", plan=plan,
+        hosts={"a": HostRecord(links=HostLinks(offer, {"b": Backends(parts={"delay": "htb"})}))},
+        steps=[Step("run", "ok",
+                    links={"a": LinkChange(placements={"b": Backends(parts={"delay": "user"})})})],
+        faults=[FaultRecord(index=0, kind="partition", target="b", host="a", done_ns=400 * ms,
+                            ended_ns=700 * ms)])
+    configured = configured_links(record)
+    assert configured[("a", "b", 0)].backend == "user"  # the step's own placement, not launch's
+    assert configured[("a", "b", 0)].faults == ((0, 400 * ms, 700 * ms),)
+    # a probe every 10 ms in 0..1 s: each crosses in 1 ms but in the fault's window
+    rows: list[tuple[int, str, str, object]] = []
+    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):
+        rows.append((sent, "a", "LINKS/sent", SentRecord("b", seq, sent, 40)))
+        if not 400 * ms <= sent < 700 * ms:
+            rows.append((sent + ms, "b", "LINKS/probe", ProbeRecord("a", "b", seq, sent, sent + ms, 40)))
+    db = _events(rows)
+    db.execute("CREATE TABLE phases AS SELECT 0 AS step, 'run' AS phase, 0::BIGINT AS entered, "
+               "1000000000::BIGINT AS acked")
+    found = {row["fault"]: row for row in audit(db, configured, {}).rows}
+    assert set(found) == {None, 0}
+    link, fault = found[None], found[0]
+    assert (link["loss_pct"], link["within"], link["backend"]) == (0.0, True, "user")
+    # the probes sent within 20 ms of its start or end are left out: in flight as it changed
+    assert (fault["partition"], fault["probes_received"], fault["probes_sent"], fault["within"]) == \
+        (True, 0, 27, True)
+    assert (fault["start"], fault["end"]) == (400 * ms, 700 * ms)

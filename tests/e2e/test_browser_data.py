@@ -145,7 +145,7 @@ def test_two_runs_compared_say_first_what_differs_between_them(results: Path):
 
 def test_every_result_set_has_a_report_that_fetches_nothing(results: Path):
     report = (results / "runs" / run_ref(results, "browse-ok") / "merged" / "report.html").read_text()
-    assert "Plotly" in report and '<script type="application/json" id="panels">' in report
+    assert 'id="plotly-packed"' in report and 'id="panels-packed"' in report  # web/pages.py `packed`
     # the scripts are inline (plotly.js's own strings name its web site: no fetch); the page
     # around them loads nothing (the browser test watches a report's requests)
     page = re.sub(r"<script[^>]*>.*?</script>", "", report, flags=re.S)

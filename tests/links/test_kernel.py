@@ -27,7 +27,7 @@ def test_the_nftables_table_lets_netspecs_own_ports_through_before_any_peers_dro
 def test_only_the_user_space_paths_peers_are_queued_after_netspecs_own_ports_return():
     chain, queue = names.chain(RUN), names.queue(RUN)
     assert iptables_rules(RUN, [B, C], OWN, queue)[-1] == (
-        f"-A {chain} -d 10.9.0.2/32 -m comment --comment b -j NFQUEUE --queue-num {queue} --queue-bypass")
+        f"-A {chain} -d 10.9.0.2/32 -m comment --comment \"b\" -j NFQUEUE --queue-num {queue} --queue-bypass")
     assert len(iptables_rules(RUN, [B, C], OWN, queue)) == 6 + 1
 
 

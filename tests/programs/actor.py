@@ -7,6 +7,8 @@ deliberately failing components. Its params say what to do in which phase:
     exit_in: PHASE     exit the process with `exit_code` in PHASE
     orphan: true       at launch, leave a grandchild in its own session (escapes the group)
     ticks: N           log N PLAY/tick events in each phase it takes part in
+    span_ms_PHASE: MS  in PHASE, log `spans` (10) PLAY/span intervals of about MS ms each
+    slow_in: PHASE     take `slow_ms` (300) ms longer in PHASE
 
 Every phase is also logged as a PLAY/phase event whose data is the phase's name.
 """
@@ -20,6 +22,7 @@ from netspec import nodelib
 
 PHASE = nodelib.event("PLAY", "phase", "the actor entered a phase", decoder="utf8")
 TICK = nodelib.event("PLAY", "tick")
+SPAN = nodelib.interval("PLAY", "span")
 
 
 def act(ctx: nodelib.PhaseContext) -> str:
@@ -27,6 +30,13 @@ def act(ctx: nodelib.PhaseContext) -> str:
     PHASE.log(0, ctx.phase.encode())
     for i in range(int(p.get("ticks", 0))):
         TICK.log(i)
+    if f"span_ms_{ctx.phase}" in p:
+        for i in range(int(p.get("spans", 10))):
+            started = SPAN.start()
+            time.sleep(float(p[f"span_ms_{ctx.phase}"]) / 1e3)
+            SPAN.end(i, started)
+    if p.get("slow_in") == ctx.phase:
+        time.sleep(float(p.get("slow_ms", 300)) / 1e3)
     with open(f"{ctx.component}.log", "a") as log:
         log.write(f"{ctx.phase} on {ctx.host} {sorted(p.items())}\n")
     if ctx.phase == "launch" and p.get("orphan"):

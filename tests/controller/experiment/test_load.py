@@ -4,7 +4,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from netspec.controller.experiment.load import load, parse_duration
+from netspec.controller.experiment.durations import parse_duration
+from netspec.controller.experiment.load import load
 from netspec.controller.experiment.schemacheck import schema, validator
 from netspec.protocol.errors import ConfigError
 
@@ -185,7 +186,7 @@ def test_a_stream_pattern_no_program_declares_is_a_warning_with_a_did_you_mean(e
     assert load(experiment(text.replace(", components: [server]", ""))).warnings == ()
     assert plan.warnings == tuple(
         f"{tmp_path}/exp.yaml:12: streams.s.{key}: '{pattern}' matches no entity the stream's programs "
-        "declare (PLAY/phase, PLAY/tick) nor the daemon's (NETSPECD, CAMP, CLKSYNC) "
+        "declare (PLAY/phase, PLAY/span, PLAY/tick) nor the daemon's (NETSPECD, CAMP, CLKSYNC) "
         f"(did you mean '{close}'?)"
         for key, pattern, close in (("enable[0]", "play", "PLAY"), ("trigger[0]", "PLAY/tock", "PLAY/tick")))
 

@@ -1,0 +1,122 @@
+"""Per-phase figures of a result set, in one query each: for every step of the schedule its
+span on the global timeline (the first participant entering to the last ack), how many of its
+participants acked ok, the CPU and network its hosts used over it (usage.parquet) and the
+latency of every interval that ended inside it. The browser's per-phase panel, report.html and
+`ns_control report`'s per-phase lines all read them here; `report` judges a metric's trend
+within each span, so a change from one phase to the next is not read as a drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .resultset import open_tables
+from .units import duration_text, rate_text
+
+CPU_FIELDS = "('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
+# A step's span: the first participant entering to the last ack, with its count of participants.
+SPANS_SQL = """SELECT step, any_value(phase) AS phase, min(entered) AS lo, max(acked) AS hi, count(*) AS n,
+                      count(*) FILTER (status IN ('ok', 'warning')) AS ok
+               FROM phases WHERE entered IS NOT NULL AND acked IS NOT NULL GROUP BY step"""
+NET_FIELDS = "(field LIKE 'net.%.bytes_sent' OR field LIKE 'net.%.bytes_recv')"
+
+
+@dataclass(frozen=True)
+class Latency:
+    name: str  # the interval or pair
+    count: int
+    p50_ns: float
+    p99_ns: float
+    max_ns: float
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    step: int
+    phase: str
+    start_ns: int  # global: the first participant entering
+    end_ns: int  # global: the last ack
+    participants: int
+    ok: int  # acked ok or with a warning
+    cpus_mean: float | None  # CPUs busy per host over the step, the hosts' mean (None: not sampled)
+    cpus_max: float | None
+    cpus_max_host: str
+    net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
+    latencies: tuple[Latency, ...]
+
+    @property
+    def took_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def _views(db: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+
+
+def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, int]]:
+    """Each step that ran: (step, phase, start, end, participants, ok), in step order."""
+    if "phases" not in _views(db):
+        return []
+    return db.execute(f"SELECT * FROM ({SPANS_SQL}) ORDER BY step").fetchall()
+
+
+def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
+    """Every step's figures (see the module's docstring), in step order."""
+    steps = spans(db)
+    if not steps:
+        return []
+    have = _views(db)
+    cpu: dict[int, tuple[float, float, str]] = {}
+    net: dict[int, float] = {}
+    if "usage" in have:
+        for step, mean, top, top_host in db.execute(f"""
+                SELECT step, avg(v), max(v), arg_max(host, v) FROM (
+                    SELECT step, host, sum(per_s) / 1e9 AS v FROM usage
+                    WHERE per_s IS NOT NULL AND field IN {CPU_FIELDS} GROUP BY step, host)
+                GROUP BY step""").fetchall():
+            cpu[step] = (mean, top, top_host)
+        net = dict(db.execute(f"""SELECT step, sum(per_s) FROM usage
+                                  WHERE per_s IS NOT NULL AND {NET_FIELDS} GROUP BY step""").fetchall())
+    latency: dict[int, list[Latency]] = {}
+    if "intervals" in have:
+        for step, name, n, p50, p99, top in db.execute(f"""
+                WITH s AS ({SPANS_SQL})
+                SELECT s.step, i.name, count(*), quantile_cont(i.duration_ns, 0.5),
+                       quantile_cont(i.duration_ns, 0.99), max(i.duration_ns)
+                FROM intervals i JOIN s ON i.end_ts BETWEEN s.lo AND s.hi
+                GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
+            latency.setdefault(step, []).append(Latency(name, n, p50, p99, top))
+    return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
+                         net.get(step), tuple(latency.get(step, [])))
+            for step, phase, lo, hi, n, ok in steps]
+
+
+def phase_lines(figures: list[PhaseFigures]) -> list[str]:
+    """`ns_control report`'s per-phase block: a line per step, then its latencies indented."""
+    if not figures:
+        return []
+    lines = ["per phase (step: took, participants ok, CPU per host mean/max, network, latency "
+             "of the intervals that ended in it):"]
+    for f in figures:
+        cpu = (f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} cpus ({f.cpus_max_host})"
+               if f.cpus_mean is not None else "cpu not sampled")
+        network = rate_text(f.net_bytes_per_s, "B/s") if f.net_bytes_per_s is not None else "net not sampled"
+        lines.append(f"  {f.step} {f.phase}: {duration_text(f.took_ns)}, {f.ok}/{f.participants} ok, "
+                     f"{cpu}, {network}")
+        lines.extend(f"      {lat.name}: {lat.count} values, p50 {duration_text(lat.p50_ns)}, "
+                     f"p99 {duration_text(lat.p99_ns)}, max {duration_text(lat.max_ns)}"
+                     for lat in f.latencies)
+    return lines
+
+
+def run_phase_lines(merged: Path, run: str) -> list[str]:
+    """`phase_lines` of the result set in `merged`, headed by the run's name."""
+    db = open_tables(merged)
+    try:
+        lines = phase_lines(phase_figures(db))
+    finally:
+        db.close()
+    return [f"{run}: {lines[0]}", *lines[1:]] if lines else [f"{run}: no step in its phases table"]
