@@ -62,6 +62,17 @@ def measured_apart(script: str, **options: int | bool) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def pss_kb(pid: int) -> int:
+    """A process's proportional set size (kB); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def cpu_s(pid: int) -> float:
     """The process's CPU to the nanosecond, every thread's (/proc/<pid>/task/*/schedstat):
     /proc's ticks of 10 ms are too coarse for a few microseconds a step."""

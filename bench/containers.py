@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from barrier import percentile
+from barrier import percentile, pss_kb
 from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
 from netspec.controller.hosts.engines import engine_client
@@ -66,16 +66,6 @@ def experiment_text(n: int, steps: int, image: str, prefix: str, deadline_s: flo
         "  idle_loc: {group: loc, command: [sleep, '3600'], stop: collect}",
         "schedule:", f"  - {{phase: launch, deadline: {deadline_s:.0f}s}}",
         *["  - start_logging"] * steps, f"  - {{phase: collect, deadline: {deadline_s:.0f}s}}"]) + "\n"
-
-
-def pss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def descendants(pid: int) -> list[int]:

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import stepfloor
 import wakefloor
-from barrier import echo_round_trips, percentile
+from barrier import echo_round_trips, percentile, pss_kb
 from netspec.controller.engine.fanout import Tree
 from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
@@ -99,16 +99,6 @@ def cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICK_S
-
-
-def pss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class Watch:

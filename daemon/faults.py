@@ -27,7 +27,8 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
@@ -45,8 +46,8 @@ from .componentchannel import ComponentExited
 from .orphans import SPAWNED
 
 if TYPE_CHECKING:
-    from .component import ComponentProcess
-    from .supervisor import Supervisor
+    from .component import ComponentProcess, Outbox
+    from .services import NodeServices
 
 log = logging.getLogger("netspecd")
 
@@ -72,13 +73,28 @@ _DISK = ("import os, sys, time\n"
          "os.fsync(fd)\nos.close(fd)\ntime.sleep(max(0.0, end - time.monotonic()))\n")
 
 
+class RunHere(Protocol):
+    """What the faults take of the run on this host (daemon/supervisor.py's `Supervisor`, which
+    owns them: named by what they use, so that neither module imports the other)."""
+
+    run_id: str
+    host: str
+    root: Path
+    tg: asyncio.TaskGroup
+    components: dict[str, ComponentProcess]
+    services: NodeServices
+    outbox: Outbox
+
+    def logging_for(self, name: str) -> dict[str, Any]: ...
+
+
 class Faults:
     """The faults of one run on this host. Lifecycle: made with the run's supervisor;
     `schedule` for each fault the controller sends (its task in the run's task group);
     `close` at reset: every fault still waiting is cancelled, every pressure's process
     killed and its files removed, the stream closed."""
 
-    def __init__(self, sup: Supervisor):
+    def __init__(self, sup: RunHere):
         self.sup = sup
         self.tasks: set[asyncio.Task[None]] = set()
         self.pids: set[int] = set()  # pressures' processes still running

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .kinds import WireError
+from typing import Any, Protocol
 
 # Hosts named in one error's message; beyond, counted: an error shared by a thousand hosts
 # stays a line.
@@ -87,11 +84,19 @@ class ConnectionLost(NetspecError):
         super().__init__(f"{where}: connection lost" + (f" ({detail})" if detail else ""))
 
 
+class SaidError(Protocol):
+    """An error that crossed the wire, as kinds.py's `WireError` carries it (named by what it
+    says, so that this module, which every other imports, imports none of them)."""
+
+    type: str
+    message: str
+
+
 class RemoteError(NetspecError):
     """A request failed on the daemon; carries the error that crossed the wire
     (kinds.WireError)."""
 
-    def __init__(self, host: str, error: WireError):
+    def __init__(self, host: str, error: SaidError):
         self.host = host
         self.error = error
         super().__init__(f"host {host}: {error.type}: {error.message}")

@@ -143,12 +143,13 @@ class PlanAnalysis(msgspec.Struct):
     decoders: list[str] = []
 
 
-class PlanFault(msgspec.Struct):
+class PlanFault(msgspec.Struct, frozen=True):
     """A fault of the file's `faults:` (controller/experiment/faults.py): its kind, what it is
     done to (a component, or a host for cpu, memory and disk pressure) and the host where it
     happens, its instant (`after_s` from the start of the first step of `phase`, or from the
     run's first step with no phase), how long it lasts (`for_s`: a pause's, a pressure's), a
-    pressure's size in bytes or busy workers, and its line in the file."""
+    pressure's size in bytes or busy workers, and its line in the file. The loaded plan's
+    faults are these (frozen), as run.json keeps them."""
 
     kind: str
     target: str

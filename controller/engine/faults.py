@@ -18,9 +18,10 @@ import msgspec
 from netspec.protocol import kinds as k
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.links import LinkCondition, LinkRule
+from netspec.protocol.runplan import PlanFault
 from netspec.protocol.runrecord import FaultRecord, RunRecord
 
-from ..experiment.model import Fault, Plan
+from ..experiment.model import Plan
 from ..record.progress import Progress, ProgressSink
 from .reach import Fleet
 
@@ -62,7 +63,7 @@ class Faults:
                 assert self.tg is not None
                 self.tg.create_task(self._send(number, fault, planned))
 
-    async def _send(self, number: int, fault: Fault, at_ns: int) -> None:
+    async def _send(self, number: int, fault: PlanFault, at_ns: int) -> None:
         client = self.fleet.clients.get(fault.host)
         try:
             if client is None:
@@ -76,7 +77,7 @@ class Faults:
         except NetspecError as exc:
             self._failed(number, f"not scheduled on host {fault.host}: {exc}")
 
-    def _link(self, fault: Fault) -> dict[str, object]:
+    def _link(self, fault: PlanFault) -> dict[str, object]:
         """A partition's or heal's rule: the direction from its host to its peer (at the
         address its host reaches it). Its host cuts it on top of the conditions `links:` holds
         (LinkSet.cut), so a step changing them meanwhile neither lifts the partition nor is

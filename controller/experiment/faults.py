@@ -20,8 +20,9 @@ or to the run's, checked with every error at once (file:line:key).
 component's host; a pressure names its host. A pressure is bounded in size and time
 (MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
 A partition or heal names two hosts or groups: it is a fault per direction between them, each
-done by the host it leaves (netspec.links' conditions: a partition replaces the direction's
-`links:` condition, for `for` if given; a heal puts back the one `links:` holds then). Local
+done by the host it leaves (netspec.links' conditions: a partition is put on top of the
+direction's `links:` condition, for `for` if given; its end or a heal lifts it alone, leaving
+the condition as `links:` holds it then). Local
 daemons share this machine's network stack: refused in a partition, as in `links:`. A
 host whose daemon the schedule killed leaves the run: its components are out of the steps
 after, its daemon's node part too, and its files are salvaged at collect.
@@ -30,14 +31,15 @@ after, its daemon's node part too, and its files are salvaged at collect.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS, LINK_FAULTS, PRESSURE_FAULTS
+from netspec.protocol.runplan import PlanFault
 
 from .durations import parse_duration
 from .links import _names as link_hosts
-from .model import Component, Fault, Host, Step
+from .model import Component, Host, Step
 from .sourcefile import Path_, SourceFile
 
 MAX_PRESSURE_BYTES = 1 << 30  # a memory or disk pressure's size at most: 1 GiB
@@ -63,7 +65,7 @@ def parse_size(value: int | str) -> int:
 
 def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
               components: tuple[Component, ...], schedule: tuple[Step, ...],
-              fan_out: int | None) -> tuple[Fault, ...]:
+              fan_out: int | None) -> tuple[PlanFault, ...]:
     """Every fault of the file's `faults:`, each checked (a partition or heal: a fault per
     direction); every error recorded in `src` (the caller raises them all at once)."""
     faults = []
@@ -82,7 +84,7 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: d
 
 def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],
            groups: dict[str, tuple[str, ...]], components: dict[str, Component],
-           phases: list[str]) -> list[Fault]:
+           phases: list[str]) -> list[PlanFault]:
     kinds = [k for k in FAULT_KINDS if k in spec]
     if len(kinds) != 1:
         src.error(f"give exactly one kind of fault ({', '.join(FAULT_KINDS)}); "
@@ -125,10 +127,10 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if workers is not None and kind != "cpu":
         with src.checking():
             src.error(f"'workers' is a cpu pressure's; a {kind} takes none", (*where, "workers"))
-    fault = Fault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
+    fault = PlanFault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
                   workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
     if pairs:  # a fault per direction, done by the host it leaves
-        return [replace(fault, target=b, host=a) for a, b in pairs]
+        return [msgspec.structs.replace(fault, target=b, host=a) for a, b in pairs]
     return [fault]
 
 

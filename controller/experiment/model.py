@@ -10,7 +10,7 @@ import msgspec
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.links import LinkCondition
-from netspec.protocol.runplan import DockerSpec, PlanRecord
+from netspec.protocol.runplan import DockerSpec, PlanFault, PlanRecord
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.
@@ -172,24 +172,6 @@ class Campaign:
 
 
 @dataclass(frozen=True)
-class Fault:
-    """A fault of the file's `faults:` (faults.py): `kind` done to `target` (a component, or
-    a host for pressure) on `host`, `after_s` from the start of the first step of `phase`
-    (None: from the run's first step), lasting `for_s` (a pause, a pressure), of `size`
-    bytes (memory, disk) or `workers` busy processes (cpu)."""
-
-    kind: str
-    target: str
-    host: str
-    after_s: float = 0.0
-    phase: str | None = None
-    for_s: float | None = None
-    size: int | None = None
-    workers: int | None = None
-    line: int | None = None
-
-
-@dataclass(frozen=True)
 class Plan:
     """A validated experiment file, with defaults applied and paths resolved."""
 
@@ -211,7 +193,7 @@ class Plan:
     connect_deadline_s: float | None = None  # None: the fleet's own (engine.connect_deadline_s)
     fan_out: int | None = None  # a fan-out tree's width (fanout.py); None: flat
     links: tuple[LinkRule, ...] = ()  # link conditions from the start of the run
-    faults: tuple[Fault, ...] = ()  # the fault schedule (faults.py), in the file's order
+    faults: tuple[PlanFault, ...] = ()  # the fault schedule (faults.py), in the file's order
     # A host group's name -> its hosts, a group component's -> its components (groups.py):
     # what takes a name (link conditions, show, the browser) resolves a group's through them.
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -237,7 +219,7 @@ class Plan:
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},
                     "warnings": list(self.warnings), "connect_deadline_s": self.connect_deadline_s,
-                    "fan_out": self.fan_out, "faults": [asdict(f) for f in self.faults],
+                    "fan_out": self.fan_out, "faults": list(self.faults),
                     "links": [_link(rule) for rule in self.links], "groups": self.groups,
                     "component_groups": self.component_groups}
         return msgspec.convert(resolved, PlanRecord)

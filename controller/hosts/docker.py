@@ -28,6 +28,7 @@ one, with its own RunFiles: the engine sees only Host.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import io
@@ -89,6 +90,7 @@ class DockerHost(Host):
         self.log_dir: Path | None = None
         self.address = ""
         self.engine_info: dict[str, Any] = {}
+        self.making: concurrent.futures.Future[None] | None = None  # `_make` in the fleet's pool
 
     @property
     def prefix(self) -> str:
@@ -134,7 +136,8 @@ class DockerHost(Host):
             if self.docker.container or self.docker.label:
                 port = await engines.call(self._start_attached)
             else:
-                await engines.call(self._make)
+                self.making = engines.submit(self._make)
+                await asyncio.wrap_future(self.making)
                 port = await self._announced(log_dir)
             await engines.call(self.container.reload)
         except docker.errors.DockerException as exc:
@@ -361,6 +364,10 @@ class DockerHost(Host):
         import docker.errors
 
         said: list[str] = []
+        if self.making is not None and not self.making.cancel():
+            # A start cancelled (another host failed) while its container was being made: made
+            # to its end first, so that what it made is removed here, not left behind.
+            concurrent.futures.wait([self.making], timeout=API_TIMEOUT_S)
         if self.lifeline is not None:
             with contextlib.suppress(OSError):
                 self.lifeline.close()

@@ -114,12 +114,17 @@ class Engines:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in the pool. Cancelled, the call runs on to its end (each is bounded by
         the client's API_TIMEOUT_S); `close` waits for it, under its deadline."""
+        return await asyncio.wrap_future(self.submit(fn, *args))
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        """`fn(*args)` put in the pool: its future, for a caller that must know how it ended
+        even after its own wait was cancelled."""
         if self.closed:
             raise NetspecError("the fleet's engines are closed")
         future = self._pool.submit(fn, *args)
         self._futures.add(future)
         future.add_done_callback(self._futures.discard)
-        return await asyncio.wrap_future(future)
+        return future
 
     def _engine_lock(self, key: str) -> threading.Lock:
         with self._lock:
