@@ -142,8 +142,53 @@ def checks(path: Path, record: RunRecord) -> dict[str, Any]:
             "text": "every end after its start" if violations == 0 else
             (f"{violations} end(s) before their start, the worst by {duration_text(worst)}; "
              f"{c.get('beyond_bound', 0)} beyond the two clocks' bounds")})
-    return {"warnings": plan + (list(summary.warnings) if summary is not None else []),
-            "causality": causality, "merged": summary is not None}
+    warnings = plan + (list(summary.warnings) if summary is not None else [])
+    return {"warnings": warnings, "alike": alike(warnings), "causality": causality,
+            "merged": summary is not None}
+
+
+# Words with a digit in them: host, component and process names, numbers, paths.
+_NAMED = re.compile(r"[\w./-]*\d[\w./-]*")
+
+
+def alike(warnings: list[str]) -> list[dict[str, Any]]:
+    """The warnings in runs of those alike but for their names and numbers (one per host of a
+    fleet: "host web-07: CAMP: component w: process 4711 has exited"), in the order first said:
+    each run's first NAMES_SHOWN `shown` (each a `folded_warning`), the `rest` on request,
+    where a run has more than NAMES_WHOLE."""
+    runs: dict[str, list[str]] = {}
+    for w in warnings:
+        runs.setdefault(_NAMED.sub("#", w), []).append(w)
+    out = []
+    for said in runs.values():
+        keep = said if len(said) <= NAMES_WHOLE else said[:NAMES_SHOWN]
+        out.append({"shown": [folded_warning(w) for w in keep],
+                    "rest": [folded_warning(w) for w in said[len(keep):]]})
+    return out
+
+
+# A warning that names more than NAMES_WHOLE hosts (or components) in a row names the first
+# NAMES_SHOWN and how many in all; the whole list is on request. One warning naming each of a
+# fleet's 1000 hosts is a page of names that pushed the page past three screens.
+NAMES_WHOLE = 5
+NAMES_SHOWN = 3
+_NAME_RUN = re.compile(rf"(?<![\w.:/-])((?:[\w.:/-]+, ){{{NAMES_WHOLE},}}[\w.:/-]+)")
+
+
+def folded_warning(text: str) -> dict[str, Any]:
+    """A warning as the page shows it before the user asks for more: `shown`, its runs of
+    names folded to their first NAMES_SHOWN and their count; `whole`, as it was said; `folded`,
+    how many names `shown` leaves out."""
+    left_out = 0
+
+    def fold(match: re.Match[str]) -> str:
+        nonlocal left_out
+        names = match.group(1).split(", ")
+        left_out += len(names) - NAMES_SHOWN
+        return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more ({len(names)} in all)"
+
+    shown = _NAME_RUN.sub(fold, text)
+    return {"shown": shown, "whole": text, "folded": left_out}
 
 
 def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dict[str, Any]:

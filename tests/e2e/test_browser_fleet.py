@@ -68,6 +68,32 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         ticks = driver.execute_script("""const t = document.getElementById('timeline').data
             .find((t) => t.name === 'events'); return t && [new Set(t.y).size, t.hovertext[0]]""")
         assert ticks and ticks[0] == 2 and " PLAY/" in ticks[1], ticks
+        # a warning naming every host (the shared kernel's) names three and the count, in its
+        # section (open where the warnings are few: at 1000 hosts its names took a screen); the
+        # whole warning on request
+        checks = driver.find_element(By.ID, "checks-section")
+        was_open = checks.get_attribute("open") is not None
+        if not was_open:
+            checks.find_element(By.TAG_NAME, "summary").click()
+        warned = driver.execute_script("return document.getElementById('warnings').innerText")
+        kernel = next((line for line in warned.splitlines() if "share one kernel" in line), "")
+        named = [h for h in FLEET_HOSTS if h in kernel.replace(",", " ").split()]
+        assert len(named) == 3 and "(16 in all)" in kernel, warned
+        # a warning per host (CAMP's "process has exited"): three of them and the count of the rest
+        assert warned.count("has exited") == 3 and "and 13 more like these (16 in all)" in warned, warned
+        whole = driver.find_element(By.CSS_SELECTOR, "#warnings details.whole")
+        assert whole.get_attribute("open") is None
+        assert all(h in whole.get_attribute("textContent") for h in FLEET_HOSTS)
+        if not was_open:  # folded again, as the user found it
+            checks.find_element(By.TAG_NAME, "summary").click()
+        # the components' exits: the unclean first, eight of sixteen when the section is opened
+        driver.find_element(By.CSS_SELECTOR, "#exits-section > summary").click()
+        exits = driver.execute_script("return document.getElementById('exits').innerText")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#exits tbody tr")) == 8, exits
+        assert "xdb2" in exits and "xweb03" in exits, exits
+        more = driver.find_element(By.CSS_SELECTOR, "#exits-rest > summary").text
+        assert more.startswith("and 8 more"), more
+        driver.find_element(By.CSS_SELECTOR, "#exits-section > summary").click()
         # the page is at most three screens before the user asks for more
         height = driver.execute_script("return document.documentElement.scrollHeight")
         assert height <= 3 * driver.execute_script("return window.innerHeight"), height
