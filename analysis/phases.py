@@ -16,7 +16,8 @@ import duckdb
 from .resultset import open_tables
 from .units import duration_text, rate_text
 
-CPU_FIELDS = "('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
+# The usage rows a host's CPU busy time is the sum of (the browser's heatmaps and compare read them too).
+CPU_FIELDS = "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
 # A step's span: the first participant entering to the last ack, with its count of participants.
 SPANS_SQL = """SELECT step, any_value(phase) AS phase, min(entered) AS lo, max(acked) AS hi, count(*) AS n,
                       count(*) FILTER (status IN ('ok', 'warning')) AS ok
@@ -52,13 +53,14 @@ class PhaseFigures:
         return self.end_ns - self.start_ns
 
 
-def _views(db: duckdb.DuckDBPyConnection) -> set[str]:
+def views(db: duckdb.DuckDBPyConnection) -> set[str]:
+    """The result set's tables open in `db` (open_tables makes each a view)."""
     return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
 
 
 def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, int]]:
     """Each step that ran: (step, phase, start, end, participants, ok), in step order."""
-    if "phases" not in _views(db):
+    if "phases" not in views(db):
         return []
     return db.execute(f"SELECT * FROM ({SPANS_SQL}) ORDER BY step").fetchall()
 
@@ -68,14 +70,14 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
     steps = spans(db)
     if not steps:
         return []
-    have = _views(db)
+    have = views(db)
     cpu: dict[int, tuple[float, float, str]] = {}
     net: dict[int, float] = {}
     if "usage" in have:
         for step, mean, top, top_host in db.execute(f"""
                 SELECT step, avg(v), max(v), arg_max(host, v) FROM (
                     SELECT step, host, sum(per_s) / 1e9 AS v FROM usage
-                    WHERE per_s IS NOT NULL AND field IN {CPU_FIELDS} GROUP BY step, host)
+                    WHERE per_s IS NOT NULL AND {CPU_FIELDS} GROUP BY step, host)
                 GROUP BY step""").fetchall():
             cpu[step] = (mean, top, top_host)
         net = dict(db.execute(f"""SELECT step, sum(per_s) FROM usage

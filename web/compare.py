@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 from netspec.analysis.metrics import run_metrics, unit_bounds
+from netspec.analysis.phases import CPU_FIELDS
 from netspec.analysis.points import UnlikeRuns, point_metrics
 from netspec.analysis.provenance import differences, host_facts, load, shared_kernels
 from netspec.analysis.resultset import MERGED, open_tables
@@ -25,7 +26,7 @@ from netspec.protocol.runrecord import RunRecord
 from scipy import stats
 
 from .pages import plain
-from .panels import CPU_FIELDS, cpu_caveats
+from .panels import cpu_caveats
 from .timeline import bars
 
 ECDF_POINTS = 101

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from netspec.analysis.phases import phase_figures
+from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
 from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.runrecord import RunRecord
@@ -28,13 +28,9 @@ HOSTS_PER_DISTRIBUTION = 8
 EVENTS_PAGE_MAX = 500
 
 
-def tables(db: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-
-
 def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
     """Each host's offset from the reference over time, and the band its exchanges allow."""
-    if "clock" not in tables(db):
+    if "clock" not in views(db):
         return {"figure": None, "rows": []}
     rows = db.execute("""
         SELECT host, list((ts - $origin) / 1e6 ORDER BY ts), list(offset_ns ORDER BY ts),
@@ -70,7 +66,7 @@ def links(db: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """The link audit (links.parquet, analysis/links.py): per link and step, the achieved
     one-way delay's p50 (with its p99 and the clock bound) beside the configured, and a row
     each with loss, jitter and the verdict. None to draw for a run without links."""
-    if "links" not in tables(db):
+    if "links" not in views(db):
         return {"figure": None, "rows": []}
     rows = db.execute("""SELECT src || ' -> ' || dst, step, phase, configured_delay_ms, delay_p50_ms,
                                 delay_p99_ms, delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct,
@@ -110,15 +106,9 @@ def _scaled(value: float | None, scale: float) -> float | None:
 
 
 def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, Any]]:
-    if "phases" not in tables(db):
-        return []
-    spans = db.execute("""SELECT step, any_value(phase), (min(entered) - $origin) / 1e6,
-                                 (max(acked) - $origin) / 1e6
-                          FROM phases WHERE entered IS NOT NULL AND acked IS NOT NULL
-                          GROUP BY step ORDER BY step""", {"origin": origin}).fetchall()
-    return [{"type": "rect", "xref": "x", "yref": "paper", "x0": lo, "x1": hi, "y0": 0, "y1": 1,
-             "layer": "below", "line": {"width": 0}, "fillcolor": "rgba(76,120,168,0.10)",
-             "name": phase} for _, phase, lo, hi in spans]
+    return [{"type": "rect", "xref": "x", "yref": "paper", "x0": (lo - origin) / 1e6,
+             "x1": (hi - origin) / 1e6, "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
+             "fillcolor": "rgba(76,120,168,0.10)", "name": phase} for _, phase, lo, hi, _, _ in spans(db)]
 
 
 # Light for an idle cell, dark for the busiest (plotly.js's own "Blues" runs the other way).
@@ -126,7 +116,6 @@ HEAT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#21
 # A heatmap's rows are at least this tall, and its colour bar has a tick per this many pixels,
 # so that the colour bar's labels never run into each other.
 HEAT_ROW_PX, HEAT_MIN_PLOT_PX, HEAT_TICK_PX = 22, 120, 40
-CPU_FIELDS = "field IN ('cpu.user', 'cpu.system', 'cpu.nice', 'cpu.irq', 'cpu.softirq')"
 
 
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
@@ -190,7 +179,7 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | N
     fleet.FOLD_HOSTS hosts a row per group of `of` and the busiest hosts apart); and each
     host's CPU busy % over time with the steps shaded. A CPU figure is at most its host's
     CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
-    have = tables(db)
+    have = views(db)
     heatmaps = []
     cpus, caveats = cpu_caveats(facts or {})
     if "usage" in have:
@@ -249,7 +238,7 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
     """Each interval and pair: a histogram and an ECDF per host where it started (per group
     past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
     slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
-    if "intervals" not in tables(db):
+    if "intervals" not in views(db):
         return []
     out = []
     quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
@@ -287,7 +276,6 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
             "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
             "p50_text": duration_text(p50), "p99_text": duration_text(p99),
             "hosts": len(by_p99), "hosts_shown": shown,
-            "slowest": [{"host": h, "p99": p / scale} for h, p in by_p99[:fleet.SLOW_APART]],
             "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
                                    for label in shown],
                           "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
@@ -310,7 +298,7 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
     """The programs' events as ticks on the phase timeline (Perfetto's slices and instants on
     one time axis): each on its host/component's row (or its folded group's, `row_of`), at
     most TIMELINE_EVENTS in all, evenly spaced within each row; the hover names each."""
-    if "events" not in tables(db) or not row_of:
+    if "events" not in views(db) or not row_of:
         return None
     pairs = list(row_of)
     rows = db.execute("""
@@ -350,7 +338,7 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
            cap: int = EVENTS_PAGE_MAX) -> dict[str, Any]:
     """One page of events (at most `cap`) in global time order, filtered; every filter is a
     bound parameter."""
-    if "events" not in tables(db):
+    if "events" not in views(db):
         return {"total": 0, "rows": [], "offset": 0}
     # DuckDB refuses a parameter its statement does not use: each is added with its condition.
     where: list[str] = ["kind != 'admin'"]
@@ -410,7 +398,7 @@ def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dic
     kind of record (host, stream, kind) given an equal share, the earliest of each, a share a
     group does not fill left to the others; in global time order, with what was carried
     said (`sample`), and the total."""
-    if "events" not in tables(db):
+    if "events" not in views(db):
         return {"total": 0, "rows": [], "offset": 0, "sample": "no events"}
     groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
                            GROUP BY ALL""").fetchall()
@@ -451,7 +439,7 @@ def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_00
            last: int = 5) -> dict[str, dict[str, Any]]:
     """Per host, around a global instant: its last events before it and its CAMP rates in the
     window either side (CPU busy, network bytes/s), for a failure's triage."""
-    have = tables(db)
+    have = views(db)
     out: dict[str, dict[str, Any]] = {}
     params = {"t": instant_ns, "w": window_ns, "last": last}
     if "events" in have:
@@ -506,7 +494,7 @@ def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, A
         "last_event": None,
         "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
                         for name, text in f["output"].items()}}
-    if db is not None and f["component"] and "events" in tables(db):
+    if db is not None and f["component"] and "events" in views(db):
         row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, coalesce(data, CAST(value AS VARCHAR))
                             FROM events WHERE host = $h AND component = $c AND kind != 'admin'
                             ORDER BY ts DESC LIMIT 1""",

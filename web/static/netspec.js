@@ -194,7 +194,7 @@ const netspec = (() => {
     if (data.merged === false) { box.innerHTML = notMerged; return; }
     if (!data.length) { box.innerHTML = "<p class='empty'>no intervals or pairs in this run</p>"; return; }
     box.innerHTML = data.map((d, i) => `<h3>${esc(d.name)} <small>${d.count} values, p50 ${esc(d.p50_text)},
-      p99 ${esc(d.p99_text)}; a colour per host (where each started)${d.hosts > d.hosts_shown.length ? `; the ${d.hosts - d.hosts_shown.length} least busy hosts are counted with ${esc(d.hosts_shown.at(-1))}` : ""}</small></h3>
+      p99 ${esc(d.p99_text)}; a colour per host (where each started)${d.hosts > d.hosts_shown.length ? `; ${d.hosts} hosts in ${d.hosts_shown.length} colours: the slowest apart, the others by group` : ""}</small></h3>
       <div class="grid"><div class="plot histogram" id="hist-${i}"></div><div class="plot ecdf" id="ecdf-${i}"></div></div>`).join("");
     await Promise.all(data.flatMap((d, i) => [plot(`hist-${i}`, d.histogram), plot(`ecdf-${i}`, d.ecdf)]));
   }
