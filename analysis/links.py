@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.links.probes import WIRE_OVERHEAD
 from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
 
@@ -43,7 +44,6 @@ DELAY_SHARE = 0.05
 DELAY_FLOOR_NS = {"kernel": 100_000, "netem": 100_000, "user": 250_000}
 DEFAULT_DELAY_FLOOR_NS = 250_000
 RATE_SHARE = 0.05
-WIRE_OVERHEAD = 46  # a probe's bytes on the wire beyond its UDP payload (links/probes.py's)
 # The user-space path is the bottleneck when it released over 10 % of packets late, dropped
 # any, or its threads were busy over 80 % of the time (one of them is all it has).
 LATE_SHARE = 0.10

@@ -135,16 +135,15 @@ def iptables_rules(run_id: str, peers: list[Peer], exclude: Exclude, queue: int)
     return rules
 
 
-def iptables_apply(run_id: str, peers: list[Peer], exclude: Exclude, queue: int, exists: bool) -> bool:
-    """Install the run's chain (flushed and filled in one iptables-restore) and its jump from
-    OUTPUT; remove both when no peer needs them. Whether the chain exists now."""
+def iptables_apply(run_id: str, rules: list[str], exists: bool) -> bool:
+    """Install the run's chain (`iptables_rules`, flushed and filled in one iptables-restore)
+    and its jump from OUTPUT; remove both when no peer needs them (no rule queues a peer).
+    Whether the chain exists now."""
     chain = names.chain(run_id)
-    rules = [r for r in iptables_rules(run_id, peers, exclude, queue) if "--comment" in r]
-    if not rules:
+    if not any("--comment" in r for r in rules):
         if exists:
             iptables_remove(run_id)
         return False
-    rules = iptables_rules(run_id, peers, exclude, queue)
     body = "\n".join(rules)
     run(["iptables-restore", "--noflush"], stdin=f"*filter\n:{chain} - [0:0]\n{body}\nCOMMIT\n")
     try:
@@ -192,10 +191,7 @@ def _netem(cond: LinkCondition, parts: dict[str, str]) -> str:
     if parts.get("loss") == "netem":
         words.append(f"loss random {cond.loss_pct}%")
     elif parts.get("bursty loss") == "netem":
-        assert cond.loss_burst is not None
-        p = cond.loss_pct / 100
-        leave = 1 / cond.loss_burst
-        enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
+        enter, leave = cond.bursts()
         words.append(f"loss gemodel {enter * 100:.6f}% {leave * 100:.6f}% 100% 0%")
     return " ".join(words)
 

@@ -254,7 +254,7 @@ class LinkSet:
             kernel.nft_run(script)
         self._nft = kernel.nft_needed(peers)
         if queued != self._queued or not self._iptables:  # unchanged: not installed again
-            self._iptables = kernel.iptables_apply(self.run_id, peers, self.exclude, queue, self._iptables)
+            self._iptables = kernel.iptables_apply(self.run_id, queued, self._iptables)
             self._queued = queued
         self._devices = devices
         for device, (on, batch) in trees.items():
@@ -286,7 +286,8 @@ class LinkSet:
         with self._lock:
             peers = self._peers()
             devices, shaped_devices, user = dict(self._devices), set(self._shaped), self._user
-        dropped = kernel.nft_counts(self.run_id)
+            table = self._nft
+        dropped = kernel.nft_counts(self.run_id) if table else {}  # no table: no `nft` to ask
         classes = {d: kernel.tc_counts(self.run_id, d) for d in set(devices.values()) & shaped_devices}
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
         found = LinkStats(read_ns=time.time_ns(), queue_overruns=user.overruns if user else 0,

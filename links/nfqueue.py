@@ -130,11 +130,9 @@ def drop(rng: random.Random, cond: LinkCondition, bad: bool) -> tuple[bool, bool
     the long-run loss is `loss_pct` (netem's `loss gemodel p r 100% 0%`)."""
     if not cond.loss_pct:
         return False, False
-    p = cond.loss_pct / 100
     if cond.loss_burst is None:
-        return rng.random() < p, False
-    leave = 1 / cond.loss_burst
-    enter = min(1.0, p * leave / (1 - p)) if p < 1 else 1.0
+        return rng.random() < cond.loss_pct / 100, False
+    enter, leave = cond.bursts()
     bad = (rng.random() >= leave) if bad else (rng.random() < enter)
     return bad, bad
 

@@ -150,7 +150,6 @@ class LinkProbes:
         self.read_stats = stats
         self.stats_thread: threading.Thread | None = None
         self.sock: socket.socket | None = None
-        self.kernel = False
         self.port = 0
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -173,7 +172,7 @@ class LinkProbes:
         try:
             sock.bind((address, port))
             sock.setblocking(False)
-            self.kernel = enable_stamps(sock)
+            enable_stamps(sock)  # where the kernel will not, `_receive` stamps in user space
         except BaseException:
             sock.close()
             raise

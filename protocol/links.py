@@ -8,7 +8,7 @@ run.json's plan (protocol/runplan.py); the daemon's netspec.links applies them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
@@ -16,11 +16,10 @@ from .names import NAME
 
 __all__ = ["DISTRIBUTIONS", "Backends", "LinkCondition", "LinkOffer", "LinkRule", "LinkStats", "PeerStats"]
 
-DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")  # as netem names them
-Distribution = Literal["uniform", "normal", "pareto", "paretonormal"]
+Distribution = Literal["uniform", "normal", "pareto", "paretonormal"]  # as netem names them
+DISTRIBUTIONS = get_args(Distribution)
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
-Port = Annotated[int, msgspec.Meta(gt=0, lt=65536)]
 
 
 class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
@@ -52,6 +51,14 @@ class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=Tru
         if self.rate_mbit is not None:
             parts.append("rate")
         return parts
+
+    def bursts(self) -> tuple[float, float]:
+        """A bursty loss's Gilbert-Elliott chances a packet (netem's `loss gemodel p r 100% 0%`):
+        of entering the all-lost bad state, chosen so that the long-run loss is `loss_pct`, and
+        of leaving it, 1/`loss_burst` (the burst's mean length)."""
+        assert self.loss_burst is not None
+        p, leave = self.loss_pct / 100, 1 / self.loss_burst
+        return (min(1.0, p * leave / (1 - p)) if p < 1 else 1.0), leave
 
     def said(self) -> str:
         """In a few words, for people: "delay 10 ms ± 2 ms (normal), loss 1 %, rate 10 Mbit/s"."""
