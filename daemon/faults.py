@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from netspec.camp.procfs import stat_fields
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.links import Refused
@@ -369,8 +370,8 @@ def _state(pid: int) -> str | None:
     """Process `pid`'s state letter in /proc (R, S, D, T, Z...); None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0].decode()
-    except (OSError, IndexError):
+            return stat_fields(f.read())[0].decode()
+    except (OSError, IndexError, ValueError):
         return None
 
 
