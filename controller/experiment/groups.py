@@ -129,6 +129,7 @@ def _expand_hosts(src: SourceFile, given: dict[str, Any]) -> tuple[dict[str, Any
             continue  # the schema said so
         rest = {k: v for k, v in spec.items() if k != "count"}
         members = tuple(f"{name}-{i}" for i in range(1, count + 1))
+        under = _under(src, (HOSTS_KEY, name))
         for i, member in enumerate(members, 1):
             if member in given:
                 with src.checking():
@@ -137,7 +138,7 @@ def _expand_hosts(src: SourceFile, given: dict[str, Any]) -> tuple[dict[str, Any
                               (HOSTS_KEY, name, "count"))
                 continue
             hosts[member] = _filled(rest, dict(zip(_HOST_TOKENS, (str(i), member), strict=True)))
-            _alias(src, (HOSTS_KEY, name), (HOSTS_KEY, member))
+            _alias(src, under, (HOSTS_KEY, member))
         groups[name] = members
     return hosts, groups
 
@@ -166,6 +167,7 @@ def _expand_components(src: SourceFile, given: dict[str, Any], host_groups: Memb
             continue
         rest = {k: v for k, v in spec.items() if k != "group"}
         members = []
+        under = _under(src, where)
         for i, host in enumerate(host_groups[group], 1):
             member = f"{name}-{host}"
             if member in given:
@@ -177,7 +179,7 @@ def _expand_components(src: SourceFile, given: dict[str, Any], host_groups: Memb
             filled = _filled({k: v for k, v in rest.items() if k in ("command", "args", "env", "params")},
                              dict(zip(_COMPONENT_TOKENS, (str(i), host), strict=True)))
             components[member] = {**rest, **filled, "host": host}
-            _alias(src, where, ("components", member))
+            _alias(src, under, ("components", member))
             members.append(member)
         groups[name] = tuple(members)
     return components, groups
@@ -227,11 +229,17 @@ def _members(src: SourceFile, path: Path_, names: list[Any], groups: dict[str, t
     return out
 
 
-def _alias(src: SourceFile, group: Path_, member: Path_) -> None:
-    """Every line under `group`'s key, also under `member`'s."""
+def _under(src: SourceFile, group: Path_) -> list[tuple[Path_, int]]:
+    """Every line under `group`'s key, by its path below it: read once for all the members,
+    as each member's own lines are added to the same map."""
     n = len(group)
-    for path, line in [(p, ln) for p, ln in src.lines.items() if p[:n] == group]:
-        src.lines[(*member, *path[n:])] = line
+    return [(p[n:], ln) for p, ln in src.lines.items() if p[:n] == group]
+
+
+def _alias(src: SourceFile, under: list[tuple[Path_, int]], member: Path_) -> None:
+    """The group's lines (`_under`), also under `member`'s key."""
+    for below, line in under:
+        src.lines[(*member, *below)] = line
 
 
 def _filled(value: Any, tokens: dict[str, str]) -> Any:
