@@ -31,7 +31,7 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tls: dict[str, str] | None = None
     image: str | None = None
     cpus: float | None = None
-    memory: str | None = None
+    memory: str | int | None = None  # bytes, or with k, m or g (engines.memory_bytes)
     cap_add: tuple[str, ...] = ("NET_ADMIN", "SYS_NICE")
     container: str | None = None
     label: str | None = None

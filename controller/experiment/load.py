@@ -204,8 +204,7 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
 def _host(name: str, spec: dict[str, Any]) -> Host:
     if spec.get("docker") is None:
         return Host(name, **spec)
-    given = {k: tuple(v) if k == "cap_add" else v for k, v in spec["docker"].items()}
-    docker = msgspec.convert(given, DockerSpec)
+    docker = msgspec.convert(spec["docker"], DockerSpec)  # its lists become the spec's tuples
     return Host(name, **{**spec, "docker": docker})
 
 

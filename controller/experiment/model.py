@@ -35,7 +35,7 @@ class Host:
     def local(self) -> bool:
         """A local daemon: it shares this machine's network stack with every other local one
         (link conditions refuse it). A container (issue 41's `docker:`) has a stack of its own."""
-        return self.address is None and self.ssh is None and getattr(self, "docker", None) is None
+        return self.address is None and self.ssh is None and self.docker is None
 
 
 @dataclass(frozen=True)

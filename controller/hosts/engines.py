@@ -62,7 +62,7 @@ def engine_client(engine: str | None, tls: dict[str, str] | None = None, pool: i
     return client
 
 
-def memory_bytes(text: str | None) -> int | None:
+def memory_bytes(text: str | int | None) -> int | None:
     if text is None:
         return None
     found = MEMORY.match(str(text).strip())

@@ -236,3 +236,17 @@ def test_a_need_above_the_programs_that_register_the_phase_is_an_error(experimen
         load(experiment(text.replace("NEED", "2")))
     assert str(err.value) == (f"{tmp_path}/exp.yaml:5: schedule[2].need: need 2 in step 'fail_over', "
                               "which has at most 1 participant(s): backup")
+
+
+def test_a_docker_hosts_memory_is_taken_in_bytes_or_with_a_unit_as_the_schema_allows(experiment):
+    plan = load(experiment("""\
+        experiment: m
+        hosts:
+          a: {docker: {memory: 268435456, cap_add: [NET_ADMIN]}}
+          b: {docker: {memory: 256m}}
+        components:
+          c: {host: a, command: [sleep, "1"]}
+        schedule: [launch, collect]
+        """))
+    a, b = plan.hosts
+    assert (a.docker.memory, a.docker.cap_add, b.docker.memory) == (268435456, ("NET_ADMIN",), "256m")
