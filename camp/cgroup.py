@@ -52,6 +52,10 @@ class CgroupBackend(ProcBackend):
         super().__init__(proc, sys)
         self.version, self.root = version, root
         self.group = self._group()
+        # What a sample would otherwise ask again each time: the machine's memory, and whether
+        # cgroup v1's CPU controller (a quota) is there at all.
+        self.machine_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        self.quota_v1 = version == 1 and os.path.exists(f"{root}/cpu/cpu.cfs_quota_us")
         controllers = "cpuacct, memory, blkio" if version == 1 else "cpu.stat, memory, io.stat"
         self.scope = (f"node figures are this container's cgroup v{version} ({controllers}) "
                       f"{self.group}, not the machine's")
@@ -77,8 +81,7 @@ class CgroupBackend(ProcBackend):
             if quota != "max":
                 return int(quota) / int(period)
         else:
-            limited = os.path.exists(f"{self.root}/cpu/cpu.cfs_quota_us")
-            quota = int(self._text("cpu/cpu.cfs_quota_us")) if limited else -1
+            quota = int(self._text("cpu/cpu.cfs_quota_us")) if self.quota_v1 else -1
             if quota > 0:
                 return quota / int(self._text("cpu/cpu.cfs_period_us"))
         return float(len(os.sched_getaffinity(0)))
@@ -96,7 +99,7 @@ class CgroupBackend(ProcBackend):
         return CpuTimes(user, 0, system, max(allowed - user - system, 0), 0, 0, 0, 0)
 
     def free_physical_memory(self) -> int:
-        machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        machine = self.machine_memory
         if self.version == 2:
             limit_text = self._text("memory.max").strip()
             limit = machine if limit_text == "max" else int(limit_text)
@@ -109,8 +112,7 @@ class CgroupBackend(ProcBackend):
 
     def disk(self, name: str) -> DiskCounters:
         try:
-            with open(f"{self.sys}/class/block/{name}/dev") as f:
-                device = f.read().strip()
+            device = self._read(f"{self.sys}/class/block/{name}/dev").decode().strip()
         except FileNotFoundError:
             disks = ", ".join(self.physical_disks())
             raise CampError(f"no disk or partition '{name}' (disks: {disks})") from None
