@@ -482,15 +482,15 @@ def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, A
     timeline and its last line of output. None for a participant that failed of itself."""
     if f["outcome"] not in ("killed", "late", "waiting"):
         return None
-    plan = record.plan.schedule if record.plan is not None else []
-    planned = plan[f["step"]] if f["step"] < len(plan) and plan[f["step"]].phase == f["phase"] else None
-    deadline_s = planned.deadline_s if planned is not None else None
-    missed_ns = f["instant_ns"] + int(deadline_s * 1e9) if deadline_s is not None else f["instant_ns"]
+    deadline = timeline.deadline_of(record, f["step"])
+    need = record.plan.schedule[f["step"]].need if deadline is not None and record.plan is not None else None
+    # The instant it missed: its start (the step sent to it, where it never entered) and the deadline.
+    missed_ns = f["start_ns"] + deadline if deadline is not None else f["instant_ns"]
     out: dict[str, Any] = {
         "deadline": (f"missed the deadline of step {f['step']} ({f['phase']}): no ack within "
-                     f"{duration_text(deadline_s * 1e9)}" if deadline_s is not None else
+                     f"{duration_text(deadline)}" if deadline is not None else
                      f"no ack in step {f['step']} ({f['phase']})")
-                    + (f", need {planned.need}" if planned is not None and planned.need is not None else ""),
+                    + (f", need {need}" if need is not None else ""),
         "last_event": None,
         "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
                         for name, text in f["output"].items()}}

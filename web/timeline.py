@@ -297,7 +297,7 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
         out.append({"step": b.step, "phase": b.phase, "host": b.host, "component": b.component,
                     "outcome": b.outcome, "message": _host_cause(record, b) if entry is None else b.message,
                     "traceback": entry.traceback if entry is not None else "",
-                    "instant_ns": b.end_ns,
+                    "instant_ns": b.end_ns, "start_ns": b.start_ns,
                     "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
                                if b.component else "" for name in ("stdout", "stderr")}})
     return out

@@ -6,6 +6,7 @@ figures and judges trends within a phase. One page load, several checks."""
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from pathlib import Path
 
@@ -149,6 +150,9 @@ def test_a_fleets_first_screen_says_whether_it_worked_and_where_the_time_went(fl
         assert lead == "db-2/xdb2 missed the deadline of step 5 (work): no ack within 1.5 s, need 15", lead
         life = hang.find_element(By.CSS_SELECTOR, ".life").text
         assert "its last event PLAY/tick tag 4, " in life and "before the deadline" in life, life
+        # within the 1.5 s it had: the deadline counted once, from when it entered
+        number, unit = re.search(r"tag 4, ([0-9.]+) (us|ms|s) before the deadline", life).groups()
+        assert float(number) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit] <= 1.5, life
         assert "stdout xdb2 line 2, stderr xdb2 stderr in work" in life, life
         red = driver.execute_script(
             "return getComputedStyle(document.querySelector('#triage .failure.exception')).borderTopColor")
