@@ -15,6 +15,7 @@ from netspec.protocol.errors import NetspecError, without_names
 from netspec.protocol.exits import describe_returncode, kill_run_processes
 from netspec.protocol.runoutcome import RunOutcome
 
+from ..hosts.engines import CLOSE_S
 from ..hosts.fleet import DaemonClient, Host, LocalHost
 from ..hosts.forks import DaemonForks
 from ..record.progress import Progress, ProgressSink
@@ -27,7 +28,6 @@ from .step import Steps
 from .stragglers import Stragglers
 
 CLEANUP_DEADLINE_S = 30.0
-ENGINES_CLOSE_S = 5.0
 
 
 async def end_component(clients: Mapping[str, DaemonClient], host: str, name: str) -> str | None:
@@ -112,7 +112,7 @@ async def finish(error: NetspecError | None, phase: str, *, fleet: Fleet, forks:
         await client.close()
     stops = await stop_hosts(fleet.hosts, rundir.id, CLEANUP_DEADLINE_S, stragglers.progress)
     if fleet.engines is not None:  # the container hosts' pool, its calls under way waited for
-        for text in await asyncio.to_thread(fleet.engines.close, ENGINES_CLOSE_S):
+        for text in await asyncio.to_thread(fleet.engines.close, CLOSE_S):
             stragglers.progress(Progress("notice", text=text))
             stops.append(text)
     if any(isinstance(h, LocalHost) for h in fleet.hosts.values()):

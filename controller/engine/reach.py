@@ -47,7 +47,8 @@ def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
 
-        return DockerHost(spec, run_id, key, keep=keep_daemons, engines=engines)
+        assert engines is not None  # the Fleet makes them for a plan with container hosts
+        return DockerHost(spec, run_id, key, engines, keep=keep_daemons)
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 

@@ -17,6 +17,7 @@ from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..experiment.model import Host as HostSpec
+from ..hosts.engines import CLOSE_S
 from ..hosts.fleet import local_daemon_root
 from ..hosts.remote import SSHHost
 from ..hosts.runfiles import RunFiles, local_run_files
@@ -41,10 +42,11 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
                            f"{record.controller.pid}): nothing to collect yet")
     run = RunDir(path, record)
     ssh_hosts: list[SSHHost] = []
+    engines: list[Any] = []  # the run's container hosts' engines: one client each, closed after
     sources = {}
     for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts):
         if spec.name in record.hosts:  # reached by the run: something may be there
-            sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts)
+            sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines)
 
     async def gather() -> dict[str, Salvaged]:
         return await salvage_hosts(sources, run, asyncio.get_running_loop().time() + COLLECT_DEADLINE_S)
@@ -53,11 +55,14 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     finally:
         for host in ssh_hosts:
             host.conn.close()
+        for shared in engines:
+            shared.close(CLOSE_S)
     note_collected(run, found)
     return found
 
 
-def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SSHHost]) -> Any:
+def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SSHHost],
+            engines: list[Any]) -> Any:
     if spec.ssh:
         host = SSHHost(spec, accept_new)
         opened.append(host)
@@ -66,8 +71,11 @@ def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SS
         return lambda: None
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a run with docker hosts
+        from ..hosts.engines import Engines
 
-        return functools.partial(DockerHost(spec, record.id, b"").run_files, record.id)
+        if not engines:
+            engines.append(Engines())
+        return functools.partial(DockerHost(spec, record.id, b"", engines[0]).run_files, record.id)
     return functools.partial(_local_files, record, spec.name)
 
 

@@ -51,7 +51,6 @@ from .engines import (
     CREATED_LABEL,
     ContainerRunFiles,
     Engines,
-    engine_client,
     memory_bytes,
 )
 from .fleet import Host
@@ -73,14 +72,12 @@ class DockerHost(Host):
 
     start_deadline_s = START_S + API_TIMEOUT_S
 
-    def __init__(self, spec: HostSpec, run_id: str, key: bytes, keep: bool = False,
-                 engines: Engines | None = None):
+    def __init__(self, spec: HostSpec, run_id: str, key: bytes, engines: Engines, keep: bool = False):
         super().__init__(spec)
         assert spec.docker is not None
         self.docker = spec.docker
         self.run_id, self.key, self.keep = run_id, key, keep
-        self.engines = engines  # the fleet's (start and stop need them; `collect` has none)
-        self.client: Any = None  # without the fleet's engines, a client of its own
+        self.engines = engines  # the fleet's, or collect's: every call to the engine goes through them
         self.container: Any = None
         self.created = False
         self.exec_pid: int | None = None  # netspecd's in an attached container
@@ -114,16 +111,7 @@ class DockerHost(Host):
         return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
     def _client(self) -> Any:
-        if self.engines is not None:
-            return self.engines.client(self.docker.engine, self.docker.tls)
-        if self.client is None:
-            self.client = engine_client(self.docker.engine, self.docker.tls)
-        return self.client
-
-    def _engines(self) -> Engines:
-        if self.engines is None:
-            raise NetspecError(f"host {self.name}: a container host is started and stopped by a fleet")
-        return self.engines
+        return self.engines.client(self.docker.engine, self.docker.tls)
 
     async def start(self, log_dir: Path) -> tuple[str, int]:
         """Every call to the engine made in the fleet's pool (`Engines`): N hosts' starts go on
@@ -131,7 +119,7 @@ class DockerHost(Host):
         no thread."""
         import docker.errors
 
-        engines = self._engines()
+        engines = self.engines
         try:
             if self.docker.container or self.docker.label:
                 port = await engines.call(self._start_attached)
@@ -160,7 +148,7 @@ class DockerHost(Host):
 
         image = self.docker.image or default_image()
         try:
-            found = self._engines().image(self.docker.engine, self.docker.tls, image)
+            found = self.engines.image(self.docker.engine, self.docker.tls, image)
         except docker.errors.ImageNotFound:
             where = f" --engine {self.docker.engine}" if self.docker.engine else ""
             raise ConnectionLost(self.name, detail=f"no image {image} in {self.engine_label}: make it "
@@ -169,14 +157,14 @@ class DockerHost(Host):
 
     def _network(self) -> Any:
         """The run's network (made by the first of its hosts), this host counted on it."""
-        network = self._engines().network(self.docker.engine, self.docker.tls, self.network_name,
+        network = self.engines.network(self.docker.engine, self.docker.tls, self.network_name,
                                           labels={RUN_LABEL: self.run_id, CREATED_LABEL: "1"})
         self.networked = True
         return network
 
     def _make(self) -> None:
         """The container made and started, the key in it, its lifeline held."""
-        self.engine_info = self._engines().info(self.docker.engine, self.docker.tls)
+        self.engine_info = self.engines.info(self.docker.engine, self.docker.tls)
         self.container = self._create()
         self.created = True
         self._put_key()
@@ -224,11 +212,11 @@ class DockerHost(Host):
         loop = asyncio.get_running_loop()
         deadline, wait = loop.time() + START_S, POLL_S
         while True:
-            port, status = await self._engines().call(self._look)
+            port, status = await self.engines.call(self._look)
             if port is not None:
                 return port
             if status not in ("created", "running") or loop.time() > deadline:
-                said = await self._engines().call(self._said)
+                said = await self.engines.call(self._said)
                 log_dir.mkdir(parents=True, exist_ok=True)
                 (log_dir / "netspecd.log").write_text(said)
                 raise ConnectionLost(self.name, detail=f"netspecd did not start in container "
@@ -262,7 +250,7 @@ class DockerHost(Host):
     def _start_attached(self) -> int:
         """netspecd started in the container, which joins the run's network (left at the end)
         so that the run's hosts reach each other."""
-        self.engine_info = self._engines().info(self.docker.engine, self.docker.tls)
+        self.engine_info = self.engines.info(self.docker.engine, self.docker.tls)
         self.container = self._find()
         self._put_key()
         if self.network_name not in self.container.attrs["NetworkSettings"]["Networks"]:
@@ -305,7 +293,7 @@ class DockerHost(Host):
                 where = f"{hashlib.sha256(body).hexdigest()[:16]}/{Path(program).name}"
                 placed[program] = f"{PROGRAMS}/{where}"
                 _add(tar, where, body, 0o755)
-        await self._engines().call(self.container.put_archive, PROGRAMS, data.getvalue())
+        await self.engines.call(self.container.put_archive, PROGRAMS, data.getvalue())
         return placed
 
     def placement(self) -> Placement | None:
@@ -353,7 +341,7 @@ class DockerHost(Host):
     async def stop(self, run_id: str = "") -> list[str]:
         """In the fleet's pool, as its start: N containers go at once, a bounded number of
         calls in flight."""
-        if self.keep or self.engines is None:
+        if self.keep:
             return []
         return await self.engines.call(self._stop)
 
@@ -393,7 +381,7 @@ class DockerHost(Host):
             if self.networked:
                 self.networked = False
                 try:
-                    self._engines().left(self.docker.engine, self.docker.tls, self.network_name)
+                    self.engines.left(self.docker.engine, self.docker.tls, self.network_name)
                 except docker.errors.DockerException as exc:
                     said.append(f"network {self.network_name}: not removed: {exc}")
         self.container = None if self.created else self.container

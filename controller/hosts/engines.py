@@ -22,6 +22,7 @@ API_TIMEOUT_S = 60
 # time (its network sandbox and layer store serialise them): more than this queue in the
 # engine rather than here, and cost threads. Measured on this 2-core machine (bench/containers.py).
 ENGINE_CALLS = 8
+CLOSE_S = 5.0  # at the end, how long the engine calls under way are waited for
 TLS_API_VERSION = "1.40"  # Docker 19.03 and later: every call made here is in it
 CREATED_LABEL = "org.netspec.created"
 MEMORY = re.compile(r"^([0-9]+)([bkmg]?)$", re.IGNORECASE)
