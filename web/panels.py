@@ -14,6 +14,7 @@ import duckdb
 from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
 from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
+from netspec.protocol.errors import some_hosts
 from netspec.protocol.runrecord import RunRecord
 
 from . import fleet, timeline
@@ -162,7 +163,7 @@ def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], lis
     """Each host's CPUs (its daemon's facts) and what a CPU figure of the run must be read
     with: hosts on one kernel each see the whole machine's CPUs, not their own."""
     cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
-    notes = [f"hosts {', '.join(group)} share one kernel (namespaces or containers of one machine of "
+    notes = [f"hosts {some_hosts(group)} share one kernel (namespaces or containers of one machine of "
              f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
              for group in shared_kernels(facts)]
     return cpus, notes
