@@ -23,7 +23,7 @@ from netspec.protocol.runrecord import read_run
 from netspec.web import panels, timeline
 from netspec.web.compare import median_test
 from selenium.webdriver.common.by import By
-from support import start_run, wait_for
+from support import PROGRAMS, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -226,30 +226,37 @@ components:
   one: {host: a, program: ACTOR, args: ["launch,work,collect"], params: {hang_in: work}}
   two: {host: b, program: ACTOR, args: ["launch,work,collect"], params: {ticks: 5}}
   idle: {host: b, command: "sleep 60", stop: stop_logging}
+  gate: {host: a, program: WAITER, args: ["before,after"], params: {dir: HOLD}}
 services: {clksync: {reference: a}}
 streams: {play: {enable: [PLAY]}}
-schedule: [launch, sync_clocks, start_logging, {phase: work, components: [one, two], need: 1, deadline: 2s},
-           stop_logging, collect]
+schedule: [launch, sync_clocks, start_logging, {phase: before, components: [gate]},
+           {phase: work, components: [one, two], need: 1, deadline: 2s},
+           {phase: after, components: [gate]}, stop_logging, collect]
 """
 
 
 def test_a_run_watched_live_is_followed_until_it_ends_with_a_participant_killed_at_its_deadline(
         experiment, tmp_path: Path):
-    path = experiment(LIVE)
+    hold = tmp_path / "hold"  # the gate holds the run in 'before' and 'after' until the test lets it go
+    hold.mkdir()
+    path = experiment(LIVE.replace("WAITER", str(PROGRAMS / "waiter.py")).replace("HOLD", str(hold)))
     with serving(tmp_path) as url, chromium() as driver:
-        proc, _ = start_run(path, tmp_path, lambda r: r.get("status") == "running", "the run's record")
+        proc, _ = start_run(path, tmp_path, lambda r: (hold / "before.in").exists() and r,
+                            "the run to hold in phase 'before'")
         try:
             ref = run_ref(tmp_path, "live")
-            # (its sections left folded: the page is quicker to draw, the run has no time to lose)
             open_page(driver, f"{url}/run/{ref}", unfold=False)
             assert driver.find_element(By.ID, "run-status").text == "running"
             steps = driver.execute_script("return document.querySelector('#steps tbody').textContent")
-            # the page polls and draws the steps as they come ...
+            assert "work" not in steps, steps
+            # the page polls and draws the steps as they come, here 'work' while the run holds in 'after'
             # (looked at four times a second: a page asked more often draws nothing new)
+            (hold / "before.go").touch()
             wait_for(lambda: time.sleep(0.25) or driver.execute_script(
                 "return Number(document.body.dataset.polls || 0) >= 1 && "
-                "document.querySelector('#steps tbody').textContent !== arguments[0]", steps),
-                timeout=30, what="the live page to draw steps it did not have")
+                "document.querySelector('#steps tbody').textContent.includes('work')"),
+                timeout=60, what="the live page to draw the step it did not have")
+            (hold / "after.go").touch()
             proc.communicate(timeout=90)
             # ... and reloads once the run ended and its result set is made
             wait_for(lambda: time.sleep(0.25) or driver.execute_script(
@@ -271,7 +278,7 @@ def test_a_run_watched_live_is_followed_until_it_ends_with_a_participant_killed_
     # killed at its 2 s deadline: its bar runs to the deadline, its triage says so
     rows, widths = drawn["killed"]
     assert rows == ["a/one"] and 1900 <= widths[0] <= 2100, drawn["killed"]
-    assert "a/one missed the deadline of step 3 (work)" in triage, triage
+    assert "a/one missed the deadline of step 4 (work)" in triage, triage
     assert "no ack within the deadline of 2 s" in triage, triage
     # the background command: a bar over its process's life, from launch to its SIGTERM (at
     # stop_logging), not the tick of its launch's ack

@@ -291,7 +291,7 @@ def test_links_are_applied_changed_audited_shown_and_gone_after_the_controller_i
     # The section the merge printed (collect's), and `ns_control report`'s (one function's lines).
     for lines in (collected.stdout.splitlines(), merged_lines(merged)):
         assert any("Links (configured against achieved, from the audit's probes):" in x for x in lines), lines
-        line = next(x for x in lines if x.strip().startswith("a -> b") and " measure " in x)
+        line = next(x for x in lines if x.split()[:4] == ["a", "->", "b", "measure"])  # not a verdict's word
         assert f"{audit['delay_p50_ms']:.3f}" in line and audit["verdict"] in line
     # report.html's Links panel, drawn by a real Chromium from the data the page carries.
     with chromium() as driver:
