@@ -2,27 +2,26 @@
 
 import contextlib
 import csv
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from demorun import DEMO
 from netspec.analysis import links as link_audit
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import read_run
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, load_record, ns_control, session_dir, start_run, wait_for
+from support import PROGRAMS, REPO, latest_record, load_record, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -57,39 +56,6 @@ def two_hosts_logging(experiment, one, two):
     text = (TWO_HOSTS.replace("  - launch\n", "  - launch\n  - start_logging\n")
             + "streams: {play: {enable: [PLAY]}}\n")
     return experiment(text.replace("PARAMS_ONE", one).replace("PARAMS_TWO", two).replace("DEADLINE", "5m"))
-
-
-DEMO = REPO / "experiments" / "stimulus_response" / "stimulus_response.yaml"
-
-
-@dataclass(frozen=True)
-class Demo:
-    where: Path
-    run: Path
-    record: dict
-    stdout: str
-    env: dict
-
-    @property
-    def merged(self) -> Path:
-        return self.run / "merged"
-
-
-@pytest.fixture(scope="session")
-def demo() -> Demo:
-    """The demo, run once per test session for the tests that each check one thing about
-    it: the first xdist worker to need it runs it, the others wait for it and read it."""
-    where = session_dir() / "demo"
-    env = {**os.environ, "NETSPEC_HOME": str(where / "home")}
-    with open(session_dir() / "demo.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (where / "stdout").exists():
-            where.mkdir(exist_ok=True)
-            done = ns_control("run", str(DEMO), cwd=where, env=env)
-            assert done.returncode == 0, done.stderr
-            (where / "stdout").write_text(done.stdout)
-    stdout = (where / "stdout").read_text()
-    return Demo(where, where / "runs" / "latest", latest_record(where / "runs"), stdout, env)
 
 
 def test_the_demo_runs_every_phase_in_order_and_ends_ok(demo):
