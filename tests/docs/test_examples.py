@@ -135,11 +135,11 @@ def marked_pages() -> list[str]:
 
 
 def needs_docker(blocks: list[Block]) -> bool:
-    """Whether a command of the page reaches a Docker engine: it names docker, or runs a file
-    an earlier block of the page wrote with `docker:` hosts."""
+    """Whether a command of the page reaches a Docker engine: it names docker or builds
+    netspec's image, or runs a file an earlier block of the page wrote with `docker:` hosts."""
     written = {b.arg for b in blocks if b.kind in ("check", "file") and b.arg and "docker:" in b.text}
-    return any(b.kind in ("sh", "python") and ("docker" in b.text or any(name in b.text for name in written))
-               for b in blocks)
+    words = ("docker", "image build", *written)
+    return any(b.kind in ("sh", "python") and any(word in b.text for word in words) for b in blocks)
 
 
 def test_a_marker_of_an_unknown_kind_or_without_a_block_fails_naming_its_line():
@@ -165,6 +165,16 @@ def test_marked_blocks_are_read_in_order_with_their_lines_and_a_shown_marker_is_
     assert problems == []
     assert blocks == [Block("p.md", 2, "file", "prog.py", "print(1)\n"),
                       Block("p.md", 14, "sh", "exit=2", "ns_control check bad.yaml\n  indented\n")]
+
+
+def test_a_page_needs_docker_where_a_command_builds_the_image_or_runs_a_file_with_docker_hosts():
+    def page(*specs):
+        return [Block("p.md", i, kind, arg, text) for i, (kind, arg, text) in enumerate(specs)]
+    docker, local = ("check", "c.yaml", "hosts: {a: {docker: {}}}\n"), ("check", "s.yaml", "hosts: {a: {}}\n")
+    assert needs_docker(page(("sh", None, "ns_control image build\n")))
+    assert needs_docker(page(docker, ("sh", None, "ns_control run c.yaml\n")))
+    assert not needs_docker(page(docker, ("sh", None, "ls\n")))
+    assert not needs_docker(page(local, ("sh", None, "ns_control run s.yaml\n")))
 
 
 def test_a_name_that_leaves_the_pages_directory_is_refused():
