@@ -128,7 +128,7 @@ def test_a_partition_on_the_next_step_counts_none_of_its_drops_against_the_step_
         steps=[Step("run", "ok"),
                Step("cut", "ok", links={"a": LinkChange(pairs=["a->b"], at_ns=950 * ms, bound_ns=ms)})])
     rows: list[tuple[int, str, str, object]] = []
-    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):  # the cut from 949 ms, 'cut' entered at 1 s
+    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):  # cut from 949 ms, 'cut' entered at 1 s
         rows.append((sent, "a", "LINKS/sent", SentRecord("b", seq, sent, 40)))
         if sent < 949 * ms:
             rows.append((sent + ms, "b", "LINKS/probe", ProbeRecord("a", "b", seq, sent, sent + ms, 40)))
