@@ -35,14 +35,14 @@ components:                     # the programs, each on a host
     host: b
     program: echo.py
     args: [--role, client]
-    params: {count: 500, size: 64}   # ctx.params in its phases (how-to/instrument.md)
+    params: {count: 2000, size: 64}  # ctx.params in its phases (how-to/instrument.md)
   # A plain program takes `command:` instead of `program:` ("exec stress-ng --cpu 1"),
   # started at `start:` and, with `stop:`, sent SIGTERM at that step.
 
 services:
   clksync: {reference: a}       # measure each host's clock against a's: the global timeline
                                 # every record is merged onto (explanations/timeline.md)
-  camp: {interval_ms: 20}       # CPU, memory, network of each host and component, sampled at
+  camp: {interval_ms: 10}       # CPU, memory, network of each host and component, sampled at
                                 # random instants (explanations/sampling.md)
 
 streams:                        # what is logged: nothing is unless a stream enables it
@@ -53,14 +53,16 @@ analysis:
     one_way: {start: ECHO/send, end: ECHO/received}   # client (b) -> server (a), one way
                                 # (how-to/pair-events.md)
 
-schedule:                       # the steps, in order; no host enters a step before every
-  - launch                      # participant acked the one before (explanations/phases.md)
-  - sync_clocks                 # wait until every clock is measured
+schedule:                       # the steps in order, each a barrier: no host enters a step
+                                # before every participant acked the one before
+                                # (explanations/phases.md)
+  - launch                      # start every component on its host
+  - sync_clocks                 # wait until every host's clock is measured
   - start_logging               # open the streams
-  - {phase: listen, components: [server], deadline: 10s}   # echo.py's listen(), on the server
-  - {phase: run, components: [client], deadline: 30s}      # echo.py's run(), on the client
+  - {phase: listen, components: [server], deadline: 10s}   # listen() of echo.py, on server only
+  - {phase: run, components: [client], deadline: 30s}      # run(), on client; fails if not done in 30 s
   - stop_logging                # close the streams
-  - collect                     # gather every output and stream into the run directory
+  - collect                     # end the programs, gather their outputs and streams
 """
 
 PROGRAM = """\

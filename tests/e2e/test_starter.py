@@ -17,9 +17,9 @@ def test_init_writes_a_starter_that_runs_to_ok_and_never_overwrites(tmp_path):
     run = ns_control("run", "experiment.yaml", cwd=here)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "run " in run.stdout and "  starter  ok  " in run.stdout
-    assert "b/client: 500 round trips, median" in run.stdout   # the program's own ack
-    assert "1000 intervals on one timeline" in run.stdout      # its ECHO/rtt and the one_way pair
-    assert "causality one_way: 500 matched, every end after its start" in run.stdout  # across hosts
+    assert "b/client: 2000 round trips, median" in run.stdout   # the program's own ack
+    assert "4000 intervals on one timeline" in run.stdout      # its ECHO/rtt and the one_way pair
+    assert "causality one_way: 2000 matched, every end after its start" in run.stdout  # across hosts
 
     # A second init there names both files and changes neither.
     again = ns_control("init", str(here), cwd=tmp_path)
