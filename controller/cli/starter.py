@@ -1,7 +1,7 @@
 """`ns_control init [DIR]`: write a commented starter experiment (experiment.yaml) and the
 NETSPEC-aware program it runs (echo.py) into a directory, refusing to overwrite either.
 The files are strings here, so an installed netspec writes them as a checkout does; a test
-runs them as written (tests/controller/cli/test_starter.py)."""
+runs them as written (tests/e2e/test_init_command.py)."""
 
 from __future__ import annotations
 
@@ -89,8 +89,13 @@ RECEIVED = nodelib.event("ECHO", "received", "the server has read a whole messag
 RTT = nodelib.interval("ECHO", "rtt", "a round trip, from the client's send to its echo read back")
 
 
-def echo(sock, size):
-    conn, _ = sock.accept()
+def serve(sock, size):
+    while True:                                  # a client a connection, each its own thread
+        conn, _ = sock.accept()
+        threading.Thread(target=echo, args=(conn, size), daemon=True).start()
+
+
+def echo(conn, size):
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         while True:
@@ -106,7 +111,7 @@ def listen(ctx):
     sock = socket.create_server((ctx.host_address, 0))
     address, port = sock.getsockname()[:2]
     size = int(ctx.params["size"])
-    threading.Thread(target=echo, args=(sock, size), daemon=True).start()
+    threading.Thread(target=serve, args=(sock, size), daemon=True).start()
     ctx.publish(address=address, port=port)      # ctx.lookup() finds it in later phases
     return f"listening on {address}:{port}"      # the ack's message, shown by the run
 

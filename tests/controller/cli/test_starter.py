@@ -1,5 +1,5 @@
 """`ns_control init`'s files (controller/cli/starter.py) as the first tutorial shows them; the
-run of what it writes is tests/e2e/test_starter.py."""
+run of what it writes is tests/e2e/test_init_command.py."""
 
 from __future__ import annotations
 
