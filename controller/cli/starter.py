@@ -30,7 +30,6 @@ components:                     # the programs, each on a host
     host: a
     program: echo.py            # NETSPEC-aware (uses netspec.nodelib), beside this file
     args: [--role, server]      # its command line
-    params: {size: 64}          # the messages' size, the client's too
   client:
     host: b
     program: echo.py
@@ -89,16 +88,17 @@ RECEIVED = nodelib.event("ECHO", "received", "the server has read a whole messag
 RTT = nodelib.interval("ECHO", "rtt", "a round trip, from the client's send to its echo read back")
 
 
-def serve(sock, size):
+def serve(sock):
     while True:                                  # a client a connection, each its own thread
         conn, _ = sock.accept()
-        threading.Thread(target=echo, args=(conn, size), daemon=True).start()
+        threading.Thread(target=echo, args=(conn,), daemon=True).start()
 
 
-def echo(conn, size):
+def echo(conn):
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while True:
+        size = int.from_bytes(conn.recv(8, socket.MSG_WAITALL), "big")   # the client says it first
+        while size >= 8:
             message = conn.recv(size, socket.MSG_WAITALL)   # a whole message, or the end
             if len(message) < size:
                 return
@@ -110,8 +110,7 @@ def listen(ctx):
     \"\"\"Phase `listen` (the server): listen where other hosts reach this one, publish it.\"\"\"
     sock = socket.create_server((ctx.host_address, 0))
     address, port = sock.getsockname()[:2]
-    size = int(ctx.params["size"])
-    threading.Thread(target=serve, args=(sock, size), daemon=True).start()
+    threading.Thread(target=serve, args=(sock,), daemon=True).start()
     ctx.publish(address=address, port=port)      # ctx.lookup() finds it in later phases
     return f"listening on {address}:{port}"      # the ack's message, shown by the run
 
@@ -124,6 +123,7 @@ def run(ctx):
     rtts = []
     with socket.create_connection(server) as conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(size.to_bytes(8, "big"))  # the size of the messages to come
         for seq in range(count):
             SEND.log(seq)                          # an event, tagged with the message's number
             RTT.start()                            # an interval: start ... end
