@@ -68,8 +68,9 @@ PROGRAM = """\
 \"\"\"A NETSPEC-aware program, written by `ns_control init`: one file for both roles of
 experiment.yaml. The server listens in phase `listen` and publishes its port; the client,
 in phase `run`, says the messages' size, sends `count` messages of `size` bytes one at a
-time and times each round trip. Both log what they do to their streams (group ECHO), tagged with the message's
-number, so the merge can pair the client's send with the server's receipt across hosts.
+time and times each round trip. Both log what they do to their streams (group ECHO),
+tagged with the message's number, so the merge can pair the client's send with the
+server's receipt across hosts.
 More in the manual: How-to guides: instrument a program (how-to/instrument.md).
 \"\"\"
 
