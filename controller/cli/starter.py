@@ -156,8 +156,10 @@ FILES = {"experiment.yaml": EXPERIMENT, "echo.py": PROGRAM}
 
 
 def add_parser(command: Any) -> None:
-    init = command("init", help="write a commented starter experiment (experiment.yaml) and the program it "
-                   "runs (echo.py) into DIR, for `ns_control run experiment.yaml`; never overwrites")
+    said = ("write a commented starter experiment (experiment.yaml) and the program it runs (echo.py) "
+            "into DIR, for `ns_control run experiment.yaml`; never overwrites")
+    init = command("init", help=said, description=f"{said[0].upper()}{said[1:]}. The manual's first "
+                   "tutorial (tutorials/first-experiment.md) walks through them.")
     init.add_argument("dir", nargs="?", type=Path, default=Path("."), metavar="DIR",
                       help="where to write them (default: here; made if missing)")
 
