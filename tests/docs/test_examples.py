@@ -1,5 +1,5 @@
-"""Every example the manual marks runs as the page shows it: an HTML comment on the line right
-before a fenced block marks the block, which the site does not show:
+"""Every example the manual marks runs as the page shows it. An HTML comment (the site does
+not show it) on the line right before a fenced block marks the block:
 
     <!-- example: check [NAME] -->   an experiment file: `ns_control check` passes on it (kept as
                                      NAME in the page's directory when named)
