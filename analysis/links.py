@@ -10,8 +10,10 @@ converted by its host's clock fit with its bound. A probe belongs to the step in
 window it was sent: from the step's first entry to the next step's (the last step's to its
 last ack); probes sent in a window's first GUARD_NS (a change of conditions still in
 flight), within GUARD_NS of a scheduled partition's start or end, or outside every window are
-left out, and counted. A scheduled partition's window (run.json's `faults`) is audited apart,
-as the fault's: partitioned; the rest of its step as the link's.
+left out, and counted; so are those sent within GUARD_NS before the next step's change of
+the link took effect (at that step's release, before its first entry). A scheduled
+partition's window (run.json's `faults`) is audited apart, as the fault's: partitioned; the
+rest of its step as the link's.
 """
 
 # Version history of links.parquet: 1; 2: changed_at and changed_bound_ns, when the step's
@@ -234,6 +236,13 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
         cuts = configured.get((src, dst, steps[i][0]), Condition()).faults
         if any(abs(ts - edge) < GUARD_NS for _, began, ended in cuts for edge in (began, ended) if edge):
             result.outside += 1  # a partition's start or end still in flight (its queue, its delay)
+            continue
+        # The next step's change takes effect at its release, before its first entry ends this
+        # window: what was sent within GUARD_NS of it (and its bound) was in flight across it.
+        following = configured.get((src, dst, steps[i + 1][0])) if i + 1 < len(steps) else None
+        if following is not None and following.changed_at is not None and \
+                ts >= following.changed_at - (following.changed_bound_ns or 0) - GUARD_NS:
+            result.outside += 1
             continue
         got = received.get((src, dst, seq))
         faulted = next((index for index, began, ended in cuts

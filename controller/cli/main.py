@@ -20,7 +20,7 @@ from ..engine import summary
 from ..engine.runner import MergeInterrupted
 from ..engine.terminal import print_lines
 from ..experiment.campaignfile import CAMPAIGNS
-from . import images, running, runs
+from . import images, running, runs, starter
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -113,6 +113,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
               serve):
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     images.add_parser(command)
+    starter.add_parser(command)
     args = parser.parse_args(argv)
     if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
         args.campaigns = args.runs / CAMPAIGNS
@@ -125,7 +126,8 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "rerun": running.cmd_rerun, "dump": runs.cmd_dump, "ls": runs.cmd_ls, "show": runs.cmd_show,
             "fetch": runs.cmd_fetch, "collect": runs.cmd_collect, "export": runs.cmd_export,
             "import": runs.cmd_import, "results": runs.cmd_results, "report": runs.cmd_report,
-            "serve": runs.cmd_serve, "image": images.cmd_image}
+            "serve": runs.cmd_serve, "image": images.cmd_image,
+            "init": starter.cmd_init}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,3 +114,29 @@ def test_a_scheduled_partition_is_audited_as_the_fault_and_the_rest_of_its_step_
     assert (fault["partition"], fault["probes_received"], fault["probes_sent"], fault["within"]) == \
         (True, 0, 27, True)
     assert (fault["start"], fault["end"]) == (400 * ms, 700 * ms)
+
+
+def test_a_partition_on_the_next_step_counts_none_of_its_drops_against_the_step_before() -> None:
+    # The next step's links: take effect at its release, before its first entry: a probe the
+    # partition drops in between was sent in the step before, and is not that step's loss.
+    ms = 1_000_000
+    plan = PlanRecord(schedule=[PlanStep("run", link_state={"a->b": LinkCondition(delay_ms=1.0)}),
+                                PlanStep("cut", link_state={"a->b": LinkCondition(partition=True)})])
+    record = RunRecord(
+        format=1, id="r", experiment="e", status="ok", plan=plan,
+        hosts={"a": HostRecord(links=HostLinks(LinkOffer(), {"b": Backends(parts={"delay": "user"})}))},
+        steps=[Step("run", "ok"),
+               Step("cut", "ok", links={"a": LinkChange(pairs=["a->b"], at_ns=950 * ms, bound_ns=ms)})])
+    rows: list[tuple[int, str, str, object]] = []
+    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):  # cut from 949 ms, 'cut' entered at 1 s
+        rows.append((sent, "a", "LINKS/sent", SentRecord("b", seq, sent, 40)))
+        if sent < 949 * ms:
+            rows.append((sent + ms, "b", "LINKS/probe", ProbeRecord("a", "b", seq, sent, sent + ms, 40)))
+    db = _events(rows)
+    db.execute("CREATE TABLE phases AS SELECT * FROM (VALUES (0, 'run', 0::BIGINT, 900000000::BIGINT), "
+               "(1, 'cut', 1000000000::BIGINT, 1100000000::BIGINT)) t(step, phase, entered, acked)")
+    found = audit(db, configured_links(record), {})
+    run = next(row for row in found.rows if row["phase"] == "run")
+    assert (run["loss_pct"], run["within"]) == (0.0, True), run
+    # those sent within 20 ms of the change (and its bound) are left out, and counted
+    assert (run["probes_sent"], found.outside) == (90, 7), (run, found.outside)
