@@ -46,8 +46,8 @@ def test_every_table_and_column_of_the_result_set_is_on_the_results_page_and_no_
     assert len(actual) >= 9, sorted(actual)
     actual["links"] = set(LINKS_COLUMNS.names)
     page = documented(PAGE.read_text())
-    missing = {t: sorted(cols - page.get(t, set())) for t, cols in actual.items() if cols - page.get(t, set())}
-    gone = {t: sorted(cols - actual.get(t, set())) for t, cols in page.items() if cols - actual.get(t, set())}
+    missing = {t: sorted(c - page.get(t, set())) for t, c in actual.items() if c - page.get(t, set())}
+    gone = {t: sorted(c - actual.get(t, set())) for t, c in page.items() if c - actual.get(t, set())}
     assert missing == {}, f"docs/results.md lacks these tables' columns: {missing}"
     assert gone == {}, f"docs/results.md names what the result set does not have: {gone}"
 
