@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     check = command("check", help="validate an experiment file",
                     epilog=manual.epilog("reference/experiment-file"))
     check.add_argument("file", type=Path, help="the experiment file")
-    dump = command("dump", help="narrate datastream files (a directory: every .ds in it)")
+    dump = command("dump", help="narrate datastream files (a directory: every .ds in it)",
+                   epilog=manual.epilog("stream-format"))
     dump.add_argument("files", type=Path, nargs="+", metavar="FILE",
                       help="a datastream file (.ds), or a directory of them")
     dump.add_argument("--match", action="append", default=[], metavar="PATTERN",
@@ -73,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--host", metavar="HOST", help="that host's whole detail (a large fleet's summary "
                       "counts the hosts that did well)")
     fetch = command("fetch", help="merge a run's streams (again) into a result set; --from "
-                                         "copies the run from another controller host first")
+                                  "copies the run from another controller host first",
+                    epilog=manual.epilog("results", "how-to/export-import"))
     fetch.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     fetch.add_argument("--from", dest="source", metavar="[USER@]HOST[:RUNS]",
                        help="the controller host that ran it (over SSH), and its runs directory")
@@ -82,21 +84,24 @@ def parser() -> argparse.ArgumentParser:
                        help="trust the --from host's ssh key if seen for the first time")
     runs.user_code_options(fetch)
     collect = command("collect", help="gather what a run whose controller was killed left on its hosts, "
-                                      "then merge it")
+                                      "then merge it", epilog=manual.epilog("how-to/salvage-and-collect"))
     collect.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     collect.add_argument("--accept-new-host-keys", action="store_true",
                          help="trust ssh host keys seen for the first time (added to known_hosts)")
     runs.user_code_options(collect)
-    export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)")
+    export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)",
+                     epilog=manual.epilog("how-to/export-import"))
     export.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     export.add_argument("--to", type=Path, required=True, metavar="FILE",
                         help="the archive to write (.tar.gz)")
-    import_ = command("import", help="bring an exported run back under the runs directory")
+    import_ = command("import", help="bring an exported run back under the runs directory",
+                      epilog=manual.epilog("how-to/export-import"))
     import_.add_argument("file", type=Path, help="the archive `export` wrote")
     results = command("results", help="list merged result sets with their size and status",
                       epilog=manual.epilog("results"))
     report = command("report", help="statistics of runs' metrics (Getstats), the first run the "
-                                           "baseline of the others; or of a campaign's points, with plots")
+                                    "baseline of the others; or of a campaign's points, with plots",
+                     epilog=manual.epilog("results", "tutorials/campaign"))
     report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN",
                         help="runs (" + RUN_HELP + ") or a campaign (its directory, or a suffix of its id)")
     report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
