@@ -11,8 +11,8 @@ at the receive stamp, its data a `ProbeRecord` (datastream/schema.py); the sende
 probe it sends as a `LINKS/sent` event (data `SentRecord`), so a probe never received is
 counted lost. The merge puts both on the global timeline; analysis/links.py audits them.
 
-Sends are a Poisson process per peer (exponential gaps, as clksync's volleys and CAMP's
-randomized sampling are spread), so probing never keeps step with a periodic workload. The
+Sends are a Poisson process per peer (exponential gaps; clksync's volleys and CAMP's samples
+are spread too, uniformly), so probing never keeps step with a periodic workload. The
 rate is at most 1 % of the link's configured capacity (`probes_per_s`), DEFAULT_PER_S where
 the link has no rate.
 """
