@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick bench lint clean
+.PHONY: setup demo test test-quick bench lint docs clean
 
 setup: $(STAMP)
 
@@ -34,10 +34,19 @@ bench: setup
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/barrier.py
 
-# ruff, and import-linter's contracts: netspec's packages import downward only.
+# ruff, import-linter's contracts (netspec's packages import downward only), and the manual
+# built with --strict: a broken link, or a reference page that cannot be made (a key of the
+# schema or an argument of ns_control without a description) fails it.
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/python tools/lint_imports.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The manual as a site in site/ (open site/index.html); mkdocs.yml says how, tools/docs_hook.py
+# generates its reference pages. `ns_control docs` reads the same pages in a terminal.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "the manual: $(CURDIR)/site/index.html"
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build site *.egg-info

@@ -47,7 +47,19 @@ __all__ = ["Checked", "ConfigError", "ConfigErrors", "Experiment", "NetspecError
 
 @dataclass(frozen=True)
 class Experiment:
-    """A checked experiment file: what it runs, and on what."""
+    """A checked experiment file: what it runs, and on what.
+
+    Attributes:
+        path: the file.
+        name: its `experiment:` name.
+        hosts: its hosts' names (a group's members each).
+        components: its components' names (a group component's members each).
+        schedule: the phases of its steps, in order (launch and collect included).
+        params: every component's param as `COMPONENT.PARAM`: what `run` can override.
+        points: a campaign's points (its sweep), each a map of its swept parameters to a value;
+            () for a file without `sweep:`.
+        warnings: what checking found odd but legal, each "file:line: key: text".
+    """
 
     path: Path
     name: str
@@ -63,7 +75,14 @@ class Experiment:
 @dataclass(frozen=True)
 class Checked:
     """What checking a file found: every error (file:line: key: reason), its warnings, and
-    the experiment when there was no error."""
+    the experiment when there was no error.
+
+    Attributes:
+        errors: every error, each a `ConfigError` (`file`, `line`, `key`, `reason`), in the
+            order and words of `ns_control check`.
+        warnings: what checking found odd but legal.
+        experiment: the checked `Experiment`; None where there is an error.
+    """
 
     errors: tuple[ConfigError, ...]
     warnings: tuple[str, ...]
@@ -71,6 +90,7 @@ class Checked:
 
     @property
     def ok(self) -> bool:
+        """Whether the file has no error."""
         return not self.errors
 
 

@@ -50,7 +50,15 @@ def _record(path: Path) -> RunRecord:
 
 @dataclass(frozen=True)
 class Participant:
-    """A component of the run on its host, and how its process ended."""
+    """A component of the run on its host, and how its process ended.
+
+    Attributes:
+        host: the host's name in the experiment file.
+        component: the component's name (a group's member: COMPONENT-HOST).
+        returncode: its exit status (negative: the signal that ended it); None where its end
+            is not known (a lost host, a run still going).
+        duration_s: how long its process ran, in seconds; None where not known.
+    """
 
     host: str
     component: str
@@ -113,6 +121,7 @@ class Tables:
         return _optional("polars").from_arrow(self.arrow(name))
 
     def close(self) -> None:
+        """Close the DuckDB connection (again: harmless)."""
         self.db.close()
 
     def __enter__(self) -> Tables:
@@ -138,17 +147,26 @@ class _Opened:
 
     @property
     def id(self) -> str:
+        """The run's or campaign's id (its directory's name)."""
         return self.record.id
 
     @property
     def experiment(self) -> str:
+        """The experiment's name (`experiment:` in its file)."""
         return self.record.experiment
 
 
 @dataclass(frozen=True)
 class Run(_Opened):
     """A run directory and its record (run.json, typed: protocol/runrecord.py), as it was when
-    opened: open it again for news."""
+    opened: open it again for news.
+
+    Attributes:
+        path: the run directory.
+        record: run.json, with its journals folded in (a `RunRecord`).
+        id: the run's id (`RUNS/EXPERIMENT/ID`'s last part).
+        experiment: the experiment's name.
+    """
 
     path: Path
     record: RunRecord = field(repr=False)
@@ -211,7 +229,14 @@ def open_run(ref: str | Path = "latest", runs: str | Path = RUNS) -> Run:
 class Campaign(_Opened):
     """A campaign directory and its record (campaign.json, typed: protocol/campaignrecord.py),
     as it was when opened: its `points` (each with its params, label, why it is done and its
-    runs as the campaign counted them) and its runs."""
+    runs as the campaign counted them) and its runs.
+
+    Attributes:
+        path: the campaign directory.
+        record: campaign.json (a `CampaignRecord`).
+        id: the campaign's id.
+        experiment: the experiment's name.
+    """
 
     path: Path
     record: CampaignRecord = field(repr=False)
@@ -223,6 +248,8 @@ class Campaign(_Opened):
 
     @property
     def points(self) -> tuple[Point, ...]:
+        """Each point of the sweep: its `params`, `label`, `done` (why it is done, or None)
+        and `runs` (each a `CampaignRun`: id, path, status, value, counted, warmup)."""
         return tuple(self.record.points)
 
     def runs(self) -> tuple[Run, ...]:

@@ -25,15 +25,37 @@ from .phases import Application, PhaseContext, PhaseWarning, component_params
 
 _application = Application()
 phase = _application.phase
+"""`@nodelib.phase(name=None)`: a decorator registering the function as the callback of phase
+`name` (default: the function's name); the callback takes a `PhaseContext`. The program's
+`Application.phase`."""
 register = _application.register
+"""`nodelib.register(name, callback)`: run `callback(ctx)` when the controller enters phase
+`name`. Raises NetspecError if the phase is registered twice."""
 run = _application.run
+"""`nodelib.run()`: hand control to netspec until the daemon says stop: netspecd enters each
+phase, runs its callback and acks it (ok, a `PhaseWarning`'s warning, or an exception's
+error). Raises NetspecError where the program was not started by netspecd."""
 
 event = _streams.event
+"""`nodelib.event(group, name, desc="", decoder=None) -> Event`: declare an event, logged with
+`.log(tag=0, data=None)` (data: any MessagePack value or bytes; `decoder` names the function
+that unpacks it in analysis, docs/stream-format.md)."""
 interval = _streams.interval
+"""`nodelib.interval(group, name, desc="") -> Interval`: declare an interval: `t = .start()`,
+then `.end(tag=0, start_ns=None)` logs it with both times (pass `t` where intervals overlap)."""
 counter = _streams.counter
+"""`nodelib.counter(group, name, desc="") -> Counter`: declare a running total: `.add(n=1)`
+costs no record, `.log()` writes the total, `.reset()` sets it to zero."""
 histogram = _streams.histogram
+"""`nodelib.histogram(group, name, lo, hi, buckets, desc="") -> Histogram`: declare a
+histogram of `buckets` equal bins over [lo, hi) and one bin either side: `.add(v)` counts a
+value, `.log()` writes (counts, sum), `.reset()`."""
 samples = _streams.samples
+"""`nodelib.samples(group, name, fields, desc="") -> SampleGroup`: declare a sample group:
+`.log(values, ts=None)` logs one value per field at one instant."""
 trigger = _streams.trigger
+"""`nodelib.trigger(reason)`: write the kept chunks of every ring stream (`ring_chunks:` in the
+experiment file; nothing for a normal stream)."""
 
 __all__ = ["Application", "ConnectionLost", "NetspecError", "PhaseContext", "PhaseWarning", "ProtocolError",
            "component_params", "counter", "event", "histogram", "interval", "phase", "register", "run",

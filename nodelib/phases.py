@@ -30,7 +30,20 @@ class PhaseWarning(Exception):
 @dataclass
 class PhaseContext:
     """What a phase callback gets: the phase, who it is (`component`, `host`), its
-    parameters, and ways to report back."""
+    parameters, and ways to report back.
+
+    Attributes:
+        phase: the phase being entered.
+        component: this component's name in the experiment file.
+        run_id: the run's id.
+        params: the component's `params:`, with the step's own `params:` over them.
+        published: what every component published in earlier phases, by component
+            (`lookup` reads it).
+        workdir: the component's working directory, where a relative `hand_back` path is.
+        files: the files asked for with `hand_back` in this phase.
+        warnings: the warnings given with `warn` in this phase.
+        publishes: the values given to `publish` in this phase.
+    """
 
     phase: str
     component: str
@@ -78,7 +91,13 @@ PhaseCallback = Callable[[PhaseContext], Any]
 
 
 class Application:
-    """A NETSPEC-aware program: phase callbacks plus the loop that runs them."""
+    """A NETSPEC-aware program: phase callbacks plus the loop that runs them. The module's
+    `nodelib.phase`, `register` and `run` are the process's one Application's; make another
+    only to keep apart several sets of callbacks.
+
+    Attributes:
+        callbacks: each registered phase's callback, by phase name.
+    """
 
     def __init__(self) -> None:
         self.callbacks: dict[str, PhaseCallback] = {}

@@ -11,7 +11,36 @@ from dataclasses import dataclass
 from .errors import Interrupted, StepFailed, said_once
 from .runrecord import RunError, RunRecord, controller_gone
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One exit code of `ns_control`: its number, its name and when a command ends with it
+    (the manual's exit-codes page is this table)."""
+
+    code: int
+    name: str
+    meaning: str
+
+
+EXITS = (
+    ExitCode(0, "ok", "The command did what it was asked. A run: every step got through with "
+             "every participant, and every component ended cleanly (status ok); a campaign: "
+             "every point done."),
+    ExitCode(1, "failed", "A run failed (a step missed its deadline or a participant failed it, "
+             "a host could not be reached, a component died mid-run), a campaign stopped "
+             "(a point failed, a hook failed, fastfail), or a command could not do its work "
+             "(a run or file not found, a merge or a fetch that did not complete, records lost "
+             "in a dumped stream, a daemon `up` or `down` could not reach)."),
+    ExitCode(2, "usage", "The experiment file has errors (`check` and `run` say every one, "
+             "file:line: key: reason), or the command line is wrong (argparse's message)."),
+    ExitCode(3, "partial", "The run got through every step, but a participant did not (a k-of-n "
+             "step's straggler), a component did not end cleanly, or a host's daemon did not "
+             "stop cleanly at the end (each said)."),
+    ExitCode(130, "interrupted", "Ctrl-C: a run gathers and merges what it has (a second Ctrl-C "
+             "stops it without gathering) and reads as interrupted, as does a run whose controller "
+             "was killed; a campaign so stopped goes on with `ns_control resume`."),
+)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = (e.code for e in EXITS)
 STATUSES = ("ok", "partial", "failed", "interrupted", "running")
 EXIT_CODES = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "failed": EXIT_FAILED,
               "interrupted": EXIT_INTERRUPTED, "running": EXIT_OK}

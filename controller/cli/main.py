@@ -20,12 +20,17 @@ from ..engine import summary
 from ..engine.runner import MergeInterrupted
 from ..engine.terminal import print_lines
 from ..experiment.campaignfile import CAMPAIGNS
-from . import images, running, runs, starter
+from . import images, manual, running, runs, starter
+
+RUN_HELP = "a run: its directory, `latest`, or a suffix of its id under --runs"
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """`ns_control`'s arguments: every command, and every argument with its help (the
+    manual's commands page is made of it, and refuses an argument without one)."""
     parser = argparse.ArgumentParser(prog="ns_control",
-                                     description="Run distributed experiments in phases.")
+                                     description="Run distributed experiments in phases.",
+                                     epilog=manual.EPILOG)
     parser.add_argument("--version", action="version", version=f"netspec {netspec_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -33,16 +38,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     command = functools.partial(sub.add_parser, parents=[debug])
-    run = command("run", help="run an experiment file")
-    run.add_argument("file", type=Path)
+    run = command("run", help="run an experiment file", epilog=manual.epilog("reference/experiment-file",
+                                                                                 "reference/exit-codes"))
+    run.add_argument("file", type=Path, help="the experiment file (a campaign's: every point)")
     run.add_argument("--keep-daemons", action="store_true",
                      help="leave the daemons of ssh hosts running (stop them with `down`), and docker hosts' "
                           "containers and network")
     demo = command("demo", help="run the bundled demo experiment (stimulus-response on two local daemons)")
     up = command("up", help="start the daemons of a file's ssh hosts, to outlive runs")
-    up.add_argument("file", type=Path)
+    up.add_argument("file", type=Path, help="the experiment file whose ssh hosts to start")
     down = command("down", help="stop the daemons `up` or --keep-daemons left")
-    down.add_argument("file", type=Path)
+    down.add_argument("file", type=Path, help="the experiment file whose ssh hosts to stop")
     for p in (run, demo):
         p.add_argument("--quiet", "-q", action="store_true", help="print only errors")
     run.add_argument("--no-merge", action="store_true",
@@ -50,10 +56,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     for p in (run, up, down):
         p.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust ssh host keys seen for the first time (added to known_hosts)")
-    check = command("check", help="validate an experiment file")
-    check.add_argument("file", type=Path)
-    dump = command("dump", help="narrate datastream files (a directory: every .ds in it)")
-    dump.add_argument("files", type=Path, nargs="+")
+    check = command("check", help="validate an experiment file",
+                    epilog=manual.epilog("reference/experiment-file"))
+    check.add_argument("file", type=Path, help="the experiment file")
+    dump = command("dump", help="narrate datastream files (a directory: every .ds in it)",
+                   epilog=manual.epilog("stream-format"))
+    dump.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                      help="a datastream file (.ds), or a directory of them")
     dump.add_argument("--match", action="append", default=[], metavar="PATTERN",
                       help="only entities matching GROUP/name (wildcards; repeatable)")
     dump.add_argument("--decoder", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -61,12 +70,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                            "a stream's own MODULE:FUNCTION is never imported otherwise")
     ls = command("ls", help="list runs")
     show = command("show", help="summarise a run")
-    show.add_argument("run", nargs="?", default="latest")
+    show.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     show.add_argument("--host", metavar="HOST", help="that host's whole detail (a large fleet's summary "
                       "counts the hosts that did well)")
     fetch = command("fetch", help="merge a run's streams (again) into a result set; --from "
-                                         "copies the run from another controller host first")
-    fetch.add_argument("run", nargs="?", default="latest")
+                                  "copies the run from another controller host first",
+                    epilog=manual.epilog("results", "how-to/export-import"))
+    fetch.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     fetch.add_argument("--from", dest="source", metavar="[USER@]HOST[:RUNS]",
                        help="the controller host that ran it (over SSH), and its runs directory")
     fetch.add_argument("--to", type=Path, metavar="DIR", help="write the result set here, not in RUN/merged")
@@ -74,27 +84,33 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help="trust the --from host's ssh key if seen for the first time")
     runs.user_code_options(fetch)
     collect = command("collect", help="gather what a run whose controller was killed left on its hosts, "
-                                      "then merge it")
-    collect.add_argument("run", nargs="?", default="latest")
+                                      "then merge it", epilog=manual.epilog("how-to/salvage-and-collect"))
+    collect.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     collect.add_argument("--accept-new-host-keys", action="store_true",
                          help="trust ssh host keys seen for the first time (added to known_hosts)")
     runs.user_code_options(collect)
-    export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)")
-    export.add_argument("run", nargs="?", default="latest")
+    export = command("export", help="write a run as one archive with RO-Crate metadata (mail, archives)",
+                     epilog=manual.epilog("how-to/export-import"))
+    export.add_argument("run", nargs="?", default="latest", help=RUN_HELP)
     export.add_argument("--to", type=Path, required=True, metavar="FILE",
                         help="the archive to write (.tar.gz)")
-    import_ = command("import", help="bring an exported run back under the runs directory")
-    import_.add_argument("file", type=Path)
-    results = command("results", help="list merged result sets with their size and status")
+    import_ = command("import", help="bring an exported run back under the runs directory",
+                      epilog=manual.epilog("how-to/export-import"))
+    import_.add_argument("file", type=Path, help="the archive `export` wrote")
+    results = command("results", help="list merged result sets with their size and status",
+                      epilog=manual.epilog("results"))
     report = command("report", help="statistics of runs' metrics (Getstats), the first run the "
-                                           "baseline of the others; or of a campaign's points, with plots")
-    report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN")
+                                    "baseline of the others; or of a campaign's points, with plots",
+                     epilog=manual.epilog("results", "tutorials/campaign"))
+    report.add_argument("run_refs", nargs="*", default=["latest"], metavar="RUN|CAMPAIGN",
+                        help="runs (" + RUN_HELP + ") or a campaign (its directory, or a suffix of its id)")
     report.add_argument("--csv", type=Path, metavar="FILE", help="also write the table as CSV")
     runs.user_code_options(report)  # a run of an older netspec is merged again first
     resume = command("resume", help="go on with a campaign that was stopped or killed")
-    resume.add_argument("campaign")
+    resume.add_argument("campaign",
+                        help="the campaign: its directory, or a suffix of its id under --campaigns")
     rerun = command("rerun", help="run a past run again from its run directory alone")
-    rerun.add_argument("run")
+    rerun.add_argument("run", help=RUN_HELP)
     for p in (run, resume, rerun):
         p.add_argument("--share-hosts", action="store_true",
                        help="run on hosts whose daemons hold another run (refused otherwise, naming it)")
@@ -114,7 +130,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     images.add_parser(command)
     starter.add_parser(command)
-    args = parser.parse_args(argv)
+    manual.add_parser(command)
+    return parser
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    args = parser().parse_args(argv)
     if "campaigns" in args and args.campaigns is None:  # one root: the campaigns under the runs
         args.campaigns = args.runs / CAMPAIGNS
     return args
@@ -126,7 +147,7 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "rerun": running.cmd_rerun, "dump": runs.cmd_dump, "ls": runs.cmd_ls, "show": runs.cmd_show,
             "fetch": runs.cmd_fetch, "collect": runs.cmd_collect, "export": runs.cmd_export,
             "import": runs.cmd_import, "results": runs.cmd_results, "report": runs.cmd_report,
-            "serve": runs.cmd_serve, "image": images.cmd_image,
+            "serve": runs.cmd_serve, "image": images.cmd_image, "docs": manual.cmd_docs,
             "init": starter.cmd_init}
 
 

@@ -30,7 +30,7 @@ from netspec.protocol.errors import NetspecError
 # import nothing else (tests/daemon/test_main.py holds them to it).
 DAEMON_DEPENDENCIES = ("msgpack", "msgspec", "psutil")
 PACKAGES = ("netspec", "protocol", "datastream", "controller", "daemon", "nodelib", "camp", "clksync",
-            "links", "analysis", "web", "experiments")
+            "links", "analysis", "web", "experiments", "docs")
 
 
 def source_root() -> Path:
