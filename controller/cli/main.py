@@ -13,12 +13,12 @@ from pathlib import Path
 
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
-from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE
 from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
-from ..engine.terminal import print_lines
+from ..engine.terminal import print_lines, quiet_stdout
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # stdout's reader went away (`show | head -1`): end there, quietly
+        quiet_stdout(sys.stdout)
+        return EXIT_PIPE
     except OSError as exc:
         if args.debug:
             traceback.print_exc()
