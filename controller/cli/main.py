@@ -151,9 +151,15 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "init": starter.cmd_init}
 
 
+# Commands that write the user's own files (init: the user's program and experiment, source
+# to share as any other), with the user's umask.
+USERS_OWN = {"init"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    os.umask(PRIVATE_UMASK)  # run directories 0700, their files 0600: a run is its owner's
+    if args.command not in USERS_OWN:
+        os.umask(PRIVATE_UMASK)  # run directories 0700, their files 0600: a run is its owner's
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
