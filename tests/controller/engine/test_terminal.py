@@ -8,8 +8,9 @@ import sys
 
 import netspec.experiment
 import pytest
-from netspec.controller.engine.summary import LISTED_OK, error_lines
+from netspec.controller.engine.summary import LISTED_OK, LiveLine, error_lines
 from netspec.controller.engine.terminal import Terminal
+from netspec.controller.record.progress import Progress
 from netspec.controller.record.results import ComponentResult
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
 from netspec.protocol.kinds import WireError
@@ -141,3 +142,17 @@ def test_a_run_stopped_by_a_fault_of_the_controller_is_recorded_failed_never_ok_
     assert record.status == "failed"
     assert [s.phase for s in record.steps] == ["launch", "start_logging", "work"]
     assert (record.error.type, record.error.message) == ("RuntimeError", "the output failed")
+
+
+def test_the_notes_before_the_first_step_each_get_a_line_of_their_own():
+    screen, live = io.StringIO(), LiveLine()
+    terminal = Terminal(screen, bars=False)
+    for event in (Progress("notice", text="steps go through a fan-out tree: 3 hosts"),
+                  Progress("notice", text="clksync probes every 400 ms"),
+                  Progress("step", "launch"), Progress("host", "launch", "a", "ok", 0.2),
+                  Progress("notice", text="a note of the step"),
+                  Progress("step_done", "launch", seconds=0.2)):
+        terminal.out(*live.text(event))
+    assert screen.getvalue() == ("  [steps go through a fan-out tree: 3 hosts]\n"
+                                 "  [clksync probes every 400 ms]\n"
+                                 "  launch           a ok 200 ms  [a note of the step] [200 ms]\n")
