@@ -3,6 +3,7 @@ stdout, errors on stderr. Below the command line, so that the API does not depen
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import IO
@@ -44,6 +45,8 @@ class Terminal:
         print_lines(lines, sys.stderr)
 
     def count(self, what: str, done: int, total: int) -> None:
+        if self.closed:
+            return
         try:
             self._count(what, done, total)
         except BrokenPipeError:
@@ -54,8 +57,11 @@ class Terminal:
         for it. Said once on stderr; stdout then writes to /dev/null, so that nothing printed
         later, nor Python's last flush, fails on it again; the run goes on to its end."""
         self.closed = True
-        self.bar = None
         quiet_stdout(self.stdout or sys.stdout)
+        bar, self.bar = self.bar, None
+        if bar is not None:  # its refresh thread ended, its last frame to /dev/null now
+            with contextlib.suppress(OSError, ValueError):
+                bar.stop()
         self.err(["netspec: stdout was closed by its reader: nothing more printed on it; the command goes on "
                   "to its end"])
 
