@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""  # one that names no file says no empty one
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # Ctrl-C outside a run's own handling (a merge, a collect)
         if args.debug:
