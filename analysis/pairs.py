@@ -46,7 +46,10 @@ SELECT (SELECT count(*) FROM s_all WHERE tag IS NOT NULL), (SELECT count(*) FROM
        (SELECT count(*) FROM st ANTI JOIN et USING (tag)),
        (SELECT count(*) FROM e), (SELECT count(*) FROM e ANTI JOIN st USING (tag)),
        (SELECT count(*) FROM et SEMI JOIN st USING (tag)),
-       (SELECT count(*) FROM s_all WHERE tag IS NULL) + (SELECT count(*) FROM e_all WHERE tag IS NULL)
+       (SELECT count(*) FROM s_all WHERE tag IS NULL) + (SELECT count(*) FROM e_all WHERE tag IS NULL),
+       (SELECT count(*) FROM (SELECT tag FROM e SEMI JOIN st USING (tag) GROUP BY tag HAVING count(*) > 1)),
+       (SELECT count(DISTINCT tag) FROM (SELECT tag FROM e SEMI JOIN st USING (tag)
+                                         GROUP BY tag, host, component HAVING count(*) > 1))
 """
 
 
@@ -91,6 +94,8 @@ class PairCounts:
     ends_without_start: int  # end records whose tag no start carries
     matched_tags: int  # tags with a start and at least one end
     untagged: int  # start and end records with no tag at all: nothing to pair them by
+    several_ends: int  # matched tags with more than one end (match: all makes a row of each)
+    repeated_ends: int  # of them, those one component logged the end of more than once
     start_component: str | None = None  # only this component's starts count (None: any)
     end_component: str | None = None  # only this component's ends count
 
@@ -121,6 +126,12 @@ class PairCounts:
             said.append(f"{self.starts - self.start_tags} starts repeat a tag (the first of each counts)")
         if self.ends_left_out:
             said.append(f"{self.ends_left_out} ends of a matched tag left out by match: {self.match}")
+        elif self.repeated_ends:  # match: all, a row each: one start counted more than once
+            # Several components ending a tag is the point of `all` (replication); one component
+            # ending it twice is a count of its own (a message read in parts?): said.
+            said.append(f"{self.repeated_ends} of {self.matched_tags} matched starts have several ends from "
+                        f"one component, a row each ({self.rows} rows; `match: first` or `last` keeps one "
+                        "end a start)")
         if self.untagged:
             said.append(f"{self.untagged} records carry no tag")
         return [f"pair {self.pair}{self.only()}: " + "; ".join(said)] if said else []

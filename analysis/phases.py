@@ -32,6 +32,14 @@ class Latency:
     p50_ns: float
     p99_ns: float
     max_ns: float
+    starts: int | None = None  # a pair's: the starts its values end (fewer: several ends a start)
+
+
+    def of_starts(self) -> str:
+        """A pair's values of fewer starts, in words ("" for one end a start)."""
+        if self.starts is None or self.starts >= self.count:
+            return ""
+        return f" (ends of {self.starts} starts: several ends a start)"
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,14 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                                   WHERE per_s IS NOT NULL AND {NET_FIELDS} GROUP BY step""").fetchall())
     latency: dict[int, list[Latency]] = {}
     if "intervals" in have:
-        for step, name, n, p50, p99, top in db.execute(f"""
+        for step, name, n, p50, p99, top, starts in db.execute(f"""
                 WITH s AS ({SPANS_SQL})
                 SELECT s.step, i.name, count(*), quantile_cont(i.duration_ns, 0.5),
-                       quantile_cont(i.duration_ns, 0.99), max(i.duration_ns)
+                       quantile_cont(i.duration_ns, 0.99), max(i.duration_ns),
+                       count(DISTINCT i.tag) FILTER (i.source = 'pair')
                 FROM intervals i JOIN s ON i.end_ts BETWEEN s.lo AND s.hi
                 GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
-            latency.setdefault(step, []).append(Latency(name, n, p50, p99, top))
+            latency.setdefault(step, []).append(Latency(name, n, p50, p99, top, starts or None))
     return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
                          net.get(step), tuple(latency.get(step, [])))
             for step, phase, lo, hi, n, ok in steps]
@@ -108,8 +117,9 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
         network = rate_text(f.net_bytes_per_s, "B/s") if f.net_bytes_per_s is not None else "net not sampled"
         lines.append(f"  {f.step} {f.phase}: {duration_text(f.took_ns)}, {f.ok}/{f.participants} ok, "
                      f"{cpu}, {network}")
-        lines.extend(f"      {lat.name}: {lat.count} values, p50 {duration_text(lat.p50_ns)}, "
-                     f"p99 {duration_text(lat.p99_ns)}, max {duration_text(lat.max_ns)}"
+        lines.extend(f"      {lat.name}: {lat.count} values{lat.of_starts()}, "
+                     f"p50 {duration_text(lat.p50_ns)}, p99 {duration_text(lat.p99_ns)}, "
+                     f"max {duration_text(lat.max_ns)}"
                      for lat in f.latencies)
     return lines
 

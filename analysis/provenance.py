@@ -78,10 +78,15 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
     """What decides how a run went, flat: the experiment's name; each component's params,
     program, command, args, env and host; each host's address and facts (those `load`
     read); the schedule; the services (clksync, CAMP), streams and analysis (pairs, graph,
-    decoders); each program's hash; the versions."""
+    decoders); each program's hash; the versions. A program or filter module the run kept a
+    copy of is its content's hash wherever it is named, its path no fact."""
     if isinstance(run, RunRecord):
         run = Provenance(run)
     record, plan = run.record, run.record.plan or PlanRecord()
+    # A program (or filter module) the run kept a copy of is known by its content, not by
+    # where it was: a rerun runs the copies, at other paths, and is no other experiment.
+    content = {path: f"sha256 {kept.sha256[:12]}" for path, kept in record.programs.items()}
+    named: set[str] = set()
     flat: dict[str, str] = {}
     if plan.experiment:
         flat["experiment"] = plan.experiment
@@ -90,7 +95,8 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
             flat[f"{comp.name}.{param}"] = _text(value)
         for key in ("host", "program", "command", "args", "env", "start", "stop"):
             if value := getattr(comp, key):
-                flat[f"{comp.name} {key}"] = _text(value)
+                flat[f"{comp.name} {key}"] = content.get(value, value) if key == "program" else _text(value)
+        named.add(comp.program or "")
     for host in plan.hosts:
         flat[f"host {host.name}"] = host.ssh or host.address or "local"
     for host, info in sorted(record.hosts.items()):
@@ -116,11 +122,16 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
         flat[f"analysis pair {name}"] = _text({k: v for k, v in msgspec.structs.asdict(pair).items()
                                                if v is not None})
     for name, node in plan.analysis.graph.items():
+        module, _, function = str(node.get("filter", "")).rpartition(":")
+        if module in content:
+            node = {**node, "filter": f"{content[module]}:{function}"}
+            named.add(module)
         flat[f"analysis graph {name}"] = _text(node)
     if plan.analysis.decoders:
         flat["analysis decoders"] = _text(plan.analysis.decoders)
     for path, kept in record.programs.items():
-        flat[f"program {path} sha256"] = kept.sha256[:12]
+        if path not in named:  # said by what runs it, above
+            flat[f"program {path} sha256"] = kept.sha256[:12]
     for name, version in record.versions.items():
         flat[f"{name} version"] = version
     return flat

@@ -50,7 +50,8 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
                 shown = ", ".join(f"#{i} {v:.4g} (z {z:+.1f})" for i, v, z in worst)
                 by_run.setdefault(run, []).append(
                     f"{name}: {len(far)} of {len(m)} values beyond z 2: {shown}")
-            by_run.setdefault(run, []).extend(_drifts(name, m))
+            if drifts := _drifts(name, m):  # a run with nothing to say gets no heading
+                by_run.setdefault(run, []).extend(drifts)
     for r in table:
         if r.summary.clamped:
             by_run.setdefault(r.run, []).append(_clamped(r))

@@ -60,15 +60,21 @@ class Causality:
     one_clock: int = 0
     one_clock_worst_ns: int = 0
     one_clock_beyond_bound: int = 0
+    starts: int = 0  # the starts (tags) the matched ends are of
+    several_ends: int = 0  # starts with more than one end matched (match: all)
 
     def text(self) -> str:
+        # Ends matched to fewer starts are no clean match of one end a start: said as such.
+        several = (f" ({self.starts} starts, {self.several_ends} of them with several ends)"
+                   if self.several_ends else "")
         if not self.matched:
             text = f"{self.pair}: nothing matched, nothing to check"
         elif not self.violations:
-            text = f"{self.pair}: {self.matched} matched, every end after its start"
+            text = (f"{self.pair}: {self.matched} {'ends ' if several else ''}matched{several}, every end "
+                    "after its start")
         else:
-            text = (f"{self.pair}: {self.violations} of {self.matched} ends land before their starts, by up "
-                    f"to {self.worst_ns / 1e3:.1f} us: the alignment error is at least that"
+            text = (f"{self.pair}: {self.violations} of {self.matched} ends{several} land before their "
+                    f"starts, by up to {self.worst_ns / 1e3:.1f} us: the alignment error is at least that"
                     + (f"; {self.beyond_bound} beyond their error bounds" if self.beyond_bound else
                        ", within the error bounds"))
         if self.one_clock:
@@ -315,5 +321,8 @@ def write_intervals(db: duckdb.DuckDBPyConnection, out: Path,
             "SELECT count(*), coalesce(max(abs(global_ns - duration_ns)), 0), "
             "count(*) FILTER (abs(global_ns - duration_ns) > global_bound_ns) FROM intervals "
             "WHERE source = 'pair' AND name = ? AND start_host = end_host", [name]).fetchall()[0]
-        checks.append(Causality(name, matched, bad, worst, beyond, *one))
+        starts, several = db.execute(
+            "SELECT count(*), count(*) FILTER (n > 1) FROM (SELECT count(*) AS n FROM intervals "
+            "WHERE source = 'pair' AND name = ? GROUP BY tag)", [name]).fetchall()[0]
+        checks.append(Causality(name, matched, bad, worst, beyond, *one, starts, several))
     return total, checks

@@ -39,8 +39,13 @@ EXITS = (
     ExitCode(130, "interrupted", "Ctrl-C: a run gathers and merges what it has (a second Ctrl-C "
              "stops it without gathering) and reads as interrupted, as does a run whose controller "
              "was killed; a campaign so stopped goes on with `ns_control resume`."),
+    ExitCode(141, "pipe", "A command that only prints (`show`, `ls`, `report`, ...) whose "
+             "reader closed its output (`ns_control show | head -1`): it ends there, quietly, as "
+             "a Unix tool killed by SIGPIPE does (128 + 13). A command that runs something "
+             "(`run`, `rerun`, `collect`, ...) never stops for it: it says so once on stderr, "
+             "goes on to its end and exits as its run went."),
 )
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = (e.code for e in EXITS)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED, EXIT_PIPE = (e.code for e in EXITS)
 STATUSES = ("ok", "partial", "failed", "interrupted", "running")
 EXIT_CODES = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "failed": EXIT_FAILED,
               "interrupted": EXIT_INTERRUPTED, "running": EXIT_OK}

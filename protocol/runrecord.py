@@ -21,6 +21,8 @@ run.json version history (readers accept every older version):
      limits, cgroup; null for other hosts) was added since.
      Later optional keys: faults (the schedule's faults as they went, with their audit),
      components' scheduled (ended by a fault of the schedule), plan.faults.
+     Same keys, kept since: a later `collect` adds to a host's `salvaged` (its files are
+     every collect's) and leaves `collected.at` when it gathers nothing more.
 """
 
 from __future__ import annotations
@@ -100,6 +102,21 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     left: list[str] = []
     removed: bool = False
     error: str = ""
+
+    def after(self, earlier: Salvage | None) -> Salvage:
+        """This salvage of a host as the record keeps it after `earlier`'s (a second
+        `ns_control collect`): the files and bytes gathered by both and the files either
+        found but did not gather; whether the host's copy is removed and why not all of it,
+        as this one found them."""
+        if earlier is None:
+            return self
+        return Salvage(self.via or earlier.via, self.source or earlier.source,
+                       _union(earlier.files, self.files), earlier.bytes + self.bytes,
+                       _union(earlier.left, self.left), self.removed, self.error)
+
+
+def _union(first: list[str], then: list[str]) -> list[str]:
+    return [*first, *(item for item in then if item not in first)]
 
 
 class HostLinks(msgspec.Struct):

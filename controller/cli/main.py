@@ -13,12 +13,12 @@ from pathlib import Path
 
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
-from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE
 from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
-from ..engine.terminal import print_lines
+from ..engine.terminal import print_lines, quiet_stdout
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
@@ -151,9 +151,15 @@ COMMANDS = {"run": running.cmd_run, "demo": running.cmd_demo, "check": running.c
             "init": starter.cmd_init}
 
 
+# Commands that write the user's own files (init: the user's program and experiment, source
+# to share as any other), with the user's umask.
+USERS_OWN = {"init"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    os.umask(PRIVATE_UMASK)  # run directories 0700, their files 0600: a run is its owner's
+    if args.command not in USERS_OWN:
+        os.umask(PRIVATE_UMASK)  # run directories 0700, their files 0600: a run is its owner's
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
@@ -167,10 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # stdout's reader went away (`show | head -1`): end there, quietly
+        quiet_stdout(sys.stdout)
+        return EXIT_PIPE
     except OSError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""  # one that names no file says no empty one
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # Ctrl-C outside a run's own handling (a merge, a collect)
         if args.debug:

@@ -75,13 +75,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
     if args.source:
         path = pull_run(args.source, args.run, args.runs, args.accept_new_host_keys)
-        print(f"fetched {path.name} from {args.source} into {path}")
+        TERMINAL.out(f"fetched {path.name} from {args.source} into {path}")
     else:
         path = find_run(args.runs, args.run)
     merged = merge(path, TERMINAL, args.to, user_code(args))
-    print_lines(merged.lines)
+    TERMINAL.lines(merged.lines)
     if merged.ok:
-        print_lines(summary.written_lines(args.to or path / MERGED))
+        TERMINAL.lines(summary.written_lines(args.to or path / MERGED))
     return EXIT_OK if merged.ok else EXIT_FAILED
 
 
@@ -93,9 +93,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if not found:
         print("no host of this run was reached: nothing to collect")
         return EXIT_OK
-    print_lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()])
+    # Through the terminal, as a run's lines: a closed stdout does not stop the merge.
+    TERMINAL.lines([f"host {host}: {salvaged.summary()}" for host, salvaged in found.items()])
     merged = merge(path, TERMINAL, code=user_code(args))
-    print_lines(merged.lines)
+    TERMINAL.lines(merged.lines)
     failed = [host for host, salvaged in found.items() if salvaged.error]
     return EXIT_FAILED if failed or not merged.ok else EXIT_OK
 

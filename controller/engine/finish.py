@@ -94,11 +94,12 @@ def unclean_ends(results: Mapping[str, ComponentResult],
     return said
 
 
-async def finish(error: NetspecError | None, phase: str, *, fleet: Fleet, forks: DaemonForks,
+async def finish(error: Exception | None, phase: str, *, fleet: Fleet, forks: DaemonForks,
                  steps: Steps, stragglers: Stragglers, saves: Saves, failure: Failure,
                  results: Mapping[str, ComponentResult], rundir: RunDir) -> None:
-    """End the run that `error` stopped (None: it went through) in `phase`: cleaned up and
-    gathered however it ended, each wait bounded; its outcome written to run.json last."""
+    """End the run that `error` stopped (None: it went through; a NetspecError, or a fault of
+    the controller's own) in `phase`: cleaned up and gathered however it ended, each wait
+    bounded; its outcome written to run.json last."""
     loop = asyncio.get_running_loop()
     await stragglers.run_ended(CLEANUP_DEADLINE_S)
     if error is not None:

@@ -78,9 +78,11 @@ class Run:
             StepFailed, ComponentFailed, DeadlineExceeded, ConnectionLost, Interrupted:
             whatever stopped the run, after the run directory got everything it could.
             asyncio.CancelledError: the run was cancelled (after the same clean-up).
+            Exception: any other, a fault of the controller's own, once the run was
+            gathered and recorded as failed by it.
         """
         self.failure.open()
-        error: NetspecError | None = None
+        error: Exception | None = None
         # The run's task group: each daemon connection's reader. The stragglers' watches have
         # a group of their own, ended as the run ends (`finish`: `Stragglers.run_ended`). The
         # local daemons' fork server is ended however the run ends (`finish` ends it first).
@@ -97,6 +99,11 @@ class Run:
                 # cancellation is the caller's, raised on once that is done.
                 error = Interrupted(f"cancelled {self._where()}")
                 self.failure.set(error)
+                raise
+            except Exception as exc:
+                # A fault of the controller itself: the run is gathered and recorded as failed
+                # by it (never ok with its later steps missing), then it goes on up.
+                error = exc
                 raise
             finally:
                 self.faults.settle()

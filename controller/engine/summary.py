@@ -59,8 +59,8 @@ class LiveLine:
             return (f"\n{said}\n  {self.step:<16}", False) if self.step else (said, True)
         if event.kind == "salvaged":  # a lost daemon's host, gathered without it
             return f" [salvaged host {event.host}: {event.text}]", False
-        if event.kind == "notice":
-            return f" [{event.text}]", False
+        if event.kind == "notice":  # in a step, on its line; else (the fleet's tree, clksync) its own
+            return (f" [{event.text}]", False) if self.step else (f"  [{event.text}]", True)
         if event.kind == "hosts":  # summarized by a fan-out tree: counted, never listed
             self.counted += event.done
             self.unlisted.extend(event.slowest)

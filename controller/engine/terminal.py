@@ -3,6 +3,8 @@ stdout, errors on stderr. Below the command line, so that the API does not depen
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from typing import IO
 
@@ -22,15 +24,48 @@ class Terminal:
         self.bar: rich.progress.Progress | None = None
         self.task = rich.progress.TaskID(0)
         self.line_open = False
+        self.closed = False  # stdout's reader went away: nothing more is written to it
 
     def out(self, text: str, end: bool = True) -> None:
-        print(text, end="\n" if end else "", flush=True, file=self.stdout or sys.stdout)
+        if self.closed:
+            return
+        try:
+            print(text, end="\n" if end else "", flush=True, file=self.stdout or sys.stdout)
+        except BrokenPipeError:
+            self._reader_gone()
+            return
         self.line_open = not end and (bool(text) or self.line_open)
+
+    def lines(self, lines: list[str]) -> None:
+        """Lines of a command that works on (`fetch`, `collect`), each as `out` prints it."""
+        for line in lines:
+            self.out(line)
 
     def err(self, lines: list[str]) -> None:
         print_lines(lines, sys.stderr)
 
     def count(self, what: str, done: int, total: int) -> None:
+        if self.closed:
+            return
+        try:
+            self._count(what, done, total)
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """stdout's reader went away (`ns_control run FILE | head`): a measurement never stops
+        for it. Said once on stderr; stdout then writes to /dev/null, so that nothing printed
+        later, nor Python's last flush, fails on it again; the run goes on to its end."""
+        self.closed = True
+        quiet_stdout(self.stdout or sys.stdout)
+        bar, self.bar = self.bar, None
+        if bar is not None:  # its refresh thread ended, its last frame to /dev/null now
+            with contextlib.suppress(OSError, ValueError):
+                bar.stop()
+        self.err(["netspec: stdout was closed by its reader: nothing more printed on it; the command goes on "
+                  "to its end"])
+
+    def _count(self, what: str, done: int, total: int) -> None:
         stdout = self.stdout or sys.stdout
         if total <= LISTED_OK or not (stdout.isatty() if self.bars is None else self.bars):
             return
@@ -50,6 +85,18 @@ class Terminal:
 
 
 TERMINAL = Terminal()
+
+
+def quiet_stdout(stream: IO[str]) -> None:
+    """Point `stream`'s file descriptor at /dev/null (its reader went away), what its buffer
+    held dropped with it; a stream without one (a test's StringIO) is left as it is."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def print_lines(lines: list[str], stream: IO[str] | None = None) -> None:

@@ -37,6 +37,7 @@ _HOST_TOKENS = ("{i}", "{name}")
 _COMPONENT_TOKENS = ("{i}", "{host}")
 Members = dict[str, tuple[str, ...]]  # a group's name -> its members' names
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_QUOTED = re.compile(r"'[^']*'")  # a value a warning quotes
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,25 @@ class Groups:
 
 
 def _folded(warnings: list[str], member_of: dict[str, str]) -> list[str]:
-    """The warnings that differ only in which member of a group they name, said once: the
-    first, and how many more members it holds for."""
+    """The warnings that differ only in which member of a group they name, and in the values
+    they quote that are the member's own (`ssh: "peer-{i}"`: 'peer-1', 'peer-2', ...), said
+    once: the first, and how many more members it holds for."""
+    def parts(word: str) -> list[str]:  # a name, or the names of a key (hosts.peers-1.ssh)
+        return [word] if word in member_of else word.split(".")
+
     alike: dict[str, list[tuple[str, list[str]]]] = {}
     for warning in warnings:
-        named = [w for w in _WORD.findall(warning) if w in member_of]
-        shape = _WORD.sub(lambda m: f"<{member_of[m[0]]}>" if m[0] in member_of else m[0], warning)
+        named = [p for w in _WORD.findall(warning) for p in parts(w) if p in member_of]
+        shape = _WORD.sub(lambda m: ".".join(f"<{member_of[p]}>" if p in member_of else p
+                                             for p in parts(m[0])), warning)
+        if named:  # the values it quotes, but a member's name (<group> by now)
+            shape = _QUOTED.sub(lambda m: m[0] if "<" in m[0] else "'...'", shape)
         alike.setdefault(shape, []).append((warning, named))
     said = []
     for found in alike.values():
         first, named = found[0]
-        if len(found) == 1 or not named:
-            said += [w for w, _ in found]
+        if len(found) == 1 or not named or len({n[0] for _, n in found}) < len(found):
+            said += [w for w, _ in found]  # alone, of no member, or two of one member's own
             continue
         others = [n[0] for _, n in found[1:]]
         said.append(f"{first} (alike for {len(others)} more of group {member_of[named[0]]}: "

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from netspec.analysis.graph import GraphError, check_node
 from netspec.datastream.writer import StreamConfig
-from netspec.protocol.errors import ConfigError
+from netspec.protocol.errors import ConfigError, some_hosts
 from netspec.protocol.messages import NODE
 from netspec.protocol.runplan import DockerSpec
 
@@ -198,7 +198,32 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
             with src.checking():
                 src.error("a docker host is reached through its engine: give 'docker', not 'address' "
                           "or 'ssh'", ("hosts", name))
+    if "fan_out" in data:
+        _check_docker_tree(src, given)
     return {name: _host(name, spec or {}) for name, spec in given.items()}
+
+
+def _check_docker_tree(src: SourceFile, given: dict[str, Any]) -> None:
+    """A fan-out tree's relays reach their children at the address the controller reached
+    them at: containers of one engine reach each other on the run's network, but a daemon in
+    a container cannot reach a local one (at the controller's 127.0.0.1), nor a container of
+    another engine. Refused here, each host by name, rather than when the tree is built."""
+    def engine(spec: Any) -> Any:
+        docker = spec.get("docker") if isinstance(spec, dict) else None
+        return None if docker is None else ("engine", (docker or {}).get("engine"))
+    engines = {name: engine(spec) for name, spec in given.items()}
+    kinds = set(engines.values())
+    if len(kinds) < 2 or not any(kinds):
+        return
+    for name, kind in engines.items():
+        if kind is None:
+            continue
+        others = [n for n, k in engines.items() if k != kind]
+        with src.checking():
+            src.error(f"a docker host is in a fan-out tree (fan_out: at line {src.line(('fan_out',))}) "
+                      f"only with docker hosts of its engine: its daemon, in a container, and those of "
+                      f"{some_hosts(others)} cannot reach one another to relay; drop fan_out, or run "
+                      "every host in containers of one engine", ("hosts", name, "docker"))
 
 
 def _host(name: str, spec: dict[str, Any]) -> Host:

@@ -57,7 +57,7 @@ async def salvage_hosts(sources: dict[str, Callable[[], RunFiles | None]], run: 
                         deadline: float) -> dict[str, Salvaged]:
     """Salvage each host whose daemon was lost, by the loop-time `deadline`: `sources`
     gives each host's `Host.run_files`. Each host's salvage, or why there was none, is
-    recorded in run.json under the host's `salvaged`."""
+    recorded in run.json under the host's `salvaged`, beside what an earlier one gathered."""
     async def one(host: str) -> Salvaged:
         try:
             source = await asyncio.to_thread(sources[host])
@@ -74,8 +74,9 @@ async def salvage_hosts(sources: dict[str, Callable[[], RunFiles | None]], run: 
             found = dict(zip(sources, await asyncio.gather(*map(one, sources)), strict=True))
     except TimeoutError:
         found = {h: Salvaged(error="the collect's deadline passed first") for h in sources}
-    for host, salvaged in found.items():
-        run.record.hosts.setdefault(host, HostRecord()).salvaged = salvaged.record(run.path)
+    for host, salvaged in found.items():  # what an earlier salvage of the host gathered is kept
+        record = run.record.hosts.setdefault(host, HostRecord())
+        record.salvaged = salvaged.record(run.path).after(record.salvaged)
     run.save()
     return found
 

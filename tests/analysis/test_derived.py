@@ -90,6 +90,15 @@ def test_the_report_compares_later_runs_with_the_first_then_groups_its_warnings(
     assert float(rows[1]["overhead_pct"]) == pytest.approx(10) and float(rows[1]["p_equal"]) < 0.05
 
 
+def test_runs_with_nothing_to_warn_of_get_no_warnings_section_and_no_empty_heading():
+    steady = np.tile([40.0, 41.0], 10)  # no outlier, no drift, no caveat
+    runs = {"point a": {"interval rtt": metric("interval rtt", steady)},
+            "point b": {"interval rtt": metric("interval rtt", steady + 1)}}
+    lines = report_lines(runs)
+    said = [line for line in lines if line.startswith("warnings") or line in ("  point a:", "  point b:")]
+    assert said == [], lines
+
+
 @pytest.fixture
 def camp_set(tmp_path):
     """Host h: a CPU busy 25 % of the time, a component using 0.2 CPUs in user and 0.05 in

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from netspec.analysis.graph import run_graph
+from netspec.analysis.phases import run_phase_lines
 from netspec.analysis.resultset import merge_run, open_tables
 from support import write_stream
 
@@ -56,9 +57,14 @@ def test_every_backups_end_of_a_replicated_write_is_its_own_row_and_the_unmatche
     assert counts == {"pair": "replication", "match": "all", "starts": WRITES, "start_tags": WRITES,
                       "starts_without_end": 0, "ends": 2 * WRITES - len(LOST_AT_BACKUP2) + len(STRAYS),
                       "ends_without_start": len(STRAYS), "matched_tags": WRITES, "untagged": 0,
+                      "several_ends": WRITES - len(LOST_AT_BACKUP2), "repeated_ends": 0,
                       "rows": 2 * WRITES - len(LOST_AT_BACKUP2), "ends_left_out": 0,
                       "start_component": None, "end_component": None}
+    # Each backup ends a write once: several ends a start, as replication means, and no warning of it.
     assert "pair replication: 5 of 195 ends had no start" in result.warnings
+    (causality,) = result.causality
+    assert causality.text() == ("replication: 190 ends matched (100 starts, 90 of them with several ends), "
+                                "every end after its start")
 
 
 @pytest.mark.parametrize(("match", "backup", "latency"), [("first", "backup1", LATENCY["backup1"]),
@@ -113,3 +119,27 @@ def test_a_pair_s_component_filter_naming_a_group_component_counts_each_of_its_c
     rows = duckdb.sql(f"""SELECT end_component, count(*) FROM '{run}/merged/intervals.parquet'
                           WHERE name = 'to_backups' GROUP BY ALL ORDER BY 1""").fetchall()
     assert rows == [("backup1", WRITES), ("backup2", WRITES - len(LOST_AT_BACKUP2))]
+
+
+def test_ends_one_component_logs_twice_a_start_are_no_clean_match_in_the_merge_nor_in_the_report(tmp_path):
+    # A server that logs each message's end twice (read in two parts): 2 ends a start.
+    run = tmp_path / "run"
+    write_stream(run / "hosts" / "c" / "streams", "c", "client",
+                 [("send", T0 + i * MS, i) for i in range(WRITES)])
+    write_stream(run / "hosts" / "s" / "streams", "s", "server",
+                 [("received", T0 + i * MS + k * 1000 + 5000, i) for i in range(WRITES) for k in (0, 1)])
+    acks = {"status": "ok", "entered_ns": T0 - MS, "acked_ns": T0 + (WRITES + 1) * MS}
+    (run / "run.json").write_text(json.dumps({
+        "format": 1, "id": "r", "experiment": "echo", "status": "ok",
+        "plan": {"source": str(tmp_path / "exp.yaml"),
+                 "analysis": {"pairs": {"one_way": {"start": "KV/send", "end": "KV/received"}}}},
+        "hosts": {}, "steps": [{"phase": "run", "status": "ok",
+                                "hosts": {"c": {"components": {"client": acks}}}}]}))
+    result = merge_run(run)
+    (causality,) = result.causality
+    assert causality.text() == ("one_way: 200 ends matched (100 starts, 100 of them with several ends), "
+                                "every end after its start")
+    assert ("pair one_way: 100 of 100 matched starts have several ends from one component, a row each "
+            "(200 rows; `match: first` or `last` keeps one end a start)") in result.warnings
+    (line,) = [line for line in run_phase_lines(run / "merged", "r") if "one_way" in line]
+    assert line.startswith("      one_way: 200 values (ends of 100 starts: several ends a start), p50 ")

@@ -1,10 +1,12 @@
 """The CLI's output as whole text blocks, against a stored run."""
 
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from netspec.controller.engine.runner import MERGE_INTERRUPTED
 from support import REPO, latest_record, ns_control, wait_for
@@ -256,3 +258,20 @@ def test_components_of_many_hosts_that_end_alike_uncleanly_are_one_partial_cause
     # show lists the first 8 and counts the rest by how they ended.
     shown = ns_control("show", cwd=tmp_path).stdout
     assert shown.count(" signal 9 ") == 8 and "\n    and 4 more signal 9\n" in shown, shown
+
+
+def test_an_error_without_a_file_name_is_said_without_an_empty_one(tmp_path):
+    # A campaign whose counted runs hold result sets of an older netspec: refused, said once.
+    stored = REPO / "tests" / "data" / "campaigns" / "sized" / "20261126T023317Z-978e2e" / "campaign.json"
+    campaign = tmp_path / "sized"
+    campaign.mkdir()
+    (campaign / "campaign.json").write_text(stored.read_text().replace("/tmp/campaignrec_gen/runs",
+                                                                       str(tmp_path / "runs")))
+    for run in json.loads((campaign / "campaign.json").read_text())["points"][1]["runs"]:
+        (Path(run["path"]) / "merged").mkdir(parents=True)
+        shutil.copy(STORED / "stimulus-response" / RUN_ID / "run.json", Path(run["path"]) / "run.json")
+        (Path(run["path"]) / "merged" / "summary.json").write_text('{"format": 0}')
+    done = ns_control("report", str(campaign), cwd=tmp_path)
+    merged = tmp_path / "runs" / "sized" / "20261126T023341Z-24c6d5" / "merged"
+    assert (done.returncode, done.stderr) == (1, f"error: {merged}: a result set of an older netspec: "
+                                                 "merge the run again (ns_control fetch)\n")

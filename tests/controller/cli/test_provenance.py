@@ -83,6 +83,30 @@ def test_differences_name_the_experiments_name_services_streams_and_analysis():
     assert first == "experiment: stimulus-response -> stimulus-response-2"
 
 
+def test_a_rerun_of_the_copies_of_its_programs_at_other_paths_is_no_difference_but_their_content_is():
+    source, filters = "/exp/stimulus.py", "/exp/mine.py"
+    before = stored()
+    before["programs"] = {p: {"sha256": f"{i}" * 64, "copy": f"programs/{i}-{p.rpartition('/')[2]}"}
+                          for i, p in enumerate((source, filters))}
+    for comp in before["plan"]["components"]:
+        comp["program"] = source
+    before["plan"]["analysis"] = {"graph": {"mine": {"filter": f"{filters}:keep", "input": "events"}}}
+    rerun = copy.deepcopy(before)  # `ns_control rerun` runs the first run's copies
+    copies = {p: f"/runs/first/{kept['copy']}" for p, kept in before["programs"].items()}
+    rerun["programs"] = {copies[p]: {**kept, "copy": kept["copy"]} for p, kept in before["programs"].items()}
+    for comp in rerun["plan"]["components"]:
+        comp["program"] = copies[source]
+    rerun["plan"]["analysis"]["graph"]["mine"]["filter"] = f"{copies[filters]}:keep"
+    assert differences(typed(before), typed(rerun)) == []
+    rerun["programs"][copies[source]]["sha256"] = "a" * 64
+    rerun["plan"]["analysis"]["graph"]["mine"]["filter"] = f"{copies[filters]}:other"
+    assert differences(typed(before), typed(rerun)) == [
+        "server program: sha256 000000000000 -> sha256 aaaaaaaaaaaa",
+        "client program: sha256 000000000000 -> sha256 aaaaaaaaaaaa",
+        'analysis graph mine: {"filter": "sha256 111111111111:keep", "input": "events"} -> '
+        '{"filter": "sha256 111111111111:other", "input": "events"}']
+
+
 def run_on(tmp_path, name, record, **host_facts):
     """A run directory holding `record`, its hosts' daemons having said `host_facts` (a
     daemon's facts.json, with the given facts changed)."""

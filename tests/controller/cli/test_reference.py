@@ -78,9 +78,10 @@ def test_an_argument_without_help_fails_the_page_naming_its_command():
 def test_the_exit_codes_page_is_the_table_the_code_exits_by():
     page = exit_codes()
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", page, re.M)
-    assert rows == [("0", "ok"), ("1", "failed"), ("2", "usage"), ("3", "partial"), ("130", "interrupted")]
+    assert rows == [("0", "ok"), ("1", "failed"), ("2", "usage"), ("3", "partial"), ("130", "interrupted"),
+                    ("141", "pipe")]
     codes = (runoutcome.EXIT_OK, runoutcome.EXIT_FAILED, runoutcome.EXIT_USAGE, runoutcome.EXIT_PARTIAL,
-             runoutcome.EXIT_INTERRUPTED)
+             runoutcome.EXIT_INTERRUPTED, runoutcome.EXIT_PIPE)
     assert tuple(e.code for e in runoutcome.EXITS) == codes
 
 

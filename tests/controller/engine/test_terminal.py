@@ -2,12 +2,21 @@
 error shared by many hosts said once."""
 
 import io
+import os
+import subprocess
+import sys
 
-from netspec.controller.engine.summary import LISTED_OK, error_lines
+import netspec.experiment
+import pytest
+from netspec.controller.engine.summary import LISTED_OK, LiveLine, error_lines
 from netspec.controller.engine.terminal import Terminal
+from netspec.controller.record.progress import Progress
 from netspec.controller.record.results import ComponentResult
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
 from netspec.protocol.kinds import WireError
+from netspec.protocol.runoutcome import EXIT_PIPE
+from netspec.protocol.runrecord import read_run
+from support import PROGRAMS, REPO
 
 
 def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
@@ -61,3 +70,89 @@ def test_hosts_that_failed_alike_are_one_line_each_cause_and_a_host_alone_keeps_
         "error: phase 'collect' failed on h3",
         "  caused by: phase 'collect', host h3: component 'c3' exited 3 after 1.3 s",
         "    command: actor.py"]
+
+
+PLAYS = """\
+experiment: pipe
+hosts: {a: {}}
+components:
+  one: {host: a, program: ACTOR, args: ["launch,work,collect"], params: {ticks: 3}}
+schedule: [launch, start_logging, work, stop_logging, collect]
+streams: {play: {enable: [PLAY]}}
+"""
+
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader is gone: a write to it fails with EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def test_a_run_whose_reader_goes_away_says_it_once_and_goes_on_to_its_end_gathered_and_merged(
+        experiment, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run",
+                             str(experiment(PLAYS.replace("ACTOR", str(PROGRAMS / "actor.py"))))],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("netspec: running pipe as ")
+    proc.stdout.close()  # `| head -1`: the live lines after it have no reader
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert err == ("netspec: stdout was closed by its reader: nothing more printed on it; the command "
+                   "goes on to its end\n")
+    record = read_run(tmp_path / "runs" / "latest")
+    assert record.status == "ok"
+    assert [s.phase for s in record.steps] == ["launch", "start_logging", "work", "stop_logging", "collect"]
+    assert (tmp_path / "runs" / "latest" / "merged" / "events.parquet").exists()
+
+
+def test_a_command_that_only_prints_ends_quietly_with_141_when_its_reader_is_gone(tmp_path):
+    stored = REPO / "tests" / "data" / "runs"
+    for command in (["show", "23d1a4"], ["ls"]):
+        write = _closed_pipe()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "netspec.controller.cli", *command, "--runs",
+                                   str(stored)], stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+        finally:
+            os.close(write)
+        assert (proc.returncode, proc.stderr) == (EXIT_PIPE, ""), command
+
+
+class FailsAtWork:
+    """An output that fails as the step `work` begins (a fault of the controller's own, as a
+    closed stdout once was, in the engine's own task)."""
+
+    def out(self, text: str, end: bool = True) -> None:
+        if text.strip() == "work":
+            raise RuntimeError("the output failed")
+
+    def err(self, lines: list[str]) -> None:
+        pass
+
+    def count(self, what: str, done: int, total: int) -> None:
+        pass
+
+
+def test_a_run_stopped_by_a_fault_of_the_controller_is_recorded_failed_never_ok_with_steps_missing(
+        experiment, tmp_path):
+    path = experiment(PLAYS.replace("ACTOR", str(PROGRAMS / "actor.py")))
+    with pytest.raises(ExceptionGroup, match="unhandled errors"):  # a fault goes on up, as it is
+        netspec.experiment.run(path, runs=tmp_path / "runs", output=FailsAtWork())
+    record = read_run(tmp_path / "runs" / "latest")
+    assert record.status == "failed"
+    assert [s.phase for s in record.steps] == ["launch", "start_logging", "work"]
+    assert (record.error.type, record.error.message) == ("RuntimeError", "the output failed")
+
+
+def test_the_notes_before_the_first_step_each_get_a_line_of_their_own():
+    screen, live = io.StringIO(), LiveLine()
+    terminal = Terminal(screen, bars=False)
+    for event in (Progress("notice", text="steps go through a fan-out tree: 3 hosts"),
+                  Progress("notice", text="clksync probes every 400 ms"),
+                  Progress("step", "launch"), Progress("host", "launch", "a", "ok", 0.2),
+                  Progress("notice", text="a note of the step"),
+                  Progress("step_done", "launch", seconds=0.2)):
+        terminal.out(*live.text(event))
+    assert screen.getvalue() == ("  [steps go through a fan-out tree: 3 hosts]\n"
+                                 "  [clksync probes every 400 ms]\n"
+                                 "  launch           a ok 200 ms  [a note of the step] [200 ms]\n")

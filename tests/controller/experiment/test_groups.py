@@ -170,3 +170,39 @@ def test_link_conditions_name_a_group_for_its_hosts(experiment):
     """
     plan = load(experiment(text)).resolved()
     assert plan.links[0].pairs == [("peers-1", "hub"), ("peers-2", "hub"), ("peers-3", "hub")]
+
+
+def test_an_unknown_ssh_target_of_every_member_is_one_warning(experiment):
+    text = """\
+    experiment: w
+    hosts:
+      peers: {count: 3, ssh: "nosuch-peer-{i}"}
+    components:
+      worker: {group: peers, command: "true"}
+    schedule: [launch, collect]
+    """
+    (said,) = load(experiment(text)).warnings
+    assert said.partition("/exp.yaml:")[2].startswith("3: hosts.peers-1.ssh: host 'peers-1': 'nosuch-peer-1' "
+                                                        "is no address, ")
+    assert said.endswith("the run cannot reach it (alike for 2 more of group peers: peers-2 ... peers-3)")
+
+
+def test_a_fan_out_tree_refuses_docker_hosts_beside_others_by_name_and_takes_them_alone(experiment):
+    text = """\
+    experiment: tree
+    fan_out: 2
+    hosts:
+      l: {}
+      d: {count: 3, docker: {}}
+    components:
+      worker: {group: d, command: "true"}
+    schedule: [launch, collect]
+    """
+    with pytest.raises(ConfigError) as caught:
+        load(experiment(text))
+    assert str(caught.value).partition("/exp.yaml:")[2] == (
+        "5: hosts.d[all 3 members].docker: a docker host is in a fan-out tree (fan_out: at line "
+        "2) only with docker hosts of its engine: its daemon, in a container, and those of l cannot reach "
+        "one another to relay; drop fan_out, or run every host in containers of one engine")
+    alone = load(experiment(text.replace("  l: {}\n", "")))
+    assert alone.fan_out == 2 and len(alone.hosts) == 3

@@ -17,13 +17,16 @@ import pytest
 from netspec.controller.engine.clocks import REFERENCE_EXCHANGES_PER_S, probe_interval_ms
 from netspec.controller.engine.summary import LISTED_OK, LiveLine
 from netspec.controller.experiment.load import parse
+from netspec.controller.hosts import fleet
+from netspec.controller.hosts.docker import DockerHost
 from netspec.controller.hosts.fleet import DaemonClient
 from netspec.controller.hosts.forks import DaemonForks
+from netspec.controller.hosts.remote import SSHHost
 from netspec.controller.record.progress import Progress
 from netspec.daemon.server import MAX_HANDSHAKES
 from netspec.protocol import messages as m
 from netspec.protocol.errors import AuthError, ConnectionLost, HandshakeDropped
-from support import latest_record, ns_control, start_run, wait_for
+from support import REPO, latest_record, ns_control, start_run, wait_for
 
 
 def test_forked_daemons_listen_and_end_and_one_that_cannot_start_is_said(key, tmp_path):
@@ -264,3 +267,15 @@ def test_a_key_the_daemon_refuses_is_not_tried_again(logged_daemon, key):
     # Dropped once for the flood, tried again and refused: not tried a third time.
     wait_for(lambda: logged_daemon.said(": authentication failed"), what="the refusal in the daemon's log")
     assert logged_daemon.said(": authentication failed") == 1
+
+
+def test_the_schemas_connect_deadline_default_is_the_figures_the_fleet_uses():
+    schema = json.loads((REPO / "controller" / "experiment" / "experiment.schema.json").read_text())
+    said = schema["properties"]["connect_deadline"]["description"]
+    found = re.findall(r"(\d+) s for an? (?:local or )?`?(\w+):?`? host", said)
+    assert {kind: float(s) for s, kind in found} == {
+        "address": fleet.AddressHost.start_deadline_s, "docker": DockerHost.start_deadline_s,
+        "ssh": SSHHost.start_deadline_s}
+    assert fleet.LocalHost.start_deadline_s == fleet.AddressHost.start_deadline_s  # "a local or `address:`"
+    per_host, beyond = re.search(r"plus (\d+) ms per host beyond (\d+)", said).groups()
+    assert (float(per_host) / 1e3, int(beyond)) == (fleet.CONNECT_PER_HOST_S, fleet.CONNECT_HOSTS_FREE)

@@ -4,10 +4,11 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 
 from netspec.controller.hosts.wheels import build_id, local_wheels
-from support import load_record
+from support import REPO, load_record
 
 
 def test_a_wheel_install_runs_the_demo_from_its_installed_package(tmp_path):
@@ -37,3 +38,20 @@ def test_a_wheel_install_runs_the_demo_from_its_installed_package(tmp_path):
     assert "b/client: 2000 round trips: median" in done.stdout
     record = load_record(tmp_path / "runs" / "latest")
     assert record["status"] == "ok" and record["plan"]["source"].startswith(str(env_dir))
+
+
+def test_every_folder_python_could_import_is_a_listed_package_so_a_build_warns_of_none():
+    # setuptools warns ("Package 'netspec.web.static' is absent from the `packages`
+    # configuration", 40 lines each) of a folder inside a package whose name Python could
+    # import, data alone or not, unless pyproject lists it: `make setup` printed 160 lines.
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, dirs = set(setup["packages"]), setup["package-dir"]
+    unlisted = []
+    for package in listed:
+        top = max((p for p in dirs if package == p or package.startswith(p + ".")), key=len)
+        folder = REPO / dirs[top] / package.removeprefix(top).lstrip(".").replace(".", "/")
+        for sub in folder.iterdir():
+            if sub.is_dir() and sub.name.isidentifier() and sub.name != "__pycache__" \
+                    and f"{package}.{sub.name}" not in listed:
+                unlisted.append(f"{package}.{sub.name}")
+    assert unlisted == []

@@ -191,3 +191,12 @@ def test_ls_says_where_a_partial_and_a_killed_controllers_run_stopped_and_show_w
     record = read_run(tmp_path / "runs" / "latest")
     assert record.collected.hosts == 1 and record.collected.failed == {}
     assert record.error.gathered is True
+    (host, gathered), = record.hosts.items()
+    salvaged = gathered.salvaged
+    assert salvaged.files and salvaged.removed
+    # Collected again: nothing is left on the host, and what the first gathered stays recorded.
+    again = ns_control("collect", cwd=tmp_path)
+    assert again.returncode == 0 and f"host {host}: 0 files" in again.stdout, again.stdout + again.stderr
+    kept = read_run(tmp_path / "runs" / "latest")
+    assert (kept.collected, kept.collected_ns) == (record.collected, record.collected_ns)
+    assert kept.hosts[host].salvaged == salvaged
