@@ -36,6 +36,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -449,6 +450,9 @@ def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0)
     (directory / "tls").mkdir()
     tls = tls_files(directory / "tls", h.address)
     bridge = name[-15:]
+    # containerd's namespaces are words joined by single separators: a session's random part
+    # (mkdtemp's) may start with '_' after the prefix's '-'
+    namespace = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
     _run("ip", "-n", h.netns, "link", "add", bridge, "type", "bridge")
     _run("ip", "-n", h.netns, "addr", "add", f"172.31.{secrets.randbelow(250) + 1}.1/24", "dev", bridge)
     _run("ip", "-n", h.netns, "link", "set", bridge, "up")
@@ -459,8 +463,8 @@ def start_dockerd(h: NetHost, name: str, directory: Path, timeout: float = 60.0)
              "-H", f"unix://{directory / 'docker.sock'}", "-H", f"tcp://{h.address}:{TLS_PORT}",
              "--tlsverify", "--tlscacert", str(tls["ca"]), "--tlscert", str(tls["server_cert"]),
              "--tlskey", str(tls["server_key"]),
-             "--bridge", bridge, "--containerd-namespace", name,
-             "--containerd-plugins-namespace", f"{name}-plugins"],
+             "--bridge", bridge, "--containerd-namespace", namespace,
+             "--containerd-plugins-namespace", f"{namespace}-plugins"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     engine = Engine(h, name, directory, process)
     deadline = time.monotonic() + timeout

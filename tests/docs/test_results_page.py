@@ -4,27 +4,12 @@ has its section, every column its row, and the page names no table or column tha
 there, so the page cannot drift from the merge."""
 
 import re
-from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from netspec.analysis.links import COLUMNS as LINKS_COLUMNS
-from support import REPO, ns_control
+from support import REPO
 
 PAGE = REPO / "docs" / "results.md"
-
-
-@pytest.fixture(scope="module")
-def merged(request, tmp_path_factory) -> Path:
-    """The demo's result set: the session's demo run where the suite has one (tests/demorun.py),
-    else a demo run of this module's own."""
-    try:
-        return request.getfixturevalue("demo").merged
-    except pytest.FixtureLookupError:
-        where = tmp_path_factory.mktemp("demo")
-        done = ns_control("demo", "--quiet", cwd=where)
-        assert done.returncode == 0, done.stderr
-        return where / "runs" / "latest" / "merged"
 
 
 def documented(text: str) -> dict[str, set[str]]:
@@ -41,8 +26,8 @@ def documented(text: str) -> dict[str, set[str]]:
     return tables
 
 
-def test_every_table_and_column_of_the_result_set_is_on_the_results_page_and_no_other(merged):
-    actual = {p.stem: set(pq.read_schema(p).names) for p in merged.glob("*.parquet")}
+def test_every_table_and_column_of_the_result_set_is_on_the_results_page_and_no_other(demo):
+    actual = {p.stem: set(pq.read_schema(p).names) for p in demo.merged.glob("*.parquet")}
     assert len(actual) >= 9, sorted(actual)
     actual["links"] = set(LINKS_COLUMNS.names)
     page = documented(PAGE.read_text())

@@ -44,7 +44,9 @@ def test_a_real_replication_run_gives_each_backup_its_own_latency_the_slower_one
     exp.write_text(REPLICATION.replace("PROGRAM", str(program)).replace("APPLY_US", str(APPLY_US)))
     done = ns_control("run", str(exp), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "causality replicate: 400 matched, every end after its start" in done.stdout
+    # two backups end each write: 400 ends of 200 starts, said so
+    assert ("causality replicate: 400 ends matched (200 starts, 200 of them with several ends), every end "
+            "after its start") in done.stdout
     merged = tmp_path / "runs" / "latest" / "merged"
     ends = dict(duckdb.sql(f"""SELECT end_component, list(duration_ns + bound_ns)
                                FROM '{merged}/intervals.parquet' WHERE name = 'replicate'

@@ -15,13 +15,12 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 from demorun import DEMO
-from netspec.analysis import links as link_audit
 from netspec.controller.engine.summary import run_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runrecord import read_run
 from netspec.web import timeline
-from support import PROGRAMS, REPO, latest_record, load_record, ns_control, start_run, wait_for
+from support import PROGRAMS, latest_record, load_record, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -128,26 +127,6 @@ def test_the_demo_result_set_holds_every_table_and_product(demo):
         "events.parquet", "samples.parquet", "intervals.parquet", "clock.parquet", "phases.parquet",
         "rates.parquet", "usage.parquet", "workload.parquet", "states.parquet", "trace.json", "narration.txt",
         "report.html", "plots", "summary.json", "rtt_csv.csv", "first_story.txt"}
-
-
-def test_every_table_of_the_result_set_is_documented_column_by_column_with_a_query_that_runs(
-        demo, monkeypatch):
-    monkeypatch.chdir(demo.where)  # the queries name runs/latest/merged/, as a user's shell would
-    doc = (REPO / "docs" / "results.md").read_text()
-    sections = dict(re.findall(r"^## (\w+\.parquet)\n(.*?)(?=^## |\Z)", doc, re.M | re.S))
-    # A table only a run with link conditions makes (the demo has none): its columns as the
-    # audit writes them; tests/e2e/test_links_on_hosts.py reads a real one.
-    only_with_links = {"links.parquet": link_audit.COLUMNS}
-    assert set(sections) - set(only_with_links) == {p.name for p in demo.merged.glob("*.parquet")}
-    for table, text in sections.items():
-        # A row names one column or several alike ("`src`, `dst`").
-        documented = [name for cell in re.findall(r"^\| (`\w+`(?:, `\w+`)*) \|", text, re.M)
-                      for name in re.findall(r"`(\w+)`", cell)]
-        schema = only_with_links.get(table) or pq.read_schema(demo.merged / table)
-        assert documented == schema.names, table
-        if table not in only_with_links:
-            (query,) = re.findall(r"```sql\n(.*?)```", text, re.S)
-            assert duckdb.connect().sql(query).fetchall(), table
 
 
 def test_the_demo_pairs_both_legs_of_every_round_trip_causally(demo):
