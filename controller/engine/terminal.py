@@ -25,6 +25,7 @@ class Terminal:
         self.task = rich.progress.TaskID(0)
         self.line_open = False
         self.closed = False  # stdout's reader went away: nothing more is written to it
+        self.err_closed = False  # so did stderr's (`2>&1 | head`): nothing more said on it
 
     def out(self, text: str, end: bool = True) -> None:
         if self.closed:
@@ -42,7 +43,16 @@ class Terminal:
             self.out(line)
 
     def err(self, lines: list[str]) -> None:
-        print_lines(lines, sys.stderr)
+        """Errors on stderr; once its reader is gone (`2>&1 | head`, the same pipe as stdout),
+        nothing more is said there, and stderr writes to /dev/null (nothing else said on it
+        fails either): the run goes on to its end, as it does for stdout."""
+        if self.err_closed:
+            return
+        try:
+            print_lines(lines, sys.stderr)
+        except BrokenPipeError:
+            self.err_closed = True
+            quiet_stdout(sys.stderr)
 
     def count(self, what: str, done: int, total: int) -> None:
         if self.closed:
@@ -88,8 +98,8 @@ TERMINAL = Terminal()
 
 
 def quiet_stdout(stream: IO[str]) -> None:
-    """Point `stream`'s file descriptor at /dev/null (its reader went away), what its buffer
-    held dropped with it; a stream without one (a test's StringIO) is left as it is."""
+    """Point `stream`'s (stdout's or stderr's) file descriptor at /dev/null (its reader went
+    away), what its buffer held dropped with it; a stream without one (a test's StringIO) is left as it is."""
     try:
         fd = stream.fileno()
     except (OSError, ValueError):

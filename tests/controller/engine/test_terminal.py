@@ -89,17 +89,20 @@ def _closed_pipe() -> int:
     return write
 
 
+@pytest.mark.parametrize("stderr", [subprocess.PIPE, subprocess.STDOUT], ids=["own", "2>&1"])
 def test_a_run_whose_reader_goes_away_says_it_once_and_goes_on_to_its_end_gathered_and_merged(
-        experiment, tmp_path):
+        experiment, tmp_path, stderr):
     proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "run",
                              str(experiment(PLAYS.replace("ACTOR", str(PROGRAMS / "actor.py"))))],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert proc.stdout.readline().startswith("netspec: running pipe as ")
     proc.stdout.close()  # `| head -1`: the live lines after it have no reader
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert err == ("netspec: stdout was closed by its reader: nothing more printed on it; the command "
-                   "goes on to its end\n")
+    if stderr == subprocess.PIPE:
+        assert err == ("netspec: stdout was closed by its reader: nothing more printed on it; the command "
+                       "goes on to its end\n")
+    # else `2>&1 | head -1`: that notice has no reader either; nothing more is said, the run goes on
     record = read_run(tmp_path / "runs" / "latest")
     assert record.status == "ok"
     assert [s.phase for s in record.steps] == ["launch", "start_logging", "work", "stop_logging", "collect"]
