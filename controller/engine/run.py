@@ -102,9 +102,9 @@ class Run:
                 raise
             except Exception as exc:
                 # A fault of the controller itself: the run is gathered and recorded as failed
-                # by it (never ok with its later steps missing), then it goes on up.
+                # by it (never ok with its later steps missing), then it goes on up as it is:
+                # raised after the task group, which would wrap it in an ExceptionGroup.
                 error = exc
-                raise
             finally:
                 self.faults.settle()
                 await finish(error, self.now.phase, fleet=self.fleet, forks=self.forks, steps=self.steps,
