@@ -86,6 +86,17 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Configured:
+    """What run.json says the links were configured to do: each directed pair's condition in
+    each step, and when each step's change of a pair took effect (at_ns, bound_ns), a change
+    that cleared the pair's condition too (it has no condition in that step, but its change
+    still ends the step before at its release)."""
+
+    conditions: dict[tuple[str, str, int], Condition] = field(default_factory=dict)
+    changes: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Counters:
     """What a link's backends counted during a step: its achieved rate (qdisc bytes over the
     window), the user-space path's share of packets released late, its drops and its CPU."""
@@ -204,11 +215,12 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
     return found
 
 
-def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], Condition],
+def audit(db: duckdb.DuckDBPyConnection, links: Configured,
           read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
     """The audit's rows from a result set's events and phases: one per link and step that
     probes crossed or conditions named; the backends' counters from the run's `LINKS/stats`
     events unless given (`read`)."""
+    configured = links.conditions
     result = Audit()
     if not _has(db, 'events') or not _has(db, 'phases'):
         return result
@@ -239,9 +251,8 @@ def audit(db: duckdb.DuckDBPyConnection, configured: dict[tuple[str, str, int], 
             continue
         # The next step's change takes effect at its release, before its first entry ends this
         # window: what was sent within GUARD_NS of it (and its bound) was in flight across it.
-        following = configured.get((src, dst, steps[i + 1][0])) if i + 1 < len(steps) else None
-        if following is not None and following.changed_at is not None and \
-                ts >= following.changed_at - (following.changed_bound_ns or 0) - GUARD_NS:
+        following = links.changes.get((src, dst, steps[i + 1][0])) if i + 1 < len(steps) else None
+        if following is not None and ts >= following[0] - following[1] - GUARD_NS:
             result.outside += 1
             continue
         got = received.get((src, dst, seq))
@@ -353,19 +364,20 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
     return (not off), ("within tolerance" if not off else "; ".join(off))
 
 
-def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]:
+def configured_links(record: RunRecord) -> Configured:
     """Each directed pair's conditions in each step, as run.json's plan records them (the
     state the controller resolved for every step: PlanStep.link_state, "from->to"), with the
     backend its sending host placed them on (the step's change's placements, else the last
     before it, else the host's at launch) and the scheduled partitions of that direction (a
     partition fault's window: from when it was done to its `for`'s end, a later heal of it,
-    or the run's end). A run without a plan, or with no links:, configures nothing: the audit
-    then reports what any probes achieved, against no condition. Steps are the plan's
-    schedule in order; a run whose steps stop matching it (a phase that differs) is read up
-    to there."""
+    or the run's end); and when each step's change of a pair took effect (LinkChange.pairs),
+    a change that cleared the pair's condition included. A run without a plan, or with no
+    links:, configures nothing: the audit then reports what any probes achieved, against no
+    condition. Steps are the plan's schedule in order; a run whose steps stop matching it (a
+    phase that differs) is read up to there."""
     plan = record.plan
     if plan is None:
-        return {}
+        return Configured()
     cuts: dict[tuple[str, str], list[tuple[int, int, int | None]]] = {}
     for fault in record.faults:
         if fault.kind != "partition" or fault.done_ns is None:
@@ -381,13 +393,17 @@ def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]
         if said.links is not None:
             for peer, backends in said.links.placements.items():
                 placed[(host, peer)] = dict(backends.parts)
-    found = {}
+    found, changes = {}, {}
     for i, (ran, planned) in enumerate(zip(record.steps, plan.schedule, strict=False)):
         if ran.phase != planned.phase:
             break
         for host, change in ran.links.items():
             for peer, backends in change.placements.items():
                 placed[(host, peer)] = dict(backends.parts)
+            if change.at_ns is not None:
+                for pair in change.pairs:
+                    src, _, dst = pair.partition("->")
+                    changes[(src, dst, i)] = (change.at_ns, change.bound_ns or 0)
         for pair, cond in planned.link_state.items():
             src, _, dst = pair.partition("->")
             parts = placed.get((src, dst), {})
@@ -400,10 +416,10 @@ def configured_links(record: RunRecord) -> dict[tuple[str, str, int], Condition]
                 changed_at=change.at_ns if changed else None,
                 changed_bound_ns=change.bound_ns if changed else None,
                 faults=tuple(cuts.get((src, dst), ())))
-    return found
+    return Configured(found, changes)
 
 
-def write_links(db: duckdb.DuckDBPyConnection, path: Path, configured: dict[tuple[str, str, int], Condition],
+def write_links(db: duckdb.DuckDBPyConnection, path: Path, configured: Configured,
                 read: dict[tuple[str, str, int], Counters] | None = None) -> Audit:
     """links.parquet from the result set open in `db`; nothing is written for a run without
     probes or conditions."""

@@ -95,8 +95,8 @@ def test_a_scheduled_partition_is_audited_as_the_fault_and_the_rest_of_its_step_
         faults=[FaultRecord(index=0, kind="partition", target="b", host="a", done_ns=400 * ms,
                             ended_ns=700 * ms)])
     configured = configured_links(record)
-    assert configured[("a", "b", 0)].backend == "user"  # the step's own placement, not launch's
-    assert configured[("a", "b", 0)].faults == ((0, 400 * ms, 700 * ms),)
+    assert configured.conditions[("a", "b", 0)].backend == "user"  # the step's own placement, not launch's
+    assert configured.conditions[("a", "b", 0)].faults == ((0, 400 * ms, 700 * ms),)
     # a probe every 10 ms in 0..1 s: each crosses in 1 ms but in the fault's window
     rows: list[tuple[int, str, str, object]] = []
     for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):
@@ -116,12 +116,17 @@ def test_a_scheduled_partition_is_audited_as_the_fault_and_the_rest_of_its_step_
     assert (fault["start"], fault["end"]) == (400 * ms, 700 * ms)
 
 
-def test_a_partition_on_the_next_step_counts_none_of_its_drops_against_the_step_before() -> None:
+@pytest.mark.parametrize("following", [{"a->b": LinkCondition(partition=True)}, {}],
+                         ids=["partitioned", "cleared"])
+def test_a_partition_on_the_next_step_counts_none_of_its_drops_against_the_step_before(
+        following: dict[str, LinkCondition]) -> None:
     # The next step's links: take effect at its release, before its first entry: a probe the
-    # partition drops in between was sent in the step before, and is not that step's loss.
+    # partition drops in between was sent in the step before, and is not that step's loss. So
+    # for a change that clears the link (no condition in that step: its queue dropped as the
+    # condition went).
     ms = 1_000_000
     plan = PlanRecord(schedule=[PlanStep("run", link_state={"a->b": LinkCondition(delay_ms=1.0)}),
-                                PlanStep("cut", link_state={"a->b": LinkCondition(partition=True)})])
+                                PlanStep("cut", link_state=following)])
     record = RunRecord(
         format=1, id="r", experiment="e", status="ok", plan=plan,
         hosts={"a": HostRecord(links=HostLinks(LinkOffer(), {"b": Backends(parts={"delay": "user"})}))},
