@@ -18,7 +18,7 @@ from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
-from ..engine.terminal import print_lines, quiet_stdout
+from ..engine.terminal import print_lines, quiet_stdout, reader_gone
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
@@ -173,10 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print_lines(summary.error_lines(exc), sys.stderr)
         return EXIT_FAILED
-    except BrokenPipeError:  # stdout's reader went away (`show | head -1`): end there, quietly
-        quiet_stdout(sys.stdout)
-        return EXIT_PIPE
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and reader_gone(sys.stdout):
+            quiet_stdout(sys.stdout)  # stdout's reader went away (`show | head -1`): end there, quietly
+            return EXIT_PIPE
+        # any other: a socket's or a child's pipe (docker, SSH) is an error, said
         if args.debug:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""  # one that names no file says no empty one

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import sys
 from typing import IO
 
@@ -107,6 +108,19 @@ def quiet_stdout(stream: IO[str]) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def reader_gone(stream: IO[str]) -> bool:
+    """Whether `stream`'s reader went away: its pipe has no reader (poll says POLLERR), or
+    its terminal hung up. A BrokenPipeError from elsewhere (a socket, a child's pipe) is
+    then told from stdout's own."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
 def print_lines(lines: list[str], stream: IO[str] | None = None) -> None:

@@ -14,7 +14,7 @@ from netspec.controller.record.progress import Progress
 from netspec.controller.record.results import ComponentResult
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError, StepFailed
 from netspec.protocol.kinds import WireError
-from netspec.protocol.runoutcome import EXIT_PIPE
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_PIPE
 from netspec.protocol.runrecord import read_run
 from support import PROGRAMS, REPO
 
@@ -119,6 +119,17 @@ def test_a_command_that_only_prints_ends_quietly_with_141_when_its_reader_is_gon
         finally:
             os.close(write)
         assert (proc.returncode, proc.stderr) == (EXIT_PIPE, ""), command
+
+
+def test_a_broken_pipe_not_stdouts_is_an_error_said(tmp_path):
+    # A decoder of the user's whose module writes to a pipe without a reader as it loads: an
+    # EPIPE as a socket's or a child's pipe gives one (docker's, SSH's), with stdout unharmed.
+    (tmp_path / "epipe.py").write_text("import os\nread, write = os.pipe()\nos.close(read)\n"
+                                       "os.write(write, b'x')\n\ndef decode(data):\n    return data\n")
+    proc = subprocess.run([sys.executable, "-m", "netspec.controller.cli", "dump",
+                           str(REPO / "tests" / "data" / "streams" / "stim-v1.0.ds"), "--decoder",
+                           "epipe.py:decode"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (EXIT_FAILED, "", "error: Broken pipe\n")
 
 
 class FailsAtWork:
