@@ -207,9 +207,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     try:
         for line in narrate(readers, records):
             print(line)
-    except BrokenPipeError:  # `ns_control dump ... | head`
-        sys.stderr.close()
-        return EXIT_OK
+        sys.stdout.flush()  # a closed stdout (`dump ... | head`) fails here, not at exit: 141, by main
     finally:
         for reader in readers:
             reader.close()

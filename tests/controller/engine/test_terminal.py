@@ -110,12 +110,13 @@ def test_a_run_whose_reader_goes_away_says_it_once_and_goes_on_to_its_end_gather
 
 
 def test_a_command_that_only_prints_ends_quietly_with_141_when_its_reader_is_gone(tmp_path):
-    stored = REPO / "tests" / "data" / "runs"
-    for command in (["show", "23d1a4"], ["ls"]):
+    stored = str(REPO / "tests" / "data" / "runs")
+    stream = str(REPO / "tests" / "data" / "streams" / "stim-v1.0.ds")
+    for command in (["show", "23d1a4", "--runs", stored], ["ls", "--runs", stored], ["dump", stream]):
         write = _closed_pipe()
         try:
-            proc = subprocess.run([sys.executable, "-m", "netspec.controller.cli", *command, "--runs",
-                                   str(stored)], stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+            proc = subprocess.run([sys.executable, "-m", "netspec.controller.cli", *command],
+                                  stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
         finally:
             os.close(write)
         assert (proc.returncode, proc.stderr) == (EXIT_PIPE, ""), command
