@@ -105,14 +105,19 @@ class Salvage(msgspec.Struct, omit_defaults=True):
 
     def after(self, earlier: Salvage | None) -> Salvage:
         """This salvage of a host as the record keeps it after `earlier`'s (a second
-        `ns_control collect`): the files and bytes gathered by both and the files either
-        found but did not gather; whether the host's copy is removed and why not all of it,
-        as this one found them."""
+        `ns_control collect`): the files and bytes gathered by both; the files left on the
+        host as this one found them if it reached the host (`via`: what it gathered is left
+        no more), beside those the earlier left and removed with the host's copy (gone for
+        good), else as the earlier found them; the host's copy removed if either removed it;
+        why not all of it, as this one found it."""
         if earlier is None:
             return self
+        left = self.left if self.via else earlier.left
+        if self.via and earlier.removed:
+            left = _union(earlier.left, self.left)
         return Salvage(self.via or earlier.via, self.source or earlier.source,
                        _union(earlier.files, self.files), earlier.bytes + self.bytes,
-                       _union(earlier.left, self.left), self.removed, self.error)
+                       left, self.removed or earlier.removed, self.error)
 
 
 def _union(first: list[str], then: list[str]) -> list[str]:

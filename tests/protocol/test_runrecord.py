@@ -12,7 +12,7 @@ from netspec.controller.record.rundir import RunDir
 from netspec.protocol.campaignrecord import SETUP_FAILED
 from netspec.protocol.errors import Interrupted, NetspecError, StepFailed
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import RunRecord, Step, decode, encode, read_run
+from netspec.protocol.runrecord import RunRecord, Salvage, Step, decode, encode, read_run
 from support import REPO, ns_control
 
 STORED = REPO / "tests" / "data" / "runs"
@@ -160,3 +160,18 @@ def test_what_a_status_means_to_a_campaign_is_its_outcome_s_to_say():
     assert [s for s in statuses if RunOutcome(s).counts_as_failed] == ["partial", "failed", SETUP_FAILED]
     assert [s for s in statuses if RunOutcome(s).interrupted] == ["interrupted"]
     assert [s for s in statuses if RunOutcome(s).running] == ["running"]
+
+
+def test_a_second_salvage_keeps_what_it_found_left_when_it_reached_the_host_and_a_removal_done():
+    first = Salvage("sftp", "/run", ["a/stdout"], 10, left=["streams/b.ds"], error="streams/b.ds: reset")
+    gathered = Salvage("sftp", "/run", ["a/stdout", "streams/b.ds"], 5, removed=True)
+    kept = gathered.after(first)  # the second gathered what the first left, and removed the copy
+    assert (kept.files, kept.bytes, kept.left, kept.removed, kept.error) == (
+        ["a/stdout", "streams/b.ds"], 15, [], True, "")
+    unreached = Salvage("", error="salvage failed: no route to host").after(kept)
+    assert (unreached.via, unreached.left, unreached.removed) == ("sftp", [], True)
+    unreached = Salvage("", error="salvage failed: no route to host").after(first)
+    assert unreached.left == ["streams/b.ds"]  # as the one that reached the host found them
+    # Left by one that removed the host's copy: gone for good, and said so after a later one.
+    removing = Salvage("sftp", "/run", ["a/stdout"], 10, left=["a/work/a.log"], removed=True)
+    assert Salvage("sftp", "/run").after(removing).left == ["a/work/a.log"]
