@@ -30,7 +30,8 @@ class Salvaged:
 
     via: str = ""
     source: str = ""  # the run's directory on the host
-    files: list[tuple[str | None, Path]] = field(default_factory=list)
+    files: list[tuple[str | None, Path]] = field(default_factory=list)  # those gathered whole before too
+    copied: int = 0  # of those, the files this salvage copied
     bytes: int = 0
     left: list[str] = field(default_factory=list)  # files found but not gathered
     removed: bool = False
@@ -108,6 +109,7 @@ def salvage(source: RunFiles, run: RunDir, host: str) -> Salvaged:
             continue
         partial.replace(path)
         found.files.append((component, path))
+        found.copied += 1
     if not found.error:
         try:
             source.remove()

@@ -184,12 +184,13 @@ def settle(path: Path, record: RunRecord) -> RunRecord:
 def note_collected(run: RunDir, found: dict[str, Any]) -> None:
     """Say in run.json what `ns_control collect` gathered (`found`: host -> its Salvaged),
     in the error of a run whose controller ended without gathering it. `collected.at` is
-    when files were last gathered: a later collect that finds none leaves it (and what each
-    host's `salvaged` lists) as it was, and says only what failed now."""
+    when files were last gathered: a later collect that copies none (those it finds were
+    gathered whole before) leaves it (and what each host's `salvaged` lists) as it was, and
+    says only what failed now."""
     now = time.time_ns()
     failed = {host: salvaged.summary() for host, salvaged in found.items() if salvaged.error}
     record = run.record
-    if record.collected is None or any(salvaged.files for salvaged in found.values()):
+    if record.collected is None or any(salvaged.copied for salvaged in found.values()):
         record.collected, record.collected_ns = Collected(utc_iso(now), len(found), failed), now
     else:  # a collect that gathered nothing more: when the files were gathered stays as it was
         record.collected.hosts, record.collected.failed = len(found), failed

@@ -1,8 +1,10 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import zlib
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -194,9 +196,15 @@ def test_ls_says_where_a_partial_and_a_killed_controllers_run_stopped_and_show_w
     (host, gathered), = record.hosts.items()
     salvaged = gathered.salvaged
     assert salvaged.files and salvaged.removed
-    # Collected again: nothing is left on the host, and what the first gathered stays recorded.
+    # Collected again: nothing new on the host (an output put back as it was gathered, whole), and
+    # what the first gathered, and when, stays recorded.
+    output = next(f for f in salvaged.files if f.endswith("/stdout"))
+    (Path(salvaged.source) / Path(output).parent.name).mkdir(parents=True)
+    shutil.copy(tmp_path / "runs" / "latest" / output, Path(salvaged.source) / Path(output).parent.name)
     again = ns_control("collect", cwd=tmp_path)
-    assert again.returncode == 0 and f"host {host}: 0 files" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and f"host {host}: 1 files (0.0 MB)" in again.stdout, \
+        again.stdout + again.stderr
+    assert not Path(salvaged.source).exists()
     kept = read_run(tmp_path / "runs" / "latest")
     assert (kept.collected, kept.collected_ns) == (record.collected, record.collected_ns)
     assert kept.hosts[host].salvaged == salvaged
