@@ -14,6 +14,7 @@ from typing import Any
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+from netspec.controller.cli.main import parser
 from netspec.controller.cli.manual import GENERATED, PAGES
 from netspec.protocol.errors import NetspecError
 
@@ -65,9 +66,10 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
+    commands = parser()
     for page, (_, make) in GENERATED.items():
         try:
-            text = make()
+            text = make(commands)
         except NetspecError as exc:
             raise PluginError(f"{page}: {exc}") from exc
         files.append(File.generated(config, page, content=text))

@@ -130,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory")
     images.add_parser(command)
     starter.add_parser(command)
-    manual.add_parser(command)
+    manual.add_parser(command, parser)
     return parser
 
 

@@ -38,24 +38,23 @@ def epilog(*pages: str) -> str:
     return "The manual: " + ", ".join(f"`ns_control docs {p}`" for p in pages) + "."
 
 
-def _schema_page() -> str:
+def _schema_page(parser: argparse.ArgumentParser) -> str:
     from ..experiment.schemacheck import schema
     from .reference import experiment_file
     return experiment_file(schema())
 
 
-def _commands_page() -> str:
-    from .main import parser
+def _commands_page(parser: argparse.ArgumentParser) -> str:
     from .reference import commands
-    return commands(parser())
+    return commands(parser)
 
 
-def _exit_codes_page() -> str:
+def _exit_codes_page(parser: argparse.ArgumentParser) -> str:
     from .reference import exit_codes
     return exit_codes()
 
 
-def _benchmarks_page() -> str:
+def _benchmarks_page(parser: argparse.ArgumentParser) -> str:
     from .reference import benchmarks
     results = Path(__file__).resolve().parents[2] / "bench" / "RESULTS.md"
     if not results.is_file():
@@ -65,8 +64,9 @@ def _benchmarks_page() -> str:
     return benchmarks(results.read_text())
 
 
-# The pages made at build time, each by its function (the site's hook calls the same).
-GENERATED: dict[str, tuple[str, Callable[[], str]]] = {
+# The pages made at build time, each by its function of ns_control's parser (the commands
+# page is made of it; the site's hook calls the same, with main.parser()'s).
+GENERATED: dict[str, tuple[str, Callable[[argparse.ArgumentParser], str]]] = {
     "reference/experiment-file.md": ("The experiment file", _schema_page),
     "reference/commands.md": ("Commands", _commands_page),
     "reference/exit-codes.md": ("Exit codes", _exit_codes_page),
@@ -102,10 +102,11 @@ def find_page(name: str) -> str:
     raise NetspecError(f"{said}: `ns_control docs` lists them ({listed})")
 
 
-def page_text(page: str) -> str:
-    """A page's Markdown: a generated page made now, another read from the installed manual."""
+def page_text(page: str, parser: argparse.ArgumentParser) -> str:
+    """A page's Markdown: a generated page made now (of ns_control's `parser`), another read
+    from the installed manual."""
     if page in GENERATED:
-        return GENERATED[page][1]()
+        return GENERATED[page][1](parser)
     return pages_dir().joinpath(page).read_text()
 
 
@@ -128,7 +129,9 @@ def index_lines() -> list[str]:
     return lines
 
 
-def add_parser(command: Any) -> None:
+def add_parser(command: Any, parser: argparse.ArgumentParser) -> None:
+    """The `docs` command; `parser`, ns_control's whole, is what its commands page is made of
+    (given here: this module imports nothing of main.py, which imports it)."""
     docs = command("docs", help="the manual: list its pages, or print one (reference pages made from "
                                 "this netspec's schema, parser and exit codes)")
     docs.add_argument("page", nargs="?", metavar="PAGE",
@@ -137,13 +140,14 @@ def add_parser(command: Any) -> None:
     docs.add_argument("--markdown", action="store_true",
                       help="print the page's Markdown as it is (the default where the output is not a "
                            "terminal); else it is rendered for the terminal")
+    docs.set_defaults(parser=parser)
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
     if args.page is None:
         print("\n".join(index_lines()))
         return EXIT_OK
-    text = page_text(find_page(args.page))
+    text = page_text(find_page(args.page), args.parser)
     if args.markdown or not sys.stdout.isatty():
         sys.stdout.write(text)
         return EXIT_OK

@@ -10,7 +10,7 @@ import sys
 import pytest
 from netspec.controller.cli.main import parser
 from netspec.controller.cli.manual import PAGES, find_page
-from netspec.controller.cli.reference import experiment_file
+from netspec.controller.cli.reference import commands, experiment_file
 from netspec.controller.experiment.schemacheck import schema
 from netspec.controller.hosts.wheels import build_id, local_wheels
 from netspec.protocol.errors import NetspecError
@@ -47,6 +47,8 @@ def test_the_manual_is_listed_and_printed_by_an_installed_netspec(installed):
     schema_page = ns_control("docs", "reference/experiment-file.md")
     assert schema_page.returncode == 0 and schema_page.stdout == experiment_file(schema())
     assert "| `analysis.pairs.NAME.start_component` |" in schema_page.stdout
+    commands_page = ns_control("docs", "commands")  # made of the parser main gives the command
+    assert commands_page.returncode == 0 and commands_page.stdout == commands(parser())
 
 
 def test_the_help_points_at_the_manual_and_its_pages():
