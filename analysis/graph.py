@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .narrate import narrate_merged
 from .pairs import pair_counts, pair_params, pair_sql
-from .usercode import UserCodeError, absolute, load_function
+from .usercode import UserCodeError, absolute, load_function, split
 
 if TYPE_CHECKING:
     # The file check imports this module for check_node: the merge's libraries load when a
@@ -189,6 +189,14 @@ def find_filter(spec: str, base: Path) -> Callable[..., Any]:
         return load_function(spec, base, "filter")
     except UserCodeError as exc:
         raise GraphError(str(exc), "filter") from exc
+
+
+def user_filter(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A node's filter of the user's own as (its module or file.py, its function); None for
+    a built-in filter's name (or a node without a filter)."""
+    name = str(spec.get("filter", ""))
+    where, function = split(name)
+    return (where, function) if where and name not in BUILTIN else None
 
 
 def parameters(spec: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from netspec.protocol.names import safe_name
 from netspec.protocol.runplan import PlanRecord
 from netspec.protocol.runrecord import Placement, RunRecord, read_run
 
+from .graph import user_filter
+
 FOLD = 3  # hosts whose fact differs alike, named each on a line of its own; beyond, on one line
 # What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
 # address and the paths of its Python do not.
@@ -122,10 +124,10 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
         flat[f"analysis pair {name}"] = _text({k: v for k, v in msgspec.structs.asdict(pair).items()
                                                if v is not None})
     for name, node in plan.analysis.graph.items():
-        module, _, function = str(node.get("filter", "")).rpartition(":")
-        if module in content:
-            node = {**node, "filter": f"{content[module]}:{function}"}
-            named.add(module)
+        user = user_filter(node)
+        if user is not None and user[0] in content:
+            node = {**node, "filter": f"{content[user[0]]}:{user[1]}"}
+            named.add(user[0])
         flat[f"analysis graph {name}"] = _text(node)
     if plan.analysis.decoders:
         flat["analysis decoders"] = _text(plan.analysis.decoders)

@@ -39,10 +39,17 @@ class UserCode:
 NONE = UserCode()  # the user named none: a merge runs no code of the run's record
 
 
+def split(spec: str) -> tuple[str, str]:
+    """`module:function` or `file.py:function` as (module or file, function); ("", spec)
+    without a colon (a built-in filter's name)."""
+    where, _, function = spec.rpartition(":")
+    return where, function
+
+
 def absolute(spec: str, base: Path) -> str:
     """`spec` with a `file.py` part made an absolute path from `base`; a module's as it is."""
-    where, sep, function = spec.rpartition(":")
-    return f"{(base / where).resolve()}:{function}" if sep and where.endswith(".py") else spec
+    where, function = split(spec)
+    return f"{(base / where).resolve()}:{function}" if where.endswith(".py") else spec
 
 
 def load_function(spec: str, base: Path, what: str) -> Callable[..., Any]:
@@ -52,8 +59,8 @@ def load_function(spec: str, base: Path, what: str) -> Callable[..., Any]:
         UserCodeError: not module:function, its module not found or not loadable, or no such
             function in it.
     """
-    where, sep, function = spec.rpartition(":")
-    if not sep or not where or not function:
+    where, function = split(spec)
+    if not where or not function:
         raise UserCodeError(f"{what} {spec!r} is not module:function or file.py:function")
     try:
         if where.endswith(".py"):

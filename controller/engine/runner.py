@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from netspec.analysis.graph import user_filter
 from netspec.analysis.usercode import NONE, UserCode
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
@@ -169,7 +170,8 @@ def _merge_at_end(run: Path, options: RunOptions, plan: Plan) -> Merged:
 def plan_code(plan: Plan) -> UserCode:
     """The user's own decoders and filters an experiment file names, for the merges of the
     file the user runs (a run it ends with, a campaign's resumed run): never a record's."""
-    return UserCode(plan.decoders, tuple(spec["filter"] for spec in plan.graph.values()), plan.path.parent)
+    return UserCode(plan.decoders, tuple(spec["filter"] for spec in plan.graph.values() if user_filter(spec)),
+                    plan.path.parent)
 
 
 class MergeInterrupted(KeyboardInterrupt):

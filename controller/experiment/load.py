@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from netspec.analysis.graph import GraphError, check_node
+from netspec.analysis.graph import GraphError, check_node, user_filter
+from netspec.analysis.usercode import absolute
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError, some_hosts
 from netspec.protocol.messages import NODE
@@ -170,10 +171,7 @@ def _graph(src: SourceFile, graph: dict[str, dict[str, Any]], schedule: tuple[St
         except GraphError as exc:
             with src.checking():
                 src.error(str(exc), ("analysis", "graph", name, *exc.key))
-        where, _, function = spec["filter"].rpartition(":")
-        if where.endswith(".py"):
-            spec = {**spec, "filter": f"{(base / where).resolve()}:{function}"}
-        resolved[name] = spec
+        resolved[name] = {**spec, "filter": absolute(spec["filter"], base)} if user_filter(spec) else spec
     return resolved
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.analysis.graph import user_filter
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.links import LinkCondition
@@ -249,8 +250,8 @@ class Plan:
 
     def filter_files(self) -> list[str]:
         """The user filter modules the analysis graph loads from files."""
-        return [spec["filter"].rpartition(":")[0] for spec in self.graph.values()
-                if spec["filter"].rpartition(":")[0].endswith(".py")]
+        return [user[0] for user in map(user_filter, self.graph.values())
+                if user is not None and user[0].endswith(".py")]
 
 
 def _link(rule: LinkRule) -> dict[str, Any]:

@@ -14,12 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from netspec.analysis.derive import Workload, camp_warnings, write_derived
-from netspec.analysis.graph import GraphError, check_node, run_graph
+from netspec.analysis.graph import GraphError, check_node, run_graph, user_filter
 from netspec.analysis.metrics import Metric
 from netspec.analysis.report import report_lines, write_csv
 from netspec.analysis.resultset import open_tables
 from netspec.analysis.stats import compare, outliers, summarize, trend
 from netspec.analysis.timeline import merge_files
+from netspec.analysis.usercode import absolute
 from netspec.daemon.sampler import open_stream
 from scipy import stats
 from support import sample_a_process_that_exits
@@ -252,3 +253,12 @@ def test_a_run_with_no_metric_and_a_metric_the_first_run_lacks_are_said_not_drop
     lines = report_lines(runs)
     assert lines[-2:] == ["r3: no metric to report (no interval, pair or CAMP counter in its result set)",
                           "r2: new is not in r1, the first run: not compared"]
+
+
+def test_a_nodes_filter_of_the_users_own_is_read_one_way_a_built_in_one_is_none(tmp_path):
+    # The loader, the plan's filter files, the merge's trusted filters and provenance all read it so.
+    assert user_filter({"filter": "select"}) is None and user_filter({}) is None
+    assert user_filter({"filter": "mine.filters:keep"}) == ("mine.filters", "keep")
+    assert user_filter({"filter": "sub/mine.py:keep"}) == ("sub/mine.py", "keep")
+    assert absolute("sub/mine.py:keep", tmp_path) == f"{tmp_path / 'sub' / 'mine.py'}:keep"
+    assert absolute("mine.filters:keep", tmp_path) == "mine.filters:keep"
