@@ -94,7 +94,9 @@ class PairCounts:
     ends_without_start: int  # end records whose tag no start carries
     matched_tags: int  # tags with a start and at least one end
     untagged: int  # start and end records with no tag at all: nothing to pair them by
-    several_ends: int  # matched tags with more than one end (match: all makes a row of each)
+    # matched tags with more than one end, counted before `match` keeps any (match: all makes a
+    # row of each): not the causality line's starts with several ends, which counts rows kept
+    tags_with_several_ends: int
     repeated_ends: int  # of them, those one component logged the end of more than once
     start_component: str | None = None  # only this component's starts count (None: any)
     end_component: str | None = None  # only this component's ends count

@@ -57,7 +57,7 @@ def test_every_backups_end_of_a_replicated_write_is_its_own_row_and_the_unmatche
     assert counts == {"pair": "replication", "match": "all", "starts": WRITES, "start_tags": WRITES,
                       "starts_without_end": 0, "ends": 2 * WRITES - len(LOST_AT_BACKUP2) + len(STRAYS),
                       "ends_without_start": len(STRAYS), "matched_tags": WRITES, "untagged": 0,
-                      "several_ends": WRITES - len(LOST_AT_BACKUP2), "repeated_ends": 0,
+                      "tags_with_several_ends": WRITES - len(LOST_AT_BACKUP2), "repeated_ends": 0,
                       "rows": 2 * WRITES - len(LOST_AT_BACKUP2), "ends_left_out": 0,
                       "start_component": None, "end_component": None}
     # Each backup ends a write once: several ends a start, as replication means, and no warning of it.
