@@ -39,6 +39,7 @@ from .model import (
     Pair,
     Plan,
     Step,
+    engine_url,
 )
 from .schemacheck import prune, schema_error, validator
 from .sourcefile import Path_, SourceFile, key_name, suggest
@@ -208,7 +209,7 @@ def _check_docker_tree(src: SourceFile, given: dict[str, Any]) -> None:
     another engine. Refused here, each host by name, rather than when the tree is built."""
     def engine(spec: Any) -> Any:
         docker = spec.get("docker") if isinstance(spec, dict) else None
-        return None if docker is None else ("engine", (docker or {}).get("engine"))
+        return None if docker is None else ("engine", engine_url((docker or {}).get("engine")))
     engines = {name: engine(spec) for name, spec in given.items()}
     kinds = set(engines.values())
     if len(kinds) < 2 or not any(kinds):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,14 @@ from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.links import LinkCondition
 from netspec.protocol.runplan import DockerSpec, PlanFault, PlanRecord
+
+LOCAL_ENGINE = "unix:///var/run/docker.sock"
+
+
+def engine_url(engine: str | None) -> str:
+    """The engine a `docker:` host's `engine:` names: itself, else DOCKER_HOST's, else this
+    machine's socket (where the Docker SDK's from_env finds it)."""
+    return engine or os.environ.get("DOCKER_HOST") or LOCAL_ENGINE
 
 BUILTIN_STEPS = ("launch", "sync_clocks", "start_logging", "stop_logging", "collect")
 # Built-in steps in which every host's daemon is a participant besides the components.

@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import io
 import json
-import os
 import tarfile
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
 
 from ..experiment.model import Host as HostSpec
+from ..experiment.model import engine_url
 from .engines import (
     API_TIMEOUT_S,
     CREATED_LABEL,
@@ -108,7 +108,7 @@ class DockerHost(Host):
 
     @property
     def engine_url(self) -> str:
-        return self.docker.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        return engine_url(self.docker.engine)
 
     def _client(self) -> Any:
         return self.engines.client(self.docker.engine, self.docker.tls)

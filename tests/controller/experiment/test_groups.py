@@ -206,3 +206,21 @@ def test_a_fan_out_tree_refuses_docker_hosts_beside_others_by_name_and_takes_the
         "one another to relay; drop fan_out, or run every host in containers of one engine")
     alone = load(experiment(text.replace("  l: {}\n", "")))
     assert alone.fan_out == 2 and len(alone.hosts) == 3
+
+
+
+def test_a_fan_out_tree_takes_docker_hosts_of_the_default_engine_named_or_not(experiment, monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)  # the default engine: this machine's socket
+    text = """\
+    experiment: tree
+    fan_out: 2
+    hosts:
+      d: {count: 2, docker: {}}
+      e: {docker: {engine: ENGINE}}
+    components:
+      worker: {group: d, command: "true"}
+    schedule: [launch, collect]
+    """
+    assert len(load(experiment(text.replace("ENGINE", "unix:///var/run/docker.sock"))).hosts) == 3
+    with pytest.raises(ConfigError, match=r"hosts\.e\.docker: a docker host is in a fan-out tree"):
+        load(experiment(text.replace("ENGINE", "ssh://someone@elsewhere")))
