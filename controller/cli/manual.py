@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runoutcome import EXIT_OK
+from netspec.protocol.runoutcome import EXIT_OK, EXIT_USAGE
 
 # The site's layout: mkdocs.yml's nav says the same (the site's build checks it: docs_hook.py).
 NAV: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -147,7 +147,12 @@ def cmd_docs(args: argparse.Namespace) -> int:
     if args.page is None:
         print("\n".join(index_lines()))
         return EXIT_OK
-    text = page_text(find_page(args.page), args.parser)
+    try:
+        page = find_page(args.page)
+    except NetspecError as exc:  # a PAGE the manual has not: the command's usage, as argparse's
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    text = page_text(page, args.parser)
     if args.markdown or not sys.stdout.isatty():
         sys.stdout.write(text)
         return EXIT_OK

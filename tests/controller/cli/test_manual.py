@@ -14,7 +14,9 @@ from netspec.controller.cli.reference import commands, experiment_file
 from netspec.controller.experiment.schemacheck import schema
 from netspec.controller.hosts.wheels import build_id, local_wheels
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.runoutcome import EXIT_USAGE
 from support import REPO
+from support import ns_control as local_ns_control
 
 
 @pytest.fixture
@@ -60,8 +62,10 @@ def test_the_help_points_at_the_manual_and_its_pages():
         for page in re.findall(r"`ns_control docs ([^`]+)`", sub.format_help()):
             assert find_page(page) in PAGES, (name, page)
 
-def test_a_page_is_found_by_its_path_or_its_last_part_alone():
+def test_a_page_is_found_by_its_path_or_its_last_part_alone(tmp_path):
     assert find_page("commands") == find_page("reference/commands.md") == "reference/commands.md"
     assert find_page("tutorials/campaign") == "tutorials/campaign.md"
     with pytest.raises(NetspecError, match=r"^no page 'reference': `ns_control docs` lists them \(index, "):
         find_page("reference")
+    wrong = local_ns_control("docs", "nosuchpage", cwd=tmp_path)  # a wrong argument: usage
+    assert wrong.returncode == EXIT_USAGE and wrong.stderr.startswith("error: no page 'nosuchpage': "), wrong
