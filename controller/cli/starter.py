@@ -1,7 +1,8 @@
 """`ns_control init [DIR]`: write a commented starter experiment (experiment.yaml) and the
 NETSPEC-aware program it runs (echo.py) into a directory, refusing to overwrite either.
-The files are strings here, so an installed netspec writes them as a checkout does; a test
-runs them as written (tests/e2e/test_init_command.py)."""
+The files are strings here, so an installed netspec writes them as a checkout does; the
+first tutorial's marked example runs them as written (tests/docs/test_examples.py), and
+tests/controller/cli/test_init_command.py holds init's refusals."""
 
 from __future__ import annotations
 

@@ -245,7 +245,10 @@ def _expect(block: Block, argv: list[str], stdin: str | None, where: Path, env: 
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     if late:
-        output, _ = proc.communicate()
+        try:  # bounded: what it started in a session of its own may hold the pipe open
+            output, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            output = "(not read: a process it started outside its group holds its output open)"
         pytest.fail(f"{block.where}: still running after its deadline of {deadline:.0f} s; its output:\n"
                     f"{output}", pytrace=False)
     if proc.returncode != code:

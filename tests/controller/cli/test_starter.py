@@ -1,5 +1,6 @@
 """`ns_control init`'s files (controller/cli/starter.py) as the first tutorial shows them; the
-run of what it writes is tests/e2e/test_init_command.py."""
+run of what it writes is the first tutorial's marked example (tests/docs/test_examples.py),
+its refusals tests/controller/cli/test_init_command.py."""
 
 from __future__ import annotations
 
