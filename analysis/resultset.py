@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 from netspec.clksync.fit import ClockFit
 from netspec.clksync.records import fit_run
 from netspec.datastream.reader import Decoder
+from netspec.protocol.errors import ProtocolError
+from netspec.protocol.names import confined
 from netspec.protocol.runplan import PlanPair
 from netspec.protocol.runrecord import MERGED, RunRecord, Step, read_run
 
@@ -97,6 +99,7 @@ class ResultSet:
     pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
     workloads: list[Workload] = field(default_factory=list)
     shared_kernel: list[list[str]] = field(default_factory=list)  # CAMP-sampled hosts on one kernel
+    files: list[str] = field(default_factory=list)  # what this merge wrote, relative to `directory`
     plots: list[Path] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # the link audit's lines (links.lines), if the run has one
 
@@ -129,6 +132,9 @@ class Summary(msgspec.Struct):
     pairs: list[dict[str, Any]] = []
     workload: list[dict[str, Any]] = []
     shared_kernel: list[list[str]] = []
+    # Every file the merge wrote (summary.json too), relative to its directory: the next
+    # merge there removes them first, and nothing else (a user's own files stay).
+    files: list[str] = []
 
 
 def read_summary(merged: Path) -> Summary | None:
@@ -164,13 +170,17 @@ def _user_decoders(record: RunRecord, code: UserCode, warnings: list[str]) -> di
 
 
 def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> ResultSet:
-    """Merge the run directory `run` into `out` (run/merged/ by default), replacing what is
-    there. Of the user's own decoders and filters, only those in `code` run (the user named
-    them): what the run's record names beside them is said in the warnings, not run."""
+    """Merge the run directory `run` into `out` (run/merged/ by default), replacing the result
+    set there: what the last merge there wrote (its summary's `files`) is removed first, so no
+    output of a node this merge skips is left looking new; other files in `out` stay. Of the
+    user's own decoders and filters, only those in `code` run (the user named them): what
+    the run's record names beside them is said in the warnings, not run."""
     record = read_run(run)
     out = out or run / MERGED
     result = ResultSet(run, out)
     out.mkdir(parents=True, exist_ok=True)
+    _remove_last_merge(out)
+    before = _stamps(out)
     try:
         fits = fit_run(run, record)
     except (OSError, ValueError, KeyError) as exc:
@@ -216,12 +226,50 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     if record.graph:
         result.warnings += run_graph(db, record.graph, out, code.base, origin, phases,
                                      trusted=code.trusted_filters())
+    written = {name for name, stamp in _stamps(out).items() if before.get(name) != stamp}
+    result.files = sorted(written | {SUMMARY})
     summary = Summary(RESULT_FORMAT, record.id, result.records, result.samples, result.intervals,
                       result.warnings, [asdict(c) for c in result.causality],
                       [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
-                      [w.row() for w in result.workloads], result.shared_kernel)
-    (out / SUMMARY).write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=1) + b"\n")
+                      [w.row() for w in result.workloads], result.shared_kernel, result.files)
+    _write_summary(out, summary)
     return result
+
+
+def add_files(merged: Path, written: list[Path]) -> None:
+    """Count `written` (files under `merged` written after `merge_run`: report.html) among
+    what the merge there wrote, so that the next merge removes them first too."""
+    summary = read_summary(merged)
+    if summary is None:
+        return
+    names = {str(path.relative_to(merged)) for path in written}
+    summary.files = sorted(set(summary.files) | names)
+    _write_summary(merged, summary)
+
+
+def _write_summary(merged: Path, summary: Summary) -> None:
+    (merged / SUMMARY).write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=1) + b"\n")
+
+
+def _stamps(out: Path) -> dict[str, tuple[int, int, int]]:
+    """Each file under `out` (relative) with what changes when it is written anew."""
+    stamps = {}
+    for path in out.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            stamps[str(path.relative_to(out))] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return stamps
+
+
+def _remove_last_merge(out: Path) -> None:
+    """The files the last merge in `out` wrote, as its summary lists them (names read from a
+    file: each confined to `out`, or left alone)."""
+    last = read_summary(out)
+    for name in last.files if last is not None else []:
+        try:
+            confined(out, name, "result file").unlink(missing_ok=True)
+        except (ProtocolError, IsADirectoryError):
+            continue
 
 
 def _params(name: str, pair: PlanPair, groups: dict[str, list[str]] | None = None) -> dict[str, Any]:

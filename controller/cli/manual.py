@@ -21,7 +21,7 @@ NAV: tuple[tuple[str, tuple[str, ...]], ...] = (
         "first-experiment", "ssh-hosts", "docker-hosts", "links-and-faults", "campaign"))),
     ("How-to guides", tuple(f"how-to/{p}.md" for p in (
         "instrument", "pair-events", "sweep-until-stable", "salvage-and-collect", "export-import",
-        "read-results", "fleets"))),
+        "read-results", "fleets", "browse", "ready-experiments", "develop"))),
     ("Reference", ("reference/experiment-file.md", "reference/commands.md", "results.md", "api.md",
                    "reference/exit-codes.md", "stream-format.md", "protocol.md", "reference/benchmarks.md")),
     ("Explanations", (*(f"explanations/{p}.md" for p in (

@@ -157,6 +157,14 @@ def experiment_file(schema: dict[str, Any], source: str = "experiment.schema.jso
              "applies. A key marked *required* must be there; the others may be left out, "
              "and a default said is what netspec takes then. NAME stands for a name of your "
              "choosing, `[]` for each item of a list.", "",
+             "An editor with a YAML language server (VS Code's YAML extension, and others) checks "
+             "a file against the same schema as you type, and completes its keys with these "
+             "descriptions, when the file's first line names the schema: "
+             "`# yaml-language-server: $schema=PATH/experiment.schema.json`, PATH relative to the "
+             "file. The experiments under `experiments/` carry such a line "
+             "(`$schema=../../controller/experiment/experiment.schema.json`); where netspec is "
+             "installed, the schema is `netspec/controller/experiment/experiment.schema.json` in "
+             "its site-packages.", "",
              "## The file", "", *TABLE, *("| " + " | ".join(r) + " |" for r in top)]
     for name in walk.sections:
         d = walk.defs[name]

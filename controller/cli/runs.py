@@ -81,7 +81,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     merged = merge(path, TERMINAL, args.to, user_code(args))
     TERMINAL.lines(merged.lines)
     if merged.ok:
-        TERMINAL.lines(summary.written_lines(args.to or path / MERGED))
+        TERMINAL.lines(summary.written_lines(args.to or path / MERGED, merged.files))
     return EXIT_OK if merged.ok else EXIT_FAILED
 
 

@@ -157,6 +157,7 @@ class Merged:
     ok: bool
     lines: list[str]
     seconds: float = 0.0
+    files: list[str] = field(default_factory=list)  # what it wrote, relative to the result set's directory
 
 
 def _merge_at_end(run: Path, options: RunOptions, plan: Plan) -> Merged:
@@ -253,7 +254,7 @@ def _merge(run: Path, output: Output, out: Path | None, code: UserCode) -> Merge
     # The merge's libraries load here, not with ns_control: a run with --no-merge, and every
     # command that merges nothing, starts without them.
     import duckdb
-    from netspec.analysis.resultset import merge_run
+    from netspec.analysis.resultset import add_files, merge_run
     from netspec.web.report import write_report
 
     try:
@@ -266,9 +267,12 @@ def _merge(run: Path, output: Output, out: Path | None, code: UserCode) -> Merge
     took = time.monotonic() - started
     lines = summary.merge_lines(result, took)
     try:
-        lines.append(f"  report (opens in any browser, no network): {write_report(run, out)}")
+        report = write_report(run, out)
+        add_files(result.directory, [report])
+        result.files.append(str(report.relative_to(result.directory)))
+        lines.append(f"  report (opens in any browser, no network): {report}")
     except Exception as exc:  # a page for people: whatever breaks it, the run and its result set stand
         if _interrupted(exc):
             raise
         output.err([f"report.html not written: {type(exc).__name__}: {exc} (the result set is complete)"])
-    return Merged(True, lines, took)
+    return Merged(True, lines, took, sorted(result.files))

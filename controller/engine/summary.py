@@ -339,11 +339,12 @@ def wall_line(total_s: float, run_s: float | None, merge_s: float) -> str:
             f"{seconds(max(rest, 0.0))} the rest")
 
 
-def written_lines(directory: Path) -> list[str]:
-    """What a directory holds, file by file with its size."""
-    sizes = {p: p.stat().st_size for p in sorted(directory.rglob("*")) if p.is_file()}
+def written_lines(directory: Path, files: list[str]) -> list[str]:
+    """What a merge wrote into a directory (`files`, relative to it), file by file with its
+    size: nothing else the directory holds."""
+    sizes = {name: (directory / name).stat().st_size for name in files}
     return [f"wrote {len(sizes)} files ({sum(sizes.values()) / 1e6:.1f} MB) into {directory}:",
-            *(f"  {p.relative_to(directory)}  {size / 1e3:.1f} kB" for p, size in sizes.items())]
+            *(f"  {name}  {size / 1e3:.1f} kB" for name, size in sizes.items())]
 
 
 def results_lines(runs: list[tuple[Path, RunRecord]]) -> list[str]:

@@ -213,6 +213,23 @@ def test_the_demo_graph_filters_write_their_outputs(demo):
     assert len((demo.merged / "first_story.txt").read_text().splitlines()) == 12
 
 
+def test_a_merge_again_removes_what_the_last_one_wrote_and_no_longer_writes_and_says_only_its_own(
+        demo, tmp_path):
+    run = tmp_path / "runs" / "stimulus-response" / "r1"
+    shutil.copytree(demo.run, run)  # with the demo's result set
+    (run / "merged" / "mine.txt").write_text("the user's own\n")
+    record = json.loads((run / "run.json").read_text())
+    del record["plan"]["analysis"]["graph"]["rtt_csv"]  # a node this merge no longer runs
+    (run / "run.json").write_text(json.dumps(record))
+    done = ns_control("fetch", str(run), cwd=tmp_path, env=demo.env)
+    assert done.returncode == 0, done.stderr
+    assert not (run / "merged" / "rtt_csv.csv").exists()  # the last merge's, not this one's
+    assert (run / "merged" / "mine.txt").read_text() == "the user's own\n"  # never the merge's
+    wrote = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ") and " kB" in line]
+    assert "summary.json" in wrote and "first_story.txt" in wrote
+    assert "rtt_csv.csv" not in wrote and "mine.txt" not in wrote, done.stdout
+
+
 def test_results_lists_the_demo_and_report_gives_its_statistics(demo):
     listed = ns_control("results", cwd=demo.where, env=demo.env).stdout
     assert demo.record["id"] in listed and "stimulus-response" in listed

@@ -129,6 +129,17 @@ def test_every_shipped_experiment_is_valid():
         load(path)
 
 
+def test_every_shipped_experiment_points_editors_at_the_schema_where_it_is():
+    files = sorted((REPO / "experiments").glob("*/*.yaml"))
+    published = (REPO / "controller" / "experiment" / "experiment.schema.json").resolve()
+    assert files
+    for path in files:
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# yaml-language-server: $schema="), path
+        target = (path.parent / first.split("$schema=", 1)[1].strip()).resolve()
+        assert target == published, (path, target)
+
+
 def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_an_error(experiment, tmp_path):
     text = """\
         experiment: w
