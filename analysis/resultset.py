@@ -108,8 +108,10 @@ class ResultSet:
 # clock's ts_local and ts, states' last_ts (none a name DuckDB makes the user quote); 3:
 # intervals' start_component and end_component, every end of a pair's tag (match: all),
 # summary.json's pairs (what each matched and left unmatched) and shared_kernel, and events'
-# value_int (integers exact); 4: links.parquet, the link audit (analysis/links.py).
-RESULT_FORMAT = 4
+# value_int (integers exact); 4: links.parquet, the link audit (analysis/links.py); 5:
+# summary.json's `files` (what the merge wrote, which the next removes first) and its pairs'
+# `tags_with_several_ends` (was `several_ends`).
+RESULT_FORMAT = 5
 
 
 SUMMARY = "summary.json"
