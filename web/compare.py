@@ -232,7 +232,7 @@ def compare_runs(a: Path, b: Path) -> dict[str, Any]:
             "b_mean": _number(sb.mean, mb[name].unit), "n": [sa.count, sb.count],
             "overhead_pct": None if m is None else m.pct, "p": None if m is None else m.p,
             "interval": "" if m is None else _interval(m, unit),
-            "verdict": "n/a" if m is None else m.verdict,
+            "verdict": NO_TEST if m is None else m.verdict,
             "ecdf": _ecdf(name, ma[name].values, mb[name].values, ma[name].unit)})
     only = sorted(set(ma) ^ set(mb))
     return {"differences": differences(ra, rb), "steps": steps, "unaligned": unaligned, "metrics": metrics,
@@ -267,6 +267,9 @@ class MedianTest:
         if self.diff < 0 and self.high < 0:
             return "lower"
         return "same"
+
+
+NO_TEST = "not compared: fewer than two values in a run"
 
 
 def median_test(a: np.ndarray, b: np.ndarray) -> MedianTest | None:

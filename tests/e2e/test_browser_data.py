@@ -24,7 +24,7 @@ from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import RunError, Step, decode, read_run
 from netspec.web import panels, timeline
 from netspec.web.catalog import Catalog, NotFound
-from netspec.web.compare import campaign_view, compare_runs
+from netspec.web.compare import NO_TEST, campaign_view, compare_runs
 from support import REPO, ns_control, start_run, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -140,7 +140,7 @@ def test_two_runs_compared_say_first_what_differs_between_them(results: Path):
     assert view["differences"] == ["client.size: 64 -> 16384"]
     assert [s["phase"] for s in view["steps"]][:3] == ["launch", "sync_clocks", "start_logging"]
     assert view["unaligned"] == 0
-    assert any(m["metric"] == "interval to_client" and m["verdict"] != "n/a" for m in view["metrics"])
+    assert any(m["metric"] == "interval to_client" and m["verdict"] != NO_TEST for m in view["metrics"])
 
 
 def test_every_result_set_has_a_report_that_fetches_nothing(results: Path):
