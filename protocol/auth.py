@@ -9,6 +9,7 @@ injection and replay after it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -42,13 +43,18 @@ def load_or_create_key(path: Path | None = None) -> bytes:
     """
     path = Path(path or default_key_file())
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(KEY_BYTES) + "\n")
+    if not path.exists():
+        # Written whole aside, then linked in place: linking never replaces a key another
+        # process (`up` reaching hosts in parallel) made first, and nobody reads half of one.
+        partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(KEY_BYTES) + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(partial, path)
+        finally:
+            partial.unlink()
     if path.stat().st_mode & 0o077:
         raise ConfigError("key file is accessible by group or others; chmod 600 it", str(path))
     try:

@@ -1,6 +1,7 @@
 import asyncio
 import os
 import stat
+import threading
 
 import msgpack
 import pytest
@@ -124,3 +125,26 @@ def test_a_frame_behind_the_welcome_in_one_segment_is_taken_only_sealed_by_the_c
         writer.close()
         await client.close()
     asyncio.run(scenario())
+
+
+def test_hosts_reached_at_once_on_first_use_all_take_one_whole_key(tmp_path):
+    # `up` prepares its hosts in threads, each loading the controller's key; on first use one
+    # makes it while the others read it.
+    for trial in range(50):
+        path = tmp_path / f"home{trial}" / "key"
+        start = threading.Barrier(8)
+        keys, errors = [], []
+
+        def take(path=path, start=start, keys=keys, errors=errors):
+            start.wait(timeout=10)
+            try:
+                keys.append(load_or_create_key(path))
+            except ConfigError as exc:
+                errors.append(exc)
+        threads = [threading.Thread(target=take) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert errors == [] and len(keys) == 8 and len(set(keys)) == 1, (trial, errors)
+        assert [p.name for p in path.parent.iterdir()] == ["key"]  # nothing left aside
