@@ -84,6 +84,10 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
             # One write(2) of the whole line: daemons forked by one fork server share its
             # stdout, and a line split in two writes could be cut by another's.
             os.write(sys.stdout.fileno(), (json.dumps(state) + "\n").encode())
+            # Nothing else is said there, and the pipe is the fork server's, which the controller
+            # waits to see closed when it ends it: held by a daemon left to end its run alone
+            # (after a second Ctrl-C), it kept the controller waiting out the server's grace.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if args.state_file:
             partial = args.state_file.with_name(args.state_file.name + ".part")
             partial.write_text(json.dumps(state))

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import duckdb
@@ -737,8 +738,10 @@ def test_a_second_ctrl_c_leaves_at_once_and_still_marks_the_run_interrupted(expe
     # The command ignores the reset's SIGTERM: the controller waits on it, and is told again.
     wait_for(marker.exists, what="the reset's SIGTERM")
     proc.send_signal(signal.SIGINT)
+    told = time.monotonic()
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted twice" in stderr
+    assert time.monotonic() - told < 5, "the controller waited on its daemons after a second Ctrl-C"
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "interrupted" and record["error"]["message"].startswith("interrupted twice")
     wait_for(lambda: not run_processes(run_id), what="the daemon to end the run by itself")
