@@ -45,8 +45,8 @@ def serve(runs: Path, campaigns: Path, host: str, port: int, open_browser: bool,
         "Ctrl-C stops it)")
     if host not in ("127.0.0.1", "::1", "localhost"):
         say(f"note: listening on {host}, so other machines may read these results")
-    if open_browser:
-        webbrowser.open(url)
+    if open_browser and not webbrowser.open(url):
+        say(f"note: no browser to open here (--open); open {url} in one")
     server = uvicorn.Server(uvicorn.Config(create_app(runs, campaigns), log_level="warning", lifespan="off"))
     with contextlib.closing(sock):
         asyncio.run(server.serve(sockets=[sock]))

@@ -4,6 +4,13 @@ drawn without a console error. Screenshots land in the test's temporary director
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -86,3 +93,27 @@ def test_a_report_opens_from_a_file_and_fetches_nothing(results: Path, tmp_path:
         driver.find_element(By.CSS_SELECTOR, "#event-filter button").click()
         assert "STIM/rtt" in driver.find_element(By.ID, "events").text
         assert not console_errors(driver)
+
+
+def test_serve_open_with_no_browser_to_open_says_so_and_serves(tmp_path: Path):
+    # BROWSER names a command that fails: webbrowser finds no browser to open the page in
+    env = {**os.environ, "BROWSER": "false"}
+    env.pop("DISPLAY", None)
+    proc = subprocess.Popen([sys.executable, "-m", "netspec.controller.cli", "serve", "--open", "--port", "0",
+                             "--runs", str(tmp_path / "runs")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        said = b""
+        deadline = time.monotonic() + 10  # both lines are said before it serves
+        while said.count(b"\n") < 2 and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 0.2)[0]:
+                said += os.read(proc.stdout.fileno(), 4096)
+        first, second, *_ = [*said.decode().splitlines(keepends=True), "", ""]
+        url = first.split()[3]
+        assert first.startswith("netspec results browser: http://127.0.0.1:"), first
+        assert second == f"note: no browser to open here (--open); open {url} in one\n", second
+        assert urllib.request.urlopen(url, timeout=10).status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
