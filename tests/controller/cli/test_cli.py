@@ -240,14 +240,40 @@ def test_a_step_failed_alike_on_thirty_hosts_is_one_line_that_counts_them(experi
     assert latest_record(tmp_path / "runs")["error"]["causes"] == [alike]
 
 
+GATE = """\
+import time
+from pathlib import Path
+
+from netspec import nodelib
+
+
+def ready(ctx):
+    give_up = time.monotonic() + 30
+    while len(list(Path({dir!r}).glob("*.ready"))) < {count}:
+        if time.monotonic() > give_up:
+            raise RuntimeError("not every component set its trap within 30 s")
+        time.sleep(0.02)
+    return ""
+
+
+nodelib.register("ready", ready)
+nodelib.run()
+"""
+
+
 def test_components_of_many_hosts_that_end_alike_uncleanly_are_one_partial_cause(experiment, tmp_path):
     hosts = 12
-    # Each ignores the SIGTERM of its stop, and is killed when its grace is over.
-    stubborn = "trap '' TERM; while true; do sleep 0.1; done"
-    components = "\n".join(f'  c{i}: {{host: h{i}, command: "{stubborn}", stop: collect}}'
-                           for i in range(hosts))
+    # Each ignores the SIGTERM of its stop, and is killed when its grace is over; the gate holds
+    # the run until every one has set its trap (a SIGTERM before it is a clean end).
+    stubborn = "trap '' TERM; touch {ready}; while true; do sleep 0.1; done"
+    components = "\n".join(
+        f'  c{i}: {{host: h{i}, command: "{stubborn.format(ready=tmp_path / f"c{i}.ready")}", stop: collect}}'
+        for i in range(hosts))
+    (tmp_path / "gate.py").write_text(GATE.format(dir=str(tmp_path), count=hosts))
+    gate = f"  gate: {{host: h0, program: {tmp_path / 'gate.py'}}}"
     path = experiment("experiment: unclean\nhosts: {" + ", ".join(f"h{i}: {{}}" for i in range(hosts))
-                      + "}\ncomponents:\n" + components + "\nschedule: [launch, collect]\n")
+                      + "}\ncomponents:\n" + components + "\n" + gate
+                      + "\nschedule: [launch, {phase: ready, components: [gate]}, collect]\n")
     done = ns_control("run", "--no-merge", "--quiet", str(path), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     cause = ("on 12 hosts (h0, h1, h2 and 9 more) alike: host h0: c0: was killed by SIGKILL at its end "
