@@ -238,15 +238,15 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     return result
 
 
-def add_files(merged: Path, written: list[Path]) -> None:
-    """Count `written` (files under `merged` written after `merge_run`: report.html) among
-    what the merge there wrote, so that the next merge removes them first too."""
-    summary = read_summary(merged)
-    if summary is None:
-        return
-    names = {str(path.relative_to(merged)) for path in written}
-    summary.files = sorted(set(summary.files) | names)
-    _write_summary(merged, summary)
+def add_files(result: ResultSet, written: list[Path]) -> None:
+    """Count `written` (files in the result set's directory written after `merge_run`:
+    report.html) among what the merge wrote, in `result` and its summary, so that the next
+    merge removes them first too."""
+    result.files = sorted({*result.files, *(str(path.relative_to(result.directory)) for path in written)})
+    summary = read_summary(result.directory)
+    if summary is not None:
+        summary.files = result.files
+        _write_summary(result.directory, summary)
 
 
 def _write_summary(merged: Path, summary: Summary) -> None:

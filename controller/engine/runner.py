@@ -268,11 +268,10 @@ def _merge(run: Path, output: Output, out: Path | None, code: UserCode) -> Merge
     lines = summary.merge_lines(result, took)
     try:
         report = write_report(run, out)
-        add_files(result.directory, [report])
-        result.files.append(str(report.relative_to(result.directory)))
+        add_files(result, [report])
         lines.append(f"  report (opens in any browser, no network): {report}")
     except Exception as exc:  # a page for people: whatever breaks it, the run and its result set stand
         if _interrupted(exc):
             raise
         output.err([f"report.html not written: {type(exc).__name__}: {exc} (the result set is complete)"])
-    return Merged(True, lines, took, sorted(result.files))
+    return Merged(True, lines, took, result.files)
