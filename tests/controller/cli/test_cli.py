@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from netspec.controller.engine.runner import MERGE_INTERRUPTED
-from support import REPO, latest_record, ns_control, wait_for
+from support import PROGRAMS, REPO, latest_record, ns_control, wait_for
 
 STORED = REPO / "tests" / "data" / "runs"
 RUN_ID = "20261121T181343Z-23d1a4"
@@ -240,37 +240,16 @@ def test_a_step_failed_alike_on_thirty_hosts_is_one_line_that_counts_them(experi
     assert latest_record(tmp_path / "runs")["error"]["causes"] == [alike]
 
 
-GATE = """\
-import time
-from pathlib import Path
-
-from netspec import nodelib
-
-
-def ready(ctx):
-    give_up = time.monotonic() + 30
-    while len(list(Path({dir!r}).glob("*.ready"))) < {count}:
-        if time.monotonic() > give_up:
-            raise RuntimeError("not every component set its trap within 30 s")
-        time.sleep(0.02)
-    return ""
-
-
-nodelib.register("ready", ready)
-nodelib.run()
-"""
-
-
 def test_components_of_many_hosts_that_end_alike_uncleanly_are_one_partial_cause(experiment, tmp_path):
     hosts = 12
     # Each ignores the SIGTERM of its stop, and is killed when its grace is over; the gate holds
     # the run until every one has set its trap (a SIGTERM before it is a clean end).
-    stubborn = "trap '' TERM; touch {ready}; while true; do sleep 0.1; done"
+    stubborn = "trap '' TERM; touch {dir}/ready.c{i}.go; while true; do sleep 0.1; done"
     components = "\n".join(
-        f'  c{i}: {{host: h{i}, command: "{stubborn.format(ready=tmp_path / f"c{i}.ready")}", stop: collect}}'
+        f'  c{i}: {{host: h{i}, command: "{stubborn.format(dir=tmp_path, i=i)}", stop: collect}}'
         for i in range(hosts))
-    (tmp_path / "gate.py").write_text(GATE.format(dir=str(tmp_path), count=hosts))
-    gate = f"  gate: {{host: h0, program: {tmp_path / 'gate.py'}}}"
+    gate = (f"  gate: {{host: h0, program: {PROGRAMS / 'waiter.py'}, args: [ready], "
+            f"params: {{dir: {tmp_path}, count: {hosts}}}}}")
     path = experiment("experiment: unclean\nhosts: {" + ", ".join(f"h{i}: {{}}" for i in range(hosts))
                       + "}\ncomponents:\n" + components + "\n" + gate
                       + "\nschedule: [launch, {phase: ready, components: [gate]}, collect]\n")
