@@ -87,7 +87,9 @@ async def _serve(args: argparse.Namespace, key: bytes) -> None:
             # Nothing else is said there, and the pipe is the fork server's, which the controller
             # waits to see closed when it ends it: held by a daemon left to end its run alone
             # (after a second Ctrl-C), it kept the controller waiting out the server's grace.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         if args.state_file:
             partial = args.state_file.with_name(args.state_file.name + ".part")
             partial.write_text(json.dumps(state))
