@@ -181,7 +181,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     out = out or run / MERGED
     result = ResultSet(run, out)
     out.mkdir(parents=True, exist_ok=True)
-    _remove_last_merge(out)
+    result.warnings += _remove_last_merge(out)
     before = _stamps(out)
     try:
         fits = fit_run(run, record)
@@ -263,15 +263,17 @@ def _stamps(out: Path) -> dict[str, tuple[int, int, int]]:
     return stamps
 
 
-def _remove_last_merge(out: Path) -> None:
-    """The files the last merge in `out` wrote, as its summary lists them (names read from a
-    file: each confined to `out`, or left alone)."""
+def _remove_last_merge(out: Path) -> list[str]:
+    """Remove the files the last merge in `out` wrote, as its summary lists them (names read
+    from a file: each confined to `out`, or left alone); what was left alone, said."""
     last = read_summary(out)
+    refused = []
     for name in last.files if last is not None else []:
         try:
             confined(out, name, "result file").unlink(missing_ok=True)
-        except (ProtocolError, IsADirectoryError):
-            continue
+        except (ProtocolError, IsADirectoryError) as exc:
+            refused.append(f"the last merge's {SUMMARY} lists {name!r}, left alone: {exc}")
+    return refused
 
 
 def _params(name: str, pair: PlanPair, groups: dict[str, list[str]] | None = None) -> dict[str, Any]:

@@ -84,3 +84,18 @@ def test_summary_json_is_written_and_read_typed_and_one_that_is_not_a_summary_is
     assert is_current(run / "merged")
     (run / "merged" / "summary.json").write_text("[]")  # JSON, but no summary
     assert read_summary(run / "merged") is None and not is_current(run / "merged")
+
+
+def test_a_merge_again_leaves_alone_what_the_last_summary_names_outside_the_result_set_and_says_so(tmp_path):
+    run = a_run(tmp_path, {})
+    merge_run(run)
+    outside = tmp_path / "precious.txt"
+    outside.write_text("mine\n")
+    summary = json.loads((run / "merged" / "summary.json").read_text())
+    summary["files"] += ["../../precious.txt", "/etc/hostname"]  # as a tampered file could say
+    (run / "merged" / "summary.json").write_text(json.dumps(summary))
+    again = merge_run(run)
+    assert outside.read_text() == "mine\n"
+    said = [w for w in again.warnings if "left alone" in w]
+    assert len(said) == 2 and "'../../precious.txt'" in said[0] and "'/etc/hostname'" in said[1], said
+    assert "events.parquet" in again.files and "../../precious.txt" not in again.files
