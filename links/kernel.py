@@ -119,11 +119,12 @@ def nft_counts(run_id: str) -> dict[str, int]:
     return counts
 
 
-def iptables_rules(run_id: str, peers: list[Peer], exclude: Exclude, queue: int) -> list[str]:
-    """The run's chain: netspec's own ports returned first, then each peer on the user-space
-    path queued to it (--queue-bypass: if the queue is gone, packets pass)."""
+def iptables_rules(run_id: str, peers: list[Peer], exclude: Exclude, queue: int, mark: int) -> list[str]:
+    """The run's chain: the user-space path's own copies (their `mark`) and netspec's own
+    ports returned first, then each peer on the user-space path queued to it
+    (--queue-bypass: if the queue is gone, packets pass)."""
     chain = names.chain(run_id)
-    rules = []
+    rules = [f"-A {chain} -m mark --mark {mark:#x} -j RETURN"]
     for port in sorted(set(exclude.tcp)):
         rules += [f"-A {chain} -p tcp --{way} {port} -j RETURN" for way in ("dport", "sport")]
     for port in sorted(set(exclude.udp)):

@@ -40,6 +40,14 @@ def queue(run_id: str) -> int:
     return 0x1000 + int(tag(run_id)[4:], 16) % 0xeffe
 
 
+def mark(run_id: str) -> int:
+    """The firewall mark of the user-space path's copies (nfqueue.py), which the rule that
+    queues a peer's packets lets by: 0x6e73 ("ns") in its top half, the run's in the rest,
+    leaving out the bits 0x4000 and 0x8000 that kube-proxy's rules read. A mark never leaves
+    its network namespace (the kernel clears it when a packet crosses into another)."""
+    return 0x6E730000 | int(tag(run_id)[4:], 16) & 0x3FFF
+
+
 def binary(name: str) -> str | None:
     """A tool's path: on PATH, or in /usr/sbin and /sbin (an SSH login's PATH may lack them)."""
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin:/usr/bin:/bin")

@@ -4,17 +4,23 @@ nfnetlink_queue in pure Python (an AF_NETLINK socket, NETLINK_NETFILTER): accept
 due instant (the delay and its jitter), dropped for a loss (independent, or in bursts:
 Gilbert-Elliott). One thread per run, owned by its LinkSet, which starts and joins it.
 
-Each packet is copied up to its IPv4 header only (20 bytes: its destination names the peer);
-its verdict is sent when due, and how late each was (the verdict's instant minus its due
-instant) is counted, with the drops, for the audit (`PathCounters`).
+A held packet leaves its sender at once, as it leaves a host for a real link or NIST Net's
+router: the kernel hands the path the whole packet, the path drops the original there and
+then (its buffer and its socket's accounting freed), and sends its copy at the due instant
+through a raw socket of its own, marked so that the rule which queued the original lets it
+by. Held in the kernel's queue instead, the original stayed charged to its TCP socket, whose
+small-queue limit and autocorking then waited for it as if it had not left: a request in
+two writes cost three one-way delays, bulk TCP two segments a delay (docs/explanations/
+links-audit.md). How late each copy went (its send's instant minus its due instant) is
+counted, with the drops, for the audit (`PathCounters`).
 
 The loop, at 10,000 packets/s in pure Python: each wake reads every message queued (up to
 RECEIVES, into one buffer), stamps each packet's due instant from its own read, and waits for
 the next due instant or the next packet (select: to the microsecond, where epoll's wait is in
 whole milliseconds), so no packet waits unread while another is released. While the held
-packets are due in the order they came (one delay, no jitter) they are a FIFO and released
-by one batch verdict (NFQNL_MSG_VERDICT_BATCH: every packet up to an id); a jitter that
-reorders them turns the FIFO into a heap, with a verdict per packet, until it empties.
+packets are due in the order they came (one delay, no jitter) they are a FIFO; a jitter that
+reorders them turns the FIFO into a heap until it empties. The originals of each wake's
+packets are dropped by one batch verdict (NFQNL_MSG_VERDICT_BATCH: every packet up to an id).
 """
 
 from __future__ import annotations
@@ -46,10 +52,12 @@ NFQNL_COPY_PACKET = 2
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NF_DROP, NF_ACCEPT = 0, 1
-COPY_BYTES = 20  # the IPv4 header: its destination address is all the path reads
+COPY_BYTES = 0xFFFF  # the whole packet: its copy is what reaches the peer
 QUEUE_MAXLEN = 20_000  # packets held at once; past it the kernel lets them through (fail-open)
-RCVBUF = 8 * 1024 * 1024
-SO_RCVBUFFORCE = 33  # past net.core.rmem_max, for a process with CAP_NET_ADMIN
+RCVBUF = 32 * 1024 * 1024  # whole packets now: a burst of 20,000 at 1,500 bytes
+SNDBUF = 32 * 1024 * 1024
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # past net.core.[rw]mem_max, with CAP_NET_ADMIN
+SO_MARK = 36
 JOIN_S = 5.0
 LATE_NS = 1_000_000  # a verdict later than this is counted apart
 IDLE_S = 1.0
@@ -99,9 +107,9 @@ def _verdict(queue: int, packet_id: int, verdict: int) -> bytes:
     return _nlmsg(NFQNL_MSG_VERDICT, NLM_F_REQUEST, queue, attrs)
 
 
-def _batch(queue: int, packet_id: int) -> bytes:
-    """Accept every packet still queued up to `packet_id`."""
-    attrs = _attr(NFQA_VERDICT_HDR, struct.pack(">II", NF_ACCEPT, packet_id))
+def _verdict_batch(queue: int, packet_id: int, verdict: int) -> bytes:
+    """`verdict` for every packet still queued up to `packet_id`."""
+    attrs = _attr(NFQA_VERDICT_HDR, struct.pack(">II", verdict, packet_id))
     return _nlmsg(NFQNL_MSG_VERDICT_BATCH, NLM_F_REQUEST, queue, attrs)
 
 
@@ -138,29 +146,32 @@ def drop(rng: random.Random, cond: LinkCondition, bad: bool) -> tuple[bool, bool
 
 
 class UserPath:
-    """The run's queue and the thread that gives its packets their verdicts.
+    """The run's queue and the thread that gives its packets their verdicts and sends the
+    copies of those it holds.
 
-    Lifecycle: `UserPath(queue)` binds the queue (raises QueueError); `set` a peer's condition
-    (by its IPv4 address) any time, from any thread; `close` lets every held packet through
-    (once the rules that queue them are gone: the caller removes those first), unbinds and
-    joins the thread."""
+    Lifecycle: `UserPath(queue, mark)` binds the queue and opens the raw socket whose sends
+    carry `mark` (raises QueueError); `set` a peer's condition (by its IPv4 address) any time,
+    from any thread; `close` sends every held copy (once the rules that queue packets are
+    gone: the caller removes those first), unbinds and joins the thread, which closes the
+    sockets it served as it ends."""
 
-    def __init__(self, queue: int, seed: int | None = None):
-        self.queue = queue
+    def __init__(self, queue: int, mark: int, seed: int | None = None):
+        self.queue, self.mark = queue, mark
         self.peers: dict[int, _Peer] = {}  # by the IPv4 address, as a big-endian int
         self.overruns = 0
         self.realtime: bool | None = None  # whether its thread got real-time priority
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        # Held packets (due_ns, packet id, peer): a FIFO while due in the order they came,
-        # else a heap (`_ordered` says which holds them; the other is empty).
-        self._fifo: deque[tuple[int, int, _Peer]] = deque()
-        self._heap: list[tuple[int, int, _Peer]] = []
+        # Held copies (due_ns, packet id, peer, the packet, its destination): a FIFO while due
+        # in the order they came, else a heap (`_ordered` says which holds them; the other is empty).
+        self._fifo: deque[tuple[int, int, _Peer, bytes, str]] = deque()
+        self._heap: list[tuple[int, int, _Peer, bytes, str]] = []
         self._ordered = True
         self._buffer = bytearray(BUFFER)
         self._seq = 0
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         self._wake_r, self._wake_w = os.pipe()
+        self._raw: socket.socket | None = None
         try:
             try:
                 self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
@@ -168,6 +179,15 @@ class UserPath:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
             self._sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
             self._sock.bind((0, 0))
+            # The copies' socket: IPPROTO_RAW sends each packet as it is, header included;
+            # its mark is what the queueing rule lets by (kernel.iptables_rules).
+            self._raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            self._raw.setsockopt(socket.SOL_SOCKET, SO_MARK, mark)
+            try:
+                self._raw.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, SNDBUF)
+            except PermissionError:
+                self._raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
+            self._raw.setblocking(False)
             self._config(_attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_BIND, socket.AF_INET)))
             self._config(_attr(NFQA_CFG_PARAMS, struct.pack(">IB", COPY_BYTES, NFQNL_COPY_PACKET))
                          + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack(">I", QUEUE_MAXLEN))
@@ -195,6 +215,8 @@ class UserPath:
         """The condition of the packets toward `address` from now on (None: none queued there)."""
         key = _key(address)
         with self._lock:
+            if self._stop:
+                return
             if condition is None or condition.empty:
                 self.peers.pop(key, None)
             elif key in self.peers:
@@ -208,7 +230,7 @@ class UserPath:
         return None if peer is None else PathCounters(**vars(peer.counters))
 
     def _serve(self) -> None:
-        # A verdict is due at an instant, as a release or a CAMP sample is: SCHED_FIFO (as the
+        # A copy is due at an instant, as a release or a CAMP sample is: SCHED_FIFO (as the
         # daemon's own threads that act at an instant take it), else it waits for a free core.
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
@@ -217,24 +239,30 @@ class UserPath:
             self.realtime = False
         sock, wake = self._sock.fileno(), self._wake_r
         readable = [sock, wake]
-        while not self._stop:
-            held = self._fifo or self._heap
-            due = (self._fifo[0][0] if self._ordered else self._heap[0][0]) if held else None
-            wait = IDLE_S if due is None else max(0.0, min(IDLE_S, (due - time.monotonic_ns()) / 1e9))
-            # select waits to the microsecond (a real-time thread has no timer slack): the
-            # thread wakes at the next due instant or at the next packet, whichever is first.
-            ready = select.select(readable, (), (), wait)[0]
-            if ready:
-                if wake in ready:
-                    os.read(wake, 4096)
-                if sock in ready:
-                    self._receive()
-            self._release(time.monotonic_ns())
-        self._release(None)
+        try:
+            while not self._stop:
+                held = self._fifo or self._heap
+                due = (self._fifo[0][0] if self._ordered else self._heap[0][0]) if held else None
+                wait = IDLE_S if due is None else max(0.0, min(IDLE_S, (due - time.monotonic_ns()) / 1e9))
+                # select waits to the microsecond (a real-time thread has no timer slack): the
+                # thread wakes at the next due instant or at the next packet, whichever is first.
+                ready = select.select(readable, (), (), wait)[0]
+                if ready:
+                    if wake in ready:
+                        os.read(wake, 4096)
+                    if sock in ready:
+                        self._receive()
+                self._release(time.monotonic_ns())
+            self._release(None)
+        finally:
+            # The thread owns what it reads and sends on: closed here, once it no longer can.
+            self._close_fds()
 
     def _receive(self) -> None:
-        """Read every message queued (up to RECEIVES): each packet dropped, passed or held."""
+        """Read every message queued (up to RECEIVES): each packet passed, or its original
+        dropped (one batch verdict, after the passes) and its copy held unless it is lost."""
         out: list[bytes] = []
+        dropped = None  # the last id whose original goes
         buffer, recv_into = self._buffer, self._sock.recv_into
         with self._lock:
             for _ in range(RECEIVES):
@@ -252,45 +280,45 @@ class UserPath:
                     if length < 16:
                         break
                     if kind == PACKET_KIND:
-                        self._packet(buffer, offset, min(offset + length, size), now, out)
+                        packet_id = self._packet(buffer, offset, min(offset + length, size), now, out)
+                        if packet_id is not None:
+                            dropped = packet_id
                     offset += (length + 3) & ~3
+        if dropped is not None:
+            out.append(_verdict_batch(self.queue, dropped, NF_DROP))
         if out:
             self._send(out)
 
-    def _packet(self, data: bytearray, start: int, end: int, now: int, out: list[bytes]) -> None:
-        """A queued packet: its verdict now into `out` (a drop, or a peer with no condition),
-        or held. The kernel puts the packet's header attribute first and its payload (the
-        20 bytes copied) last: read there, else by walking the attributes."""
-        packet_id = dst = None
-        size, kind = _ATTR.unpack_from(data, start + 20)
-        if kind & 0x7FFF == NFQA_PACKET_HDR and size >= 8:
-            (packet_id,) = _ID.unpack_from(data, start + 24)
-            size, kind = _ATTR.unpack_from(data, end - 24)
-            if kind & 0x7FFF == NFQA_PAYLOAD and size == 24:
-                (dst,) = _ADDRESS.unpack_from(data, end - 4)
-        if packet_id is None or dst is None:
-            packet_id, dst = self._walk(data, start + 20, end)
-            if packet_id is None:
-                return
-        peer = self.peers.get(dst) if dst is not None else None
+    def _packet(self, data: bytearray, start: int, end: int, now: int, out: list[bytes]) -> int | None:
+        """A queued packet: passed (its verdict into `out`: a peer with no condition, or no
+        delay), or its id returned for its original to be dropped, its copy held unless lost."""
+        packet_id, payload = self._walk(data, start + 20, end)
+        if packet_id is None:
+            return None
+        if payload is None or payload[1] - payload[0] < 20:
+            out.append(_verdict(self.queue, packet_id, NF_ACCEPT))
+            return None
+        at = payload[0]
+        (dst,) = _ADDRESS.unpack_from(data, at + 16)
+        peer = self.peers.get(dst)
         if peer is None:
             out.append(_verdict(self.queue, packet_id, NF_ACCEPT))
-            return
+            return None
         cond, counts = peer.condition, peer.counters
         counts.queued += 1
         if cond.loss_pct:
             lost, peer.bad = drop(self._rng, cond, peer.bad)
             if lost:
                 counts.dropped += 1
-                out.append(_verdict(self.queue, packet_id, NF_DROP))
-                return
+                return packet_id
         delay = cond.delay_ms
         if cond.jitter_ms:
             delay += jitter_ms(self._rng, cond.distribution, cond.jitter_ms)
         if delay <= 0:
             out.append(_verdict(self.queue, packet_id, NF_ACCEPT))
-            return
-        item = (now + int(delay * 1e6), packet_id, peer)
+            return None
+        item = (now + int(delay * 1e6), packet_id, peer, bytes(data[at:payload[1]]),
+                socket.inet_ntoa(data[at + 16:at + 20]))
         if not self._ordered:
             heapq.heappush(self._heap, item)
         elif self._fifo and item[0] < self._fifo[-1][0]:  # out of order: a heap from here on
@@ -300,11 +328,12 @@ class UserPath:
             heapq.heappush(self._heap, item)
         else:
             self._fifo.append(item)
+        return packet_id
 
     @staticmethod
-    def _walk(data: bytearray, at: int, end: int) -> tuple[int | None, int | None]:
-        """The packet's id and destination, by walking its attributes."""
-        packet_id = dst = None
+    def _walk(data: bytearray, at: int, end: int) -> tuple[int | None, tuple[int, int] | None]:
+        """The packet's id and where its payload (the IP packet) lies, by walking its attributes."""
+        packet_id = payload = None
         while at + 4 <= end:
             size, kind = _ATTR.unpack_from(data, at)
             if size < 4:
@@ -312,36 +341,36 @@ class UserPath:
             kind &= 0x7FFF
             if kind == NFQA_PACKET_HDR:
                 (packet_id,) = _ID.unpack_from(data, at + 4)
-            elif kind == NFQA_PAYLOAD and size >= 4 + 20:
-                (dst,) = _ADDRESS.unpack_from(data, at + 4 + 16)
+            elif kind == NFQA_PAYLOAD:
+                payload = (at + 4, min(at + size, end))
             at += (size + 3) & ~3
-        return packet_id, dst
+        return packet_id, payload
 
     def _release(self, now: int | None) -> None:
-        """Accept every held packet that is due (all of them: `now` None), counting lateness:
-        the FIFO's by one batch verdict, the heap's one by one."""
-        out: list[bytes] = []
+        """Send every held copy that is due (all of them: `now` None), counting lateness."""
+        due_now: list[tuple[int, int, _Peer, bytes, str]] = []
         with self._lock:
-            at = time.monotonic_ns()
             if self._ordered:
-                fifo, last = self._fifo, None
+                fifo = self._fifo
                 while fifo and (now is None or fifo[0][0] <= now):
-                    due, last, peer = fifo.popleft()
-                    if now is not None:
-                        self._late(peer.counters, at - due)
-                if last is not None:
-                    out.append(_batch(self.queue, last))
+                    due_now.append(fifo.popleft())
             else:
                 heap = self._heap
                 while heap and (now is None or heap[0][0] <= now):
-                    due, packet_id, peer = heapq.heappop(heap)
-                    out.append(_verdict(self.queue, packet_id, NF_ACCEPT))
-                    if now is not None:
-                        self._late(peer.counters, at - due)
+                    due_now.append(heapq.heappop(heap))
                 if not heap:
                     self._ordered = True
-        if out:
-            self._send(out)
+        if not due_now:
+            return
+        sendto, late = self._raw.sendto, self._late  # type: ignore[union-attr]
+        for due, _, peer, packet, dst in due_now:
+            try:
+                sendto(packet, (dst, 0))
+            except OSError:  # the socket's buffer full, or no route: the copy is lost, said
+                self.overruns += 1
+                continue
+            if now is not None:
+                late(peer.counters, time.monotonic_ns() - due)
 
     @staticmethod
     def _late(counts: PathCounters, late: int) -> None:
@@ -363,21 +392,26 @@ class UserPath:
                 self.overruns += len(messages[start:start + 256])
 
     def close(self) -> None:
-        """Let every held packet through, unbind the queue and join the thread (JOIN_S)."""
+        """Send every held copy, then unbind the queue and join the thread (JOIN_S), which
+        closes the sockets as it ends.
+
+        Raises:
+            QueueError: the thread did not end within JOIN_S (its sockets are left to it).
+        """
         if self._stop:
             return
-        self._stop = True
-        os.write(self._wake_w, b"x")
+        with self._lock:
+            self._stop = True
+            os.write(self._wake_w, b"x")  # the thread closes it only once it saw the stop
         self._thread.join(JOIN_S)
-        try:
-            self._sock.setblocking(True)
-            self._sock.settimeout(1.0)
-            self._config(_attr(NFQA_CFG_CMD, struct.pack(">BxH", NFQNL_CFG_CMD_UNBIND, socket.AF_INET)))
-        except (OSError, QueueError):
-            pass  # closing the socket unbinds it all the same
-        self._close_fds()
+        if self._thread.is_alive():
+            raise QueueError(f"NFQUEUE {self.queue}: its thread did not end within {JOIN_S:.0f} s")
 
     def _close_fds(self) -> None:
+        # Closing the netlink socket unbinds the queue: packets still queued are dropped,
+        # and with the queue gone the rule's --queue-bypass lets new ones through.
         self._sock.close()
+        if self._raw is not None:
+            self._raw.close()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)

@@ -24,11 +24,14 @@ def test_the_nftables_table_lets_netspecs_own_ports_through_before_any_peers_dro
     assert nft_script(RUN, [], {}, OWN, exists=False) == ""
 
 
-def test_only_the_user_space_paths_peers_are_queued_after_netspecs_own_ports_return():
-    chain, queue = names.chain(RUN), names.queue(RUN)
-    assert iptables_rules(RUN, [B, C], OWN, queue)[-1] == (
+def test_only_the_user_space_paths_peers_are_queued_after_its_copies_and_netspecs_own_ports_return():
+    chain, queue, mark = names.chain(RUN), names.queue(RUN), names.mark(RUN)
+    rules = iptables_rules(RUN, [B, C], OWN, queue, mark)
+    assert rules[0] == f"-A {chain} -m mark --mark {mark:#x} -j RETURN"
+    assert rules[-1] == (
         f"-A {chain} -d 10.9.0.2/32 -m comment --comment \"b\" -j NFQUEUE --queue-num {queue} --queue-bypass")
-    assert len(iptables_rules(RUN, [B, C], OWN, queue)) == 6 + 1
+    assert len(rules) == 1 + 6 + 1
+    assert mark >> 16 == 0x6E73 and not mark & 0xC000  # never kube-proxy's bits
 
 
 def test_a_peers_rate_is_an_htb_class_its_address_is_filtered_into_and_netspecs_ports_go_direct():

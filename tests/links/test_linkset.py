@@ -13,9 +13,12 @@ THIS_KERNEL = LinkOffer(cap_net_admin=True, htb=True, tbf=True, nftables=True, i
 WAN = LinkCondition(delay_ms=10, jitter_ms=2, loss_pct=1, rate_mbit=10)
 
 
-def test_without_netem_the_kernel_takes_rate_and_loss_and_the_user_space_path_the_delay():
+def test_without_netem_the_kernel_takes_the_rate_and_the_user_space_path_the_delay_and_the_loss():
+    # a loss at the sender's egress (nftables) is a drop TCP is told of: the user-space path's
     assert place(WAN, THIS_KERNEL) == (
-        {"delay": "user", "jitter": "user", "loss": "nftables", "rate": "htb"}, [])
+        {"delay": "user", "jitter": "user", "loss": "user", "rate": "htb"}, [])
+    no_queue = LinkOffer(cap_net_admin=True, htb=True, nftables=True)
+    assert place(LinkCondition(loss_pct=1), no_queue) == ({"loss": "nftables"}, [])
     bursty = LinkCondition(loss_pct=5, loss_burst=4)
     assert place(bursty, THIS_KERNEL) == ({"bursty loss": "user"}, [])
     assert place(LinkCondition(partition=True), THIS_KERNEL) == ({"partition": "nftables"}, [])
@@ -56,7 +59,7 @@ def test_a_hostile_peer_name_or_address_is_refused_before_any_script_is_written(
     assert not links.cuts and not links.rules
     # a name that passes is quoted where the tools take a comment
     peer = Peer("b.2", "10.0.0.2", WAN, {"delay": "user"})
-    [rule] = [r for r in iptables_rules("run", [peer], Exclude(), 4100) if "--comment" in r]
+    [rule] = [r for r in iptables_rules("run", [peer], Exclude(), 4100, 0x6E730001) if "--comment" in r]
     assert '--comment "b.2" ' in rule
 
 

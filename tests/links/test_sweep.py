@@ -11,7 +11,8 @@ APPLY_AND_DIE = textwrap.dedent("""\
     from netspec.protocol.links import LinkCondition, LinkRule
     links = LinkSet(sys.argv[1], "a")
     links.apply([LinkRule(peer="b", address="10.250.77.2", condition=LinkCondition(
-        delay_ms=5, loss_pct=1, rate_mbit=10))])
+        delay_ms=5, loss_pct=1, rate_mbit=10)),
+                  LinkRule(peer="c", address="10.250.77.3", condition=LinkCondition(partition=True))])
     os._exit(0)
     """)
 
