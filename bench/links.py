@@ -21,10 +21,16 @@ part on; a backend is benched alone by taking the ones before it as absent. Per 
              within 1 ms);
   CPU:       per packet: the user-space path's process, or the sender's system CPU with the
              kernel's condition less without;
-  probes:    the audit's probe rate (links/probes.py) against 1 % of each rate's capacity.
+  probes:    the audit's probe rate (links/probes.py) against 1 % of each rate's capacity;
+  tcp:       real TCP (tests/tcplink.py) across 1, 10, 50 and 200 ms each way, a rate of 50
+             Mbit/s h1 -> h2: a request written in two send()s (TCP_NODELAY) against a
+             connect across the same link, both one round trip on a real link (the target:
+             within max(5 %, 250 us)); a bulk transfer's steady rate (its first 8 round trips
+             left out: slow start) against what the rate and the sockets' buffers allow at
+             that round trip, computed here (the target: at least 80 % of it).
 Prints figures for people, then one JSON object as its last line.
 
-    sudo .venv/bin/python bench/links.py [--seconds 1.0] [--only delay,loss,rate,partition]
+    sudo .venv/bin/python bench/links.py [--seconds 1.0] [--only delay,loss,rate,partition,tcp]
 """
 
 from __future__ import annotations
@@ -44,8 +50,13 @@ from netspec.links.probes import MAX_SHARE, WIRE_OVERHEAD, enable_stamps, probe_
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import nethosts
+import tcplink
 
 PORT = 47_123
+TCP_PORT = 47_124
+TCP_DELAYS_MS = (1.0, 10.0, 50.0, 200.0)
+TCP_RATE_MBIT = 50.0
+TCP_REQUESTS = 10
 HEAD = struct.Struct("!qq")  # seq, sent_ns
 PPS = 10_000
 LOSS_PACKETS = 10_000
@@ -271,7 +282,7 @@ def losses(link: Link, prefix: str, base_cpu: float, result: dict) -> None:
     from netspec.analysis.links import wilson  # here: the namespaces' roles do without duckdb
 
     for pct in LOSSES_PCT:
-        for without in ("", "nftables,netem"):
+        for without in ("nfqueue,netem", "nftables,netem"):  # nftables's, then the user-space path's
             applier = link.apply(f"{prefix}l{int(pct)}{len(without)}", {"loss_pct": pct}, without)
             backend = applier.applied["parts"].get("loss")
             got, fig = link.measure(LOSS_PACKETS, PPS)
@@ -357,11 +368,55 @@ def partitions(link: Link, prefix: str, seconds: float, result: dict) -> None:
                                          if p["effect_ms"] is not None), default=None)
 
 
+def tcp(link: Link, prefix: str, seconds: float, result: dict) -> None:
+    """Real TCP across the link (tests/tcplink.py), each delay both ways, a rate h1 -> h2."""
+    window = tcplink.window_bytes(link.h1.netns, link.h2.netns)
+    for ms in TCP_DELAYS_MS:
+        rtt = 2 * ms
+        forward, back = {"delay_ms": ms, "rate_mbit": TCP_RATE_MBIT}, {"delay_ms": ms}
+        # Past slow start: eight round trips left out, and at least as long again measured.
+        steady_from = 8 * rtt / 1e3
+        transfer = max(seconds * 3, 2 * steady_from + 1.0)
+        with tcplink.linked(link.h1, link.h2, f"{prefix}t{int(ms)}", TCP_PORT, forward, back) as sender:
+            asked = tcplink.client(link.h1.netns, "requests", link.h2.address, str(TCP_PORT),
+                                   str(TCP_REQUESTS))
+            moved = tcplink.client(link.h1.netns, "bulk", link.h2.address, str(TCP_PORT), str(transfer),
+                                   str(steady_from))
+        connect = percentile(asked["connect_ms"], 50)
+        two_send = percentile(asked["two_send_ms"], 50)
+        bound = tcplink.bulk_bound_mbit(TCP_RATE_MBIT, rtt, window)
+        achieved = moved["steady_mbit"]
+        backend = sender["first"]["parts"].get("delay", "?")
+        row = {"backend": backend, "delay_ms": ms, "connect_ms": round(connect, 3),
+               "two_send_ms": round(two_send, 3), "two_send_over_connect": round(two_send / connect, 4),
+               "two_send_within": abs(two_send - connect) <= max(0.05 * connect, 0.25),
+               "bulk_mbit": None if achieved is None else round(achieved, 3),
+               "bulk_bound_mbit": round(bound, 3),
+               "bulk_within": achieved is not None and achieved >= 0.8 * bound,
+               "retransmitted": moved["retransmitted"]}
+        result["tcp"].append(row)
+        print(f"  tcp, {backend}, {ms:g} ms each way: two writes {two_send:.2f} ms against a connect's "
+              f"{connect:.2f} ms ({row['two_send_over_connect']:.3f}x, target within max(5 %, 250 us): "
+              f"{'within' if row['two_send_within'] else 'OFF'}); bulk {_mbit(achieved)} Mbit/s of "
+              f"{bound:.2f} the rate ({TCP_RATE_MBIT:g} Mbit/s) and the buffers ({window} bytes) allow "
+              f"at {rtt:g} ms ({'at least 80 %' if row['bulk_within'] else 'UNDER 80 %'}), "
+              f"{moved['retransmitted']} segments retransmitted")
+    if not any(r["backend"] == "netem" for r in result["tcp"]):
+        result["tcp"] += [{"backend": "netem", "delay_ms": ms, "two_send_over_connect": None,
+                           "bulk_mbit": None, "bulk_bound_mbit": None,
+                           "absent": result["absent"].get("netem")}
+                          for ms in TCP_DELAYS_MS]
+
+
+def _mbit(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="how long each delay, rate and "
                         "partition measurement sends")
-    parser.add_argument("--only", default="delay,loss,rate,partition",
+    parser.add_argument("--only", default="delay,loss,rate,partition,tcp",
                         help="which measurements, comma separated")
     args = parser.parse_args()
     if os.geteuid() != 0 or nethosts.why_unavailable():
@@ -369,7 +424,7 @@ def main() -> int:
     prefix = f"nl{secrets.token_hex(2)}"
     hosts = nethosts.up(2, prefix=prefix, owner=os.getpid())
     result: dict = {"delay": [], "loss": [], "rate": [], "partition_effect_ms": None,
-                    "cpu_us_per_packet": [], "probes": [], "absent": {}}
+                    "cpu_us_per_packet": [], "probes": [], "tcp": [], "absent": {}}
     try:
         link = Link(*hosts)
         n = int(PPS * args.seconds)
@@ -392,6 +447,8 @@ def main() -> int:
             rates(link, prefix, args.seconds, result)
         if "partition" in only:
             partitions(link, prefix, args.seconds, result)
+        if "tcp" in only:
+            tcp(link, prefix, args.seconds, result)
     finally:
         nethosts.down(prefix)
     print(json.dumps(result))

@@ -5,7 +5,8 @@ link of the same conditions would give, to compare with.
     python tests/tcplink.py serve PORT                 # in the receiver's namespace
     python tests/tcplink.py requests HOST PORT COUNT   # in the sender's: connect, then a
                                                        # request in two writes, COUNT times
-    python tests/tcplink.py bulk HOST PORT SECONDS     # in the sender's: one bulk transfer
+    python tests/tcplink.py bulk HOST PORT SECONDS FROM  # in the sender's: one bulk transfer,
+                                                       # its rate from FROM seconds on
     python tests/tcplink.py hold RUN_ID PEER ADDRESS CONDITION_JSON [WITHOUT]
                                                        # netspec.links' LinkSet, as netspecd
                                                        # applies it, until stdin closes
@@ -27,7 +28,6 @@ import threading
 import time
 
 REQUEST, RESPONSE = 200, 100  # bytes: a request in two halves, and its answer
-STEADY_FROM = 0.5  # a bulk transfer's first half second left out of its rate: slow start
 WIRE = 14 + 20 + 20 + 12  # Ethernet, IPv4, TCP and its timestamps option: a segment's overhead
 
 
@@ -36,11 +36,15 @@ def _serve_one(conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         kind = conn.recv(1)
         if kind == b"b":
+            head = b""
+            while not head.endswith(b"\n"):
+                head += conn.recv(1)
+            steady_from = float(head)  # seconds left out of the rate: its slow start
             marks, total, start = [], 0, time.time_ns()
             while data := conn.recv(1 << 20):
                 total += len(data)
                 marks.append((time.time_ns() - start, total))
-            steady = [m for m in marks if m[0] >= STEADY_FROM * 1e9]
+            steady = [m for m in marks if m[0] >= steady_from * 1e9]
             rate = None
             if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
                 rate = (steady[-1][1] - steady[0][1]) * 8 / ((steady[-1][0] - steady[0][0]) / 1e9) / 1e6
@@ -87,10 +91,11 @@ def requests(host: str, port: int, count: int) -> None:
     print(json.dumps({"connect_ms": connects, "two_send_ms": two_sends}))
 
 
-def bulk(host: str, port: int, seconds: float) -> None:
+def bulk(host: str, port: int, seconds: float, steady_from: float) -> None:
+    """One transfer of `seconds`; its rate as the receiver saw it, from `steady_from` on."""
     conn = socket.create_connection((host, port), timeout=30)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    conn.sendall(b"b")
+    conn.sendall(b"b%.3f\n" % steady_from)
     chunk, began = b"x" * 65536, time.monotonic()
     while time.monotonic() - began < seconds:
         conn.sendall(chunk)
@@ -147,15 +152,56 @@ def bulk_bound_mbit(rate_mbit: float | None, rtt_ms: float, window: int, mss: in
     return min(rate_mbit * mss / (mss + WIRE), by_window)
 
 
+@contextlib.contextmanager
+def role(netns: str, *argv: str):
+    """A tcplink role in `netns` that says it is ready (a line) and runs until closed: what it
+    said first, and (once closed) last."""
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, __file__, *argv],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    said: dict = {}
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, f"tcplink {argv[0]} in {netns} did not start (exit {proc.wait(timeout=30)})"
+        said["first"] = json.loads(first)
+        yield said
+    finally:
+        if proc.poll() is None and argv[0] == "serve":
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            out, _ = proc.communicate("", timeout=30)
+            if out.strip():
+                said["last"] = json.loads(out.strip().splitlines()[-1])
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def client(netns: str, *argv: str) -> dict:
+    done = subprocess.run(["ip", "netns", "exec", netns, sys.executable, __file__, *argv],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def linked(h1, h2, run_id: str, port: int, forward: dict, back: dict):
+    """h1 -> h2 under `forward`, h2 -> h1 under `back`, h2 serving; yields what h1's LinkSet
+    said: its placement first, its counters once the block ends."""
+    with role(h1.netns, "hold", run_id, "h2", h2.address, json.dumps(forward)) as there, \
+            role(h2.netns, "hold", run_id, "h1", h1.address, json.dumps(back)), \
+            role(h2.netns, "serve", str(port)):
+        yield there
+
+
 if __name__ == "__main__":
-    role, args = sys.argv[1], sys.argv[2:]
-    if role == "serve":
+    which, args = sys.argv[1], sys.argv[2:]
+    if which == "serve":
         serve(int(args[0]))
-    elif role == "requests":
+    elif which == "requests":
         requests(args[0], int(args[1]), int(args[2]))
-    elif role == "bulk":
-        bulk(args[0], int(args[1]), float(args[2]))
-    elif role == "hold":
+    elif which == "bulk":
+        bulk(args[0], int(args[1]), float(args[2]), float(args[3]))
+    elif which == "hold":
         hold(*args)
     else:
-        raise SystemExit(f"tcplink.py: no role {role!r}")
+        raise SystemExit(f"tcplink.py: no role {which!r}")
