@@ -9,9 +9,11 @@ sender's stamp) and its receipt (`LINKS/probe` on the receiver, at the kernel's 
 converted by its host's clock fit with its bound. A probe belongs to the step in whose
 window it was sent: from the step's first entry to the next step's (the last step's to its
 last ack); probes sent in a window's first GUARD_NS (a change of conditions still in
-flight), within GUARD_NS of a scheduled partition's start or end, or outside every window are
-left out, and counted; so are those sent within GUARD_NS before the next step's change of
-the link took effect (at that step's release, before its first entry). A scheduled
+flight), or outside every window are left out, and counted; so are those in flight across an
+edge: sent within GUARD_NS and the link's flight time (its delay, and three times its
+jitter) before a scheduled partition's start or end (or GUARD_NS after it), before the next
+step's change of the link took effect (at that step's release, before its first entry), or
+before the end of the run's last window, when its conditions are removed. A scheduled
 partition's window (run.json's `faults`) is audited apart, as the fault's: partitioned; the
 rest of its step as the link's.
 """
@@ -205,10 +207,16 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
 
                 def grew(name: str, of: list[Any] = reads_of) -> int:
                     return increase([getattr(r, name) if r is not None else 0 for r in of])
-                sent, queued = grew("rate_packets"), grew("queued")
+                sent, queued, released = grew("rate_packets"), grew("queued"), grew("released")
+                # Late is a share of the copies sent in the window, both counted as each goes
+                # (a run before `released` was counted: of those queued, which a step's
+                # packets held into the next can outnumber, so at most all of them).
+                late = grew("late_over_1ms")
+                late_pct = (100 * late / released if released else
+                            min(100.0, 100 * late / queued) if queued else None)
                 found[(host, peer, step)] = Counters(
                     rate_mbit=grew("rate_bytes") * 8 / seconds / 1e6 if sent else None,
-                    user_late_pct=100 * grew("late_over_1ms") / queued if queued else None,
+                    user_late_pct=late_pct,
                     user_drops=grew("dropped_user") if queued else None,
                     user_cpu_pct=cpu_pct if queued else None,
                     saturated=grew("rate_overlimits") > 0)
@@ -245,15 +253,23 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
         if i < 0 or ts >= steps[i][3] or ts < steps[i][2] + GUARD_NS:
             result.outside += 1
             continue
-        cuts = configured.get((src, dst, steps[i][0]), Condition()).faults
-        if any(abs(ts - edge) < GUARD_NS for _, began, ended in cuts for edge in (began, ended) if edge):
-            result.outside += 1  # a partition's start or end still in flight (its queue, its delay)
+        cond_now = configured.get((src, dst, steps[i][0]), Condition())
+        cuts, flight = cond_now.faults, _flight_ns(cond_now)
+        # A probe is in flight from its send to its send plus the link's delay (and jitter):
+        # one in flight across an edge (a partition's start or end, the next step's change,
+        # the conditions' removal at the run's end) met two conditions, and is left out.
+        if any(edge - flight - GUARD_NS <= ts < edge + GUARD_NS
+               for _, began, ended in cuts for edge in (began, ended) if edge):
+            result.outside += 1
             continue
         # The next step's change takes effect at its release, before its first entry ends this
-        # window: what was sent within GUARD_NS of it (and its bound) was in flight across it.
+        # window: what was sent within GUARD_NS and its flight of it (and its bound) crossed it.
         following = links.changes.get((src, dst, steps[i + 1][0])) if i + 1 < len(steps) else None
-        if following is not None and ts >= following[0] - following[1] - GUARD_NS:
+        if following is not None and ts >= following[0] - following[1] - GUARD_NS - flight:
             result.outside += 1
+            continue
+        if i + 1 == len(steps) and ts >= steps[i][3] - GUARD_NS - flight:
+            result.outside += 1  # the run's last window: its conditions are removed as it ends
             continue
         got = received.get((src, dst, seq))
         faulted = next((index for index, began, ended in cuts
@@ -283,6 +299,12 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
         row["fault"] = fault
         result.rows.append(row)
     return result
+
+
+def _flight_ns(cond: Condition) -> int:
+    """How long a probe of a link under `cond` is in flight at most: its delay and three
+    standard deviations (or half-widths) of its jitter."""
+    return int(((cond.delay_ms or 0.0) + 3 * (cond.jitter_ms or 0.0)) * 1e6)
 
 
 def _ms(ns: float | None) -> float | None:

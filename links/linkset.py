@@ -299,7 +299,8 @@ class LinkSet:
         for peer in peers:
             stats = PeerStats()
             if user is not None and (counts := user.counters(peer.address)) is not None:
-                stats.queued, stats.dropped_user = counts.queued, counts.dropped
+                stats.queued, stats.released = counts.queued, counts.released
+                stats.dropped_user = counts.dropped
                 stats.late_total_ns, stats.late_max_ns = counts.late_total_ns, counts.late_max_ns
                 stats.late_over_1ms = counts.late_over_1ms
             if peer.condition.partition:  # by its nftables rule, or on the user-space path

@@ -79,6 +79,7 @@ class PathCounters:
     """One peer's counts on the user-space path."""
 
     queued: int = 0
+    released: int = 0
     dropped: int = 0
     late_total_ns: int = 0
     late_max_ns: int = 0
@@ -374,6 +375,7 @@ class UserPath:
 
     @staticmethod
     def _late(counts: PathCounters, late: int) -> None:
+        counts.released += 1
         counts.late_total_ns += late
         if late > counts.late_max_ns:
             counts.late_max_ns = late

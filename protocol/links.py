@@ -123,6 +123,7 @@ class PeerStats(msgspec.Struct, kw_only=True, omit_defaults=False):
     rules' drops and the rate class's sent bytes, packets, drops and overlimits."""
 
     queued: int = 0
+    released: int = 0  # the user-space path's copies sent (late_over_1ms is a share of these)
     dropped_user: int = 0
     late_total_ns: int = 0
     late_max_ns: int = 0

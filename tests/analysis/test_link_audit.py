@@ -110,10 +110,34 @@ def test_a_scheduled_partition_is_audited_as_the_fault_and_the_rest_of_its_step_
     assert set(found) == {None, 0}
     link, fault = found[None], found[0]
     assert (link["loss_pct"], link["within"], link["backend"]) == (0.0, True, "user")
-    # the probes sent within 20 ms of its start or end are left out: in flight as it changed
+    # the probes sent within 20 ms and their 1 ms flight before its start or end, or 20 ms
+    # after, are left out: in flight as it changed
     assert (fault["partition"], fault["probes_received"], fault["probes_sent"], fault["within"]) == \
-        (True, 0, 27, True)
+        (True, 0, 26, True)
     assert (fault["start"], fault["end"]) == (400 * ms, 700 * ms)
+
+
+def test_the_probes_in_flight_as_the_run_ends_and_its_conditions_go_are_left_out() -> None:
+    # The last step's probes across a 300 ms link: those sent in its last 20 ms and 300 ms
+    # were still held when the run's end removed the conditions, and came through at once
+    # (or not at all): neither a delay below the link's nor a loss of its own.
+    ms = 1_000_000
+    plan = PlanRecord(schedule=[PlanStep("collect", link_state={"a->b": LinkCondition(delay_ms=300.0)})])
+    placed = HostLinks(LinkOffer(), {"b": Backends(parts={"delay": "user"})})
+    record = RunRecord(format=1, id="r", experiment="e", status="ok", plan=plan,
+                       hosts={"a": HostRecord(links=placed)}, steps=[Step("collect", "ok")])
+    rows: list[tuple[int, str, str, object]] = []
+    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):
+        rows.append((sent, "a", "LINKS/sent", SentRecord("b", seq, sent, 40)))
+        arrived = sent + 300 * ms if sent + 300 * ms < 1000 * ms else (1000 * ms if seq % 3 else None)
+        if arrived is not None:
+            rows.append((arrived, "b", "LINKS/probe", ProbeRecord("a", "b", seq, sent, arrived, 40)))
+    db = _events(rows)
+    db.execute("CREATE TABLE phases AS SELECT 0 AS step, 'collect' AS phase, 0::BIGINT AS entered, "
+               "1000000000::BIGINT AS acked")
+    [row] = audit(db, configured_links(record), {}).rows
+    assert (row["probes_sent"], row["probes_received"], row["loss_pct"]) == (65, 65, 0.0), row
+    assert row["delay_p50_ms"] == pytest.approx(300.0) and row["within"], row
 
 
 @pytest.mark.parametrize("following", [{"a->b": LinkCondition(partition=True)}, {}],
@@ -145,3 +169,15 @@ def test_a_partition_on_the_next_step_counts_none_of_its_drops_against_the_step_
     assert (run["loss_pct"], run["within"]) == (0.0, True), run
     # those sent within 20 ms of the change (and its bound) are left out, and counted
     assert (run["probes_sent"], found.outside) == (90, 7), (run, found.outside)
+
+
+def test_the_user_space_paths_lateness_is_a_share_of_the_copies_it_sent_never_past_all() -> None:
+    # A step that sent the packets the step before had held (a 300 ms delay): fewer queued in
+    # it than sent, every one of them late. Of those queued that read 140 %.
+    def read(ts: int, queued: int, released: int, late: int) -> tuple[int, str, str, object]:
+        stats = LinkStats(read_ns=ts, peers={"b": PeerStats(queued=queued, released=released,
+                                                            late_over_1ms=late)})
+        return (ts, "a", "LINKS/stats", stats)
+    db = _events([read(0, 100, 60, 0), read(10**9, 150, 130, 70)])
+    got = counters(db, [(0, "run", 0, 2 * 10**9)], Audit())[("a", "b", 0)]
+    assert got.user_late_pct == pytest.approx(100.0)
