@@ -19,7 +19,8 @@ rest of its step as the link's.
 """
 
 # Version history of links.parquet: 1; 2: changed_at and changed_bound_ns, when the step's
-# change of the link took effect; 3 (this): `fault`, a scheduled partition's own rows.
+# change of the link took effect; 3: `fault`, a scheduled partition's own rows; 4 (this): the
+# TCP probes' columns, tcp_* (linktcp.py).
 
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.datastream.schema import ProbeRecord, SentRecord, TcpProbeRecord
 from netspec.links.probes import WIRE_OVERHEAD
 from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
+
+from . import linktcp
 
 GUARD_NS = 20_000_000
 Z95 = 1.959963984540054
@@ -65,7 +68,10 @@ COLUMNS = pa.schema([
     ("jitter_ms", pa.float64()), ("loss_pct", pa.float64()), ("loss_low_pct", pa.float64()),
     ("loss_high_pct", pa.float64()), ("rate_mbit", pa.float64()),
     ("user_late_pct", pa.float64()), ("user_drops", pa.int64()), ("user_cpu_pct", pa.float64()),
-    ("bottleneck", pa.bool_()), ("within", pa.bool_()), ("verdict", pa.string())])
+    ("bottleneck", pa.bool_()),
+    ("tcp_probes", pa.int64()), ("tcp_failed", pa.int64()), ("tcp_connect_ms", pa.float64()),
+    ("tcp_request_ms", pa.float64()), ("tcp_burst_ms", pa.float64()), ("tcp_burst_expected_ms", pa.float64()),
+    ("within", pa.bool_()), ("verdict", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -246,13 +252,13 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
             result.undecodable += 1
     steps = windows(db)
     starts = np.array([w[2] for w in steps], dtype=np.int64)
-    groups: dict[tuple[str, str, int, int | None], list[tuple[int, int, int | None, int | None]]] = {}
-    for ts, bound, src, sent in sends:
-        dst, seq = sent.dst, sent.seq
+
+    def placed(ts: int, src: str, dst: str) -> tuple[int, int | None] | None:
+        """The step a probe sent at `ts` belongs to, and the scheduled partition it was sent
+        in (None: none); None if it is left out."""
         i = int(np.searchsorted(starts, ts, side="right")) - 1
         if i < 0 or ts >= steps[i][3] or ts < steps[i][2] + GUARD_NS:
-            result.outside += 1
-            continue
+            return None
         cond_now = configured.get((src, dst, steps[i][0]), Condition())
         cuts, flight = cond_now.faults, _flight_ns(cond_now)
         # A probe is in flight from its send to its send plus the link's delay (and jitter):
@@ -260,22 +266,32 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
         # the conditions' removal at the run's end) met two conditions, and is left out.
         if any(edge - flight - GUARD_NS <= ts < edge + GUARD_NS
                for _, began, ended in cuts for edge in (began, ended) if edge):
-            result.outside += 1
-            continue
+            return None
         # The next step's change takes effect at its release, before its first entry ends this
         # window: what was sent within GUARD_NS and its flight of it (and its bound) crossed it.
         following = links.changes.get((src, dst, steps[i + 1][0])) if i + 1 < len(steps) else None
         if following is not None and ts >= following[0] - following[1] - GUARD_NS - flight:
+            return None
+        if i + 1 == len(steps) and ts >= steps[i][3] - GUARD_NS - flight:
+            return None  # the run's last window: its conditions are removed as it ends
+        return steps[i][0], next((index for index, began, ended in cuts
+                                  if began <= ts and (ended is None or ts < ended)), None)
+
+    groups: dict[tuple[str, str, int, int | None], list[tuple[int, int, int | None, int | None]]] = {}
+    for ts, bound, src, sent in sends:
+        where = placed(ts, src, sent.dst)
+        if where is None:
             result.outside += 1
             continue
-        if i + 1 == len(steps) and ts >= steps[i][3] - GUARD_NS - flight:
-            result.outside += 1  # the run's last window: its conditions are removed as it ends
-            continue
-        got = received.get((src, dst, seq))
-        faulted = next((index for index, began, ended in cuts
-                        if began <= ts and (ended is None or ts < ended)), None)
-        groups.setdefault((src, dst, steps[i][0], faulted), []).append(
+        got = received.get((src, sent.dst, sent.seq))
+        groups.setdefault((src, sent.dst, *where), []).append(
             (ts, bound if bound is not None and bound >= 0 else 0, *(got or (None, None)), sent.size))
+    tcp: dict[tuple[str, str, int, int | None], list[TcpProbeRecord]] = {}
+    for ts, src, probe in _decoded(db.execute("""SELECT ts, host, data FROM events WHERE entity = 'LINKS/tcp'
+                                                 AND kind = 'event'""").fetchall(), TcpProbeRecord, result):
+        where = placed(ts, src, probe.dst)
+        if where is not None:
+            tcp.setdefault((src, probe.dst, *where), []).append(probe)
     by_step = {w[0]: w for w in steps}
     read = counters(db, steps, result) if read is None else read
     keys = set(groups) | {(*k, None) for k in configured if k[2] in by_step}
@@ -288,8 +304,9 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
         cond = configured.get((src, dst, step), Condition())
         window = by_step[step]
         if fault is None:
-            row = _row((src, dst, step), window, groups.get(key, []), cond,
-                       read.get((src, dst, step), Counters()))
+            counted = read.get((src, dst, step), Counters())
+            row = _row((src, dst, step), window, groups.get(key, []), cond, counted,
+                       linktcp.figures(tcp.get(key, []), cond.rate_mbit))
         else:  # the fault's part of the step: its own, partitioned by the schedule
             began, ended = next((b, e) for i, b, e in cond.faults if i == fault)
             clipped = (step, window[1], max(window[2], began),
@@ -312,7 +329,7 @@ def _ms(ns: float | None) -> float | None:
 
 
 def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: list[tuple[Any, ...]],
-         cond: Condition, count: Counters) -> dict[str, Any]:
+         cond: Condition, count: Counters, tcp: linktcp.TcpFigures | None = None) -> dict[str, Any]:
     src, dst, step = key
     _, phase, start, end = window
     sent = len(probes)
@@ -344,6 +361,7 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "bottleneck": (None if count.user_late_pct is None
                        else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)
                        or (count.user_cpu_pct or 0.0) > 100 * BUSY_SHARE),
+        **(tcp or linktcp.TcpFigures()).columns(),
     }
     row["within"], row["verdict"] = verdict(row, cond, count.saturated)
     return row
@@ -379,6 +397,9 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
                 saturated and rate < (1 - RATE_SHARE) * cond.rate_mbit)):
             off.append(f"rate {rate:.2f} Mbit/s against {cond.rate_mbit:g}"
                        + (" (the link full)" if saturated else ""))
+        changed = linktcp.changes(row)
+        if changed:
+            off.append(changed)
     if row["bottleneck"]:
         cpu = "" if row["user_cpu_pct"] is None else f", {row['user_cpu_pct']:.0f} % CPU"
         off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late, "
@@ -460,20 +481,37 @@ def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
         return []
     columns = {c[0] for c in db.execute("DESCRIBE links").fetchall()}
     fault = "fault" if "fault" in columns else "NULL"  # links.parquet before version 3: none
-    rows = db.execute(f"""SELECT src, dst, phase, {fault}, configured_delay_ms, delay_p50_ms, delay_p99_ms,
-                                delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct, loss_low_pct,
-                                loss_high_pct, probes_received, probes_sent, partition, within, verdict
+    rows = db.execute(f"""SELECT src, dst, phase, {fault}, configured_delay_ms, configured_jitter_ms,
+                                configured_loss_pct, configured_rate_mbit, delay_p50_ms, delay_p99_ms,
+                                delay_bound_ms, jitter_ms, loss_pct, loss_low_pct, loss_high_pct,
+                                rate_mbit, probes_received, probes_sent, partition, verdict
                          FROM links ORDER BY step, src, dst, {fault} NULLS FIRST""").fetchall()
     out = ["Links (configured against achieved, from the audit's probes):",
-           f"  {'link':<20} {'phase':<12} {'delay ms: set':>13} {'p50':>8} {'p99':>8} {'±bound':>8} "
-           f"{'jitter':>7} {'loss %: set':>11} {'got [95 %]':>20} {'probes':>9}  verdict"]
-    for (src, dst, phase, faulted, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, _within,
+           f"  {'link':<20} {'phase':<12} {'configured':<32} {'delay p50':>9} {'p99':>8} {'±bound':>8} "
+           f"{'jitter':>7} {'loss % [95 %]':>20} {'Mbit/s':>7} {'probes':>9}  verdict"]
+    for (src, dst, phase, faulted, cd, cj, cl, cr, p50, p99, bound, jit, loss, lo, hi, rate, got, sent, part,
          words) in rows:
-        set_delay = f"fault {faulted}" if faulted is not None else "partition" if part else _num(cd)
-        out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {set_delay:>13} {_num(p50):>8} {_num(p99):>8} "
-                   f"{_num(bound):>8} {_num(jit):>7} {_num(cl, 1):>11} "
-                   f"{_loss(loss, lo, hi):>20} {got:>4}/{sent:<4}  {words}")
+        said = (f"fault {faulted}: partition" if faulted is not None else "partition" if part
+                else configured_words(cd, cj, cl, cr))
+        out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {said:<32} {_num(p50):>9} {_num(p99):>8} "
+                   f"{_num(bound):>8} {_num(jit):>7} {_loss(loss, lo, hi):>20} {_num(rate, 2):>7} "
+                   f"{got:>4}/{sent:<4}  {words}")
     return out
+
+
+def configured_words(delay_ms: float | None, jitter_ms: float | None, loss_pct: float | None,
+                     rate_mbit: float | None) -> str:
+    """A link's configured condition in a few words: each part it has, in its unit."""
+    words = []
+    if delay_ms:
+        words.append(f"{delay_ms:g} ms" + (f" ± {jitter_ms:g}" if jitter_ms else ""))
+    elif jitter_ms:
+        words.append(f"± {jitter_ms:g} ms")
+    if loss_pct:
+        words.append(f"{loss_pct:g} % loss")
+    if rate_mbit:
+        words.append(f"{rate_mbit:g} Mbit/s")
+    return ", ".join(words) or "none"
 
 
 def merged_lines(merged: Path) -> list[str]:

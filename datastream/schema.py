@@ -169,6 +169,20 @@ class SentRecord(msgspec.Struct, array_like=True):
     size: Count
 
 
+class TcpProbeRecord(msgspec.Struct, array_like=True):
+    """The audit's TCP probe of the link to host `dst` (netspec.links.tcpprobes), the data of
+    a `LINKS/tcp` event its sender logs at the probe's start: how long (ns) its connect took,
+    its request in two writes till the answer, and its burst of `burst_bytes` till the peer
+    said all arrived; a part not done is None, and `error` says what failed."""
+
+    dst: str
+    connect_ns: Count | None
+    request_ns: Count | None
+    burst_ns: Count | None
+    burst_bytes: Count
+    error: str | None = None
+
+
 # Every kind of record, by the stream record's id or the entity's kind.
 STREAM_RECORDS: dict[int, type[StreamRecord]] = {
     NAMESPACE: NamespaceRecord, DROPPED: DroppedRecord, TRIGGER: TriggerRecord, CLOSE: CloseRecord}

@@ -1,6 +1,7 @@
 """The audit's probe traffic: low-rate UDP probes from this host to each peer it has a link
-to, at random instants, on a port of their own that the link conditions shape (netspec's own
-control and clock traffic is not shaped; these are, since they measure the link).
+to (and TCP ones beside them, tcpprobes.py), at random instants, on a port of their own
+that the link conditions shape (netspec's own control and clock traffic is not shaped;
+these are, since they measure the link).
 
 Each probe carries the run's tag, its sequence number, its send stamp (this host's
 CLOCK_REALTIME, read just before the send, so everything the link does to it lies between
@@ -35,6 +36,8 @@ import msgspec
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.schema import ProbeRecord, SentRecord
 from netspec.protocol.errors import NetspecError
+
+from .tcpprobes import TcpProbes
 
 MAGIC = b"NSLP"
 _HEAD = struct.Struct("!4s8sQqB")  # magic, the run's tag, seq, sent_ns, the sender's name's length
@@ -147,6 +150,9 @@ class LinkProbes:
                                        "CPU seconds the user-space path's threads used so far")
         self._stats_failed = streams.event("LINKS", "stats_failed",
                                            "the backends' counters could not be read")
+        self._tcp_absent = streams.event("LINKS", "tcp_absent",
+                                         "this host takes no TCP probes: why (its port is taken)")
+        self.tcp = TcpProbes(streams, self.tag)  # beside the datagrams, on the same port number
         self.read_stats = stats
         self.stats_thread: threading.Thread | None = None
         self.sock: socket.socket | None = None
@@ -177,6 +183,10 @@ class LinkProbes:
             sock.close()
             raise
         self.sock, self.port = sock, sock.getsockname()[1]
+        try:
+            self.tcp.open(address, self.port)
+        except OSError as exc:  # said, and the audit's TCP rows then stay empty: not fatal
+            self._tcp_absent.log(0, f"TCP port {self.port}: {exc}")
         return self.port
 
     def start(self, targets: list[Target], port: int) -> None:
@@ -189,6 +199,8 @@ class LinkProbes:
         self.thread = threading.Thread(target=self._loop, args=(port, probe_size(self.host)),
                                        name="link-probes", daemon=True)
         self.thread.start()
+        if self.tcp.listener is not None:
+            self.tcp.start(self._tcp_targets, port)
         if self.read_stats is not None:
             # Apart from the sends: a read runs nft and tc, tens of ms that would bunch them.
             self.stats_thread = threading.Thread(target=self._read_stats, name="link-stats", daemon=True)
@@ -218,6 +230,10 @@ class LinkProbes:
             for t in targets:
                 self.targets[t.host] = t
                 self.rates[t.host] = probes_per_s(t.rate_bps, size, self.default_per_s)
+
+    def _tcp_targets(self) -> dict[str, tuple[str, float | None]]:
+        with self._aiming:
+            return {t.host: (t.address, t.rate_bps) for t in self.targets.values()}
 
     def _gap(self, host: str) -> float:
         rate = self.rates[host]
@@ -286,15 +302,19 @@ class LinkProbes:
             NetspecError: the thread did not end within STOP_S (its socket is left to it).
         """
         self.stopping.set()
+        late = self.tcp.close()
         for thread in (self.thread, self.stats_thread):
             if thread is not None:
                 thread.join(STOP_S)
                 if thread.is_alive():
-                    raise NetspecError(f"links: the {thread.name} thread did not end within {STOP_S:g} s "
-                                       "of its stop")
+                    late.append(thread.name)
+        if late:
+            raise NetspecError(f"links: the {', '.join(late)} thread(s) did not end within {STOP_S:g} s "
+                               "of their stop")
         if self.thread is not None:  # said once, for the audit to say what was refused
             self._counts.log(0, {"sent": self.sent, "received": self.received, "refused": self.refused,
-                                 "send_errors": self.send_errors})
+                                 "send_errors": self.send_errors, "tcp_probed": self.tcp.probed,
+                                 "tcp_failed": self.tcp.failed, "tcp_refused": self.tcp.refused})
             self.thread = None
         if self.sock is not None:
             self.sock.close()

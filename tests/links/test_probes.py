@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 from netspec.daemon.services import NodeServices
 from netspec.datastream.reader import StreamReader
-from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.datastream.schema import ProbeRecord, SentRecord, TcpProbeRecord
 from netspec.links.probes import DEFAULT_PER_S, MAX_SHARE, WIRE_OVERHEAD, Target, probe_size, probes_per_s
 from netspec.protocol.links import LinkStats
 from support import descriptors, threads_named, wait_for
@@ -71,3 +71,34 @@ def test_probes_between_two_hosts_are_logged_at_both_ends_and_leave_nothing_afte
     stamps = sorted(s.sent_ns for s in sends.values())
     gaps = sorted(later - earlier for earlier, later in itertools.pairwise(stamps))
     assert gaps[len(gaps) // 10] * 3 < gaps[len(gaps) * 9 // 10]
+
+
+def test_tcp_probes_time_a_connect_a_request_in_two_writes_and_a_burst_and_leave_nothing_after(
+        tmp_path: Path) -> None:
+    before = descriptors()
+    a = NodeServices("run-tcp-probes", "a", tmp_path / "a")
+    b = NodeServices("run-tcp-probes", "b", tmp_path / "b")
+    try:
+        port_a = a.open_probes("127.0.0.1")
+        port_b = b.open_probes("127.0.0.1")
+        a.start_probes([Target("b", "127.0.0.1")], port_b)
+        b.start_probes([], port_a)  # a host no link starts at takes probes all the same
+        assert len(threads_named("link-tcp-serve")) == 2 and len(threads_named("link-tcp-probe")) == 2
+        wait_for(lambda: a.probes.tcp.probed >= 3, timeout=40, what="three TCP probes a -> b (one every 2 s)")
+        with socket.create_connection(("127.0.0.1", port_b)) as stranger:  # not this run's probe
+            stranger.sendall(bytes(128))
+            assert stranger.recv(64) == b""  # closed unanswered
+        wait_for(lambda: b.probes.tcp.refused == 1, timeout=10, what="the stranger refused")
+    finally:
+        a.close()
+        b.close()
+    assert threads_named("link-tcp-serve") == threads_named("link-tcp-probe") == []
+    assert threads_named("link-tcp-answer") == []
+    assert descriptors() == before
+    probes = [msgspec.convert(v, TcpProbeRecord) for _, v in _records(tmp_path / "a", "LINKS/tcp")]
+    assert len(probes) >= 3 and all(p.dst == "b" and p.error is None for p in probes), probes
+    for p in probes:  # each part timed, over loopback: well under a second
+        assert 0 < p.connect_ns < 10**9 and 0 < p.request_ns < 10**9 and 0 < p.burst_ns < 10**9, p
+        assert p.burst_bytes == 65_536
+    (_, counts), = _records(tmp_path / "a", "LINKS/counts")
+    assert counts["tcp_probed"] == len(probes) and counts["tcp_failed"] == 0
