@@ -20,7 +20,8 @@ rest of its step as the link's.
 
 # Version history of links.parquet: 1; 2: changed_at and changed_bound_ns, when the step's
 # change of the link took effect; 3: `fault`, a scheduled partition's own rows; 4 (this): the
-# TCP probes' columns, tcp_* (linktcp.py).
+# TCP probes' columns, tcp_* (linktcp.py), and user_overruns (the path's own losses, apart
+# from the link's: user_drops).
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ COLUMNS = pa.schema([
     ("delay_p50_ms", pa.float64()), ("delay_p99_ms", pa.float64()), ("delay_bound_ms", pa.float64()),
     ("jitter_ms", pa.float64()), ("loss_pct", pa.float64()), ("loss_low_pct", pa.float64()),
     ("loss_high_pct", pa.float64()), ("rate_mbit", pa.float64()),
-    ("user_late_pct", pa.float64()), ("user_drops", pa.int64()), ("user_cpu_pct", pa.float64()),
+    ("user_late_pct", pa.float64()), ("user_drops", pa.int64()), ("user_overruns", pa.int64()),
+    ("user_cpu_pct", pa.float64()),
     ("bottleneck", pa.bool_()),
     ("tcp_probes", pa.int64()), ("tcp_failed", pa.int64()), ("tcp_connect_ms", pa.float64()),
     ("tcp_request_ms", pa.float64()), ("tcp_burst_ms", pa.float64()), ("tcp_burst_expected_ms", pa.float64()),
@@ -111,7 +113,8 @@ class Counters:
 
     rate_mbit: float | None = None
     user_late_pct: float | None = None
-    user_drops: int | None = None
+    user_drops: int | None = None  # the packets it dropped for the link's loss
+    user_overruns: int | None = None  # those its host's path lost, unable to keep up
     user_cpu_pct: float | None = None
     saturated: bool = False  # the rate's class held packets back (overlimits): the link was full
 
@@ -206,6 +209,9 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
             if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
                 continue
             seconds = (inside[-1][0] - inside[0][0]) / 1e9
+            # The host's path lost packets of its own (its queue's or its socket's overruns):
+            # not a loss of the links', a sign it could not keep up.
+            overran = increase([s.queue_overruns for _, s in inside])
             for peer in inside[-1][1].peers:
                 reads_of = [s.peers.get(peer) for _, s in inside]
                 if reads_of[0] is None:
@@ -225,6 +231,7 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
                     user_late_pct=late_pct,
                     user_drops=grew("dropped_user") if queued else None,
                     user_cpu_pct=cpu_pct if queued else None,
+                    user_overruns=overran if queued else None,
                     saturated=grew("rate_overlimits") > 0)
     return found
 
@@ -357,9 +364,10 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
         "loss_pct": 100 * lost / sent if sent else None,
         "loss_low_pct": 100 * lo if sent else None, "loss_high_pct": 100 * hi if sent else None,
         "rate_mbit": count.rate_mbit, "user_late_pct": count.user_late_pct, "user_drops": count.user_drops,
+        "user_overruns": count.user_overruns,
         "user_cpu_pct": count.user_cpu_pct,
         "bottleneck": (None if count.user_late_pct is None
-                       else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_drops)
+                       else count.user_late_pct > 100 * LATE_SHARE or bool(count.user_overruns)
                        or (count.user_cpu_pct or 0.0) > 100 * BUSY_SHARE),
         **(tcp or linktcp.TcpFigures()).columns(),
     }
@@ -402,8 +410,10 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
             off.append(changed)
     if row["bottleneck"]:
         cpu = "" if row["user_cpu_pct"] is None else f", {row['user_cpu_pct']:.0f} % CPU"
-        off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late, "
-                   f"{row['user_drops']} dropped{cpu})")
+        lost = row.get("user_overruns")
+        overran = f", {lost} packets lost unable to keep up" if lost else ""
+        off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late"
+                   f"{overran}{cpu})")
     return (not off), ("within tolerance" if not off else "; ".join(off))
 
 

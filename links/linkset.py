@@ -99,6 +99,7 @@ def _on_user(condition: LinkCondition, parts: dict[str, str]) -> LinkCondition |
         return LinkCondition(loss_pct=100.0)
     lossy = {"loss", "bursty loss"} & mine
     return LinkCondition(delay_ms=condition.delay_ms if "delay" in mine else 0.0,
+                         path=condition.path and "delay" in mine,
                          jitter_ms=condition.jitter_ms if "jitter" in mine else 0.0,
                          distribution=condition.distribution,
                          loss_pct=condition.loss_pct if lossy else 0.0,

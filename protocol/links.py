@@ -29,6 +29,9 @@ class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=Tru
     defaults: no condition."""
 
     delay_ms: NonNegative = 0.0
+    # The delay's path in place even at 0 ms (a `delay:` given): a sweep's 0 point crosses
+    # the backend its other points cross, rather than no backend at all.
+    path: bool = False
     jitter_ms: NonNegative = 0.0
     distribution: Distribution = "normal"
     loss_pct: Percent = 0.0
@@ -45,7 +48,8 @@ class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=Tru
         delay, jitter, loss, bursty loss, rate, partition."""
         if self.partition:
             return ["partition"]
-        parts = [name for name, on in (("delay", self.delay_ms > 0), ("jitter", self.jitter_ms > 0)) if on]
+        parts = [name for name, on in (("delay", self.delay_ms > 0 or self.path),
+                                       ("jitter", self.jitter_ms > 0)) if on]
         if self.loss_pct > 0:
             parts.append("bursty loss" if self.loss_burst is not None else "loss")
         if self.rate_mbit is not None:
@@ -65,7 +69,7 @@ class LinkCondition(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=Tru
         if self.partition:
             return "partition"
         parts = []
-        if self.delay_ms or self.jitter_ms:
+        if self.delay_ms or self.jitter_ms or self.path:
             jitter = f" ± {self.jitter_ms:g} ms ({self.distribution})" if self.jitter_ms else ""
             parts.append(f"delay {self.delay_ms:g} ms{jitter}")
         if self.loss_pct:

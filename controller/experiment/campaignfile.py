@@ -12,6 +12,7 @@ from netspec.analysis.predicate import check_predicate
 
 from .declared import close_to, listing, of_components
 from .groups import check_host_axis, host_setting, with_host_setting
+from .links import check_link_axis, link_setting, with_link_setting
 from .model import DEFAULT_HOST, Campaign, Component, Hook, Host
 from .sourcefile import Path_, SourceFile, suggest
 
@@ -31,11 +32,11 @@ def point_text(text: str, point: dict[str, Any]) -> str:
 
 def with_point(data: dict[str, Any], point: dict[str, Any]) -> None:
     """`data` (a campaign file's) made one point's: the campaign's sections gone, the point's
-    values in its components' params."""
+    values in its components' params, its hosts' settings and its named links' conditions."""
     for key in CAMPAIGN_KEYS:
         data.pop(key, None)
     for key, value in point.items():
-        if with_host_setting(data, key, value):
+        if with_host_setting(data, key, value) or with_link_setting(data, key, value):
             continue
         component, _, param = key.rpartition(".")
         spec = data["components"][component]
@@ -147,6 +148,9 @@ def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
             if host_setting(key) is not None:
                 axes[key] = sweep_values(spec)
                 check_host_axis(src, written, key, axes[key])
+            elif link_setting(key) is not None:
+                axes[key] = sweep_values(spec)
+                check_link_axis(src, written, key, axes[key])
             else:
                 axes[key] = _sweep_axis(src, key, spec, written["components"])
     if sweep.get("mode") == "zip" and len({len(v) for v in axes.values()}) > 1:

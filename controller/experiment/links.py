@@ -8,10 +8,17 @@ stack: a condition between them would be on every other's traffic too), a host l
 itself, a direction named twice in one list with different conditions, a partition with a
 condition beside it. What a host's kernel can apply is known only at launch (netspec.links).
 The state of every directed pair at every step is the plan's (model.py's `Plan.link_states`).
+
+A rule may be named (`name: wan`), so that a campaign can sweep its condition: a swept key
+`links.NAME.KEY` (KEY one of SWEPT_KEYS) sets KEY on the rule so named, at each point
+(`link_setting`, `with_link_setting`, `check_link_axis`). A `delay:` given, even `0ms`,
+keeps the delay's path in place (LinkCondition's `path`): a sweep's 0 point is measured
+through the same backend as its others.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -24,6 +31,8 @@ Pair = tuple[str, str]
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 _RATE_UNITS = {"bit": 1e-6, "kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 CONDITION_KEYS = ("delay", "jitter", "distribution", "loss", "rate", "partition")
+LINKS_KEY = "links"  # a swept key that starts so is a named link's: links.NAME.KEY
+SWEPT_KEYS = ("delay", "jitter", "loss", "rate")
 
 
 def milliseconds(text: str) -> float:
@@ -54,7 +63,15 @@ def links_of(src: SourceFile, raw: list[dict[str, Any]] | None, where: Path_, ho
              groups: dict[str, tuple[str, ...]]) -> tuple[LinkRule, ...]:
     """The rules of one `links:` list (at `where`), each checked; the bad ones said and left out."""
     rules: dict[int, LinkRule] = {}
+    named: dict[str, int] = {}
     for i, spec in enumerate(raw or ()):
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            with src.checking():
+                if spec["name"] in named:
+                    src.error(f"link name '{spec['name']}' is also given at line "
+                              f"{src.line((*where, named[spec['name']]))}: a name is one rule's",
+                              (*where, i, "name"))
+            named.setdefault(spec["name"], i)
         name = key_name((*where, i))
         if any(item == name or item.startswith((f"{name}.", f"{name}[")) for item, _ in src.misshapen):
             continue  # the schema said what is wrong with it: what it would resolve to is no news
@@ -119,7 +136,9 @@ def _condition(src: SourceFile, spec: dict[str, Any], where: Path_) -> LinkCondi
     if jitter > delay and spec.get("distribution", "normal") == "uniform":
         src.warn(f"jitter {spec['jitter']} is over the delay {spec.get('delay', '0ms')}: the delays "
                  "below zero are taken as none", (*where, "jitter"))
-    return LinkCondition(delay_ms=delay, jitter_ms=jitter, distribution=spec.get("distribution", "normal"),
+    # A delay given as 0 keeps its path (LinkCondition.path); one above 0 has it anyway.
+    return LinkCondition(delay_ms=delay, path="delay" in spec and delay == 0 and not spec.get("partition"),
+                         jitter_ms=jitter, distribution=spec.get("distribution", "normal"),
                          loss_pct=percent(rate) if rate is not None else 0.0,
                          loss_burst=float(burst) if burst is not None else None,
                          rate_mbit=mbit(spec["rate"]) if "rate" in spec else None,
@@ -141,3 +160,60 @@ def _check_contradictions(src: SourceFile, rules: dict[int, LinkRule], where: Pa
                               rule.line)
                 break
             seen[pair] = rule
+
+
+def link_setting(key: str) -> tuple[str, str] | None:
+    """A swept key's link name and condition key (`links.wan.delay` -> wan, delay); None for
+    a key of another kind."""
+    if not key.startswith(f"{LINKS_KEY}."):
+        return None
+    name, _, setting = key.removeprefix(f"{LINKS_KEY}.").partition(".")
+    return (name, setting) if name and setting else None
+
+
+def _named(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Every rule named `name`: in the top-level links and in each step's."""
+    lists = [data.get(LINKS_KEY) or []]
+    lists += [step.get(LINKS_KEY) or [] for step in data.get("schedule") or () if isinstance(step, dict)]
+    return [rule for rules in lists for rule in rules if isinstance(rule, dict) and rule.get("name") == name]
+
+
+def with_link_setting(data: dict[str, Any], key: str, value: Any) -> bool:
+    """`data` (a file's) with the named link's `key` set to `value`; False when `key` is not
+    a link's setting."""
+    setting = link_setting(key)
+    if setting is None:
+        return False
+    name, part = setting
+    for rule in _named(data, name):
+        rule[part] = value
+    return True
+
+
+def check_link_axis(src: SourceFile, data: dict[str, Any], key: str, values: list[Any]) -> None:
+    """A swept link setting: one rule has the name, the key is one a sweep may vary, and each
+    value makes a file the schema takes (so a point's file is refused at check, not at its run)."""
+    from .schemacheck import validator
+
+    name, part = link_setting(key)  # type: ignore[misc]
+    where: Path_ = ("sweep", "params", key)
+    found = _named(data, name)
+    if not found:
+        names = sorted({r["name"] for rules in ([data.get(LINKS_KEY) or []] + [
+            s.get(LINKS_KEY) or [] for s in data.get("schedule") or () if isinstance(s, dict)])
+            for r in rules if isinstance(r, dict) and isinstance(r.get("name"), str)})
+        src.error(f"no link is named '{name}'{suggest(name, names)}: give the rule `name: {name}` "
+                  "in links:", where)
+    if part not in SWEPT_KEYS:
+        src.error(f"a sweep varies a link's {', '.join(SWEPT_KEYS)}, not '{part}'", where)
+    if any(rule.get("partition") for rule in found):
+        src.error(f"link '{name}' is a partition: it has no {part} to vary", where)
+    for i, value in enumerate(values):
+        point = copy.deepcopy({k: v for k, v in data.items() if k not in ("sweep", "repeat", "hooks")})
+        with_link_setting(point, key, value)
+        for error in validator().iter_errors(point):
+            at = tuple(error.absolute_path)
+            if at[:1] == (LINKS_KEY,) or "schedule" in at[:1]:
+                with src.checking():
+                    src.error(f"{value!r} makes link '{name}' one the file cannot have: "
+                              f"{key_name(at)}: {error.message}", (*where, i))

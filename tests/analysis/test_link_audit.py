@@ -181,3 +181,32 @@ def test_the_user_space_paths_lateness_is_a_share_of_the_copies_it_sent_never_pa
     db = _events([read(0, 100, 60, 0), read(10**9, 150, 130, 70)])
     got = counters(db, [(0, "run", 0, 2 * 10**9)], Audit())[("a", "b", 0)]
     assert got.user_late_pct == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize(("overruns", "bottleneck"), [(0, False), (3, True)])
+def test_the_paths_drops_for_a_links_loss_are_no_bottleneck_its_own_overruns_are(
+        overruns: int, bottleneck: bool) -> None:
+    # A 5 % loss on the user-space path: its drops are the link's loss, as configured; the
+    # packets its host's path lost unable to keep up (queue_overruns) are the bottleneck.
+    ms = 1_000_000
+    plan = PlanRecord(schedule=[PlanStep("run", link_state={"a->b": LinkCondition(loss_pct=5.0)}),
+                                PlanStep("collect", link_state={"a->b": LinkCondition(loss_pct=5.0)})])
+    placed = HostLinks(LinkOffer(), {"b": Backends(parts={"loss": "user"})})
+    record = RunRecord(format=1, id="r", experiment="e", status="ok", plan=plan,
+                       hosts={"a": HostRecord(links=placed)},
+                       steps=[Step("run", "ok"), Step("collect", "ok")])
+    rows: list[tuple[int, str, str, object]] = []
+    for seq, sent in enumerate(range(30 * ms, 1000 * ms, 10 * ms)):
+        rows.append((sent, "a", "LINKS/sent", SentRecord("b", seq, sent, 40)))
+        if seq % 20:
+            rows.append((sent + ms, "b", "LINKS/probe", ProbeRecord("a", "b", seq, sent, sent + ms, 40)))
+    for i, ts in enumerate((0, 500 * ms, 990 * ms)):
+        stats = LinkStats(read_ns=ts, queue_overruns=overruns * i // 2,
+                          peers={"b": PeerStats(queued=1000 * i, released=950 * i, dropped_user=50 * i)})
+        rows.append((ts, "a", "LINKS/stats", stats))
+    db = _events(rows)
+    db.execute("CREATE TABLE phases AS SELECT * FROM (VALUES (0, 'run', 0::BIGINT, 900000000::BIGINT), "
+               "(1, 'collect', 1000000000::BIGINT, 1100000000::BIGINT)) AS t(step, phase, entered, acked)")
+    row = next(r for r in audit(db, configured_links(record)).rows if r["phase"] == "run")
+    assert (row["user_drops"], row["user_overruns"], row["bottleneck"]) == (100, overruns, bottleneck), row
+    assert ("was the bottleneck" in row["verdict"]) is bottleneck, row["verdict"]

@@ -76,3 +76,49 @@ schedule:
         "exp.yaml:16: links[7].delay: '5 ms' is not a valid delay (a delay with its unit: 250us, 10ms, 0.5s)",
         "exp.yaml:19: schedule[1].links[0].loss: a loss of 120% is over 100%",
     ]
+
+
+def test_a_campaign_sweeps_a_named_links_condition_and_its_zero_delay_keeps_the_path(experiment):
+    from netspec.controller.experiment.load import parse
+
+    plan = load(experiment(HOSTS + """\
+links:
+  - {name: wan, between: [a, b], delay: 10ms, loss: 1%}
+  - {from: a, to: c, rate: 10mbit}
+schedule: [launch, run]
+sweep:
+  params:
+    links.wan.delay: [0ms, 50ms]
+    links.wan.loss: [0%, 2%]
+"""))
+    points = plan.campaign.points
+    assert [(p["links.wan.delay"], p["links.wan.loss"]) for p in points] == [
+        ("0ms", "0%"), ("0ms", "2%"), ("50ms", "0%"), ("50ms", "2%")]
+    zero = parse(plan.text, plan.path, point=points[0])
+    # the 0 point's delay keeps its path: a condition, not none (it crosses the same backend)
+    assert zero.link_states()[0][("a", "b")] == LinkCondition(path=True)
+    assert zero.link_states()[0][("a", "b")].needs() == ["delay"]
+    assert zero.link_states()[0][("a", "c")] == LinkCondition(rate_mbit=10.0)  # not swept: as written
+    last = parse(plan.text, plan.path, point=points[3])
+    assert last.link_states()[0][("a", "b")] == LinkCondition(delay_ms=50.0, loss_pct=2.0)
+    assert "name: wan" in last.text and "delay: 50ms" in last.text
+
+
+def test_a_swept_link_is_checked_by_name_key_and_value(experiment):
+    links = "links:\n  - {name: wan, between: [a, b], delay: 10ms}\n"
+    with pytest.raises(ConfigErrors) as caught:
+        load(experiment(HOSTS + links + "  - {name: wan, from: a, to: c}\nschedule: [launch]\n"))
+    assert "exp.yaml:10: links[1].name: link name 'wan' is also given at line 9: a name is one rule's" in str(
+        caught.value)
+    one = HOSTS + links + "schedule: [launch]\nsweep:\n  params:\n"
+    cases = {
+        "links.wna.delay: [1ms]": ("sweep.params.links.wna.delay: no link is named 'wna' "
+                                   "(did you mean 'wan'?)"),
+        "links.wan.distribution: [normal]": ("sweep.params.links.wan.distribution: a sweep varies a link's "
+                                             "delay, jitter, loss, rate, not 'distribution'"),
+        "links.wan.delay: [1ms, soon]": ("sweep.params.links.wan.delay[1]: 'soon' makes link 'wan' one the "
+                                         "file cannot have: links[0].delay")}
+    for axis, said in cases.items():
+        with pytest.raises(ConfigErrors) as caught:
+            load(experiment(one + f"    {axis}\n"))
+        assert said in str(caught.value), (axis, str(caught.value))
