@@ -463,7 +463,9 @@ def configured_links(record: RunRecord) -> Configured:
             change = ran.links.get(src)
             changed = change is not None and pair in change.pairs
             found[(src, dst, i)] = Condition(
-                delay_ms=cond.delay_ms or None, jitter_ms=cond.jitter_ms or None,
+                # a delay given as 0 (its path kept: LinkCondition.path) is one, of 0 ms
+                delay_ms=cond.delay_ms if cond.delay_ms or cond.path else None,
+                jitter_ms=cond.jitter_ms or None,
                 loss_pct=cond.loss_pct or None, rate_mbit=cond.rate_mbit, partition=cond.partition,
                 backend=parts.get("delay") or next(iter(parts.values()), None),
                 changed_at=change.at_ns if changed else None,
@@ -513,7 +515,7 @@ def configured_words(delay_ms: float | None, jitter_ms: float | None, loss_pct: 
                      rate_mbit: float | None) -> str:
     """A link's configured condition in a few words: each part it has, in its unit."""
     words = []
-    if delay_ms:
+    if delay_ms is not None:
         words.append(f"{delay_ms:g} ms" + (f" ± {jitter_ms:g}" if jitter_ms else ""))
     elif jitter_ms:
         words.append(f"± {jitter_ms:g} ms")

@@ -41,6 +41,7 @@ from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, 
 from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
+from ..experiment.links import link_setting, mbit, milliseconds, percent
 from ..experiment.load import parse
 from ..experiment.model import Campaign, Plan
 from ..record.rundir import RunDir
@@ -317,23 +318,54 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
         raise CampaignError(str(exc)) from None
 
 
+def swept_axis(cdir: CampaignDir) -> tuple[str, str, dict[str, float]] | None:
+    """The campaign's one swept parameter as numbers: its key, its unit, and each point's
+    value by label. A number is itself (no unit); a link's delay or jitter (`50ms`) is in ms,
+    its loss (`1%`) in %, its rate (`10mbit`) in Mbit/s. None: several parameters, or one
+    whose values are not all such."""
+    keys = {k for p in cdir.record.points for k in p.params}
+    if len(keys) != 1:
+        return None
+    (axis,) = keys
+    values = [p.params.get(axis) for p in cdir.record.points]
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return axis, "", {p.label: float(v) for p, v in zip(cdir.record.points, values, strict=True)}
+    setting = link_setting(axis)
+    read = {"delay": (milliseconds, "ms"), "jitter": (milliseconds, "ms"), "loss": (percent, "%"),
+            "rate": (mbit, "Mbit/s")}.get(setting[1]) if setting else None
+    if read is None or not all(isinstance(v, str) for v in values):
+        return None
+    try:
+        return axis, read[1], {p.label: read[0](v) for p, v in zip(cdir.record.points, values, strict=True)}
+    except (AttributeError, ValueError):  # a value of another shape: the schema refused it at check
+        return None
+
+
+def sweep_fit_lines(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[str]:
+    """Each metric against the one swept parameter, where it is numeric (analysis/sweepfit.py)."""
+    from netspec.analysis.sweepfit import fit_lines, fits
+
+    swept = swept_axis(cdir)
+    if swept is None:
+        return []
+    axis, unit, values = swept
+    return fit_lines(axis, unit, fits(values, points))
+
+
 def plot_points(cdir: CampaignDir, points: dict[str, dict[str, Metric]]) -> list[Path]:
     """Each metric's bars (and line, over a single numeric parameter) into the campaign's plots/."""
     from netspec.analysis.plots import plot_campaign  # matplotlib and scipy: only for a report
 
     (cdir.path / "plots").mkdir(exist_ok=True)
-    params = [p.params for p in cdir.record.points]
-    keys = {k for p in params for k in p}
-    axis = next(iter(keys)) if len(keys) == 1 else None
-    numeric = axis is not None and all(isinstance(p.get(axis), int | float) for p in params)
+    swept = swept_axis(cdir)
+    axis = "" if swept is None else swept[0] + (f" ({swept[1]})" if swept[1] else "")
     written = []
     for metric in dict.fromkeys(m for ms in points.values() for m in ms):
         labels = [label for label, ms in points.items() if metric in ms]
         rows = [points[label][metric].summary() for label in labels]
-        xs = ([p[axis] for p, label in zip(params, points, strict=True) if label in labels]
-              if numeric else None)
+        xs = [swept[2][label] for label in labels] if swept is not None else None
         unit = points[labels[0]][metric].unit
         written += plot_campaign(metric, unit, labels, *(np.array([getattr(r, f) for r in rows])
                                                          for f in ("mean", "low", "high")),
-                                 cdir.path / "plots", xs, axis or "")
+                                 cdir.path / "plots", xs, axis)
     return written

@@ -11,6 +11,7 @@ from netspec.analysis.links import (
     Condition,
     audit,
     configured_links,
+    configured_words,
     counters,
     increase,
     verdict,
@@ -210,3 +211,11 @@ def test_the_paths_drops_for_a_links_loss_are_no_bottleneck_its_own_overruns_are
     row = next(r for r in audit(db, configured_links(record)).rows if r["phase"] == "run")
     assert (row["user_drops"], row["user_overruns"], row["bottleneck"]) == (100, overruns, bottleneck), row
     assert ("was the bottleneck" in row["verdict"]) is bottleneck, row["verdict"]
+
+
+def test_a_delay_given_as_zero_is_audited_as_a_delay_of_zero_not_as_none() -> None:
+    plan = PlanRecord(schedule=[PlanStep("run", link_state={"a->b": LinkCondition(path=True)})])
+    record = RunRecord(format=1, id="r", experiment="e", status="ok", plan=plan, steps=[Step("run", "ok")])
+    assert configured_links(record).conditions[("a", "b", 0)].delay_ms == 0.0
+    assert configured_words(0.0, None, None, None) == "0 ms"
+    assert configured_words(None, None, None, None) == "none"

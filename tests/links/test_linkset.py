@@ -90,3 +90,14 @@ def test_a_partition_on_the_user_space_path_alone_is_seen_dropping_by_its_own_co
     assert said["placed"] == {"partition": "user"}
     assert said["seen"] >= 1 and said["stats"] >= said["seen"]
     assert said["healed"] == 0 and said["left"] == []  # its rule, chain and queue removed
+
+
+def test_a_delay_given_as_zero_keeps_its_path_on_the_user_space_path():
+    # a sweep's 0 ms point: the packets still cross the path, counted, and pass at once
+    from netspec.links.linkset import _on_user
+
+    zero = LinkCondition(path=True)
+    assert place(zero, THIS_KERNEL) == ({"delay": "user"}, [])
+    on_path = _on_user(zero, {"delay": "user"})
+    assert on_path is not None and not on_path.empty and on_path.delay_ms == 0.0
+    assert _on_user(LinkCondition(), {}) is None
