@@ -232,8 +232,18 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
                     user_drops=grew("dropped_user") if queued else None,
                     user_cpu_pct=cpu_pct if queued else None,
                     user_overruns=overran if queued else None,
-                    saturated=grew("rate_overlimits") > 0)
+                    saturated=_full(reads_of))
     return found
+
+
+def _full(reads: list[Any]) -> bool:
+    """Whether a link's rate class held packets back (its overlimits grew) in at least half of
+    the intervals between its counters' reads, and in two at least: a link kept full, not one
+    a burst filled for a moment (the TCP probes' 64 KB, or the experiment's own), whose mean
+    rate over the step is no measure of what the class lets through."""
+    values = [r.rate_overlimits if r is not None else 0 for r in reads]
+    grew = sum(1 for was, now in itertools.pairwise(values) if now > was)
+    return grew >= max(2, (len(values) - 1) / 2)
 
 
 def audit(db: duckdb.DuckDBPyConnection, links: Configured,

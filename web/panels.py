@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from netspec.analysis.links import configured_words
 from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
 from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
@@ -72,7 +73,7 @@ def links(db: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     rows = db.execute("""SELECT src || ' -> ' || dst, step, phase, configured_delay_ms, delay_p50_ms,
                                 delay_p99_ms, delay_bound_ms, jitter_ms, configured_loss_pct, loss_pct,
                                 loss_low_pct, loss_high_pct, probes_received, probes_sent, partition, within,
-                                verdict
+                                verdict, configured_jitter_ms, configured_rate_mbit
                          FROM links ORDER BY step, src, dst""").fetchall()
     names = [f"{link} · {phase}" for link, _, phase, *_ in rows]
     achieved = {"type": "bar", "name": "achieved p50 (whisker: p99)", "x": names, "y": [r[4] for r in rows],
@@ -87,19 +88,14 @@ def links(db: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "height": 300, "margin": {"t": 20, "r": 20}, "barmode": "overlay",
         "yaxis": {"title": {"text": "one-way delay (ms)"}, "rangemode": "tozero"}}}
     table = [{"link": link, "step": step, "phase": phase,
-              "configured": "partition" if part else _cond(cd, cl),
+              "configured": "partition" if part else configured_words(cd, cj, cl, cr),
               "delay": "-" if p50 is None else f"{p50:.3f} / {p99:.3f} ms ± {bound or 0:.3f}",
               "jitter": "-" if jit is None else f"{jit:.3f} ms",
               "loss": "-" if loss is None else f"{loss:.1f} % [{lo:.1f}, {hi:.1f}]",
               "probes": f"{got}/{sent}", "verdict": words, "within": within}
              for (link, step, phase, cd, p50, p99, bound, jit, cl, loss, lo, hi, got, sent, part, within,
-                  words) in rows]
+                  words, cj, cr) in rows]
     return {"figure": figure if rows else None, "rows": table}
-
-
-def _cond(delay_ms: float | None, loss_pct: float | None) -> str:
-    said = [f"delay {delay_ms:g} ms" if delay_ms else "", f"loss {loss_pct:g} %" if loss_pct else ""]
-    return ", ".join(s for s in said if s) or "none"
 
 
 def _scaled(value: float | None, scale: float) -> float | None:

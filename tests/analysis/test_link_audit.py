@@ -219,3 +219,15 @@ def test_a_delay_given_as_zero_is_audited_as_a_delay_of_zero_not_as_none() -> No
     assert configured_links(record).conditions[("a", "b", 0)].delay_ms == 0.0
     assert configured_words(0.0, None, None, None) == "0 ms"
     assert configured_words(None, None, None, None) == "none"
+
+
+def test_a_link_a_burst_filled_for_a_moment_is_not_a_full_one_whose_rate_fell_short() -> None:
+    # Five reads half a second apart of a 10 Mbit/s class: a burst (the TCP probes' 64 KB)
+    # held packets back in one interval; a link kept full in each.
+    def reads(overlimits: list[int]) -> duckdb.DuckDBPyConnection:
+        return _events([(i * 500_000_000, "a", "LINKS/stats", LinkStats(read_ns=i * 500_000_000, peers={
+            "b": PeerStats(rate_bytes=10_000 * i, rate_packets=10 * i, rate_overlimits=o)}))
+            for i, o in enumerate(overlimits)])
+    window = [(0, "run", 0, 3 * 10**9)]
+    assert counters(reads([0, 0, 45, 45, 45]), window, Audit())[("a", "b", 0)].saturated is False
+    assert counters(reads([0, 900, 1800, 2700, 3600]), window, Audit())[("a", "b", 0)].saturated is True

@@ -19,6 +19,7 @@ import time
 
 import duckdb
 import msgspec
+import pytest
 from browser import chromium, console_errors, open_page
 from netspec.analysis.links import COLUMNS, merged_lines, wilson
 from netspec.links.names import table
@@ -332,4 +333,49 @@ def test_the_audits_tcp_probes_find_a_delayed_link_as_tcp_finds_a_real_one(ssh_e
         # A round trip is 20 ms; the request cost one too, the burst slow start's three.
         assert 19.5 < connect < 30 and abs(request - connect) <= 0.25 * connect + 0.5, (connect, request)
         assert expected == 3 * connect and burst <= 1.5 * expected + 1.0, (burst, expected)
+        assert "changes TCP" not in verdict, verdict
+
+
+def test_tcp_across_a_delayed_link_between_containers_is_as_across_a_real_one(
+        docker_image, experiment, tmp_path):
+    # Two containers made for the run (the user-space path in each: this kernel has no netem),
+    # 10 ms each way; the audit's TCP probes, a connect against a request in two writes and a
+    # burst, in the same instant (analysis/linktcp.py), and the delay as its datagrams found it.
+    docker = pytest.importorskip("docker")
+    from support import session_dir
+
+    prefix = f"{session_dir().name}-tcp"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: links-tcp-docker
+        hosts:
+          a: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}
+          b: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}
+        components:
+          wait: {{host: a, command: [sleep, "8"], start: hold}}
+        links:
+          - {{between: [a, b], delay: 10ms}}
+        schedule: [launch, sync_clocks, hold, collect]
+        """))
+    client = docker.from_env()
+    try:
+        done = ns_control("run", str(path), cwd=tmp_path, timeout=240)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        for container in client.containers.list(all=True, filters={"name": prefix}):
+            container.remove(force=True)
+        for network in client.networks.list(filters={"name": prefix}):
+            network.remove()
+    merged = tmp_path / "runs" / "latest" / "merged"
+    rows = duckdb.connect().execute(f"""SELECT src, dst, backend, delay_p50_ms, tcp_probes, tcp_failed,
+                                               tcp_connect_ms, tcp_request_ms, tcp_burst_ms,
+                                               tcp_burst_expected_ms, verdict
+                                        FROM read_parquet('{merged / 'links.parquet'}')
+                                        WHERE phase = 'hold'""").fetchall()
+    assert {(r[0], r[1], r[2]) for r in rows} == {("a", "b", "user"), ("b", "a", "user")}, rows
+    assert all(9.5 < r[3] < 12 for r in rows), rows
+    probed = [r for r in rows if r[4]]
+    assert probed, rows
+    for *_, failed, connect, request, burst, expected, verdict in probed:
+        assert failed == 0 and 19.5 < connect < 30, probed
+        assert abs(request - connect) <= 0.25 * connect + 0.5 and burst <= 1.5 * expected + 1.0, probed
         assert "changes TCP" not in verdict, verdict
