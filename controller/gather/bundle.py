@@ -27,8 +27,8 @@ from ..record.rundir import utc_iso
 
 CRATE = "ro-crate-metadata.json"
 RO_CRATE = "https://w3id.org/ro/crate/1.1"
-RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
-EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")  # each name fullmatched: "$" takes a final newline
+EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_MEMBERS = 100_000
 
 
@@ -134,7 +134,7 @@ def _members(tar: tarfile.TarFile, archive: Path) -> tuple[PurePosixPath, list[t
         here = PurePosixPath(*name.parts[:2])
         if top is None:
             top = here
-        if here != top or not EXPERIMENT.match(top.parts[0]) or not RUN_ID.match(top.parts[1]):
+        if here != top or not EXPERIMENT.fullmatch(top.parts[0]) or not RUN_ID.fullmatch(top.parts[1]):
             raise BundleError(f"{archive}: member '{m.name}' is not under one runs/<experiment>/<run id>/")
         if m.isfile():
             if m.name in seen:

@@ -87,3 +87,15 @@ def test_import_of_a_file_that_is_not_an_archive_says_so(tmp_path):
     junk.write_bytes(b"\x1f\x8b" + b"\0" * 100)
     done = ns_control("import", str(junk), cwd=tmp_path)
     assert done.returncode == 1 and done.stderr.startswith(f"error: {junk}: not a readable run bundle")
+
+
+def test_import_refuses_a_run_id_that_ends_in_a_newline(bundle, tmp_path):
+    # Every member under "<run id>\n/": a pattern anchored with '$' took it as a run id.
+    out = tmp_path / "newline.tar.gz"
+    with tarfile.open(bundle) as src, tarfile.open(out, "w:gz") as dst:
+        for m in src.getmembers():
+            dst.addfile(renamed(m.name.replace(RUN_ID, RUN_ID + "\n"), src.extractfile(m).read())[0],
+                        src.extractfile(m))
+    with pytest.raises(BundleError, match="is not under one runs/<experiment>/<run id>/"):
+        import_run(out, tmp_path / "runs")
+    assert not any((tmp_path / "runs").rglob("run.json"))
