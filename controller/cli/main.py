@@ -18,7 +18,7 @@ from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
-from ..engine.terminal import print_lines, quiet_stdout, reader_gone
+from ..engine.terminal import print_lines, printable, quiet_stdout, reader_gone
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""  # one that names no file says no empty one
-        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(printable(f"error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # Ctrl-C outside a run's own handling (a merge, a collect)
         if args.debug:

@@ -15,7 +15,7 @@ from netspec.protocol.runrecord import RunRecord, read_run
 from ..engine import conditions, summary
 from ..engine.faults import fault_lines
 from ..engine.runner import merge
-from ..engine.terminal import TERMINAL, print_lines
+from ..engine.terminal import TERMINAL, print_lines, printable
 from ..record.rundir import find_run, list_runs, settle
 
 # A command imports what only it uses in its own body: ns_control's start is every command's
@@ -206,7 +206,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                    if r.entity.group == "DS" or selects(args.match, r.entity.full_name))
     try:
         for line in narrate(readers, records):
-            print(line)
+            print(printable(line))
         sys.stdout.flush()  # a closed stdout (`dump ... | head`) fails here, not at exit: 141, by main
     finally:
         for reader in readers:
