@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
     import_ = command("import", help="bring an exported run back under the runs directory",
                       epilog=manual.epilog("how-to/export-import"))
     import_.add_argument("file", type=Path, help="the archive `export` wrote")
+    import_.add_argument("--max-size", type=float, default=64, metavar="GB",
+                         help="unpack at most this many GB (default 64): a larger run is refused "
+                              "before any of it is written")
     results = command("results", help="list merged result sets with their size and status",
                       epilog=manual.epilog("results"))
     report = command("report", help="statistics of runs' metrics (Getstats), the first run the "

@@ -112,7 +112,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from ..gather.bundle import import_run
 
-    path = import_run(args.file, args.runs)
+    path = import_run(args.file, args.runs, round(args.max_size * 1e9))
     print(f"imported {path.name} into {path} (every file checked against its crate's sha256)")
     return EXIT_OK
 

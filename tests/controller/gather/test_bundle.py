@@ -5,6 +5,7 @@ import io
 import json
 import re
 import tarfile
+from pathlib import Path
 
 import pytest
 from netspec.controller.gather.bundle import CRATE, BundleError, export_run, import_run
@@ -62,7 +63,9 @@ def renamed(name, data):
     (lambda m, d: [(m, d), renamed("/tmp/absolute", b"x")], "not inside a run"),
     (lambda m, d: [(m, d), renamed(f"other/{RUN_ID}/x", b"x")], "not under one runs/<experiment>/<run id>"),
     (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/extra", b"x")], "not listed: ['extra']"),
-    (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/run.json", b"{}")], "appears twice"),
+    (lambda m, d: [(m, d), renamed(f"stimulus-response/{RUN_ID}/run.json",
+                                   (STORED / "stimulus-response" / RUN_ID / "run.json").read_bytes())],
+     "appears twice"),
     (lambda m, d: [renamed(m.name, re.sub(rb'"sha256": "[0-9a-f]{64}"', b'"sha256": "' + b"0" * 64 + b'"',
                                           d))],
      "run.json does not match its sha256 in the crate"),
@@ -98,4 +101,37 @@ def test_import_refuses_a_run_id_that_ends_in_a_newline(bundle, tmp_path):
                         src.extractfile(m))
     with pytest.raises(BundleError, match="is not under one runs/<experiment>/<run id>/"):
         import_run(out, tmp_path / "runs")
+    assert not any((tmp_path / "runs").rglob("run.json"))
+
+
+def written_bytes() -> int:
+    """What this process has written so far (the kernel's count, /proc/self/io's wchar)."""
+    io_counts = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(io_counts["wchar"])
+
+
+def test_import_of_a_bomb_refuses_a_member_larger_than_its_crate_says_before_writing_it(bundle, tmp_path):
+    # run.json replaced by 64 MB of zeros (a few hundred kB of gzip), its crate left as it was.
+    bomb, zeros = tmp_path / "bomb.tar.gz", 64 << 20
+    with tarfile.open(bundle) as src, tarfile.open(bomb, "w:gz", compresslevel=1) as dst:
+        for m in src.getmembers():
+            if m.name.endswith("/run.json"):
+                m.size = zeros
+                dst.addfile(m, io.BytesIO(bytes(zeros)))
+            else:
+                dst.addfile(m, src.extractfile(m))
+    assert bomb.stat().st_size < zeros / 100
+    before = written_bytes()
+    with pytest.raises(BundleError, match=f"run.json' is {zeros} bytes, its crate says"):
+        import_run(bomb, tmp_path / "runs")
+    assert written_bytes() - before < 1 << 20  # the crate, and none of the zeros
+    assert not any((tmp_path / "runs").rglob("*.json"))
+
+
+def test_import_refuses_a_run_larger_than_its_limit_before_writing_any_of_it(bundle, tmp_path):
+    before = written_bytes()
+    with pytest.raises(BundleError, match=r"its files are \d+ bytes, more than the limit of 100 "
+                                          r"\(import --max-size\): nothing unpacked"):
+        import_run(bundle, tmp_path / "runs", limit=100)
+    assert written_bytes() - before < 1 << 20
     assert not any((tmp_path / "runs").rglob("run.json"))
