@@ -4,6 +4,7 @@ before anything lands under the runs directory, and the imported run works as an
 import io
 import json
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -135,3 +136,28 @@ def test_import_refuses_a_run_larger_than_its_limit_before_writing_any_of_it(bun
         import_run(bundle, tmp_path / "runs", limit=100)
     assert written_bytes() - before < 1 << 20
     assert not any((tmp_path / "runs").rglob("run.json"))
+
+
+def test_fetch_of_an_imported_bundle_runs_its_graph_within_its_result_set_and_no_query(demo, tmp_path):
+    # A bundle's author wrote its run.json (and a crate to match): a node named to climb out,
+    # a where that reads a file.
+    run = tmp_path / "made" / demo.run.resolve().parent.name / demo.run.resolve().name
+    shutil.copytree(demo.run.resolve(), run)
+    record = json.loads((run / "run.json").read_text())
+    secret = tmp_path / "secret"
+    secret.write_text("root:hash\n")
+    record["plan"]["analysis"]["graph"] = {
+        "../../../../escape": {"filter": "export", "input": "events", "format": "csv"},
+        "peek": {"filter": "select", "input": "events",
+                 "where": f"(SELECT count(*) FROM read_text('{secret}')) > 0"},
+        "peeked": {"filter": "export", "input": "peek", "format": "csv"}}
+    (run / "run.json").write_text(json.dumps(record))
+    imported = import_run(export_run(run, tmp_path / "hostile.tar.gz"), tmp_path / "runs")
+    before = set(tmp_path.rglob("*"))
+    done = ns_control("fetch", imported.name, "--runs", str(tmp_path / "runs"), cwd=tmp_path, env=demo.env)
+    assert done.returncode == 0, done.stderr
+    escape = "analysis node ../../../../escape (export): analysis node '../../../../escape' is not a name"
+    assert escape in done.stdout
+    assert "analysis node peek (select): where:" in done.stdout and "subquery is not allowed" in done.stdout
+    assert "analysis node peeked: skipped, its input peek failed" in done.stdout
+    assert all(imported / "merged" in p.parents for p in set(tmp_path.rglob("*")) - before)
