@@ -24,6 +24,7 @@ from netspec.protocol.runoutcome import STATUSES, RunOutcome
 from netspec.protocol.runrecord import MERGED, RunRecord, process_start
 
 from . import fleet
+from .catalog import inside
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
@@ -222,20 +223,22 @@ def downloads(run: Path) -> list[str]:
     """The run's files a page links to: the fixed ones and every Parquet table, if present;
     then each component's stdout, stderr and handed-back files (`component_files`)."""
     tables = sorted(f"merged/{p.name}" for p in (run / "merged").glob("*.parquet"))
-    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()
+             and inside(run, name)]
     return fixed + component_files(run)
 
 
 def component_files(run: Path) -> list[str]:
     """hosts/HOST/COMPONENT/{stdout,stderr} and hosts/HOST/COMPONENT/files/NAME, every part a
     checked name (protocol/names.py: a part that is not one is not offered) and every file a
-    regular file, not a link."""
+    regular file in the run, not a link (nor in a directory that is a link out of the run)."""
     out = []
     for component in sorted((run / "hosts").glob("*/*/")):
         host = component.parent.name
         if not (NAME.fullmatch(host) and NAME.fullmatch(component.name)) or component.name == "streams":
             continue
         files = [component / "stdout", component / "stderr", *sorted((component / "files").glob("*"))]
-        out += [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
-                if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+        named = [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
+                 if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+        out += [name for name in named if inside(run, name)]
     return out

@@ -19,6 +19,8 @@ from typing import Any
 from netspec.analysis.units import duration_text
 from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
 
+from .catalog import inside
+
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
                    "killed": "#9d2b2b", "skipped": "#bab0ac", "ended": "#8c8c8c", "running": "#72b7b2",
@@ -298,7 +300,7 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
                     "outcome": b.outcome, "message": _host_cause(record, b) if entry is None else b.message,
                     "traceback": entry.traceback if entry is not None else "",
                     "instant_ns": b.end_ns, "start_ns": b.start_ns,
-                    "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
+                    "output": {name: _tail(inside(run, f"hosts/{b.host}/{b.component}/{name}"), tail_lines)
                                if b.component else "" for name in ("stdout", "stderr")}})
     return out
 
@@ -310,8 +312,11 @@ def _host_cause(record: RunRecord, b: Bar) -> str:
     return next((cause.removeprefix(said) for cause in causes if cause.startswith(said)), b.message)
 
 
-def _tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a file (read from its end: an output can be gigabytes)."""
+def _tail(path: Path | None, lines: int) -> str:
+    """The last `lines` lines of a file (read from its end: an output can be gigabytes); none
+    of a file not in the run (`catalog.inside`: a record's names, or a link, leading out)."""
+    if path is None:
+        return ""
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
