@@ -26,12 +26,13 @@ from starlette.staticfiles import StaticFiles
 from . import fleet, panels, timeline
 from .catalog import Catalog, NotFound, inside
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, downloads, follows, plotly_js, render, run_header
+from .pages import STATIC, as_text, downloads, follows, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    # msgspec writes NaN as null, where the standard library writes invalid JSON
-    return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
+    # msgspec writes NaN as null, where the standard library writes invalid JSON; a figure's
+    # texts go as text, never markup plotly.js would draw (as_text)
+    return Response(msgspec.json.encode(as_text(data)), status_code=status, media_type="application/json")
 
 
 def _problem(exc: Exception, status: int) -> Response:

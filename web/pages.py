@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import html
 import importlib.util
 import re
 import socket
@@ -44,9 +45,47 @@ def plotly_js() -> bytes:
     return (Path(spec.submodule_search_locations[0]) / "package_data" / "plotly.min.js").read_bytes()
 
 
+# The markup of netspec's own hover texts: plotly.js draws a subset of HTML in every text of a
+# figure (names, ticks, hovers, annotations), a link among it.
+_OWN_TAGS = ("<br>", "<b>", "</b>", "<extra>", "</extra>")
+
+
+def _text(value: str) -> str:
+    shown = html.escape(value, quote=False)
+    for tag in _OWN_TAGS:
+        shown = shown.replace(html.escape(tag), tag)
+    return shown
+
+
+def _strings_as_text(value: Any) -> Any:
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {k: _strings_as_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strings_as_text(v) for v in value]
+    return value
+
+
+def as_text(data: Any) -> Any:
+    """`data` with every string of each Plotly figure in it (a map with `data` and `layout`)
+    escaped, so that plotly.js shows markup from a file (a phase named `<a href=...>`, from a
+    received run) as the text it is, never as a link; its entities it shows as their
+    characters. netspec's own line breaks and bold stay. What is not a figure is left as it
+    is: the page's script writes it as text (`esc`)."""
+    if isinstance(data, dict):
+        if isinstance(data.get("data"), list) and isinstance(data.get("layout"), dict):
+            return _strings_as_text(data)
+        return {k: as_text(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [as_text(v) for v in data]
+    return data
+
+
 def embedded(data: Any) -> str:
-    """`data` as JSON that is safe inside a <script> element (no '<', '>' or '&' in it)."""
-    text = msgspec.json.encode(data).decode()
+    """`data` as JSON that is safe inside a <script> element (no '<', '>' or '&' in it), its
+    figures' texts as text (`as_text`)."""
+    text = msgspec.json.encode(as_text(data)).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
