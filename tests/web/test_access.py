@@ -5,6 +5,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -112,8 +113,12 @@ def test_the_host_header_names_the_address_served():
 
 
 def test_a_peers_user_is_the_owner_the_kernel_lists_for_its_socket():
-    import socket
     server = socket.create_server(("127.0.0.1", 0))
     with server, socket.create_connection(server.getsockname()) as client:
         assert peer_uid(client.getsockname(), server.getsockname()) == os.geteuid()
         assert peer_uid(("127.0.0.1", 1), server.getsockname()) is None
+    server = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+    with server, socket.create_connection(("127.0.0.1", server.getsockname()[1])):
+        accepted, peer = server.accept()  # both ends as ::ffff:127.0.0.1, in /proc/net/tcp6
+        with accepted:
+            assert peer_uid(peer[:2], accepted.getsockname()[:2]) == os.geteuid()

@@ -72,6 +72,8 @@ def renamed(name, data):
      "run.json does not match its sha256 in the crate"),
     (lambda m, d: [(m, d), (_symlink(f"stimulus-response/{RUN_ID}/link", "/etc/passwd"), None)],
      "links are refused"),
+    (lambda m, d: [renamed(f"stimulus-response/{RUN_ID}/first", b"x"), (m, d)],
+     f"its first file is 'stimulus-response/{RUN_ID}/first', not its {CRATE}"),
 ])
 def test_import_refuses_an_archive_that_escapes_or_does_not_match_its_crate(bundle, tmp_path, change,
                                                                            message):
