@@ -262,7 +262,7 @@ def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], o
     for name, spec in graph.items():
         if not (isinstance(spec.get("filter"), str) and isinstance(spec.get("input"), str)):
             failed.add(name)  # the file's schema requires both: a record without them was not written so
-            warnings.append(f"analysis node {name!r}: not run: it names no filter and input")
+            warnings.append(f"analysis node {name!r}: not run: it does not name both a filter and an input")
             continue
         if spec["input"] in failed:
             failed.add(name)

@@ -58,3 +58,19 @@ def test_a_runs_file_or_component_directory_that_links_out_is_not_served(root):
         assert status == 404 and "not-yours" not in body
         status, page = get(f"{url}/run/{ref}")
         assert status == 404 and "experiment.yaml lead out of the run by a link" in page
+
+
+def test_a_failures_output_that_links_out_of_the_run_is_not_shown_and_said(results, tmp_path):
+    from netspec.protocol.runrecord import read_run
+    from netspec.web.timeline import failures
+
+    failing = results / "runs" / "browse-failing"
+    run = tmp_path / "browse-failing" / sorted(p.name for p in failing.iterdir())[0]
+    shutil.copytree(failing / run.name, run)
+    (tmp_path / "secret").write_text("root:not-yours\n")
+    stdout = run / "hosts" / "b" / "w2" / "stdout"
+    assert "w2" in [f["component"] for f in failures(read_run(run), run)]
+    stdout.unlink()
+    stdout.symlink_to(tmp_path / "secret")
+    (w2,) = [f for f in failures(read_run(run), run) if f["component"] == "w2"]
+    assert w2["output"]["stdout"] == "(not shown: hosts/b/w2/stdout leads out of the run)"
