@@ -63,3 +63,20 @@ def test_a_received_runs_phase_name_draws_no_link_in_the_browser(tmp_path):
         shown = driver.execute_script(
             "return [...document.querySelectorAll('#timeline .annotation-text')].map((t) => t.textContent)")
         assert LINK in shown, shown
+
+
+def test_a_received_runs_phase_name_draws_no_link_in_its_report(demo, tmp_path):
+    from netspec.web.report import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(demo.run.resolve(), run)
+    record = json.loads((run / "run.json").read_text())
+    record["steps"][3]["phase"] = LINK
+    (run / "run.json").write_text(json.dumps(record))
+    report = write_report(run)
+    with chromium() as driver:
+        open_page(driver, report.as_uri())
+        assert driver.execute_script("return document.querySelectorAll('#timeline a').length") == 0
+        shown = driver.execute_script(
+            "return [...document.querySelectorAll('#timeline .annotation-text')].map((t) => t.textContent)")
+        assert LINK in shown, shown
