@@ -60,6 +60,7 @@ def test_a_runs_file_or_component_directory_that_links_out_is_not_served(root):
         assert status == 404 and "experiment.yaml lead out of the run by a link" in page
 
 
+@pytest.mark.e2e  # real runs, or a browser
 def test_a_failures_output_that_links_out_of_the_run_is_not_shown_and_said(results, tmp_path):
     from netspec.protocol.runrecord import read_run
     from netspec.web.timeline import failures

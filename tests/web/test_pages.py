@@ -6,6 +6,7 @@ import json
 import shutil
 import urllib.request
 
+import pytest
 from browser import chromium, open_page, serving
 from netspec.web.pages import as_text
 from support import REPO
@@ -55,6 +56,7 @@ def test_a_received_runs_phase_name_reaches_the_timeline_as_text(tmp_path):
     assert any("&lt;a href=\"https://attacker.example/\"&gt;listen&lt;/a&gt;" in t for t in texts)
 
 
+@pytest.mark.e2e  # real runs, or a browser
 def test_a_received_runs_phase_name_draws_no_link_in_the_browser(tmp_path):
     ref = received(tmp_path)
     with serving(tmp_path) as url, chromium() as driver:
@@ -65,6 +67,7 @@ def test_a_received_runs_phase_name_draws_no_link_in_the_browser(tmp_path):
         assert LINK in shown, shown
 
 
+@pytest.mark.e2e  # real runs, or a browser
 def test_a_received_runs_phase_name_draws_no_link_in_its_report(demo, tmp_path):
     from netspec.web.report import write_report
 
