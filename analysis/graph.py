@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from netspec.protocol.errors import ProtocolError
+from netspec.protocol.names import safe_name
+
+from .condition import check_where, confine
 from .narrate import narrate_merged
 from .pairs import pair_counts, pair_params, pair_sql
 from .usercode import UserCodeError, absolute, load_function, split
@@ -90,7 +94,8 @@ def select(rel: duckdb.DuckDBPyRelation, node: Node, *, entity: str | list[str] 
            field: str | list[str] | None = None, since: str | float | None = None,
            until: str | float | None = None, where: str | None = None) -> duckdb.DuckDBPyRelation:
     """Rows whose columns match the given globs, within [since, until] (phases or times
-    since the run started), and the SQL condition `where`."""
+    since the run started), and the SQL condition `where` (a condition on a row's columns,
+    never a query: `condition.check_where`)."""
     conditions = []
     for column, patterns in (("entity", entity), ("component", component), ("name", name), ("kind", kind),
                              ("field", field), ("host", host)):
@@ -107,7 +112,7 @@ def select(rel: duckdb.DuckDBPyRelation, node: Node, *, entity: str | list[str] 
     if until is not None:
         conditions.append(f"{_time_column(rel)} <= {node.instant(until, end=True)}")
     if where:
-        conditions.append(f"({where})")
+        conditions.append(f"({check_where(where)})")
     return rel.filter(" AND ".join(conditions)) if conditions else rel
 
 
@@ -206,8 +211,13 @@ def parameters(spec: dict[str, Any]) -> dict[str, Any]:
 
 def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
                phases: Collection[str]) -> Callable[..., Any]:
-    """The node's filter, once its input exists, its parameters are ones the filter takes and
-    its times are phases of the schedule or durations."""
+    """The node's filter, once its name is one a file may be named (it names the files its
+    sinks write), its input exists, its parameters are ones the filter takes, its times are
+    phases of the schedule or durations and a select's `where` is a condition."""
+    try:
+        safe_name(name, "analysis node")
+    except ProtocolError as exc:
+        raise GraphError(str(exc)) from None
     if spec["input"] not in (*TABLES, *earlier):
         known = ", ".join((*TABLES, *earlier))
         raise GraphError(f"unknown input '{spec['input']}': a merged table or an earlier node ({known})",
@@ -232,6 +242,11 @@ def check_node(name: str, spec: dict[str, Any], earlier: list[str], base: Path,
             except ValueError:
                 raise GraphError(f"{params[key]!r} is neither a phase of the schedule ({', '.join(phases)}) "
                                  "nor a duration (like 2s, 500ms)", key) from None
+    if fn is select and params.get("where") is not None:
+        try:
+            check_where(params["where"])
+        except ValueError as exc:
+            raise GraphError(str(exc), "where") from None
     return fn
 
 
@@ -239,9 +254,16 @@ def run_graph(db: duckdb.DuckDBPyConnection, graph: dict[str, dict[str, Any]], o
               origin_ns: int, phases: dict[str, tuple[int, int]], *, trusted: Collection[str]) -> list[str]:
     """Every node in order; a node that fails is a warning, and the nodes fed by it are skipped.
     A filter of the user's own runs only if it is among `trusted` (as `UserCode.trusted_filters`
-    gives them: the user named it); another is a node not run, said."""
+    gives them: the user named it); another is a node not run, said. The graph may be a
+    received run's: each node is checked again (`check_node`), and `db` reaches no file
+    outside `out` from here on (`confine`)."""
+    confine(db, out)
     warnings, failed, done = [], set(), []
     for name, spec in graph.items():
+        if not (isinstance(spec.get("filter"), str) and isinstance(spec.get("input"), str)):
+            failed.add(name)  # the file's schema requires both: a record without them was not written so
+            warnings.append(f"analysis node {name!r}: not run: it does not name both a filter and an input")
+            continue
         if spec["input"] in failed:
             failed.add(name)
             warnings.append(f"analysis node {name}: skipped, its input {spec['input']} failed")

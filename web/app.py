@@ -15,7 +15,6 @@ from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.names import confined
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import RunRecord, read_run
 from starlette.applications import Starlette
@@ -25,14 +24,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import fleet, panels, timeline
-from .catalog import Catalog, NotFound
+from .catalog import Catalog, NotFound, inside
 from .compare import campaign_view, compare_runs
-from .pages import STATIC, downloads, follows, plotly_js, render, run_header
+from .pages import STATIC, as_text, downloads, follows, plotly_js, render, run_header
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    # msgspec writes NaN as null, where the standard library writes invalid JSON
-    return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
+    # msgspec writes NaN as null, where the standard library writes invalid JSON; a figure's
+    # texts go as text, never markup plotly.js would draw (as_text)
+    return Response(msgspec.json.encode(as_text(data)), status_code=status, media_type="application/json")
 
 
 def _problem(exc: Exception, status: int) -> Response:
@@ -167,7 +167,10 @@ def create_app(runs: Path, campaigns: Path) -> Starlette:
         name, offered = request.path_params["name"], downloads(path)
         if name not in offered:
             raise NotFound(f"{name}: not a file this run offers ({', '.join(offered)})")
-        return FileResponse(confined(path, name, "download"), filename=Path(name).name)
+        served = inside(path, name)  # and still in the run, as it was when offered
+        if served is None:
+            raise NotFound(f"{name}: leads out of the run by a link: not served")
+        return FileResponse(served, filename=Path(name).name)
 
     def campaign_page(request: Request) -> Response:
         path = catalog.campaign_path(f"{request.path_params['experiment']}/{request.path_params['id']}")

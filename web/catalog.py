@@ -3,9 +3,11 @@
 (`<experiment>/<id>/campaign.json`).
 
 A run or campaign is named in a URL by `<experiment>/<id>`, two safe names, and resolves only
-under its root. The index reads each run's record once per change of its files, through the
-one reader of run.json (`read_run`: its format checked, its journals folded in), and its
-status is the run's outcome as `ns_control ls` and `show` say it (`RunOutcome`).
+under its root, its links followed: a run directory, or a file of one, that is a link out of
+its root is not served (`within`, `inside`). The index reads each run's record once per
+change of its files, through the one reader of run.json (`read_run`: its format checked,
+its journals folded in), and its status is the run's outcome as `ns_control ls` and `show`
+say it (`RunOutcome`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 
 from netspec.protocol import ackjournal
 from netspec.protocol.campaignrecord import CAMPAIGN_FILE, read_campaign
-from netspec.protocol.errors import NetspecError
-from netspec.protocol.names import safe_name
+from netspec.protocol.errors import NetspecError, ProtocolError
+from netspec.protocol.names import confined, safe_name
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import JOURNAL, MERGED, read_run
 
@@ -63,6 +65,34 @@ def _ref_path(root: Path, ref: str, what: str) -> Path:
     return root / experiment / ident
 
 
+def within(root: Path, path: Path) -> bool:
+    """Whether `path` is there and, every link on the way followed, still under `root`."""
+    try:
+        return path.resolve(strict=True).is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError):  # not there, or a loop of links
+        return False
+
+
+def inside(run: Path, relative: str) -> Path | None:
+    """run / `relative` (a path of safe names) if it is there and does not lead out of the run
+    directory by a link (experiment.yaml -> /etc/shadow, hosts/a/c -> /); None if not."""
+    try:
+        path = confined(run, relative, "file")
+    except ProtocolError:
+        return None
+    return path if within(run, path) else None
+
+
+def links_out(run: Path) -> list[str]:
+    """The run's own files that the browser reads whatever the page (run.json, experiment.yaml,
+    the result set's every file) and that lead out of it by a link; a host's and component's
+    files are checked as each is read (`inside`)."""
+    names = ["run.json", "experiment.yaml", MERGED]
+    if (run / MERGED).is_dir() and inside(run, MERGED):
+        names += [f"{MERGED}/{p.name}" for p in sorted((run / MERGED).iterdir())]
+    return [name for name in names if os.path.lexists(run / name) and inside(run, name) is None]
+
+
 def _mtime(path: Path) -> int:
     try:
         return os.stat(path).st_mtime_ns
@@ -87,12 +117,18 @@ class Catalog:
         path = _ref_path(self.runs_root, ref, "run")
         if not (path / "run.json").is_file():
             raise NotFound(f"no run {ref} under {self.runs_root}")
+        if not within(self.runs_root, path):
+            raise NotFound(f"run {ref} leads out of {self.runs_root} by a link: not served")
+        if out := links_out(path):
+            raise NotFound(f"run {ref}: {', '.join(out[:5])} lead out of the run by a link: not served")
         return path
 
     def campaign_path(self, ref: str) -> Path:
         path = _ref_path(self.campaigns_root, ref, "campaign")
         if not (path / CAMPAIGN_FILE).is_file():
             raise NotFound(f"no campaign {ref} under {self.campaigns_root}")
+        if not (within(self.campaigns_root, path) and inside(path, CAMPAIGN_FILE)):
+            raise NotFound(f"campaign {ref} leads out of {self.campaigns_root} by a link: not served")
         return path
 
     def run_ref(self, path: str | Path) -> str | None:
@@ -113,8 +149,11 @@ class Catalog:
     def _runs(self, unreadable: list[str]) -> list[RunEntry]:
         entries = []
         for path in sorted(self.runs_root.glob("*/*/run.json")):
-            if path.parent.is_symlink():
+            if not within(self.runs_root, path.parent) or links_out(path.parent):
+                unreadable.append(f"{path}: leads out of {self.runs_root} by a link: not served")
                 continue
+            if path.parent.is_symlink():
+                continue  # a link to a run under the root, listed as itself
             try:
                 entries.append(self._entry(path.parent))
             except (OSError, NetspecError) as exc:
@@ -141,6 +180,9 @@ class Catalog:
     def _campaigns(self, unreadable: list[str]) -> list[CampaignEntry]:
         entries = []
         for path in sorted(self.campaigns_root.glob(f"*/*/{CAMPAIGN_FILE}")):
+            if not (within(self.campaigns_root, path.parent) and inside(path.parent, CAMPAIGN_FILE)):
+                unreadable.append(f"{path}: leads out of {self.campaigns_root} by a link: not served")
+                continue
             try:
                 record = read_campaign(path.parent)
             except NetspecError as exc:  # it names the file and the key

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import html
 import importlib.util
 import re
 import socket
@@ -24,6 +25,7 @@ from netspec.protocol.runoutcome import STATUSES, RunOutcome
 from netspec.protocol.runrecord import MERGED, RunRecord, process_start
 
 from . import fleet
+from .catalog import inside
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
@@ -43,9 +45,47 @@ def plotly_js() -> bytes:
     return (Path(spec.submodule_search_locations[0]) / "package_data" / "plotly.min.js").read_bytes()
 
 
+# The markup of netspec's own hover texts: plotly.js draws a subset of HTML in every text of a
+# figure (names, ticks, hovers, annotations), a link among it.
+_OWN_TAGS = ("<br>", "<b>", "</b>", "<extra>", "</extra>")
+
+
+def _text(value: str) -> str:
+    shown = html.escape(value, quote=False)
+    for tag in _OWN_TAGS:
+        shown = shown.replace(html.escape(tag), tag)
+    return shown
+
+
+def _strings_as_text(value: Any) -> Any:
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {k: _strings_as_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strings_as_text(v) for v in value]
+    return value
+
+
+def as_text(data: Any) -> Any:
+    """`data` with every string of each Plotly figure in it (a map with `data` and `layout`)
+    escaped, so that plotly.js shows markup from a file (a phase named `<a href=...>`, from a
+    received run) as the text it is, never as a link; its entities it shows as their
+    characters. netspec's own line breaks and bold stay. What is not a figure is left as it
+    is: the page's script writes it as text (`esc`)."""
+    if isinstance(data, dict):
+        if isinstance(data.get("data"), list) and isinstance(data.get("layout"), dict):
+            return _strings_as_text(data)
+        return {k: as_text(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [as_text(v) for v in data]
+    return data
+
+
 def embedded(data: Any) -> str:
-    """`data` as JSON that is safe inside a <script> element (no '<', '>' or '&' in it)."""
-    text = msgspec.json.encode(data).decode()
+    """`data` as JSON that is safe inside a <script> element (no '<', '>' or '&' in it), its
+    figures' texts as text (`as_text`)."""
+    text = msgspec.json.encode(as_text(data)).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -222,20 +262,22 @@ def downloads(run: Path) -> list[str]:
     """The run's files a page links to: the fixed ones and every Parquet table, if present;
     then each component's stdout, stderr and handed-back files (`component_files`)."""
     tables = sorted(f"merged/{p.name}" for p in (run / "merged").glob("*.parquet"))
-    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()]
+    fixed = [name for name in (*DOWNLOADS[:2], *tables, *DOWNLOADS[2:]) if (run / name).is_file()
+             and inside(run, name)]
     return fixed + component_files(run)
 
 
 def component_files(run: Path) -> list[str]:
     """hosts/HOST/COMPONENT/{stdout,stderr} and hosts/HOST/COMPONENT/files/NAME, every part a
     checked name (protocol/names.py: a part that is not one is not offered) and every file a
-    regular file, not a link."""
+    regular file in the run, not a link (nor in a directory that is a link out of the run)."""
     out = []
     for component in sorted((run / "hosts").glob("*/*/")):
         host = component.parent.name
         if not (NAME.fullmatch(host) and NAME.fullmatch(component.name)) or component.name == "streams":
             continue
         files = [component / "stdout", component / "stderr", *sorted((component / "files").glob("*"))]
-        out += [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
-                if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+        named = [f"hosts/{host}/{component.name}/{f.relative_to(component).as_posix()}" for f in files
+                 if NAME.fullmatch(f.name) and f.is_file() and not f.is_symlink()]
+        out += [name for name in named if inside(run, name)]
     return out

@@ -15,7 +15,7 @@ from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
 from . import fleet, panels, timeline
-from .pages import downloads, packed, render, run_header
+from .pages import as_text, downloads, packed, render, run_header
 
 REPORT = "report.html"
 REPORT_EVENTS = 2000
@@ -49,7 +49,7 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     links = [(os.path.relpath(run / name, out), name) for name in downloads(run)
              if name != f"{MERGED}/{REPORT}"]
     html = render("run.html", title=f"run {record.id}", static=True,
-                  packed_panels=packed(msgspec.json.encode(data)),
+                  packed_panels=packed(msgspec.json.encode(as_text(data))),
                   links=links, **{**header, "merged": True})
     path = out / REPORT
     tmp = path.with_name(f".{REPORT}.tmp")

@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 from netspec.protocol.errors import NetspecError
 
+from .access import Access, guard
 from .app import create_app
 
 
@@ -37,16 +38,21 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(runs: Path, campaigns: Path, host: str, port: int, open_browser: bool,
           say: Callable[[str], None]) -> None:
-    """Serve the runs and campaigns under the two roots until interrupted."""
+    """Serve the runs and campaigns under the two roots until interrupted, to the user who
+    started it and to whoever holds the URL it prints (its token: `access.py`)."""
     sock = bind(host, port)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{sock.getsockname()[1]}/"
+    access = Access(host, sock.getsockname()[1])
+    url = access.url()
     say(f"netspec results browser: {url}  (runs {runs.resolve()}, campaigns {campaigns.resolve()}; "
         "Ctrl-C stops it)")
     if host not in ("127.0.0.1", "::1", "localhost"):
-        say(f"note: listening on {host}, so other machines may read these results")
+        say(f"note: listening on {host}, so other machines may reach it: who holds this URL reads "
+            "these results")
     if open_browser and not webbrowser.open(url):
         say(f"note: no browser to open here (--open); open {url} in one")
-    server = uvicorn.Server(uvicorn.Config(create_app(runs, campaigns), log_level="warning", lifespan="off"))
+    say("note: it serves you (and root) on this machine as you are; anyone else only with this URL, "
+        "its token")
+    app = guard(create_app(runs, campaigns), access)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     with contextlib.closing(sock):
         asyncio.run(server.serve(sockets=[sock]))

@@ -12,12 +12,15 @@ starts when the controller sent its host the step.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from netspec.analysis.units import duration_text
 from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
+
+from .catalog import inside
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
@@ -298,7 +301,7 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
                     "outcome": b.outcome, "message": _host_cause(record, b) if entry is None else b.message,
                     "traceback": entry.traceback if entry is not None else "",
                     "instant_ns": b.end_ns, "start_ns": b.start_ns,
-                    "output": {name: _tail(run / "hosts" / b.host / b.component / name, tail_lines)
+                    "output": {name: _tail(run, f"hosts/{b.host}/{b.component}/{name}", tail_lines)
                                if b.component else "" for name in ("stdout", "stderr")}})
     return out
 
@@ -310,8 +313,13 @@ def _host_cause(record: RunRecord, b: Bar) -> str:
     return next((cause.removeprefix(said) for cause in causes if cause.startswith(said)), b.message)
 
 
-def _tail(path: Path, lines: int) -> str:
-    """The last `lines` lines of a file (read from its end: an output can be gigabytes)."""
+def _tail(run: Path, name: str, lines: int) -> str:
+    """The last `lines` lines of the run's file `name` (read from its end: an output can be
+    gigabytes); none of a file not in the run (`catalog.inside`: the record's names, or a
+    link, leading out of it), said."""
+    path = inside(run, name)
+    if path is None:
+        return f"(not shown: {name} leads out of the run)" if os.path.lexists(run / name) else ""
     try:
         with path.open("rb") as f:
             f.seek(0, 2)

@@ -18,7 +18,7 @@ from netspec.web import DEFAULT_PORT
 
 from ..engine import summary
 from ..engine.runner import MergeInterrupted
-from ..engine.terminal import print_lines, quiet_stdout, reader_gone
+from ..engine.terminal import print_lines, printable, quiet_stdout, reader_gone
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
@@ -97,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
     import_ = command("import", help="bring an exported run back under the runs directory",
                       epilog=manual.epilog("how-to/export-import"))
     import_.add_argument("file", type=Path, help="the archive `export` wrote")
+    import_.add_argument("--max-size", type=float, default=64, metavar="GB",
+                         help="unpack at most this many GB (default 64): a larger run is refused "
+                              "before any of it is written")
     results = command("results", help="list merged result sets with their size and status",
                       epilog=manual.epilog("results"))
     report = command("report", help="statistics of runs' metrics (Getstats), the first run the "
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""  # one that names no file says no empty one
-        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(printable(f"error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:  # Ctrl-C outside a run's own handling (a merge, a collect)
         if args.debug:

@@ -15,7 +15,7 @@ from netspec.protocol.runrecord import RunRecord, read_run
 from ..engine import conditions, summary
 from ..engine.faults import fault_lines
 from ..engine.runner import merge
-from ..engine.terminal import TERMINAL, print_lines
+from ..engine.terminal import TERMINAL, print_lines, printable
 from ..record.rundir import find_run, list_runs, settle
 
 # A command imports what only it uses in its own body: ns_control's start is every command's
@@ -112,7 +112,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from ..gather.bundle import import_run
 
-    path = import_run(args.file, args.runs)
+    path = import_run(args.file, args.runs, round(args.max_size * 1e9))
     print(f"imported {path.name} into {path} (every file checked against its crate's sha256)")
     return EXIT_OK
 
@@ -207,7 +207,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                    if r.entity.group == "DS" or selects(args.match, r.entity.full_name))
     try:
         for line in narrate(readers, records):
-            print(line)
+            print(printable(line))
         sys.stdout.flush()  # a closed stdout (`dump ... | head`) fails here, not at exit: 141, by main
     finally:
         for reader in readers:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import sys
 from typing import IO
@@ -32,7 +33,7 @@ class Terminal:
         if self.closed:
             return
         try:
-            print(text, end="\n" if end else "", flush=True, file=self.stdout or sys.stdout)
+            print(printable(text), end="\n" if end else "", flush=True, file=self.stdout or sys.stdout)
         except BrokenPipeError:
             self._reader_gone()
             return
@@ -123,7 +124,20 @@ def reader_gone(stream: IO[str]) -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
+# C0 but tab and newline, DEL, and C1 (0x9b is a CSI of its own on some terminals).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character but tab and newline written as its escape (ESC as
+    \\x1b): what is printed comes from files (a run's record, a received bundle's, its
+    streams), and an escape sequence in one would be a command to the terminal (OSC 52 sets
+    the clipboard, OSC 0 the window's title, CSI moves the cursor over what was said)."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+
+
 def print_lines(lines: list[str], stream: IO[str] | None = None) -> None:
+    """`lines` on `stream` (stdout), their control characters escaped (`printable`)."""
     if lines:
-        print("\n".join(lines), file=stream or sys.stdout, flush=True)
+        print(printable("\n".join(lines)), file=stream or sys.stdout, flush=True)
 

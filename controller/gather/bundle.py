@@ -27,9 +27,11 @@ from ..record.rundir import utc_iso
 
 CRATE = "ro-crate-metadata.json"
 RO_CRATE = "https://w3id.org/ro/crate/1.1"
-RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
-EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")  # each name fullmatched: "$" takes a final newline
+EXPERIMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_MEMBERS = 100_000
+MAX_CRATE = 64 << 20  # the crate's JSON: a listing, never the data
+MAX_BYTES = 64 * 10**9  # what an import unpacks at most, unless told more (import --max-size)
 
 
 class BundleError(NetspecError):
@@ -119,83 +121,122 @@ def export_run(run: Path, to: Path) -> Path:
     return to
 
 
-def _members(tar: tarfile.TarFile, archive: Path) -> tuple[PurePosixPath, list[tarfile.TarInfo]]:
-    """The archive's top directory (experiment/run id) and its files, every name checked."""
-    members, seen = [], set()
-    top: PurePosixPath | None = None
-    for n, m in enumerate(tar):
-        if n >= MAX_MEMBERS:
-            raise BundleError(f"{archive}: more than {MAX_MEMBERS} members")
-        name = PurePosixPath(m.name)
-        if name.is_absolute() or ".." in name.parts or (len(name.parts) < 3 and not m.isdir()):
-            raise BundleError(f"{archive}: member '{m.name}' is not inside a run directory")
-        if not (m.isfile() or m.isdir()):
-            raise BundleError(f"{archive}: member '{m.name}' is not a file or directory (links are refused)")
-        here = PurePosixPath(*name.parts[:2])
-        if top is None:
-            top = here
-        if here != top or not EXPERIMENT.match(top.parts[0]) or not RUN_ID.match(top.parts[1]):
-            raise BundleError(f"{archive}: member '{m.name}' is not under one runs/<experiment>/<run id>/")
-        if m.isfile():
-            if m.name in seen:
-                raise BundleError(f"{archive}: member '{m.name}' appears twice")
-            seen.add(m.name)
-            members.append(m)
-    if top is None:
-        raise BundleError(f"{archive}: empty")
-    return top, members
+def _top(archive: Path, m: tarfile.TarInfo, top: PurePosixPath | None) -> PurePosixPath:
+    """The file's experiment/run id, its name checked: relative, no '..', a regular file, under
+    the same experiment/run id as the archive's first file (`top`)."""
+    name = PurePosixPath(m.name)
+    if name.is_absolute() or ".." in name.parts or len(name.parts) < 3:
+        raise BundleError(f"{archive}: member '{m.name}' is not inside a run directory")
+    if not m.isfile():
+        raise BundleError(f"{archive}: member '{m.name}' is not a file or directory (links are refused)")
+    here = PurePosixPath(*name.parts[:2])
+    if (top is not None and here != top) or not EXPERIMENT.fullmatch(here.parts[0]) \
+            or not RUN_ID.fullmatch(here.parts[-1]):
+        raise BundleError(f"{archive}: member '{m.name}' is not under one runs/<experiment>/<run id>/")
+    return here
 
 
-def import_run(archive: Path, runs: Path) -> Path:
-    """Checks the bundle `archive` (names, the crate, every file's sha256) and unpacks it into
-    `runs`; returns the run directory. An existing run of that id is never overwritten."""
+def import_run(archive: Path, runs: Path, limit: int = MAX_BYTES) -> Path:
+    """Checks the bundle `archive` (names, the crate, every file's size and sha256) and
+    unpacks it into `runs`; returns the run directory. An existing run of that id is never
+    overwritten. What it writes is bounded as it unpacks: the crate comes first, and only the
+    files it lists, each at its listed size, their total within `limit` bytes and the free
+    space, are written (a 2 MB archive of zeros once wrote 2 GB before its hash was checked).
+
+    Raises:
+        BundleError: naming the archive, and the member or what the crate says.
+    """
     runs.mkdir(parents=True, exist_ok=True)
     try:
         with (tarfile.open(archive, "r:*") as tar,
               tempfile.TemporaryDirectory(prefix=".import-", dir=runs) as tmp):
-            return _unpack(tar, archive, runs, Path(tmp))
+            return _unpack(tar, archive, runs, Path(tmp), limit)
     except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
         raise BundleError(f"{archive}: not a readable run bundle ({exc})") from exc
 
 
-def _unpack(tar: tarfile.TarFile, archive: Path, runs: Path, tmp: Path) -> Path:
-    top, members = _members(tar, archive)
-    dest = runs / top
+def _unpack(tar: tarfile.TarFile, archive: Path, runs: Path, tmp: Path, limit: int) -> Path:
+    """One pass over the archive as it decompresses (its member count, each member's size
+    checked before a byte of it is written), the run staged in `tmp` and moved into `runs`."""
+    top: PurePosixPath | None = None
+    listed: dict[str, tuple[int, str]] = {}  # a file of the run -> its size and sha256, from the crate
+    written: set[str] = set()
+    for n, m in enumerate(tar):
+        if n >= MAX_MEMBERS:
+            raise BundleError(f"{archive}: more than {MAX_MEMBERS} members")
+        if m.isdir():
+            continue  # a directory is made for the files in it, never from its own member
+        here = _top(archive, m, top)
+        if top is None and (runs / here).exists():
+            raise BundleError(f"run {here.parts[1]} is already in {runs} ({runs / here})")
+        top = here
+        rel = str(PurePosixPath(*PurePosixPath(m.name).parts[2:]))
+        if rel in written:
+            raise BundleError(f"{archive}: member '{m.name}' appears twice")
+        if not written:
+            if rel != CRATE:
+                raise BundleError(f"{archive}: its first file is '{m.name}', not its {CRATE} "
+                                  "(export writes the crate first)")
+            if m.size > MAX_CRATE:
+                raise BundleError(f"{archive}: its {CRATE} is {m.size} bytes (at most {MAX_CRATE})")
+        elif rel not in listed:
+            raise BundleError(f"{archive}: its files differ from its crate (not listed: {[rel]})")
+        elif m.size != listed[rel][0]:
+            raise BundleError(f"{archive}: member '{m.name}' is {m.size} bytes, its crate says "
+                              f"{listed[rel][0]}: nothing of it unpacked")
+        path = tmp.joinpath(top.parts[1], *PurePosixPath(rel).parts)  # safe: checked by _top
+        digest = _copy(tar, m, path)
+        if not written:
+            listed = _crate(path, archive, runs, limit)
+        elif digest != listed[rel][1]:
+            raise BundleError(f"{archive}: {rel} does not match its sha256 in the crate")
+        written.add(rel)
+    if top is None:
+        raise BundleError(f"{archive}: empty")
+    missing = sorted(set(listed) - written)
+    if missing:
+        raise BundleError(f"{archive}: its files differ from its crate (missing: {missing[:5]})")
+    staging, dest = tmp / top.parts[1], runs / top
+    read_run(staging)  # and run.json reads as a run's record
     if dest.exists():
         raise BundleError(f"run {top.parts[1]} is already in {runs} ({dest})")
-    staging = tmp / top.parts[1]
-    for m in members:
-        # Each name was checked in _members: relative, no '..', under experiment/run-id/.
-        path = staging.joinpath(*PurePosixPath(m.name).parts[2:])
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        source = tar.extractfile(m)
-        assert source is not None  # a regular file
-        with source, open(path, "xb", opener=_private) as out:
-            shutil.copyfileobj(source, out)
-    _verify(staging, archive)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(staging, dest)
     return dest
+
+
+def _copy(tar: tarfile.TarFile, m: tarfile.TarInfo, path: Path) -> str:
+    """Writes the member (a regular file, its size checked) to `path`; returns its sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    source = tar.extractfile(m)
+    assert source is not None  # a regular file
+    digest = hashlib.sha256()
+    with source, open(path, "xb", opener=_private) as out:
+        while chunk := source.read(1 << 20):  # the tar's reader stops at the member's size
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
 
 
 def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
-def _verify(run: Path, archive: Path) -> None:
+def _crate(path: Path, archive: Path, runs: Path, limit: int) -> dict[str, tuple[int, str]]:
+    """The files the crate at `path` lists, each with its size and sha256, once their total
+    fits `limit` and the free space under `runs`: nothing else is written."""
     try:
-        metadata = json.loads((run / CRATE).read_text())
+        metadata = json.loads(path.read_bytes())
         graph = {e["@id"]: e for e in metadata["@graph"]}
         parts = [graph[p["@id"]] for p in graph["./"]["hasPart"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        listed = {str(p["@id"]): (p["contentSize"], str(p["sha256"])) for p in parts}
+    except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{archive}: no valid {CRATE} ({exc})") from exc
-    listed = {p["@id"] for p in parts}
-    present = {str(p.relative_to(run)) for p in _files(run)}
-    if present != listed:
-        extra, missing = sorted(present - listed), sorted(listed - present)
-        raise BundleError(f"{archive}: its files differ from its crate (not listed: {extra[:5]}, "
-                          f"missing: {missing[:5]})")
-    for part in parts:
-        if _sha256(run / part["@id"]) != part.get("sha256"):
-            raise BundleError(f"{archive}: {part['@id']} does not match its sha256 in the crate")
-    read_run(run)  # and run.json reads as a run's record
+    sizes = [size for size, _ in listed.values()]
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in sizes):
+        raise BundleError(f"{archive}: its {CRATE} gives a file a size that is not a number of bytes")
+    total, free = sum(sizes), shutil.disk_usage(runs).free
+    if total > min(limit, free):
+        said = f"the limit of {limit} (import --max-size)" if total > limit else f"the {free} free in {runs}"
+        raise BundleError(f"{archive}: its files are {total} bytes, more than {said}: nothing unpacked")
+    return listed

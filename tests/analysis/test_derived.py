@@ -156,6 +156,8 @@ PHASES = ["launch", "run", "collect"]
     ({"filter": "select", "input": "events", "since": "rnu"}, ("since",), "neither a phase of the schedule"),
     ({"filter": "pair", "input": "events", "start": "A/a"}, ("filter",), "missing a required argument"),
     ({"filter": "nowhere:f", "input": "events"}, ("filter",), "cannot load filter module nowhere"),
+    ({"filter": "select", "input": "events", "where": "(SELECT 1) > 0"}, ("where",),
+     "subquery is not allowed"),
 ])
 def test_a_bad_node_is_named_with_the_key_at_fault(tmp_path, spec, key, message):
     with pytest.raises(GraphError, match=message) as caught:
@@ -262,3 +264,28 @@ def test_a_nodes_filter_of_the_users_own_is_read_one_way_a_built_in_one_is_none(
     assert user_filter({"filter": "sub/mine.py:keep"}) == ("sub/mine.py", "keep")
     assert absolute("sub/mine.py:keep", tmp_path) == f"{tmp_path / 'sub' / 'mine.py'}:keep"
     assert absolute("mine.filters:keep", tmp_path) == "mine.filters:keep"
+
+
+def test_a_received_graph_writes_under_its_result_set_only_and_runs_no_query(tmp_path):
+    # A run's record is anyone's: its node names become file names, its where a condition.
+    out = tmp_path / "run" / "merged"
+    out.mkdir(parents=True)
+    pq.write_table(pa.table({"ts": [T0, T0 + 1], "entity": ["A/x", "A/y"], "tag": [1, 2]}),
+                   out / "events.parquet")
+    (tmp_path / "secret").write_text("root:hash\n")
+    graph = {"../../escape": {"filter": "export", "input": "events", "format": "csv"},
+             "a/b": {"filter": "narrate", "input": "events"},
+             "nl\n": {"filter": "export", "input": "events", "format": "json"},
+             "peek": {"filter": "select", "input": "events",
+                      "where": f"(SELECT count(*) FROM read_text('{tmp_path / 'secret'}')) > 0"},
+             "kept": {"filter": "select", "input": "events", "where": "tag > 1"},
+             "half": {"filter": "export"}}
+    db = open_tables(out)
+    warnings = run_graph(db, graph, out, tmp_path, T0, {}, trusted=())
+    assert [w.split(":")[0] for w in warnings] == [
+        "analysis node ../../escape (export)", "analysis node a/b (narrate)", "analysis node nl\n (export)",
+        "analysis node peek (select)", "analysis node 'half'"]
+    assert "'../../escape' is not a name netspec makes a path of" in warnings[0]
+    assert "subquery is not allowed" in warnings[3]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["events.parquet", "secret"]
+    assert db.execute("SELECT tag FROM kept").fetchall() == [(2,)]

@@ -2,7 +2,9 @@
 error shared by many hosts said once."""
 
 import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +18,9 @@ from netspec.protocol.errors import ComponentFailed, ConnectionLost, RemoteError
 from netspec.protocol.kinds import WireError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_PIPE
 from netspec.protocol.runrecord import read_run
-from support import PROGRAMS, REPO
+from support import PROGRAMS, REPO, ns_control
+
+RUN_ID = "20261121T181343Z-23d1a4"
 
 
 def test_a_fleet_beyond_a_few_hosts_gets_a_bar_on_a_terminal_that_leaves_the_lines_alone():
@@ -171,3 +175,20 @@ def test_the_notes_before_the_first_step_each_get_a_line_of_their_own():
     assert screen.getvalue() == ("  [steps go through a fan-out tree: 3 hosts]\n"
                                  "  [clksync probes every 400 ms]\n"
                                  "  launch           a ok 200 ms  [a note of the step] [200 ms]\n")
+
+
+def test_show_and_ls_print_a_records_escape_sequences_as_text(tmp_path):
+    # A received run's record is data: OSC 52 would set the clipboard, OSC 0 the window's title.
+    run = tmp_path / "runs" / "stimulus-response" / RUN_ID
+    shutil.copytree(REPO / "tests" / "data" / "runs" / "stimulus-response" / RUN_ID, run)
+    record = json.loads((run / "run.json").read_text())
+    record["experiment"] = "x\x1b]52;c;aGk=\x07\x9b2J"
+    record["steps"][3]["hosts"]["a"]["components"]["server"]["message"] = "oops\x1b]0;owned\x07\rover"
+    (run / "run.json").write_text(json.dumps(record))
+    for command in (["ls"], ["show", RUN_ID]):
+        done = ns_control(*command, "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not set(done.stdout) & {"\x1b", "\x07", "\x9b", "\r"}, done.stdout
+        assert "x\\x1b]52;c;aGk=\\x07\\x9b2J" in done.stdout
+        if command[0] == "show":
+            assert "oops\\x1b]0;owned\\x07\\x0dover" in done.stdout

@@ -261,3 +261,12 @@ def test_a_docker_hosts_memory_is_taken_in_bytes_or_with_a_unit_as_the_schema_al
         """))
     a, b = plan.hosts
     assert (a.docker.memory, a.docker.cap_add, b.docker.memory) == (268435456, ("NET_ADMIN",), "256m")
+
+
+def test_a_name_with_a_trailing_newline_is_refused(experiment):
+    # The schema's patterns end in '$', which Python's re also matches before a final newline.
+    with pytest.raises(ConfigError) as err:
+        load(experiment(GOOD.replace("experiment: demo", 'experiment: "nl\\n"')))
+    assert "exp.yaml:1: experiment: 'nl\\n' is not a valid" in str(err.value)
+    with pytest.raises(ConfigError, match="hosts"):
+        load(experiment(GOOD.replace("  a: {}", '  "a\\n": {}')))
