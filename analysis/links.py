@@ -518,7 +518,7 @@ def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
         out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {said:<32} {_num(p50):>9} {_num(p99):>8} "
                    f"{_num(bound):>8} {_num(jit):>7} {_loss(loss, lo, hi):>20} {_num(rate, 2):>7} "
                    f"{got:>4}/{sent:<4}  {words}")
-    return out
+    return out + linktcp.lines(db) if "tcp_probes" in columns else out
 
 
 def configured_words(delay_ms: float | None, jitter_ms: float | None, loss_pct: float | None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import duckdb
 from netspec.datastream.schema import TcpProbeRecord
 
 MSS = 1448  # a segment's payload on an Ethernet link with TCP timestamps
@@ -74,3 +75,19 @@ def changes(row: dict) -> str | None:
         return None
     return (f"the emulation changes TCP: a request in two writes cost {request / connect:.2f} round trips "
             f"(a connect's {connect:.3f} ms), a burst {burst:.3f} ms against {expected:.3f} ms implied")
+
+
+def lines(db: duckdb.DuckDBPyConnection) -> list[str]:
+    """The TCP probes' part of the audit's section: a line per link and step that has them."""
+    rows = db.execute("""SELECT src, dst, phase, tcp_probes, tcp_failed, tcp_connect_ms, tcp_request_ms,
+                                tcp_burst_ms, tcp_burst_expected_ms
+                         FROM links WHERE tcp_probes > 0 ORDER BY step, src, dst""").fetchall()
+    if not rows:
+        return []
+    out = ["TCP probes (the fastest of each step: a connect, a request in two writes, a 64 KB burst, ms):",
+           f"  {'link':<20} {'phase':<12} {'probes':>7} {'failed':>6} {'connect':>9} {'request':>9} "
+           f"{'burst':>9} {'implied':>9}"]
+    for src, dst, phase, probes, failed, connect, request, burst, implied in rows:
+        cells = [f"{v:9.3f}" if v is not None else f"{'-':>9}" for v in (connect, request, burst, implied)]
+        out.append(f"  {src + ' -> ' + dst:<20} {phase:<12} {probes:>7} {failed:>6} {' '.join(cells)}")
+    return out

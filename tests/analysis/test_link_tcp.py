@@ -44,3 +44,18 @@ def test_no_probe_done_is_not_judged() -> None:
     got = figures([_probe(0, 0, 0, "ConnectionRefusedError")], None)
     assert (got.probes, got.failed, got.connect_ms) == (1, 1, None)
     assert changes(got.columns()) is None and changes({}) is None
+
+
+def test_the_reports_tcp_lines_give_each_probed_link_and_step() -> None:
+    import duckdb
+    from netspec.analysis.linktcp import lines
+
+    db = duckdb.connect()
+    db.execute("""CREATE TABLE links AS SELECT * FROM (VALUES
+                  ('a', 'b', 3, 'run', 4, 0, 20.7, 20.8, 61.0, 62.1),
+                  ('b', 'a', 3, 'run', 0, 0, NULL, NULL, NULL, NULL)) AS t(src, dst, step, phase, tcp_probes,
+                  tcp_failed, tcp_connect_ms, tcp_request_ms, tcp_burst_ms, tcp_burst_expected_ms)""")
+    said = lines(db)
+    assert said[0].startswith("TCP probes (the fastest of each step")
+    assert said[2].split() == ["a", "->", "b", "run", "4", "0", "20.700", "20.800", "61.000", "62.100"]
+    assert len(said) == 3  # b -> a had none
