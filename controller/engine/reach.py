@@ -33,6 +33,7 @@ from .clocks import start_clocks, stretched
 from .failures import CONNECTING, Unreachable, connect_failed, not_reached
 from .fanout import FanOut, Tree
 from .guard import Failure, guard
+from .leftovers import sweep_dead_runs
 
 FAN_OUT = 32  # hosts reached at once
 
@@ -94,6 +95,11 @@ class Fleet:
         loop = asyncio.get_running_loop()
         plan = self.plan
         ensure_fd_limit(len(self.hosts))
+        if self.engines is not None:  # before the deadline: what dead runs left is collected first
+            rundir.record.leftovers = await sweep_dead_runs(self.hosts, self.engines, rundir.id,
+                                                            rundir.path.parent.parent)
+            for text in rundir.record.leftovers:
+                progress(Progress("notice", text=text))
         connect_s = plan.connect_deadline_s or connect_deadline_s(list(self.hosts.values()))
         rundir.record.connect_deadline_s = connect_s
         deadline = loop.time() + connect_s

@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import socket
 import tarfile
 import time
@@ -60,6 +61,7 @@ from .engines import (
 )
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
+from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_id
 
 DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
 PORT = 7420  # netspecd's in the container: each has its own network namespace
@@ -69,7 +71,6 @@ KEY_DIR = "/etc/netspec"
 START_S = 30.0
 POLL_S = 0.05
 POLL_MAX_S = 0.5  # netspecd's announce is looked for ever less often: N containers' polls are calls in flight
-RUN_LABEL, HOST_LABEL = "org.netspec.run", "org.netspec.host"
 
 
 class DockerHost(Host):
@@ -191,7 +192,8 @@ class DockerHost(Host):
             stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
             name=self.container_name, hostname=self.name, network=self.network_name, init=True,
             environment={DAEMON_ADDRESS_ENV: "hostname", CONTAINER_ENV: "1"},
-            labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
+            labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1",
+                    CONTROLLER_LABEL: controller_id(os.getpid()), **({KEPT_LABEL: "1"} if self.keep else {})},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
 

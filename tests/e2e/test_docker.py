@@ -9,6 +9,7 @@ import os
 import subprocess
 import tarfile
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -294,10 +295,24 @@ def engine(request):
     """This machine's engine and a name of the session's for what a test makes in it, all of
     which is removed after."""
     client = docker.from_env()
-    prefix = f"{session_dir().name}-{request.node.name[5:9]}"
+    prefix = f"{session_dir().name}-{zlib.crc32(request.node.name.encode()):08x}"
     yield client, prefix
     remove_named(client, prefix)
     client.close()
+
+
+def held_in_work(experiment, tmp_path, docker: str):
+    """A run of one component on host c (`docker: {DOCKER}`) started, and held in phase
+    work: the controller's process and the run's record."""
+    path = experiment(textwrap.dedent(f"""\
+        experiment: orphaned
+        hosts: {{c: {{docker: {{{docker}}}}}}}
+        components:
+          one: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    return start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge", timeout=120)
 
 
 def test_a_container_hosts_daemon_holds_a_key_of_its_run_alone_which_its_programs_cannot_read(
@@ -338,15 +353,7 @@ def test_the_netspecd_of_an_attached_container_ends_when_its_controller_is_kille
         docker_image, engine, experiment, tmp_path):
     client, prefix = engine
     attached = attach_to(client, docker_image, prefix)
-    path = experiment(textwrap.dedent(f"""\
-        experiment: lifeline
-        hosts: {{c: {{docker: {{label: "org.netspec.test={prefix}", prefix: {prefix}}}}}}}
-        components:
-          one: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
-        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
-        """))
-    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
-    proc, _ = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge", timeout=120)
+    proc, _ = held_in_work(experiment, tmp_path, f'label: "org.netspec.test={prefix}", prefix: {prefix}')
     try:
         assert len(daemons_in(attached)) == 1
         proc.kill()  # no clean-up of its own: the exec's stdin, netspecd's lifeline, ends with it
@@ -373,3 +380,35 @@ def test_a_fan_out_tree_of_containers_relays_to_each_child_with_that_childs_own_
     record = latest_record(tmp_path / "runs")
     assert record["fan_out"]["relays"] == 1, record["fan_out"]  # one host relays to two others
     assert [s["status"] for s in record["steps"]] == ["ok"] * 3, record["steps"]
+
+
+def test_the_next_run_on_an_engine_collects_and_removes_what_a_killed_controllers_run_left_there(
+        docker_image, engine, experiment, tmp_path):
+    client, prefix = engine
+    proc, dead = held_in_work(experiment, tmp_path, f'image: "{docker_image}", prefix: {prefix}')
+    container = client.containers.get(f"{prefix}-{dead['id']}-c")
+    proc.kill()
+    proc.communicate(timeout=30)
+
+    def exited():
+        container.reload()
+        return container.status == "exited"
+    wait_for(exited, timeout=30, what="the orphaned container to end")
+    nothing = experiment(textwrap.dedent(f"""\
+        experiment: next
+        hosts: {{b: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components: {{two: {{host: b, command: ["true"]}}}}
+        schedule: [launch, collect]
+        """), "next.yaml")
+    done = ns_control("run", "--no-merge", str(nothing), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = (f"run {dead['id']}, whose controller is gone, left {container.name} in the local engine: "
+            f"collected into runs/orphaned/{dead['id']} (")
+    assert said in done.stdout, done.stdout
+    assert any(said in text for text in latest_record(tmp_path / "runs")["leftovers"])
+    # Gathered as `collect` gathers, and nothing of the dead run is left in the engine.
+    salvaged = json.loads((tmp_path / "runs" / "orphaned" / dead["id"] / "run.json").read_text())
+    salvaged = salvaged["hosts"]["c"]["salvaged"]
+    assert "hosts/c/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+    assert client.containers.list(all=True, filters={"label": f"org.netspec.run={dead['id']}"}) == []
+    assert client.networks.list(names=[f"{prefix}-{dead['id']}"]) == []
