@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from netspec.links import sweep
-from netspec.protocol.auth import load_or_create_key, netspec_home, take_run_key
+from netspec.protocol.auth import load_or_create_key, netspec_home, read_run_key, take_run_key
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--key", type=Path, default=None, help="shared key file")
     keys.add_argument("--run-key", type=Path, default=None, metavar="FILE",
-                      help="a key for one run (a container's): read, then the file removed, and this "
-                           "process made undumpable, so that the programs it runs cannot read the key")
+                      help="a key for one run (a container's, or with - the first line of stdin: an "
+                           "SSH host's): read, then the file removed, and this process made undumpable, "
+                           "so that the programs it runs cannot read the key")
     parser.add_argument("--only-run", metavar="RUN_ID", default=None,
                         help="set up no run but this one (a daemon started for one run)")
     parser.add_argument("--announce", action="store_true",
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
     try:
         if args.run_key:
-            key = take_run_key(args.run_key)
+            key = read_run_key(0) if str(args.run_key) == "-" else take_run_key(args.run_key)
             undumpable()
         else:
             key = load_or_create_key(args.key)

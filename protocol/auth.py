@@ -76,6 +76,28 @@ def new_run_key() -> bytes:
     return secrets.token_bytes(KEY_BYTES)
 
 
+def read_run_key(fd: int) -> bytes:
+    """Read a key for one run, a line of hex, from the descriptor `fd` (a daemon's stdin, the
+    SSH channel): a byte at a time, so nothing after the line is taken from whoever reads on.
+
+    Raises:
+        ConfigError: the stream ended first, or the line holds no hex key of 16 bytes or more.
+    """
+    line = b""
+    while not line.endswith(b"\n") and len(line) <= 2 * KEY_BYTES + 2:
+        byte = os.read(fd, 1)
+        if not byte:
+            raise ConfigError("stdin ended before the key for the run", "stdin")
+        line += byte
+    try:
+        key = bytes.fromhex(line.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError("the key for the run on stdin is not hex", "stdin") from exc
+    if len(key) < 16:
+        raise ConfigError("the key for the run on stdin is shorter than 16 bytes", "stdin")
+    return key
+
+
 def take_run_key(path: Path) -> bytes:
     """Read a key for one run from `path` and remove the file, so that nothing started after
     (the programs of the run) finds it there.

@@ -110,6 +110,9 @@ class Fleet:
             async with gate:
                 try:
                     address = self.endpoints[name] = await self.hosts[name].start(rundir.host_dir(name))
+                    for text in self.hosts[name].notes:
+                        rundir.record.leftovers.append(f"host {name}: {text}")
+                        progress(Progress("notice", text=f"host {name}: {text}"))
                     key = self.hosts[name].run_key or self.key
                     client = await DaemonClient.connect(name, address, key, on_event, deadline)
                 except (NetspecError, OSError) as exc:  # no connection opened: none was lost

@@ -209,6 +209,7 @@ class Host(abc.ABC):
     def __init__(self, spec: HostSpec):
         self.spec = spec
         self.name = spec.name
+        self.notes: list[str] = []  # what its start found left and removed, for the run to say
 
     @abc.abstractmethod
     async def start(self, log_dir: Path) -> tuple[str, int]:
