@@ -53,7 +53,7 @@ def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 
-        return SSHHost(spec, accept_new, detached=keep_daemons)
+        return SSHHost(spec, accept_new, detached=keep_daemons, run_id=run_id)
     return AddressHost(spec) if spec.address else LocalHost(spec, forks)
 
 

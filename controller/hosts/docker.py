@@ -37,7 +37,6 @@ import hashlib
 import io
 import json
 import os
-import socket
 import tarfile
 import time
 from pathlib import Path
@@ -57,6 +56,7 @@ from .engines import (
     CREATED_LABEL,
     ContainerRunFiles,
     Engines,
+    hang_up,
     memory_bytes,
 )
 from .fleet import Host
@@ -350,6 +350,10 @@ class DockerHost(Host):
                                "(removed already?)") from None
         if container.status == "running":
             container.exec_run([_netspecd(container), "--kill-run", run_id, "--host", self.name])
+            if (container.labels or {}).get(CREATED_LABEL) != "1":
+                # An attached container's netspecd removed its key as it read it; one whose
+                # controller died before it did not.
+                container.exec_run(["rm", "-f", "--", self._key_path()])
         return ContainerRunFiles(container, f"{WORK}/{safe_name(run_id, 'run id')}", self.engine_label,
                                  owned=(container.labels or {}).get(CREATED_LABEL) == "1" and not self.keep)
 
@@ -376,7 +380,7 @@ class DockerHost(Host):
             # to its end first, so that what it made is removed here, not left behind.
             concurrent.futures.wait([self.making], timeout=API_TIMEOUT_S)
         if self.lifeline is not None:
-            _hang_up(self.lifeline)
+            hang_up(self.lifeline)
             self.lifeline = None
         try:
             if self.container is None:  # none made (its creation failed)
@@ -404,16 +408,6 @@ class DockerHost(Host):
                     said.append(f"network {self.network_name}: not removed: {exc}")
         self.container = None if self.created else self.container
         return said
-
-
-def _hang_up(lifeline: Any) -> None:
-    """End a lifeline: a shutdown of the socket under it, which reaches the engine at once (a
-    close alone may not, while the SDK's response holds the same socket)."""
-    raw = getattr(lifeline, "_sock", lifeline)
-    with contextlib.suppress(OSError):
-        raw.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        lifeline.close()
 
 
 def _netspecd(container: Any) -> str:

@@ -114,7 +114,7 @@ class SSHHost(Host):
 
     start_deadline_s = INSTALL_S + DAEMON_START_S
 
-    def __init__(self, spec: HostSpec, accept_new: bool = False, detached: bool = False):
+    def __init__(self, spec: HostSpec, accept_new: bool = False, detached: bool = False, run_id: str = ""):
         super().__init__(spec)
         assert spec.ssh is not None
         self.conn = SSHConnection(spec.name, resolve(spec.ssh), accept_new or spec.accept_new_host_key)
@@ -122,6 +122,7 @@ class SSHHost(Host):
         # A daemon for this run alone gets a key of this run's on its stdin, never stored
         # there; one kept (`up`, --keep-daemons) holds the key the user placed (KEY_HELP).
         self.run_key = None if detached else new_run_key()
+        self.run_id = run_id  # the one run a daemon started for it sets up
         self.daemon: paramiko.Channel | None = None
         self.stderr_copy: threading.Thread | None = None  # the attached daemon's, ended by `stop`
         self.tunnel: Tunnel | None = None
@@ -250,7 +251,8 @@ class SSHHost(Host):
         """netspecd started for this run, its key the first line of its stdin (the channel,
         encrypted by SSH; never on the host's disk), the rest of its stdin its lifeline."""
         assert self.run_key is not None
-        command = [*self._netspecd(["--run-key", "-"]), "--announce", "--lifeline"]
+        only = ["--only-run", self.run_id] if self.run_id else []
+        command = [*self._netspecd(["--run-key", "-", *only]), "--announce", "--lifeline"]
         chan = self.daemon = self.conn.start(command)
         chan.sendall((self.run_key.hex() + "\n").encode())
         log_dir.mkdir(parents=True, exist_ok=True)
