@@ -412,3 +412,33 @@ def test_the_next_run_on_an_engine_collects_and_removes_what_a_killed_controller
     assert "hosts/c/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
     assert client.containers.list(all=True, filters={"label": f"org.netspec.run={dead['id']}"}) == []
     assert client.networks.list(names=[f"{prefix}-{dead['id']}"]) == []
+
+
+def test_what_a_run_made_in_its_engine_and_its_hosts_left_is_removed_by_label_at_its_end(
+        docker_image, engine, experiment, tmp_path):
+    client, prefix = engine
+    waiter = Path(__file__).parents[1] / "programs" / "waiter.py"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: stray
+        hosts: {{c: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components: {{one: {{host: c, program: {waiter}, args: [work], params: {{dir: /tmp}}}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge",
+                             timeout=120)
+    try:
+        # A container of the run's that no host of it stops (one whose host's stop failed).
+        stray = client.containers.create(docker_image, ["sleep", "600"], name=f"{prefix}-stray",
+                                         labels={"org.netspec.run": record["id"], "org.netspec.created": "1"})
+        ours = client.containers.get(f"{prefix}-{record['id']}-c")
+        assert ours.exec_run(["touch", "/tmp/work.go"]).exit_code == 0
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = (f"the local engine: container {stray.name} of the run left after its hosts stopped: removed")
+    assert said in stdout, stdout + stderr
+    assert proc.returncode == 3  # partial: something of the run did not stop as it should, said
+    assert said in latest_record(tmp_path / "runs")["error"]["causes"]
+    assert client.containers.list(all=True, filters={"label": f"org.netspec.run={record['id']}"}) == []
