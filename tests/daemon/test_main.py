@@ -136,3 +136,20 @@ def test_a_daemon_given_a_run_key_removes_its_file_takes_that_key_alone_and_sets
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_a_daemon_takes_its_run_key_from_the_first_line_of_stdin_and_the_rest_is_its_lifeline(tmp_path):
+    run_key = new_run_key()
+    proc = subprocess.Popen([*NETSPECD, "--announce", "--run-key", "-", "--lifeline", "--root",
+                             str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.stdin.write(run_key.hex() + "\n")
+    proc.stdin.flush()
+    port = json.loads(proc.stdout.readline())["port"]
+
+    async def connect() -> None:
+        client = await DaemonClient.connect("t", ("127.0.0.1", port), run_key, lambda h, e: None)
+        await client.close()
+
+    asyncio.run(connect())
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
