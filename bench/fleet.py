@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,17 +73,28 @@ async def step_times(text: str, runs_root: Path) -> list[float]:
     return [s.duration_s for s in steps][20:]
 
 
+def place_keys(hosts: list[nethosts.NetHost]) -> None:
+    """The controller's key placed as netspecd's in each host's home, owned by its user, as
+    the user of daemons kept there (`up`) places it."""
+    for h in hosts:
+        placed = h.home / ".config" / "netspec" / "key"
+        placed.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        placed.write_text(load_or_create_key().hex() + "\n")
+        placed.chmod(0o600)
+        for path in (placed.parent.parent, placed.parent, placed):
+            shutil.chown(path, h.user, h.user)
+
+
 def direct_daemons(hosts: list[nethosts.NetHost]) -> tuple[list[str], list[subprocess.Popen]]:
-    """In each namespace, the same netspecd the SSH runs used (the host user's venv and
-    copy of the key, run as that user), listening on the host's address instead of
+    """In each namespace, the same netspecd the SSH runs used (the host user's venv and the
+    key placed there, run as that user), listening on the host's address instead of
     127.0.0.1: reached over plain TCP as `address:` hosts."""
-    key_name = hashlib.sha256(load_or_create_key()).hexdigest()[:16]
     specs, procs = [], []
     for h in hosts:
         base = f"{h.home}/.local/share/netspec"
         proc = subprocess.Popen(["ip", "netns", "exec", h.netns, "runuser", "-u", h.user, "--",
                                  f"{base}/venv/bin/netspecd", "--listen", f"{h.address}:0", "--announce",
-                                 "--key", f"{base}/keys/{key_name}", "--root", f"{base}/work/direct"],
+                                 "--key", f"{h.home}/.config/netspec/key", "--root", f"{base}/work/direct"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         port = json.loads(proc.stdout.readline())["port"]  # type: ignore[union-attr]
         specs.append(f"  h{h.index}: {{address: '{h.address}:{port}'}}")
@@ -110,6 +121,7 @@ def main() -> None:
             t0 = time.perf_counter()
             wheels.local_wheels(wheels.build_id())
             wheels_s = time.perf_counter() - t0
+            place_keys(hosts)
             fresh_s, fresh_cpu = up_seconds(hosts)
             installed_s, installed_cpu = up_seconds(hosts)
             ssh = asyncio.run(step_times(step_text([f"  h{h.index}: {{ssh: {h.alias}}}" for h in hosts],

@@ -8,7 +8,8 @@ terminate (SIGTERM) mark it ended by the schedule first (its end is then "killed
 schedule", protocol/exits.py), and their effect is its process seen gone from /proc; restart
 kills it so, then starts it again (a process of its own, its output appended); pause
 (SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
-runs in processes of its own that carry the run's id (a reset ends them): `workers` busy
+runs in processes of its own that carry the run's id (a reset ends them, and the daemon's
+end, however it comes, by their death signal): `workers` busy
 loops (cpu), `size` bytes touched and held resident (memory), `size` bytes written and
 synced to a file in the run's directory, removed after (disk); what each did is measured
 from what the kernel says of it (its rusage, the file's blocks). A partition or heal is the
@@ -63,6 +64,12 @@ REAP_EVERY_S = 0.01  # how often a pressure's process is looked for ended
 COUNT_EVERY_S = 0.01  # how often a partition's drop counter is read (each read runs nft)
 MEMORY_SHARE = 0.5  # a memory pressure takes at most this share of MemAvailable
 DISK_SHARE = 0.5  # a disk pressure takes at most this share of the free space
+# Each pressure's first lines: its death signal, SIGKILL when the daemon's thread that spawned
+# it ends (PR_SET_PDEATHSIG, 1), which is the loop's, so the daemon's own end however it comes
+# (a SIGKILL, which no reset follows); and if the daemon was gone before the signal was set
+# (its pid, argv[1], no longer the parent), an exit at once.
+_DEATH_SIGNAL = ("import ctypes, os, signal, sys\nctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+                 "if os.getppid() != int(sys.argv.pop(1)): os._exit(1)\n")
 _CPU = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
 _MEMORY = ("import mmap, sys, time\nn, end = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
            "b = mmap.mmap(-1, n)\nfor i in range(0, n, mmap.PAGESIZE): b[i] = 1\n"
@@ -313,7 +320,9 @@ class Faults:
 
     def _spawn(self, argv: list[str]) -> int:
         env = {**os.environ, m.RUN_ENV: self.sup.run_id, m.HOST_ENV: self.sup.host}
-        pid = os.posix_spawn(sys.executable, [sys.executable, "-c", *argv], env)
+        code, *args = argv
+        command = [sys.executable, "-c", _DEATH_SIGNAL + code, str(os.getpid()), *args]
+        pid = os.posix_spawn(sys.executable, command, env)
         SPAWNED.add(pid)  # ours to reap, not the orphans' reaper's
         self.pids.add(pid)
         return pid

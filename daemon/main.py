@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from netspec.links import sweep
-from netspec.protocol.auth import load_or_create_key, netspec_home
+from netspec.protocol.auth import load_or_create_key, netspec_home, read_run_key, take_run_key
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
@@ -39,7 +40,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="address:port to listen on (port 0 picks a free one)")
     parser.add_argument("--root", type=Path, default=None,
                         help="where component work directories go")
-    parser.add_argument("--key", type=Path, default=None, help="shared key file")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--key", type=Path, default=None, help="shared key file")
+    keys.add_argument("--run-key", type=Path, default=None, metavar="FILE",
+                      help="a key for one run (a container's, or with - the first line of stdin: an "
+                           "SSH host's): read, then the file removed, and this process made undumpable, "
+                           "so that the programs it runs cannot read the key")
+    parser.add_argument("--only-run", metavar="RUN_ID", default=None,
+                        help="set up no run but this one (a daemon started for one run)")
     parser.add_argument("--announce", action="store_true",
                         help="print one JSON line with the port once listening")
     parser.add_argument("--parent-pid", type=int, default=None,
@@ -62,7 +70,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _serve(args: argparse.Namespace, key: bytes) -> None:
-    daemon = Daemon(key, args.root or netspec_home() / "daemon")
+    daemon = Daemon(key, args.root or netspec_home() / "daemon", only_run=args.only_run)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, daemon.stop)
@@ -130,6 +138,23 @@ def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -
     return True
 
 
+PR_SET_DUMPABLE = 4
+
+
+def undumpable() -> None:
+    """This process's memory, environment and descriptors closed to its own user's other
+    processes (/proc/PID/mem, environ, ptrace need CAP_SYS_PTRACE then, which a container's
+    root lacks by default): the key for the run is in its memory. A component's execve makes
+    it dumpable again, so this covers the daemon and what it forks, not the programs.
+
+    Raises:
+        NetspecError: the kernel refused.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise NetspecError(f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(ctypes.get_errno())}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.kill_run:
@@ -146,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     if not adopt_orphans():
         logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
     try:
-        key = load_or_create_key(args.key)
+        if args.run_key:
+            key = read_run_key(0) if str(args.run_key) == "-" else take_run_key(args.run_key)
+            undumpable()
+        else:
+            key = load_or_create_key(args.key)
         asyncio.run(_serve(args, key))
     except NetspecError as exc:
         print(f"netspecd: {exc}", file=sys.stderr)

@@ -13,7 +13,8 @@ children's summaries into its own: the controller then reads one summary per fir
 host and step, whatever the fleet's size. Any other ack still goes up as itself.
 
 A daemon reaches its children over connections of its own, authenticated with the key
-the controller's connection was; a child attaches that connection to the run (`join`) when
+the controller's connection was, or the child's own for the run where the controller gave
+one (a container's, controller/hosts/docker.py); a child attaches that connection to the run (`join`) when
 it shows the run's join token and names the host the child is in the run. The run's owner
 (the controller's session) holds the relay and closes its links when the run ends.
 """
@@ -236,7 +237,7 @@ async def _join(run: str, key: bytes, token: bytes, child: k.Child) -> Link:
     try:
         async with asyncio.timeout(JOIN_TIMEOUT_S):
             channel = await Channel.connect(address[0], address[1], peer=f"host {name}", kinds=FROM_CHILD)
-            await client_handshake(channel, key)
+            await client_handshake(channel, child.key or key)
             channel.send({"t": m.JOIN, "id": 1, "run": run, "host": name, "token": token})
             reply = await channel.recv()
     except (OSError, NetspecError, TimeoutError) as exc:

@@ -28,6 +28,7 @@ class DaemonControl(Protocol):
 
     root: Path
     key: bytes
+    only_run: str | None  # the one run a daemon started for it sets up (None: any)
     runs: dict[str, Any]  # run id -> the session that set it up
 
     def stop(self) -> None: ...
@@ -98,12 +99,17 @@ def check_setup(session: Session, request: k.Setup) -> bytes | None:
     """May this connection set up the run `request` names? Returns its join token.
 
     Raises:
-        NetspecError: the connection joined a run; another connection holds this run id;
-            or another's live run (not reset) holds the host and `share` is not true.
+        NetspecError: the connection joined a run; the daemon was started for another run
+            alone; another connection holds this run id; or another's live run (not reset)
+            holds the host and `share` is not true.
     """
     if session.joined:
         raise NetspecError("this connection relays a run as a parent in its tree: it sets up none")
     run, token, share = request.run, request.join_token, request.share
+    only = session.daemon.only_run
+    if only is not None and run != only:
+        raise NetspecError(f"this daemon was started for run {only!r} alone, with a key of that run's: "
+                           f"it sets up no other (asked for {run!r})")
     runs = session.daemon.runs
     holder = runs.get(run)
     if holder is not None and holder is not session:

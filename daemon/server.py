@@ -194,8 +194,9 @@ class Session:
 class Daemon:
     """netspecd: serves authenticated controllers until stopped."""
 
-    def __init__(self, key: bytes, root: Path):
+    def __init__(self, key: bytes, root: Path, only_run: str | None = None):
         self.key, self.root = key, root
+        self.only_run = only_run  # started for that run alone (its key is that run's): no other is set up
         self.sessions: dict[asyncio.Task[None], Channel] = {}  # authenticated
         self.handshakes: dict[asyncio.Task[None], Channel] = {}  # oldest first
         self.runs: dict[str, Session] = {}

@@ -55,6 +55,10 @@ def load_or_create_key(path: Path | None = None) -> bytes:
                 os.link(partial, path)
         finally:
             partial.unlink()
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
     if path.stat().st_mode & 0o077:
         raise ConfigError("key file is accessible by group or others; chmod 600 it", str(path))
     try:
@@ -64,6 +68,49 @@ def load_or_create_key(path: Path | None = None) -> bytes:
     if len(key) < 16:
         raise ConfigError("key is shorter than 16 bytes", str(path))
     return key
+
+
+def new_run_key() -> bytes:
+    """A key for one host of one run (a container netspec makes or attaches to): drawn
+    fresh, never the long-term key, so what the host holds is useless once the run is over."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def read_run_key(fd: int) -> bytes:
+    """Read a key for one run, a line of hex, from the descriptor `fd` (a daemon's stdin, the
+    SSH channel): a byte at a time, so nothing after the line is taken from whoever reads on.
+
+    Raises:
+        ConfigError: the stream ended first, or the line holds no hex key of 16 bytes or more.
+    """
+    line = b""
+    while not line.endswith(b"\n") and len(line) <= 2 * KEY_BYTES + 2:
+        byte = os.read(fd, 1)
+        if not byte:
+            raise ConfigError("stdin ended before the key for the run", "stdin")
+        line += byte
+    try:
+        key = bytes.fromhex(line.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError("the key for the run on stdin is not hex", "stdin") from exc
+    if len(key) < 16:
+        raise ConfigError("the key for the run on stdin is shorter than 16 bytes", "stdin")
+    return key
+
+
+def take_run_key(path: Path) -> bytes:
+    """Read a key for one run from `path` and remove the file, so that nothing started after
+    (the programs of the run) finds it there.
+
+    Raises:
+        ConfigError: the file is missing, readable by others or holds no hex key.
+    """
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        raise ConfigError("no key file for the run", str(path)) from None
+    finally:
+        path.unlink(missing_ok=True)  # read or refused, it is not left for anyone else
 
 
 def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:

@@ -219,11 +219,13 @@ class Shutdown(Request, tag=SHUTDOWN, kw_only=True):
 
 
 class Child(_Map, kw_only=True):
-    """A child in a fan-out tree: its host, where to reach it, and its subtree's hosts."""
+    """A child in a fan-out tree: its host, where to reach it, its subtree's hosts, and the
+    key its daemon holds for the run if it is not the parent's own (a container's)."""
 
     host: str
     address: tuple[str, Port]
     hosts: list[str]
+    key: bytes | None = None
 
 
 class Tree(Request, tag=TREE, kw_only=True):

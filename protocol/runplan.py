@@ -29,6 +29,7 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     engine: str | None = None
     tls: dict[str, str] | None = None
+    insecure_tcp: bool = False  # a tcp:// engine without TLS, asked for in so many words
     image: str | None = None
     cpus: float | None = None
     memory: str | int | None = None  # bytes, or with k, m or g (engines.memory_bytes)

@@ -21,6 +21,9 @@ run.json version history (readers accept every older version):
      limits, cgroup; null for other hosts) was added since.
      Later optional keys: faults (the schedule's faults as they went, with their audit),
      components' scheduled (ended by a fault of the schedule), plan.faults.
+     Later optional key: leftovers (what the run's start found that runs whose controller died
+     left in its Docker engines, collected and removed: controller/engine/leftovers.py; and
+     copies of the long-term key an older netspec stored on its SSH hosts, removed).
      Same keys, kept since: a later `collect` adds to a host's `salvaged` (its files are
      every collect's) and leaves `collected.at` when it gathers nothing more.
 """
@@ -310,6 +313,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
     clksync: ClockSync | None = None
     cut_short: list[CutShort] = []
     faults: list[FaultRecord] = []  # the schedule's faults as they went, in the order planned
+    # What its start found left, and did of it: dead runs' containers in its engines, copies of
+    # the long-term key an older netspec stored on its SSH hosts.
+    leftovers: list[str] = []
 
     @property
     def clock_reference(self) -> str | None:

@@ -85,15 +85,19 @@ class FanOut:
         # (participants.StepPlans keeps each for the run): steps alike reuse them, alternating or not.
         self._parts: dict[int, tuple[dict[str, Any], dict[str, tuple[Packed, Packed, int]]]] = {}
 
-    async def connect(self, addresses: dict[str, tuple[str, int]], deadline: float) -> FanOutTree | None:
+    async def connect(self, addresses: dict[str, tuple[str, int]], keys: dict[str, bytes],
+                      deadline: float) -> FanOutTree | None:
         """Have every host with children in the tree connect to them (each at the address
-        the controller reached it at); what run.json says of the tree (None: flat)."""
+        the controller reached it at, with the key it holds for the run if `keys` has one:
+        a container's, which a tree has only beside other containers, the loader's rule);
+        what run.json says of the tree (None: flat)."""
         tree = self.tree
         if tree is None:
             return None
         parents = [h for h in tree.hosts if tree.children(h)]
         await asyncio.gather(*(self.clients[p].request(m.TREE, deadline, during="connect", children=[
-            {"host": c, "address": list(addresses[c]), "hosts": tree.subtree(c)} for c in tree.children(p)])
+            {"host": c, "address": list(addresses[c]), "hosts": tree.subtree(c),
+             **({"key": keys[c]} if c in keys else {})} for c in tree.children(p)])
             for p in parents))
         return FanOutTree(tree.width, tree.depth(), len(parents), list(tree.first))
 

@@ -23,6 +23,7 @@ from ..record.results import ComponentResult
 from ..record.rundir import RunDir
 from ..record.saving import Saves
 from .guard import Failure
+from .leftovers import sweep_own
 from .reach import Fleet
 from .step import Steps
 from .stragglers import Stragglers
@@ -113,6 +114,9 @@ async def finish(error: Exception | None, phase: str, *, fleet: Fleet, forks: Da
         await client.close()
     stops = await stop_hosts(fleet.hosts, rundir.id, CLEANUP_DEADLINE_S, stragglers.progress)
     if fleet.engines is not None:  # the container hosts' pool, its calls under way waited for
+        for text in await sweep_own(fleet.hosts, fleet.engines, rundir.id):
+            stragglers.progress(Progress("notice", text=text))
+            stops.append(text)
         for text in await asyncio.to_thread(fleet.engines.close, CLOSE_S):
             stragglers.progress(Progress("notice", text=text))
             stops.append(text)

@@ -33,26 +33,27 @@ from .clocks import start_clocks, stretched
 from .failures import CONNECTING, Unreachable, connect_failed, not_reached
 from .fanout import FanOut, Tree
 from .guard import Failure, guard
+from .leftovers import sweep_dead_runs
 
 FAN_OUT = 32  # hosts reached at once
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
-              keep_daemons: bool = False, run_id: str = "", key: bytes = b"",
-              engines: Engines | None = None) -> Host:
+              keep_daemons: bool = False, run_id: str = "", engines: Engines | None = None) -> Host:
     """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
     the run, and keeps a container host's container; a container host's names carry
-    `run_id`, `key` is copied into it, and its engine is called through `engines`."""
+    `run_id`, it is given a key of its own for the run (never the long-term key), and its
+    engine is called through `engines`."""
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
 
         assert engines is not None  # the Fleet makes them for a plan with container hosts
-        return DockerHost(spec, run_id, key, engines, keep=keep_daemons)
+        return DockerHost(spec, run_id, engines, keep=keep_daemons)
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 
-        return SSHHost(spec, accept_new, detached=keep_daemons)
+        return SSHHost(spec, accept_new, detached=keep_daemons, run_id=run_id)
     return AddressHost(spec) if spec.address else LocalHost(spec, forks)
 
 
@@ -69,7 +70,7 @@ class Fleet:
         # at the run's end, after the hosts were stopped (finish.py).
         self.engines = Engines() if any(h.docker for h in plan.hosts) else None
         self.hosts: dict[str, Host] = {
-            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, key, self.engines)
+            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, self.engines)
             for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)
@@ -94,6 +95,11 @@ class Fleet:
         loop = asyncio.get_running_loop()
         plan = self.plan
         ensure_fd_limit(len(self.hosts))
+        if self.engines is not None:  # before the deadline: what dead runs left is collected first
+            rundir.record.leftovers = await sweep_dead_runs(self.hosts, self.engines, rundir.id,
+                                                            rundir.path.parent.parent)
+            for text in rundir.record.leftovers:
+                progress(Progress("notice", text=text))
         connect_s = plan.connect_deadline_s or connect_deadline_s(list(self.hosts.values()))
         rundir.record.connect_deadline_s = connect_s
         deadline = loop.time() + connect_s
@@ -104,7 +110,11 @@ class Fleet:
             async with gate:
                 try:
                     address = self.endpoints[name] = await self.hosts[name].start(rundir.host_dir(name))
-                    client = await DaemonClient.connect(name, address, self.key, on_event, deadline)
+                    for text in self.hosts[name].notes:
+                        rundir.record.leftovers.append(f"host {name}: {text}")
+                        progress(Progress("notice", text=f"host {name}: {text}"))
+                    key = self.hosts[name].run_key or self.key
+                    client = await DaemonClient.connect(name, address, key, on_event, deadline)
                 except (NetspecError, OSError) as exc:  # no connection opened: none was lost
                     raise Unreachable(name, exc) from exc
                 self.clients[name] = client
@@ -154,7 +164,8 @@ class Fleet:
             lambda: not_reached({n: ["its setup" if n in self.clients else "netspecd"]
                                 for n in names if n not in reached}, connect_s)))
         try:
-            tree = await self.fan_out.connect(self.endpoints, deadline)
+            keys = {name: host.run_key for name, host in self.hosts.items() if host.run_key}
+            tree = await self.fan_out.connect(self.endpoints, keys, deadline)
             clocks = await start_clocks(plan.clock, self.clients, self.addresses, self.facts, deadline)
         except DeadlineExceeded as exc:  # what the fleet's reaching left of the deadline ran out
             raise not_reached(exc.waiting, connect_s) from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -197,9 +198,37 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
             with src.checking():
                 src.error("a docker host is reached through its engine: give 'docker', not 'address' "
                           "or 'ssh'", ("hosts", name))
+        if spec and isinstance(spec.get("docker"), dict):
+            with src.checking():
+                _check_plain_tcp(src, name, spec["docker"])
     if "fan_out" in data:
         _check_docker_tree(src, given)
     return {name: _host(name, spec or {}) for name, spec in given.items()}
+
+
+def _check_plain_tcp(src: SourceFile, name: str, docker: dict[str, Any]) -> None:
+    """A tcp:// engine without TLS carries in clear all the controller tells it, the host's
+    key for the run with it, and lets anyone on the network drive the engine: refused unless
+    the file says `insecure_tcp: true`, and then warned of (the run's output, run.json's
+    plan). DOCKER_HOST counts where `engine:` is not given, with TLS if DOCKER_TLS_VERIFY is
+    set (the Docker SDK's from_env reads both)."""
+    given = docker.get("engine")
+    url = engine_url(given)
+    if not url.startswith("tcp://"):
+        return
+    tls = docker.get("tls") if given else os.environ.get("DOCKER_TLS_VERIFY") or None
+    where = ("hosts", name, "docker", "engine") if given else ("hosts", name, "docker")
+    said = f"engine {url}" + ("" if given else " (DOCKER_HOST)")
+    if tls:
+        return
+    if docker.get("insecure_tcp") is True:
+        src.warn(f"{said} is reached without TLS (insecure_tcp: true): what the controller sends it, "
+                 "the host's key for the run included, crosses the network in clear, and anyone on "
+                 "that network may drive the engine", where)
+        return
+    src.error(f"{said} would be reached without TLS: give tls: {{ca, cert, key}}"
+              + ("" if given else " (or DOCKER_TLS_VERIFY and DOCKER_CERT_PATH)")
+              + ", or insecure_tcp: true to send it everything in clear", where)
 
 
 def _check_docker_tree(src: SourceFile, given: dict[str, Any]) -> None:

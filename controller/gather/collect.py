@@ -75,7 +75,7 @@ def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SS
 
         if not engines:
             engines.append(Engines())
-        return functools.partial(DockerHost(spec, record.id, b"", engines[0]).run_files, record.id)
+        return functools.partial(DockerHost(spec, record.id, engines[0]).run_files, record.id)
     return functools.partial(_local_files, record, spec.name)
 
 

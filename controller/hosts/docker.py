@@ -4,15 +4,18 @@ Docker SDK for Python (the controller's dependency alone: the daemon never impor
 Created for the run (the default): one container per host, named `<prefix>-<run>-<host>`
 and labelled with the run and host, on the run's own network `<prefix>-<run>` (made by the
 first of its hosts, removed by the last), with the limits and capabilities asked; its main
-process is netspecd, so a container killed is a daemon lost. The shared key is copied in
-before it starts (put_archive). At the run's end the container goes, and the network with
-its last container (both kept with --keep-daemons). The controller holds the container's
-stdin, netspecd's lifeline: if the controller dies, the engine closes it, and the daemon
-ends its run and the container (whose files `ns_control collect` then copies out).
+process is netspecd, so a container killed is a daemon lost. A key of its own for the run
+(never the long-term key) is copied in before it starts (put_archive); netspecd removes the
+file as it reads it and hides its memory from the programs it runs. At the run's end the
+container goes, and the network with its last container (both kept with --keep-daemons).
+The controller holds the container's stdin, netspecd's lifeline: if the controller dies,
+the engine closes it, and the daemon ends its run and the container (whose files
+`ns_control collect` then copies out).
 
 Attached (`container:` a name, or `label:` key=value matching one container): netspecd is
-started in the container (exec) beside what runs there, the container joins the run's
-network, and both are undone at the run's end.
+started in the container (exec) beside what runs there, its stdin the exec's, held by the
+controller as its lifeline; the container joins the run's network, and both are undone at
+the run's end.
 
 Either way the daemon's run directories are under WORK in the container, which a salvage
 or `collect` copies out through the engine (get_archive), running or stopped. The engine is
@@ -33,6 +36,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -40,6 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from netspec.camp.cgroup import CONTAINER_ENV
+from netspec.protocol.auth import new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
 from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
@@ -51,10 +56,12 @@ from .engines import (
     CREATED_LABEL,
     ContainerRunFiles,
     Engines,
+    hang_up,
     memory_bytes,
 )
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
+from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_id
 
 DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
 PORT = 7420  # netspecd's in the container: each has its own network namespace
@@ -64,7 +71,6 @@ KEY_DIR = "/etc/netspec"
 START_S = 30.0
 POLL_S = 0.05
 POLL_MAX_S = 0.5  # netspecd's announce is looked for ever less often: N containers' polls are calls in flight
-RUN_LABEL, HOST_LABEL = "org.netspec.run", "org.netspec.host"
 
 
 class DockerHost(Host):
@@ -72,18 +78,20 @@ class DockerHost(Host):
 
     start_deadline_s = START_S + API_TIMEOUT_S
 
-    def __init__(self, spec: HostSpec, run_id: str, key: bytes, engines: Engines, keep: bool = False):
+    def __init__(self, spec: HostSpec, run_id: str, engines: Engines, keep: bool = False):
         super().__init__(spec)
         assert spec.docker is not None
         self.docker = spec.docker
-        self.run_id, self.key, self.keep = run_id, key, keep
+        self.run_id, self.keep = run_id, keep
+        # Its daemon's key, this host's for this run alone: the long-term key never goes to
+        # a container, which the program under test shares (docs/explanations/security.md).
+        self.run_key = new_run_key()
         self.engines = engines  # the fleet's, or collect's: every call to the engine goes through them
         self.container: Any = None
         self.created = False
-        self.exec_pid: int | None = None  # netspecd's in an attached container
         self.joined = False  # an attached container joined the run's network
         self.networked = False  # counted on the run's network (by `Engines.network`)
-        self.lifeline: Any = None  # a created container's stdin, attached (`_create`)
+        self.lifeline: Any = None  # netspecd's stdin, attached: a made container's (`_make`), an exec's
         self.log_dir: Path | None = None
         self.address = ""
         self.engine_info: dict[str, Any] = {}
@@ -184,15 +192,19 @@ class DockerHost(Host):
             stdin_open=not self.keep, detach=self.keep,  # not detached: StdinOnce, as `docker run -i` makes
             name=self.container_name, hostname=self.name, network=self.network_name, init=True,
             environment={DAEMON_ADDRESS_ENV: "hostname", CONTAINER_ENV: "1"},
-            labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1"},
+            labels={RUN_LABEL: self.run_id, HOST_LABEL: self.name, CREATED_LABEL: "1",
+                    CONTROLLER_LABEL: controller_id(os.getpid()), **({KEPT_LABEL: "1"} if self.keep else {})},
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
 
     def _netspecd(self, path: str) -> list[str]:
-        return [path, "--listen", f"0.0.0.0:{PORT}", "--key", self._key_path(), "--root", WORK]
+        """netspecd's command line: it takes the key for the run from its file and removes
+        it (`--run-key`), and sets up no other run."""
+        return [path, "--listen", f"0.0.0.0:{PORT}", "--run-key", self._key_path(), "--only-run", self.run_id,
+                "--root", WORK]
 
     def _key_path(self) -> str:
-        return f"{KEY_DIR}/{self.run_id}.key"
+        return f"{KEY_DIR}/{self.run_id}-{safe_name(self.name, 'host')}.key"
 
     def _put_key(self) -> None:
         data = io.BytesIO()
@@ -201,7 +213,7 @@ class DockerHost(Host):
                 info = tarfile.TarInfo(path.strip("/"))
                 info.type, info.mode = tarfile.DIRTYPE, 0o700
                 tar.addfile(info)
-            _add(tar, self._key_path().strip("/"), (self.key.hex() + "\n").encode(), 0o600)
+            _add(tar, self._key_path().strip("/"), (self.run_key.hex() + "\n").encode(), 0o600)
         self.container.put_archive("/", data.getvalue())
 
     async def _announced(self, log_dir: Path) -> int:
@@ -260,16 +272,23 @@ class DockerHost(Host):
         netspecd = (self.container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
         self.container.reload()
         address = self.container.attrs["NetworkSettings"]["Networks"][self.network_name]["IPAddress"]
-        self.container.exec_run([*self._netspecd(netspecd), "--state-file", state], detach=True,
-                                environment={DAEMON_ADDRESS_ENV: address, CONTAINER_ENV: "1"})
+        # Its stdin the lifeline, as a made container's is: the exec's, attached here (stdin
+        # alone: nothing reads its output), which the engine closes when this controller
+        # closes it or dies, and netspecd ends its run. One kept (--keep-daemons) has none.
+        api = self._client().api
+        command = [*self._netspecd(netspecd), "--state-file", state, *([] if self.keep else ["--lifeline"])]
+        started = api.exec_create(self.container.id, command, stdin=not self.keep, stdout=False, stderr=False,
+                                  environment={DAEMON_ADDRESS_ENV: address, CONTAINER_ENV: "1"})
+        if self.keep:
+            api.exec_start(started["Id"], detach=True)
+        else:
+            self.lifeline = api.exec_start(started["Id"], socket=True)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
             code, out = self.container.exec_run(["cat", state])
             if code == 0:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
-                    found = json.loads(out)
-                    self.exec_pid = int(found["pid"])
-                    return int(found["port"])
+                    return int(json.loads(out)["port"])
             time.sleep(POLL_S)
         raise ConnectionLost(self.name, detail=f"netspecd did not start in container {self.container.name} "
                              f"within {START_S:g} s")
@@ -331,6 +350,10 @@ class DockerHost(Host):
                                "(removed already?)") from None
         if container.status == "running":
             container.exec_run([_netspecd(container), "--kill-run", run_id, "--host", self.name])
+            if (container.labels or {}).get(CREATED_LABEL) != "1":
+                # An attached container's netspecd removed its key as it read it; one whose
+                # controller died before it did not.
+                container.exec_run(["rm", "-f", "--", self._key_path()])
         return ContainerRunFiles(container, f"{WORK}/{safe_name(run_id, 'run id')}", self.engine_label,
                                  owned=(container.labels or {}).get(CREATED_LABEL) == "1" and not self.keep)
 
@@ -357,8 +380,7 @@ class DockerHost(Host):
             # to its end first, so that what it made is removed here, not left behind.
             concurrent.futures.wait([self.making], timeout=API_TIMEOUT_S)
         if self.lifeline is not None:
-            with contextlib.suppress(OSError):
-                self.lifeline.close()
+            hang_up(self.lifeline)
             self.lifeline = None
         try:
             if self.container is None:  # none made (its creation failed)
@@ -369,8 +391,8 @@ class DockerHost(Host):
                     (self.log_dir / "netspecd.log").write_bytes(said_there)
                 self.container.remove(force=True)  # a kill, then the removal
             else:
-                if self.exec_pid is not None:
-                    self.container.exec_run(["kill", "-TERM", str(self.exec_pid)])
+                # netspecd removed its key as it read it; one that never started did not.
+                self.container.exec_run(["rm", "-f", "--", self._key_path()])
                 if self.joined:
                     self._client().networks.get(self.network_name).disconnect(self.container)
         except docker.errors.NotFound:

@@ -1,12 +1,15 @@
 """A Docker engine as netspec's container hosts use it (controller/hosts/docker.py): a
-client of it, the run's network removed once empty, and a run's directory in a container
-copied out through it (`ContainerRunFiles`, what a salvage and `collect` read)."""
+client of it, the run's network removed once empty, a lifeline held through it hung up
+(`hang_up`), and a run's directory in a container copied out through it
+(`ContainerRunFiles`, what a salvage and `collect` read)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import re
+import socket
 import tarfile
 import tempfile
 import threading
@@ -87,6 +90,16 @@ def remove_network(client: Any, name: str) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code not in (403, 409):  # another container joined it since: its host removes it
             raise
+
+
+def hang_up(lifeline: Any) -> None:
+    """End a lifeline: a shutdown of the socket under it, which reaches the engine at once (a
+    close alone may not, while the SDK's response holds the same socket)."""
+    raw = getattr(lifeline, "_sock", lifeline)
+    with contextlib.suppress(OSError):
+        raw.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        lifeline.close()
 
 
 T = TypeVar("T")

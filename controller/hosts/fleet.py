@@ -201,10 +201,15 @@ class Host(abc.ABC):
     """A logical host of the experiment and the way to reach its daemon."""
 
     start_deadline_s = 30.0  # what `start` may take, installing included
+    # The key its daemon holds for this run alone (a host netspec starts for one run: a
+    # container); None: the long-term key, which never leaves this machine but for a daemon
+    # the user keeps (ssh, address), and then as the user placed it.
+    run_key: bytes | None = None
 
     def __init__(self, spec: HostSpec):
         self.spec = spec
         self.name = spec.name
+        self.notes: list[str] = []  # what its start found left and removed, for the run to say
 
     @abc.abstractmethod
     async def start(self, log_dir: Path) -> tuple[str, int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import paramiko
-from netspec.protocol.auth import load_or_create_key
+from netspec.protocol.auth import default_key_file, new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
 from netspec.protocol.names import safe_name
 
@@ -34,6 +34,11 @@ from .runfiles import RunFiles, SFTPRunFiles
 from .ssh import SSHConnection, Tunnel
 from .wheels import build_id, local_wheels
 
+# A daemon the user keeps on a host holds a key the user placed there: this controller's, the
+# file netspecd reads by default (docs/explanations/security.md, rotating it).
+KEY_HELP = ("no key for a daemon kept there: place this controller's key as netspecd's there, e.g. "
+            "`ssh {target} 'mkdir -p -m 700 ~/.config/netspec && umask 077 && cat > ~/.config/netspec/key' "
+            "< {key}` (docs/explanations/security.md)")
 INSTALL_S = 300.0
 DAEMON_START_S = 20.0
 STOP_S = 15.0
@@ -74,27 +79,26 @@ with open(os.path.join(base, "install.lock"), "w") as lock:
 
 # One round trip before anything else (python3 only: netspec may not be there yet): where
 # netspec lives in this home, the Python's version, the build installed, this host's
-# detached daemon if alive; and, given a key on stdin, the key stored 0600.
+# detached daemon if alive, and the key file a daemon kept there reads (netspecd's default:
+# the user places it, KEY_HELP) if it is there. Copies of the controller's long-term key an
+# older netspec stored in keys/ are removed, and counted.
 BOOTSTRAP_SCRIPT = """
-import hashlib, json, os, sys
+import json, os, shutil, sys
 base = os.path.join(os.path.expanduser("~"), ".local", "share", "netspec")
-out = {"base": base, "python": list(sys.version_info[:2]), "build": "", "key_file": "", "daemon": {}}
+out = {"base": base, "python": list(sys.version_info[:2]), "build": "", "key_file": "", "daemon": {},
+       "removed_keys": 0}
 try:
     out["build"] = open(os.path.join(base, "venv", "netspec.build")).read()
 except OSError:
     pass
-key = sys.stdin.read().strip()
-if key:
-    keys = os.path.join(base, "keys")
-    os.makedirs(keys, mode=0o700, exist_ok=True)
-    path = os.path.join(keys, hashlib.sha256(bytes.fromhex(key)).hexdigest()[:16])
-    # Written aside and renamed: hosts sharing this home may be reading it right now.
-    partial = "%s.%d" % (path, os.getpid())
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, (key + "\\n").encode())
-    os.close(fd)
-    os.replace(partial, path)
-    out["key_file"] = path
+home = os.environ.get("NETSPEC_HOME") or os.path.join(os.path.expanduser("~"), ".config", "netspec")
+key = os.environ.get("NETSPEC_KEY_FILE") or os.path.join(home, "key")
+if os.path.isfile(key):
+    out["key_file"] = key
+keys = os.path.join(base, "keys")
+if os.path.isdir(keys):
+    out["removed_keys"] = len(os.listdir(keys))
+    shutil.rmtree(keys, ignore_errors=True)
 try:
     state = json.load(open(os.path.join(base, "daemons", sys.argv[1] + ".json")))
     os.kill(state["pid"], 0)
@@ -110,11 +114,15 @@ class SSHHost(Host):
 
     start_deadline_s = INSTALL_S + DAEMON_START_S
 
-    def __init__(self, spec: HostSpec, accept_new: bool = False, detached: bool = False):
+    def __init__(self, spec: HostSpec, accept_new: bool = False, detached: bool = False, run_id: str = ""):
         super().__init__(spec)
         assert spec.ssh is not None
         self.conn = SSHConnection(spec.name, resolve(spec.ssh), accept_new or spec.accept_new_host_key)
         self.detached = detached
+        # A daemon for this run alone gets a key of this run's on its stdin, never stored
+        # there; one kept (`up`, --keep-daemons) holds the key the user placed (KEY_HELP).
+        self.run_key = None if detached else new_run_key()
+        self.run_id = run_id  # the one run a daemon started for it sets up
         self.daemon: paramiko.Channel | None = None
         self.stderr_copy: threading.Thread | None = None  # the attached daemon's, ended by `stop`
         self.tunnel: Tunnel | None = None
@@ -132,16 +140,21 @@ class SSHHost(Host):
         port = found["daemon"].get("port")
         if port is None:
             self.started_here = not self.detached
-            port = (self._start_detached(found["key_file"]) if self.detached
-                    else self._start_attached(found["key_file"], log_dir))
+            port = (self._start_detached(self._placed_key(found)) if self.detached
+                    else self._start_attached(log_dir))
+        elif not self.detached:  # the daemon kept there holds the key the user placed, not this run's
+            self.run_key = None
         self.tunnel = Tunnel(self.conn, ("127.0.0.1", port))
         return "127.0.0.1", self.tunnel.open()
 
     def prepare(self) -> dict[str, Any]:
-        """Connect, store the key, and install this build of netspec if it is not there;
-        returns what the bootstrap found (key_file, daemon)."""
+        """Connect and install this build of netspec if it is not there; returns what the
+        bootstrap found (key_file, daemon)."""
         self.conn.open()
-        found = self._bootstrap(load_or_create_key().hex())
+        found = self._bootstrap()
+        if found["removed_keys"]:
+            self.notes.append(f"removed {found['removed_keys']} copies of the controller's long-term key "
+                             f"that an older netspec left in {found['base']}/keys")
         if found["python"] < [3, 11]:
             raise ConnectionLost(self.name, detail=f"{self.spec.python} there is Python "
                                  f"{'.'.join(map(str, found['python']))}; netspec needs 3.11 or newer")
@@ -150,9 +163,19 @@ class SSHHost(Host):
             self._install(build)
         return found
 
-    def _bootstrap(self, key_hex: str = "") -> dict[str, Any]:
-        status, out, err = self.conn.run([self.spec.python, "-c", BOOTSTRAP_SCRIPT, self.daemon_id],
-                                         stdin=key_hex.encode())
+    def _placed_key(self, found: dict[str, Any]) -> str:
+        """The key file a daemon kept on the host reads: the one the user placed there.
+
+        Raises:
+            ConnectionLost: there is none, saying how to place it.
+        """
+        if not found["key_file"]:
+            raise ConnectionLost(self.name, detail=KEY_HELP.format(target=self.conn.target.hostname,
+                                                                   key=default_key_file()))
+        return found["key_file"]
+
+    def _bootstrap(self) -> dict[str, Any]:
+        status, out, err = self.conn.run([self.spec.python, "-c", BOOTSTRAP_SCRIPT, self.daemon_id])
         if status:
             raise ConnectionLost(self.name, detail=f"cannot run {self.spec.python} there: "
                                  f"{err.strip()[-500:]}")
@@ -166,7 +189,7 @@ class SSHHost(Host):
         port = found["daemon"].get("port")
         if port is not None:
             return f"netspecd already running (port {port} on its 127.0.0.1)"
-        return f"netspecd started (port {self._start_detached(found['key_file'])} on its 127.0.0.1)"
+        return f"netspecd started (port {self._start_detached(self._placed_key(found))} on its 127.0.0.1)"
 
     def down(self) -> str:
         """Stop the detached daemon (`ns_control down`); says what it did."""
@@ -220,12 +243,18 @@ class SSHHost(Host):
         t = self.conn.target
         return f"{t.user or 'user'}@{t.hostname}-{t.port}"
 
-    def _netspecd(self, key_file: str) -> list[str]:
-        return [f"{self.venv}/bin/netspecd", "--listen", "127.0.0.1:0", "--key", key_file,
+    def _netspecd(self, key: list[str]) -> list[str]:
+        return [f"{self.venv}/bin/netspecd", "--listen", "127.0.0.1:0", *key,
                 "--root", f"{self.base}/work/{self.daemon_id}"]
 
-    def _start_attached(self, key_file: str, log_dir: Path) -> int:
-        chan = self.daemon = self.conn.start([*self._netspecd(key_file), "--announce", "--lifeline"])
+    def _start_attached(self, log_dir: Path) -> int:
+        """netspecd started for this run, its key the first line of its stdin (the channel,
+        encrypted by SSH; never on the host's disk), the rest of its stdin its lifeline."""
+        assert self.run_key is not None
+        only = ["--only-run", self.run_id] if self.run_id else []
+        command = [*self._netspecd(["--run-key", "-", *only]), "--announce", "--lifeline"]
+        chan = self.daemon = self.conn.start(command)
+        chan.sendall((self.run_key.hex() + "\n").encode())
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_copy = threading.Thread(target=_copy_stderr, args=(chan, log_dir / "netspecd.log"),
                                             name=f"netspecd-stderr-{self.name}", daemon=True)
@@ -243,7 +272,7 @@ class SSHHost(Host):
     def _start_detached(self, key_file: str) -> int:
         daemons = f"{self.base}/daemons"
         state, log = f"{daemons}/{self.daemon_id}.json", f"{daemons}/{self.daemon_id}.log"
-        command = shlex.join([*self._netspecd(key_file), "--state-file", state])
+        command = shlex.join([*self._netspecd(["--key", key_file]), "--state-file", state])
         # Started and waited for in one command, on the host. Asking from here each time cost
         # a round trip and a Python start on the host, which 64 hosts sharing a machine's
         # cores felt.

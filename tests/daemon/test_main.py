@@ -1,10 +1,16 @@
-"""netspecd's command line: the lifeline, the state file, --kill-run."""
+"""netspecd's command line: the lifeline, the state file, --kill-run, a key for one run."""
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+from netspec.controller.hosts.fleet import DaemonClient
+from netspec.protocol import messages as m
+from netspec.protocol.auth import new_run_key
+from netspec.protocol.errors import AuthError, RemoteError
 from support import session_run_id, wait_for
 
 NETSPECD = [sys.executable, "-m", "netspec.daemon.main", "--listen", "127.0.0.1:0"]
@@ -95,3 +101,55 @@ def test_the_fork_server_speaks_only_of_the_daemons_it_forked(key, tmp_path):
         server.stdin.close()
         server.wait(timeout=10)
     assert ended["exited"] == pid, [*said, ended]
+
+
+def test_a_daemon_given_a_run_key_removes_its_file_takes_that_key_alone_and_sets_up_that_run_alone(
+        key, tmp_path):
+    run, other = session_run_id("r-key"), session_run_id("r-other")
+    run_key, path = new_run_key(), tmp_path / "run.key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (run_key.hex() + "\n").encode())
+    os.close(fd)
+    proc = subprocess.Popen([*NETSPECD, "--announce", "--run-key", str(path), "--only-run", run,
+                             "--root", str(tmp_path / "root")], stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(proc.stdout.readline())["port"]
+        assert not path.exists()  # read, then gone: nothing the run starts later finds it
+
+        async def scenario():
+            with pytest.raises(AuthError):  # the long-term key opens nothing here
+                await DaemonClient.connect("t", ("127.0.0.1", port), key, lambda h, e: None)
+            client = await DaemonClient.connect("t", ("127.0.0.1", port), run_key, lambda h, e: None)
+            serving = asyncio.create_task(client.serve())
+            deadline = asyncio.get_running_loop().time() + 20
+            with pytest.raises(RemoteError) as refused:
+                await client.request(m.SETUP, deadline, run=other, host="a", components=[])
+            await client.request(m.SETUP, deadline, run=run, host="a", components=[])
+            await client.request(m.RESET, deadline, clean=True)
+            await client.close()
+            await serving
+            return str(refused.value)
+
+        said = asyncio.run(scenario())
+        assert f"this daemon was started for run {run!r} alone, with a key of that run's: it sets up no " \
+               f"other (asked for {other!r})" in said
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+
+
+def test_a_daemon_takes_its_run_key_from_the_first_line_of_stdin_and_the_rest_is_its_lifeline(tmp_path):
+    run_key = new_run_key()
+    proc = subprocess.Popen([*NETSPECD, "--announce", "--run-key", "-", "--lifeline", "--root",
+                             str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.stdin.write(run_key.hex() + "\n")
+    proc.stdin.flush()
+    port = json.loads(proc.stdout.readline())["port"]
+
+    async def connect() -> None:
+        client = await DaemonClient.connect("t", ("127.0.0.1", port), run_key, lambda h, e: None)
+        await client.close()
+
+    asyncio.run(connect())
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0

@@ -9,6 +9,8 @@ import os
 import subprocess
 import tarfile
 import textwrap
+import zlib
+from pathlib import Path
 
 import pytest
 from netspec.analysis.provenance import shared_kernels
@@ -42,6 +44,13 @@ def remove_named(client, prefix: str) -> None:
         network.remove()
 
 
+def attach_to(client, image: str, prefix: str):
+    """A container of the session's that runs already, for a host to attach to by the label
+    org.netspec.test=`prefix`."""
+    return client.containers.run(image, ["sleep", "infinity"], name=f"{prefix}-attached",
+                                 labels={"org.netspec.test": prefix}, detach=True, init=True)
+
+
 def ticks_in(container, run_id: str, tmp_path) -> int:
     """The ticks component two's stream holds on the container's disk now."""
     try:
@@ -62,8 +71,7 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         docker_image, experiment, tmp_path):
     client = docker.from_env()
     prefix = f"{session_dir().name}-d"
-    attached = client.containers.run(docker_image, ["sleep", "infinity"], name=f"{prefix}-attached",
-                                     labels={"org.netspec.test": prefix}, detach=True, init=True)
+    attached = attach_to(client, docker_image, prefix)
     proc = None
     try:
         path = experiment(textwrap.dedent(TEXT.format(image=docker_image, prefix=prefix)))
@@ -265,3 +273,172 @@ def test_a_group_of_containers_comes_up_at_once_and_its_end_leaves_no_container_
     finally:
         remove_named(client, prefix)
         client.close()
+
+
+KEYHUNT = Path(__file__).parents[1] / "programs" / "keyhunt.py"
+
+
+def daemons_in(container) -> list[str]:
+    """The netspecd processes running in `container` (their command lines)."""
+    code, out = container.exec_run(["python3", "-c", (
+        "import os\n"
+        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try: a = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
+        "    except OSError: continue\n"
+        "    if any(x.endswith(b'netspecd') for x in a[:2]): print(b' '.join(a).decode())\n")])
+    assert code == 0, out
+    return out.decode().splitlines()
+
+
+@pytest.fixture
+def engine(request):
+    """This machine's engine and a name of the session's for what a test makes in it, all of
+    which is removed after."""
+    client = docker.from_env()
+    prefix = f"{session_dir().name}-{zlib.crc32(request.node.name.encode()):08x}"
+    yield client, prefix
+    remove_named(client, prefix)
+    client.close()
+
+
+def held_in_work(experiment, tmp_path, docker: str):
+    """A run of one component on host c (`docker: {DOCKER}`) started, and held in phase
+    work: the controller's process and the run's record."""
+    path = experiment(textwrap.dedent(f"""\
+        experiment: orphaned
+        hosts: {{c: {{docker: {{{docker}}}}}}}
+        components:
+          one: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    return start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge", timeout=120)
+
+
+def test_a_container_hosts_daemon_holds_a_key_of_its_run_alone_which_its_programs_cannot_read(
+        docker_image, engine, experiment, key, tmp_path):
+    client, prefix = engine
+    attached = attach_to(client, docker_image, prefix)
+    path = experiment(textwrap.dedent(f"""\
+        experiment: keys
+        hosts:
+          a: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}
+          c: {{docker: {{label: "org.netspec.test={prefix}", prefix: {prefix}}}}}
+        components:
+          one: {{host: a, program: {KEYHUNT}, args: [hunt]}}
+          two: {{host: c, program: {KEYHUNT}, args: [hunt]}}
+        schedule: [launch, hunt, collect]
+        """))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "runs" / "latest"
+    for host, component in (("a", "one"), ("c", "two")):
+        found = json.loads((run / "hosts" / host / component / "stdout").read_text().splitlines()[-1])
+        # No key file is left for the program to find, and the daemon's memory, environment
+        # and maps are closed to it; its own memory it reads the same way.
+        assert found["files"] == {}, (host, found)
+        assert found["daemons"], (host, found)
+        for said in found["daemons"].values():
+            assert all(v.startswith("refused: ") for v in said.values()), (host, found)
+        assert found["self"] == {"maps": "read", "environ": "read", "mem": "read"}
+    # The attached container, after the run: no key of any kind left in it, the long-term
+    # key never in it, and no netspecd.
+    look = f"ls -A /etc/netspec; grep -rl {key.hex()} /etc /tmp /var/lib 2>/dev/null; true"
+    code, out = attached.exec_run(["sh", "-c", look])
+    assert (code, out.decode()) == (0, ""), out
+    assert daemons_in(attached) == []
+
+
+def test_the_netspecd_of_an_attached_container_ends_when_its_controller_is_killed(
+        docker_image, engine, experiment, tmp_path):
+    client, prefix = engine
+    attached = attach_to(client, docker_image, prefix)
+    proc, _ = held_in_work(experiment, tmp_path, f'label: "org.netspec.test={prefix}", prefix: {prefix}')
+    try:
+        assert len(daemons_in(attached)) == 1
+        proc.kill()  # no clean-up of its own: the exec's stdin, netspecd's lifeline, ends with it
+        proc.communicate(timeout=30)
+        wait_for(lambda: daemons_in(attached) == [], timeout=30,
+                 what="the attached container's netspecd to end with its controller")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_fan_out_tree_of_containers_relays_to_each_child_with_that_childs_own_key(
+        docker_image, engine, experiment, tmp_path):
+    _, prefix = engine
+    path = experiment(textwrap.dedent(f"""\
+        experiment: tree
+        fan_out: 2
+        hosts: {{box: {{count: 4, docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components: {{one: {{group: box, program: ACTOR, args: [work], params: {{ticks: 1}}}}}}
+        schedule: [launch, work, collect]
+        """))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["fan_out"]["relays"] == 1, record["fan_out"]  # one host relays to two others
+    assert [s["status"] for s in record["steps"]] == ["ok"] * 3, record["steps"]
+
+
+def test_the_next_run_on_an_engine_collects_and_removes_what_a_killed_controllers_run_left_there(
+        docker_image, engine, experiment, tmp_path):
+    client, prefix = engine
+    proc, dead = held_in_work(experiment, tmp_path, f'image: "{docker_image}", prefix: {prefix}')
+    container = client.containers.get(f"{prefix}-{dead['id']}-c")
+    proc.kill()
+    proc.communicate(timeout=30)
+
+    def exited():
+        container.reload()
+        return container.status == "exited"
+    wait_for(exited, timeout=30, what="the orphaned container to end")
+    nothing = experiment(textwrap.dedent(f"""\
+        experiment: next
+        hosts: {{b: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components: {{two: {{host: b, command: ["true"]}}}}
+        schedule: [launch, collect]
+        """), "next.yaml")
+    done = ns_control("run", "--no-merge", str(nothing), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = (f"run {dead['id']}, whose controller is gone, left {container.name} in the local engine: "
+            f"collected into runs/orphaned/{dead['id']} (")
+    assert said in done.stdout, done.stdout
+    assert any(said in text for text in latest_record(tmp_path / "runs")["leftovers"])
+    # Gathered as `collect` gathers, and nothing of the dead run is left in the engine.
+    salvaged = json.loads((tmp_path / "runs" / "orphaned" / dead["id"] / "run.json").read_text())
+    salvaged = salvaged["hosts"]["c"]["salvaged"]
+    assert "hosts/c/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+    assert client.containers.list(all=True, filters={"label": f"org.netspec.run={dead['id']}"}) == []
+    assert client.networks.list(names=[f"{prefix}-{dead['id']}"]) == []
+
+
+def test_what_a_run_made_in_its_engine_and_its_hosts_left_is_removed_by_label_at_its_end(
+        docker_image, engine, experiment, tmp_path):
+    client, prefix = engine
+    waiter = Path(__file__).parents[1] / "programs" / "waiter.py"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: stray
+        hosts: {{c: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}}}
+        components: {{one: {{host: c, program: {waiter}, args: [work], params: {{dir: /tmp}}}}}}
+        schedule: [launch, {{phase: work, deadline: 5m}}, collect]
+        """))
+    in_work = lambda r: (r.get("steps") or [{}])[-1].get("phase") == "work"  # noqa: E731
+    proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", "--no-merge",
+                             timeout=120)
+    try:
+        # A container of the run's that no host of it stops (one whose host's stop failed).
+        stray = client.containers.create(docker_image, ["sleep", "600"], name=f"{prefix}-stray",
+                                         labels={"org.netspec.run": record["id"], "org.netspec.created": "1"})
+        ours = client.containers.get(f"{prefix}-{record['id']}-c")
+        assert ours.exec_run(["touch", "/tmp/work.go"]).exit_code == 0
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = (f"the local engine: container {stray.name} of the run left after its hosts stopped: removed")
+    assert said in stdout, stdout + stderr
+    assert proc.returncode == 3  # partial: something of the run did not stop as it should, said
+    assert said in latest_record(tmp_path / "runs")["error"]["causes"]
+    assert client.containers.list(all=True, filters={"label": f"org.netspec.run={record['id']}"}) == []

@@ -193,24 +193,63 @@ def test_a_daemon_killed_on_an_ssh_host_is_salvaged_over_sftp(ssh_env, experimen
     assert "host a: 0 files" in again.stdout and "host b: 0 files" in again.stdout
 
 
-def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, tmp_path):
+def test_up_and_keep_daemons_leave_daemons_that_runs_reuse_and_down_stops_them(ssh_env, experiment, key,
+                                                                              tmp_path):
     path = experiment(ACROSS)
-    up = ns_control("up", str(path), cwd=tmp_path, timeout=120)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert up.stdout.splitlines()[0].startswith("a: netspecd started (port ")
-    daemons = netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}
-    assert len(daemons) == 1
-    assert ns_control("up", str(path), cwd=tmp_path).stdout.startswith("a: netspecd already running")
-    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()} == daemons  # the same daemon served it
-    down = ns_control("down", str(path), cwd=tmp_path)
-    assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
-    wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
-    kept = ns_control("run", "--no-merge", "--keep-daemons", str(path), cwd=tmp_path)
-    assert kept.returncode == 0, kept.stderr
-    assert len(netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}) == 1  # still there
-    assert ns_control("down", str(path), cwd=tmp_path).stdout.startswith("a: netspecd stopped")
+    # A daemon kept on a host holds a key the user placed there: without one, `up` says how.
+    refused = ns_control("up", str(path), cwd=tmp_path, timeout=120)
+    assert refused.returncode == 1
+    said = "no key for a daemon kept there: place this controller's key as netspecd's there, e.g. `ssh "
+    assert "a: FAILED: could not reach host a (connecting): " in refused.stdout, refused.stdout
+    assert said in refused.stdout, refused.stdout
+    placed = place_key(ssh_env[0].home, key)  # the hosts share this home
+    try:
+        up = ns_control("up", str(path), cwd=tmp_path, timeout=120)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert up.stdout.splitlines()[0].startswith("a: netspecd started (port ")
+        daemons = netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}
+        assert len(daemons) == 1
+        assert ns_control("up", str(path), cwd=tmp_path).stdout.startswith("a: netspecd already running")
+        done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()} == daemons  # the same daemon served it
+        down = ns_control("down", str(path), cwd=tmp_path)
+        assert down.stdout.splitlines() == ["a: netspecd stopped", "b: netspecd stopped"]
+        wait_for(lambda: netns_pids(ssh_env[0]) == {ssh_env[0].sshd_pid()}, what="the daemon to end")
+        kept = ns_control("run", "--no-merge", "--keep-daemons", str(path), cwd=tmp_path)
+        assert kept.returncode == 0, kept.stderr
+        assert len(netns_pids(ssh_env[0]) - {ssh_env[0].sshd_pid()}) == 1  # still there
+        assert ns_control("down", str(path), cwd=tmp_path).stdout.startswith("a: netspecd stopped")
+    finally:
+        placed.unlink()
+
+
+def place_key(home: Path, key: bytes) -> Path:
+    """The controller's key placed as netspecd's in `home` (~/.config/netspec/key, 0600), as
+    the user of a kept daemon places it."""
+    placed = home / ".config" / "netspec" / "key"
+    placed.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(placed, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (key.hex() + "\n").encode())
+    os.close(fd)
+    return placed
+
+
+def test_an_ssh_host_of_one_run_is_given_a_key_of_that_run_alone_and_keeps_no_key(ssh_env, experiment, key,
+                                                                                   tmp_path):
+    old = ssh_env[0].home / ".local" / "share" / "netspec" / "keys"
+    old.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (old / "0123456789abcdef").write_text("00" * 32 + "\n")  # a copy an older netspec stored
+    done = ns_control("run", "--no-merge", str(experiment(ACROSS)), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The copy is gone, said; nothing in the hosts' home holds the long-term key, nor the run's.
+    said = f"removed 1 copies of the controller's long-term key that an older netspec left in " \
+           f"{ssh_env[0].home}/.local/share/netspec/keys"
+    assert said in done.stdout, done.stdout
+    assert any(said in text for text in latest_record(tmp_path / "runs")["leftovers"])
+    assert not old.exists()
+    found = subprocess.run(["grep", "-rl", key.hex(), str(ssh_env[0].home)], capture_output=True, text=True)
+    assert found.stdout == "", found.stdout
 
 
 def test_a_program_the_host_cannot_see_is_copied_there(ssh_env, experiment, tmp_path):

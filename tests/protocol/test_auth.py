@@ -5,7 +5,16 @@ import threading
 
 import msgpack
 import pytest
-from netspec.protocol.auth import _mac, _seals, client_handshake, load_or_create_key, server_handshake
+from netspec.protocol.auth import (
+    _mac,
+    _seals,
+    client_handshake,
+    load_or_create_key,
+    new_run_key,
+    read_run_key,
+    server_handshake,
+    take_run_key,
+)
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import AuthError, ConfigError, ProtocolError
 from netspec.protocol.messages import PROTOCOL_VERSION
@@ -148,3 +157,35 @@ def test_hosts_reached_at_once_on_first_use_all_take_one_whole_key(tmp_path):
             t.join(timeout=10)
         assert errors == [] and len(keys) == 8 and len(set(keys)) == 1, (trial, errors)
         assert [p.name for p in path.parent.iterdir()] == ["key"]  # nothing left aside
+
+
+def test_a_run_key_is_fresh_and_its_file_is_gone_once_read_whether_taken_or_refused(tmp_path):
+    assert new_run_key() != new_run_key() and len(new_run_key()) == 32
+    key, path = new_run_key(), tmp_path / "run.key"
+    path.write_text(key.hex() + "\n")
+    path.chmod(0o600)
+    assert take_run_key(path) == key and not path.exists()
+    path.write_text("ab" * 8 + "\n")
+    path.chmod(0o644)  # readable by others: refused, and not left for them
+    with pytest.raises(ConfigError, match="chmod 600"):
+        take_run_key(path)
+    assert not path.exists()
+    with pytest.raises(ConfigError, match="no key file for the run"):
+        take_run_key(path)
+
+
+def test_a_run_key_on_a_stream_is_its_first_line_and_what_follows_is_left_unread():
+    key = new_run_key()
+    r, w = os.pipe()
+    os.write(w, (key.hex() + "\n").encode() + b"lifeline")
+    os.close(w)
+    assert read_run_key(r) == key
+    assert os.read(r, 100) == b"lifeline"
+    os.close(r)
+    for said, text in (("ended before", b"abcd"), ("not hex", b"zz\n"), ("shorter than 16", b"abcd\n")):
+        r, w = os.pipe()
+        os.write(w, text)
+        os.close(w)
+        with pytest.raises(ConfigError, match=said):
+            read_run_key(r)
+        os.close(r)

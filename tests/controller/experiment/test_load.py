@@ -270,3 +270,44 @@ def test_a_name_with_a_trailing_newline_is_refused(experiment):
     assert "exp.yaml:1: experiment: 'nl\\n' is not a valid" in str(err.value)
     with pytest.raises(ConfigError, match="hosts"):
         load(experiment(GOOD.replace("  a: {}", '  "a\\n": {}')))
+
+
+PLAIN_TCP = """\
+    experiment: plain
+    hosts:
+      a: {docker: {engine: "tcp://192.0.2.7:2375"EXTRA}}
+    components:
+      c: {host: a, command: [sleep, "1"]}
+    schedule: [launch, collect]
+    """
+
+
+def test_a_tcp_engine_without_tls_is_refused_unless_the_file_says_insecure_tcp_and_then_warned_of(
+        experiment, tmp_path, monkeypatch):
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load(experiment(PLAIN_TCP.replace("EXTRA", "")))
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:3: hosts.a.docker.engine: engine tcp://192.0.2.7:2375 "
+                              "would be reached without TLS: give tls: {ca, cert, key}, or insecure_tcp: "
+                              "true to send it everything in clear")
+    tls = ', tls: {ca: /ca.pem, cert: /c.pem, key: /k.pem}'
+    assert load(experiment(PLAIN_TCP.replace("EXTRA", tls))).warnings == ()
+    plan = load(experiment(PLAIN_TCP.replace("EXTRA", ", insecure_tcp: true")))
+    warning = (f"{tmp_path}/exp.yaml:3: hosts.a.docker.engine: engine tcp://192.0.2.7:2375 is reached "
+               "without TLS (insecure_tcp: true): what the controller sends it, the host's key for the run "
+               "included, crosses the network in clear, and anyone on that network may drive the engine")
+    assert plan.warnings == (warning,)
+    assert plan.resolved().warnings == [warning]  # run.json's plan keeps it
+    assert plan.hosts[0].docker.insecure_tcp
+
+
+def test_a_plain_tcp_docker_host_from_the_environment_is_refused_too(experiment, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://192.0.2.7:2375")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    text = PLAIN_TCP.replace('engine: "tcp://192.0.2.7:2375"EXTRA', "cpus: 1")
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text))
+    said = "hosts.a.docker: engine tcp://192.0.2.7:2375 (DOCKER_HOST) would be reached without TLS"
+    assert said in str(err.value)
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    assert load(experiment(text)).warnings == ()
