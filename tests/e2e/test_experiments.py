@@ -30,7 +30,6 @@ def acks(record, phase):
             for c, a in info.get("components", {}).items()}
 
 
-@pytest.mark.timing
 def test_cpu_load_workers_take_their_share_and_log_from_their_own_streams(experiment, tmp_path):
     path = experiment(f"""\
         experiment: cpu
@@ -101,7 +100,6 @@ def test_the_pipeline_runs_over_three_namespaced_hosts(ssh_env, tmp_path):
     assert {"interval-hop1.png", "interval-loop.png", "clock.png"} <= plots
 
 
-@pytest.mark.timing
 def test_the_pipeline_under_competing_load(ssh_env, tmp_path):
     _, record = run_shipped("pipeline/pipeline_loaded.yaml", tmp_path, "--no-merge")
     said = acks(record, "unload")
