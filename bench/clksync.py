@@ -37,12 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "clksync"))
+# The synthetic warp is the one the fit's tests use (tests/clockwarp.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from clockwarp import warp
 from netspec.clksync.client import ProbeClient
 from netspec.clksync.fit import Exchanges, fit
 from netspec.clksync.server import ProbeServer
-from test_fit import warp
 
 # Namespaces named for this run, so that two runs on one machine do not tear down each
 # other's (the addresses live only inside them, so they cannot collide).

@@ -13,6 +13,8 @@ Figures per N:
   up              from the run's start to launch's start: both groups reached (containers
                   created and started, netspecd up in each, connected, set up); the
                   containers take nearly all of it
+  end             from the last step's end (collect: the files fetched) to the run's end:
+                  every host stopped, every container and the run's network removed
   step p50/p99    per node step, the slowest container's time from the step's sending to
                   its ack, as run.json records it (first tenth of the steps dropped), against
                   the same of the local daemons in the same steps
@@ -166,7 +168,10 @@ async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: floa
     boxes = group_steps(record.steps, set(plan.groups["box"]), skip)
     local = group_steps(record.steps, set(plan.groups["loc"]), skip)
     node = next(i.placement.node for i in record.hosts.values() if i.placement is not None)
+    last = record.steps[-1].left_ns if record.steps else None
+    end_s = (record.ended_ns - last) / 1e9 if record.ended_ns and last else None
     return {"containers": n, "up_s": round(watch.figures["up_s"], 2),
+            "end_s": None if end_s is None else round(end_s, 2),
             "step_p50_ms": round(percentile(boxes, 0.5) * 1e3, 2),
             "step_p99_ms": round(percentile(boxes, 0.99) * 1e3, 2),
             "local_step_p50_ms": round(percentile(local, 0.5) * 1e3, 2),
@@ -186,6 +191,8 @@ def said(got: dict) -> list[str]:
     n, ratio = got["containers"], got["step_p50_ms"] / got["local_step_p50_ms"]
     return [f"{n} containers beside {n} local daemons (node {got['node']}, one run)",
             f"  up (both groups reached; containers made and started)   {got['up_s']:8.2f} s",
+            "  end (every host stopped, containers and network removed) "
+            + (f"{got['end_s']:7.2f} s" if got["end_s"] is not None else "(the run did not end its steps)"),
             f"  node step, containers   p50 {got['step_p50_ms']:8.2f} ms  p99 {got['step_p99_ms']:8.2f} ms  "
             f"(n={got['steps']})",
             f"  node step, local        p50 {got['local_step_p50_ms']:8.2f} ms  "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import datetime
 import json
 import logging
 import os
@@ -155,6 +156,24 @@ def undumpable() -> None:
         raise NetspecError(f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(ctypes.get_errno())}")
 
 
+class _UTCTime(logging.Formatter):
+    """A line's time in ISO 8601, UTC, to the microsecond: the wall clock the run's records
+    keep, so that a line of netspecd.log can be put beside the run's events."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def log_to_stderr(verbose: bool) -> None:
+    """netspecd's log (its stderr: netspecd.log in the run's directory), each line with its
+    time; Python's warnings too, which would otherwise be written there without one."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_UTCTime("%(asctime)s netspecd[%(process)d] %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    logging.captureWarnings(True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.kill_run:
@@ -166,8 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
     # for the components, which inherit the mask.
     os.umask(PRIVATE_UMASK)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="netspecd[%(process)d] %(levelname)s %(message)s")
+    log_to_stderr(args.verbose)
     if not adopt_orphans():
         logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
     try:
@@ -177,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             key = load_or_create_key(args.key)
         asyncio.run(_serve(args, key))
-    except NetspecError as exc:
-        print(f"netspecd: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"netspecd: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror}",
-              file=sys.stderr)
+    except Exception as exc:
+        # The listening socket is made inside the connections' task group, which raises its
+        # failure as a group of one.
+        cause = exc.exceptions[0] if isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1 else exc
+        if isinstance(cause, NetspecError):
+            logging.getLogger("netspecd").error("%s", cause)
+        elif isinstance(cause, OSError) and cause.errno:
+            logging.getLogger("netspecd").error("cannot listen on %s:%d: %s", *args.listen,
+                                                os.strerror(cause.errno))
+        else:
+            raise
         return 2
     return 0
 

@@ -13,6 +13,7 @@ import yaml
 from netspec.protocol.errors import ConfigError, ConfigErrors
 
 Path_ = tuple[str | int, ...]
+_MERGE = "tag:yaml.org,2002:merge"
 _T = TypeVar("_T")
 
 
@@ -41,6 +42,10 @@ class SourceFile:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
         try:
             node = loader.get_single_node()
+            # Walked before it is constructed, which would fold a merge key's pairs into the
+            # mapping in place, where an overridden key looks like one given twice.
+            if node is not None:
+                self._walk(node, ())
             self.data = loader.construct_document(node) if node is not None else None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
@@ -48,19 +53,20 @@ class SourceFile:
                               mark.line + 1 if mark else None) from exc
         finally:
             loader.dispose()
-        if node is not None:
-            self._walk(node, ())
 
     def _walk(self, node: yaml.Node, path: Path_) -> None:
         if isinstance(node, yaml.MappingNode):
+            for key_node in given_twice(node):
+                with self.checking():
+                    self.error(f"key '{key_node.value}' appears twice", (*path, key_node.value),
+                               key_node.start_mark.line + 1)
+            # Construction is given the pairs merged here: PyYAML's own merge lets a later
+            # mapping of `<<`'s list override an earlier one, or not, by the identity of
+            # their keys' strings.
+            node.value = merged_pairs(node)
             for key_node, value_node in node.value:
-                key = key_node.value
-                if (*path, key) in self.lines:
-                    with self.checking():
-                        self.error(f"key '{key}' appears twice", (*path, key),
-                                   key_node.start_mark.line + 1)
-                self.lines[(*path, key)] = key_node.start_mark.line + 1
-                self._walk(value_node, (*path, key))
+                self.lines[(*path, key_node.value)] = key_node.start_mark.line + 1
+                self._walk(value_node, (*path, key_node.value))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 self.lines[(*path, i)] = item.start_mark.line + 1
@@ -114,3 +120,38 @@ class SourceFile:
 def suggest(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def given_twice(node: yaml.MappingNode) -> list[yaml.Node]:
+    """The keys of a mapping given a second time in it (a merge key `<<` too)."""
+    seen: set[tuple[bool, Any]] = set()
+    twice = []
+    for key_node, _ in node.value:
+        key = (key_node.tag == _MERGE, key_node.value)
+        if key in seen:
+            twice.append(key_node)
+        seen.add(key)
+    return twice
+
+
+def merged_pairs(node: yaml.MappingNode,
+                 within: frozenset[int] = frozenset()) -> list[tuple[yaml.Node, yaml.Node]]:
+    """A mapping's pairs as YAML 1.1's merge key reads them: its own keys, and each key of the
+    mappings `<<` names that it does not give itself, a mapping earlier in `<<`'s list before
+    a later one; in the order written. A merged key's line is the line it is written on in
+    the mapping merged."""
+    own = {key_node.value for key_node, _ in node.value if key_node.tag != _MERGE}
+    pairs: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+    for key_node, value_node in node.value:
+        if key_node.tag != _MERGE:
+            pairs[key_node.value] = (key_node, value_node)
+            continue
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for source in sources:
+            # Not a mapping: construction refuses it, naming its line; one merged into itself
+            # adds nothing it does not already have.
+            if isinstance(source, yaml.MappingNode) and id(source) not in within:
+                for pair in merged_pairs(source, within | {id(node)}):
+                    if pair[0].value not in own:
+                        pairs.setdefault(pair[0].value, pair)
+    return list(pairs.values())

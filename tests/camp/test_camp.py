@@ -43,14 +43,11 @@ def cpu_share(pids, seconds=1.5):
             [100 * (b - a) / elapsed for a, b in zip(truth0, truth1, strict=True)])
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("loads", [[0], [50], [100], [30, 30]], ids=["idle", "50%", "100%", "2x30%"])
-def test_per_process_cpu_is_within_3_points_of_the_load(procs, loads):
+def test_per_process_cpu_is_within_3_points_of_what_the_scheduler_gave(procs, loads):
+    # Against what the machine delivered in the same window (schedstat), not against the
+    # load asked: a busy machine gives a load less than it asks, and CAMP must say so too.
     shares, delivered = cpu_share([procs("percent", str(load)).pid for load in loads])
-    for load, got in zip(loads, delivered, strict=True):
-        if got < 0.9 * load:
-            pytest.skip(f"the machine gave a load that asked {load} % of a CPU only {got:.1f} %: "
-                        f"busy with other work")
     for load, got, truth in zip(loads, shares, delivered, strict=True):
         assert abs(got - truth) <= 3, f"asked {load} %, scheduler gave {truth:.1f} %, CAMP says {got:.1f} %"
 

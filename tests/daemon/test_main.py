@@ -1,10 +1,13 @@
 """netspecd's command line: the lifeline, the state file, --kill-run, a key for one run."""
 
 import asyncio
+import datetime
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 from netspec.controller.hosts.fleet import DaemonClient
@@ -44,6 +47,35 @@ def test_the_state_file_says_where_the_daemon_listens_while_it_runs(key, tmp_pat
     proc.terminate()
     assert proc.wait(timeout=10) == 0
     assert not state.exists()
+
+
+def test_each_line_of_the_daemons_log_carries_its_time_in_utc_to_the_microsecond(key, tmp_path):
+    before = time.time()
+    log, refused = tmp_path / "netspecd.log", tmp_path / "refused.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([*NETSPECD, "--announce", "--root", str(tmp_path)],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        json.loads(proc.stdout.readline())
+        wait_for(lambda: "listening on" in log.read_text(), what="the daemon's log of where it listens")
+        # A daemon told an address this machine does not have (TEST-NET-1): what it says as
+        # it gives up is a line of its log too.
+        with open(refused, "w") as stderr:
+            second = subprocess.run([*NETSPECD[:-2], "--listen", "192.0.2.1:0", "--root",
+                                     str(tmp_path / "second")], stderr=stderr, timeout=30)
+        assert second.returncode == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    after = time.time()
+    lines = log.read_text().splitlines() + refused.read_text().splitlines()
+    assert any(line.endswith("ERROR cannot listen on 192.0.2.1:0: Cannot assign requested address")
+               for line in lines), lines
+    for line in lines:
+        stamp, _, said = line.partition(" ")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp), line
+        assert before <= datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() <= after
+        assert said.startswith("netspecd["), line
 
 
 def test_kill_run_ends_every_process_of_that_run(tmp_path):

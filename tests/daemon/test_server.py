@@ -206,6 +206,8 @@ def test_sessions_past_the_cap_are_told_so_and_the_daemon_serves_on(daemon, key)
 
 def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(daemon, key):
     async def scenario():
+        # No handshake's deadline can pass before its timeout from here.
+        opened = asyncio.get_running_loop().time()
         idle = [await asyncio.open_connection("127.0.0.1", daemon.port) for _ in range(300)]
         half_open = []
         for _ in range(MAX_CONNECTIONS + MAX_HANDSHAKES):
@@ -213,15 +215,16 @@ def test_a_controller_gets_in_past_hundreds_of_idle_and_half_open_connections(da
             await reader.read(4096)  # the challenge
             writer.write(struct.pack(">I", 100) + b"\x83")  # an auth begun, never finished
             half_open.append((reader, writer))
-        started = asyncio.get_running_loop().time()
         reply = await _hello(daemon.port, key)
-        took = asyncio.get_running_loop().time() - started
+        answered = asyncio.get_running_loop().time()
         for _, writer in idle + half_open:
             writer.close()
-        return reply, took
+        return reply, answered - opened
     reply, took = asyncio.run(scenario())
     assert reply.protocol == m.PROTOCOL_VERSION
-    assert took < HANDSHAKE_TIMEOUT_S / 5  # not by waiting out the others' handshake deadline
+    # Not by waiting out the others' handshake deadline: answered before the first of them
+    # could have passed, however long the machine took to open them.
+    assert took < HANDSHAKE_TIMEOUT_S
     assert daemon.alive
 
 

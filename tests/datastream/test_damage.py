@@ -258,10 +258,12 @@ def test_chunk_markers_whose_bodies_each_span_the_rest_of_the_file_cost_linear_t
               for i in range(size // 16))
     path = tmp_path / "s.c.1.ds"
     path.write_bytes(header() + b"".join(frames))
-    started = time.monotonic()
+    # Counted in this process's CPU time, which a machine busy with other work does not
+    # stretch: checking every marker would take hours of it.
+    started = time.process_time()
     with StreamReader(path) as reader:
         assert [r.entity.name for r in reader] == ["lost"]
-    assert time.monotonic() - started < 30
+    assert time.process_time() - started < 30
     assert "the rest of the file (4000000 bytes) is unreadable" in reader.warnings[0]
 
 

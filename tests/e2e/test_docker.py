@@ -9,6 +9,7 @@ import os
 import subprocess
 import tarfile
 import textwrap
+import time
 import zlib
 from pathlib import Path
 
@@ -239,14 +240,29 @@ def test_a_killed_controllers_containers_end_their_run_and_collect_copies_out_wh
 
 
 FLEET = 12
-# Measured at load average 3.5 on 2 cores: the old code (each host's start and stop a thread of
-# the default pool, 6 here, held through netspecd's start) 15.5 s up and 4.0 s to end; the pool
-# of engine calls 3.9 s and 1.1 s. Under a load of 20 or more either may take several times that.
-UP_S, END_S = 10.0, 3.0
 
 
-def test_a_group_of_containers_comes_up_at_once_and_its_end_leaves_no_container_and_no_network_in_time(
+def most_at_once(events: list[dict], opened: str, closed: str) -> int:
+    """The most containers that were at once between their `opened` and `closed` events, by
+    the engine's own times of them."""
+    actions: dict[str, dict[str, int]] = {}
+    for event in events:
+        actions.setdefault(event["Actor"]["Attributes"]["name"], {}).setdefault(event["Action"],
+                                                                               event["timeNano"])
+    # At one instant an end counts before a beginning: spans that only touch never overlap.
+    edges = sorted(edge for done in actions.values() if opened in done and closed in done
+                   for edge in ((done[opened], 1), (done[closed], -1)))
+    now = most = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_group_of_containers_comes_up_at_once_and_its_end_leaves_no_container_and_no_network(
         docker_image, experiment, tmp_path):
+    # How long the fleet takes to come up and to go is bench/containers.py's (up_s, end_s):
+    # here, that the engine made and removed the containers side by side, by its own times.
     client = docker.from_env()
     prefix = f"{session_dir().name}-g"
     path = experiment(textwrap.dedent(f"""\
@@ -256,20 +272,19 @@ def test_a_group_of_containers_comes_up_at_once_and_its_end_leaves_no_container_
         schedule: [launch, start_logging, collect]
         """))
     try:
+        since = int(time.time()) - 1  # the engine's clock is this machine's
         done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
         record = latest_record(tmp_path / "runs")
         assert len(record["hosts"]) == FLEET
-        # Up: the run's start to its first step (every container made, started and reached);
-        # the end: its last step (collect: its files fetched) left to the run's end (every
-        # container and the network gone).
-        first = min(h["sent_ns"] for h in record["steps"][0]["hosts"].values())
-        up_s = (first - record["started_ns"]) / 1e9
-        end_s = (record["ended_ns"] - record["steps"][-1]["left_ns"]) / 1e9
         assert client.containers.list(all=True, filters={"name": prefix}) == []
         assert client.networks.list(filters={"name": prefix}) == []
         assert "not stopped" not in done.stdout + done.stderr
-        assert up_s < UP_S and end_s < END_S, (up_s, end_s)
+        events = [e for e in client.events(since=since, until=int(time.time()) + 1, decode=True,
+                                          filters={"type": "container"})
+                  if e["Actor"]["Attributes"].get("name", "").startswith(prefix)]
+        assert most_at_once(events, "create", "start") > 1, "the containers were made one after another"
+        assert most_at_once(events, "kill", "destroy") > 1, "the containers were removed one after another"
     finally:
         remove_named(client, prefix)
         client.close()

@@ -24,6 +24,23 @@ schedule:
   - {phase: run, deadline: 500ms}
 """
 
+# Components alike but for a key or two: YAML 1.1's merge key.
+MERGED = """\
+experiment: demo
+hosts:
+  a: {}
+  b: {}
+components:
+  base: &base {host: a, command: [sleep, "5"]}
+  quick: &quick {host: b, command: ["true"], env: {X: "1"}}
+  other:
+    <<: *base
+    host: b
+  both:
+    <<: [*quick, *base]
+schedule: [launch]
+"""
+
 
 def test_a_good_file_resolves_defaults_and_paths(experiment):
     plan = load(experiment(GOOD))
@@ -89,6 +106,14 @@ def test_a_good_file_resolves_defaults_and_paths(experiment):
      "server and 2 host daemon(s)"),
     (GOOD.replace("  server:", "  netspecd:"),
      "exp.yaml:6: components.netspecd: 'netspecd' is the daemon's own name in node-wide steps"),
+    # A key given twice beside a merge key is still refused; a merged key's problem is said at
+    # the line it is written on.
+    (MERGED.replace("    host: b\n", "    host: b\n    host: a\n"),
+     "exp.yaml:11: components.other.host: key 'host' appears twice"),
+    (MERGED.replace("    <<: *base\n", "    <<: *base\n    <<: *quick\n"),
+     "exp.yaml:10: components.other.<<: key '<<' appears twice"),
+    (MERGED.replace("{host: a, command", "{host: c, command"),
+     "exp.yaml:6: components.base.host: unknown host 'c'"),
 ])
 def test_errors_name_the_file_line_and_key(experiment, tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
@@ -311,3 +336,20 @@ def test_a_plain_tcp_docker_host_from_the_environment_is_refused_too(experiment,
     assert said in str(err.value)
     monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
     assert load(experiment(text)).warnings == ()
+
+
+def test_a_merge_key_gives_the_merged_keys_and_a_key_given_beside_it_overrides_one(experiment):
+    # YAML 1.1's merge key: keys given in the mapping override the merged ones, and of the
+    # mappings merged, one earlier in the list overrides a later one.
+    plan = load(experiment(MERGED))
+    assert (plan.component("base").host, plan.component("other").host) == ("a", "b")
+    assert plan.component("other").command == ("sleep", "5")
+    both = plan.component("both")
+    assert (both.host, both.command, both.env) == ("b", ("true",), {"X": "1"})
+
+
+def test_a_mapping_merged_into_itself_is_no_endless_walk(experiment):
+    text = MERGED.replace("  quick: &quick {host: b, command",
+                          "  quick: &quick\n    <<: *quick\n    host: b\n    command")
+    text = text.replace('["true"], env: {X: "1"}}', '["true"]')
+    assert load(experiment(text)).component("quick").command == ("true",)
