@@ -13,7 +13,7 @@ from netspec.protocol.links import LinkOffer
 
 from .names import TOOL_S, binary
 
-CAP_NET_ADMIN = 12
+CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
 BINARIES = ("tc", "nft", "iptables", "ip", "unshare")
 # Each line: a word the probe prints when the thing works. Run by sh in a namespace (or on a
 # scratch veth) where nothing else lives; the iptables chain and nft table are named for the
@@ -41,12 +41,13 @@ fi
 """
 
 
-def _cap_net_admin() -> bool:
+def _capable(capability: int) -> bool:
+    """Whether this process holds `capability` in its effective set."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
                 if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
+                    return bool(int(line.split()[1], 16) >> capability & 1)
     except OSError:
         pass
     return False
@@ -57,7 +58,7 @@ def offer() -> LinkOffer:
     """What this host offers (cached for the daemon's life). Never raises: what could not be
     tried is a plain no, and what a try met is said in `notes`."""
     binaries = {name: binary(name) for name in BINARIES}
-    found = LinkOffer(cap_net_admin=_cap_net_admin(), binaries=binaries)
+    found = LinkOffer(cap_net_admin=_capable(CAP_NET_ADMIN), binaries=binaries)
     if not found.cap_net_admin:
         found.notes.append("netspecd lacks CAP_NET_ADMIN: no qdisc, rule or queue can be installed")
         return found
@@ -82,6 +83,11 @@ def offer() -> LinkOffer:
     works = set(done.stdout.split())
     for name in ("netem", "htb", "tbf", "nftables", "iptables", "statistic", "nfqueue"):
         setattr(found, name, name in works)
+    if found.nfqueue and not _capable(CAP_NET_RAW):
+        # The user-space path sends each held packet's copy through a raw socket (nfqueue.py).
+        found.nfqueue = False
+        found.notes.append("netspecd lacks CAP_NET_RAW: netspec's user-space path cannot send its "
+                           "copies, so it is not offered")
     return found
 
 

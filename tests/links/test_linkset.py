@@ -1,4 +1,7 @@
 import json
+import os
+import shutil
+import subprocess
 import sys
 
 import msgspec
@@ -101,3 +104,17 @@ def test_a_delay_given_as_zero_keeps_its_path_on_the_user_space_path():
     on_path = _on_user(zero, {"delay": "user"})
     assert on_path is not None and not on_path.empty and on_path.delay_ms == 0.0
     assert _on_user(LinkCondition(), {}) is None
+
+
+def test_a_daemon_without_cap_net_raw_is_offered_no_user_space_path_and_told_why():
+    # the path sends its copies through a raw socket: without CAP_NET_RAW a delay is refused
+    # at launch by name, not failed when the first packet is due
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux) to drop CAP_NET_RAW")
+    said = subprocess.run(["setpriv", "--bounding-set", "-net_raw", sys.executable, "-c",
+                           "from netspec.links.probe import offer; import json; o = offer();"
+                           "print(json.dumps([o.cap_net_admin, o.nfqueue, o.notes]))"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    admin, nfqueue, notes = json.loads(said)
+    assert admin and not nfqueue, said
+    assert any("lacks CAP_NET_RAW" in n for n in notes), notes
