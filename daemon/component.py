@@ -226,15 +226,22 @@ class ComponentProcess:
     async def _watch_exit(self, exit_code: asyncio.Future[int],
                           pumps: list[asyncio.Task[None]]) -> None:
         code = await exit_code
+        # How it ended is judged as it is reaped, by the one rule (protocol/exits.py): a stop
+        # asked for later (while its output drains below) does not make an end that came
+        # first an asked one.
+        how = self.ending
+        if how == ASKED and self.link.pending and code >= 0:
+            # It ended itself in a phase's callback, the next step's STOP sent but unread
+            # (nodelib reads between callbacks): its end is that phase's, not the stop's,
+            # whichever came first to this daemon (tests/e2e/test_k_of_n_ends.py).
+            how = AWAITED if self.awaited else UNASKED
         # The exit is reported once its output is complete, so its tail is too; but a
         # background child may hold the pipes open long after, so not for ever.
         await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
-        # How it ended is judged now, by the one rule (protocol/exits.py): a stop asked for
-        # later does not make an end that came first an asked one.
-        self.verdict = exit_verdict(code, self.ending)
+        self.verdict = exit_verdict(code, how)
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
-                "expected": self.ending == ASKED, "forced": self.forced, "ended_ns": time.time_ns()}
+                "expected": how == ASKED, "forced": self.forced, "ended_ns": time.time_ns()}
         try:
             (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal
