@@ -59,6 +59,7 @@ async def setup(session: Session, request: k.Setup) -> k.Reply:
                          request.host, request.streams, config_from_wire(request.camp))
         sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
+        sup.hold()
         sup.services.open()
         await release.prepare()
     log.info("run %s: %s", sup.run_id, ", ".join(s.name for s in specs) or "no components")

@@ -13,13 +13,12 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from netspec.links import sweep
 from netspec.protocol.auth import load_or_create_key, netspec_home
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
 
 from .component import KILL_GRACE_S
+from .leftovers import end_left, sweep_dead
 from .orphans import adopt_orphans
 from .server import Daemon
 
@@ -61,8 +60,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return _parser().parse_args(argv)
 
 
-async def _serve(args: argparse.Namespace, key: bytes) -> None:
-    daemon = Daemon(key, args.root or netspec_home() / "daemon")
+async def _serve(args: argparse.Namespace, key: bytes, root: Path) -> None:
+    daemon = Daemon(key, root)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, daemon.stop)
@@ -133,10 +132,10 @@ def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.kill_run:
-        end_run_processes(args.kill_run, KILL_GRACE_S, args.host)
-        # And its link conditions, found by the run's names (a daemon killed hard left them).
-        for removed in sweep(args.kill_run):
-            print(f"netspecd: removed the run's {removed}", file=sys.stderr)
+        # Its processes (a paused one resumed to take its SIGTERM) and its link conditions,
+        # found by the run's names: a daemon killed hard left them.
+        for said in end_left(args.kill_run, args.host, KILL_GRACE_S):
+            print(f"netspecd: {said}", file=sys.stderr)
         return 0
     # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
     # for the components, which inherit the mask.
@@ -145,9 +144,14 @@ def main(argv: list[str] | None = None) -> int:
                         format="netspecd[%(process)d] %(levelname)s %(message)s")
     if not adopt_orphans():
         logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
+    root = args.root or netspec_home() / "daemon"
+    # What a run of a daemon that died hard here left (its record on disk: leftovers.py),
+    # ended before anything new starts.
+    for said in sweep_dead(root, KILL_GRACE_S):
+        logging.getLogger("netspecd").warning("%s", said)
     try:
         key = load_or_create_key(args.key)
-        asyncio.run(_serve(args, key))
+        asyncio.run(_serve(args, key, root))
     except NetspecError as exc:
         print(f"netspecd: {exc}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ from netspec.protocol.exits import (
 from netspec.protocol.kinds import ComponentSpec
 from netspec.protocol.names import as_name, safe_name
 
+from . import leftovers
 from .component import (
     KILL_GRACE_S,
     ComponentProcess,
@@ -52,6 +53,8 @@ class Supervisor:
                  camp: CampConfig | None = None):
         # Every name that becomes a path here is checked first: nothing is made outside `root`.
         self.root = root / safe_name(run_id, "run id")
+        self.daemon_root = root
+        self.held: Path | None = None  # its record on disk while set up (leftovers.py)
         self.run_id, self.tg, self.host = run_id, tg, safe_name(host, "host") if host else host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
@@ -69,6 +72,11 @@ class Supervisor:
             if not comp.spec.aware and self.stream_configs:
                 # No phases reach a plain program: it logs for as long as it runs.
                 comp.env[m.LOGGING_ENV] = json.dumps(self.logging_for(comp.spec.name))
+
+    def hold(self) -> None:
+        """Record on disk that this daemon holds the run, until its reset: should the daemon
+        die hard, the next one started here ends what the run left (leftovers.py)."""
+        self.held = leftovers.hold(self.daemon_root, self.run_id, self.host)
 
     def running_pids(self) -> dict[str, int]:
         """Each started component that has not exited: name -> pid."""
@@ -190,6 +198,7 @@ class Supervisor:
             for comp in self.components.values():
                 closing.create_task(comp.close(until))
         self.services.close()
+        leftovers.release(self.held)  # nothing of it left here (a close that failed raised)
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
         return len(victims)
