@@ -32,6 +32,7 @@ from .messages import (
     FILES,
     HELLO,
     JOIN,
+    LEFT,
     LINKS,
     NODE,
     OUTPUT,
@@ -292,8 +293,15 @@ class Links(Request, tag=LINKS, kw_only=True):
     exclude_udp: list[Port] = []
 
 
+class Left(Request, tag=LEFT, kw_only=True):
+    """What the daemon, at its start, ended of run `run`, whose daemon had died on this host
+    holding it (daemon/leftovers.py): asked by `ns_control collect`, once."""
+
+    run: str
+
+
 REQUESTS = (Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join | Links
-            | Fault)
+            | Fault | Left)
 
 
 # -- daemon -> controller: events, acks and their summaries ---------------------------------
@@ -546,6 +554,16 @@ class LinksReply(Reply, kw_only=True):
     clock: tuple[int, int] | None = None
 
 
+class LeftReply(Reply, kw_only=True):
+    """`swept`: this daemon's start ended what run's dead daemon (`pid`) left, at `at_ns`,
+    each thing `removed` said for people; not `swept`: it found nothing of the run left."""
+
+    swept: bool
+    pid: int | None = None
+    at_ns: int | None = None
+    removed: list[str] = []
+
+
 REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, ENTER: EnterReply, END: EndReply,
                                    FILES: FilesReply, READ: ReadReply, CLKSYNC: ClksyncReply,
-                                   RESET: ResetReply, TREE: TreeReply, LINKS: LinksReply}
+                                   RESET: ResetReply, TREE: TreeReply, LINKS: LinksReply, LEFT: LeftReply}
