@@ -101,6 +101,9 @@ class ComponentProcess:
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self.started_in: str | None = None  # the phase it was started in, from the first try on
+        # The steps of the enters under way, oldest first (Supervisor.enter): it takes them
+        # one at a time, in order, so the oldest is the one whose phase it is in.
+        self.entered: list[int] = []
 
     @property
     def ending(self) -> str:
@@ -230,6 +233,9 @@ class ComponentProcess:
         # asked for later (while its output drains below) does not make an end that came
         # first an asked one.
         how = self.ending
+        # The step its end belongs to, whenever the controller reads of it: the one whose
+        # callback it was in, or the start step that awaited its end (an enter unanswered).
+        in_step = self.entered[0] if self.entered else None
         if how == ASKED and self.link.pending and code >= 0:
             # It ended itself in a phase's callback, the next step's STOP sent but unread
             # (nodelib reads between callbacks): its end is that phase's, not the stop's,
@@ -249,7 +255,8 @@ class ComponentProcess:
         # The exit goes before any ack it cuts short or lets through (a phase's, or
         # collect's): the controller learns of a death first (in a k-of-n step it is that
         # participant's failure, not the run's), and of every end before its step's end.
-        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED, scheduled=self.verdict == KILLED))
+        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED, scheduled=self.verdict == KILLED,
+                                step=in_step))
         self.exited.set_result(info)
         self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,

@@ -187,7 +187,7 @@ async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: k.
         except NetspecError as exc:
             return _own_words(exc)
     sup.services.entered(step, phase, name)
-    return await sup.enter(name, phase, comp.params, published, deadline)
+    return await sup.enter(name, phase, comp.params, published, deadline, step)
 
 
 async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:

@@ -90,10 +90,14 @@ class Supervisor:
         return {"streams": chosen, "dir": str(self.services.directory), "host": self.host}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
-                    published: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
-        """Run `phase` in component `name` and return the ack fields (never raises).
-        `deadline` (loop time) is the step's: what stopping the component may wait until."""
+                    published: dict[str, Any], deadline: float | None = None,
+                    step: int | None = None) -> dict[str, Any]:
+        """Run `phase` (of step `step`) in component `name` and return the ack fields (never
+        raises). `deadline` (loop time) is the step's: what stopping the component may wait
+        until."""
         comp = self.components[name]
+        if step is not None:
+            comp.entered.append(step)  # an end in this phase is this step's (its Exit says so)
         try:
             return await self._enter(comp, phase, params, published, deadline)
         except ComponentExited as exc:
@@ -103,6 +107,9 @@ class Supervisor:
             return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
         except StartRefused as exc:
             return {"status": m.ACK_ERROR, "message": str(exc)}
+        finally:
+            if step is not None:
+                comp.entered.remove(step)
 
     async def _start(self, comp: ComponentProcess, phase: str) -> None:
         """Start a component, unless the run was reset; a reset waits for a start under way."""

@@ -354,6 +354,9 @@ class Exit(Event, tag=EXIT, kw_only=True, omit_defaults=False):
     ended_ns: int
     failed: bool
     scheduled: bool = False  # a fault of the schedule killed or terminated it: its end is that fault's
+    # The step it ended in (inside that phase's callback, or a plain command run to its end by
+    # its start step); None between phases, and from an older daemon.
+    step: int | None = None
 
 
 class Release(_Map, kw_only=True):
