@@ -104,6 +104,7 @@ class ComponentProcess:
         # The steps of the enters under way, oldest first (Supervisor.enter): it takes them
         # one at a time, in order, so the oldest is the one whose phase it is in.
         self.entered: list[int] = []
+        self.ended_in: int | None = None  # the step its end belongs to (its Exit's), once ended
 
     @property
     def ending(self) -> str:
@@ -235,7 +236,7 @@ class ComponentProcess:
         how = self.ending
         # The step its end belongs to, whenever the controller reads of it: the one whose
         # callback it was in, or the start step that awaited its end (an enter unanswered).
-        in_step = self.entered[0] if self.entered else None
+        in_step = self.ended_in = self.entered[0] if self.entered else None
         if how == ASKED and self.link.pending and code >= 0:
             # It ended itself in a phase's callback, the next step's STOP sent but unread
             # (nodelib reads between callbacks): its end is that phase's, not the stop's,

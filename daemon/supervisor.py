@@ -104,7 +104,10 @@ class Supervisor:
             if comp.verdict == KILLED:  # the schedule's fault ended it: its effect, not a failure
                 return {"status": m.ACK_WARNING, "message": f"{exc} in phase '{phase}': killed by schedule",
                         "scheduled": True}
-            return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+            ack: dict[str, Any] = {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+            if comp.ended_in is not None and comp.ended_in != step:
+                ack["ended_in"] = comp.ended_in  # its end was an earlier step's: this is its news
+            return ack
         except StartRefused as exc:
             return {"status": m.ACK_ERROR, "message": str(exc)}
         finally:

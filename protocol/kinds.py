@@ -410,6 +410,9 @@ class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
     clock: Clock | None = None
     host: str | None = None
     scheduled: bool = False  # the schedule's fault ended it before or in this step: not its failure
+    # It had ended already, in that earlier step (its Exit's `step`): this error ack is that
+    # end's news, judged there even if it comes before the exit (through a fan-out tree).
+    ended_in: int | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

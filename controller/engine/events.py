@@ -102,12 +102,12 @@ class Inbox:
         elif type(event) is Lost:
             self.failure.set(ConnectionLost(host, self.now.phase, event.error.detail))
 
-    def failed_over(self, host: str, name: str, step: int | None = None) -> bool:
+    def failed_over(self, host: str, name: str, step: int | None = None, why: str = "") -> bool:
         """Whether component `name`, whose process just died (in step `step`, if its daemon
         said), was in a k-of-n step it had not acked ok (the step under way, or one whose
         barrier opened without it): then it counts as failing there, as a raise does (the run
         is partial), and leaves the run. False where it fails the run: no such step, or one
-        that cannot get through without it."""
+        that cannot get through without it. `why` says its end, where its exit is not read yet."""
         current = self.now.barrier
         if step is not None:
             # The step it ended in, however late its exit is read: a later step may be under
@@ -124,7 +124,8 @@ class Inbox:
             ack = barrier.acks.get((host, name))
             if ack is not None and ack.status != m.ACK_ERROR:
                 continue  # done with that step: it died between phases
-            return self.stragglers.died(barrier, host, name, self.results[name].describe_exit(), current)
+            why = why or self.results[name].describe_exit()
+            return self.stragglers.died(barrier, host, name, why, current)
         return False
 
     def on_ack(self, host: str, ack: k.Ack) -> None:
@@ -144,6 +145,10 @@ class Inbox:
         before = entries.get(name)
         if before is not None and (before.outcome == "killed" or before.died):
             return  # the error ack of its ending, or of its death, says nothing new
+        if ack.ended_in is not None and ack.status == m.ACK_ERROR and name not in self.stragglers.ended:
+            # It had ended in that earlier step, its exit not read yet (a fan-out tree's acks
+            # come by another road): judged there, as its exit will be.
+            self.failed_over(host, name, ack.ended_in, ack.message)
         if name in self.stragglers.ended:
             entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome="skipped")
             return

@@ -115,6 +115,36 @@ RACE = ("experiment: race\nhosts: {a: {}, b: {}}\ncomponents:\n"
         "schedule: [launch, {phase: work, need: 1}, collect]\n")
 
 
+def _exit_of_two(step):
+    return _read({"t": m.EXIT, "component": "two", "returncode": 1, "argv": ["sleep"], "duration_s": 0.5,
+                  "ended_ns": 1, "failed": True, "step": step})
+
+
+async def _collect_after_work(tmp_path):
+    """A run whose k-of-n step work (need: 1) got both its acks, `two`'s an error, which
+    completed its barrier (no straggler followed), and whose collect has been entered, as
+    Steps.step leaves them: the run, its record and collect's barrier."""
+    plan = parse(RACE, tmp_path / "race.yaml")
+    steps = [Step(phase, "running", entered_ns=1, hosts={}) for phase in ("launch", "work", "collect")]
+    rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, steps=steps)
+    run = Run(plan, rundir, os.urandom(32), lambda progress: None)
+    run.failure.open()
+    everyone = {"a": ["one"], "b": ["two"]}
+    run.now.phase, work = "work", Barrier(1, plan.schedule[1], everyone)
+    run.now.barrier = run.stragglers.kofn[1] = work  # Steps.step keeps every k-of-n step's barrier
+    run.inbox.on_event("a", _read({**ACK, "step": 1, "component": "one"}))
+    run.inbox.on_event("b", _read({**ACK, "step": 1, "component": "two", "status": m.ACK_ERROR,
+                                   "message": "exited 1 and cannot take part in phase 'work'"}))
+    assert work.complete.done()
+    run.now.phase, collect = "collect", Barrier(2, plan.schedule[2], everyone)
+    run.now.barrier = collect
+    return run, rundir.record, collect
+
+
+def _failure(run):
+    return run.failure.exception() if run.failure.done() else None
+
+
 @pytest.mark.parametrize("ended_in", [1, 2], ids=["in-work", "in-collect"])
 def test_an_exit_read_after_the_next_step_was_entered_belongs_to_the_step_its_daemon_says_it_ended_in(
         tmp_path, ended_in):
@@ -123,25 +153,9 @@ def test_an_exit_read_after_the_next_step_was_entered_belongs_to_the_step_its_da
     and only then is its exit read. Died in work, it fails there and the run goes on without it;
     died in collect (after it raised in work), it fails collect."""
     async def scenario():
-        plan = parse(RACE, tmp_path / "race.yaml")
-        steps = [Step(phase, "running", entered_ns=1, hosts={}) for phase in ("launch", "work", "collect")]
-        rundir = RunDir.create(tmp_path / "runs", plan.name, plan.text, steps=steps)
-        run = Run(plan, rundir, os.urandom(32), lambda progress: None)
-        run.failure.open()
-        everyone = {"a": ["one"], "b": ["two"]}
-        run.now.phase, work = "work", Barrier(1, plan.schedule[1], everyone)  # as Steps.step sets them
-        run.now.barrier = work
-        run.stragglers.kofn[1] = work  # as Steps.step keeps every k-of-n step's barrier
-        run.inbox.on_event("a", _read({**ACK, "step": 1, "component": "one"}))
-        run.inbox.on_event("b", _read({**ACK, "step": 1, "component": "two", "status": m.ACK_ERROR,
-                                       "message": "exited 1 and cannot take part in phase 'work'"}))
-        assert work.complete.done()  # both acks in: no straggler is followed
-        run.now.phase, collect = "collect", Barrier(2, plan.schedule[2], everyone)
-        run.now.barrier = collect
-        run.inbox.on_event("b", _read({"t": m.EXIT, "component": "two", "returncode": 1, "argv": ["sleep"],
-                                       "duration_s": 0.5, "ended_ns": 1, "failed": True, "step": ended_in}))
-        failed = run.failure.exception() if run.failure.done() else None
-        return failed, run.stragglers.ended, collect, rundir.record.steps[1].hosts["b"].components["two"]
+        run, record, collect = await _collect_after_work(tmp_path)
+        run.inbox.on_event("b", _exit_of_two(ended_in))
+        return _failure(run), run.stragglers.ended, collect, record.steps[1].hosts["b"].components["two"]
     failed, ended, collect, entry = asyncio.run(scenario())
     if ended_in == 1:
         assert failed is None and ended == {"two": "ended in phase 'work': exited 1 after 0.5 s"}, failed
@@ -149,3 +163,20 @@ def test_an_exit_read_after_the_next_step_was_entered_belongs_to_the_step_its_da
     else:
         assert str(failed).split("\n")[0] == "phase 'collect', host b: component 'two' exited 1 after 0.5 s"
         assert not entry.died
+
+
+def test_an_error_ack_of_the_next_step_read_before_the_exit_is_judged_in_the_step_it_ended_in(tmp_path):
+    """The other order of a fan-out tree's race: `two` died in work, collect is entered, and
+    its error ack of collect (which says it had ended in work) comes up the tree before its
+    exit is read on its own connection."""
+    async def scenario():
+        run, record, collect = await _collect_after_work(tmp_path)
+        run.inbox.on_event("b", _read({**ACK, "step": 2, "component": "two", "status": m.ACK_ERROR,
+                                       "message": "exited 1 and cannot take part in phase 'collect'",
+                                       "ended_in": 1}))
+        run.inbox.on_event("b", _exit_of_two(1))
+        return _failure(run), collect, record.steps
+    failed, collect, steps = asyncio.run(scenario())
+    assert failed is None, failed
+    assert steps[1].hosts["b"].components["two"].died and collect.count == 1
+    assert steps[2].hosts["b"].components["two"].outcome == "skipped"
