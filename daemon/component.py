@@ -194,7 +194,7 @@ class ComponentProcess:
         self.link = ComponentChannel(self.spec.name, self.run_id)
         self.exited = asyncio.get_running_loop().create_future()
         self.stopping = self.awaited = self.scheduled = self.paused = self.forced = False
-        self.verdict, self.forced_why = RUNNING, ""
+        self.verdict, self.forced_why, self.ended_in = RUNNING, "", None
         await self._spawn(tg, again=True)
 
     async def _spawn(self, tg: asyncio.TaskGroup, again: bool = False) -> None:
