@@ -76,7 +76,11 @@ class Supervisor:
     def hold(self) -> None:
         """Record on disk that this daemon holds the run, until its reset: should the daemon
         die hard, the next one started here ends what the run left (leftovers.py)."""
-        self.held = leftovers.hold(self.daemon_root, self.run_id, self.host)
+        try:
+            self.held = leftovers.hold(self.daemon_root, self.run_id, self.host)
+        except OSError as exc:  # a safety net, not the run's: said, and the run goes on
+            log.warning("run %s: no record of it kept on disk (%s): should this daemon die hard, "
+                        "the next will not end what the run leaves", self.run_id, exc)
 
     def running_pids(self) -> dict[str, int]:
         """Each started component that has not exited: name -> pid."""
