@@ -101,6 +101,10 @@ class ComponentProcess:
         self.env: dict[str, str] = {}  # set by the supervisor: what only it knows
         self.started_ns = 0
         self.started_in: str | None = None  # the phase it was started in, from the first try on
+        # The steps of the enters under way, oldest first (Supervisor.enter): it takes them
+        # one at a time, in order, so the oldest is the one whose phase it is in.
+        self.entered: list[int] = []
+        self.ended_in: int | None = None  # the step its end belongs to (its Exit's), once ended
 
     @property
     def ending(self) -> str:
@@ -190,7 +194,7 @@ class ComponentProcess:
         self.link = ComponentChannel(self.spec.name, self.run_id)
         self.exited = asyncio.get_running_loop().create_future()
         self.stopping = self.awaited = self.scheduled = self.paused = self.forced = False
-        self.verdict, self.forced_why = RUNNING, ""
+        self.verdict, self.forced_why, self.ended_in = RUNNING, "", None
         await self._spawn(tg, again=True)
 
     async def _spawn(self, tg: asyncio.TaskGroup, again: bool = False) -> None:
@@ -226,15 +230,25 @@ class ComponentProcess:
     async def _watch_exit(self, exit_code: asyncio.Future[int],
                           pumps: list[asyncio.Task[None]]) -> None:
         code = await exit_code
+        # How it ended is judged as it is reaped, by the one rule (protocol/exits.py): a stop
+        # asked for later (while its output drains below) does not make an end that came
+        # first an asked one.
+        how = self.ending
+        # The step its end belongs to, whenever the controller reads of it: the one whose
+        # callback it was in, or the start step that awaited its end (an enter unanswered).
+        in_step = self.ended_in = self.entered[0] if self.entered else None
+        if how == ASKED and self.link.pending and code >= 0:
+            # It ended itself in a phase's callback, the next step's STOP sent but unread
+            # (nodelib reads between callbacks): its end is that phase's, not the stop's,
+            # whichever came first to this daemon (tests/e2e/test_k_of_n_ends.py).
+            how = AWAITED if self.awaited else UNASKED
         # The exit is reported once its output is complete, so its tail is too; but a
         # background child may hold the pipes open long after, so not for ever.
         await asyncio.wait(pumps, timeout=OUTPUT_GRACE_S)
-        # How it ended is judged now, by the one rule (protocol/exits.py): a stop asked for
-        # later does not make an end that came first an asked one.
-        self.verdict = exit_verdict(code, self.ending)
+        self.verdict = exit_verdict(code, how)
         info = {"component": self.spec.name, "returncode": code, "argv": self.spec.argv,
                 "duration_s": (time.time_ns() - self.started_ns) / 1e9,
-                "expected": self.ending == ASKED, "forced": self.forced, "ended_ns": time.time_ns()}
+                "expected": how == ASKED, "forced": self.forced, "ended_ns": time.time_ns()}
         try:
             (self.dir / "exit.json").write_text(json.dumps(info, indent=1) + "\n")
         except OSError as exc:  # its directory cleaned by a reset meanwhile: said, not fatal
@@ -242,7 +256,8 @@ class ComponentProcess:
         # The exit goes before any ack it cuts short or lets through (a phase's, or
         # collect's): the controller learns of a death first (in a k-of-n step it is that
         # participant's failure, not the run's), and of every end before its step's end.
-        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED, scheduled=self.verdict == KILLED))
+        self.outbox.emit(k.Exit(**info, failed=self.verdict == FAILED, scheduled=self.verdict == KILLED,
+                                step=in_step))
         self.exited.set_result(info)
         self.link.fail(ComponentExited(describe_returncode(code)))
         log.info("run %s: component %s %s after %.3f s", self.run_id, self.spec.name,

@@ -21,7 +21,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError, ProtocolError
 from netspec.protocol.names import safe_name
 
-from . import release
+from . import leftovers, release
 from .facts import host_facts
 from .relay import Emit, Relay
 from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run, reset_under_way
@@ -59,6 +59,7 @@ async def setup(session: Session, request: k.Setup) -> k.Reply:
                          request.host, request.streams, config_from_wire(request.camp))
         sup.join_token = token
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
+        sup.hold()
         sup.services.open()
         await release.prepare()
     log.info("run %s: %s", sup.run_id, ", ".join(s.name for s in specs) or "no components")
@@ -186,7 +187,7 @@ async def _run_phase(sup: Supervisor, step: int, phase: str, name: str, comp: k.
         except NetspecError as exc:
             return _own_words(exc)
     sup.services.entered(step, phase, name)
-    return await sup.enter(name, phase, comp.params, published, deadline)
+    return await sup.enter(name, phase, comp.params, published, deadline, step)
 
 
 async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]:
@@ -352,10 +353,23 @@ async def shutdown(session: Session, request: k.Shutdown) -> k.Reply:
     return k.Reply()
 
 
+async def left(session: Session, request: k.Left) -> k.Reply:
+    """What this daemon's start ended of a run whose daemon died here (leftovers.py): told
+    once, then forgotten. Refused for a run this daemon holds: nothing of it was left."""
+    run = safe_name(request.run, "run id")
+    if run in session.daemon.runs:
+        raise NetspecError(f"run {run} is live on this daemon: nothing of it was left behind")
+    note = await asyncio.to_thread(leftovers.swept, session.daemon.root, run)
+    if note is None:
+        return k.LeftReply(swept=False)
+    log.info("run %s: told what its dead daemon (pid %d) left and this one ended", run, note.pid)
+    return k.LeftReply(swept=True, pid=note.pid, at_ns=note.at_ns, removed=note.removed)
+
+
 HANDLERS: dict[type[k.Request], Handler] = {
     k.Hello: hello, k.Setup: setup, k.End: end, k.Reset: reset, k.Files: files,
     k.Read: read, k.Clksync: clksync, k.Shutdown: shutdown, k.Tree: tree, k.Join: join, k.Links: links,
-    k.Fault: fault,
+    k.Fault: fault, k.Left: left,
 }
 # Requests answered as they are read, without a task of their own.
 INLINE_HANDLERS: dict[type[k.Request], Callable[[Session, Any], k.Reply]] = {k.Enter: enter}

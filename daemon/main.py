@@ -15,13 +15,12 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from netspec.links import sweep
 from netspec.protocol.auth import load_or_create_key, netspec_home, read_run_key, take_run_key
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.exits import end_run_processes
 from netspec.protocol.messages import PRIVATE_UMASK
 
 from .component import KILL_GRACE_S
+from .leftovers import end_left, sweep_dead
 from .orphans import adopt_orphans
 from .server import Daemon
 
@@ -70,8 +69,8 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return _parser().parse_args(argv)
 
 
-async def _serve(args: argparse.Namespace, key: bytes) -> None:
-    daemon = Daemon(key, args.root or netspec_home() / "daemon", only_run=args.only_run)
+async def _serve(args: argparse.Namespace, key: bytes, root: Path) -> None:
+    daemon = Daemon(key, root, only_run=args.only_run)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, daemon.stop)
@@ -177,10 +176,10 @@ def log_to_stderr(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     if args.kill_run:
-        end_run_processes(args.kill_run, KILL_GRACE_S, args.host)
-        # And its link conditions, found by the run's names (a daemon killed hard left them).
-        for removed in sweep(args.kill_run):
-            print(f"netspecd: removed the run's {removed}", file=sys.stderr)
+        # Its processes (a paused one resumed to take its SIGTERM) and its link conditions,
+        # found by the run's names: a daemon killed hard left them.
+        for said in end_left(args.kill_run, args.host, KILL_GRACE_S):
+            print(f"netspecd: {said}", file=sys.stderr)
         return 0
     # A run's outputs and streams are its owner's: private by default (0700 / 0600), also
     # for the components, which inherit the mask.
@@ -188,13 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr(args.verbose)
     if not adopt_orphans():
         logging.getLogger("netspecd").warning("not a child subreaper: each reset scans every process")
+    root = args.root or netspec_home() / "daemon"
+    # What a run of a daemon that died hard here left (its record on disk: leftovers.py),
+    # ended before anything new starts.
+    for said in sweep_dead(root, KILL_GRACE_S):
+        logging.getLogger("netspecd").warning("%s", said)
     try:
         if args.run_key:
             key = read_run_key(0) if str(args.run_key) == "-" else take_run_key(args.run_key)
             undumpable()
         else:
             key = load_or_create_key(args.key)
-        asyncio.run(_serve(args, key))
+        asyncio.run(_serve(args, key, root))
     except Exception as exc:
         # The listening socket is made inside the connections' task group, which raises its
         # failure as a group of one.

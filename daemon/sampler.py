@@ -9,7 +9,8 @@ record carries the instant it was actually read.
 Records (group CAMP): one `node` sample group per instant, its fields named by
 `sample_fields` (`cpu.user`... in ns, `mem_free`, `net.<if>.<counter>`, `disk.<disk>.<counter>`,
 `proc.<component>.<counter>`), a part that cannot be read being None; and `warning` events
-(a process gone, a part unreadable, CPU accounting). One record rather than one per part:
+(a process gone, an interface gone before its first read, a part unreadable, CPU
+accounting). One record rather than one per part:
 the record is most of the sampler's own cost in Python. The kernel
 charges /proc/stat's CPU times to whatever runs at each tick, so a process that runs only
 between ticks is never seen there; its own CPU time comes from the scheduler, exactly.
@@ -100,12 +101,15 @@ class CampSampler:
                rng: random.Random | None) -> None:
         self.config = config
         self.rng = rng or random.Random()
-        self.interfaces = list(config.interfaces or self.backend.network_interfaces())
+        self._warning = streams.event("CAMP", "warning", "counters missing or contradicting each other")
+        if config.interfaces:
+            self.interfaces = list(config.interfaces)
+            self.backend.nets(self.interfaces)  # an unknown name fails here, naming what exists
+        else:
+            self.interfaces = self._present_interfaces()
         self.disks = list(config.disks or self.backend.physical_disks())
-        self.backend.nets(self.interfaces)  # an unknown name fails here, naming what exists
         for d in self.disks:
             self.backend.disk(d)
-        self._warning = streams.event("CAMP", "warning", "counters missing or contradicting each other")
         if scope := getattr(self.backend, "scope", None):  # a container's cgroup (camp/cgroup.py)
             self.warn("cgroup", scope)
         self.processes: dict[str, ProcessId | None] = {}
@@ -125,6 +129,25 @@ class CampSampler:
         self.thread: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None  # a pipe: a byte written stops the thread
         self._selector: selectors.BaseSelector | None = None  # waits on the pipe's read end
+
+    def _present_interfaces(self) -> list[str]:
+        """Every interface there is, read once: one listed but gone before that read (a
+        container's or namespace's veth removed meanwhile) is left out and said, not fatal,
+        since the file named none. Each pass drops one at least, so the loop ends."""
+        interfaces = self.backend.network_interfaces()
+        while True:
+            try:
+                self.backend.nets(interfaces)
+                return interfaces
+            except CampError:
+                present = set(self.backend.network_interfaces())
+                gone = [i for i in interfaces if i not in present]
+                if not gone:
+                    raise
+                for name in gone:
+                    self.warn("interface_gone", f"interface {name}: gone before its first read; "
+                                                "not sampled")
+                interfaces = [i for i in interfaces if i in present]
 
     def attach(self, name: str, pid: int) -> None:
         """Sample component `name` from now on: it started after start_logging."""

@@ -29,6 +29,7 @@ from netspec.protocol.exits import (
 from netspec.protocol.kinds import ComponentSpec
 from netspec.protocol.names import as_name, safe_name
 
+from . import leftovers
 from .component import (
     KILL_GRACE_S,
     ComponentProcess,
@@ -52,6 +53,8 @@ class Supervisor:
                  camp: CampConfig | None = None):
         # Every name that becomes a path here is checked first: nothing is made outside `root`.
         self.root = root / safe_name(run_id, "run id")
+        self.daemon_root = root
+        self.held: Path | None = None  # its record on disk while set up (leftovers.py)
         self.run_id, self.tg, self.host = run_id, tg, safe_name(host, "host") if host else host
         self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
@@ -70,6 +73,15 @@ class Supervisor:
                 # No phases reach a plain program: it logs for as long as it runs.
                 comp.env[m.LOGGING_ENV] = json.dumps(self.logging_for(comp.spec.name))
 
+    def hold(self) -> None:
+        """Record on disk that this daemon holds the run, until its reset: should the daemon
+        die hard, the next one started here ends what the run left (leftovers.py)."""
+        try:
+            self.held = leftovers.hold(self.daemon_root, self.run_id, self.host)
+        except OSError as exc:  # a safety net, not the run's: said, and the run goes on
+            log.warning("run %s: no record of it kept on disk (%s): should this daemon die hard, "
+                        "the next will not end what the run leaves", self.run_id, exc)
+
     def running_pids(self) -> dict[str, int]:
         """Each started component that has not exited: name -> pid."""
         return {name: comp.proc.pid for name, comp in self.components.items()
@@ -82,19 +94,29 @@ class Supervisor:
         return {"streams": chosen, "dir": str(self.services.directory), "host": self.host}
 
     async def enter(self, name: str, phase: str, params: dict[str, Any],
-                    published: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
-        """Run `phase` in component `name` and return the ack fields (never raises).
-        `deadline` (loop time) is the step's: what stopping the component may wait until."""
+                    published: dict[str, Any], deadline: float | None = None,
+                    step: int | None = None) -> dict[str, Any]:
+        """Run `phase` (of step `step`) in component `name` and return the ack fields (never
+        raises). `deadline` (loop time) is the step's: what stopping the component may wait
+        until."""
         comp = self.components[name]
+        if step is not None:
+            comp.entered.append(step)  # an end in this phase is this step's (its Exit says so)
         try:
             return await self._enter(comp, phase, params, published, deadline)
         except ComponentExited as exc:
             if comp.verdict == KILLED:  # the schedule's fault ended it: its effect, not a failure
                 return {"status": m.ACK_WARNING, "message": f"{exc} in phase '{phase}': killed by schedule",
                         "scheduled": True}
-            return {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+            ack: dict[str, Any] = {"status": m.ACK_ERROR, "message": f"{exc} in phase '{phase}'"}
+            if comp.ended_in is not None and comp.ended_in != step:
+                ack["ended_in"] = comp.ended_in  # its end was an earlier step's: this is its news
+            return ack
         except StartRefused as exc:
             return {"status": m.ACK_ERROR, "message": str(exc)}
+        finally:
+            if step is not None:
+                comp.entered.remove(step)
 
     async def _start(self, comp: ComponentProcess, phase: str) -> None:
         """Start a component, unless the run was reset; a reset waits for a start under way."""
@@ -190,6 +212,7 @@ class Supervisor:
             for comp in self.components.values():
                 closing.create_task(comp.close(until))
         self.services.close()
+        leftovers.release(self.held)  # nothing of it left here (a close that failed raised)
         if clean:
             shutil.rmtree(self.root, ignore_errors=True)
         return len(victims)

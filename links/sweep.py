@@ -1,6 +1,8 @@
 """What a run left of its link conditions on this host, found by its names and removed:
-`netspecd --kill-run` runs it (ns_control collect and salvage, a daemon that died hard).
-A queue needs nothing: it is bound to a socket, and went with the daemon's process."""
+`netspecd --kill-run` runs it (ns_control collect and salvage, a daemon that died hard), and
+so does the next daemon started on the host for each run whose daemon died
+(daemon/leftovers.py). A queue needs nothing: it is bound to a socket, and went with the
+daemon's process."""
 
 from __future__ import annotations
 

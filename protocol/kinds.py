@@ -32,6 +32,7 @@ from .messages import (
     FILES,
     HELLO,
     JOIN,
+    LEFT,
     LINKS,
     NODE,
     OUTPUT,
@@ -294,8 +295,15 @@ class Links(Request, tag=LINKS, kw_only=True):
     exclude_udp: list[Port] = []
 
 
+class Left(Request, tag=LEFT, kw_only=True):
+    """What the daemon, at its start, ended of run `run`, whose daemon had died on this host
+    holding it (daemon/leftovers.py): asked by `ns_control collect`, once."""
+
+    run: str
+
+
 REQUESTS = (Hello | Setup | Enter | End | Reset | Files | Read | Clksync | Shutdown | Tree | Join | Links
-            | Fault)
+            | Fault | Left)
 
 
 # -- daemon -> controller: events, acks and their summaries ---------------------------------
@@ -348,6 +356,9 @@ class Exit(Event, tag=EXIT, kw_only=True, omit_defaults=False):
     ended_ns: int
     failed: bool
     scheduled: bool = False  # a fault of the schedule killed or terminated it: its end is that fault's
+    # The step it ended in (inside that phase's callback, or a plain command run to its end by
+    # its start step); None between phases, and from an older daemon.
+    step: int | None = None
 
 
 class Release(_Map, kw_only=True):
@@ -401,6 +412,9 @@ class Ack(Event, ComponentAck, tag=ACK, kw_only=True):
     clock: Clock | None = None
     host: str | None = None
     scheduled: bool = False  # the schedule's fault ended it before or in this step: not its failure
+    # It had ended already, in that earlier step (its Exit's `step`): this error ack is that
+    # end's news, judged there even if it comes before the exit (through a fan-out tree).
+    ended_in: int | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -548,6 +562,16 @@ class LinksReply(Reply, kw_only=True):
     clock: tuple[int, int] | None = None
 
 
+class LeftReply(Reply, kw_only=True):
+    """`swept`: this daemon's start ended what run's dead daemon (`pid`) left, at `at_ns`,
+    each thing `removed` said for people; not `swept`: it found nothing of the run left."""
+
+    swept: bool
+    pid: int | None = None
+    at_ns: int | None = None
+    removed: list[str] = []
+
+
 REPLIES: dict[str, type[Reply]] = {HELLO: HelloReply, SETUP: SetupReply, ENTER: EnterReply, END: EndReply,
                                    FILES: FilesReply, READ: ReadReply, CLKSYNC: ClksyncReply,
-                                   RESET: ResetReply, TREE: TreeReply, LINKS: LinksReply}
+                                   RESET: ResetReply, TREE: TreeReply, LINKS: LinksReply, LEFT: LeftReply}

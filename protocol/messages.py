@@ -66,6 +66,9 @@ HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE = (
 JOIN = "join"
 # Controller -> daemon: a run's link conditions toward other hosts (netspec.links).
 LINKS = "links"
+# Controller -> daemon (`ns_control collect`): what this daemon, at its start, ended of a run
+# whose daemon had died here (daemon/leftovers.py).
+LEFT = "left"
 # Daemon -> controller (ACKS: a batch of a fan-out tree's acks, each with its host).
 REPLY, ERROR, OUTPUT, EXIT, ACK, ACKS = "reply", "error", "output", "exit", "ack", "acks"
 # Component <-> daemon.

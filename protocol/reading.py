@@ -12,7 +12,7 @@ import msgspec
 
 from .errors import ProtocolError
 from .kinds import FAULT, REPLIES, Reply, ReplyFrame
-from .messages import CLKSYNC, END, ENTER, FILES, HELLO, JOIN, LINKS, READ, RESET, SETUP, SHUTDOWN, TREE
+from .messages import CLKSYNC, END, ENTER, FILES, HELLO, JOIN, LEFT, LINKS, READ, RESET, SETUP, SHUTDOWN, TREE
 from .wire import MAX_OBJECTS, WALK_FROM, count_objects
 
 
@@ -32,7 +32,7 @@ def reply(kind: str, frame: ReplyFrame) -> Reply:
 
 _REPLY_DECODERS = {kind: msgspec.msgpack.Decoder(REPLIES.get(kind, Reply))
                    for kind in (HELLO, SETUP, ENTER, END, RESET, FILES, READ, CLKSYNC, SHUTDOWN, TREE, JOIN,
-                                LINKS, FAULT)}
+                                LINKS, FAULT, LEFT)}
 
 
 class Refused:

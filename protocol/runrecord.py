@@ -26,6 +26,8 @@ run.json version history (readers accept every older version):
      copies of the long-term key an older netspec stored on its SSH hosts, removed).
      Same keys, kept since: a later `collect` adds to a host's `salvaged` (its files are
      every collect's) and leaves `collected.at` when it gathers nothing more.
+     Later optional key: a host's `salvaged.swept` (what the next netspecd started on an
+     `address:` host ended of the run its SIGKILLed daemon left, as `collect` was told).
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ class Controller(msgspec.Struct):
 class Salvage(msgspec.Struct, omit_defaults=True):
     """What was gathered of a host without its daemon (controller/gather/salvage.py): over
     what, from where on the host, the files (in the run directory) and their bytes, what was
-    left on the host, whether the host's copy was removed, and why not all of it, if not."""
+    left on the host, whether the host's copy was removed, and why not all of it, if not;
+    what a later daemon on the host ended of the run its dead one left (`swept`)."""
 
     via: str
     source: str = msgspec.field(default="", name="from")
@@ -105,6 +108,7 @@ class Salvage(msgspec.Struct, omit_defaults=True):
     left: list[str] = []
     removed: bool = False
     error: str = ""
+    swept: list[str] = []
 
     def after(self, earlier: Salvage | None) -> Salvage:
         """This salvage of a host as the record keeps it after `earlier`'s (a second
@@ -120,7 +124,8 @@ class Salvage(msgspec.Struct, omit_defaults=True):
             left = _union(earlier.left, self.left)
         return Salvage(self.via or earlier.via, self.source or earlier.source,
                        _union(earlier.files, self.files), earlier.bytes + self.bytes,
-                       left, self.removed or earlier.removed, self.error)
+                       left, self.removed or earlier.removed, self.error,
+                       _union(earlier.swept, self.swept))  # a daemon tells it once
 
 
 def _union(first: list[str], then: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ import pytest
 # conftest.py of tests/web would be the module `conftest` that other tests import from.
 from browser import fleet_results, results  # noqa: F401
 from demorun import demo  # noqa: F401
+from netns import veth_netns  # noqa: F401
 from netspec.protocol.auth import load_or_create_key
 from support import PROGRAMS, SESSION_ENV, session_dir
 

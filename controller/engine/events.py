@@ -94,28 +94,38 @@ class Inbox:
             self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
                 event.returncode, event.duration_s, event.argv, event.ended_ns, event.scheduled)
             name = event.component
-            if event.failed and name not in self.stragglers.ended and not self.failed_over(host, name):
+            if (event.failed and name not in self.stragglers.ended
+                    and not self.failed_over(host, name, event.step)):
                 self.failure.set(ComponentFailed(result, self.now.phase))
         elif type(event) is k.ErrorEvent:
             self.failure.set(RemoteError(host, event.error))
         elif type(event) is Lost:
             self.failure.set(ConnectionLost(host, self.now.phase, event.error.detail))
 
-    def failed_over(self, host: str, name: str) -> bool:
-        """Whether component `name`, whose process just died, was in a k-of-n step it had
-        not acked ok (the step under way, or one whose barrier opened without it): then it
-        counts as failing there, as a raise does (the run is partial), and leaves the run.
-        False where it fails the run: no such step, or one that cannot get through without it."""
-        # The earliest such step is the one it died in: its exit may be read once a later
-        # step is under way (a barrier opens without it), which it then never reached.
+    def failed_over(self, host: str, name: str, step: int | None = None, why: str = "") -> bool:
+        """Whether component `name`, whose process just died (in step `step`, if its daemon
+        said), was in a k-of-n step it had not acked ok (the step under way, or one whose
+        barrier opened without it): then it counts as failing there, as a raise does (the run
+        is partial), and leaves the run. False where it fails the run: no such step, or one
+        that cannot get through without it. `why` says its end, where its exit is not read yet."""
         current = self.now.barrier
-        for barrier in (*self.stragglers.waiting.values(), current):
+        if step is not None:
+            # The step it ended in, however late its exit is read: a later step may be under
+            # way, and its own error ack (through a fan-out tree) may have completed that
+            # step's barrier first. Its end is that step's, whatever came first.
+            candidates: tuple[Barrier | None, ...] = (self.stragglers.kofn.get(step),)
+        else:
+            # An older daemon's exit: the earliest such step is the one it died in (its exit
+            # may be read once a later step is under way, which it then never reached).
+            candidates = (*self.stragglers.waiting.values(), current)
+        for barrier in candidates:
             if barrier is None or barrier.step.need is None or name not in barrier.expected.get(host, ()):
                 continue
             ack = barrier.acks.get((host, name))
             if ack is not None and ack.status != m.ACK_ERROR:
                 continue  # done with that step: it died between phases
-            return self.stragglers.died(barrier, host, name, self.results[name].describe_exit(), current)
+            why = why or self.results[name].describe_exit()
+            return self.stragglers.died(barrier, host, name, why, current)
         return False
 
     def on_ack(self, host: str, ack: k.Ack) -> None:
@@ -135,6 +145,10 @@ class Inbox:
         before = entries.get(name)
         if before is not None and (before.outcome == "killed" or before.died):
             return  # the error ack of its ending, or of its death, says nothing new
+        if ack.ended_in is not None and ack.status == m.ACK_ERROR and name not in self.stragglers.ended:
+            # It had ended in that earlier step, its exit not read yet (a fan-out tree's acks
+            # come by another road): judged there, as its exit will be.
+            self.failed_over(host, name, ack.ended_in, ack.message)
         if name in self.stragglers.ended:
             entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome="skipped")
             return

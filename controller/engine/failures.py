@@ -37,6 +37,13 @@ def step_failures(barrier: Barrier, first: NetspecError, results: dict[str, Comp
         late = f"did not finish within the deadline of {first.seconds:g} s"
         for host, names in first.waiting.items():
             name = names[0]
+            if barrier.opened.done():
+                # Every ack was in: the deadline caught collect's fetch of the host's files
+                # (Steps.step names them so), no participant's.
+                outcome[host] = RemoteError(host, WireError(
+                    type="DeadlineExceeded", message=f"its files were not all fetched within the deadline "
+                                                     f"of {first.seconds:g} s"))
+                continue
             if name == m.NODE:
                 outcome[host] = RemoteError(host, WireError(type="DeadlineExceeded", message=late))
                 continue

@@ -93,6 +93,8 @@ class Steps:
             summarize = fan_out.tree is not None and step.need is None
             record.hosts = {} if summarize else {h: StepHost(components={}) for h in plan.participants}
             barrier = self.now.barrier = Barrier(index, step, plan.participants, plan.count)
+            if step.need is not None:
+                self.stragglers.kofn[index] = barrier
             scheduled: dict[str, Any] = {}
             if step.release == "at":
                 lead = release.lead_s(step, len(plan.participants))

@@ -30,6 +30,9 @@ class Stragglers:
                  end: Callable[[str, str], Awaitable[str | None]]):
         self.record, self.progress, self.save, self.end = record, progress, save, end
         self.waiting: dict[int, Barrier] = {}  # by step index
+        # Every k-of-n step's barrier by index, kept after its step (Steps.step): a death is
+        # judged in the step its daemon says it ended in, however late its report comes.
+        self.kofn: dict[int, Barrier] = {}
         self._watches: asyncio.TaskGroup | None = None  # open from `async with` to `run_ended`
         self.ended: dict[str, str] = {}  # component -> why netspec ended it mid-run
         self.troubles: list[str] = []

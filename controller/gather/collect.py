@@ -2,7 +2,9 @@
 
 The daemons of such a run reset it when their controller went (a local daemon watches its
 parent, an SSH daemon its channel), which ends its processes but keeps its files. Each host
-is reached again without a daemon, as a lost daemon's host is at collect (salvage.py).
+is reached again without a daemon, as a lost daemon's host is at collect (salvage.py). An
+`address:` host is reached only through its daemon: the one there now is asked what its start
+ended of what the run left, should the run's daemon have died there (daemon/leftovers.py).
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.protocol import messages as m
+from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..experiment.model import Host as HostSpec
 from ..hosts.engines import CLOSE_S
-from ..hosts.fleet import local_daemon_root
+from ..hosts.fleet import DaemonClient, local_daemon_root
 from ..hosts.remote import SSHHost
 from ..hosts.runfiles import RunFiles, local_run_files
 from ..record.rundir import RunDir, note_collected, settle
 from .salvage import Salvaged, salvage_hosts
 
 COLLECT_DEADLINE_S = 300.0
+LEFT_S = 10.0  # an `address:` host's daemon asked what it ended of the run: it answers at once
 
 
 def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Salvaged]:
@@ -44,12 +49,16 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     ssh_hosts: list[SSHHost] = []
     engines: list[Any] = []  # the run's container hosts' engines: one client each, closed after
     sources = {}
-    for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts):
-        if spec.name in record.hosts:  # reached by the run: something may be there
-            sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines)
+    reached = [spec for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts)
+               if spec.name in record.hosts]  # reached by the run: something may be there
+    for spec in reached:
+        sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines)
+    addressed = {spec.name: spec.address for spec in reached if spec.address}
 
     async def gather() -> dict[str, Salvaged]:
-        return await salvage_hosts(sources, run, asyncio.get_running_loop().time() + COLLECT_DEADLINE_S)
+        deadline = asyncio.get_running_loop().time() + COLLECT_DEADLINE_S
+        swept = {host: await _left(host, address, record.id, deadline) for host, address in addressed.items()}
+        return await salvage_hosts(sources, run, deadline, swept)
     try:
         found = asyncio.run(gather())
     finally:
@@ -59,6 +68,40 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
             shared.close(CLOSE_S)
     note_collected(run, found)
     return found
+
+
+async def _left(host: str, address: str, run_id: str, deadline: float) -> list[str]:
+    """What the daemon at `address` (an `address:` host) says its start ended of the run,
+    which a daemon SIGKILLed there left (daemon/leftovers.py); or why it could not say."""
+    loop = asyncio.get_running_loop()
+    until = min(deadline, loop.time() + LEFT_S)
+    addr, _, port = address.rpartition(":")
+    failed: BaseException | None = None
+    try:
+        async with asyncio.timeout_at(until):
+            client = await DaemonClient.connect(host, (addr, int(port)), load_or_create_key(), _no_events,
+                                                until)
+            async with asyncio.TaskGroup() as serving:
+                serving.create_task(client.serve())  # its replies: ended by the close
+                try:
+                    told = await client.request(m.LEFT, until, run=run_id)
+                finally:
+                    await client.close()
+    except* (NetspecError, OSError, TimeoutError) as group:
+        failed = group.exceptions[0]
+    if failed is not None:
+        return [f"its netspecd at {address} could not be asked what the run left there "
+                f"({failed or 'no answer within the deadline'}): what a daemon that died there left "
+                "(link conditions, a paused process) is ended by the next netspecd started there on "
+                "the same root"]
+    if not told.swept:
+        return [f"its netspecd at {address} found nothing of the run left behind"]
+    return [f"the netspecd started at {address} after the run's (pid {told.pid}) died ended what it left: "
+            f"{'; '.join(told.removed) or 'nothing was left'}"]
+
+
+def _no_events(host: str, event: object) -> None:
+    """A `left` request's connection carries no events that need taking."""
 
 
 def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SSHHost],

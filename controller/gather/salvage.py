@@ -36,16 +36,17 @@ class Salvaged:
     left: list[str] = field(default_factory=list)  # files found but not gathered
     removed: bool = False
     error: str = ""
+    swept: list[str] = field(default_factory=list)  # what a later daemon ended of the run's leftovers
 
     def record(self, run: Path) -> Salvage:
         """As run.json keeps it, each file relative to the run directory `run`."""
         return Salvage(self.via, self.source, [str(p.relative_to(run)) for _, p in self.files], self.bytes,
-                       self.left, self.removed, self.error)
+                       self.left, self.removed, self.error, self.swept)
 
     def summary(self) -> str:
         """One line for people."""
         if not self.via:
-            return f"nothing salvaged: {self.error}"
+            return "; ".join([f"nothing salvaged: {self.error}", *self.swept])
         said = [f"{len(self.files)} files ({self.bytes / 1e6:.1f} MB) over {self.via}"]
         if self.left:
             said.append(f"{len(self.left)} left on the host (the daemon alone knew which to gather)"
@@ -55,16 +56,17 @@ class Salvaged:
 
 
 async def salvage_hosts(sources: dict[str, Callable[[], RunFiles | None]], run: RunDir,
-                        deadline: float) -> dict[str, Salvaged]:
+                        deadline: float, swept: dict[str, list[str]] | None = None) -> dict[str, Salvaged]:
     """Salvage each host whose daemon was lost, by the loop-time `deadline`: `sources`
     gives each host's `Host.run_files`. Each host's salvage, or why there was none, is
-    recorded in run.json under the host's `salvaged`, beside what an earlier one gathered."""
+    recorded in run.json under the host's `salvaged`, beside what an earlier one gathered,
+    with what `swept` says was ended of the run's leftovers on a host none can salvage."""
     async def one(host: str) -> Salvaged:
         try:
             source = await asyncio.to_thread(sources[host])
             if source is None:
                 return Salvaged(error="its files stay on the host: a daemon at an address is "
-                                "reached only through itself")
+                                "reached only through itself", swept=(swept or {}).get(host, []))
             return await asyncio.to_thread(salvage, source, run, host)
         except (OSError, NetspecError) as exc:
             return Salvaged(error=f"salvage failed: {exc}")

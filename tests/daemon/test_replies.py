@@ -34,9 +34,10 @@ def test_a_reply_goes_on_the_wire_as_the_map_the_daemon_sent_before_typed_replie
         {"t": m.REPLY, "id": 3, "files": [entry]})
     exit = {"component": "c", "returncode": 0, "argv": ["x"], "duration_s": 0.5, "expected": False,
             "forced": False, "ended_ns": 1}
-    # and after them, what the daemon added since: whether the schedule's fault ended it
+    # and after them, what the daemon added since: whether the schedule's fault ended it, and
+    # the step it ended in
     assert encode(k.Exit(**exit, failed=False)) == encode({"t": m.EXIT, **exit, "failed": False,
-                                                           "scheduled": False})
+                                                           "scheduled": False, "step": None})
 
 
 def test_an_error_with_a_huge_message_still_fits_a_frame():

@@ -3,9 +3,14 @@ no aliasing with periodic workloads, and a warning where /proc/stat misses CPU t
 
 import gzip
 import itertools
+import json
 import math
 import os
 import random
+import secrets
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -313,3 +318,53 @@ def test_node_services_closed_leave_no_thread_and_no_descriptor(tmp_path):
     services.close()
     assert [t.name for t in threading.enumerate() if t.name in ("camp", "clksync", "netspec-flusher")] == []
     assert descriptors() == before
+
+
+# In a namespace of its own: a sampler of every interface, whose backend lists the interfaces
+# and then (before the sampler's first read of them) deletes the real veth eth1, which takes
+# its peer eth0 with it. What the sampler said and sampled, as JSON.
+VANISHING = textwrap.dedent("""\
+    import json, subprocess, sys
+    from pathlib import Path
+    from netspec.camp.procfs import ProcBackend
+    from netspec.daemon.sampler import CampConfig, CampSampler, open_stream
+    from netspec.datastream.reader import StreamReader
+
+    class Vanishing(ProcBackend):
+        def network_interfaces(self):
+            listed = super().network_interfaces()
+            if "eth1" in listed:
+                subprocess.run(["ip", "link", "del", "eth1"], check=True)
+            return listed
+
+    directory, backend = Path(sys.argv[1]), Vanishing()
+    streams = open_stream(directory, "r", "h")
+    with CampSampler(streams, CampConfig(disks=()), {}, backend=backend) as sampler:
+        sampler.sample()
+    streams.stop()
+    backend.close()
+    records = [r for p in directory.glob("*.ds") for r in StreamReader(p)]
+    print(json.dumps({"interfaces": sampler.interfaces,
+                      "warnings": [r.value for r in records if r.entity.full_name == "CAMP/warning"],
+                      "samples": [r.value for r in records if r.entity.full_name == "CAMP/node"]}))
+    """)
+
+
+def test_an_interface_gone_before_its_first_read_is_said_and_left_out_not_fatal(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("a network namespace and a veth need root")
+    netns = f"nsc{secrets.token_hex(4)}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
+                       check=True)
+        done = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", VANISHING, str(tmp_path)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["interfaces"] == ["lo"]
+    gone = sorted(w["message"] for w in said["warnings"] if w["kind"] == "interface_gone")
+    assert gone == [f"interface {i}: gone before its first read; not sampled" for i in ("eth0", "eth1")]
+    assert said["samples"] and all(s["net.lo.bytes_sent"] is not None for s in said["samples"])

@@ -1,3 +1,6 @@
+"""A network namespace of a test's own with a veth pair in it (`veth_netns`), for the tests of
+link conditions and of what a killed daemon left: imported by tests/conftest.py."""
+
 import os
 import secrets
 import subprocess
