@@ -180,11 +180,28 @@ class Engines:
                 try:
                     network = client.networks.get(name)
                 except docker.errors.NotFound:
-                    network = client.networks.create(name, driver="bridge", check_duplicate=True,
-                                                     labels=labels)
+                    network = self._create_network(client, name, labels)
                 held = self._networks[engine or "", name] = [network, 0]
             held[1] += 1
             return held[0]
+
+    @staticmethod
+    def _create_network(client: Any, name: str, labels: dict[str, str]) -> Any:
+        """Make the run's network; one of its name made meanwhile (two engine addresses of one
+        daemon, the local socket and ssh:// to it, each made it at once) is taken if it is
+        this run's (its labels), else refused."""
+        import docker.errors
+
+        try:
+            return client.networks.create(name, driver="bridge", check_duplicate=True, labels=labels)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            network = client.networks.get(name)
+            theirs = network.attrs.get("Labels") or {}
+            if any(theirs.get(key) != value for key, value in labels.items()):
+                raise
+            return network
 
     def left(self, engine: str | None, tls: dict[str, str] | None, name: str) -> None:
         """One of ours left the network `name`: the last one's leaving removes it (if netspec made it)."""
