@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick bench lint docs clean
+.PHONY: setup demo test test-quick test-benches bench lint docs clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,13 @@ demo: setup
 # one runs out (the suite's tests differ in length by 100x); a `timing` test has the machine to
 # itself while it runs (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not benches"
+
+# Every bench script from a fresh clone, each with its smallest settings (tests/e2e/test_benches.py):
+# that each runs, not its figures. Apart from `make test`, whose 6 minutes they would add 2.5 to;
+# CI's .ci/run runs both.
+test-benches: setup
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m benches
 
 # Unit tests: no namespaced hosts, no timing bounds, and not the end-to-end tier (tests/e2e/,
 # every test of which tests/conftest.py marks e2e).

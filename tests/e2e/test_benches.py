@@ -17,6 +17,7 @@ from browser import CHROMEDRIVER, CHROMIUM
 from support import REPO
 
 BENCH = REPO / "bench"
+pytestmark = pytest.mark.benches  # make test-benches, not make test
 
 
 def root() -> str | None:
