@@ -26,7 +26,7 @@ test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not benches"
 
 # Every bench script from a fresh clone, each with its smallest settings (tests/e2e/test_benches.py):
-# that each runs, not its figures. Apart from `make test`, whose 6 minutes they would add 2.5 to;
+# that each runs, not its figures. Apart from `make test`, to which they would add 1.5 minutes;
 # CI's .ci/run runs both.
 test-benches: setup
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m benches
