@@ -22,14 +22,13 @@ A campaign sweeps a host's setting, a group's count among them, as `hosts.HOST.K
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from netspec.protocol.errors import ConfigError
 
-from .sourcefile import Path_, SourceFile, key_name, suggest
+from .sourcefile import Path_, SourceFile, suggest
 
 HOSTS_KEY = "hosts"  # a swept key that starts so is a host's setting: hosts.HOST.KEY[.KEY]
 MAX_MEMBERS = 10_000  # the schema's bound on count, said again where it is enforced
@@ -290,19 +289,10 @@ def with_host_setting(data: dict[str, Any], key: str, value: Any) -> bool:
 def check_host_axis(src: SourceFile, data: dict[str, Any], key: str, values: list[Any]) -> None:
     """A swept host setting: the host is in the file, and each value makes a file the schema
     takes (so a point's file is refused at check, not at its run)."""
-    from .schemacheck import validator
+    from .schemacheck import check_swept_values
 
     host, _ = host_setting(key)  # type: ignore[misc]
-    where: Path_ = ("sweep", "params", key)
-    hosts = data.get(HOSTS_KEY) or {}
-    src.known("host", host, hosts, where)
-    for i, value in enumerate(values):
-        point = copy.deepcopy({k: v for k, v in data.items() if k not in ("sweep", "repeat", "hooks")})
-        with_host_setting(point, key, value)
-        for error in validator().iter_errors(point):
-            at = tuple(error.absolute_path)
-            if at[:2] == (HOSTS_KEY, host):
-                with src.checking():
-                    src.error(f"{value!r} makes host '{host}' one the file cannot have: "
-                              f"{key_name(at)}: {error.message}", (*where, i))
+    src.known("host", host, data.get(HOSTS_KEY) or {}, ("sweep", "params", key))
+    check_swept_values(src, data, key, values, with_host_setting, lambda at: at[:2] == (HOSTS_KEY, host),
+                       f"host '{host}'")
 

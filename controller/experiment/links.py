@@ -18,7 +18,6 @@ through the same backend as its others.
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -171,11 +170,16 @@ def link_setting(key: str) -> tuple[str, str] | None:
     return (name, setting) if name and setting else None
 
 
-def _named(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """Every rule named `name`: in the top-level links and in each step's."""
+def _rules(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rule of a file as written: the top-level links' and each step's."""
     lists = [data.get(LINKS_KEY) or []]
     lists += [step.get(LINKS_KEY) or [] for step in data.get("schedule") or () if isinstance(step, dict)]
-    return [rule for rules in lists for rule in rules if isinstance(rule, dict) and rule.get("name") == name]
+    return [rule for rules in lists for rule in rules if isinstance(rule, dict)]
+
+
+def _named(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Every rule named `name`: in the top-level links and in each step's."""
+    return [rule for rule in _rules(data) if rule.get("name") == name]
 
 
 def with_link_setting(data: dict[str, Any], key: str, value: Any) -> bool:
@@ -193,27 +197,18 @@ def with_link_setting(data: dict[str, Any], key: str, value: Any) -> bool:
 def check_link_axis(src: SourceFile, data: dict[str, Any], key: str, values: list[Any]) -> None:
     """A swept link setting: one rule has the name, the key is one a sweep may vary, and each
     value makes a file the schema takes (so a point's file is refused at check, not at its run)."""
-    from .schemacheck import validator
+    from .schemacheck import check_swept_values
 
     name, part = link_setting(key)  # type: ignore[misc]
     where: Path_ = ("sweep", "params", key)
     found = _named(data, name)
     if not found:
-        names = sorted({r["name"] for rules in ([data.get(LINKS_KEY) or []] + [
-            s.get(LINKS_KEY) or [] for s in data.get("schedule") or () if isinstance(s, dict)])
-            for r in rules if isinstance(r, dict) and isinstance(r.get("name"), str)})
+        names = sorted({r["name"] for r in _rules(data) if isinstance(r.get("name"), str)})
         src.error(f"no link is named '{name}'{suggest(name, names)}: give the rule `name: {name}` "
                   "in links:", where)
     if part not in SWEPT_KEYS:
         src.error(f"a sweep varies a link's {', '.join(SWEPT_KEYS)}, not '{part}'", where)
     if any(rule.get("partition") for rule in found):
         src.error(f"link '{name}' is a partition: it has no {part} to vary", where)
-    for i, value in enumerate(values):
-        point = copy.deepcopy({k: v for k, v in data.items() if k not in ("sweep", "repeat", "hooks")})
-        with_link_setting(point, key, value)
-        for error in validator().iter_errors(point):
-            at = tuple(error.absolute_path)
-            if at[:1] == (LINKS_KEY,) or "schedule" in at[:1]:
-                with src.checking():
-                    src.error(f"{value!r} makes link '{name}' one the file cannot have: "
-                              f"{key_name(at)}: {error.message}", (*where, i))
+    check_swept_values(src, data, key, values, with_link_setting,
+                       lambda at: at[:1] in ((LINKS_KEY,), ("schedule",)), f"link '{name}'")

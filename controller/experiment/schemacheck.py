@@ -5,16 +5,18 @@ what it accepted."""
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import re
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import jsonschema
 
-from .sourcefile import Path_, SourceFile, suggest
+from .sourcefile import Path_, SourceFile, key_name, suggest
 
 
 @cache
@@ -29,6 +31,23 @@ def validator() -> jsonschema.Draft202012Validator:
     full = schema()
     return _EXACT(_inline(full, full.get("$defs", {}), ()))
 
+
+def check_swept_values(src: SourceFile, data: dict[str, Any], key: str, values: list[Any],
+                       apply: Callable[[dict[str, Any], str, Any], object],
+                       inside: Callable[[tuple[Any, ...]], bool], what: str) -> None:
+    """Each value of a swept setting `key` makes a file the schema takes, so a point's file is
+    refused at check, not at its run: `apply` sets it on a copy of `data` (the campaign's own
+    sections gone), and each error the schema finds where `inside` says is said of `what`."""
+    where: Path_ = ("sweep", "params", key)
+    for i, value in enumerate(values):
+        point = copy.deepcopy({k: v for k, v in data.items() if k not in ("sweep", "repeat", "hooks")})
+        apply(point, key, value)
+        for error in validator().iter_errors(point):
+            at = tuple(error.absolute_path)
+            if inside(at):
+                with src.checking():
+                    src.error(f"{value!r} makes {what} one the file cannot have: "
+                              f"{key_name(at)}: {error.message}", (*where, i))
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
     """The `pattern` keyword as the schema's dialect (ECMA-262) reads it: its `$` is the end of
