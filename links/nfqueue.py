@@ -63,7 +63,9 @@ LATE_NS = 1_000_000  # a verdict later than this is counted apart
 IDLE_S = 1.0
 RECEIVES = 1024  # reads of the socket before the held packets' verdicts are looked at again
 PACKET_KIND = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
-BUFFER = 65536
+# One netlink message a read: a whole packet (up to COPY_BYTES) and its attributes; a smaller
+# buffer would cut a jumbo frame's copy short without a word.
+BUFFER = COPY_BYTES + 4096
 _NLMSG = struct.Struct("=IH")
 _ATTR = struct.Struct("=HH")
 _ID = struct.Struct(">I")
@@ -157,7 +159,7 @@ class UserPath:
     sockets it served as it ends."""
 
     def __init__(self, queue: int, mark: int, seed: int | None = None):
-        self.queue, self.mark = queue, mark
+        self.queue = queue
         self.peers: dict[int, _Peer] = {}  # by the IPv4 address, as a big-endian int
         self.overruns = 0
         self.realtime: bool | None = None  # whether its thread got real-time priority
