@@ -65,6 +65,15 @@ def threads_named(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == name]
 
 
+def remove_named(client: Any, prefix: str) -> None:
+    """Every container and network of a Docker engine (a `docker` client) whose name has
+    `prefix`, removed: what a test made in it."""
+    for container in client.containers.list(all=True, filters={"name": prefix}):
+        container.remove(force=True)
+    for network in client.networks.list(filters={"name": prefix}):
+        network.remove()
+
+
 def ns_control(*args: str, cwd: Path, timeout: float = 120,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netspec.controller.cli", *args], cwd=cwd,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from netspec.analysis.provenance import shared_kernels
 from netspec.datastream.reader import StreamReader
-from support import latest_record, ns_control, session_dir, start_run, wait_for
+from support import latest_record, ns_control, remove_named, session_dir, start_run, wait_for
 
 docker = pytest.importorskip("docker")
 
@@ -35,14 +35,6 @@ streams: {{play: {{enable: [PLAY]}}}}
 schedule: [launch, sync_clocks, start_logging, prepare, {{phase: work, deadline: 5m}}, collect]
 """
 MIB = 1 << 20
-
-
-def remove_named(client, prefix: str) -> None:
-    """Every container and network whose name has `prefix`, removed (a test's leftovers)."""
-    for container in client.containers.list(all=True, filters={"name": prefix}):
-        container.remove(force=True)
-    for network in client.networks.list(filters={"name": prefix}):
-        network.remove()
 
 
 def attach_to(client, image: str, prefix: str):

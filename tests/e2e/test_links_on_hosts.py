@@ -25,7 +25,7 @@ from netspec.analysis.links import COLUMNS, merged_lines, wilson
 from netspec.links.names import table
 from netspec.links.probes import DEFAULT_PER_S
 from netspec.protocol.links import LinkCondition
-from support import PROGRAMS, load_record, ns_control, start_run, wait_for
+from support import PROGRAMS, load_record, ns_control, remove_named, session_dir, start_run, wait_for
 
 # A UDP echo in host b's namespace: "P<n>" is sent back; "B..." (a burst) is stamped on arrival;
 # "S" is answered with the burst's arrivals [[ns, bytes], ...]. The "S" is sent from b itself,
@@ -342,7 +342,6 @@ def test_tcp_across_a_delayed_link_between_containers_is_as_across_a_real_one(
     # 10 ms each way; the audit's TCP probes, a connect against a request in two writes and a
     # burst, in the same instant (analysis/linktcp.py), and the delay as its datagrams found it.
     docker = pytest.importorskip("docker")
-    from support import session_dir
 
     prefix = f"{session_dir().name}-tcp"
     path = experiment(textwrap.dedent(f"""\
@@ -361,10 +360,7 @@ def test_tcp_across_a_delayed_link_between_containers_is_as_across_a_real_one(
         done = ns_control("run", str(path), cwd=tmp_path, timeout=240)
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
-        for container in client.containers.list(all=True, filters={"name": prefix}):
-            container.remove(force=True)
-        for network in client.networks.list(filters={"name": prefix}):
-            network.remove()
+        remove_named(client, prefix)
     merged = tmp_path / "runs" / "latest" / "merged"
     rows = duckdb.connect().execute(f"""SELECT src, dst, backend, delay_p50_ms, tcp_probes, tcp_failed,
                                                tcp_connect_ms, tcp_request_ms, tcp_burst_ms,

@@ -17,7 +17,7 @@ from netspec.controller.hosts.leftovers import (
     dead_runs,
     remove_run,
 )
-from support import session_dir, session_run_id
+from support import remove_named, session_dir, session_run_id
 
 docker = pytest.importorskip("docker")
 
@@ -32,10 +32,7 @@ def made(docker_image):
         return client.containers.create(docker_image, ["sleep", "1"], name=f"{prefix}-{name}", labels=labels,
                                         network=network.name if network else None)
     yield client, prefix, make
-    for container in client.containers.list(all=True, filters={"name": prefix}):
-        container.remove(force=True)
-    for network in client.networks.list(filters={"name": prefix}):
-        network.remove()
+    remove_named(client, prefix)
     client.close()
 
 
