@@ -10,15 +10,29 @@ import select
 import sys
 
 from netspec import nodelib
+from netspec.protocol import channel
 
 HOLD_S = 120.0
+CHANNELS: list[channel.BlockingChannel] = []  # nodelib's one channel to its daemon
+_opened = channel.BlockingChannel.__init__
+
+
+def _kept(self: channel.BlockingChannel, *args: object, **kwargs: object) -> None:
+    _opened(self, *args, **kwargs)
+    CHANNELS.append(self)
+
+
+channel.BlockingChannel.__init__ = _kept  # type: ignore[method-assign]
 
 
 def act(ctx: nodelib.PhaseContext) -> str:
     if ctx.params.get("exit_in") == ctx.phase:
-        # Readable: the daemon wrote to this end of the channel while the callback runs.
-        readable, _, _ = select.select([int(os.environ["NETSPEC_FD"])], [], [], HOLD_S)
-        if not readable:
+        # Something more came while the callback runs: still in the socket, or already read
+        # by nodelib with the phase's enter (a loaded machine's daemon can send both before
+        # this program reads either: one recv then holds the two, and select sees nothing).
+        more = bool(CHANNELS[0]._ready) or bool(select.select(
+            [int(os.environ["NETSPEC_FD"])], [], [], HOLD_S)[0])
+        if not more:
             raise RuntimeError(f"nothing more came from netspecd within {HOLD_S:g} s")
         os._exit(int(ctx.params.get("exit_code", 1)))
     return ""
