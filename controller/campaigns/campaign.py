@@ -25,7 +25,8 @@ from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
 from netspec.analysis.provenance import load as provenance
-from netspec.analysis.resultset import MERGED, is_current
+from netspec.analysis.resultset import MERGED, is_current, read_summary
+from netspec.analysis.starved import starved_of
 from netspec.protocol.campaignrecord import (
     CAMPAIGN_FILE,
     SETUP_FAILED,
@@ -143,7 +144,7 @@ def _outcome(run: CampaignRun) -> RunOutcome:
 def failed_points(points: list[Point], c: Campaign) -> list[str]:
     """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
     run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
-    warm-up or unlike the point's first run (provenance)."""
+    warm-up, unlike the point's first run (provenance) or, with refuse_starved, starved of CPU."""
     lines = []
     for p in points:
         if p.done != "failures":
@@ -152,8 +153,8 @@ def failed_points(points: list[Point], c: Campaign) -> list[str]:
         uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
         lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
                      f"{failed} of {len(p.runs)} run(s) failed"
-                     + (f", {uncounted} ok but not counted: a warm-up, or unlike the point's first run"
-                        if uncounted else "") + ")")
+                     + (f", {uncounted} ok but not counted: a warm-up, unlike the point's first run, "
+                        "or starved of CPU (refuse_starved)" if uncounted else "") + ")")
     return lines
 
 
@@ -249,8 +250,15 @@ class Campaigner:
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
                                      f"{point.label}: it differs from run {first.id}: "
                                      + "; ".join(diffs)])
+        summary = read_summary(path / MERGED) if ok else None
+        starved = [s.text() for s in starved_of(summary.starved)] if summary else []
+        if starved and counted and self.c.refuse_starved:
+            counted = False
+            self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
+                                     f"{point.label} (refuse_starved): " + "; ".join(starved)])
         point.runs.append(CampaignRun(id=path.name, path=str(path.resolve()), status=outcome.status,
-                                      value=value, counted=counted, warmup=warm, differs=diffs))
+                                      value=value, counted=counted, warmup=warm, differs=diffs,
+                                      starved=starved))
         self.cdir.record.current = None
         self.cdir.save()
 
@@ -316,6 +324,13 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
         return point_metrics(cdir.record.points, campaign.statistic if campaign else "median")
     except UnlikeRuns as exc:
         raise CampaignError(str(exc)) from None
+
+
+def starved_lines(cdir: CampaignDir) -> list[str]:
+    """A line for each run of the campaign that its merge found starved of CPU: counted (the
+    campaign counts such runs) or not (refuse_starved)."""
+    return [f"{p.label}: run {r.id} {'counted' if r.counted else 'not counted'}, starved of CPU: {text}"
+            for p in cdir.record.points for r in p.runs for text in r.starved]
 
 
 def swept_axis(cdir: CampaignDir) -> tuple[str, str, dict[str, float]] | None:

@@ -234,6 +234,14 @@ def test_a_loop_busy_40_percent_of_the_time_is_waiting_not_io_bound():
                            "60 % of the time: on I/O, a timer or a peer, which CAMP does not tell)")
 
 
+def test_a_loop_that_waited_on_a_run_queue_says_how_much_of_its_waiting_that_was():
+    starved = Workload("h", "burner", 10 * SECOND, 2 * SECOND, 0, 7 * SECOND)
+    assert starved.kind == "waiting"
+    assert starved.text() == ("h/burner: waiting (real 10.00 s, user 2.00 s, system 0.00 s: CPU 20 %; "
+                              "waiting 80 % of the time: 70 % on a run queue for a CPU, the rest on I/O, a "
+                              "timer or a peer, which CAMP does not tell)")
+
+
 def test_a_percentages_interval_from_two_values_stays_within_0_and_100_and_the_report_says_it_was_clamped():
     busy = Metric("cpu busy a", "%", np.array([2.0, 30.0]), np.arange(2))
     unclamped = summarize(busy.values)
