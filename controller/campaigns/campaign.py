@@ -166,6 +166,7 @@ class Campaigner:
         self.plan = cdir.plan
         assert self.plan.campaign is not None
         self.c: Campaign = self.plan.campaign
+        self.said: set[str] = set()  # the file's warnings said so far: each once a campaign
 
     def _hooks(self, stage: str, env: dict[str, str]) -> None:
         for hook in self.c.hooks.get(stage, ()):
@@ -230,7 +231,7 @@ class Campaigner:
         plan = parse(state.text, Path(state.file), point=point.params)
         self.options.output.out(f"campaign {state.id}: {point.label}, run {len(point.runs) + 1}")
         rundir, outcome = run_plan(plan, self.options, {"campaign": CampaignPoint(
-            state.id, point.params, len(point.runs))}, created)
+            state.id, point.params, len(point.runs))}, created, self.said)
         try:
             self._hooks("cleanup", env)
         finally:

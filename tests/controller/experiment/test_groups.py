@@ -152,7 +152,8 @@ def test_a_warning_alike_for_every_member_is_said_once(experiment):
     """
     (said,) = load(experiment(text)).warnings
     assert said.endswith("schedule[1].params.rate: overrides param rate of component 'worker-peers-1' in "
-                         "phase 'run': 1 -> 2 (alike for 2 more of group worker: worker-peers-2 ... "
+                         "phase 'run': 1 -> 2 (a step that names its components gives them its params "
+                         "without a warning) (alike for 2 more of group worker: worker-peers-2 ... "
                          "worker-peers-3)")
 
 

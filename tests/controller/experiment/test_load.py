@@ -165,24 +165,29 @@ def test_every_shipped_experiment_points_editors_at_the_schema_where_it_is():
         assert target == published, (path, target)
 
 
-def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_an_error(experiment, tmp_path):
+def test_a_step_param_over_a_component_param_is_warned_of_unless_the_step_names_it_over_a_swept_one_an_error(
+        experiment, tmp_path):
     text = """\
         experiment: w
         components:
           pub: {command: "true", params: {count: 3, size: 1}}
           sub: {command: "true", params: {count: 3}}
+          other: {command: "true"}
         schedule:
           - launch
           - {phase: run, params: {count: 5, size: 1}, components: [pub]}
+          - {phase: again, params: {size: 2}}
         sweep: {params: {sub.count: [1, 2]}}
         """
     plan = load(experiment(text))
-    assert plan.warnings == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides param count "
-                             "of component 'pub' in phase 'run': 3 -> 5",)
+    # The step that names pub means its count for it; the one that names none may not.
+    assert plan.warnings == (f"{tmp_path}/exp.yaml:9: schedule[2].params.size: overrides param size "
+                             "of component 'pub' in phase 'again': 1 -> 2 (a step that names its components "
+                             "gives them its params without a warning)",)
     assert plan.resolved().warnings == list(plan.warnings)
     with pytest.raises(ConfigError) as err:
         load(experiment(text.replace(", components: [pub]", "")))
-    assert str(err.value) == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides the swept "
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:8: schedule[1].params.count: overrides the swept "
                               "param sub.count in phase 'run': every point of the sweep would run alike")
 
 
