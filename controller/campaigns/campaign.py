@@ -17,7 +17,6 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from netspec.analysis.metrics import Metric, run_metrics
@@ -42,6 +41,7 @@ from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, 
 from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
+from ..experiment.campaignfile import point_label
 from ..experiment.links import link_setting, mbit, milliseconds, percent
 from ..experiment.load import parse
 from ..experiment.model import Campaign, Plan
@@ -52,10 +52,6 @@ HOOKS_LOG = "hooks.log"
 
 class CampaignError(NetspecError):
     """A campaign cannot go on: a metric that no run has, a missing directory."""
-
-
-def point_label(point: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items()) or "(one point)"
 
 
 class CampaignDir:

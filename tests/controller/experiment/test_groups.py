@@ -138,7 +138,7 @@ def test_a_campaign_sweeps_a_docker_group_s_placement_and_check_refuses_a_value_
     with pytest.raises(ConfigError) as caught:
         load(experiment(text.replace("[0.5, 2]", "[0.5, many]")))
     assert ("sweep.params.hosts.peers.docker.cpus[1]: 'many' makes host 'peers' one the file cannot "
-            "have: hosts.peers.docker.cpus: 'many' is not of type 'number'") in str(caught.value)
+            "have: hosts.peers.docker.cpus: expected number, got the string 'many'") in str(caught.value)
 
 
 def test_a_warning_alike_for_every_member_is_said_once(experiment):
