@@ -85,19 +85,23 @@ FROM events WHERE kind IN ('counter', 'histogram') GROUP BY ALL ORDER BY host, c
 """
 
 WORKLOAD_SQL = """
-WITH p AS (SELECT ts, host, regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 1) AS component,
-                  regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns)$', 2) AS part, value
-           FROM counters WHERE regexp_matches(field, '^proc\\..+\\.(user_ns|kernel_ns)$'))
-SELECT host, component, max(ts) - min(ts) AS real_ns,
+WITH p AS (SELECT ts, host, regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns|waited_ns)$', 1)
+                  AS component,
+                  regexp_extract(field, '^proc\\.(.+)\\.(user_ns|kernel_ns|waited_ns)$', 2) AS part, value
+           FROM counters WHERE regexp_matches(field, '^proc\\..+\\.(user_ns|kernel_ns|waited_ns)$'))
+SELECT host, component, max(ts) FILTER (part = 'user_ns') - min(ts) FILTER (part = 'user_ns') AS real_ns,
        arg_max(value, ts) FILTER (part = 'user_ns') - arg_min(value, ts) FILTER (part = 'user_ns') AS user_ns,
        arg_max(value, ts) FILTER (part = 'kernel_ns') - arg_min(value, ts) FILTER (part = 'kernel_ns')
-         AS system_ns
-FROM p GROUP BY host, component HAVING count(*) > 2 ORDER BY host, component
+         AS system_ns,
+       arg_max(value, ts) FILTER (part = 'waited_ns') - arg_min(value, ts) FILTER (part = 'waited_ns')
+         AS waited_ns
+FROM p GROUP BY host, component HAVING count(*) FILTER (part = 'user_ns') > 1 ORDER BY host, component
 """
 
 
 WORKLOAD = pa.schema([("host", pa.string()), ("component", pa.string()), ("real_ns", pa.int64()),
-                      ("user_ns", pa.int64()), ("system_ns", pa.int64()), ("kind", pa.string())])
+                      ("user_ns", pa.int64()), ("system_ns", pa.int64()), ("waited_ns", pa.int64()),
+                      ("kind", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Workload:
     real_ns: int
     user_ns: int
     system_ns: int
+    waited_ns: int | None = None  # on a run queue, runnable but given no CPU (None: not sampled)
 
     @property
     def kind(self) -> str:
@@ -127,7 +132,9 @@ class Workload:
 
     def text(self) -> str:
         cpu = (self.user_ns + self.system_ns) / self.real_ns if self.real_ns > 0 else 0.0
-        waited = (f"; waiting {100 * (1 - cpu):.0f} % of the time: on I/O, a timer or a peer, "
+        queued = (self.waited_ns or 0) / self.real_ns if self.real_ns > 0 else 0.0
+        on_queue = f"{100 * queued:.0f} % on a run queue for a CPU, the rest " if queued >= 0.005 else ""
+        waited = (f"; waiting {100 * (1 - cpu):.0f} % of the time: {on_queue}on I/O, a timer or a peer, "
                   "which CAMP does not tell" if self.kind == "waiting" else "")
         return (f"{self.host}/{self.component}: {self.kind} (real {self.real_ns / 1e9:.2f} s, user "
                 f"{self.user_ns / 1e9:.2f} s, system {self.system_ns / 1e9:.2f} s: "
@@ -142,7 +149,8 @@ def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
     db.execute(f"COPY ({RATES_SQL}) TO '{out / 'rates.parquet'}' (FORMAT parquet)")
     db.execute(f"COPY ({USAGE_SQL}) TO '{out / 'usage.parquet'}' (FORMAT parquet)")
     rows = db.execute(WORKLOAD_SQL).fetchall()
-    workloads = [Workload(h, c, int(r), int(u or 0), int(s or 0)) for h, c, r, u, s in rows]
+    workloads = [Workload(h, c, int(r), int(u or 0), int(s or 0), None if w is None else int(w))
+                 for h, c, r, u, s, w in rows]
     pq.write_table(pa.Table.from_pylist([w.row() for w in workloads], schema=WORKLOAD),
                    out / "workload.parquet")
     return workloads

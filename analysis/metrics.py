@@ -16,8 +16,9 @@ from .resultset import SUMMARY, is_current, open_tables, read_summary
 if TYPE_CHECKING:
     from .stats import Summary
 
-# What a metric of each unit can be: a percentage 0 to 100, CPUs in use never below 0.
-UNIT_BOUNDS = {"%": (0.0, 100.0), "cpus": (0.0, math.inf)}
+# What a metric of each unit can be: a percentage 0 to 100, CPUs in use and a duration (an
+# interval's, in us) never below 0.
+UNIT_BOUNDS = {"%": (0.0, 100.0), "cpus": (0.0, math.inf), "us": (0.0, math.inf)}
 
 
 @dataclass(frozen=True)

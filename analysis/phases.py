@@ -1,7 +1,8 @@
 """Per-phase figures of a result set, in one query each: for every step of the schedule its
 span on the global timeline (the first participant entering to the last ack), how many of its
-participants acked ok, the CPU and network its hosts used over it (usage.parquet) and the
-latency of every interval that ended inside it. The browser's per-phase panel, report.html and
+participants acked ok, the CPU and network its hosts used over it (usage.parquet), the
+latency of every interval that ended inside it, and the components starved of CPU in it
+(starved.py). The browser's per-phase panel, report.html and
 `ns_control report`'s per-phase lines all read them here; `report` judges a metric's trend
 within each span, so a change from one phase to the next is not read as a drift.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from .resultset import open_tables
+from .starved import Starved, starved
 from .units import duration_text, rate_text
 
 # The usage rows a host's CPU busy time is the sum of (the browser's heatmaps and compare read them too).
@@ -55,6 +57,7 @@ class PhaseFigures:
     cpus_max_host: str
     net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
     latencies: tuple[Latency, ...]
+    starved: tuple[Starved, ...] = ()  # the components that waited for CPU for much of it
 
     @property
     def took_ns(self) -> int:
@@ -100,8 +103,11 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                 FROM intervals i JOIN s ON i.end_ts BETWEEN s.lo AND s.hi
                 GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
             latency.setdefault(step, []).append(Latency(name, n, p50, p99, top, starts or None))
+    hungry: dict[int, list[Starved]] = {}
+    for s in starved(db) if "usage" in have else []:
+        hungry.setdefault(s.step, []).append(s)
     return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
-                         net.get(step), tuple(latency.get(step, [])))
+                         net.get(step), tuple(latency.get(step, [])), tuple(hungry.get(step, [])))
             for step, phase, lo, hi, n, ok in steps]
 
 
@@ -121,6 +127,7 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
                      f"p50 {duration_text(lat.p50_ns)}, p99 {duration_text(lat.p99_ns)}, "
                      f"max {duration_text(lat.max_ns)}"
                      for lat in f.latencies)
+        lines.extend(f"      STARVED: {s.text()}" for s in f.starved)
     return lines
 
 

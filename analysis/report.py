@@ -86,8 +86,10 @@ def _clamped(r: Row) -> str:
     low, high = unit_bounds(r.unit)
     limits = f"{low:g} to {high:g} {r.unit}" if math.isfinite(high) else f"at least {low:g} {r.unit}"
     few = f" (n = {r.summary.count}: more values narrow it)" if r.summary.count < 10 else ""
-    return (f"{r.metric}: its {100 * CONFIDENCE:.0f} % t interval runs past what it can be ({limits}): LOW "
-            f"and HIGH are clamped there{few}")
+    ends = [name for name, end, bound in (("LOW", r.summary.low, low), ("HIGH", r.summary.high, high))
+            if end == bound]
+    return (f"{r.metric}: its {100 * CONFIDENCE:.0f} % t interval runs past what it can be ({limits}): "
+            f"{' and '.join(ends)} {'are' if len(ends) > 1 else 'is'} clamped there{few}")
 
 
 COLUMNS = ("COUNT", "MEAN", "MEDIAN", "LOW", "HIGH", "MIN", "MAX", "SDEV%", "HW%")

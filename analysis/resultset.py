@@ -42,6 +42,7 @@ from .links import lines as link_lines
 from .narrate import write_narration
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .provenance import host_facts, shared_kernels
+from .starved import Starved, starved
 from .timeline import merge_files
 from .trace import TRACE_LIMIT, write_trace
 from .usercode import NONE, UserCode, UserCodeError, load_function
@@ -99,6 +100,7 @@ class ResultSet:
     pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
     workloads: list[Workload] = field(default_factory=list)
     shared_kernel: list[list[str]] = field(default_factory=list)  # CAMP-sampled hosts on one kernel
+    starved: list[Starved] = field(default_factory=list)  # components starved of CPU in a step
     files: list[str] = field(default_factory=list)  # what this merge wrote, relative to `directory`
     plots: list[Path] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # the link audit's lines (links.lines), if the run has one
@@ -110,7 +112,8 @@ class ResultSet:
 # summary.json's pairs (what each matched and left unmatched) and shared_kernel, and events'
 # value_int (integers exact); 4: links.parquet, the link audit (analysis/links.py); 5:
 # summary.json's `files` (what the merge wrote, which the next removes first) and its pairs'
-# `tags_with_several_ends` (was `several_ends`).
+# `tags_with_several_ends` (was `several_ends`). Within 5: summary.json's `starved` (a set
+# without it starved nothing that was measured).
 RESULT_FORMAT = 5
 
 
@@ -121,8 +124,8 @@ class Summary(msgspec.Struct):
     """A result set's summary.json, written by `merge_run` and read only through
     `read_summary`: its format (RESULT_FORMAT when made by this netspec), the run, the
     counts, what the merge warned of, each pair's causality check and what it matched
-    (their dataclasses' fields: Causality, PairCounts), the workloads (Workload.row) and the
-    hosts that share one kernel."""
+    (their dataclasses' fields: Causality, PairCounts), the workloads (Workload.row), the
+    hosts that share one kernel and each step's components starved of CPU (Starved.row)."""
 
     format: int = 0  # 0: a result set of before it said its format
     run: str = ""
@@ -137,6 +140,7 @@ class Summary(msgspec.Struct):
     # Every file the merge wrote (summary.json too), relative to its directory: the next
     # merge there removes them first, and nothing else (a user's own files stay).
     files: list[str] = []
+    starved: list[dict[str, Any]] = []
 
 
 def read_summary(merged: Path) -> Summary | None:
@@ -212,6 +216,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.shared_kernel = camp_on_one_kernel(db, shared_kernels(host_facts(run, record.hosts)))
     result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
+    result.starved = starved(db)
+    result.warnings += [s.text() for s in result.starved]
     result.links = link_lines(db)
     origin, phases = _bounds(db)
     trace = write_trace(db, out / "trace.json")
@@ -233,7 +239,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     summary = Summary(RESULT_FORMAT, record.id, result.records, result.samples, result.intervals,
                       result.warnings, [asdict(c) for c in result.causality],
                       [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
-                      [w.row() for w in result.workloads], result.shared_kernel, result.files)
+                      [w.row() for w in result.workloads], result.shared_kernel, result.files,
+                      [s.row() for s in result.starved])
     _write_summary(out, summary)
     return result
 

@@ -57,6 +57,7 @@ def summarize(values: np.ndarray, confidence: float = CONFIDENCE,
     hw_pct = _pct((high - low) / 2, mean)
     clamped = bool(low < bounds[0] or high > bounds[1])
     low, high = max(low, bounds[0]), min(high, bounds[1])
+    high = max(high, low)  # a mean itself out of bounds (a pair's durations under clock error)
     return Summary(n, mean, float(np.median(x)), float(low), float(high), float(x.min()), float(x.max()),
                    _pct(sdev, mean), hw_pct, clamped)
 

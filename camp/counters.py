@@ -60,7 +60,9 @@ class DiskCounters(NamedTuple):
 class ProcessCounters(NamedTuple):
     """One process (all its threads): CPU in ns (`cpu_ns` from the scheduler's own
     accounting, exact; `user_ns` + `kernel_ns` from the tick-based split), memory in bytes,
-    and whether it was running or runnable at the instant it was read."""
+    whether it was running or runnable at the instant it was read, and how long its main
+    thread has waited on a run queue, runnable but given no CPU (`waited_ns`: the
+    scheduler's run_delay, /proc/PID/schedstat; None where the backend cannot tell)."""
 
     cpu_ns: int
     user_ns: int
@@ -71,6 +73,7 @@ class ProcessCounters(NamedTuple):
     vm_size: int
     threads: int
     running: bool
+    waited_ns: int | None
 
 
 class Backend(Protocol):

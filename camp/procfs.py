@@ -55,6 +55,7 @@ class ProcBackend:
         self._net_layout: dict[bytes, int] = {}  # interface -> its name's token in /proc/net/dev
         self.files: dict[str, int] = {}
         self.processes: dict[ProcessId, int] = {}
+        self.schedstats: dict[ProcessId, int] = {}  # each sampled process's schedstat file
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._sysinfo = _Sysinfo()
 
@@ -125,7 +126,20 @@ class ProcBackend:
             raise ProcessGone(f"process {proc.pid} ({proc.name}) has exited")
         # Positional: a sampler calls this for every process at every instant.
         return ProcessCounters(cpu_ns, int(f[11]) * TICK_NS, int(f[12]) * TICK_NS, int(f[7]), int(f[9]),
-                               int(f[21]) * PAGE, int(f[20]), int(f[17]), f[0] == b"R")
+                               int(f[21]) * PAGE, int(f[20]), int(f[17]), f[0] == b"R", self._waited(proc))
+
+    def _waited(self, proc: ProcessId) -> int | None:
+        """The process's main thread's time on a run queue, ns (schedstat's second field;
+        None on a kernel without CONFIG_SCHED_INFO). Its file is opened with the stat file's
+        check of the pid passed, and kept: once the process is gone it reads ESRCH."""
+        fd = self.schedstats.get(proc)
+        try:
+            if fd is None:
+                fd = self.schedstats[proc] = os.open(f"{self.proc}/{proc.pid}/schedstat",
+                                                     os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(fd, 128, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
 
     def _process_fd(self, proc: ProcessId) -> int:
         fd = self.processes.get(proc)
@@ -138,9 +152,10 @@ class ProcBackend:
         return fd
 
     def _forget(self, proc: ProcessId) -> None:
-        fd = self.processes.pop(proc, None)
-        if fd is not None:
-            os.close(fd)
+        for files in (self.processes, self.schedstats):
+            fd = files.pop(proc, None)
+            if fd is not None:
+                os.close(fd)
 
     def network_interfaces(self) -> list[str]:
         lines = self._read(self._net_dev).decode().splitlines()[2:]
@@ -185,7 +200,8 @@ class ProcBackend:
         return sorted(found, key=lambda p: p.pid)
 
     def close(self) -> None:
-        for fd in [*self.files.values(), *self.processes.values()]:
+        for fd in [*self.files.values(), *self.processes.values(), *self.schedstats.values()]:
             os.close(fd)
         self.files.clear()
         self.processes.clear()
+        self.schedstats.clear()

@@ -75,7 +75,7 @@ class PsutilBackend:
         return ProcessCounters(cpu_ns=_ns(cpu.user + cpu.system), user_ns=_ns(cpu.user),
                                kernel_ns=_ns(cpu.system), minor_faults=None, major_faults=None,
                                working_set=mem.rss, vm_size=mem.vms, threads=threads,
-                               running=status == psutil.STATUS_RUNNING)
+                               running=status == psutil.STATUS_RUNNING, waited_ns=None)
 
     def _handle(self, proc: ProcessId) -> psutil.Process:
         handle = psutil.Process(proc.pid)

@@ -6,7 +6,7 @@ browser alike. A run's status in it is its `RunOutcome`'s (protocol/runoutcome.p
 campaign.json version history (readers accept every older version):
   1: first format (id, experiment, file, text, sha256, status, started_ns, presetup_done,
      current, points, each point's params, label, runs and done). Keys added since, each
-     optional: postcleanup_done, a run's warmup and differs. The first files did not say
+     optional: postcleanup_done, a run's warmup, differs and starved. The first files did not say
      their format. Since the record is typed (msgspec), every key is written, and a key of
      the wrong type is refused naming where it is.
 """
@@ -30,7 +30,9 @@ SETUP_FAILED = "setup failed"  # a point's run that never started: its setup hoo
 class CampaignRun(msgspec.Struct, kw_only=True):
     """A run of a point: its directory, its status (its RunOutcome's; `SETUP_FAILED` when
     there was no run), the one number it gives its point, whether it counts as a repetition
-    (not a warm-up, and like the point's first counted run: `differs` says how it is not)."""
+    (not a warm-up, and like the point's first counted run: `differs` says how it is not),
+    and what its merge said of components starved of CPU in it (`starved`: refused, unless
+    the campaign counts such runs)."""
 
     id: str | None
     path: str | None
@@ -39,6 +41,7 @@ class CampaignRun(msgspec.Struct, kw_only=True):
     counted: bool = False
     warmup: bool = False
     differs: list[str] = []
+    starved: list[str] = []
 
 
 class Point(msgspec.Struct, kw_only=True):

@@ -132,9 +132,8 @@ class ComponentFailed(NetspecError):
             shown = self.traceback.rstrip().splitlines()[-self.TRACEBACK_LINES:]
             lines.append("  its traceback (last lines; `ns_control show` has all):")
             lines.extend(f"  | {t}" for t in shown)
-        tail = r.tail(10)
-        if tail:
-            lines.append("  last lines of output:")
+        for stream, tail in r.tail(10).items():  # each stream's apart: one cannot hide the other's
+            lines.append(f"  last lines of {stream}:")
             lines.extend(f"  | {t}" for t in tail)
         return "\n".join(lines)
 

@@ -17,7 +17,6 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from netspec.analysis.metrics import Metric, run_metrics
@@ -25,7 +24,8 @@ from netspec.analysis.points import STATISTICS, UnlikeRuns, point_metrics
 from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
 from netspec.analysis.provenance import load as provenance
-from netspec.analysis.resultset import MERGED, is_current
+from netspec.analysis.resultset import MERGED, is_current, read_summary
+from netspec.analysis.starved import starved_of
 from netspec.protocol.campaignrecord import (
     CAMPAIGN_FILE,
     SETUP_FAILED,
@@ -41,6 +41,7 @@ from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, 
 from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
+from ..experiment.campaignfile import point_label
 from ..experiment.links import link_setting, mbit, milliseconds, percent
 from ..experiment.load import parse
 from ..experiment.model import Campaign, Plan
@@ -51,10 +52,6 @@ HOOKS_LOG = "hooks.log"
 
 class CampaignError(NetspecError):
     """A campaign cannot go on: a metric that no run has, a missing directory."""
-
-
-def point_label(point: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items()) or "(one point)"
 
 
 class CampaignDir:
@@ -143,7 +140,7 @@ def _outcome(run: CampaignRun) -> RunOutcome:
 def failed_points(points: list[Point], c: Campaign) -> list[str]:
     """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
     run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
-    warm-up or unlike the point's first run (provenance)."""
+    warm-up, unlike the point's first run (provenance) or, with refuse_starved, starved of CPU."""
     lines = []
     for p in points:
         if p.done != "failures":
@@ -152,8 +149,8 @@ def failed_points(points: list[Point], c: Campaign) -> list[str]:
         uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
         lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
                      f"{failed} of {len(p.runs)} run(s) failed"
-                     + (f", {uncounted} ok but not counted: a warm-up, or unlike the point's first run"
-                        if uncounted else "") + ")")
+                     + (f", {uncounted} ok but not counted: a warm-up, unlike the point's first run, "
+                        "or starved of CPU (refuse_starved)" if uncounted else "") + ")")
     return lines
 
 
@@ -165,6 +162,7 @@ class Campaigner:
         self.plan = cdir.plan
         assert self.plan.campaign is not None
         self.c: Campaign = self.plan.campaign
+        self.said: set[str] = set()  # the file's warnings said so far: each once a campaign
 
     def _hooks(self, stage: str, env: dict[str, str]) -> None:
         for hook in self.c.hooks.get(stage, ()):
@@ -229,7 +227,7 @@ class Campaigner:
         plan = parse(state.text, Path(state.file), point=point.params)
         self.options.output.out(f"campaign {state.id}: {point.label}, run {len(point.runs) + 1}")
         rundir, outcome = run_plan(plan, self.options, {"campaign": CampaignPoint(
-            state.id, point.params, len(point.runs))}, created)
+            state.id, point.params, len(point.runs))}, created, self.said)
         try:
             self._hooks("cleanup", env)
         finally:
@@ -249,8 +247,15 @@ class Campaigner:
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
                                      f"{point.label}: it differs from run {first.id}: "
                                      + "; ".join(diffs)])
+        summary = read_summary(path / MERGED) if ok else None
+        starved = [s.text() for s in starved_of(summary.starved)] if summary else []
+        if starved and counted and self.c.refuse_starved:
+            counted = False
+            self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
+                                     f"{point.label} (refuse_starved): " + "; ".join(starved)])
         point.runs.append(CampaignRun(id=path.name, path=str(path.resolve()), status=outcome.status,
-                                      value=value, counted=counted, warmup=warm, differs=diffs))
+                                      value=value, counted=counted, warmup=warm, differs=diffs,
+                                      starved=starved))
         self.cdir.record.current = None
         self.cdir.save()
 
@@ -316,6 +321,13 @@ def campaign_metrics(cdir: CampaignDir) -> dict[str, dict[str, Metric]]:
         return point_metrics(cdir.record.points, campaign.statistic if campaign else "median")
     except UnlikeRuns as exc:
         raise CampaignError(str(exc)) from None
+
+
+def starved_lines(cdir: CampaignDir) -> list[str]:
+    """A line for each run of the campaign that its merge found starved of CPU: counted (the
+    campaign counts such runs) or not (refuse_starved)."""
+    return [f"{p.label}: run {r.id} {'counted' if r.counted else 'not counted'}, starved of CPU: {text}"
+            for p in cdir.record.points for r in p.runs for text in r.starved]
 
 
 def swept_axis(cdir: CampaignDir) -> tuple[str, str, dict[str, float]] | None:

@@ -124,7 +124,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from netspec.analysis.report import report_lines, write_csv
     from netspec.analysis.resultset import MERGED, is_current
 
-    from ..campaigns.campaign import CampaignDir, campaign_metrics, plot_points, sweep_fit_lines
+    from ..campaigns.campaign import (
+        CampaignDir,
+        campaign_metrics,
+        plot_points,
+        starved_lines,
+        sweep_fit_lines,
+    )
 
     campaign = _campaign(args, args.run_refs[0]) if len(args.run_refs) == 1 else None
     if campaign is not None:
@@ -133,7 +139,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         plots = plot_points(cdir, table)
         empty = [f"{p.label}: no counted runs ({len(p.runs)} run, {p.done or 'not done'})"
                  for p in cdir.record.points if not table[p.label]]
-        print_lines([*empty, *report_lines(table), *sweep_fit_lines(cdir, table),
+        print_lines([*empty, *report_lines(table), *sweep_fit_lines(cdir, table), *starved_lines(cdir),
                      f"plots: {', '.join(str(p) for p in plots)}"])
     else:
         paths = [find_run(args.runs, ref) for ref in args.run_refs]

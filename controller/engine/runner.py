@@ -79,11 +79,14 @@ async def _run(run: Run) -> None:
 
 
 def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = None,
-             created: Callable[[RunDir], None] | None = None) -> tuple[RunDir, RunOutcome]:
+             created: Callable[[RunDir], None] | None = None,
+             said: set[str] | None = None) -> tuple[RunDir, RunOutcome]:
     """Run `plan` into a new run directory under options.runs, with `record` (fields of its
     RunRecord: a campaign's point, what it is a rerun of) in its run.json; `created` is told
-    the directory before anything starts. Returns the directory and how the run went (its
-    `exit_code` is what ns_control ends with)."""
+    the directory before anything starts. The plan's warnings are said unless in `said` (a
+    campaign's, which says each once for all its runs), and added to it; run.json keeps
+    them all. Returns the directory and how the run went (its `exit_code` is what
+    ns_control ends with)."""
     started = time.monotonic()
     key = load_or_create_key()
     rundir = RunDir.create(
@@ -94,7 +97,9 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
     if created is not None:
         created(rundir)
     output = options.output
-    output.err([f"warning: {w}" for w in plan.warnings])
+    said = set() if said is None else said
+    output.err([f"warning: {w}" for w in plan.warnings if w not in said])
+    said.update(plan.warnings)
     if not options.quiet:
         output.out(f"netspec: running {plan.name} as {rundir.id}")
 

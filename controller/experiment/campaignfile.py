@@ -22,6 +22,11 @@ CAMPAIGNS = "campaigns"
 HOOK_STAGES = ("presetup", "setup", "cleanup", "postcleanup")
 
 
+def point_label(point: dict[str, Any]) -> str:
+    """How a point is named in the campaign's output, its record and its report."""
+    return " ".join(f"{k}={v}" for k, v in point.items()) or "(one point)"
+
+
 def point_text(text: str, point: dict[str, Any]) -> str:
     """The experiment file of one point: the campaign's sections gone, the point's values in
     its components' params. It is what the run directory keeps, and reruns."""
@@ -79,6 +84,31 @@ def _sweep_axis(src: SourceFile, key: str, spec: list[Any] | dict[str, float],
                       f"{_kind(declared[param])} ({declared[param]!r}): the program would be given "
                       "another type at this point than outside the sweep", at)
     return values
+
+
+def _check_repeated(src: SourceFile, sweep: dict[str, Any], axes: dict[str, list[Any]],
+                    points: tuple[dict[str, Any], ...]) -> None:
+    """Two points of one label would be one point run twice, each counted apart under one
+    name: an error, at the value given again (or, zipped, at the sweep), every one at once."""
+    labels = [point_label(p) for p in points]
+    again = sorted({label for label in labels if labels.count(label) > 1})
+    if not again:
+        return
+    how = "to run a point more than once, give repeat: {runs: N}"
+    if sweep.get("mode") == "zip":
+        with src.checking():
+            src.error(f"points {', '.join(again)} are given more than once: {how}", ("sweep", "params"))
+        return
+    for key, values in axes.items():
+        texts = [str(v) for v in values]
+        for j, text in enumerate(texts):
+            first = texts.index(text)
+            if first < j:
+                spec = sweep["params"][key]
+                at: Path_ = ("sweep", "params", key, *([j] if isinstance(spec, list) else []))
+                with src.checking():
+                    src.error(f"{values[j]!r} is given again (first at [{first}]): two points would both be "
+                              f"labelled {key}={text}; {how}", at)
 
 
 def _kind(value: Any) -> str:
@@ -158,6 +188,7 @@ def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
         src.error(f"zip takes lists of one length ({lengths})", ("sweep", "mode"))
     combine = zip if sweep.get("mode") == "zip" else itertools.product
     points = tuple(dict(zip(axes, values, strict=True)) for values in combine(*axes.values()))
+    _check_repeated(src, sweep, axes, points)
     repeat = data.get("repeat") or {}
     if "until" in repeat:
         if "metric" not in repeat:
@@ -177,7 +208,7 @@ def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
     notify = _hook(src, spec["notify"], hosts, ("hooks", "notify")) if "notify" in spec else None
     return Campaign(points or ({},), repeat.get("runs", 1), repeat.get("max"), repeat.get("until"),
                     repeat.get("metric"), repeat.get("statistic", "median"), repeat.get("warmup", 0),
-                    hooks, spec.get("fastfail", False), notify)
+                    hooks, spec.get("fastfail", False), notify, repeat.get("refuse_starved", False))
 
 
 def _hook(src: SourceFile, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host],

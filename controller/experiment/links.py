@@ -30,6 +30,9 @@ Pair = tuple[str, str]
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 _RATE_UNITS = {"bit": 1e-6, "kbit": 1e-3, "mbit": 1.0, "gbit": 1e3}
 CONDITION_KEYS = ("delay", "jitter", "distribution", "loss", "rate", "partition")
+# A delay or jitter past this no real link has (a geostationary satellite's hop is ~280 ms):
+# warned of as a likely slip of the unit (5000s for 5000ms).
+ABSURD_DELAY_MS = 10_000.0
 LINKS_KEY = "links"  # a swept key that starts so is a named link's: links.NAME.KEY
 SWEPT_KEYS = ("delay", "jitter", "loss", "rate")
 
@@ -37,6 +40,18 @@ SWEPT_KEYS = ("delay", "jitter", "loss", "rate")
 def milliseconds(text: str) -> float:
     number, unit = re.fullmatch(r"([0-9.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
     return float(number) * _DELAY_UNITS[unit]
+
+
+def _absurd_delay(key: str, value: Any) -> str:
+    """The warning for a delay or jitter no real link has (over ABSURD_DELAY_MS), with the
+    same number in the next smaller unit as the likely meaning; "" for any other value."""
+    found = re.fullmatch(r"([0-9.]+)(us|ms|s)", value) if isinstance(value, str) else None
+    if found is None or milliseconds(value) <= ABSURD_DELAY_MS:
+        return ""
+    number, unit = found.groups()
+    smaller = {"s": "ms", "ms": "us"}.get(unit)
+    return (f"a {key} of {value} is over {ABSURD_DELAY_MS / 1e3:g} s, longer than any real link's (a "
+            f"satellite hop is about 0.3 s)" + (f": did you mean {number}{smaller}?" if smaller else ""))
 
 
 def mbit(text: str) -> float:
@@ -130,6 +145,9 @@ def _condition(src: SourceFile, spec: dict[str, Any], where: Path_) -> LinkCondi
     rate, burst = (loss.get("rate"), loss.get("burst")) if isinstance(loss, dict) else (loss, None)
     delay = milliseconds(spec["delay"]) if "delay" in spec else 0.0
     jitter = milliseconds(spec["jitter"]) if "jitter" in spec else 0.0
+    for key in ("delay", "jitter"):
+        if absurd := _absurd_delay(key, spec.get(key)):
+            src.warn(absurd, (*where, key))
     if rate is not None and percent(rate) > 100:
         src.error(f"a loss of {rate} is over 100%", (*where, "loss"))
     if jitter > delay and spec.get("distribution", "normal") == "uniform":
@@ -212,3 +230,6 @@ def check_link_axis(src: SourceFile, data: dict[str, Any], key: str, values: lis
         src.error(f"link '{name}' is a partition: it has no {part} to vary", where)
     check_swept_values(src, data, key, values, with_link_setting,
                        lambda at: at[:1] in ((LINKS_KEY,), ("schedule",)), f"link '{name}'")
+    for i, value in enumerate(values):
+        if part in ("delay", "jitter") and (absurd := _absurd_delay(part, value)):
+            src.warn(absurd, (*where, i))

@@ -134,8 +134,11 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
 
 
 def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[Component, ...]) -> None:
-    """A step's params win over its components' own: said as a warning, and as an error
-    where that would hide a swept param (every point of the sweep would run alike)."""
+    """A step's params win over its components' own: said as a warning where the step does
+    not name its components (its params then reach every component that has the param, which
+    the file may not mean), not where it does (`components:` gives those components its params
+    on purpose); an error where it would hide a swept param (every point of the sweep would
+    run alike)."""
     swept = set((data.get("sweep") or {}).get("params") or {})
     for i, item in enumerate(data["schedule"]):
         if not isinstance(item, dict):
@@ -149,9 +152,10 @@ def _check_step_params(src: SourceFile, data: dict[str, Any], components: tuple[
                     with src.checking():
                         src.error(f"overrides the swept param {comp.name}.{key} in phase "
                                   f"'{item['phase']}': every point of the sweep would run alike", where)
-                elif key in comp.params and comp.params[key] != value:
+                elif key in comp.params and comp.params[key] != value and not item.get("components"):
                     src.warn(f"overrides param {key} of component '{comp.name}' in phase "
-                             f"'{item['phase']}': {comp.params[key]!r} -> {value!r}", where)
+                             f"'{item['phase']}': {comp.params[key]!r} -> {value!r} (a step that names "
+                             "its components gives them its params without a warning)", where)
 
 
 def _pairs(src: SourceFile, pairs: dict[str, dict[str, str]], names: list[str]) -> tuple[Pair, ...]:

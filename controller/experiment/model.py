@@ -179,6 +179,7 @@ class Campaign:
     hooks: dict[str, tuple[Hook, ...]] = field(default_factory=dict)  # presetup, setup, cleanup, postcleanup
     fastfail: bool = False
     notify: Hook | None = None
+    refuse_starved: bool = False  # a run with a component starved of CPU is not counted
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def check_swept_values(src: SourceFile, data: dict[str, Any], key: str, values: 
             if inside(at):
                 with src.checking():
                     src.error(f"{value!r} makes {what} one the file cannot have: "
-                              f"{key_name(at)}: {error.message}", (*where, i))
+                              f"{key_name(at)}: {message(error)}", (*where, i))
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
     """The `pattern` keyword as the schema's dialect (ECMA-262) reads it: its `$` is the end of
@@ -90,6 +90,8 @@ def schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
             with src.checking():
                 schema_error(src, sub)
         return
+    if error.validator in ("oneOf", "anyOf", "type"):
+        src.error(message(error), path)
     if error.validator == "required":
         missing = error.message.split("'")[1]
         allowed = error.schema.get("properties", {})
@@ -97,16 +99,73 @@ def schema_error(src: SourceFile, error: jsonschema.ValidationError) -> None:
         if difflib.get_close_matches(missing, unknown, n=1, cutoff=0.6):
             return  # the unknown key's own error says "did you mean '{missing}'"
         src.error(f"missing key '{missing}'", path)
-    if error.validator == "type":
-        wanted = error.validator_value
-        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
-        src.error(f"expected {wanted}, got {type(error.instance).__name__} "
-                  f"{error.instance!r}", path)
     if error.validator == "pattern":
         what = error.schema.get("title", "value")
         src.error(f"{error.instance!r} is not a valid {what} "
                   f"({error.schema.get('description', error.validator_value)})", path)
     src.error(error.message, path)
+
+
+def message(error: jsonschema.ValidationError) -> str:
+    """The schema's error in the file's words: a value of the wrong type (or of no branch's
+    type) says what would do, with the unit a bare number lacked ("expected a delay (...),
+    got the number 20: did you mean '20ms'?"); any other error as jsonschema says it."""
+    if error.validator == "type":
+        return f"expected {_expected(error.schema)}, got {_got(error.instance)}" + _unit_hint(
+            error.schema, error.instance)
+    if error.validator in ("oneOf", "anyOf") and _of_no_branchs_type(error):
+        branches = error.validator_value
+        return (f"expected {' or '.join(_expected(b) for b in branches)}, got {_got(error.instance)}"
+                + next(filter(None, (_unit_hint(b, error.instance) for b in branches)), ""))
+    return error.message
+
+
+def _of_no_branchs_type(error: jsonschema.ValidationError) -> bool:
+    """Whether a oneOf/anyOf's value has the type of none of its branches (each refused it at
+    its root by type), rather than fitting several or failing inside one."""
+    refused = {sub.schema_path[0] for sub in error.context or ()
+               if sub.validator == "type" and not sub.relative_path}
+    return isinstance(error.validator_value, list) and len(refused) == len(error.validator_value)
+
+
+# The unit a bare number most likely meant, of those a string pattern takes (its `(a|b)$` end).
+LIKELY_UNITS = ("ms", "mbit", "s")
+
+
+def _expected(schema: dict[str, Any]) -> str:
+    """What a schema takes, in words: its title and description where it has them ("a delay
+    (with its unit: 250us, 10ms, 0.5s)"), a mapping's keys, else its type."""
+    about = schema.get("description", "")
+    if "title" in schema and about:
+        title = f"a {schema['title']}"
+        # "a delay with its unit: 250us, 10ms" -> "a delay (with its unit: 250us, 10ms)"
+        return f"{title} ({about[len(title):].lstrip(' :') if about.lower().startswith(title) else about})"
+    wanted = schema.get("type", "a value of another shape")
+    if wanted == "object" and schema.get("properties"):
+        return f"a mapping ({', '.join(schema['properties'])})"
+    wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+    return wanted + (f" ({about})" if "pattern" in schema and about else "")
+
+
+def _got(instance: Any) -> str:
+    kind = {bool: "a boolean", int: "the number", float: "the number", str: "the string", list: "a list",
+            dict: "a mapping", type(None): "null"}.get(type(instance), type(instance).__name__)
+    return f"{kind} {instance!r}" if not isinstance(instance, list | dict) else kind
+
+
+def _unit_hint(schema: dict[str, Any], instance: Any) -> str:
+    """": did you mean '20ms'?" where a number was given for a string with a unit."""
+    pattern = schema.get("pattern", "")
+    if schema.get("type") != "string" or isinstance(instance, bool) or not isinstance(instance, int | float):
+        return ""
+    if pattern.endswith("%$"):
+        units = ["%"]
+    elif m := re.search(r"\(([a-z|]+)\)\$$", pattern):
+        units = m.group(1).split("|")
+    else:
+        return ""
+    unit = next((u for u in LIKELY_UNITS if u in units), units[0])
+    return f": did you mean '{instance:g}{unit}'?"
 
 
 def _fitting_branch(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:

@@ -25,7 +25,9 @@ class ComponentResult:
     forced: bool = False  # its daemon killed it: it did not end when asked
     ending: str = UNASKED  # how its end came about, as its Exit event tells (protocol/exits.py)
     files: list[Path] = field(default_factory=list)
-    _lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    # Each stream's last lines apart (stdout, stderr): a noisy stderr cannot push out the
+    # line of stdout that said why.
+    _lines: dict[str, deque[str]] = field(default_factory=dict)
     _partial: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -36,15 +38,18 @@ class ComponentResult:
     def add_output(self, stream: str, data: bytes) -> None:
         text = self._partial.pop(stream, "") + data.decode(errors="replace")
         *lines, rest = text.split("\n")
-        prefix = "" if stream == "stdout" else "stderr: "
-        self._lines.extend(prefix + line for line in lines)
+        self._lines.setdefault(stream, deque(maxlen=TAIL_LINES)).extend(lines)
         if rest:
             self._partial[stream] = rest[-LINE_LIMIT:]
 
-    def tail(self, n: int = 10) -> list[str]:
-        lines = list(self._lines)
-        lines += [("" if s == "stdout" else "stderr: ") + p for s, p in self._partial.items()]
-        return lines[-n:]
+    def tail(self, n: int = 10) -> dict[str, list[str]]:
+        """The last `n` lines of each stream that said anything, stdout first, a line still
+        being written last."""
+        tails = {}
+        for stream in sorted({*self._lines, *self._partial}, key=lambda s: (s != "stdout", s)):
+            partial = [self._partial[stream]] if stream in self._partial else []
+            tails[stream] = [*self._lines.get(stream, ()), *partial][-n:]
+        return tails
 
     def command_line(self) -> str:
         return shlex.join(self.argv)

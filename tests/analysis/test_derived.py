@@ -234,6 +234,14 @@ def test_a_loop_busy_40_percent_of_the_time_is_waiting_not_io_bound():
                            "60 % of the time: on I/O, a timer or a peer, which CAMP does not tell)")
 
 
+def test_a_loop_that_waited_on_a_run_queue_says_how_much_of_its_waiting_that_was():
+    starved = Workload("h", "burner", 10 * SECOND, 2 * SECOND, 0, 7 * SECOND)
+    assert starved.kind == "waiting"
+    assert starved.text() == ("h/burner: waiting (real 10.00 s, user 2.00 s, system 0.00 s: CPU 20 %; "
+                              "waiting 80 % of the time: 70 % on a run queue for a CPU, the rest on I/O, a "
+                              "timer or a peer, which CAMP does not tell)")
+
+
 def test_a_percentages_interval_from_two_values_stays_within_0_and_100_and_the_report_says_it_was_clamped():
     busy = Metric("cpu busy a", "%", np.array([2.0, 30.0]), np.arange(2))
     unclamped = summarize(busy.values)
@@ -289,3 +297,15 @@ def test_a_received_graph_writes_under_its_result_set_only_and_runs_no_query(tmp
     assert "subquery is not allowed" in warnings[3]
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["events.parquet", "secret"]
     assert db.execute("SELECT tag FROM kept").fetchall() == [(2,)]
+
+
+def test_a_durations_interval_never_runs_below_0_us_and_the_report_says_which_end_it_clamped():
+    # A campaign point's three runs, one of them starved (a fixed 2 ms step took 1.7 s).
+    step = Metric("interval WK/step", "us", np.array([2_010.0, 2_090.0, 1_700_000.0]), np.arange(3))
+    assert summarize(step.values).low < 0  # Student's t, n = 3: below what a duration can be
+    s = step.summary()
+    assert (s.low, s.clamped) == (0.0, True) and s.high > s.max
+    lines = report_lines({"w.fail=0": {step.name: step}})
+    assert lines[2].split()[6:8] == ["0", f"{s.high:.4g}"]  # LOW and HIGH
+    assert lines[-1] == ("    interval WK/step: its 95 % t interval runs past what it can be (at least 0 "
+                         "us): LOW is clamped there (n = 3: more values narrow it)")

@@ -449,3 +449,37 @@ def test_what_a_run_made_in_its_engine_and_its_hosts_left_is_removed_by_label_at
     assert proc.returncode == 3  # partial: something of the run did not stop as it should, said
     assert said in latest_record(tmp_path / "runs")["error"]["causes"]
     assert client.containers.list(all=True, filters={"label": f"org.netspec.run={record['id']}"}) == []
+
+
+RESOLVE = "import socket, sys; print(*(socket.gethostbyname(n) for n in sys.argv[1:]))"
+
+
+def test_the_hosts_of_a_docker_run_resolve_each_other_by_name_on_its_network(
+        docker_image, experiment, tmp_path):
+    # Docker's DNS on the run's network answers each container's host name (its hostname)
+    # and container name; /etc/hosts holds only a container's own.
+    client = docker.from_env()
+    prefix = f"{session_dir().name}-dns"
+    path = experiment(textwrap.dedent(f"""\
+        experiment: named
+        hosts:
+          a: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}
+          b: {{docker: {{image: "{docker_image}", prefix: {prefix}}}}}
+        components:
+          ask: {{host: b, command: [python3, -c, "{RESOLVE}", a, b], start: run}}
+          hosts: {{host: b, command: [cat, /etc/hosts], start: run}}
+        schedule: [launch, run, collect]
+        """))
+    try:
+        done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = latest_record(tmp_path / "runs")
+        run = tmp_path / "runs" / "latest" / "hosts" / "b"
+        a, b = (run / "ask" / "stdout").read_text().split()
+        # The truth: where the controller reached each host's daemon, by the engine's own account.
+        assert a == record["hosts"]["a"]["address"].rsplit(":", 1)[0]
+        assert b == record["hosts"]["b"]["address"].rsplit(":", 1)[0]
+        assert a not in (run / "hosts" / "stdout").read_text()  # not from b's /etc/hosts
+    finally:
+        remove_named(client, prefix)
+        client.close()

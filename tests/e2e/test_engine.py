@@ -291,7 +291,10 @@ def test_a_component_failing_in_its_second_phase_stops_the_run_and_shows_its_out
     assert done.returncode == 1
     assert "phase 'prepare', host b: component 'two' failed: RuntimeError: two fails in prepare" \
         in done.stderr
-    assert "| two line 14" in done.stderr and "| stderr: two stderr in prepare" in done.stderr
+    said = [line.strip() for line in done.stderr.splitlines()]
+    assert said[said.index("last lines of stdout:") + 10] == "| two line 14"
+    stderr = said.index("last lines of stderr:")
+    assert said[stderr + 1:stderr + 3] == ["| two stderr in launch", "| two stderr in prepare"]
     assert "| two line 4" not in done.stderr  # only the last ten lines
     assert ("    its traceback (last lines; `ns_control show` has all):\n"
             "    | Traceback (most recent call last):\n"
@@ -363,7 +366,8 @@ def test_a_step_that_misses_its_deadline_names_who_it_waited_for(experiment, tmp
     assert "error: phase 'work' failed on a\n" in done.stderr
     assert ("caused by: phase 'work', host a: component 'one' did not finish within the "
             "deadline of 1 s") in done.stderr
-    assert "| stderr: one stderr in work" in done.stderr
+    said = [line.strip() for line in done.stderr.splitlines()]
+    assert said[said.index("last lines of stderr:") + 3] == "| one stderr in work", done.stderr
     record = latest_record(tmp_path / "runs")
     assert record["steps"][-1]["status"] == "failed"
     assert record["steps"][-1]["hosts"]["b"]["components"]["two"]["status"] == "ok"
@@ -438,7 +442,9 @@ def test_a_plain_command_that_fails_shows_its_output(experiment, tmp_path):
     done = ns_control("run", "--no-merge", str(path), cwd=tmp_path)
     assert done.returncode == 1
     assert "component 'bad' failed: exited 3" in done.stderr
-    assert "| about to fail" in done.stderr and "| stderr: oops" in done.stderr
+    said = [line.strip() for line in done.stderr.splitlines()]
+    at = said.index("last lines of stdout:")
+    assert said[at:at + 4] == ["last lines of stdout:", "| about to fail", "last lines of stderr:", "| oops"]
 
 
 def test_k_of_n_opens_the_barrier_at_k_and_a_failure_among_the_rest_makes_the_run_partial(

@@ -20,15 +20,18 @@ def test_messages_name_who_and_where():
     assert str(RemoteError("a", WireError(type="KeyError", message="'x'"))) == "host a: KeyError: 'x'"
 
 
-def test_component_failed_shows_command_exit_and_the_last_ten_lines():
+def test_component_failed_shows_command_exit_and_the_last_ten_lines_of_each_stream():
     result = ComponentResult("b", "client", ["client.py", "--n", "3"], exit_status=3,
                              duration_s=12.4)
     result.add_output("stdout", "".join(f"line {i}\n" for i in range(15)).encode())
+    result.add_output("stderr", "".join(f"noise {i}\n" for i in range(30)).encode())
     assert str(ComponentFailed(result, "run")).splitlines() == [
         "phase 'run', host b: component 'client' exited 3 after 12.4 s",
         "  command: client.py --n 3",
-        "  last lines of output:",
-        *[f"  | line {i}" for i in range(5, 15)]]
+        "  last lines of stdout:",
+        *[f"  | line {i}" for i in range(5, 15)],
+        "  last lines of stderr:",
+        *[f"  | noise {i}" for i in range(20, 30)]]
 
 
 def test_step_failed_tells_succeeded_from_failed_hosts():

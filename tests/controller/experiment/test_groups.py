@@ -138,7 +138,7 @@ def test_a_campaign_sweeps_a_docker_group_s_placement_and_check_refuses_a_value_
     with pytest.raises(ConfigError) as caught:
         load(experiment(text.replace("[0.5, 2]", "[0.5, many]")))
     assert ("sweep.params.hosts.peers.docker.cpus[1]: 'many' makes host 'peers' one the file cannot "
-            "have: hosts.peers.docker.cpus: 'many' is not of type 'number'") in str(caught.value)
+            "have: hosts.peers.docker.cpus: expected number, got the string 'many'") in str(caught.value)
 
 
 def test_a_warning_alike_for_every_member_is_said_once(experiment):
@@ -152,7 +152,8 @@ def test_a_warning_alike_for_every_member_is_said_once(experiment):
     """
     (said,) = load(experiment(text)).warnings
     assert said.endswith("schedule[1].params.rate: overrides param rate of component 'worker-peers-1' in "
-                         "phase 'run': 1 -> 2 (alike for 2 more of group worker: worker-peers-2 ... "
+                         "phase 'run': 1 -> 2 (a step that names its components gives them its params "
+                         "without a warning) (alike for 2 more of group worker: worker-peers-2 ... "
                          "worker-peers-3)")
 
 

@@ -122,3 +122,27 @@ def test_a_swept_link_is_checked_by_name_key_and_value(experiment):
         with pytest.raises(ConfigErrors) as caught:
             load(experiment(one + f"    {axis}\n"))
         assert said in str(caught.value), (axis, str(caught.value))
+
+
+def test_a_bare_number_for_a_delay_or_a_loss_is_said_with_the_unit_it_lacked(experiment):
+    with pytest.raises(ConfigErrors) as caught:
+        load(experiment(HOSTS + "links:\n  - {from: a, to: b, loss: 1}\n  - {from: b, to: a, delay: 20}\n"
+                        "  - {from: a, to: c, rate: 10}\nschedule: [launch]\n"))
+    said = [str(e).rpartition("/")[2] for e in caught.value.errors]
+    assert said == [
+        "exp.yaml:9: links[0].loss: expected a percentage (1%, 0.5%) or a mapping (rate, burst), got the "
+        "number 1: did you mean '1%'?",
+        "exp.yaml:10: links[1].delay: expected a delay (with its unit: 250us, 10ms, 0.5s), got the number "
+        "20: did you mean '20ms'?",
+        "exp.yaml:11: links[2].rate: expected string (the rate, as tc writes it: 10mbit, 512kbit, 1gbit), "
+        "got the number 10: did you mean '10mbit'?"]
+
+
+def test_a_delay_no_real_link_has_is_a_warning_with_the_unit_it_likely_meant(experiment):
+    plan = load(experiment(HOSTS + "links:\n  - {name: wan, from: a, to: b, delay: 5000s, jitter: 20ms}\n"
+                           "schedule: [launch]\nsweep: {params: {links.wan.delay: [10ms, 30000ms]}}\n"))
+    assert [w.rpartition("/")[2] for w in plan.warnings] == [
+        "exp.yaml:9: links[0].delay: a delay of 5000s is over 10 s, longer than any real link's (a satellite "
+        "hop is about 0.3 s): did you mean 5000ms?",
+        "exp.yaml:11: sweep.params.links.wan.delay[1]: a delay of 30000ms is over 10 s, longer than any real "
+        "link's (a satellite hop is about 0.3 s): did you mean 30000us?"]

@@ -83,7 +83,7 @@ def test_a_good_file_resolves_defaults_and_paths(experiment):
      f"exp.yaml:3: not valid YAML: {'did not find ' if yaml.__with_libyaml__ else ''}expected ',' or ']'"),
     (GOOD.replace("experiment: demo\n", ""), "exp.yaml:1: missing key 'experiment'"),
     (GOOD.replace("args: [launch]", "args: launch"),
-     "exp.yaml:6: components.server.args: expected array, got str 'launch'"),
+     "exp.yaml:6: components.server.args: expected array, got the string 'launch'"),
     (GOOD + "streams:\n  s: {enable: [STIM], components: [sevrer]}\n",
      "exp.yaml:12: streams.s.components[0]: unknown component 'sevrer' (did you mean 'server'?)"),
     (GOOD + "streams:\n  s: {enable: [STIM/a/b]}\n",
@@ -165,24 +165,29 @@ def test_every_shipped_experiment_points_editors_at_the_schema_where_it_is():
         assert target == published, (path, target)
 
 
-def test_a_step_param_over_a_component_param_is_a_warning_and_over_a_swept_one_an_error(experiment, tmp_path):
+def test_a_step_param_over_a_component_param_is_warned_of_unless_the_step_names_it_over_a_swept_one_an_error(
+        experiment, tmp_path):
     text = """\
         experiment: w
         components:
           pub: {command: "true", params: {count: 3, size: 1}}
           sub: {command: "true", params: {count: 3}}
+          other: {command: "true"}
         schedule:
           - launch
           - {phase: run, params: {count: 5, size: 1}, components: [pub]}
+          - {phase: again, params: {size: 2}}
         sweep: {params: {sub.count: [1, 2]}}
         """
     plan = load(experiment(text))
-    assert plan.warnings == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides param count "
-                             "of component 'pub' in phase 'run': 3 -> 5",)
+    # The step that names pub means its count for it; the one that names none may not.
+    assert plan.warnings == (f"{tmp_path}/exp.yaml:9: schedule[2].params.size: overrides param size "
+                             "of component 'pub' in phase 'again': 1 -> 2 (a step that names its components "
+                             "gives them its params without a warning)",)
     assert plan.resolved().warnings == list(plan.warnings)
     with pytest.raises(ConfigError) as err:
         load(experiment(text.replace(", components: [pub]", "")))
-    assert str(err.value) == (f"{tmp_path}/exp.yaml:7: schedule[1].params.count: overrides the swept "
+    assert str(err.value) == (f"{tmp_path}/exp.yaml:8: schedule[1].params.count: overrides the swept "
                               "param sub.count in phase 'run': every point of the sweep would run alike")
 
 
@@ -353,3 +358,28 @@ def test_a_mapping_merged_into_itself_is_no_endless_walk(experiment):
                           "  quick: &quick\n    <<: *quick\n    host: b\n    command")
     text = text.replace('["true"], env: {X: "1"}}', '["true"]')
     assert load(experiment(text)).component("quick").command == ("true",)
+
+
+def test_a_sweep_value_given_twice_is_an_error_at_its_second_place(experiment):
+    text = """\
+        experiment: w
+        components:
+          w: {command: "true", params: {fail: 0, size: 1}}
+        schedule: [launch]
+        sweep:
+          params:
+            w.fail: [0, 1, 0]
+            w.size: {from: 1, to: 2, step: 1}
+        """
+    with pytest.raises(ConfigError) as err:
+        load(experiment(text))
+    assert str(err.value).rpartition("/")[2] == (
+        "exp.yaml:7: sweep.params.w.fail[2]: 0 is given again (first at [0]): two points would both be "
+        "labelled w.fail=0; to run a point more than once, give repeat: {runs: N}")
+    zipped = text.replace("sweep:\n", "sweep:\n          mode: zip\n").replace("{from: 1, to: 2, step: 1}",
+                                                                              "[1, 2, 1]")
+    with pytest.raises(ConfigError) as err:
+        load(experiment(zipped))
+    assert str(err.value).rpartition("/")[2] == (
+        "exp.yaml:7: sweep.params: points w.fail=0 w.size=1 are given more than once: to run a point more "
+        "than once, give repeat: {runs: N}")

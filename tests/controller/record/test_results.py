@@ -3,13 +3,22 @@ import signal
 from netspec.controller.record.results import ComponentResult
 
 
-def test_tail_joins_output_split_anywhere_and_marks_stderr():
+def test_tail_joins_output_split_anywhere_and_keeps_each_streams_apart():
     result = ComponentResult("h", "c", ["prog", "--flag"])
+    result.add_output("stderr", b"oops\n")
     for piece in [b"one\ntw", b"o\n", b"thr"]:
         result.add_output("stdout", piece)
-    result.add_output("stderr", b"oops\n")
-    assert result.tail(10) == ["one", "two", "stderr: oops", "thr"]
-    assert result.tail(2) == ["stderr: oops", "thr"]
+    assert result.tail(10) == {"stdout": ["one", "two", "thr"], "stderr": ["oops"]}
+    assert result.tail(2) == {"stdout": ["two", "thr"], "stderr": ["oops"]}
+
+
+def test_a_noisy_stderr_leaves_the_last_line_of_stdout_in_the_tail():
+    # etcd's case: the reason on stdout, then a stream of warnings on stderr.
+    result = ComponentResult("h", "etcd", ["etcd"])
+    result.add_output("stdout", b"starting\nerror: member count is unequal\n")
+    result.add_output("stderr", b"".join(b"warning %d\n" % i for i in range(50)))
+    assert result.tail(10)["stdout"][-1] == "error: member count is unequal"
+    assert result.tail(10)["stderr"] == [f"warning {i}" for i in range(40, 50)]
 
 
 def test_exit_descriptions():
@@ -27,5 +36,5 @@ def test_an_endless_line_keeps_only_its_end():
     for _ in range(1000):
         result.add_output("stdout", b"x" * 65536)
     result.add_output("stdout", b"END")
-    (line,) = result.tail(1)
+    (line,) = result.tail(1)["stdout"]
     assert line.endswith("xEND") and len(line) <= 4096
