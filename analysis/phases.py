@@ -1,7 +1,8 @@
 """Per-phase figures of a result set, in one query each: for every step of the schedule its
 span on the global timeline (the first participant entering to the last ack), how many of its
 participants acked ok, the CPU and network its hosts used over it (usage.parquet) and the
-latency of every interval that ended inside it. The browser's per-phase panel, report.html and
+latency of every interval that ended inside it, its operations (operations.py) and its log
+histograms merged over every host (histograms.py). The browser's per-phase panel, report.html and
 `ns_control report`'s per-phase lines all read them here; `report` judges a metric's trend
 within each span, so a change from one phase to the next is not read as a drift.
 """
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import duckdb
 
+from .histograms import MergedHistogram, merged_histograms
+from .operations import OperationFigures, operation_figures, outside_steps
 from .resultset import open_tables
 from .units import duration_text, rate_text
 
@@ -55,6 +58,8 @@ class PhaseFigures:
     cpus_max_host: str
     net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
     latencies: tuple[Latency, ...]
+    operations: tuple[OperationFigures, ...] = ()
+    histograms: tuple[MergedHistogram, ...] = ()  # log histograms, merged over every host
 
     @property
     def took_ns(self) -> int:
@@ -100,9 +105,24 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                 FROM intervals i JOIN s ON i.end_ts BETWEEN s.lo AND s.hi
                 GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
             latency.setdefault(step, []).append(Latency(name, n, p50, p99, top, starts or None))
+    operations: dict[int, list[OperationFigures]] = {}
+    if "operations" in have:
+        for figures in operation_figures(db, SPANS_SQL):
+            operations.setdefault(figures.step, []).append(figures)
+    histograms: dict[int, list[MergedHistogram]] = {}
+    if "events" in have:
+        for merged in merged_histograms(db, SPANS_SQL):
+            histograms.setdefault(merged.step, []).append(merged)
     return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
-                         net.get(step), tuple(latency.get(step, [])))
+                         net.get(step), tuple(latency.get(step, [])), tuple(operations.get(step, [])),
+                         tuple(histograms.get(step, [])))
             for step, phase, lo, hi, n, ok in steps]
+
+
+def unphased_operations(db: duckdb.DuckDBPyConnection) -> int:
+    """How many operations fall in no step's span (operations.outside_steps)."""
+    have = views(db)
+    return outside_steps(db, SPANS_SQL) if {"operations", "phases"} <= have else 0
 
 
 def phase_lines(figures: list[PhaseFigures]) -> list[str]:
@@ -110,7 +130,7 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
     if not figures:
         return []
     lines = ["per phase (step: took, participants ok, CPU per host mean/max, network, latency "
-             "of the intervals that ended in it):"]
+             "of the intervals that ended in it, operations begun in it):"]
     for f in figures:
         cpu = (f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} cpus ({f.cpus_max_host})"
                if f.cpus_mean is not None else "cpu not sampled")
@@ -121,6 +141,8 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
                      f"p50 {duration_text(lat.p50_ns)}, p99 {duration_text(lat.p99_ns)}, "
                      f"max {duration_text(lat.max_ns)}"
                      for lat in f.latencies)
+        lines.extend(f"      {line}" for op in f.operations for line in op.lines())
+        lines.extend(f"      {h.line()}" for h in f.histograms)
     return lines
 
 
@@ -129,6 +151,9 @@ def run_phase_lines(merged: Path, run: str) -> list[str]:
     db = open_tables(merged)
     try:
         lines = phase_lines(phase_figures(db))
+        if lines and (outside := unphased_operations(db)):
+            lines.append(f"  {outside} operation(s) began in no step's span: counted in operations.parquet, "
+                         "in no phase's figures")
     finally:
         db.close()
     return [f"{run}: {lines[0]}", *lines[1:]] if lines else [f"{run}: no step in its phases table"]
