@@ -134,7 +134,6 @@ class Summary(msgspec.Struct):
     samples: int = 0
     intervals: int = 0
     warnings: list[str] = []
-    operations: int = 0
     causality: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
     workload: list[dict[str, Any]] = []
@@ -142,6 +141,7 @@ class Summary(msgspec.Struct):
     # Every file the merge wrote (summary.json too), relative to its directory: the next
     # merge there removes them first, and nothing else (a user's own files stay).
     files: list[str] = []
+    operations: int = 0  # operations.parquet's rows
 
 
 def read_summary(merged: Path) -> Summary | None:
