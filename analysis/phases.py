@@ -106,9 +106,8 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                 GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
             latency.setdefault(step, []).append(Latency(name, n, p50, p99, top, starts or None))
     operations: dict[int, list[OperationFigures]] = {}
-    if "operations" in have:
-        for figures in operation_figures(db, SPANS_SQL):
-            operations.setdefault(figures.step, []).append(figures)
+    for figures in phase_operations(db):
+        operations.setdefault(figures.step, []).append(figures)
     histograms: dict[int, list[MergedHistogram]] = {}
     if "events" in have:
         for merged in merged_histograms(db, SPANS_SQL):
@@ -117,6 +116,11 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                          net.get(step), tuple(latency.get(step, [])), tuple(operations.get(step, [])),
                          tuple(histograms.get(step, [])))
             for step, phase, lo, hi, n, ok in steps]
+
+
+def phase_operations(db: duckdb.DuckDBPyConnection) -> list[OperationFigures]:
+    """Every step's operation figures (operations.operation_figures), in step order."""
+    return operation_figures(db, SPANS_SQL) if {"operations", "phases"} <= views(db) else []
 
 
 def unphased_operations(db: duckdb.DuckDBPyConnection) -> int:

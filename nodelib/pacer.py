@@ -121,10 +121,9 @@ class Pacer:
                 "the intended instant")
 
     def summary(self) -> str:
-        """A line for the phase's ack: what was issued, and how far behind it fell."""
+        """A line for the phase's ack: what was issued (`behind()` says how late)."""
         how = f"{self.arrivals} {self.rate:g}/s" if self.open_loop else "closed loop"
-        return f"{self.issued} operations, {how} for {self.duration_s:g} s" + (
-            f"; {self.behind()}" if self.fell_behind else "")
+        return f"{self.issued} operations, {how} for {self.duration_s:g} s"
 
 
 def _wait_until(target_mono: int, spin_ns: int) -> int:
