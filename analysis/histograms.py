@@ -24,6 +24,9 @@ SPEC_KEYS = ("lo", "hi", "buckets", "scale")
 
 @dataclass(frozen=True)
 class MergedHistogram:
+    """One log histogram entity's records in one step, added bin by bin over every host and
+    process (`sources`) that logged it: `quantile(q)` is of every value they hold."""
+
     step: int
     phase: str
     name: str
@@ -44,16 +47,8 @@ class MergedHistogram:
         """`report`'s line of it."""
         if self.scale is None:
             return f"{self.name}: not merged: {self.refused}"
-        said = []
-        for label, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
-            got = self.quantile(q)
-            if got is not None:
-                value = (f"< {self.scale.lo:.4g}" if got.below else f">= {self.scale.hi:.4g}" if got.above
-                         else f"{got.value:.4g}")
-                said.append(f"{label} {value}")
         return (f"{self.name}: log histogram, {self.records} record(s) of {self.sources} source(s) merged, "
-                f"{self.count} values, {', '.join(said) or 'none'} "
-                f"(each within {100 * self.scale.relative_error:.2g} %)")
+                f"{quantiles_text(self.scale, self.counts)}")
 
 
 def _spec(data: dict) -> dict:
@@ -80,6 +75,40 @@ def merge_rows(rows: Iterable[tuple[str, str]]) -> tuple[LogScale, np.ndarray, i
         raise ValueError("no histogram to merge")
     counts = np.sum(np.array(parts, dtype=np.int64), axis=0)
     return LogScale.of(spec), counts, len(parts), len(sources)
+
+
+def run_histograms(db: duckdb.DuckDBPyConnection) -> dict[str, tuple[LogScale, np.ndarray, int]]:
+    """Every log histogram entity of a run, all its records (every host, every step) merged:
+    name -> (scale, counts, sources). One whose records' bins differ is left out, and said
+    by the SpecsDiffer it raises."""
+    rows = db.execute(f"""SELECT entity, host || '/' || component, data FROM events
+                          WHERE kind = 'histogram' AND json_extract_string(data, '$.scale') = '{LOG}'
+                          ORDER BY entity, ts""").fetchall()
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for name, source, data in rows:
+        groups.setdefault(name, []).append((source, data))
+    merged = {}
+    for name, group in groups.items():
+        try:
+            scale, counts, _, sources = merge_rows(group)
+        except SpecsDiffer as exc:
+            raise SpecsDiffer(f"{name}: {exc}") from None
+        merged[name] = (scale, counts, sources)
+    return merged
+
+
+def quantiles_text(scale: LogScale, counts: Iterable[int]) -> str:
+    """p50, p99 and p99.9 of a log histogram's counts, in words, with its error bound."""
+    counts = list(counts)
+    said = []
+    for label, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
+        got = quantile(scale, counts, q)
+        if got is not None:
+            value = (f"< {scale.lo:.4g}" if got.below else f">= {scale.hi:.4g}" if got.above
+                     else f"{got.value:.4g}")
+            said.append(f"{label} {value}")
+    error = f"each within {100 * scale.relative_error:.2g} %"
+    return f"{sum(counts)} values, {', '.join(said) or 'none'} ({error})"
 
 
 def merged_histograms(db: duckdb.DuckDBPyConnection, spans_sql: str) -> list[MergedHistogram]:

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from netspec.analysis.histograms import merged_histograms
 from netspec.analysis.phases import SPANS_SQL, phase_figures, run_phase_lines
+from netspec.analysis.points import point_metrics
 from netspec.analysis.resultset import merge_run, open_tables
 from netspec.datastream.loghist import LogScale, SpecsDiffer, merge, quantile
+from netspec.protocol.campaignrecord import CampaignRun, Point
 from operations_run import MS, PARTITION, partitioned_run
 
 
@@ -79,3 +81,19 @@ def test_histograms_of_other_bins_are_refused_naming_both_and_a_percentile_out_o
     counts[-1] = 5  # every value at or above hi
     assert quantile(scale, counts, 0.5).above and quantile(scale, counts, 0.5).value is None
     assert quantile(scale, [0] * 102, 0.5) is None
+
+
+def test_a_campaign_points_runs_merge_their_histograms_exactly_and_say_the_error_bound(tmp_path):
+    paths = [partitioned_run(tmp_path / name) for name in ("one", "two")]
+    for run in paths:
+        merge_run(run)
+    runs = [CampaignRun(id=f"r{i}", path=str(run), status="ok", counted=True) for i, run in enumerate(paths)]
+    point = Point(params={}, label="p", runs=runs)
+    (metrics,) = point_metrics([point], "p99").values()
+    hist = metrics["histogram KV/put_ns"]
+    # Each run's p99 of its 200 values (10 of them 150 ms), from the bins within 1 %.
+    assert hist.values == pytest.approx([150e6] * 2, rel=0.01)
+    assert hist.caveat.startswith("2 run(s) merged exactly: 400 values, p50 2"), hist.caveat
+    assert "(each within 1 %)" in hist.caveat
+    assert metrics["operation KV/put failed"].values == pytest.approx([10.0, 10.0])  # 40 of 400 a run
+    assert metrics["operation KV/put ok latency"].unit == "us"

@@ -9,6 +9,7 @@ import shutil
 
 import duckdb
 import pytest
+from netspec import results
 from netspec.analysis.phases import phase_figures
 from netspec.analysis.resultset import open_tables
 from support import REPO, ns_control
@@ -52,6 +53,9 @@ def test_the_open_loop_p99_counts_the_servers_stalls_and_the_closed_loop_one_omi
                            WHERE intended_ts BETWEEN {figures['open'].start_ns}
                            AND {figures['open'].end_ns}""").fetchall()[0][0]
     assert abs(got.value - exact) <= got.relative_error * exact + 1
+    with results.open_run(run).tables() as tables:  # the Python API's figures are the same
+        assert tables.operations() == (*figures["open"].operations, *figures["closed"].operations)
+        assert [h.count for h in tables.histograms()] == [opened.ok, closed.ok]
     report = ns_control("report", "latest", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     said = re.findall(r"LOAD/request on a/client: (\d+) operations.*\n\s+latency ok p50 \S+ \S+, "
