@@ -32,6 +32,11 @@ FROM events WHERE kind = 'operation'
 """
 
 
+# operations.parquet's columns, in order (docs/results.md says each).
+COLUMNS = ("name", "host", "component", "outcome", "cause", "intended_ts", "start_ts", "end_ts", "latency_ns",
+           "lag_ns", "service_ns", "bound_ns")
+
+
 def write_operations(db: duckdb.DuckDBPyConnection, out: Path) -> int:
     """merged/operations.parquet from the operation records; returns its rows (no file
     where the run logged none)."""

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import duckdb
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from netspec.analysis.histograms import merged_histograms
+from netspec.analysis.operations import COLUMNS
 from netspec.analysis.phases import SPANS_SQL, phase_figures, run_phase_lines
 from netspec.analysis.points import point_metrics
 from netspec.analysis.resultset import merge_run, open_tables
@@ -22,6 +24,7 @@ def test_every_operation_is_a_row_with_its_outcome_cause_and_lag_on_the_global_t
     run = partitioned_run(tmp_path)
     result = merge_run(run)
     assert result.operations == 400
+    assert tuple(pq.read_schema(run / "merged" / "operations.parquet").names) == COLUMNS
     rows = duckdb.sql(f"""SELECT host, outcome, cause, count(*), min(latency_ns), max(latency_ns),
                                  max(lag_ns), min(service_ns), bool_and(start_ts = intended_ts + lag_ns)
                           FROM '{run}/merged/operations.parquet' GROUP BY ALL ORDER BY ALL""").fetchall()
