@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from netspec.protocol.errors import NetspecError
@@ -36,26 +35,21 @@ SPIN_NS = 200_000
 LATE_NS = 1_000_000
 
 
-@dataclass
 class Pacer:
     """Intended instants (time.time_ns, the streams' clock) at `rate` per second for
     `duration_s`, `arrivals` constant (evenly spaced) or poisson (exponential gaps, from
-    `seed`), or none at all (closed)."""
+    `seed`), or none at all (closed). As it goes it counts `issued`, `late` (operations that
+    started more than `late_ns` after their instant), `worst_lag_ns` and `worst_at` (which
+    operation, 0-based); with `keep_lags`, each operation's lag in `lags` (the bench's: the
+    records hold them too)."""
 
-    rate: float | None
-    duration_s: float
-    arrivals: str = "constant"
-    seed: int | None = None
-    late_ns: int = LATE_NS
-    spin_ns: int = SPIN_NS
-    issued: int = 0
-    late: int = 0  # operations that started more than late_ns after their instant
-    worst_lag_ns: int = 0
-    worst_at: int = 0  # which operation (0-based) lagged most
-    keep_lags: bool = False  # keep each operation's lag in `lags` (the bench's; records hold them too)
-    lags: list[int] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, rate: float | None, duration_s: float, arrivals: str = "constant",
+                 seed: int | None = None, late_ns: int = LATE_NS, spin_ns: int = SPIN_NS,
+                 keep_lags: bool = False):
+        self.rate, self.duration_s, self.arrivals, self.seed = rate, duration_s, arrivals, seed
+        self.late_ns, self.spin_ns, self.keep_lags = late_ns, spin_ns, keep_lags
+        self.issued = self.late = self.worst_lag_ns = self.worst_at = 0
+        self.lags: list[int] = []
         if self.arrivals not in ARRIVALS:
             raise NetspecError(f"pacer: arrivals {self.arrivals!r} is not one of {', '.join(ARRIVALS)}")
         if self.arrivals != "closed" and not (isinstance(self.rate, (int, float)) and self.rate > 0):
