@@ -15,7 +15,8 @@ keeps the worst lag and how many started more than `late_ns` late, and says it
         t = OP.start()
         ...
         OP.ok(t, intended_ns=instant)
-    ctx.warn(pacer.behind()) if pacer.fell_behind else None
+    if pacer.fell_behind:
+        ctx.warn(pacer.behind())
 
 Without a rate (`arrivals: closed`) the same loop is a closed loop: each instant is None,
 the next operation starts when the last ended, and latency counts from each actual start.
