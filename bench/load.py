@@ -8,8 +8,9 @@ histograms merged over many hosts.
               timed_out(t, cause), against an interval's start() and end(tag) and an
               event's log(tag) in the same run (bench/events.py's harness: the median over
               repeats of the loop's time net of an empty loop). The budget: an operation
-              within twice an event's target (bench/events.py, 300 ns), and a failure within
-              15 % of a success.
+              (start and end) within 1.5 x an interval's in the same run and within twice an
+              event's target (bench/events.py, 300 ns, an idle machine's), and a failure
+              within 15 % of a success.
   merge       `--hosts` hosts of `--values` latencies each (log-normal, a tail at 1 %), each
               counted in its own log histogram entity (1 % relative error); the hosts'
               histograms merged, in Python (datastream/loghist.merge) and as the analysis does
@@ -42,7 +43,8 @@ from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.nodelib import Pacer
 
 RATES = (1_000, 10_000)
-TARGET_OP_NS = 2 * TARGET_EVENT_NS
+TARGET_OP_NS = 2 * TARGET_EVENT_NS  # on the machine bench/events.py's target is for
+TARGET_OP_OVER_INTERVAL = 1.5  # start() and an end, against an interval's in the same run
 TARGET_FAILED_OVER_OK = 1.15
 LO, HI, ERROR = 1_000, 100_000_000_000, 0.01
 
@@ -197,7 +199,10 @@ def main() -> None:
               f"{merged[f'{label}_true_ms']:.3f} ms: {merged[f'{label}_error_pct']:.2f} % off")
     print(f"  the hosts' own p99s averaged: {merged['mean_of_host_p99s_ms']:.3f} ms "
           "(not a percentile of anything)")
-    checks = [("operation ok", cost["operation ok"] <= TARGET_OP_NS, f"<= {TARGET_OP_NS} ns"),
+    over_interval = max(cost["operation ok"], cost["operation failed"]) / cost["interval (baseline)"]
+    checks = [("operation vs interval", over_interval <= TARGET_OP_OVER_INTERVAL,
+               f"<= {TARGET_OP_OVER_INTERVAL}x"),
+              ("operation ok", cost["operation ok"] <= TARGET_OP_NS, f"<= {TARGET_OP_NS} ns"),
               ("operation failed", cost["operation failed"] <= TARGET_OP_NS, f"<= {TARGET_OP_NS} ns"),
               ("failure vs success", failed_over_ok <= TARGET_FAILED_OVER_OK, f"<= {TARGET_FAILED_OVER_OK}x"),
               ("merge exact", merged["exact"], "equal counts"),
@@ -209,7 +214,7 @@ def main() -> None:
               for rate, p in pacing.items() for k, v in p.items()}
     result.update({name.replace(" (baseline)", "").replace(", ", "_").replace(" ", "_") + "_ns":
                    round(ns, 1) for name, ns in cost.items()})
-    result.update(failed_over_ok=round(failed_over_ok, 2),
+    result.update(failed_over_ok=round(failed_over_ok, 2), operation_over_interval=round(over_interval, 2),
                   **{f"merge_{k}": round(v, 3) if isinstance(v, float) else v for k, v in merged.items()},
                   targets_met=all(ok for _, ok, _ in checks))
     print(json.dumps(result))

@@ -188,28 +188,33 @@ class Operation(Entity):
             self.ok = self.failed = self.timed_out = self.unknown = _off_end
             return
         eid, stream = self.id, self._single()
-        if stream is not None:
+        if stream is not None:  # the hot path, inlined as an interval's is
             buf, limit, flush = stream.buf, stream.limit, stream.flush
             append = buf.append
 
-            def put(record: tuple[Any, ...]) -> None:
-                append(record)
-                if len(buf) >= limit:
-                    flush()
+            def outcome(code: int) -> Callable[..., int]:
+                def end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
+                        clock: Callable[[], int] = _clock) -> int:
+                    now = clock()
+                    origin = start_ns if intended_ns is None or intended_ns > start_ns else intended_ns
+                    append((eid, now, code, origin, start_ns - origin) if cause is None
+                           else (eid, now, code, origin, start_ns - origin, cause))
+                    if len(buf) >= limit:
+                        flush()
+                    return now - origin
+                return end
         else:
             put = self._put()
 
-        def outcome(code: int) -> Callable[..., int]:
-            def end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
-                    clock: Callable[[], int] = _clock) -> int:
-                now = clock()
-                origin = start_ns if intended_ns is None or intended_ns > start_ns else intended_ns
-                if cause is None:
-                    put((eid, now, code, origin, start_ns - origin))
-                else:
-                    put((eid, now, code, origin, start_ns - origin, cause))
-                return now - origin
-            return end
+            def outcome(code: int) -> Callable[..., int]:
+                def end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
+                        clock: Callable[[], int] = _clock) -> int:
+                    now = clock()
+                    origin = start_ns if intended_ns is None or intended_ns > start_ns else intended_ns
+                    put((eid, now, code, origin, start_ns - origin) if cause is None
+                        else (eid, now, code, origin, start_ns - origin, cause))
+                    return now - origin
+                return end
 
         self.start = _off_start
         self.ok, self.failed, self.timed_out, self.unknown = (outcome(OUTCOMES.index(o)) for o in OUTCOMES)
