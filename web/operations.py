@@ -17,8 +17,10 @@ from netspec.datastream.schema import OUTCOMES
 from .panels import fair_share, step_shapes
 
 # Points drawn at most, shared fairly among each step's outcomes: every k-th operation of a
-# step and outcome past its share (the table counts them all).
+# step and outcome past its share (the table counts them all). report.html, which carries
+# its data within 2 MB, draws fewer.
 POINTS = 20000
+REPORT_POINTS = 5000
 COLORS = {"ok": "#4c78a8", "failed": "#e45756", "timeout": "#f58518", "unknown": "#b279a2"}
 
 
@@ -33,15 +35,17 @@ def _row(f: OperationFigures) -> dict[str, Any]:
                     + (f", {f.late} late" if f.late else "")) if f.lag_max_ns else "-"}
 
 
-def operations(db: duckdb.DuckDBPyConnection, origin: int, figures: list[OperationFigures]) -> dict[str, Any]:
-    """The panel's figure and table; `figures` are the phases' (phase_figures)."""
+def operations(db: duckdb.DuckDBPyConnection, origin: int, figures: list[OperationFigures],
+               points: int | None = None) -> dict[str, Any]:
+    """The panel's figure and table; `figures` are the phases' (phase_figures). Each point
+    says its time to the us and its latency to 4 digits; a failure's, its cause."""
     if "operations" not in views(db):
         return {"figure": None, "rows": [], "sampled": ""}
     # Each operation's step by its intended instant (-1: in none), as the figures count it.
     staged = f"""SELECT o.*, coalesce(s.step, -1) AS step FROM operations o
                  LEFT JOIN ({SPANS_SQL}) s ON o.intended_ts BETWEEN s.lo AND s.hi"""
     groups = db.execute(f"SELECT step, outcome, count(*) FROM ({staged}) GROUP BY ALL").fetchall()
-    share = max(1, fair_share([n for *_, n in groups], POINTS))
+    share = max(1, fair_share([n for *_, n in groups], POINTS if points is None else points))
     every = {(step, outcome): -(-n // share) for step, outcome, n in groups}
     sampled = [f"{outcome} in step {step}: 1 in {k}" for (step, outcome), k in sorted(every.items())
                if k > 1]
@@ -51,15 +55,15 @@ def operations(db: duckdb.DuckDBPyConnection, origin: int, figures: list[Operati
         if not counts:
             continue
         rows = db.execute(f"""
-            SELECT (intended_ts - $origin) / 1e6, latency_ns / 1e6,
+            SELECT round((intended_ts - $origin) / 1e6, 3), latency_ns / 1e6,
                    name || ' ' || host || '/' || component || coalesce(': ' || cause, '') FROM (
                 SELECT *, row_number() OVER w AS k, count(*) OVER (PARTITION BY step) AS n
                 FROM ({staged}) WHERE outcome = $outcome WINDOW w AS (PARTITION BY step ORDER BY intended_ts))
             WHERE k % CAST(ceil(n / $share) AS BIGINT) = 0 ORDER BY intended_ts""",
                           {"origin": origin, "outcome": outcome, "share": share}).fetchall()
         traces.append({"type": "scatter", "mode": "markers", "name": f"{outcome} ({sum(counts.values())})",
-                       "x": [r[0] for r in rows], "y": [r[1] for r in rows],
-                       "hovertext": [r[2] for r in rows],
+                       "x": [r[0] for r in rows], "y": [float(f"{r[1]:.4g}") for r in rows],
+                       **({} if outcome == "ok" else {"hovertext": [r[2] for r in rows]}),
                        "marker": {"size": 4, "color": COLORS[outcome], "opacity": 0.7}})
     figure = {"data": traces, "layout": {
         "height": 320, "margin": {"t": 20, "r": 20}, "shapes": step_shapes(db, origin),

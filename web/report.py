@@ -40,7 +40,8 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
                     resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
                     distributions=panels.distributions(db, of), phases=panels.phases(db),
-                    operations=operations.operations(db, origin, phase_operations(db)),
+                    operations=operations.operations(db, origin, phase_operations(db),
+                                                     operations.REPORT_POINTS),
                     events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:

@@ -19,6 +19,7 @@ def test_the_panel_draws_each_outcome_apart_and_lists_every_steps_failures_by_ca
     assert sorted(traces) == ["failed (10)", "ok (360)", "timeout (30)"]
     assert len(traces["timeout (30)"]["x"]) == 30 and data["sampled"] == ""
     assert set(traces["timeout (30)"]["hovertext"]) == {"KV/put c1/client: no reply in 1 s"}
+    assert "hovertext" not in traces["ok (360)"]  # its table row names it
     rows = [(r["phase"], r["component"], r["causes"]) for r in data["rows"]]
     assert rows == [("steady", "c1/client", "-"), ("steady", "c2/client", "-"),
                     ("partition", "c1/client", "timeout: no reply in 1 s x30"),
