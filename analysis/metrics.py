@@ -1,5 +1,7 @@
 """What a merged result set measures, as named samples: every interval (pair or interval
-record) in microseconds, each host's CPU busy % and each sampled component's CPU use."""
+record) in microseconds, every operation's latency of its successes (us) and its share of
+failures (%), every log histogram (its values as its bins' middles, within its relative
+error: the caveat says it), each host's CPU busy % and each sampled component's CPU use."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .histograms import run_histograms
 from .phases import spans
 from .resultset import SUMMARY, is_current, open_tables, read_summary
 
 if TYPE_CHECKING:
+    from netspec.datastream.loghist import LogScale
+
     from .stats import Summary
 
 # What a metric of each unit can be: a percentage 0 to 100, CPUs in use and a duration (an
@@ -31,6 +36,9 @@ class Metric:
     # The run's steps as (label, start, end), global ns: its trend is judged within each (a
     # phase change is not a drift). Empty: judged over the whole sample (a campaign's metric).
     phases: tuple[tuple[str, int, int], ...] = ()
+    # A log histogram's (histograms.py): its bins and counts, every host merged; `values`
+    # are the bins' middles, so a campaign merges a point's runs from these exactly.
+    histogram: tuple[LogScale, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -47,11 +55,21 @@ def unit_bounds(unit: str) -> tuple[float, float]:
     return UNIT_BOUNDS.get(unit, (-math.inf, math.inf))
 
 
-METRICS_SQL = """
+INTERVALS_SQL = """
 SELECT 'interval ' || name AS metric, 'us' AS unit, list(duration_ns / 1e3 ORDER BY end_ts) AS v,
        list(end_ts ORDER BY end_ts) AS t
 FROM intervals GROUP BY name
+"""
+OPERATIONS_SQL = """
+SELECT 'operation ' || name || ' ok latency', 'us', list(latency_ns / 1e3 ORDER BY intended_ts),
+       list(intended_ts ORDER BY intended_ts)
+FROM operations WHERE outcome = 'ok' GROUP BY name
 UNION ALL
+SELECT 'operation ' || name || ' failed', '%', [100 * count(*) FILTER (outcome <> 'ok') / count(*)],
+       [max(end_ts)]
+FROM operations GROUP BY name
+"""
+CPU_SQL = """
 SELECT CASE WHEN field = 'cpu.busy_pct' THEN 'cpu busy ' || host
             ELSE 'cpu of ' || regexp_extract(field, '^proc\\.(.+)\\.cpu_ns$', 1) || ' on ' || host END,
        any_value(unit), list(rate ORDER BY ts), list(ts ORDER BY ts)
@@ -71,12 +89,30 @@ def run_metrics(merged: Path) -> dict[str, Metric]:
         missing = sorted({"intervals", "rates"} - have)
         raise FileNotFoundError(f"{merged}: no {' or '.join(missing)} table: merge the run first "
                                 "(ns_control fetch)")
-    rows = db.execute(f"SELECT * FROM ({METRICS_SQL}) ORDER BY metric LIKE 'cpu%', metric").fetchall()
+    sql = " UNION ALL ".join([INTERVALS_SQL, *([OPERATIONS_SQL] if "operations" in have else []), CPU_SQL])
+    rows = db.execute(f"SELECT * FROM ({sql}) ORDER BY metric LIKE 'cpu%', metric").fetchall()
     caveats = _shared_kernel_caveats(merged)
     steps = tuple((f"{phase} (step {step})", lo, hi) for step, phase, lo, hi, _, _ in spans(db))
-    return {name: Metric(name, unit, np.array(v, dtype=float), np.array(t, dtype=np.int64),
-                         caveats.get(name, ""), steps)
-            for name, unit, v, t in rows}
+    metrics = {name: Metric(name, unit, np.array(v, dtype=float), np.array(t, dtype=np.int64),
+                            caveats.get(name, ""), steps)
+               for name, unit, v, t in rows}
+    for name, (scale, counts, sources) in run_histograms(db).items():
+        middles = np.array([scale.middle(i) for i in range(scale.buckets)])
+        inside = counts[1:-1]
+        metrics[f"histogram {name}"] = Metric(
+            f"histogram {name}", "", np.repeat(middles, inside), np.zeros(int(inside.sum()), dtype=np.int64),
+            histogram_caveat(scale, counts, sources), histogram=(scale, counts))
+    return metrics
+
+
+def histogram_caveat(scale: LogScale, counts: np.ndarray, sources: int, runs: int = 1) -> str:
+    """What a log histogram's values are: its bins' middles, each within the relative error;
+    and how many of its values fell outside its bins, which no value stands for."""
+    outside = int(counts[0] + counts[-1])
+    return (f"from a log histogram of {sources} source(s)" + (f" and {runs} runs" if runs > 1 else "")
+            + f" merged exactly: each value within {100 * scale.relative_error:.2g} % (its bin's middle)"
+            + (f"; {outside} value(s) below {scale.lo:.4g} or at or above {scale.hi:.4g} left out" if outside
+               else ""))
 
 
 def _shared_kernel_caveats(merged: Path) -> dict[str, str]:

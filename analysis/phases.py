@@ -1,8 +1,9 @@
 """Per-phase figures of a result set, in one query each: for every step of the schedule its
 span on the global timeline (the first participant entering to the last ack), how many of its
 participants acked ok, the CPU and network its hosts used over it (usage.parquet), the
-latency of every interval that ended inside it, and the components starved of CPU in it
-(starved.py). The browser's per-phase panel, report.html and
+latency of every interval that ended inside it, the components starved of CPU in it
+(starved.py), its operations (operations.py) and its log histograms merged over every host
+(histograms.py). The browser's per-phase panel, report.html and
 `ns_control report`'s per-phase lines all read them here; `report` judges a metric's trend
 within each span, so a change from one phase to the next is not read as a drift.
 """
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import duckdb
 
+from .histograms import MergedHistogram, merged_histograms
+from .operations import OperationFigures, operation_figures, outside_steps
 from .resultset import open_tables
 from .starved import Starved, starved
 from .units import duration_text, rate_text
@@ -58,6 +61,8 @@ class PhaseFigures:
     net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
     latencies: tuple[Latency, ...]
     starved: tuple[Starved, ...] = ()  # the components that waited for CPU for much of it
+    operations: tuple[OperationFigures, ...] = ()
+    histograms: tuple[MergedHistogram, ...] = ()  # log histograms, merged over every host
 
     @property
     def took_ns(self) -> int:
@@ -106,9 +111,28 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
     hungry: dict[int, list[Starved]] = {}
     for s in starved(db) if "usage" in have else []:
         hungry.setdefault(s.step, []).append(s)
+    operations: dict[int, list[OperationFigures]] = {}
+    for figures in phase_operations(db):
+        operations.setdefault(figures.step, []).append(figures)
+    histograms: dict[int, list[MergedHistogram]] = {}
+    if "events" in have:
+        for merged in merged_histograms(db, SPANS_SQL):
+            histograms.setdefault(merged.step, []).append(merged)
     return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
-                         net.get(step), tuple(latency.get(step, [])), tuple(hungry.get(step, [])))
+                         net.get(step), tuple(latency.get(step, [])), tuple(hungry.get(step, [])),
+                         tuple(operations.get(step, [])), tuple(histograms.get(step, [])))
             for step, phase, lo, hi, n, ok in steps]
+
+
+def phase_operations(db: duckdb.DuckDBPyConnection) -> list[OperationFigures]:
+    """Every step's operation figures (operations.operation_figures), in step order."""
+    return operation_figures(db, SPANS_SQL) if {"operations", "phases"} <= views(db) else []
+
+
+def unphased_operations(db: duckdb.DuckDBPyConnection) -> int:
+    """How many operations fall in no step's span (operations.outside_steps)."""
+    have = views(db)
+    return outside_steps(db, SPANS_SQL) if {"operations", "phases"} <= have else 0
 
 
 def phase_lines(figures: list[PhaseFigures]) -> list[str]:
@@ -116,7 +140,7 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
     if not figures:
         return []
     lines = ["per phase (step: took, participants ok, CPU per host mean/max, network, latency "
-             "of the intervals that ended in it):"]
+             "of the intervals that ended in it, operations begun in it):"]
     for f in figures:
         cpu = (f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} cpus ({f.cpus_max_host})"
                if f.cpus_mean is not None else "cpu not sampled")
@@ -128,6 +152,8 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
                      f"max {duration_text(lat.max_ns)}"
                      for lat in f.latencies)
         lines.extend(f"      STARVED: {s.text()}" for s in f.starved)
+        lines.extend(f"      {line}" for op in f.operations for line in op.lines())
+        lines.extend(f"      {h.line()}" for h in f.histograms)
     return lines
 
 
@@ -136,6 +162,9 @@ def run_phase_lines(merged: Path, run: str) -> list[str]:
     db = open_tables(merged)
     try:
         lines = phase_lines(phase_figures(db))
+        if lines and (outside := unphased_operations(db)):
+            lines.append(f"  {outside} operation(s) began in no step's span: counted in operations.parquet, "
+                         "in no phase's figures")
     finally:
         db.close()
     return [f"{run}: {lines[0]}", *lines[1:]] if lines else [f"{run}: no step in its phases table"]

@@ -10,6 +10,7 @@ import numpy as np
 from netspec.protocol.campaignrecord import CampaignRun, Point
 from netspec.protocol.errors import NetspecError
 
+from .histograms import quantiles_text
 from .metrics import Metric, run_metrics
 from .provenance import differences, load
 from .resultset import MERGED
@@ -34,10 +35,13 @@ def check_repetitions(label: str, runs: list[CampaignRun]) -> None:
 
 def point_metrics(points: list[Point], statistic: str) -> dict[str, dict[str, Metric]]:
     """Per point (by label), every metric as one value per counted run (`points` a campaign
-    record's: protocol/campaignrecord.py).
+    record's: protocol/campaignrecord.py). A log histogram's value in a run is the statistic
+    of its bins, every host merged; its caveat gives the point's runs merged exactly, their
+    percentiles and the error bound.
 
     Raises:
-        UnlikeRuns: the counted runs of a point differ (`check_repetitions`).
+        UnlikeRuns: the counted runs of a point differ (`check_repetitions`), or their
+            histograms of one name have different bins.
     """
     reduce = STATISTICS[statistic]
     table: dict[str, dict[str, Metric]] = {}
@@ -46,10 +50,29 @@ def point_metrics(points: list[Point], statistic: str) -> dict[str, dict[str, Me
         check_repetitions(point.label, runs)
         values: dict[str, list[float]] = {}
         units: dict[str, str] = {}
+        histograms: dict[str, tuple[Metric, np.ndarray, int]] = {}  # name -> (first run's, counts, runs)
         for r in runs:
             for name, m in run_metrics(Path(r.path or "") / MERGED).items():
-                values.setdefault(name, []).append(float(reduce(m.values)))
+                values.setdefault(name, []).append(float(reduce(m.values)) if len(m.values) else float("nan"))
                 units[name] = m.unit
-        table[point.label] = {name: Metric(name, units[name], np.array(v), np.arange(len(v)))
-                                 for name, v in values.items()}
+                if m.histogram is not None:
+                    histograms[name] = _added(point.label, name, histograms.get(name), m)
+        caveats = {name: f"{runs} run(s) merged exactly: {quantiles_text(first.histogram[0], counts)}"
+                   for name, (first, counts, runs) in histograms.items() if first.histogram is not None}
+        table[point.label] = {name: Metric(name, units[name], np.array(v), np.arange(len(v)),
+                                           caveats.get(name, "")) for name, v in values.items()}
     return table
+
+
+def _added(label: str, name: str, held: tuple[Metric, np.ndarray, int] | None,
+           m: Metric) -> tuple[Metric, np.ndarray, int]:
+    """A run's histogram added to those of the point's runs before it."""
+    assert m.histogram is not None
+    if held is None:
+        return m, m.histogram[1].copy(), 1
+    first, counts, n = held
+    assert first.histogram is not None
+    if first.histogram[0] != m.histogram[0]:
+        raise UnlikeRuns(f"{label}: {name}: its runs' histograms have different bins ({first.histogram[0]} "
+                         f"and {m.histogram[0]}): they cannot be merged exactly")
+    return first, counts + m.histogram[1], n + 1

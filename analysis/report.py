@@ -67,7 +67,10 @@ def warnings(runs: dict[str, dict[str, Metric]], table: list[Row]) -> list[str]:
 
 def _drifts(name: str, m: Metric) -> list[str]:
     """A significant slope within a phase (or across the run, where the metric has no phases):
-    a change from one phase to the next is the schedule's, not a leak."""
+    a change from one phase to the next is the schedule's, not a leak. A histogram's values
+    have no time order: none."""
+    if m.histogram is not None:
+        return []
     if not m.phases:
         t = trend(m.values, m.at)
         return [f"{name}: drifts {t.change_pct:+.1f} % of its mean across the run (slope p "

@@ -6,6 +6,7 @@
     clock.parquet     each host's clock fit: offset and bounds at every knot
     phases.parquet    when each component entered and finished each step, globally
     links.parquet     the link audit: per link and step, configured against achieved (links.py)
+    operations.parquet the programs' operations with their outcomes (operations.py)
     rates.parquet, usage.parquet, workload.parquet, states.parquet   derived (derive.py)
     trace.json        the timeline for ui.perfetto.dev
     narration.txt     the timeline in words
@@ -40,6 +41,7 @@ from .graph import run_graph
 from .links import configured_links, write_links
 from .links import lines as link_lines
 from .narrate import write_narration
+from .operations import write_operations
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .provenance import host_facts, shared_kernels
 from .starved import Starved, starved
@@ -95,6 +97,7 @@ class ResultSet:
     records: int = 0
     samples: int = 0
     intervals: int = 0
+    operations: int = 0
     warnings: list[str] = field(default_factory=list)
     causality: list[Causality] = field(default_factory=list)
     pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
@@ -113,8 +116,9 @@ class ResultSet:
 # value_int (integers exact); 4: links.parquet, the link audit (analysis/links.py); 5:
 # summary.json's `files` (what the merge wrote, which the next removes first) and its pairs'
 # `tags_with_several_ends` (was `several_ends`). Within 5: summary.json's `starved` (a set
-# without it starved nothing that was measured).
-RESULT_FORMAT = 5
+# without it starved nothing that was measured); 6: operations.parquet (analysis/operations.py),
+# summary.json's `operations`, a histogram row's data with its spec.
+RESULT_FORMAT = 6
 
 
 SUMMARY = "summary.json"
@@ -141,6 +145,7 @@ class Summary(msgspec.Struct):
     # merge there removes them first, and nothing else (a user's own files stay).
     files: list[str] = []
     starved: list[dict[str, Any]] = []
+    operations: int = 0  # operations.parquet's rows
 
 
 def read_summary(merged: Path) -> Summary | None:
@@ -204,6 +209,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.warnings += audit.warnings()
     groups = record.plan.component_groups if record.plan is not None else {}
     result.intervals, result.causality = write_intervals(db, out, record.pairs, groups)
+    result.operations = write_operations(db, out)
     result.pairs = [pair_counts(db, "events", _params(name, p, groups)) for name, p in record.pairs.items()]
     only = {counts.pair: counts.only() for counts in result.pairs}
     result.warnings += [f"pair {c.pair} matched nothing: no {record.pairs[c.pair].start} was followed by "
@@ -240,7 +246,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
                       result.warnings, [asdict(c) for c in result.causality],
                       [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
                       [w.row() for w in result.workloads], result.shared_kernel, result.files,
-                      [s.row() for s in result.starved])
+                      [s.row() for s in result.starved], result.operations)
     _write_summary(out, summary)
     return result
 

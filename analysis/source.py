@@ -15,6 +15,7 @@ from netspec.datastream.columns import MISSING, Columns
 from netspec.datastream.format import DROPPED, NAMESPACE
 from netspec.datastream.reader import ADMIN, Decoder, Malformed, Record, StreamReader
 from netspec.datastream.records import INT64
+from netspec.datastream.schema import OUTCOMES
 
 from .batch import BATCH_RECORDS, KINDS, Batch, Counts, Dictionaries
 
@@ -113,7 +114,7 @@ class FileSource:
         # by slices, which copy nothing.
         keep = np.flatnonzero(eid != NAMESPACE) if len(declared) else slice(None)
         eid, ts_local = eid[keep], np.ascontiguousarray(ints[keep, 1])
-        a2, a3, items = ints[keep, 2], ints[keep, 3], cols.items[keep]
+        a2, a3, a4, items = ints[keep, 2], ints[keep, 3], ints[keep, 4], cols.items[keep]
         # A record that is not [id, ts, ...] with integers there is refused, never a row (a
         # ts MISSING is below 0 too); its id is looked up as a stream record's, said nowhere.
         bad = _note(malformed, (eid == MISSING) | (ts_local < 0), HEADLESS)
@@ -140,12 +141,24 @@ class FileSource:
         iv &= ~bad
         tag[iv], start[iv], exact[iv] = a2[iv], a3[iv], ts_local[iv] - a3[iv]
         value[iv] = exact[iv]
+        # An operation: the outcome where the tag goes, the start its latency counts from,
+        # the latency as its value; its lag, and its cause where it has one (a sixth item,
+        # decoded below), in data.
+        op = (kind == _KIND["operation"]) & ~bad
+        bad |= _note(malformed, op & ((items < 5) | (a2 < 0) | (a2 >= len(OUTCOMES)) | (a3 < 0) | (a4 < 0)),
+                     "an operation without an outcome, a start and a lag")
+        op &= ~bad
+        tag[op], start[op], exact[op] = a2[op], a3[op], ts_local[op] - a3[op]
+        value[op] = exact[op]
+        plain_op = op & (items == 5)
+        for j, lag in zip(np.flatnonzero(plain_op).tolist(), a4[plain_op].tolist(), strict=True):
+            data[j] = f'{{"lag_ns":{lag}}}'
         ct = (kind == _KIND["counter"]) & (a2 != MISSING) & (items >= 3) & ~bad
         value[ct], exact[ct] = a2[ct], a2[ct]
         # The rest need their whole record decoded: event data, float counters,
         # histograms, samples, admin and unknown records. They are few.
         slow = np.flatnonzero(((ev & (items > 3) & ~plain) | ((kind == _KIND["counter"]) & ~ct)
-                               | (kind >= _KIND["histogram"])) & ~bad)
+                               | (op & ~plain_op) | (kind >= _KIND["histogram"])) & ~bad)
         is_sample = np.zeros(n, dtype=bool)
         for j in slow:
             try:
@@ -170,7 +183,7 @@ class FileSource:
             st[has_start] = self.to_global(st[has_start])[0]
         h, c, s = self.codes
         m = len(ts_local)
-        if not len(slow):
+        if not len(slow) and not plain_op.any():
             texts = pa.nulls(m, pa.string())
         else:
             texts = pa.array(data, pa.string())
@@ -240,6 +253,11 @@ def _columns_of(record: Record) -> tuple[float, int, str | None]:
     if kind in ("event", "counter") and type(v) in (int, float):
         return float(v), v if type(v) is int and v in INT64 else MISSING, None
     if kind == "histogram":
+        # The spec beside the counts: each row says its bins, so rows of one spec merge exactly.
         total = v["sum"]
-        return float(total), total if type(total) is int and total in INT64 else MISSING, _text(v)
+        return float(total), total if type(total) is int and total in INT64 else MISSING, \
+            _text({**v, **record.entity.spec})
+    if kind == "operation":
+        latency = v["latency_ns"]
+        return float(latency), latency, _text({"lag_ns": v["lag_ns"], "cause": v["cause"]})
     return np.nan, MISSING, _text(v)

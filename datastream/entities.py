@@ -12,15 +12,19 @@ holds them to it). No flag is tested on the hot path.
     RTT = nodelib.interval("STIM", "rtt")
     SENT.log(seq)                 # an event, tag seq
     RTT.start(); ...; RTT.end(seq)
+    PUT = nodelib.operation("KV", "put")
+    t = PUT.start(); ...; PUT.ok(t)   # or PUT.failed(t, "refused"), timed_out, unknown
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .schema import CounterRecord, HistogramRecord, NamespaceRecord, SamplesRecord
+from .loghist import LOG, LogScale
+from .schema import OUTCOMES, CounterRecord, HistogramRecord, NamespaceRecord, SamplesRecord
 from .writer import Stream
 
 _clock = time.time_ns
@@ -155,6 +159,67 @@ class Interval(Entity):
         self.start, self.end = start, end
 
 
+def _off_start(clock: Callable[[], int] = _clock) -> int:
+    """A disabled operation's `start`: the time still, which its end counts from."""
+    return clock()
+
+
+def _off_end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
+             clock: Callable[[], int] = _clock) -> int:
+    """A disabled operation's end: nothing logged, its latency still returned."""
+    return clock() - (start_ns if intended_ns is None or intended_ns > start_ns else intended_ns)
+
+
+class Operation(Entity):
+    """A request to a system under test with its outcome: `t = start()`, then one of
+    `ok(t)`, `failed(t, cause)`, `timed_out(t, cause)` or `unknown(t, cause)` (sent, no
+    answer) logs it at its end, as one record (schema.OperationRecord). Each returns the
+    operation's latency in ns, counted from `intended_ns` (a pacer's instant) where one is
+    given and earlier than `t`, else from `t`; how much later than intended it started is
+    the record's lag. Every outcome is the same closure over a different code, so a failure
+    costs what a success does; a cause is a short text (a few words, not a traceback)."""
+
+    __slots__ = ("failed", "ok", "start", "timed_out", "unknown")
+    kind = "operation"
+
+    def _bind(self) -> None:
+        if not self.targets:
+            self.start = _off_start
+            self.ok = self.failed = self.timed_out = self.unknown = _off_end
+            return
+        eid, stream = self.id, self._single()
+        if stream is not None:  # the hot path, inlined as an interval's is
+            buf, limit, flush = stream.buf, stream.limit, stream.flush
+            append = buf.append
+
+            def outcome(code: int) -> Callable[..., int]:
+                def end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
+                        clock: Callable[[], int] = _clock) -> int:
+                    now = clock()
+                    origin = start_ns if intended_ns is None or intended_ns > start_ns else intended_ns
+                    append((eid, now, code, origin, start_ns - origin) if cause is None
+                           else (eid, now, code, origin, start_ns - origin, cause))
+                    if len(buf) >= limit:
+                        flush()
+                    return now - origin
+                return end
+        else:
+            put = self._put()
+
+            def outcome(code: int) -> Callable[..., int]:
+                def end(start_ns: int, cause: str | None = None, intended_ns: int | None = None,
+                        clock: Callable[[], int] = _clock) -> int:
+                    now = clock()
+                    origin = start_ns if intended_ns is None or intended_ns > start_ns else intended_ns
+                    put((eid, now, code, origin, start_ns - origin) if cause is None
+                        else (eid, now, code, origin, start_ns - origin, cause))
+                    return now - origin
+                return end
+
+        self.start = _off_start
+        self.ok, self.failed, self.timed_out, self.unknown = (outcome(OUTCOMES.index(o)) for o in OUTCOMES)
+
+
 class Counter(Entity):
     """A running total: `add(n)` costs no record; `log()` writes the total; `reset()`
     sets it to zero (log first to keep the total)."""
@@ -183,21 +248,27 @@ class Counter(Entity):
 
 
 class Histogram(Entity):
-    """Frequencies of a value over `buckets` equal bins of [lo, hi), with one bin below
-    and one above: `add(v)`, `log()` writes (counts, sum), `reset()`."""
+    """Frequencies of a value over `buckets` bins of [lo, hi), with one bin below and one
+    above: equal bins, or with spec `scale: log` bins growing by a constant factor
+    (datastream/loghist.py: bounded relative error, merged exactly across hosts and runs).
+    `add(v)`, `log()` writes (counts, sum), `reset()`; `flush()` logs and resets, so that
+    each record holds the values since the last: what a merge of records adds up."""
 
-    __slots__ = ("_counts", "add", "log", "reset")
+    __slots__ = ("_counts", "add", "flush", "log", "reset")
     kind = "histogram"
 
     def _bind(self) -> None:
         lo, hi, n = self.spec["lo"], self.spec["hi"], self.spec["buckets"]
-        scale = n / (hi - lo)
+        log_scale = self.spec.get("scale") == LOG
+        # A log bin is found from log(v): [log lo, log hi) in n equal parts.
+        base, scale = (math.log(lo), n / math.log(hi / lo)) if log_scale else (lo, n / (hi - lo))
         self._counts = counts = [0] * (n + 2)
         total = [0]
         if not self.targets:
-            self.add = self.log = self.reset = _off
+            self.add = self.log = self.reset = self.flush = _off
             return
         eid, put = self.id, self._put()
+        log = math.log
 
         def add(v: int | float) -> None:
             if v < lo:
@@ -206,14 +277,25 @@ class Histogram(Entity):
                 counts[-1] += 1
             else:
                 # min(): rounding can carry a value just under hi into bin n.
-                counts[1 + min(int((v - lo) * scale), n - 1)] += 1
+                counts[1 + min(int(((log(v) if log_scale else v) - base) * scale), n - 1)] += 1
             total[0] += v
 
         def reset() -> None:
             counts[:] = [0] * (n + 2)
             total[0] = 0
-        self.add, self.reset = add, reset
-        self.log = lambda: put(HistogramRecord(eid, _clock(), counts[:], total[0]))
+
+        def write() -> None:
+            put(HistogramRecord(eid, _clock(), counts[:], total[0]))
+
+        def flush() -> None:
+            write()
+            reset()
+        self.add, self.reset, self.log, self.flush = add, reset, write, flush
+
+    @property
+    def scale(self) -> LogScale | None:
+        """The log bins (None for equal bins)."""
+        return LogScale.of(self.spec) if self.spec.get("scale") == LOG else None
 
     def counts(self) -> list[int]:
         """[below lo, bin 0, ..., bin n-1, at or above hi]."""

@@ -9,13 +9,16 @@ stream's own (namespace, dropped, trigger, close).
 
 # Format version history (readers accept every older minor version of their major):
 #   1.0: header map; chunks [magic, seq, count, crc32, body]; admin records 0-3.
+#   1.1: the operation record (schema.OperationRecord); a histogram's spec may say
+#        `scale: log` (log buckets, datastream/loghist.py). A 1.0 reader skips what it
+#        does not know as an unknown kind.
 
 from __future__ import annotations
 
 import struct
 import zlib
 
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 HEADER_MAGIC = "netspec-datastream"
 CHUNK_MAGIC = b"NSDC"
 CLOCK = "CLOCK_REALTIME"

@@ -12,8 +12,9 @@ from typing import Any
 
 from netspec.protocol.errors import NetspecError
 
-from .entities import Counter, Entity, Event, Histogram, Interval, SampleGroup
+from .entities import Counter, Entity, Event, Histogram, Interval, Operation, SampleGroup
 from .format import FIRST_ENTITY_ID
+from .loghist import LOG, buckets_for
 from .process import install_exit_hooks
 from .writer import Stream, StreamConfig, StreamInfo
 
@@ -53,14 +54,27 @@ class Datastreams:
         """Declare an interval: `start()` then `end(tag)` logs its duration in ns."""
         return self._declare(Interval, group, name, desc, None, {})
 
+    def operation(self, group: str, name: str, desc: str = "") -> Operation:
+        """Declare an operation: `t = start()`, then `ok(t)`, `failed(t, cause)`,
+        `timed_out(t, cause)` or `unknown(t, cause)` logs it with its outcome."""
+        return self._declare(Operation, group, name, desc, None, {})
+
     def counter(self, group: str, name: str, desc: str = "") -> Counter:
         """Declare a counter: `add(n)` logs its running total."""
         return self._declare(Counter, group, name, desc, None, {})
 
-    def histogram(self, group: str, name: str, lo: float, hi: float, buckets: int,
-                  desc: str = "") -> Histogram:
-        """Declare a histogram of `buckets` equal bins over [lo, hi); `add(value)` counts a
-        value and the bins are logged when the stream flushes or closes."""
+    def histogram(self, group: str, name: str, lo: float, hi: float, buckets: int = 0,
+                  desc: str = "", relative_error: float | None = None) -> Histogram:
+        """Declare a histogram over [lo, hi): `buckets` equal bins, or, given
+        `relative_error`, log bins as many as keep every value within it (loghist.py);
+        `add(value)` counts a value, `log()` or `flush()` (log, then reset) writes the bins."""
+        if relative_error is not None:
+            try:
+                buckets = buckets_for(lo, hi, relative_error)
+            except ValueError as exc:
+                raise NetspecError(f"histogram {group}/{name}: {exc}") from None
+            return self._declare(Histogram, group, name, desc, None,
+                                 {"lo": lo, "hi": hi, "buckets": buckets, "scale": LOG})
         if not hi > lo or buckets < 1:
             raise NetspecError(f"histogram {group}/{name}: needs lo < hi and buckets >= 1 "
                                f"(got lo={lo}, hi={hi}, buckets={buckets})")

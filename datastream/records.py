@@ -19,6 +19,7 @@ import msgspec
 from .format import CLOSE, DROPPED, TRIGGER
 from .schema import (
     ENTITY_RECORDS,
+    OUTCOMES,
     STREAM_RECORDS,
     CounterRecord,
     EventRecord,
@@ -26,6 +27,7 @@ from .schema import (
     HistogramRecord,
     IntervalRecord,
     NamespaceRecord,
+    OperationRecord,
     SamplesRecord,
     at,
     item_type,
@@ -99,7 +101,8 @@ class Source:
 
 class Record(NamedTuple):
     """One record. `ts` is when it was logged (an interval's end); `value` depends on the
-    entity's kind: event extra data (decoded), interval duration ns, counter total,
+    entity's kind: event extra data (decoded), interval duration ns, an operation's
+    {outcome, latency_ns, lag_ns, cause} (`start` the instant its latency counts from), counter total,
     histogram {counts, sum}, samples {field: value}, admin and DS/lost details."""
 
     ts: int
@@ -153,6 +156,9 @@ def declared(r: list[Any]) -> EntityInfo:
                                     and spec["lo"] < spec["hi"] and is_int(spec.get("buckets"))
                                     and 1 <= spec["buckets"] <= MAX_BUCKETS):
         raise Malformed(f"histogram {group}/{name}: spec {spec!r} is not {{lo, hi, buckets}}")
+    if kind == "histogram" and (spec.get("scale", "linear") not in ("linear", "log")
+                                or (spec.get("scale") == "log" and not spec["lo"] > 0)):
+        raise Malformed(f"histogram {group}/{name}: spec {spec!r} is neither linear nor log with lo > 0")
     if kind == "samples" and not (isinstance(spec.get("fields"), list)
                                   and all(isinstance(f, str) for f in spec["fields"])):
         raise Malformed(f"samples {group}/{name}: spec {spec!r} names no fields")
@@ -163,6 +169,8 @@ def declared(r: list[Any]) -> EntityInfo:
 TAG = at(EventRecord, "tag")
 DATA = at(EventRecord, "data")
 START = at(IntervalRecord, "start")
+OUTCOME, OP_START = at(OperationRecord, "outcome"), at(OperationRecord, "start")
+LAG, CAUSE = at(OperationRecord, "lag"), at(OperationRecord, "cause")
 TOTAL = at(CounterRecord, "total")
 COUNTS, SUM = at(HistogramRecord, "counts"), at(HistogramRecord, "sum")
 VALUES = at(SamplesRecord, "values")
@@ -186,6 +194,14 @@ def entity_value(e: EntityInfo, r: list[Any]) -> tuple[int | None, Any, int | No
         if len(r) <= START or not is_int(r[START]) or r[START] not in TIMES:
             raise Malformed(f"interval {e.full_name} without a start time")
         return tag_of(r), ts - r[START], r[START]
+    if kind == "operation":
+        if len(r) <= LAG or not is_int(r[OUTCOME]) or not 0 <= r[OUTCOME] < len(OUTCOMES) \
+                or not is_int(r[OP_START]) or r[OP_START] not in TIMES or not is_int(r[LAG]) or r[LAG] < 0 \
+                or (len(r) > CAUSE and r[CAUSE] is not None and type(r[CAUSE]) is not str):
+            raise Malformed(f"operation {e.full_name} without an outcome, a start, a lag and a text cause")
+        cause = r[CAUSE] if len(r) > CAUSE else None
+        return r[OUTCOME], {"outcome": OUTCOMES[r[OUTCOME]], "latency_ns": ts - r[OP_START], "lag_ns": r[LAG],
+                            "cause": cause}, r[OP_START]
     if kind == "counter":
         if len(r) <= TOTAL or not is_number(r[TOTAL]):
             raise Malformed(f"counter {e.full_name} without a numeric total")

@@ -10,7 +10,8 @@ reader finds and checks each item by its place here (`at`), and the merge's inte
 are the places where an entity record may hold an integer (`INT_ITEMS`).
 """
 
-# Version history: the stream format's, in format.py (1.0: these records, as declared here).
+# Version history: the stream format's, in format.py (1.0: these records, as declared here;
+# 1.1: the operation record; a histogram's spec may say `scale: log`).
 
 from __future__ import annotations
 
@@ -116,6 +117,25 @@ class IntervalRecord(msgspec.Struct, array_like=True):
     start: Time
 
 
+OUTCOMES = ("ok", "failed", "timeout", "unknown")
+"""An operation's outcomes, by the code its record holds: answered as asked; refused or in
+error; given up at the program's deadline; sent and never answered (it may have been done)."""
+
+
+class OperationRecord(msgspec.Struct, array_like=True):
+    """An operation, logged at its end `ts` with its `outcome` (OUTCOMES' index, where an
+    event's tag is): `start` is the instant its latency counts from (a pacer's intended
+    instant, or its actual start where none was intended), `lag` how much later than that
+    it actually started (ns, 0 without a pacer), `cause` a short text, left out for none."""
+
+    id: EntityId
+    ts: Time
+    outcome: Annotated[int, msgspec.Meta(ge=0, lt=len(OUTCOMES))]
+    start: Time
+    lag: Count
+    cause: str | None = None
+
+
 class CounterRecord(msgspec.Struct, array_like=True):
     """A counter's running total when logged."""
 
@@ -187,7 +207,7 @@ class TcpProbeRecord(msgspec.Struct, array_like=True):
 STREAM_RECORDS: dict[int, type[StreamRecord]] = {
     NAMESPACE: NamespaceRecord, DROPPED: DroppedRecord, TRIGGER: TriggerRecord, CLOSE: CloseRecord}
 ENTITY_RECORDS: dict[str, type[msgspec.Struct]] = {
-    "event": EventRecord, "interval": IntervalRecord, "counter": CounterRecord,
+    "event": EventRecord, "interval": IntervalRecord, "operation": OperationRecord, "counter": CounterRecord,
     "histogram": HistogramRecord, "samples": SamplesRecord}
 
 

@@ -7,6 +7,7 @@ participants, and its result set's tables (DuckDB, Arrow; pandas or polars where
     print(run.outcome.status, [s.phase for s in run.steps])  # run.record: run.json, typed
     with run.tables() as t:                   # every Parquet table of RUN/merged/, by name
         t.sql("SELECT median(duration_ns) FROM intervals WHERE name = 'STIM/rtt'").fetchall()
+        t.operations()                        # each phase's operations: failures by cause, ...
 
 Runs are looked up under a runs directory, ./runs by default as for ns_control; campaigns
 under its campaigns/. Nothing here changes a run, but for what `ns_control show` does too: a
@@ -25,6 +26,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from netspec.analysis.histograms import MergedHistogram, merged_histograms
+from netspec.analysis.operations import OperationFigures
+from netspec.analysis.phases import SPANS_SQL, phase_operations
 from netspec.analysis.resultset import SUMMARY, is_current, open_tables, read_summary
 from netspec.controller.campaigns.campaign import find_campaign
 from netspec.controller.experiment.campaignfile import CAMPAIGNS
@@ -35,8 +39,9 @@ from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import MERGED, RunError, RunRecord, read_run
 from netspec.protocol.runstep import Entry, Step
 
-__all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "NetspecError", "Participant", "Point",
-           "Run", "RunError", "RunOutcome", "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
+__all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "MergedHistogram", "NetspecError",
+           "OperationFigures", "Participant", "Point", "Run", "RunError", "RunOutcome", "RunRecord", "Step",
+           "Tables", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
@@ -88,6 +93,20 @@ class Tables:
             raise NetspecError(f"{directory}/{SUMMARY}: missing, or not a result set's summary")
         self.warnings = tuple(summary.warnings)
         self.db: duckdb.DuckDBPyConnection = open_tables(directory)
+
+    def operations(self) -> tuple[OperationFigures, ...]:
+        """Each step's operations (nodelib.operation), per component and operation name, as
+        `ns_control report` gives them: `count`, `ok`, `rate_per_s`, `failures` by (outcome,
+        cause, count), `ok_latency` and `failed_latency` apart (count, p50_ns, p99_ns, max_ns),
+        `no_success_ns` (the longest time without a success), `failed_in_a_row`, and the
+        pacer's lag (`lag_p99_ns`, `lag_max_ns`, `late`). The rows: the `operations` table."""
+        return tuple(phase_operations(self.db))
+
+    def histograms(self) -> tuple[MergedHistogram, ...]:
+        """Each step's log histograms (nodelib.histogram with `relative_error`), every host's
+        records merged exactly: `count`, `quantile(q)` (a `Quantile`: `value` within
+        `relative_error`, or `below` / `above` the bins' range), `sources`, `scale`."""
+        return tuple(merged_histograms(self.db, SPANS_SQL)) if "events" in self.names else ()
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
         """`query` on the tables, as a DuckDB relation (`.fetchall()`, `.arrow()`, `.pl()`...)."""

@@ -21,6 +21,7 @@ from netspec import camp as camp
 from netspec.protocol.errors import ConnectionLost, NetspecError, ProtocolError
 
 from .instrument import default as _streams
+from .pacer import Pacer
 from .phases import Application, PhaseContext, PhaseWarning, component_params
 
 _application = Application()
@@ -43,13 +44,19 @@ that unpacks it in analysis, docs/stream-format.md)."""
 interval = _streams.interval
 """`nodelib.interval(group, name, desc="") -> Interval`: declare an interval: `t = .start()`,
 then `.end(tag=0, start_ns=None)` logs it with both times (pass `t` where intervals overlap)."""
+operation = _streams.operation
+"""`nodelib.operation(group, name, desc="") -> Operation`: declare an operation with its
+outcome: `t = .start()`, then `.ok(t)`, `.failed(t, cause)`, `.timed_out(t, cause)` or
+`.unknown(t, cause)` (sent, no answer), each with `intended_ns=` a `Pacer`'s instant where
+paced; each returns the latency in ns (docs/how-to/operations.md)."""
 counter = _streams.counter
 """`nodelib.counter(group, name, desc="") -> Counter`: declare a running total: `.add(n=1)`
 costs no record, `.log()` writes the total, `.reset()` sets it to zero."""
 histogram = _streams.histogram
-"""`nodelib.histogram(group, name, lo, hi, buckets, desc="") -> Histogram`: declare a
-histogram of `buckets` equal bins over [lo, hi) and one bin either side: `.add(v)` counts a
-value, `.log()` writes (counts, sum), `.reset()`."""
+"""`nodelib.histogram(group, name, lo, hi, buckets=0, desc="", relative_error=None) -> Histogram`:
+declare a histogram of `buckets` equal bins over [lo, hi) and one bin either side, or, with
+`relative_error`, log bins that merge exactly across hosts and runs: `.add(v)` counts a
+value, `.log()` writes (counts, sum), `.reset()`, `.flush()` logs and resets."""
 samples = _streams.samples
 """`nodelib.samples(group, name, fields, desc="") -> SampleGroup`: declare a sample group:
 `.log(values, ts=None)` logs one value per field at one instant."""
@@ -57,6 +64,6 @@ trigger = _streams.trigger
 """`nodelib.trigger(reason)`: write the kept chunks of every ring stream (`ring_chunks:` in the
 experiment file; nothing for a normal stream)."""
 
-__all__ = ["Application", "ConnectionLost", "NetspecError", "PhaseContext", "PhaseWarning", "ProtocolError",
-           "component_params", "counter", "event", "histogram", "interval", "phase", "register", "run",
-           "samples", "trigger"]
+__all__ = ["Application", "ConnectionLost", "NetspecError", "Pacer", "PhaseContext", "PhaseWarning",
+           "ProtocolError", "component_params", "counter", "event", "histogram", "interval", "operation",
+           "phase", "register", "run", "samples", "trigger"]

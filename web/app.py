@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from netspec.analysis.phases import phase_operations
 from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.campaignrecord import read_campaign
@@ -23,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import fleet, panels, timeline
+from . import fleet, operations, panels, timeline
 from .catalog import Catalog, NotFound, inside
 from .compare import campaign_view, compare_runs
 from .pages import STATIC, as_text, downloads, follows, plotly_js, render, run_header
@@ -84,6 +85,8 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
             return panels.distributions(db, fleet.group_of(record))
         if name == "phases":
             return panels.phases(db)
+        if name == "operations":
+            return operations.operations(db, origin, phase_operations(db))
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":
@@ -115,7 +118,8 @@ def _timeline(run: Path, record: RunRecord, expand: list[str]) -> dict[str, Any]
     return figure
 
 
-PANELS = ("timeline", "live", "phases", "clocks", "links", "resources", "distributions", "triage", "events")
+PANELS = ("timeline", "live", "phases", "operations", "clocks", "links", "resources", "distributions",
+          "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

@@ -102,7 +102,7 @@ def _scaled(value: float | None, scale: float) -> float | None:
     return None if value is None else value / scale
 
 
-def _step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, Any]]:
+def step_shapes(db: duckdb.DuckDBPyConnection, origin: int) -> list[dict[str, Any]]:
     return [{"type": "rect", "xref": "x", "yref": "paper", "x0": (lo - origin) / 1e6,
              "x1": (hi - origin) / 1e6, "y0": 0, "y1": 1, "layer": "below", "line": {"width": 0},
              "fillcolor": "rgba(76,120,168,0.10)", "name": phase} for _, phase, lo, hi, _, _ in spans(db)]
@@ -226,7 +226,7 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
             traces.append({"type": "scatter", "mode": "lines", "name": f"{h} (busiest)", "x": ht, "y": hv,
                            "line": {"width": 1, "dash": "dot"}})
     return {"data": traces, "layout": {
-        "height": 300, "margin": {"t": 20, "r": 20}, "shapes": _step_shapes(db, origin),
+        "height": 300, "margin": {"t": 20, "r": 20}, "shapes": step_shapes(db, origin),
         "xaxis": {"title": {"text": "ms since the first start (steps shaded)"}},
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
@@ -400,7 +400,7 @@ def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dic
     groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
                            GROUP BY ALL""").fetchall()
     total = sum(n for *_, n in groups)
-    share = _fair_share([n for *_, n in groups], limit)
+    share = fair_share([n for *_, n in groups], limit)
     rows = db.execute("""
         SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag, value, data FROM (
             SELECT *, row_number() OVER (PARTITION BY host, stream, kind ORDER BY ts) AS k
@@ -414,7 +414,7 @@ def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dic
             "rows": [_event_row(r) for r in rows]}
 
 
-def _fair_share(counts: list[int], limit: int) -> int:
+def fair_share(counts: list[int], limit: int) -> int:
     """The largest share q such that taking min(n, q) of each group stays within `limit`."""
     lo, hi = 0, max(counts, default=0)
     while lo < hi:

@@ -10,11 +10,12 @@ import os
 from pathlib import Path
 
 import msgspec
+from netspec.analysis.phases import phase_operations
 from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
-from . import fleet, panels, timeline
+from . import fleet, operations, panels, timeline
 from .pages import as_text, downloads, packed, render, run_header
 
 REPORT = "report.html"
@@ -39,6 +40,8 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
                     resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
                     distributions=panels.distributions(db, of), phases=panels.phases(db),
+                    operations=operations.operations(db, origin, phase_operations(db),
+                                                     operations.REPORT_POINTS),
                     events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:

@@ -20,12 +20,13 @@ NAV: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Tutorials", tuple(f"tutorials/{p}.md" for p in (
         "first-experiment", "ssh-hosts", "docker-hosts", "links-and-faults", "campaign"))),
     ("How-to guides", tuple(f"how-to/{p}.md" for p in (
-        "instrument", "pair-events", "sweep-until-stable", "salvage-and-collect", "export-import",
-        "read-results", "fleets", "browse", "ready-experiments", "develop"))),
+        "instrument", "pair-events", "operations", "sweep-until-stable", "salvage-and-collect",
+        "export-import", "read-results", "fleets", "browse", "ready-experiments", "develop"))),
     ("Reference", ("reference/experiment-file.md", "reference/commands.md", "results.md", "api.md",
                    "reference/exit-codes.md", "stream-format.md", "protocol.md", "reference/benchmarks.md")),
     ("Explanations", (*(f"explanations/{p}.md" for p in (
-        "phases", "timeline", "sampling", "links-audit", "security")), "architecture.md")),
+        "phases", "timeline", "sampling", "links-audit", "open-loop", "histograms", "security")),
+        "architecture.md")),
 )
 PAGES = tuple(page for _, pages in NAV for page in pages)
 

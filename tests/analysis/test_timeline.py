@@ -17,7 +17,7 @@ from netspec.analysis.ordering import merge_order
 from netspec.analysis.resultset import open_tables, write_intervals
 from netspec.analysis.timeline import merge_files
 from netspec.clksync.fit import ClockFit, Exchanges, fit
-from netspec.datastream.columns import scan, unpack
+from netspec.datastream.columns import MISSING, scan, unpack
 from netspec.datastream.instrument import Datastreams
 from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.protocol.runplan import PlanPair
@@ -162,7 +162,8 @@ def test_the_scanner_reads_every_kind_of_value_the_writer_can_write():
     for read in (scan, unpack):
         cols = read(body, len(records))
         assert cols.ints[:, 0].tolist() == [16, 17, 18, 19, 0]
-        assert cols.ints[2, 2:].tolist() == [-5, T0 - 9]
+        assert cols.ints[2, 2:4].tolist() == [-5, T0 - 9]
+        assert (cols.ints[2, 4:] == MISSING).all()  # the record has no more items
         assert [msgspec.msgpack.decode(body[a:b]) for a, b in cols.spans] == records
         with pytest.raises(ValueError):
             read(body[:-3], len(records))

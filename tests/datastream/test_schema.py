@@ -31,11 +31,14 @@ def written(tmp_path: Path) -> Path:
     event, interval = ds.event("K", "event", decoder="json"), ds.interval("K", "interval")
     counter, histogram = ds.counter("K", "counter"), ds.histogram("K", "histogram", 0, 10, 2)
     samples = ds.samples("K", "samples", ["a", "b"])
+    operation = ds.operation("K", "operation")
     (path,) = ds.start([StreamConfig("s", enable=("K",), ring_chunks=2)], StreamInfo(tmp_path, component="c"),
                        exit_hooks=False)
     event.log(7)
     event.log(8, b'{"x": 1}')
     interval.end(9, 1_000)
+    operation.ok(2_000, intended_ns=1_500)
+    operation.timed_out(3_000, "no answer in 1 s")
     counter.add(3)
     counter.log()
     histogram.add(-1)
@@ -88,6 +91,10 @@ def test_a_written_record_reads_back_item_by_item_in_both_reader_paths(written: 
         elif kind is schema.IntervalRecord:
             assert (record.tag, record.start, record.value) == (named["tag"], named["start"],
                                                                 named["ts"] - named["start"])
+        elif kind is schema.OperationRecord:
+            assert (record.tag, record.start) == (named["outcome"], named["start"])
+            assert record.value == {"outcome": schema.OUTCOMES[named["outcome"]], "lag_ns": named["lag"],
+                                    "latency_ns": named["ts"] - named["start"], "cause": named.get("cause")}
         elif kind is schema.CounterRecord:
             assert record.value == named["total"]
         elif kind is schema.HistogramRecord:
@@ -109,7 +116,9 @@ def test_a_written_record_reads_back_item_by_item_in_both_reader_paths(written: 
 
 
 def test_the_merges_integer_columns_are_where_the_declaration_puts_integers() -> None:
-    assert INT_ITEMS == 4, "tag and an interval's start"
+    assert INT_ITEMS == 5, "tag, an interval's start, an operation's lag"
+    assert at(schema.OperationRecord, "outcome") == at(schema.EventRecord, "tag"), "outcome in the tag column"
+    assert at(schema.OperationRecord, "lag") < INT_ITEMS
     assert at(schema.EventRecord, "tag") == at(schema.IntervalRecord, "tag"), "one tag column for both"
     assert at(schema.IntervalRecord, "start") < INT_ITEMS and at(schema.CounterRecord, "total") < INT_ITEMS
 

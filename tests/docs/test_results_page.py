@@ -1,5 +1,6 @@
 """docs/results.md against the result set itself: every table of the demo's merged result set
-(and links.parquet, which the demo does not make, by the columns analysis/links.py writes)
+(and links.parquet and operations.parquet, which the demo does not make, by the columns
+analysis/links.py and analysis/operations.py write)
 has its section, every column its row, and the page names no table or column that is not
 there, so the page cannot drift from the merge."""
 
@@ -7,6 +8,7 @@ import re
 
 import pyarrow.parquet as pq
 from netspec.analysis.links import COLUMNS as LINKS_COLUMNS
+from netspec.analysis.operations import COLUMNS as OPERATIONS_COLUMNS
 from support import REPO
 
 PAGE = REPO / "docs" / "results.md"
@@ -30,6 +32,7 @@ def test_every_table_and_column_of_the_result_set_is_on_the_results_page_and_no_
     actual = {p.stem: set(pq.read_schema(p).names) for p in demo.merged.glob("*.parquet")}
     assert len(actual) >= 9, sorted(actual)
     actual["links"] = set(LINKS_COLUMNS.names)
+    actual["operations"] = set(OPERATIONS_COLUMNS)  # the demo logs none (tests/analysis/test_operations.py)
     page = documented(PAGE.read_text())
     missing = {t: sorted(c - page.get(t, set())) for t, c in actual.items() if c - page.get(t, set())}
     gone = {t: sorted(c - actual.get(t, set())) for t, c in page.items() if c - actual.get(t, set())}

@@ -60,6 +60,8 @@ SMALLEST: dict[str, tuple[list[str], list[Callable[[], str | None]]]] = {
     "fuzz.py": (["--seconds", "4", "--frames", "10", "--actions", "10", "--inputs", "10", "--idle", "2",
                  "--half-open", "2", "--controllers", "2", "--engine", "random"], []),
     "links.py": (["--seconds", "0.2", "--only", "delay"], [root, namespaced_hosts]),
+    "load.py": (["--seconds", "0.2", "--calls", "1000", "--repeat", "1", "--hosts", "10", "--values", "100"],
+                []),
     "merge.py": (["--events", "1000"], []),
     "nodestep.py": (["--steps", "10"], []),
     "probecost.py": (["--exchanges", "10"], []),

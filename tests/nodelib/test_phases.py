@@ -15,10 +15,10 @@ from netspec.protocol.errors import NetspecError
 
 
 def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
-    assert sorted(nodelib.__all__) == ["Application", "ConnectionLost", "NetspecError", "PhaseContext",
-                                       "PhaseWarning", "ProtocolError", "component_params", "counter",
-                                       "event", "histogram", "interval", "phase", "register", "run",
-                                       "samples", "trigger"]
+    assert sorted(nodelib.__all__) == ["Application", "ConnectionLost", "NetspecError", "Pacer",
+                                       "PhaseContext", "PhaseWarning", "ProtocolError", "component_params",
+                                       "counter", "event", "histogram", "interval", "operation", "phase",
+                                       "register", "run", "samples", "trigger"]
     assert [n for n in nodelib.__all__ if not (getattr(nodelib, n).__doc__ or "").strip()] == []
     assert issubclass(nodelib.ConnectionLost, nodelib.NetspecError)
 

@@ -63,7 +63,7 @@ const netspec = (() => {
 
   // Grafana's shared time range: the panels whose x axis is the global timeline (ms since the
   // first start) zoom together, and the range is kept in the URL.
-  const SHARED = ["timeline", "busy", "clocks"];
+  const SHARED = ["timeline", "busy", "clocks", "operations"];
   const fixed = (v) => (+v).toFixed(3);
   function shareZoom(id) {
     const el = document.getElementById(id);
@@ -176,6 +176,19 @@ const netspec = (() => {
     document.getElementById("links-table").innerHTML = table(data.rows,
       [["link", "link"], ["phase", "phase"], ["configured", "configured"], ["delay", "delay p50 / p99 ± bound"],
        ["jitter", "jitter"], ["loss", "loss [95 %]"], ["probes", "probes"], ["verdict", "verdict"]]);
+  }
+
+  async function operations() {
+    const data = await panel("operations");
+    if (data.merged === false) { document.getElementById("operations").innerHTML = notMerged; return; }
+    if (data.figure) await plot("operations", data.figure);
+    else document.getElementById("operations").innerHTML = "<p class='empty'>no operations logged</p>";
+    document.getElementById("operations-sampled").textContent = data.sampled ? `drawn: ${data.sampled} (the table counts every one)` : "";
+    document.getElementById("operations-table").innerHTML = table(data.rows,
+      [["step", "#"], ["phase", "phase"], ["component", "component"], ["name", "operation"], ["count", "count"],
+       ["rate", "rate"], ["ok", "ok"], ["failed", "failed"], ["causes", "failures by cause"],
+       ["ok_latency", "latency of successes"], ["failed_latency", "latency of failures"],
+       ["no_success", "longest without a success"], ["lag", "pacer lag"]], TABLE_ROWS);
   }
 
   async function resources() {
@@ -369,7 +382,7 @@ const netspec = (() => {
     // A section the page folds (a fleet's: details closed) draws when the user opens it; the
     // open ones are kept in the URL.
     const opened = (state.get("open") || "").split(",").filter(Boolean);
-    const tasks = {timeline, phases, triage, clocks, links, resources, distributions, events};
+    const tasks = {timeline, phases, operations, triage, clocks, links, resources, distributions, events};
     const later = {};
     for (const d of document.querySelectorAll("details.panel")) {
       if (opened.includes(d.id)) d.open = true;
