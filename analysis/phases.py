@@ -13,6 +13,8 @@ from pathlib import Path
 
 import duckdb
 
+from .machines import Machines, machines, once_per_machine
+from .provenance import host_facts
 from .resultset import open_tables
 from .units import duration_text, rate_text
 
@@ -51,10 +53,11 @@ class PhaseFigures:
     participants: int
     ok: int  # acked ok or with a warning
     cpus_mean: float | None  # CPUs busy per host over the step, the hosts' mean (None: not sampled)
-    cpus_max: float | None
+    cpus_max: float | None  # at most the host's CPUs (a counter's window can straddle a short step)
     cpus_max_host: str
-    net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
+    net_bytes_per_s: float | None  # bytes sent + received per second over the step, a machine's once
     latencies: tuple[Latency, ...]
+    capped: int = 0  # hosts' CPU figures above their CPUs, counted at them
 
     @property
     def took_ns(self) -> int:
@@ -73,23 +76,34 @@ def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, 
     return db.execute(f"SELECT * FROM ({SPANS_SQL}) ORDER BY step").fetchall()
 
 
-def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
-    """Every step's figures (see the module's docstring), in step order."""
+def phase_figures(db: duckdb.DuckDBPyConnection, hosts: Machines | None = None) -> list[PhaseFigures]:
+    """Every step's figures (see the module's docstring), in step order. `hosts`: which read
+    one machine (analysis/machines.py), whose network is counted once and whose CPU figure is
+    at most its CPUs; None counts each host as a machine of its own, uncapped."""
     steps = spans(db)
     if not steps:
         return []
     have = views(db)
-    cpu: dict[int, tuple[float, float, str]] = {}
+    hosts = hosts or Machines()
+    cpu: dict[int, tuple[float, float, str, int]] = {}
     net: dict[int, float] = {}
     if "usage" in have:
-        for step, mean, top, top_host in db.execute(f"""
-                SELECT step, avg(v), max(v), arg_max(host, v) FROM (
-                    SELECT step, host, sum(per_s) / 1e9 AS v FROM usage
-                    WHERE per_s IS NOT NULL AND {CPU_FIELDS} GROUP BY step, host)
-                GROUP BY step""").fetchall():
-            cpu[step] = (mean, top, top_host)
-        net = dict(db.execute(f"""SELECT step, sum(per_s) FROM usage
-                                  WHERE per_s IS NOT NULL AND {NET_FIELDS} GROUP BY step""").fetchall())
+        per_host: dict[int, dict[str, float]] = {}
+        for step, host, v in db.execute(f"""SELECT step, host, sum(per_s) / 1e9 FROM usage
+                                            WHERE per_s IS NOT NULL AND {CPU_FIELDS}
+                                            GROUP BY step, host ORDER BY step, host""").fetchall():
+            per_host.setdefault(step, {})[host] = v
+        for step, values in per_host.items():
+            capped = {h: min(v, hosts.cpus.get(h, v)) for h, v in values.items()}
+            top = max(capped, key=lambda h: (capped[h], h))
+            cpu[step] = (sum(capped.values()) / len(capped), capped[top], top,
+                         sum(capped[h] < v for h, v in values.items()))
+        by_step: dict[int, dict[str, float]] = {}
+        for step, host, v in db.execute(f"""SELECT step, host, sum(per_s) FROM usage
+                                            WHERE per_s IS NOT NULL AND {NET_FIELDS}
+                                            GROUP BY step, host""").fetchall():
+            by_step.setdefault(step, {})[host] = v
+        net = {step: once_per_machine(values, hosts.net_of) for step, values in by_step.items()}
     latency: dict[int, list[Latency]] = {}
     if "intervals" in have:
         for step, name, n, p50, p99, top, starts in db.execute(f"""
@@ -100,9 +114,12 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
                 FROM intervals i JOIN s ON i.end_ts BETWEEN s.lo AND s.hi
                 GROUP BY ALL ORDER BY s.step, i.name""").fetchall():
             latency.setdefault(step, []).append(Latency(name, n, p50, p99, top, starts or None))
-    return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
-                         net.get(step), tuple(latency.get(step, [])))
-            for step, phase, lo, hi, n, ok in steps]
+    out = []
+    for step, phase, lo, hi, n, ok in steps:
+        mean, top, top_host, capped = cpu.get(step) or (None, None, "", 0)
+        out.append(PhaseFigures(step, phase, lo, hi, n, ok, mean, top, top_host, net.get(step),
+                                tuple(latency.get(step, [])), capped))
+    return out
 
 
 def phase_lines(figures: list[PhaseFigures]) -> list[str]:
@@ -124,11 +141,12 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
     return lines
 
 
-def run_phase_lines(merged: Path, run: str) -> list[str]:
-    """`phase_lines` of the result set in `merged`, headed by the run's name."""
+def run_phase_lines(merged: Path, run: str, names: list[str] | None = None) -> list[str]:
+    """`phase_lines` of the result set in `merged` (of the run whose hosts are `names`, read
+    from their facts which share a machine), headed by the run's name."""
     db = open_tables(merged)
     try:
-        lines = phase_lines(phase_figures(db))
+        lines = phase_lines(phase_figures(db, machines(db, host_facts(merged.parent, names or []))))
     finally:
         db.close()
     return [f"{run}: {lines[0]}", *lines[1:]] if lines else [f"{run}: no step in its phases table"]

@@ -83,7 +83,7 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "distributions":
             return panels.distributions(db, fleet.group_of(record))
         if name == "phases":
-            return panels.phases(db)
+            return panels.phases(db, host_facts(run, record.host_names))
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":

@@ -12,8 +12,8 @@ from typing import Any
 
 import duckdb
 from netspec.analysis.links import configured_words
+from netspec.analysis.machines import Machines, machines
 from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
-from netspec.analysis.provenance import shared_kernels
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.errors import some_hosts
 from netspec.protocol.runrecord import RunRecord
@@ -30,10 +30,17 @@ HOSTS_PER_DISTRIBUTION = 8
 EVENTS_PAGE_MAX = 500
 
 
+def missing(table: str) -> dict[str, str]:
+    """A panel whose table a merge always writes is absent from the result set (deleted, or a
+    copy cut short): said naming it and how to make it again, never read as an empty run."""
+    return {"missing": f"{table}.parquet is missing from this run's result set (merged/): "
+                       "ns_control fetch RUN merges the run again and writes it"}
+
+
 def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
     """Each host's offset from the reference over time, and the band its exchanges allow."""
     if "clock" not in views(db):
-        return {"figure": None, "rows": []}
+        return {"figure": None, "rows": [], **missing("clock")}
     rows = db.execute("""
         SELECT host, list((ts - $origin) / 1e6 ORDER BY ts), list(offset_ns ORDER BY ts),
                list(lo_ns ORDER BY ts), list(hi_ns ORDER BY ts), max(bound_ns), any_value(source),
@@ -59,7 +66,7 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
             if len(widest) < len(rows) else "")}},
         "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
     table = [{"host": host, "reference": ref, "knots": len(t),
-              "worst_bound": "-" if worst is None else f"{worst / scale:.3g} {unit}",
+              "worst_bound": duration_text(worst),  # each in the unit that suits it: never 8.87e+04 ns
               "timestamps": source} for host, t, _, _, _, worst, source, ref in rows]
     return {"figure": figure if rows else None, "rows": table}
 
@@ -113,6 +120,8 @@ HEAT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#21
 # A heatmap's rows are at least this tall, and its colour bar has a tick per this many pixels,
 # so that the colour bar's labels never run into each other.
 HEAT_ROW_PX, HEAT_MIN_PLOT_PX, HEAT_TICK_PX = 22, 120, 40
+# A plot's title where plotly.js's toolbar (top right, on hover) does not cover it.
+TITLE_LEFT = {"x": 0, "xref": "paper", "xanchor": "left"}
 
 
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
@@ -148,21 +157,29 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
                       "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
                                    "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
-            "layout": {"title": {"text": title, "font": {"size": 13}},
+            # the title at the left: plotly.js's toolbar sits over the plot's top right
+            "layout": {"title": {"text": title, "font": {"size": 13}, **TITLE_LEFT},
                        "height": plot_px + 130,
                        "margin": {"t": 40, "r": 20, "b": 90}, "yaxis": {"automargin": True},
                        "xaxis": {"tickangle": -30, "automargin": True}},
             "capped": capped}
 
 
-def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
-    """Each host's CPUs (its daemon's facts) and what a CPU figure of the run must be read
-    with: hosts on one kernel each see the whole machine's CPUs, not their own."""
-    cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
+def cpu_caveats(hosts: Machines) -> list[str]:
+    """What a CPU or network figure of the run must be read with: hosts on one kernel see the
+    whole machine's CPUs, not their own (but for a container whose cgroup CAMP read: its own);
+    hosts of one network namespace see its interfaces, counted once over hosts."""
     notes = [f"hosts {some_hosts(group)} share one kernel (namespaces or containers of one machine of "
-             f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
-             for group in shared_kernels(facts)]
-    return cpus, notes
+             f"{_cpus_text(hosts.cpus, group)}): the CPU figure of each is of the machine they share, "
+             "not its own"
+             for group in hosts.cpu_shared]
+    notes += [f"hosts {some_hosts(group)} share one kernel, each in a container whose cgroup CAMP read: "
+              "the CPU, memory and disk figures of each are its container's own"
+              for group in hosts.own_cgroup if len(group) > 1]
+    notes += [f"hosts {some_hosts(group)} share one network namespace (one kernel, one address): each "
+              "one's network figure is the namespace's, so a figure over hosts counts it once"
+              for group in hosts.net_shared()]
+    return notes
 
 
 def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
@@ -178,7 +195,8 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | N
     CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
     have = views(db)
     heatmaps = []
-    cpus, caveats = cpu_caveats(facts or {})
+    hosts = machines(db, facts or {})
+    cpus, caveats = hosts.cpus, cpu_caveats(hosts)
     if "usage" in have:
         for title, where, scale, unit in (
                 ("CPU per step", CPU_FIELDS, 1e9, "cpus"),
@@ -194,7 +212,9 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | N
                                    f"the host's CPUs: {'; '.join(figure['capped'][:5])}")
                 heatmaps.append(figure)
     busy = _busy_over_time(db, origin) if "rates" in have else None
-    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats}
+    gone = [t for t in ("usage", "rates") if t not in have]
+    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats,
+            **({"missing": " ".join(missing(t)["missing"] for t in gone)} if gone else {})}
 
 
 def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any] | None:
@@ -231,17 +251,19 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
 
-def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def distributions(db: duckdb.DuckDBPyConnection,
+                  of: dict[str, str] | None = None) -> list[dict[str, Any]] | dict[str, str]:
     """Each interval and pair: a histogram and an ECDF per host where it started (per group
     past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
     slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
     if "intervals" not in views(db):
-        return []
+        return missing("intervals")
     out = []
     quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
-    for name, n, p50, p99, lo, hi in db.execute("""
+    for name, n, p50, p99, lo, hi, least, most in db.execute("""
             SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
-                   quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999)
+                   quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999),
+                   min(duration_ns), max(duration_ns)
             FROM intervals GROUP BY name ORDER BY name""").fetchall():
         unit, scale = time_unit([p50])
         by_p99 = db.execute("""SELECT start_host, quantile_cont(duration_ns, 0.99) AS p FROM intervals
@@ -266,17 +288,25 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
         centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
         marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
                   "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
-        labels = [{"x": v / scale, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "text": label,
-                   "showarrow": False, "font": {"size": 10}} for v, label in ((p50, "p50"), (p99, "p99"))]
+        # p50's label left of its line and p99's right of its own: near ones never run into each other
+        labels = [{"x": v / scale, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": side,
+                   "text": label, "showarrow": False, "font": {"size": 10}}
+                  for v, label, side in ((p50, "p50", "right"), (p99, "p99", "left"))]
         axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
+        folded = _tail_text(n, lo, hi, least, most, width, db, name)
+        tail = ([{"x": 1, "y": 1, "xref": "paper", "yref": "paper", "xanchor": "right", "yanchor": "top",
+                  "text": folded, "showarrow": False, "align": "right", "bgcolor": "rgba(255,248,225,0.9)",
+                  "font": {"size": 10, "color": "#8a5a00"}}] if folded else [])
         out.append({
             "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
             "p50_text": duration_text(p50), "p99_text": duration_text(p99),
+            "min_text": duration_text(least), "max_text": duration_text(most),
+            "tail": folded.replace("<br>", "; "),
             "hosts": len(by_p99), "hosts_shown": shown,
             "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
                                    for label in shown],
                           "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
-                                     "shapes": marks, "annotations": labels, "xaxis": axis,
+                                     "shapes": marks, "annotations": labels + tail, "xaxis": axis,
                                      "yaxis": {"title": {"text": "count"}}}},
             "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
                                "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
@@ -284,6 +314,22 @@ def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = Non
                                 "annotations": labels, "xaxis": axis,
                                 "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
     return out
+
+
+def _tail_text(n: int, lo: float, hi: float, least: float, most: float, width: float,
+               db: duckdb.DuckDBPyConnection, name: str) -> str:
+    """What a histogram's end bars hold beyond its range (p0.1 to p99.9, HIST_BINS bars): the
+    values below and above it, folded into them, with the true min and max; "" when none is."""
+    below, above = db.execute("""SELECT count(*) FILTER (duration_ns < $lo),
+                                        count(*) FILTER (duration_ns > $top)
+                                 FROM intervals WHERE name = $name""",
+                              {"lo": lo, "top": lo + HIST_BINS * width, "name": name}).fetchone()
+    said = []
+    if below:
+        said.append(f"first bar: also {below} of {n} below p0.1, to the min {duration_text(least)}")
+    if above:
+        said.append(f"last bar: also {above} of {n} above p99.9, to the max {duration_text(most)}")
+    return "<br>".join(said)
 
 
 # At most this many events are drawn on the timeline (evenly spaced within each row).
@@ -299,14 +345,14 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
         return None
     pairs = list(row_of)
     rows = db.execute("""
-        WITH e AS (SELECT ts, host, component, entity, tag, coalesce(data, CAST(value AS VARCHAR)) AS said,
+        WITH e AS (SELECT ts, host, component, entity, tag, kind, value, data,
                           m.row_label, row_number() OVER (PARTITION BY m.row_label ORDER BY ts) AS k,
                           count(*) OVER (PARTITION BY m.row_label) AS n
                    FROM events JOIN (SELECT unnest($hosts) AS h, unnest($components) AS c,
                                             unnest($labels) AS row_label) m ON host = m.h AND component = m.c
                    WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync', 'netspecd'))
-        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag
-               || coalesce(' ' || left(said, 80), '')
+        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag,
+               kind, value, left(data, 80)
         FROM e WHERE (k - 1) % greatest(ceil(n * $rows / $cap), 1) = 0 ORDER BY ts""",
                       {"hosts": [h for h, _ in pairs], "components": [c for _, c in pairs],
                        "labels": [row_of[p] for p in pairs], "origin": origin, "cap": TIMELINE_EVENTS,
@@ -314,19 +360,30 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
     if not rows:
         return None
     return {"type": "scatter", "mode": "markers", "name": "events", "x": [r[0] for r in rows],
-            "y": [r[1] for r in rows], "hovertext": [r[2] for r in rows], "hoverinfo": "text+x",
+            "y": [r[1] for r in rows],
+            "hovertext": [r[2] + ("" if (v := value_text(*r[3:])) is None else f" {v}") for r in rows],
+            "hoverinfo": "text+x",
             "marker": {"symbol": "line-ns-open", "size": 9, "color": "#333", "opacity": 0.6}}
 
 
-def phases(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """The per-phase figures (analysis/phases.py), as the page's table shows them."""
-    return [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
+def phases(db: duckdb.DuckDBPyConnection, facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The per-phase figures (analysis/phases.py), as the page's table shows them, a machine
+    hosts share (`facts`) counted once; and what the figures are to be read with."""
+    if "phases" not in views(db):
+        return {"notes": [], "rows": [], **missing("phases")}
+    hosts = machines(db, facts or {})
+    figures = phase_figures(db, hosts)
+    notes = cpu_caveats(hosts)
+    if capped := sum(f.capped for f in figures):
+        notes.append(f"{capped} CPU figure(s) measured above their host's CPUs (a counter's sampling window "
+                     "straddles a short step) are counted at the host's CPUs")
+    return {"notes": notes, "rows": [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
              "ok": f"{f.ok}/{f.participants}", "net": rate_text(f.net_bytes_per_s, "B/s"),
              "cpu": "-" if f.cpus_mean is None else
                     f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} ({f.cpus_max_host})",
              "latency": "; ".join(f"{lat.name} p50 {duration_text(lat.p50_ns)} p99 "
                                   f"{duration_text(lat.p99_ns)} ({lat.count})" for lat in f.latencies) or "-"}
-            for f in phase_figures(db)]
+            for f in figures]}
 
 
 def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
@@ -336,7 +393,7 @@ def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: 
     """One page of events (at most `cap`) in global time order, filtered; every filter is a
     bound parameter."""
     if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0}
+        return {"total": 0, "rows": [], "offset": 0, **missing("events")}
     # DuckDB refuses a parameter its statement does not use: each is added with its condition.
     where: list[str] = ["kind != 'admin'"]
     params: dict[str, Any] = {}
@@ -396,7 +453,7 @@ def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dic
     group does not fill left to the others; in global time order, with what was carried
     said (`sample`), and the total."""
     if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0, "sample": "no events"}
+        return {"total": 0, "rows": [], "offset": 0, "sample": "no events", **missing("events")}
     groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
                            GROUP BY ALL""").fetchall()
     total = sum(n for *_, n in groups)
@@ -426,10 +483,24 @@ def _fair_share(counts: list[int], limit: int) -> int:
     return lo
 
 
+def value_text(kind: str, value: float | None, data: str | None) -> str | None:
+    """What a record said, in words: its data; else an interval's value as the duration it is
+    (in the unit that suits it); else an event's value as the program logged it (nodelib
+    declares no unit for it)."""
+    if data is not None:
+        return data
+    if value is None:
+        return None
+    if kind == "interval":
+        return duration_text(value)
+    return f"{value:,.0f}" if value == int(value) and abs(value) >= 1e4 else f"{value:.6g}"
+
+
 def _event_row(row: tuple) -> dict[str, Any]:
     ms, bound, h, c, e, k, t, v, d = row
     return {"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
-            "entity": e, "kind": k, "tag": t, "value": v, "data": d}
+            "entity": e, "kind": k, "tag": t, "value": v, "data": d,
+            "value_text": None if v is None else value_text(k, v, None)}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,
@@ -440,14 +511,14 @@ def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_00
     out: dict[str, dict[str, Any]] = {}
     params = {"t": instant_ns, "w": window_ns, "last": last}
     if "events" in have:
-        for host, ms, component, entity, data in db.execute("""
-                SELECT host, (ts - $t) / 1e6, component, entity, coalesce(data, CAST(value AS VARCHAR))
+        for host, ms, component, entity, *said in db.execute("""
+                SELECT host, (ts - $t) / 1e6, component, entity, kind, value, data
                 FROM (SELECT *, row_number() OVER (PARTITION BY host ORDER BY ts DESC) AS k FROM events
                       WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync')
                             AND ts BETWEEN $t - $w AND $t)
                 WHERE k <= $last ORDER BY host, ts""", params).fetchall():
             out.setdefault(host, {}).setdefault("events", []).append(
-                {"ms": round(ms, 3), "component": component, "entity": entity, "data": data})
+                {"ms": round(ms, 3), "component": component, "entity": entity, "data": value_text(*said)})
     if "rates" in have:
         for host, busy, net in db.execute("""
                 SELECT host, avg(rate) FILTER (field = 'cpu.busy_pct'),
@@ -492,11 +563,11 @@ def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, A
         "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
                         for name, text in f["output"].items()}}
     if db is not None and f["component"] and "events" in views(db):
-        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, coalesce(data, CAST(value AS VARCHAR))
+        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, kind, value, data
                             FROM events WHERE host = $h AND component = $c AND kind != 'admin'
                             ORDER BY ts DESC LIMIT 1""",
                          {"t": missed_ns, "h": f["host"], "c": f["component"]}).fetchone()
         if row is not None:
             out["last_event"] = {"before_deadline": duration_text(-row[0] * 1e6), "entity": row[1],
-                                 "tag": row[2], "data": row[3]}
+                                 "tag": row[2], "data": value_text(*row[3:])}
     return out

@@ -34,11 +34,12 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     origin = timeline.origin_ns(record)
     data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
     of = fleet.group_of(record)
+    facts = host_facts(run, record.host_names)
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
-                    resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
-                    distributions=panels.distributions(db, of), phases=panels.phases(db),
+                    resources=panels.resources(db, origin, of, facts),
+                    distributions=panels.distributions(db, of), phases=panels.phases(db, facts),
                     events=panels.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:
