@@ -51,7 +51,8 @@ def test_the_page_says_which_took_is_which_and_what_the_timeline_spans():
 
 
 def test_an_underflowed_p_value_is_said_as_a_bound():
-    assert (pages.p_text(0.0), pages.p_text(3e-320), pages.p_text(0.0312)) == ("p < 1e-300", "p < 1e-300", "p=0.031")
+    said = (pages.p_text(0.0), pages.p_text(3e-320), pages.p_text(0.0312))
+    assert said == ("p < 1e-300", "p < 1e-300", "p=0.031")
 
 
 def fleet_record(steps: dict[str, list[float]]):
