@@ -25,6 +25,8 @@ LINE_POINTS = 600
 # Above this many hosts a rate over time is drawn as the fleet's median and range, not a line each.
 HOST_LINES_MAX = 16
 HIST_BINS = 60
+# A latency plot's top margin: its p50 and p99 labels sit in it, below plotly.js's toolbar.
+LABELS_TOP_PX = 48
 ECDF_POINTS = 101
 HOSTS_PER_DISTRIBUTION = 8
 EVENTS_PAGE_MAX = 500
@@ -305,12 +307,13 @@ def distributions(db: duckdb.DuckDBPyConnection,
             "hosts": len(by_p99), "hosts_shown": shown,
             "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
                                    for label in shown],
-                          "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
-                                     "shapes": marks, "annotations": labels + tail, "xaxis": axis,
+                          "layout": {"barmode": "stack", "height": 280,
+                                     "margin": {"t": LABELS_TOP_PX, "r": 10}, "shapes": marks,
+                                     "annotations": labels + tail, "xaxis": axis,
                                      "yaxis": {"title": {"text": "count"}}}},
             "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
                                "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
-                     "layout": {"height": 280, "margin": {"t": 24, "r": 10}, "shapes": marks,
+                     "layout": {"height": 280, "margin": {"t": LABELS_TOP_PX, "r": 10}, "shapes": marks,
                                 "annotations": labels, "xaxis": axis,
                                 "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
     return out

@@ -191,13 +191,17 @@ def test_a_long_name_keeps_the_index_on_screen_and_titles_and_labels_clear_of_ea
         # p50's label ends where p99's begins at the latest
         open_page(driver, f"{url}/run/{a}")
         labels = driver.execute_script(LABELS_APART)
-        assert labels and all(p50 <= p99 + 1 for p50, p99 in labels), labels
+        assert labels and all(p50 <= p99 + 1 and top >= bar for p50, p99, top, bar in labels), labels
         assert not console_errors(driver)
 
 
 CLEAR_OF_TOOLBAR = """return [...document.querySelectorAll(arguments[0])].map((p) =>
     [p.querySelector('.gtitle').getBoundingClientRect().right,
      p.querySelector('.modebar').getBoundingClientRect().left])"""
-LABELS_APART = """return [...document.querySelectorAll('#distributions .ecdf')].map((p) =>
-    [...p.querySelectorAll('.annotation')].slice(0, 2).map((a) => a.getBoundingClientRect()))
-    .map(([p50, p99]) => [p50.right, p99.left])"""
+# p50's label's right and p99's left; the labels' top and the toolbar's bottom
+LABELS_APART = """return [...document.querySelectorAll('#distributions .plot')].map((p) => {
+    const [p50, p99] = [...p.querySelectorAll('.annotation')].slice(0, 2)
+        .map((a) => a.getBoundingClientRect());
+    return [p50.right, p99.left, Math.min(p50.top, p99.top),
+            p.querySelector('.modebar').getBoundingClientRect().bottom];
+    })"""
