@@ -122,7 +122,7 @@ def _lines(points: list[Point], table: dict[str, Any], metrics: list[str]) -> li
             "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo}}],
             "layout": {"height": 280, "margin": {"t": 50, "r": 10},
                        "title": {"text": m + (f" ({direction} is better)" if direction else ""),
-                                 "font": {"size": 12}},
+                                 "font": {"size": 12}, **TITLE_LEFT},
                        "xaxis": {"title": {"text": axis + (" (log)" if geometric(xs) else "")},
                                  **({"type": "log"} if geometric(xs) else {})},
                        "yaxis": {"title": {"text": f"mean ({unit})"}}}}})
