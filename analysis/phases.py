@@ -69,6 +69,14 @@ def views(db: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
 
 
+def missing(table: str) -> dict[str, str]:
+    """What a panel over a result set says of a table a merge always writes that `views` does
+    not find (deleted, or a copy cut short): its name and how to make it again, never read as
+    a run without its records. RUN stands for the run's id, which the page fills in."""
+    return {"missing": f"{table}.parquet is missing from this run's result set (merged/): "
+                       "ns_control fetch RUN merges the run again and writes it"}
+
+
 def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, int]]:
     """Each step that ran: (step, phase, start, end, participants, ok), in step order."""
     if "phases" not in views(db):

@@ -13,30 +13,18 @@ from typing import Any
 import duckdb
 from netspec.analysis.links import configured_words
 from netspec.analysis.machines import Machines, machines
-from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
+from netspec.analysis.phases import CPU_FIELDS, missing, phase_figures, spans, views
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.errors import some_hosts
 from netspec.protocol.runrecord import RunRecord
 
 from . import fleet, timeline
+from .eventtable import value_text
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600
 # Above this many hosts a rate over time is drawn as the fleet's median and range, not a line each.
 HOST_LINES_MAX = 16
-HIST_BINS = 60
-# A latency plot's top margin: its p50 and p99 labels sit in it, below plotly.js's toolbar.
-LABELS_TOP_PX = 48
-ECDF_POINTS = 101
-HOSTS_PER_DISTRIBUTION = 8
-EVENTS_PAGE_MAX = 500
-
-
-def missing(table: str) -> dict[str, str]:
-    """A panel whose table a merge always writes is absent from the result set (deleted, or a
-    copy cut short): said naming it and how to make it again, never read as an empty run."""
-    return {"missing": f"{table}.parquet is missing from this run's result set (merged/): "
-                       "ns_control fetch RUN merges the run again and writes it"}
 
 
 def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
@@ -253,88 +241,6 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
 
-def distributions(db: duckdb.DuckDBPyConnection,
-                  of: dict[str, str] | None = None) -> list[dict[str, Any]] | dict[str, str]:
-    """Each interval and pair: a histogram and an ECDF per host where it started (per group
-    past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
-    slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
-    if "intervals" not in views(db):
-        return missing("intervals")
-    out = []
-    quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
-    for name, n, p50, p99, lo, hi, least, most in db.execute("""
-            SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
-                   quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999),
-                   min(duration_ns), max(duration_ns)
-            FROM intervals GROUP BY name ORDER BY name""").fetchall():
-        unit, scale = time_unit([p50])
-        by_p99 = db.execute("""SELECT start_host, quantile_cont(duration_ns, 0.99) AS p FROM intervals
-                               WHERE name = $name GROUP BY start_host ORDER BY p DESC, start_host""",
-                            {"name": name}).fetchall()
-        label_of = fleet.labels([h for h, _ in by_p99], of or {}, HOSTS_PER_DISTRIBUTION)
-        shown = list(dict.fromkeys(label_of.values()))
-        width = max((hi - lo) / HIST_BINS, 1.0)
-        params = {"lo": lo, "width": width, "bins": HIST_BINS, "name": name, "hosts": list(label_of),
-                  "labels": list(label_of.values())}
-        labelled = """intervals JOIN (SELECT unnest($hosts) AS host, unnest($labels) AS label) m
-                      ON start_host = m.host WHERE name = $name"""
-        hist = db.execute(f"""
-            SELECT label, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
-                   count(*) FROM {labelled} GROUP BY ALL ORDER BY bin""", params).fetchall()
-        ecdf = dict(db.execute(f"SELECT label, quantile_cont(duration_ns, $q) FROM {labelled} GROUP BY label",
-                               {"q": quantiles, "name": name, "hosts": params["hosts"],
-                                "labels": params["labels"]}).fetchall())
-        counts: dict[str, list[int]] = {label: [0] * HIST_BINS for label in shown}
-        for label, bin_, count in hist:
-            counts[label][int(bin_)] += count
-        centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
-        marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
-                  "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
-        # p50's label left of its line and p99's right of its own: near ones never run into each other
-        labels = [{"x": v / scale, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": side,
-                   "text": label, "showarrow": False, "font": {"size": 10}}
-                  for v, label, side in ((p50, "p50", "right"), (p99, "p99", "left"))]
-        axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
-        folded = _tail_text(n, lo, hi, least, most, width, db, name)
-        tail = ([{"x": 1, "y": 1, "xref": "paper", "yref": "paper", "xanchor": "right", "yanchor": "top",
-                  "text": folded, "showarrow": False, "align": "right", "bgcolor": "rgba(255,248,225,0.9)",
-                  "font": {"size": 10, "color": "#8a5a00"}}] if folded else [])
-        out.append({
-            "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
-            "p50_text": duration_text(p50), "p99_text": duration_text(p99),
-            "min_text": duration_text(least), "max_text": duration_text(most),
-            "tail": folded.replace("<br>", "; "),
-            "hosts": len(by_p99), "hosts_shown": shown,
-            "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
-                                   for label in shown],
-                          "layout": {"barmode": "stack", "height": 280,
-                                     "margin": {"t": LABELS_TOP_PX, "r": 10}, "shapes": marks,
-                                     "annotations": labels + tail, "xaxis": axis,
-                                     "yaxis": {"title": {"text": "count"}}}},
-            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
-                               "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
-                     "layout": {"height": 280, "margin": {"t": LABELS_TOP_PX, "r": 10}, "shapes": marks,
-                                "annotations": labels, "xaxis": axis,
-                                "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
-    return out
-
-
-def _tail_text(n: int, lo: float, hi: float, least: float, most: float, width: float,
-               db: duckdb.DuckDBPyConnection, name: str) -> str:
-    """What a histogram's end bars hold beyond its range (p0.1 to p99.9, HIST_BINS bars): the
-    values below and above it, folded into them, with the true min and max; "" when none is."""
-    below, above = db.execute("""SELECT count(*) FILTER (duration_ns < $lo),
-                                        count(*) FILTER (duration_ns > $top)
-                                 FROM intervals WHERE name = $name""",
-                              {"lo": lo, "top": lo + HIST_BINS * width, "name": name}).fetchone()
-    said = []
-    if below:
-        said.append(f"first bar: also {below} of {n} below p0.1, to the min {duration_text(least)}")
-    if above:
-        said.append(f"last bar: also {above} of {n} above p99.9, to the max {duration_text(most)}")
-    return "<br>".join(said)
-
-
 # At most this many events are drawn on the timeline (evenly spaced within each row).
 TIMELINE_EVENTS = 3000
 
@@ -387,123 +293,6 @@ def phases(db: duckdb.DuckDBPyConnection, facts: dict[str, dict[str, Any]] | Non
              "latency": "; ".join(f"{lat.name} p50 {duration_text(lat.p50_ns)} p99 "
                                   f"{duration_text(lat.p99_ns)} ({lat.count})" for lat in f.latencies) or "-"}
             for f in figures]}
-
-
-def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
-           entity: str = "", tag: int | None = None, since_ms: float | None = None,
-           until_ms: float | None = None, offset: int = 0, limit: int = 100,
-           cap: int = EVENTS_PAGE_MAX) -> dict[str, Any]:
-    """One page of events (at most `cap`) in global time order, filtered; every filter is a
-    bound parameter."""
-    if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0, **missing("events")}
-    # DuckDB refuses a parameter its statement does not use: each is added with its condition.
-    where: list[str] = ["kind != 'admin'"]
-    params: dict[str, Any] = {}
-    for column, value in (("host", host), ("component", component)):
-        if value:
-            where.append(f"{column} = ${column}")
-            params[column] = value
-    # The same match as a report's page makes of the events it carries (netspec.js's
-    # filterEmbedded): an entity whole (case aside, `*` any run), text within the entity or
-    # the data, or the value itself.
-    if entity:
-        where.append("entity ILIKE $entity ESCAPE '\\'")
-        params["entity"] = _like(entity).replace("*", "%")
-    if text:
-        where.append("(entity ILIKE $text ESCAPE '\\' OR data ILIKE $text ESCAPE '\\'"
-                     + (" OR value = $number)" if _number(text) is not None else ")"))
-        params["text"] = f"%{_like(text)}%"
-        if _number(text) is not None:
-            params["number"] = _number(text)
-    if tag is not None:
-        where.append("tag = $tag")
-        params["tag"] = tag
-    if since_ms is not None:
-        where.append("ts >= $since")
-        params["since"] = origin + int(since_ms * 1e6)
-    if until_ms is not None:
-        where.append("ts <= $until")
-        params["until"] = origin + int(until_ms * 1e6)
-    condition = " AND ".join(where)
-    total = db.execute(f"SELECT count(*) FROM events WHERE {condition}", params).fetchone()[0]
-    limit = max(1, min(limit, cap))
-    offset = max(0, min(offset, max(total - 1, 0)))
-    rows = db.execute(f"""SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag,
-                                 value, data FROM events WHERE {condition}
-                          ORDER BY ts LIMIT {limit} OFFSET {offset}""",
-                      {**params, "origin": origin}).fetchall()
-    return {"total": total, "offset": offset, "limit": limit,
-            "rows": [_event_row(r) for r in rows]}
-
-
-def _like(text: str) -> str:
-    """`text` to match as it is in a LIKE pattern (its %, _ and \\ not wildcards)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and text.strip() else None
-
-
-def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dict[str, Any]:
-    """At most `limit` events for a page that carries its events (a report): every host and
-    kind of record (host, stream, kind) given an equal share, the earliest of each, a share a
-    group does not fill left to the others; in global time order, with what was carried
-    said (`sample`), and the total."""
-    if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0, "sample": "no events", **missing("events")}
-    groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
-                           GROUP BY ALL""").fetchall()
-    total = sum(n for *_, n in groups)
-    share = _fair_share([n for *_, n in groups], limit)
-    rows = db.execute("""
-        SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag, value, data FROM (
-            SELECT *, row_number() OVER (PARTITION BY host, stream, kind ORDER BY ts) AS k
-            FROM events WHERE kind != 'admin') WHERE k <= $share ORDER BY ts""",
-                      {"origin": origin, "share": share}).fetchall()
-    whole = total <= limit
-    sample = ("all of them" if whole else
-              f"the first {share} of each of its {len(groups)} kinds of record per host "
-              f"(host, stream and kind; every one of a group with fewer)")
-    return {"total": total, "offset": 0, "limit": len(rows), "sample": sample,
-            "rows": [_event_row(r) for r in rows]}
-
-
-def _fair_share(counts: list[int], limit: int) -> int:
-    """The largest share q such that taking min(n, q) of each group stays within `limit`."""
-    lo, hi = 0, max(counts, default=0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if sum(min(n, mid) for n in counts) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def value_text(kind: str, value: float | None, data: str | None) -> str | None:
-    """What a record said, in words: its data; else an interval's value as the duration it is
-    (in the unit that suits it); else an event's value as the program logged it (nodelib
-    declares no unit for it)."""
-    if data is not None:
-        return data
-    if value is None:
-        return None
-    if kind == "interval":
-        return duration_text(value)
-    return f"{value:,.0f}" if value == int(value) and abs(value) >= 1e4 else f"{value:.6g}"
-
-
-def _event_row(row: tuple) -> dict[str, Any]:
-    ms, bound, h, c, e, k, t, v, d = row
-    return {"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
-            "entity": e, "kind": k, "tag": t, "value": v, "data": d,
-            "value_text": None if v is None else value_text(k, v, None)}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,

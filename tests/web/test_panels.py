@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from netspec.web import panels
+from netspec.web import distributions, eventtable, panels
 
 MS = 1_000_000
 BOOT = "3b1c6f4e-boot"
@@ -78,7 +78,7 @@ def test_container_hosts_whose_cgroup_camp_read_are_not_said_to_see_the_machines
 def test_a_histograms_end_bars_say_the_tail_they_hold_and_the_true_max():
     # STIM/rtt: most near 1 ms, a tail to 8.828 ms past p99.9 (the issue's axis ended near 3.5 ms)
     values = [1e6 + 1e3 * (i % 500) for i in range(5000)] + [3.5e6, 8.828e6]
-    (d,) = panels.distributions(result_set(intervals=[("STIM/rtt", "a", v) for v in values]))
+    (d,) = distributions.distributions(result_set(intervals=[("STIM/rtt", "a", v) for v in values]))
     assert d["max_text"] == "8.83 ms" and d["min_text"] == "1 ms", d
     said = [a["text"] for a in d["histogram"]["layout"]["annotations"]]
     assert any("last bar: also 2 of 5002 above p99.9, to the max 8.83 ms" in t for t in said), said
@@ -88,7 +88,7 @@ def test_a_histograms_end_bars_say_the_tail_they_hold_and_the_true_max():
 
 
 def test_a_histogram_without_values_past_its_range_says_no_tail():
-    (d,) = panels.distributions(result_set(intervals=[("x", "a", 1e6)] * 10))
+    (d,) = distributions.distributions(result_set(intervals=[("x", "a", 1e6)] * 10))
     assert d["tail"] == "" and len(d["histogram"]["layout"]["annotations"]) == 2
 
 
@@ -96,7 +96,8 @@ def test_a_histogram_without_values_past_its_range_says_no_tail():
                                           ("phases", "phases"), ("clocks", "clock")])
 def test_a_table_missing_from_the_result_set_is_named_with_the_fetch_that_writes_it(panel, table):
     db = duckdb.connect()  # a result set every table of which is gone
-    shown = {"distributions": lambda: panels.distributions(db), "events": lambda: panels.events(db, 0),
+    shown = {"distributions": lambda: distributions.distributions(db),
+             "events": lambda: eventtable.events(db, 0),
              "phases": lambda: panels.phases(db, {}), "clocks": lambda: panels.clocks(db, 0)}[panel]()
     assert f"{table}.parquet is missing from this run's result set" in shown["missing"], shown
     assert "ns_control fetch RUN" in shown["missing"]
@@ -108,7 +109,7 @@ def test_an_intervals_value_is_shown_as_its_duration_and_an_events_as_logged():
         (10, 5, 'a', 'w', 'wk', 'WK/unit', 'interval', 3, 5065934.0::DOUBLE, NULL),
         (20, 5, 'a', 'w', 'wk', 'WK/count', 'event', 4, 17.0::DOUBLE, NULL))
         t(ts, bound_ns, host, component, stream, entity, kind, tag, value, data)""")
-    rows = panels.events(db, 0)["rows"]
+    rows = eventtable.events(db, 0)["rows"]
     assert [r["value_text"] for r in rows] == ["5.07 ms", "17"], rows
 
 
@@ -125,6 +126,6 @@ def test_plot_titles_sit_left_of_the_toolbar_and_p50_p99_labels_part():
     usage = [(h, "cpu.user", 0.5e9) for h in ("a", "b")]
     (heat, *_) = panels.resources(result_set(usage), 0, {}, local(2))["heatmaps"]
     assert heat["layout"]["title"]["xanchor"] == "left" and heat["layout"]["title"]["x"] == 0
-    (d,) = panels.distributions(result_set(intervals=[("x", "a", 1e6 + i) for i in range(100)]))
+    (d,) = distributions.distributions(result_set(intervals=[("x", "a", 1e6 + i) for i in range(100)]))
     p50, p99 = d["ecdf"]["layout"]["annotations"]
     assert (p50["text"], p50["xanchor"], p99["text"], p99["xanchor"]) == ("p50", "right", "p99", "left")
