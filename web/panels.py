@@ -260,8 +260,8 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
                    FROM events JOIN (SELECT unnest($hosts) AS h, unnest($components) AS c,
                                             unnest($labels) AS row_label) m ON host = m.h AND component = m.c
                    WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync', 'netspecd'))
-        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag,
-               kind, value, left(data, 80)
+        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity
+               || coalesce(' tag ' || tag, ''), kind, value, left(data, 80)
         FROM e WHERE (k - 1) % greatest(ceil(n * $rows / $cap), 1) = 0 ORDER BY ts""",
                       {"hosts": [h for h, _ in pairs], "components": [c for _, c in pairs],
                        "labels": [row_of[p] for p in pairs], "origin": origin, "cap": TIMELINE_EVENTS,

@@ -129,3 +129,13 @@ def test_plot_titles_sit_left_of_the_toolbar_and_p50_p99_labels_part():
     (d,) = distributions.distributions(result_set(intervals=[("x", "a", 1e6 + i) for i in range(100)]))
     p50, p99 = d["ecdf"]["layout"]["annotations"]
     assert (p50["text"], p50["xanchor"], p99["text"], p99["xanchor"]) == ("p50", "right", "p99", "left")
+
+
+def test_the_timelines_event_ticks_say_an_intervals_duration_and_an_untagged_events_name():
+    db = duckdb.connect()
+    db.execute("""CREATE VIEW events AS SELECT * FROM (VALUES
+        (10, 'a', 'w', 'wk', 'WK/unit', 'interval', 3, 5065934.0::DOUBLE, NULL),
+        (20, 'a', 'w', 'wk', 'WK/ready', 'event', NULL, NULL, NULL))
+        t(ts, host, component, stream, entity, kind, tag, value, data)""")
+    ticks = panels.timeline_events(db, 0, {("a", "w"): "a/w"})
+    assert ticks["hovertext"] == ["a/w WK/unit tag 3 5.07 ms", "a/w WK/ready"], ticks
