@@ -16,7 +16,9 @@ from pathlib import Path
 import duckdb
 
 from .histograms import MergedHistogram, merged_histograms
+from .machines import Machines, machines, once_per_machine
 from .operations import OperationFigures, operation_figures, outside_steps
+from .provenance import host_facts
 from .resultset import open_tables
 from .starved import Starved, starved
 from .units import duration_text, rate_text
@@ -56,10 +58,11 @@ class PhaseFigures:
     participants: int
     ok: int  # acked ok or with a warning
     cpus_mean: float | None  # CPUs busy per host over the step, the hosts' mean (None: not sampled)
-    cpus_max: float | None
+    cpus_max: float | None  # at most the host's CPUs (a counter's window can straddle a short step)
     cpus_max_host: str
-    net_bytes_per_s: float | None  # every host's bytes sent + received per second over the step
+    net_bytes_per_s: float | None  # bytes sent + received per second over the step, a machine's once
     latencies: tuple[Latency, ...]
+    capped: int = 0  # hosts' CPU figures above their CPUs, counted at them
     starved: tuple[Starved, ...] = ()  # the components that waited for CPU for much of it
     operations: tuple[OperationFigures, ...] = ()
     histograms: tuple[MergedHistogram, ...] = ()  # log histograms, merged over every host
@@ -74,6 +77,14 @@ def views(db: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
 
 
+def missing(table: str) -> dict[str, str]:
+    """What a panel over a result set says of a table a merge always writes that `views` does
+    not find (deleted, or a copy cut short): its name and how to make it again, never read as
+    a run without its records. RUN stands for the run's id, which the page fills in."""
+    return {"missing": f"{table}.parquet is missing from this run's result set (merged/): "
+                       "ns_control fetch RUN merges the run again and writes it"}
+
+
 def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, int]]:
     """Each step that ran: (step, phase, start, end, participants, ok), in step order."""
     if "phases" not in views(db):
@@ -81,23 +92,34 @@ def spans(db: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, int, int, 
     return db.execute(f"SELECT * FROM ({SPANS_SQL}) ORDER BY step").fetchall()
 
 
-def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
-    """Every step's figures (see the module's docstring), in step order."""
+def phase_figures(db: duckdb.DuckDBPyConnection, hosts: Machines | None = None) -> list[PhaseFigures]:
+    """Every step's figures (see the module's docstring), in step order. `hosts`: which read
+    one machine (analysis/machines.py), whose network is counted once and whose CPU figure is
+    at most its CPUs; None counts each host as a machine of its own, uncapped."""
     steps = spans(db)
     if not steps:
         return []
     have = views(db)
-    cpu: dict[int, tuple[float, float, str]] = {}
+    hosts = hosts or Machines()
+    cpu: dict[int, tuple[float, float, str, int]] = {}
     net: dict[int, float] = {}
     if "usage" in have:
-        for step, mean, top, top_host in db.execute(f"""
-                SELECT step, avg(v), max(v), arg_max(host, v) FROM (
-                    SELECT step, host, sum(per_s) / 1e9 AS v FROM usage
-                    WHERE per_s IS NOT NULL AND {CPU_FIELDS} GROUP BY step, host)
-                GROUP BY step""").fetchall():
-            cpu[step] = (mean, top, top_host)
-        net = dict(db.execute(f"""SELECT step, sum(per_s) FROM usage
-                                  WHERE per_s IS NOT NULL AND {NET_FIELDS} GROUP BY step""").fetchall())
+        per_host: dict[int, dict[str, float]] = {}
+        for step, host, v in db.execute(f"""SELECT step, host, sum(per_s) / 1e9 FROM usage
+                                            WHERE per_s IS NOT NULL AND {CPU_FIELDS}
+                                            GROUP BY step, host ORDER BY step, host""").fetchall():
+            per_host.setdefault(step, {})[host] = v
+        for step, values in per_host.items():
+            capped = {h: min(v, hosts.cpus.get(h, v)) for h, v in values.items()}
+            top = max(capped, key=lambda h: (capped[h], h))
+            cpu[step] = (sum(capped.values()) / len(capped), capped[top], top,
+                         sum(capped[h] < v for h, v in values.items()))
+        by_step: dict[int, dict[str, float]] = {}
+        for step, host, v in db.execute(f"""SELECT step, host, sum(per_s) FROM usage
+                                            WHERE per_s IS NOT NULL AND {NET_FIELDS}
+                                            GROUP BY step, host""").fetchall():
+            by_step.setdefault(step, {})[host] = v
+        net = {step: once_per_machine(values, hosts.net_of) for step, values in by_step.items()}
     latency: dict[int, list[Latency]] = {}
     if "intervals" in have:
         for step, name, n, p50, p99, top, starts in db.execute(f"""
@@ -118,10 +140,13 @@ def phase_figures(db: duckdb.DuckDBPyConnection) -> list[PhaseFigures]:
     if "events" in have:
         for merged in merged_histograms(db, SPANS_SQL):
             histograms.setdefault(merged.step, []).append(merged)
-    return [PhaseFigures(step, phase, lo, hi, n, ok, *(cpu.get(step) or (None, None, "")),
-                         net.get(step), tuple(latency.get(step, [])), tuple(hungry.get(step, [])),
-                         tuple(operations.get(step, [])), tuple(histograms.get(step, [])))
-            for step, phase, lo, hi, n, ok in steps]
+    out = []
+    for step, phase, lo, hi, n, ok in steps:
+        mean, top, top_host, capped = cpu.get(step) or (None, None, "", 0)
+        out.append(PhaseFigures(step, phase, lo, hi, n, ok, mean, top, top_host, net.get(step),
+                                tuple(latency.get(step, [])), capped, tuple(hungry.get(step, [])),
+                                tuple(operations.get(step, [])), tuple(histograms.get(step, []))))
+    return out
 
 
 def phase_operations(db: duckdb.DuckDBPyConnection) -> list[OperationFigures]:
@@ -157,11 +182,12 @@ def phase_lines(figures: list[PhaseFigures]) -> list[str]:
     return lines
 
 
-def run_phase_lines(merged: Path, run: str) -> list[str]:
-    """`phase_lines` of the result set in `merged`, headed by the run's name."""
+def run_phase_lines(merged: Path, run: str, names: list[str] | None = None) -> list[str]:
+    """`phase_lines` of the result set in `merged` (of the run whose hosts are `names`, read
+    from their facts which share a machine), headed by the run's name."""
     db = open_tables(merged)
     try:
-        lines = phase_lines(phase_figures(db))
+        lines = phase_lines(phase_figures(db, machines(db, host_facts(merged.parent, names or []))))
         if lines and (outside := unphased_operations(db)):
             lines.append(f"  {outside} operation(s) began in no step's span: counted in operations.parquet, "
                          "in no phase's figures")

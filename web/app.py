@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import fleet, operations, panels, timeline
+from . import distributions, eventtable, fleet, operations, panels, timeline
 from .catalog import Catalog, NotFound, inside
 from .compare import campaign_view, compare_runs
 from .pages import STATIC, as_text, downloads, follows, plotly_js, render, run_header
@@ -82,16 +82,16 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
         if name == "resources":
             return panels.resources(db, origin, fleet.group_of(record), host_facts(run, record.host_names))
         if name == "distributions":
-            return panels.distributions(db, fleet.group_of(record))
+            return distributions.distributions(db, fleet.group_of(record))
         if name == "phases":
-            return panels.phases(db)
+            return panels.phases(db, host_facts(run, record.host_names))
         if name == "operations":
             return operations.operations(db, origin, phase_operations(db))
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":
             q = request.query_params
-            return panels.events(db, origin, text=q.get("text", ""), host=q.get("host", ""),
+            return eventtable.events(db, origin, text=q.get("text", ""), host=q.get("host", ""),
                                  component=q.get("component", ""), entity=q.get("entity", ""),
                                  tag=_query_number(request, "tag", int),
                                  since_ms=_query_number(request, "since", float),

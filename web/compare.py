@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 import yaml
+from netspec.analysis.machines import machines, once_per_machine
 from netspec.analysis.metrics import run_metrics, unit_bounds
 from netspec.analysis.phases import CPU_FIELDS
 from netspec.analysis.points import UnlikeRuns, point_metrics
-from netspec.analysis.provenance import differences, host_facts, load, shared_kernels
+from netspec.analysis.provenance import differences, host_facts, load
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.analysis.stats import compare, summarize
 from netspec.analysis.units import duration_text, time_unit
@@ -26,7 +27,7 @@ from netspec.protocol.runrecord import RunRecord
 from scipy import stats
 
 from .pages import plain
-from .panels import cpu_caveats
+from .panels import TITLE_LEFT, cpu_caveats
 from .timeline import bars
 
 ECDF_POINTS = 101
@@ -121,7 +122,7 @@ def _lines(points: list[Point], table: dict[str, Any], metrics: list[str]) -> li
             "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo}}],
             "layout": {"height": 280, "margin": {"t": 50, "r": 10},
                        "title": {"text": m + (f" ({direction} is better)" if direction else ""),
-                                 "font": {"size": 12}},
+                                 "font": {"size": 12}, **TITLE_LEFT},
                        "xaxis": {"title": {"text": axis + (" (log)" if geometric(xs) else "")},
                                  **({"type": "log"} if geometric(xs) else {})},
                        "yaxis": {"title": {"text": f"mean ({unit})"}}}}})
@@ -167,24 +168,22 @@ def _usage(run: Path) -> tuple[dict[tuple[int, str], float], list[str]]:
                    sum(per_s / CASE WHEN field LIKE 'cpu.%' THEN 1e9 ELSE 1 END)
             FROM usage WHERE per_s IS NOT NULL AND ({CPU_FIELDS} OR field LIKE 'net.%.bytes_%')
             GROUP BY step, host, kind""").fetchall()
+        hosts = machines(db, host_facts(run, {host for _, host, _, _ in rows}))
     finally:
         db.close()
-    facts = host_facts(run, {host for _, host, _, _ in rows})
-    cpus, caveats = cpu_caveats(facts)
-    machine = {h: min(group) for group in shared_kernels(facts) for h in group}
-    per_machine: dict[tuple[int, str, str], list[float]] = {}
+    caveats = cpu_caveats(hosts)
+    cpu_of = {h: min(group) for group in hosts.cpu_shared for h in group}
+    values: dict[tuple[int, str], dict[str, float]] = {}
     capped = 0
     for step, host, kind, value in rows:
-        if kind == "cpu" and host in cpus and value > cpus[host]:
-            value, capped = cpus[host], capped + 1
-        per_machine.setdefault((step, kind, machine.get(host, host)), []).append(value)
+        if kind == "cpu" and host in hosts.cpus and value > hosts.cpus[host]:
+            value, capped = hosts.cpus[host], capped + 1
+        values.setdefault((step, kind), {})[host] = value
     if capped:
         caveats.append(f"{capped} CPU figure(s) measured above their host's CPUs (a counter's sampling "
                        "window straddles a short step) are counted at the host's CPUs")
-    out: dict[tuple[int, str], float] = {}
-    for (step, kind, _), values in per_machine.items():
-        out[(step, kind)] = out.get((step, kind), 0.0) + sum(values) / len(values)
-    return out, caveats
+    return {(step, kind): once_per_machine(v, cpu_of if kind == "cpu" else hosts.net_of)
+            for (step, kind), v in values.items()}, caveats
 
 
 def compare_runs(a: Path, b: Path) -> dict[str, Any]:
@@ -303,6 +302,6 @@ def _ecdf(name: str, a: np.ndarray, b: np.ndarray, unit: str) -> dict[str, Any]:
                       "x": (np.quantile(v, q) / scale).tolist() if len(v) else [], "y": q.tolist()}
                      for run, v in (("a", a), ("b", b))],
             "layout": {"height": 260, "margin": {"t": 30, "r": 10},
-                       "title": {"text": name, "font": {"size": 12}},
+                       "title": {"text": name, "font": {"size": 12}, **TITLE_LEFT},
                        "xaxis": {"title": {"text": shown}, "exponentformat": "none"},
                        "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}

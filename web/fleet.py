@@ -24,9 +24,13 @@ from .timeline import FAILING, Bar, bars
 FOLD_HOSTS = 12
 # At most this many failed or slow participants are named on the first screen (the count of the rest is said).
 NAMED_MAX = 8
-# A participant is slow in a step when it took this many times the step's median or more, and
-# at least SLOW_MARGIN_NS longer (a few ms over a median of a few ms is the machine's jitter).
-SLOW_RATIO = 2.0
+# A participant is slow in a step when it is far out among the step's participants (Tukey's
+# fence: past the third quartile by SLOW_FENCE_IQR interquartile ranges, so that a step whose
+# every participant took a little longer than its median names none) and at least
+# SLOW_MARGIN_NS over the median (a few ms over a median of a few ms is the machine's jitter).
+# The slow are named by how much longer than the median they took, the most first: a ratio
+# would put a 25 ms blip over a 1 ms median ahead of a host a second late.
+SLOW_FENCE_IQR = 3.0
 SLOW_MARGIN_NS = 20_000_000
 # The outcomes a group's folded bar takes, worst first.
 WORST_FIRST = ("error", "killed", "late", "waiting", "warning", "running", "ended", "skipped", "ok")
@@ -129,25 +133,31 @@ def overview(record: RunRecord) -> dict[str, Any]:
         took = sorted(b.took_ns for b in mine if b.took_ns is not None)
         median = statistics.median(took) if took else None
         slowest = max((b for b in mine if b.took_ns is not None), key=lambda b: b.took_ns, default=None)
-        if median and len(took) >= 3:
-            slow += [(b.took_ns / median, b, median) for b in mine if b.took_ns is not None
-                     and b.took_ns >= SLOW_RATIO * median and b.took_ns - median >= SLOW_MARGIN_NS]
+        if median is not None and len(took) >= 3:
+            q1, _, q3 = statistics.quantiles(took, n=4, method="inclusive")
+            fence = q3 + SLOW_FENCE_IQR * (q3 - q1)
+            slow += [(b.took_ns - median, b, median) for b in mine if b.took_ns is not None
+                     and b.took_ns > fence and b.took_ns - median >= SLOW_MARGIN_NS]
         rows.append({"step": index, "phase": step.phase, "status": step.status, "cells": cells,
                      "median": duration_text(median),
                      "slowest": f"{slowest.row} {duration_text(slowest.took_ns)}" if slowest else "-"})
     failed = [b for b in run_bars if b.outcome in FAILING
               and (b.outcome != "waiting" or record.steps[b.step].status == "failed")]
-    slow.sort(key=lambda s: -s[0])
+    slow.sort(key=lambda s: (-s[0], s[1].row))
     return {
         "groups": [{"name": g, "hosts": len(m), "first": m[0], "last": m[-1]}
                    for g, m in named_groups.items()],
         "rows": rows, "hosts": len(record.host_names), "folds": folds(record),
+        # what the timeline spans: the first participant's start to the last one's end
+        "span": duration_text(max(b.end_ns for b in run_bars) - min(b.start_ns for b in run_bars))
+                if run_bars else "-",
         "failed": [{"row": b.row, "outcome": b.outcome, "phase": b.phase, "step": b.step,
                     "message": b.message[:160]} for b in failed[:NAMED_MAX]],
         "failed_more": max(len(failed) - NAMED_MAX, 0),
         "slow": [{"row": b.row, "phase": b.phase, "step": b.step, "took": duration_text(b.took_ns),
-                  "median": duration_text(median), "ratio": f"{ratio:.1f}x"}
-                 for ratio, b, median in slow[:NAMED_MAX]],
+                  "median": duration_text(median), "over": duration_text(over),
+                  "ratio": f"{b.took_ns / median:.1f}x" if median else "-"}
+                 for over, b, median in slow[:NAMED_MAX]],
         "slow_more": max(len(slow) - NAMED_MAX, 0)}
 
 

@@ -14,7 +14,8 @@ from netspec.analysis.phases import SPANS_SQL, views
 from netspec.analysis.units import duration_text
 from netspec.datastream.schema import OUTCOMES
 
-from .panels import fair_share, step_shapes
+from .eventtable import fair_share
+from .panels import step_shapes
 
 # Points drawn at most, shared fairly among each step's outcomes: every k-th operation of a
 # step and outcome past its share (the table counts them all). report.html, which carries

@@ -110,6 +110,11 @@ def plain(value: float) -> str:
     return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
 
+def p_text(p: float) -> str:
+    """A test's p-value as said: 'p=0.031'; a p that underflowed to 0 is 'p < 1e-300', never 'p=0'."""
+    return "p < 1e-300" if p < 1e-300 else f"p={p:.2g}"
+
+
 def status_class(status: str | None) -> str:
     return status if status in STATUSES else "other"
 
@@ -119,8 +124,8 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True)
     env.filters.update(when=when, status_class=status_class, duration=duration_text, embedded=embedded,
-                       plain=plain, rate=lambda v: rate_text(v, "B/s"))
-    env.globals["outcome_colours"] = OUTCOME_COLOURS
+                       plain=plain, p_text=p_text, rate=lambda v: rate_text(v, "B/s"))
+    env.globals.update(outcome_colours=OUTCOME_COLOURS, packed_html=packed_html)
     return env
 
 
@@ -146,6 +151,14 @@ def packed(data: bytes) -> str:
 @functools.cache
 def packed_plotly() -> str:
     return packed(plotly_js())
+
+
+def packed_html(markup: str) -> str:
+    """A report's part of the page that grows with its hosts (its components' exits and
+    files, a host's every name), packed as its data are: 300 hosts' rows and links are
+    125 kB of HTML, a tenth of it packed; the page's script writes them back in
+    (netspec.js `unpack`). The markup is the template's own, escaped where it was made."""
+    return packed(str(markup).encode())
 
 
 def render(template: str, **context: Any) -> str:
@@ -237,14 +250,19 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
     warned of and the causality check."""
     outcome = RunOutcome.of(record)
     merged = (path / MERGED / "summary.json").is_file()
+    follow = follows(record, merged)
+    # ended, no result set yet, and its controller alive: it is merging the run now (a fetch
+    # meanwhile would merge it twice)
+    merging = follow and not outcome.running and not merged
     return {
         "ref": ref, "record": record, "status": outcome.status, "steps": step_rows(record),
         "exits": exits(record), "checks": checks(path, record),
         "downloads": files, "hosts": record.host_names, "error": outcome.error, "merged": merged,
         "cut_short": record.cut_short_texts(), "overview": fleet.overview(record),
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
-        "page": {"ref": ref, "status": outcome.status, "merged": merged, "failed": outcome.troubled,
-                 "follow": follows(record, merged)}}
+        "merging": merging,
+        "page": {"ref": ref, "id": record.id, "status": outcome.status, "merged": merged,
+                 "failed": outcome.troubled, "follow": follow, "merging": merging}}
 
 
 def follows(record: RunRecord, merged: bool) -> bool:

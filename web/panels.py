@@ -12,28 +12,25 @@ from typing import Any
 
 import duckdb
 from netspec.analysis.links import configured_words
-from netspec.analysis.phases import CPU_FIELDS, phase_figures, spans, views
-from netspec.analysis.provenance import shared_kernels
+from netspec.analysis.machines import Machines, machines
+from netspec.analysis.phases import CPU_FIELDS, missing, phase_figures, spans, views
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.errors import some_hosts
 from netspec.protocol.runrecord import RunRecord
 
 from . import fleet, timeline
+from .eventtable import value_text
 
 # A host's line over time is cut to this many points (averaged within each bucket).
 LINE_POINTS = 600
 # Above this many hosts a rate over time is drawn as the fleet's median and range, not a line each.
 HOST_LINES_MAX = 16
-HIST_BINS = 60
-ECDF_POINTS = 101
-HOSTS_PER_DISTRIBUTION = 8
-EVENTS_PAGE_MAX = 500
 
 
 def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
     """Each host's offset from the reference over time, and the band its exchanges allow."""
     if "clock" not in views(db):
-        return {"figure": None, "rows": []}
+        return {"figure": None, "rows": [], **missing("clock")}
     rows = db.execute("""
         SELECT host, list((ts - $origin) / 1e6 ORDER BY ts), list(offset_ns ORDER BY ts),
                list(lo_ns ORDER BY ts), list(hi_ns ORDER BY ts), max(bound_ns), any_value(source),
@@ -59,7 +56,7 @@ def clocks(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any]:
             if len(widest) < len(rows) else "")}},
         "yaxis": {"title": {"text": f"offset from the reference ({unit})"}, "exponentformat": "none"}}}
     table = [{"host": host, "reference": ref, "knots": len(t),
-              "worst_bound": "-" if worst is None else f"{worst / scale:.3g} {unit}",
+              "worst_bound": duration_text(worst),  # each in the unit that suits it: never 8.87e+04 ns
               "timestamps": source} for host, t, _, _, _, worst, source, ref in rows]
     return {"figure": figure if rows else None, "rows": table}
 
@@ -113,6 +110,8 @@ HEAT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#21
 # A heatmap's rows are at least this tall, and its colour bar has a tick per this many pixels,
 # so that the colour bar's labels never run into each other.
 HEAT_ROW_PX, HEAT_MIN_PLOT_PX, HEAT_TICK_PX = 22, 120, 40
+# A plot's title where plotly.js's toolbar (top right, on hover) does not cover it.
+TITLE_LEFT = {"x": 0, "xref": "paper", "xanchor": "left"}
 
 
 def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale: float,
@@ -148,21 +147,29 @@ def _usage_heatmap(db: duckdb.DuckDBPyConnection, title: str, where: str, scale:
                       "colorbar": {"title": {"text": unit}, "nticks": max(2, plot_px // HEAT_TICK_PX),
                                    "tickformat": "~s" if unit != "cpus" else ".2~f", "ticks": "outside"},
                       "hovertemplate": "%{y} in %{x}: %{z:.3s} " + unit + "<extra></extra>"}],
-            "layout": {"title": {"text": title, "font": {"size": 13}},
+            # the title at the left: plotly.js's toolbar sits over the plot's top right
+            "layout": {"title": {"text": title, "font": {"size": 13}, **TITLE_LEFT},
                        "height": plot_px + 130,
                        "margin": {"t": 40, "r": 20, "b": 90}, "yaxis": {"automargin": True},
                        "xaxis": {"tickangle": -30, "automargin": True}},
             "capped": capped}
 
 
-def cpu_caveats(facts: dict[str, dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
-    """Each host's CPUs (its daemon's facts) and what a CPU figure of the run must be read
-    with: hosts on one kernel each see the whole machine's CPUs, not their own."""
-    cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
+def cpu_caveats(hosts: Machines) -> list[str]:
+    """What a CPU or network figure of the run must be read with: hosts on one kernel see the
+    whole machine's CPUs, not their own (but for a container whose cgroup CAMP read: its own);
+    hosts of one network namespace see its interfaces, counted once over hosts."""
     notes = [f"hosts {some_hosts(group)} share one kernel (namespaces or containers of one machine of "
-             f"{_cpus_text(cpus, group)}): the CPU figure of each is of the machine they share, not its own"
-             for group in shared_kernels(facts)]
-    return cpus, notes
+             f"{_cpus_text(hosts.cpus, group)}): the CPU figure of each is of the machine they share, "
+             "not its own"
+             for group in hosts.cpu_shared]
+    notes += [f"hosts {some_hosts(group)} share one kernel, each in a container whose cgroup CAMP read: "
+              "the CPU, memory and disk figures of each are its container's own"
+              for group in hosts.own_cgroup if len(group) > 1]
+    notes += [f"hosts {some_hosts(group)} share one network namespace (one kernel, one address): each "
+              "one's network figure is the namespace's, so a figure over hosts counts it once"
+              for group in hosts.net_shared()]
+    return notes
 
 
 def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
@@ -178,7 +185,8 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | N
     CPUs (`facts`), and the caveats say where one was capped or hosts share a machine."""
     have = views(db)
     heatmaps = []
-    cpus, caveats = cpu_caveats(facts or {})
+    hosts = machines(db, facts or {})
+    cpus, caveats = hosts.cpus, cpu_caveats(hosts)
     if "usage" in have:
         for title, where, scale, unit in (
                 ("CPU per step", CPU_FIELDS, 1e9, "cpus"),
@@ -194,7 +202,9 @@ def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | N
                                    f"the host's CPUs: {'; '.join(figure['capped'][:5])}")
                 heatmaps.append(figure)
     busy = _busy_over_time(db, origin) if "rates" in have else None
-    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats}
+    gone = [t for t in ("usage", "rates") if t not in have]
+    return {"heatmaps": heatmaps, "busy": busy, "caveats": caveats,
+            **({"missing": " ".join(missing(t)["missing"] for t in gone)} if gone else {})}
 
 
 def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any] | None:
@@ -231,61 +241,6 @@ def _busy_over_time(db: duckdb.DuckDBPyConnection, origin: int) -> dict[str, Any
         "yaxis": {"title": {"text": "CPU busy (%)"}, "rangemode": "tozero"}}}
 
 
-def distributions(db: duckdb.DuckDBPyConnection, of: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Each interval and pair: a histogram and an ECDF per host where it started (per group
-    past HOSTS_PER_DISTRIBUTION hosts, `of` naming each host's group, with the hosts of the
-    slowest p99 drawn apart), in the unit that suits it, with p50 and p99 marked and said."""
-    if "intervals" not in views(db):
-        return []
-    out = []
-    quantiles = [i / (ECDF_POINTS - 1) for i in range(ECDF_POINTS)]
-    for name, n, p50, p99, lo, hi in db.execute("""
-            SELECT name, count(*), quantile_cont(duration_ns, 0.5), quantile_cont(duration_ns, 0.99),
-                   quantile_cont(duration_ns, 0.001), quantile_cont(duration_ns, 0.999)
-            FROM intervals GROUP BY name ORDER BY name""").fetchall():
-        unit, scale = time_unit([p50])
-        by_p99 = db.execute("""SELECT start_host, quantile_cont(duration_ns, 0.99) AS p FROM intervals
-                               WHERE name = $name GROUP BY start_host ORDER BY p DESC, start_host""",
-                            {"name": name}).fetchall()
-        label_of = fleet.labels([h for h, _ in by_p99], of or {}, HOSTS_PER_DISTRIBUTION)
-        shown = list(dict.fromkeys(label_of.values()))
-        width = max((hi - lo) / HIST_BINS, 1.0)
-        params = {"lo": lo, "width": width, "bins": HIST_BINS, "name": name, "hosts": list(label_of),
-                  "labels": list(label_of.values())}
-        labelled = """intervals JOIN (SELECT unnest($hosts) AS host, unnest($labels) AS label) m
-                      ON start_host = m.host WHERE name = $name"""
-        hist = db.execute(f"""
-            SELECT label, least(greatest(floor((duration_ns - $lo) / $width), 0), $bins - 1) AS bin,
-                   count(*) FROM {labelled} GROUP BY ALL ORDER BY bin""", params).fetchall()
-        ecdf = dict(db.execute(f"SELECT label, quantile_cont(duration_ns, $q) FROM {labelled} GROUP BY label",
-                               {"q": quantiles, "name": name, "hosts": params["hosts"],
-                                "labels": params["labels"]}).fetchall())
-        counts: dict[str, list[int]] = {label: [0] * HIST_BINS for label in shown}
-        for label, bin_, count in hist:
-            counts[label][int(bin_)] += count
-        centres = [(lo + (i + 0.5) * width) / scale for i in range(HIST_BINS)]
-        marks = [{"type": "line", "xref": "x", "yref": "paper", "x0": v / scale, "x1": v / scale, "y0": 0,
-                  "y1": 1, "line": {"dash": "dot", "color": "#444", "width": 1}} for v in (p50, p99)]
-        labels = [{"x": v / scale, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "text": label,
-                   "showarrow": False, "font": {"size": 10}} for v, label in ((p50, "p50"), (p99, "p99"))]
-        axis = {"title": {"text": f"{name} ({unit})"}, "exponentformat": "none"}
-        out.append({
-            "name": name, "count": n, "unit": unit, "p50": p50 / scale, "p99": p99 / scale,
-            "p50_text": duration_text(p50), "p99_text": duration_text(p99),
-            "hosts": len(by_p99), "hosts_shown": shown,
-            "histogram": {"data": [{"type": "bar", "name": label, "x": centres, "y": counts[label]}
-                                   for label in shown],
-                          "layout": {"barmode": "stack", "height": 280, "margin": {"t": 24, "r": 10},
-                                     "shapes": marks, "annotations": labels, "xaxis": axis,
-                                     "yaxis": {"title": {"text": "count"}}}},
-            "ecdf": {"data": [{"type": "scatter", "mode": "lines", "name": label, "line": {"shape": "hv"},
-                               "x": [v / scale for v in ecdf[label]], "y": quantiles} for label in shown],
-                     "layout": {"height": 280, "margin": {"t": 24, "r": 10}, "shapes": marks,
-                                "annotations": labels, "xaxis": axis,
-                                "yaxis": {"title": {"text": "fraction at or below"}, "range": [0, 1.02]}}}})
-    return out
-
-
 # At most this many events are drawn on the timeline (evenly spaced within each row).
 TIMELINE_EVENTS = 3000
 
@@ -299,14 +254,14 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
         return None
     pairs = list(row_of)
     rows = db.execute("""
-        WITH e AS (SELECT ts, host, component, entity, tag, coalesce(data, CAST(value AS VARCHAR)) AS said,
+        WITH e AS (SELECT ts, host, component, entity, tag, kind, value, data,
                           m.row_label, row_number() OVER (PARTITION BY m.row_label ORDER BY ts) AS k,
                           count(*) OVER (PARTITION BY m.row_label) AS n
                    FROM events JOIN (SELECT unnest($hosts) AS h, unnest($components) AS c,
                                             unnest($labels) AS row_label) m ON host = m.h AND component = m.c
                    WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync', 'netspecd'))
-        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity || ' tag ' || tag
-               || coalesce(' ' || left(said, 80), '')
+        SELECT (ts - $origin) / 1e6, row_label, host || '/' || component || ' ' || entity
+               || coalesce(' tag ' || tag, ''), kind, value, left(data, 80)
         FROM e WHERE (k - 1) % greatest(ceil(n * $rows / $cap), 1) = 0 ORDER BY ts""",
                       {"hosts": [h for h, _ in pairs], "components": [c for _, c in pairs],
                        "labels": [row_of[p] for p in pairs], "origin": origin, "cap": TIMELINE_EVENTS,
@@ -314,122 +269,30 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
     if not rows:
         return None
     return {"type": "scatter", "mode": "markers", "name": "events", "x": [r[0] for r in rows],
-            "y": [r[1] for r in rows], "hovertext": [r[2] for r in rows], "hoverinfo": "text+x",
+            "y": [r[1] for r in rows],
+            "hovertext": [r[2] + ("" if (v := value_text(*r[3:])) is None else f" {v}") for r in rows],
+            "hoverinfo": "text+x",
             "marker": {"symbol": "line-ns-open", "size": 9, "color": "#333", "opacity": 0.6}}
 
 
-def phases(db: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """The per-phase figures (analysis/phases.py), as the page's table shows them."""
-    return [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
+def phases(db: duckdb.DuckDBPyConnection, facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The per-phase figures (analysis/phases.py), as the page's table shows them, a machine
+    hosts share (`facts`) counted once; and what the figures are to be read with."""
+    if "phases" not in views(db):
+        return {"notes": [], "rows": [], **missing("phases")}
+    hosts = machines(db, facts or {})
+    figures = phase_figures(db, hosts)
+    notes = cpu_caveats(hosts)
+    if capped := sum(f.capped for f in figures):
+        notes.append(f"{capped} CPU figure(s) measured above their host's CPUs (a counter's sampling window "
+                     "straddles a short step) are counted at the host's CPUs")
+    return {"notes": notes, "rows": [{"step": f.step, "phase": f.phase, "took": duration_text(f.took_ns),
              "ok": f"{f.ok}/{f.participants}", "net": rate_text(f.net_bytes_per_s, "B/s"),
              "cpu": "-" if f.cpus_mean is None else
                     f"{f.cpus_mean:.2f} / {f.cpus_max:.2f} ({f.cpus_max_host})",
              "latency": "; ".join(f"{lat.name} p50 {duration_text(lat.p50_ns)} p99 "
                                   f"{duration_text(lat.p99_ns)} ({lat.count})" for lat in f.latencies) or "-"}
-            for f in phase_figures(db)]
-
-
-def events(db: duckdb.DuckDBPyConnection, origin: int, *, text: str = "", host: str = "", component: str = "",
-           entity: str = "", tag: int | None = None, since_ms: float | None = None,
-           until_ms: float | None = None, offset: int = 0, limit: int = 100,
-           cap: int = EVENTS_PAGE_MAX) -> dict[str, Any]:
-    """One page of events (at most `cap`) in global time order, filtered; every filter is a
-    bound parameter."""
-    if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0}
-    # DuckDB refuses a parameter its statement does not use: each is added with its condition.
-    where: list[str] = ["kind != 'admin'"]
-    params: dict[str, Any] = {}
-    for column, value in (("host", host), ("component", component)):
-        if value:
-            where.append(f"{column} = ${column}")
-            params[column] = value
-    # The same match as a report's page makes of the events it carries (netspec.js's
-    # filterEmbedded): an entity whole (case aside, `*` any run), text within the entity or
-    # the data, or the value itself.
-    if entity:
-        where.append("entity ILIKE $entity ESCAPE '\\'")
-        params["entity"] = _like(entity).replace("*", "%")
-    if text:
-        where.append("(entity ILIKE $text ESCAPE '\\' OR data ILIKE $text ESCAPE '\\'"
-                     + (" OR value = $number)" if _number(text) is not None else ")"))
-        params["text"] = f"%{_like(text)}%"
-        if _number(text) is not None:
-            params["number"] = _number(text)
-    if tag is not None:
-        where.append("tag = $tag")
-        params["tag"] = tag
-    if since_ms is not None:
-        where.append("ts >= $since")
-        params["since"] = origin + int(since_ms * 1e6)
-    if until_ms is not None:
-        where.append("ts <= $until")
-        params["until"] = origin + int(until_ms * 1e6)
-    condition = " AND ".join(where)
-    total = db.execute(f"SELECT count(*) FROM events WHERE {condition}", params).fetchone()[0]
-    limit = max(1, min(limit, cap))
-    offset = max(0, min(offset, max(total - 1, 0)))
-    rows = db.execute(f"""SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag,
-                                 value, data FROM events WHERE {condition}
-                          ORDER BY ts LIMIT {limit} OFFSET {offset}""",
-                      {**params, "origin": origin}).fetchall()
-    return {"total": total, "offset": offset, "limit": limit,
-            "rows": [_event_row(r) for r in rows]}
-
-
-def _like(text: str) -> str:
-    """`text` to match as it is in a LIKE pattern (its %, _ and \\ not wildcards)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and text.strip() else None
-
-
-def events_sample(db: duckdb.DuckDBPyConnection, origin: int, limit: int) -> dict[str, Any]:
-    """At most `limit` events for a page that carries its events (a report): every host and
-    kind of record (host, stream, kind) given an equal share, the earliest of each, a share a
-    group does not fill left to the others; in global time order, with what was carried
-    said (`sample`), and the total."""
-    if "events" not in views(db):
-        return {"total": 0, "rows": [], "offset": 0, "sample": "no events"}
-    groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
-                           GROUP BY ALL""").fetchall()
-    total = sum(n for *_, n in groups)
-    share = fair_share([n for *_, n in groups], limit)
-    rows = db.execute("""
-        SELECT (ts - $origin) / 1e6, bound_ns, host, component, entity, kind, tag, value, data FROM (
-            SELECT *, row_number() OVER (PARTITION BY host, stream, kind ORDER BY ts) AS k
-            FROM events WHERE kind != 'admin') WHERE k <= $share ORDER BY ts""",
-                      {"origin": origin, "share": share}).fetchall()
-    whole = total <= limit
-    sample = ("all of them" if whole else
-              f"the first {share} of each of its {len(groups)} kinds of record per host "
-              f"(host, stream and kind; every one of a group with fewer)")
-    return {"total": total, "offset": 0, "limit": len(rows), "sample": sample,
-            "rows": [_event_row(r) for r in rows]}
-
-
-def fair_share(counts: list[int], limit: int) -> int:
-    """The largest share q such that taking min(n, q) of each group stays within `limit`."""
-    lo, hi = 0, max(counts, default=0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if sum(min(n, mid) for n in counts) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _event_row(row: tuple) -> dict[str, Any]:
-    ms, bound, h, c, e, k, t, v, d = row
-    return {"ms": round(ms, 6), "bound_us": _scaled(bound, 1e3), "host": h, "component": c,
-            "entity": e, "kind": k, "tag": t, "value": v, "data": d}
+            for f in figures]}
 
 
 def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_000_000_000,
@@ -440,14 +303,14 @@ def around(db: duckdb.DuckDBPyConnection, instant_ns: int, window_ns: int = 1_00
     out: dict[str, dict[str, Any]] = {}
     params = {"t": instant_ns, "w": window_ns, "last": last}
     if "events" in have:
-        for host, ms, component, entity, data in db.execute("""
-                SELECT host, (ts - $t) / 1e6, component, entity, coalesce(data, CAST(value AS VARCHAR))
+        for host, ms, component, entity, *said in db.execute("""
+                SELECT host, (ts - $t) / 1e6, component, entity, kind, value, data
                 FROM (SELECT *, row_number() OVER (PARTITION BY host ORDER BY ts DESC) AS k FROM events
                       WHERE kind != 'admin' AND stream NOT IN ('camp', 'clksync')
                             AND ts BETWEEN $t - $w AND $t)
                 WHERE k <= $last ORDER BY host, ts""", params).fetchall():
             out.setdefault(host, {}).setdefault("events", []).append(
-                {"ms": round(ms, 3), "component": component, "entity": entity, "data": data})
+                {"ms": round(ms, 3), "component": component, "entity": entity, "data": value_text(*said)})
     if "rates" in have:
         for host, busy, net in db.execute("""
                 SELECT host, avg(rate) FILTER (field = 'cpu.busy_pct'),
@@ -492,11 +355,11 @@ def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, A
         "last_output": {name: next((line for line in reversed(text.splitlines()) if line.strip()), "")
                         for name, text in f["output"].items()}}
     if db is not None and f["component"] and "events" in views(db):
-        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, coalesce(data, CAST(value AS VARCHAR))
+        row = db.execute("""SELECT (ts - $t) / 1e6, entity, tag, kind, value, data
                             FROM events WHERE host = $h AND component = $c AND kind != 'admin'
                             ORDER BY ts DESC LIMIT 1""",
                          {"t": missed_ns, "h": f["host"], "c": f["component"]}).fetchone()
         if row is not None:
             out["last_event"] = {"before_deadline": duration_text(-row[0] * 1e6), "entity": row[1],
-                                 "tag": row[2], "data": row[3]}
+                                 "tag": row[2], "data": value_text(*row[3:])}
     return out

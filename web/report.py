@@ -1,7 +1,7 @@
 """A result set's merged/report.html: the run page with every panel's data, plotly.js and
 the page's own script inside one file, so that it opens from file:// with no network and no
 server (for mail and archives). Its events table carries at most REPORT_EVENTS events, each
-host's each kind of record given an equal share (`panels.events_sample`), and says so;
+host's each kind of record given an equal share (`eventtable.events_sample`), and says so;
 events.parquet beside it has them all."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import MERGED, open_tables
 from netspec.protocol.runrecord import read_run
 
-from . import fleet, operations, panels, timeline
+from . import distributions, eventtable, fleet, operations, panels, timeline
 from .pages import as_text, downloads, packed, render, run_header
 
 REPORT = "report.html"
@@ -35,14 +35,15 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     origin = timeline.origin_ns(record)
     data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
     of = fleet.group_of(record)
+    facts = host_facts(run, record.host_names)
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
-                    resources=panels.resources(db, origin, of, host_facts(run, record.host_names)),
-                    distributions=panels.distributions(db, of), phases=panels.phases(db),
+                    resources=panels.resources(db, origin, of, facts),
+                    distributions=distributions.distributions(db, of), phases=panels.phases(db, facts),
                     operations=operations.operations(db, origin, phase_operations(db),
                                                      operations.REPORT_POINTS),
-                    events=panels.events_sample(db, origin, events),
+                    events=eventtable.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:
         db.close()

@@ -162,7 +162,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             audits += [f"{path.name}:", *said] if said else []
         # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]
-        per_phase = [line for path in paths for line in run_phase_lines(path / MERGED, path.name)]
+        per_phase = [line for path in paths
+                     for line in run_phase_lines(path / MERGED, path.name, read_run(path).host_names)]
         print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])
     if args.csv:
         with open(args.csv, "w", newline="") as f:

@@ -22,7 +22,7 @@ from netspec.protocol.errors import ProtocolError
 from netspec.protocol.exits import run_processes
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import RunError, Step, decode, read_run
-from netspec.web import panels, timeline
+from netspec.web import distributions, eventtable, panels, timeline
 from netspec.web.catalog import Catalog, NotFound
 from netspec.web.compare import NO_TEST, campaign_view, compare_runs
 from support import REPO, ns_control, start_run, wait_for
@@ -98,12 +98,12 @@ def test_the_failed_runs_triage_names_the_component_its_output_and_every_host(re
 def test_distributions_are_aggregated_on_the_server_in_a_unit_that_suits_them(results: Path):
     run = results / "runs" / run_ref(results, "browse-ok")
     db = open_tables(run / "merged")
-    dists = {d["name"]: d for d in panels.distributions(db)}
+    dists = {d["name"]: d for d in distributions.distributions(db)}
     assert {"to_server", "to_client"} <= set(dists)
     d = dists["to_client"]
     assert d["count"] == 300 and d["unit"] in ("us", "ms") and 0 < d["p50"] <= d["p99"]
     assert sum(sum(t["y"]) for t in d["histogram"]["data"]) == 300
-    assert len(d["ecdf"]["data"][0]["x"]) == panels.ECDF_POINTS
+    assert len(d["ecdf"]["data"][0]["x"]) == distributions.ECDF_POINTS
 
 
 def test_events_are_paged_and_filtered_with_bound_parameters(results: Path):
@@ -111,14 +111,14 @@ def test_events_are_paged_and_filtered_with_bound_parameters(results: Path):
     record = read_run(run)
     db = open_tables(run / "merged")
     origin = timeline.origin_ns(record)
-    every = panels.events(db, origin, limit=500)
+    every = eventtable.events(db, origin, limit=500)
     assert every["total"] > 20 and every["rows"] == sorted(every["rows"], key=lambda r: r["ms"])
     # w1 on a logged its phase and 20 ticks in play, the step before the one that failed
-    on_a = panels.events(db, origin, host="a", entity="PLAY/*", limit=5, offset=5)
+    on_a = eventtable.events(db, origin, host="a", entity="PLAY/*", limit=5, offset=5)
     assert on_a["total"] == 1 + 20 and len(on_a["rows"]) == 5 and on_a["offset"] == 5
     assert {r["host"] for r in on_a["rows"]} == {"a"}
-    assert panels.events(db, origin, text="' OR 1=1 --")["total"] == 0
-    assert panels.events(db, origin, tag=7, entity="PLAY/tick")["total"] == 1
+    assert eventtable.events(db, origin, text="' OR 1=1 --")["total"] == 0
+    assert eventtable.events(db, origin, tag=7, entity="PLAY/tick")["total"] == 1
 
 
 def test_the_campaign_matrix_has_a_row_per_point_and_says_what_differs_from_the_baseline(results: Path):

@@ -20,7 +20,7 @@ from browser import chromium, console_errors, open_page, run_ref, serving
 from netspec.analysis.provenance import host_facts
 from netspec.analysis.resultset import open_tables, read_summary
 from netspec.protocol.runrecord import read_run
-from netspec.web import panels, timeline
+from netspec.web import eventtable, timeline
 from netspec.web.compare import NO_TEST, median_test
 from selenium.webdriver.common.by import By
 from support import PROGRAMS, start_run, wait_for
@@ -155,7 +155,7 @@ def test_the_events_filter_is_one_on_the_served_page_and_in_a_report_which_says_
         groups = db.execute("""SELECT host, stream, kind, count(*) FROM events WHERE kind != 'admin'
                                GROUP BY ALL""").fetchall()
         total = sum(n for *_, n in groups)
-        sample = panels.events_sample(db, timeline.origin_ns(record), 100)
+        sample = eventtable.events_sample(db, timeline.origin_ns(record), 100)
     finally:
         db.close()
     carried = {(r["host"], r["kind"]) for r in sample["rows"]}

@@ -27,6 +27,11 @@ const netspec = (() => {
     const alphabet = lib.dataset.alphabet;
     const [code, data] = await Promise.all([unpack(lib, alphabet), unpack(document.getElementById("panels-packed"), alphabet)]);
     embedded = JSON.parse(data);
+    // the page's parts that grow with its hosts, written back where they were packed (pages.py `packed_html`)
+    for (const el of [...document.querySelectorAll("script.packed-html")]) {
+      el.insertAdjacentHTML("beforebegin", await unpack(el, alphabet));
+      el.remove();
+    }
     if (!window.Plotly) (0, eval)(code);  // plotly.js, as a classic script would run it
   }
 
@@ -159,11 +164,16 @@ const netspec = (() => {
     await unclutter("timeline");
   }
 
-  const notMerged = "<p class='empty'>no result set: merge the run first (ns_control fetch)</p>";
+  const notMerged = page.merging ? "<p class='empty merging'>merging: the run's controller is writing its result set; this page reloads once it is there</p>"
+    : `<p class='empty'>no result set: merge the run first (ns_control fetch ${esc(page.id || "")})</p>`;
+  // A table the merge always writes, absent from the result set: named, with how to write it again.
+  const missing = (data) => data && data.missing
+    ? `<p class="problem missing">${esc(data.missing.replace("RUN", page.id || "RUN"))}</p>` : "";
 
   async function clocks() {
     const data = await panel("clocks");
     if (data.merged === false) { document.getElementById("clocks").innerHTML = notMerged; return; }
+    if (data.missing) { document.getElementById("clocks").innerHTML = missing(data); return; }
     await plot("clocks", data.figure);
     document.getElementById("clocks-table").innerHTML = table(data.rows,
       [["host", "host"], ["reference", "reference"], ["knots", "fit knots"], ["worst_bound", "worst bound"], ["timestamps", "timestamps"]], TABLE_ROWS);
@@ -194,22 +204,42 @@ const netspec = (() => {
   async function resources() {
     const data = await panel("resources");
     if (data.merged === false) { document.getElementById("busy").innerHTML = notMerged; return; }
-    document.getElementById("resource-caveats").innerHTML = (data.caveats || []).map((c) => `<p class="note caveat">${esc(c)}</p>`).join("");
+    document.getElementById("resource-caveats").innerHTML = missing(data) + (data.caveats || []).map((c) => `<p class="note caveat">${esc(c)}</p>`).join("");
     await plot("busy", data.busy);
     const box = document.getElementById("heatmaps");
     box.innerHTML = data.heatmaps.map((_, i) => `<div class="plot heatmap" id="heatmap-${i}"></div>`).join("");
     await Promise.all(data.heatmaps.map((f, i) => plot(`heatmap-${i}`, f)));
   }
 
+  // Latency plots read on a log x axis on request (a shift of a median by a quarter shows
+  // there where a linear axis squeezes it against the tail); kept in the URL as `logx`.
+  function logToggle(box, ids) {
+    box.insertAdjacentHTML("afterbegin", `<p class="controls"><label class="logx"><input type="checkbox" class="logx"${state.get("logx") ? " checked" : ""}> log x axis</label></p>`);
+    const input = box.querySelector("input.logx");
+    const apply = () => Promise.all(ids.map((id) => {
+      const el = document.getElementById(id);
+      return el && el.layout ? Plotly.relayout(el, {"xaxis.type": input.checked ? "log" : "linear", "xaxis.autorange": true}) : null;
+    }));
+    input.addEventListener("change", () => {
+      if (input.checked) state.set("logx", "1"); else state.delete("logx");
+      saveState();
+      apply();
+    });
+    return input.checked ? apply() : null;
+  }
+
   async function distributions() {
     const data = await panel("distributions");
     const box = document.getElementById("distributions");
     if (data.merged === false) { box.innerHTML = notMerged; return; }
+    if (data.missing) { box.innerHTML = missing(data); return; }
     if (!data.length) { box.innerHTML = "<p class='empty'>no intervals or pairs in this run</p>"; return; }
     box.innerHTML = data.map((d, i) => `<h3>${esc(d.name)} <small>${d.count} values, p50 ${esc(d.p50_text)},
-      p99 ${esc(d.p99_text)}; a colour per host (where each started)${d.hosts > d.hosts_shown.length ? `; ${d.hosts} hosts in ${d.hosts_shown.length} colours: the slowest apart, the others by group` : ""}</small></h3>
+      p99 ${esc(d.p99_text)}, max ${esc(d.max_text)}; a colour per host (where each started)${d.hosts > d.hosts_shown.length ? `; ${d.hosts} hosts in ${d.hosts_shown.length} colours: the slowest apart, the others by group` : ""}</small></h3>
+      <p class="help">The histogram's ${d.histogram.data.length ? d.histogram.data[0].x.length : 0} bars span p0.1 to p99.9${d.tail ? `: its end bars hold the rest (${esc(d.tail)})` : " (every value within them)"}; the ECDF runs from the min (${esc(d.min_text)}) to the max.</p>
       <div class="grid"><div class="plot histogram" id="hist-${i}"></div><div class="plot ecdf" id="ecdf-${i}"></div></div>`).join("");
     await Promise.all(data.flatMap((d, i) => [plot(`hist-${i}`, d.histogram), plot(`ecdf-${i}`, d.ecdf)]));
+    await logToggle(box, data.flatMap((d, i) => [`hist-${i}`, `ecdf-${i}`]));
   }
 
   const EVENTS_PAGE = 25;
@@ -256,8 +286,9 @@ const netspec = (() => {
     let data = embedded ? filterEmbedded(await panel("events"), params) : await panel("events", "?" + params);
     const box = document.getElementById("events");
     if (data.merged === false) { box.innerHTML = notMerged; return; }
+    if (data.missing) { box.innerHTML = missing(data); document.getElementById("events-page").textContent = ""; return; }
     box.innerHTML = table(data.rows, [["ms", "ms"], ["bound_us", "± us"], ["host", "host"], ["component", "component"],
-      ["entity", "entity"], ["kind", "kind"], ["tag", "tag"], ["value", "value"], ["data", "data"]]);
+      ["entity", "entity"], ["kind", "kind"], ["tag", "tag"], ["value_text", "value (an interval's: its duration)"], ["data", "data"]]);
     const last = Math.min(data.offset + data.rows.length, data.total);
     document.getElementById("events-page").textContent = data.total ?
       `${data.offset + 1}-${last} of ${data.total}` + (data.carried !== undefined ? ` (of the ${data.carried} this report carries of the run's ${data.of}: ${data.sample}; events.parquet has them all)` : "") :
@@ -280,8 +311,11 @@ const netspec = (() => {
     if (!box) return;
     const data = await panel("phases");
     if (data.merged === false) { box.innerHTML = notMerged; return; }
-    box.innerHTML = table(data, [["step", "#"], ["phase", "phase"], ["took", "took"], ["ok", "ok"],
-      ["cpu", "CPUs a host: mean / max (busiest)"], ["net", "network, every host"], ["latency", "latency of intervals ending in it"]]);
+    if (data.missing) { box.innerHTML = missing(data); return; }
+    box.innerHTML = (data.notes || []).map((c) => `<p class="note caveat">${esc(c)}</p>`).join("") +
+      table(data.rows, [["step", "#"], ["phase", "phase"], ["took", "span (first entered to last ack)"], ["ok", "ok"],
+      ["cpu", "CPUs a host: mean / max (busiest)"], ["net", "network, every machine (one hosts share counted once)"],
+      ["latency", "latency of intervals ending in it"]]);
   }
 
   function afterDraw() {
@@ -315,7 +349,7 @@ const netspec = (() => {
         <h4>last lines of stdout</h4><pre class="stdout">${esc(f.output.stdout) || "(empty)"}</pre>
         <h4>last lines of stderr</h4><pre class="stderr">${esc(f.output.stderr) || "(empty)"}</pre></details>
         ${Object.keys(around).length ? `<details class="around"${hosts.length > TABLE_ROWS ? "" : " open"}><summary>every host within a second of the failure (its instant is 0 ms): ${hosts.length}</summary><table class="around"><thead><tr><th>host</th><th>phase</th><th>its last events before</th><th>CPU busy</th><th>network</th></tr></thead><tbody>${rows}</tbody></table>${hosts.length > TABLE_ROWS ? `<button type="button" class="show-more" onclick="this.previousElementSibling.querySelectorAll('tr.more').forEach((r) => { r.hidden = false; }); this.remove()">show all ${hosts.length} hosts</button>` : ""}</details>`
-                       : ""}${data.merged ? "" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}${i ? "</details>" : ""}</div>`;
+                       : ""}${data.merged ? "" : page.merging ? "<p class='empty'>merging: the hosts' events and counters come once the result set is written</p>" : "<p class='empty'>no result set: merge the run for the hosts' events and counters</p>"}${i ? "</details>" : ""}</div>`;
     }).join("");
   }
 
@@ -445,6 +479,8 @@ const netspec = (() => {
 
   async function compare() {
     await Promise.all((page.ecdfs || []).map((f, i) => plot(`ecdf-${i + 1}`, f)));
+    const box = document.getElementById("compare-distributions");
+    if (box) await logToggle(box.parentElement.insertBefore(document.createElement("div"), box), (page.ecdfs || []).map((f, i) => `ecdf-${i + 1}`));
     markReady();
   }
 
