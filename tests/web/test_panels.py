@@ -21,12 +21,16 @@ def result_set(usage=(), events=(), intervals=()) -> duckdb.DuckDBPyConnection:
     db.executemany("INSERT INTO p VALUES (3, 'work', ?, 'x', 'ok', 0, 1000000000)", [[h] for h in hosts])
     db.execute("CREATE VIEW phases AS SELECT * FROM p")
     if usage:
-        db.execute("CREATE TABLE u (step INT, phase VARCHAR, host VARCHAR, field VARCHAR, per_s DOUBLE)")
-        db.executemany("INSERT INTO u VALUES (3, 'work', ?, ?, ?)", list(usage))
+        # A counter's delta over the step (0 to 1 s) is its rate's.
+        db.execute("CREATE TABLE u (step INT, phase VARCHAR, host VARCHAR, field VARCHAR, per_s DOUBLE, "
+                   "delta DOUBLE, start_ts BIGINT, end_ts BIGINT)")
+        db.executemany("INSERT INTO u VALUES (3, 'work', ?, ?, ?, ?, 0, 1000000000)",
+                       [[*row, row[2]] for row in usage])
         db.execute("CREATE VIEW usage AS SELECT * FROM u")
     if events:
-        db.execute("CREATE TABLE e (ts BIGINT, host VARCHAR, entity VARCHAR, data VARCHAR)")
-        db.executemany("INSERT INTO e VALUES (?, ?, ?, ?)", list(events))
+        db.execute("CREATE TABLE e (ts BIGINT, host VARCHAR, entity VARCHAR, data VARCHAR, kind VARCHAR, "
+                   "component VARCHAR)")
+        db.executemany("INSERT INTO e VALUES (?, ?, ?, ?, 'event', 'x')", list(events))
         db.execute("CREATE VIEW events AS SELECT * FROM e")
     if intervals:
         db.execute("CREATE TABLE i (name VARCHAR, start_host VARCHAR, duration_ns DOUBLE, end_ts BIGINT, "
