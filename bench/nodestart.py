@@ -9,6 +9,8 @@ over (NETSPEC_FD, the run's environment), with the frames nodelib reads and writ
   nodelib  `python bench/twophases.py`: registers two phases (warm, ping), is welcomed,
            enters start_logging (a stream of this script's), ping (it logs one event),
            stop_logging, and is stopped; its event is then read back from its stream file
+The programs run with their bytecode cached, as an installed package has it: a first round,
+not counted, writes the caches (PYTHONDONTWRITEBYTECODE is dropped from their environment).
 Per program: its CPU at its registration (/proc/PID/schedstat: every thread, in ns), the
 wall time from before the spawn to the registration's arrival, RSS and PSS
 (/proc/PID/smaps_rollup) then, and for nodelib RSS and PSS again after its ping acked (the
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -33,10 +36,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from netspec.datastream.reader import read_streams
 from netspec.protocol import messages as m
-from netspec.protocol.channel import BlockingChannel
+from netspec.protocol.blockingchannel import BlockingChannel
 
 HERE = Path(__file__).resolve().parent
 BARE = "import os\nfd = int(os.environ['NETSPEC_FD'])\nos.write(fd, b'r')\nos.read(fd, 1)\n"
@@ -62,14 +66,22 @@ def memory_kb(pid: int) -> dict[str, int]:
 def spawn(argv: list[str], workdir: Path,
           env: dict[str, str]) -> tuple[subprocess.Popen[bytes], socket.socket, float]:
     ours, theirs = socket.socketpair()
-    ours.settimeout(WAIT_S)
-    env = {**os.environ, **env, m.FD_ENV: str(theirs.fileno()), m.RUN_ENV: "nodestart",
+    ours.settimeout(WAIT_S)  # the bare program's byte; the aware one's frames: `receive`
+    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {**cached, **env, m.FD_ENV: str(theirs.fileno()), m.RUN_ENV: "nodestart",
            m.COMPONENT_ENV: "c", m.HOST_ENV: "h", m.PARAMS_ENV: "{}", "PYTHONUNBUFFERED": "1"}
     started = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=workdir, env=env, pass_fds=(theirs.fileno(),),
                             stdin=subprocess.DEVNULL)
     theirs.close()
     return proc, ours, started
+
+
+def receive(channel: BlockingChannel) -> dict[str, Any] | None:
+    """The program's next message, waited for WAIT_S at most."""
+    if not select.select([channel.fd], [], [], WAIT_S)[0]:
+        raise SystemExit(f"bench/twophases.py sent nothing in {WAIT_S:g} s")
+    return channel.recv()
 
 
 def at_registration(proc: subprocess.Popen[bytes], started: float) -> dict[str, float]:
@@ -98,9 +110,10 @@ def bare(workdir: Path) -> dict[str, float]:
 def aware(workdir: Path, round_: int) -> dict[str, float]:
     streams = workdir / f"streams{round_}"
     proc, ours, started = spawn([sys.executable, str(HERE / "twophases.py")], workdir, {})
-    channel = BlockingChannel(ours, peer="bench/twophases.py")
+    ours.setblocking(True)
+    channel = BlockingChannel(ours.detach(), peer="bench/twophases.py")
     try:
-        register = channel.recv()
+        register = receive(channel)
         got = at_registration(proc, started)
         if register is None or register["t"] != m.REGISTER or not {"warm", "ping"} <= set(register["phases"]):
             raise SystemExit(f"twophases.py registered {register!r}")
@@ -109,7 +122,7 @@ def aware(workdir: Path, round_: int) -> dict[str, float]:
         for i, phase in enumerate([m.START_LOGGING, "ping", m.STOP_LOGGING]):
             channel.send({"t": m.ENTER, "id": i, "phase": phase, "params": {}, "published": {},
                           **({"logging": logging} if phase == m.START_LOGGING else {})})
-            ack = channel.recv()
+            ack = receive(channel)
             if ack is None or ack["status"] != m.ACK_OK:
                 raise SystemExit(f"twophases.py in phase {phase}: {ack!r}")
             if phase == "ping":
@@ -134,9 +147,12 @@ def main() -> None:
     args = parser.parse_args()
     rounds: dict[str, list[dict[str, float]]] = {"bare": [], "nodelib": []}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
-        for i in range(args.repeat):
-            rounds["bare"].append(bare(Path(tmp)))
-            rounds["nodelib"].append(aware(Path(tmp), i))
+        for i in range(args.repeat + 1):  # the first writes the bytecode caches
+            got = bare(Path(tmp)), aware(Path(tmp), i)
+            if i > 0:
+                rounds["bare"].append(got[0])
+                rounds["nodelib"].append(got[1])
+    print(f"{args.repeat} rounds, each program's bytecode cached; {sys.executable}")
     results: dict[str, float] = {"repeat": args.repeat}
     for name, got in rounds.items():
         medians = {k: statistics.median(r[k] for r in got) for k in got[0]}

@@ -6,7 +6,9 @@ An entity's methods are rebound when logging starts or stops: a disabled entity'
 is a function that does nothing, and an enabled one's is a closure that appends its record
 to its stream's buffer: a Struct of schema.py, or for events and intervals, the hot path, a
 tuple in the order of schema.EventRecord and IntervalRecord (tests/datastream/test_schema.py
-holds them to it). No flag is tested on the hot path.
+holds them to it). No flag is tested on the hot path. schema.py (msgspec) is loaded as an
+entity is first enabled, not as it is declared: a program declares its entities at import,
+before its phases are registered (bench/nodestart.py).
 
     SENT = nodelib.event("STIM", "send", "a request left the client")
     RTT = nodelib.interval("STIM", "rtt")
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from .schema import CounterRecord, HistogramRecord, NamespaceRecord, SamplesRecord
-from .writer import Stream
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .schema import NamespaceRecord
+    from .writer import Stream
 
 _clock = time.time_ns
 
@@ -56,6 +61,8 @@ class Entity:
         return bool(self.targets)
 
     def namespace_record(self) -> NamespaceRecord:
+        from .schema import NamespaceRecord
+
         return NamespaceRecord(_clock(), self.id, self.kind, self.group, self.name, self.desc, self.decoder,
                                self.spec)
 
@@ -171,6 +178,8 @@ class Counter(Entity):
         if not self.targets:
             self.add = self.log = self.reset = _off
             return
+        from .schema import CounterRecord
+
         eid, put = self.id, self._put()
 
         def add(n: int | float = 1) -> None:
@@ -197,6 +206,8 @@ class Histogram(Entity):
         if not self.targets:
             self.add = self.log = self.reset = _off
             return
+        from .schema import HistogramRecord
+
         eid, put = self.id, self._put()
 
         def add(v: int | float) -> None:
@@ -231,6 +242,8 @@ class SampleGroup(Entity):
         if not self.targets:
             self.log = _off
             return
+        from .schema import SamplesRecord
+
         eid, put = self.id, self._put()
 
         def log(values: Sequence[Any], ts: int | None = None) -> None:
