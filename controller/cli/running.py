@@ -16,6 +16,7 @@ from ..engine import summary
 from ..engine.failures import Unreachable
 from ..engine.runner import RunOptions, run_plan
 from ..engine.terminal import TERMINAL, print_lines
+from ..experiment.launchcost import SAID_FROM_S, launch_here
 from ..experiment.load import load, parse
 from ..record.rundir import find_run
 
@@ -78,6 +79,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     steps = " -> ".join(s.phase for s in plan.schedule)
     print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
           f"{len(plan.components)} component(s)\n  schedule: {steps}")
+    launch = launch_here(plan.components, {h.name: h for h in plan.hosts})
+    if launch.floor_s >= SAID_FROM_S:
+        print(f"  launch: {launch.describe()}; its deadline {plan.schedule[0].deadline_s:g} s")
     if plan.campaign is not None:
         c = plan.campaign
         until = f", then until {c.until} (at most {c.max_runs or c.runs})" if c.until else ""
