@@ -13,8 +13,9 @@ The programs run with their bytecode cached, as an installed package has it: a f
 not counted, writes the caches (PYTHONDONTWRITEBYTECODE is dropped from their environment).
 Per program: its CPU at its registration (/proc/PID/schedstat: every thread, in ns), the
 wall time from before the spawn to the registration's arrival, RSS and PSS
-(/proc/PID/smaps_rollup) then, and for nodelib RSS and PSS again after its ping acked (the
-stream open, the event logged: what it holds at work). Medians over the rounds; the ratios
+(/proc/PID/smaps_rollup) then, and for nodelib its CPU, RSS and PSS again after its ping
+acked (the stream open, the event logged: what it holds at work, and what its start_logging
+cost, which loads the stream writer). Medians over the rounds; the ratios
 are nodelib's over bare Python's of the same run. Targets (issue 55): CPU at most 2x, PSS at
 most 1.5x, at registration.
 
@@ -127,6 +128,7 @@ def aware(workdir: Path, round_: int) -> dict[str, float]:
                 raise SystemExit(f"twophases.py in phase {phase}: {ack!r}")
             if phase == "ping":
                 got.update({f"{k}_at_work_mb": v / 1024 for k, v in memory_kb(proc.pid).items()})
+                got["cpu_at_work_ms"] = cpu_ns(proc.pid) / 1e6
         channel.send({"t": m.STOP})
         if proc.wait(WAIT_S) != 0:
             raise SystemExit(f"twophases.py exited {proc.returncode}")
@@ -157,8 +159,9 @@ def main() -> None:
     for name, got in rounds.items():
         medians = {k: statistics.median(r[k] for r in got) for k in got[0]}
         results.update({f"{name}_{k}": round(v, 2) for k, v in medians.items()})
-        at_work = (f"; at work RSS {medians['rss_at_work_mb']:.1f} MB, PSS {medians['pss_at_work_mb']:.1f} MB"
-                   if "rss_at_work_mb" in medians else "")
+        at_work = (f"; at work CPU {medians['cpu_at_work_ms']:.1f} ms, "
+                   f"RSS {medians['rss_at_work_mb']:.1f} MB, "
+                   f"PSS {medians['pss_at_work_mb']:.1f} MB" if "rss_at_work_mb" in medians else "")
         print(f"{name:>8}: to registration CPU {medians['cpu_ms']:6.1f} ms, "
               f"wall {medians['wall_ms']:6.1f} ms; "
               f"then RSS {medians['rss_mb']:5.1f} MB, PSS {medians['pss_mb']:5.1f} MB{at_work}")

@@ -80,8 +80,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
           f"{len(plan.components)} component(s)\n  schedule: {steps}")
     launch = launch_here(plan.components, {h.name: h for h in plan.hosts})
-    if launch.floor_s >= SAID_FROM_S:
-        print(f"  launch: {launch.describe()}; its deadline {plan.schedule[0].deadline_s:g} s")
+    for phase in ("launch", "start_logging"):
+        step = next((s for s in plan.schedule if s.phase == phase), None)
+        if step is not None and launch.floor_of(phase) >= SAID_FROM_S:
+            print(f"  {phase}: {launch.describe(phase)}; its deadline {step.deadline_s:g} s")
     if plan.campaign is not None:
         c = plan.campaign
         until = f", then until {c.until} (at most {c.max_runs or c.runs})" if c.until else ""

@@ -334,8 +334,7 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str
         deadline = spec.get("deadline")
         deadline_s = (parse_duration(deadline) if deadline is not None
                       else default_deadline_s(phase, len(names), launch))
-        if phase == "launch" and (why := refusal(launch, deadline_s,
-                                                 default_deadline_s("launch", len(names), launch))):
+        if why := refusal(phase, launch, deadline_s, default_deadline_s(phase, len(names), launch)):
             with src.checking():
                 src.error(why, (*where, "deadline"))
         steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
@@ -354,13 +353,12 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str
 def default_deadline_s(phase: str, components: int, launch: Launch | None = None) -> float:
     """A step's deadline where the file gives none. Starting and gathering grow with the
     fleet: past a hundred components, launch and collect get 0.1 s more for each; and
-    launch at least launchcost.MARGIN times what this machine's cores take to start its part
-    (`launch`)."""
+    launch and start_logging at least launchcost.MARGIN times what this machine's cores take
+    to start its programs, and their streams (`launch`)."""
     base = BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S)
     if phase in ("launch", "collect"):
-        by_fleet = base + FLEET_S_PER_COMPONENT * max(0, components - 100)
-        return max(by_fleet, MARGIN * launch.floor_s) if phase == "launch" and launch else by_fleet
-    return base
+        base += FLEET_S_PER_COMPONENT * max(0, components - 100)
+    return max(base, MARGIN * launch.floor_of(phase)) if launch else base
 
 
 def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synced: bool) -> None:

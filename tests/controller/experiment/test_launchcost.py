@@ -70,6 +70,18 @@ def test_the_default_launch_deadline_covers_what_a_machine_of_few_cores_takes_to
     assert load(path).schedule[0].deadline_s == pytest.approx(launchcost.MARGIN * floor)
 
 
+def test_start_logging_where_the_programs_load_their_writer_grows_and_is_refused_alike(tmp_path, monkeypatch):
+    monkeypatch.setattr(launchcost.os, "cpu_count", lambda: 1)
+    floor = 1000 * launchcost.LOGGING_START_CPU_S
+    assert load(fleet(tmp_path, 1000, "start_logging")).schedule[1].deadline_s == pytest.approx(
+        launchcost.MARGIN * floor)
+    said = (rf"fleet.yaml:7: schedule\[0\].deadline: a deadline of 20 s cannot be met: this machine's 1000 "
+            rf"NETSPEC-aware programs load their stream writer at their first start_logging, at least "
+            rf"{floor:.1f} s of its 1 core")
+    with pytest.raises(ConfigError, match=said):
+        load(fleet(tmp_path, 1000, "{phase: start_logging, deadline: 20s}"))
+
+
 def test_check_says_what_a_launch_asks_of_this_machine_once_it_takes_a_second(tmp_path):
     cores = os.cpu_count()
     programs = math.ceil(launchcost.SAID_FROM_S * cores / launchcost.PROGRAM_START_CPU_S)
