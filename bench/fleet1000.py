@@ -14,8 +14,10 @@ Figures:
   steps            launch's and collect's durations, the ten phases' p50 and max (run.json)
   memory a host    every few seconds, the PSS (smaps_rollup) of each process of the run: the
                    controller, the fork server, the daemons (its children) and the components
-                   (theirs); the sample with the most components, divided by the hosts (the sampling thread at
-                   nice -10, ahead of the fleet)
+                   (theirs); of the samples with the most components, the one of the most
+                   memory, divided by the hosts (the sampling thread a real-time one,
+                   SCHED_RR, ahead of the fleet; where not root, at the normal priority,
+                   and said)
   machine          MemAvailable (/proc/meminfo) before the run less its lowest during it, a
                    host's share of that (the truth the PSS is held to; the machine is shared,
                    so other work moves it), and the highest 1-minute load average seen
@@ -30,7 +32,6 @@ Prints figures for people, then one JSON object as the last line.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -45,9 +46,10 @@ from pathlib import Path
 from netspec.protocol.runrecord import read_run
 
 HERE = Path(__file__).resolve().parent
-# Every half second until a sample finds the components, then every SAMPLE_S: the reads of a
-# thousand hosts' page tables take a second of CPU.
-SAMPLE_S = 5.0
+# A sample every second, and half a second more for every hundred processes it read: a
+# thousand hosts' page tables take a second of CPU to read.
+SAMPLE_S = 1.0
+SAMPLE_S_PER_PROCESS = 0.005
 PHASES = ["start_logging", "warm", *["ping"] * 7, "stop_logging"]
 
 
@@ -89,6 +91,10 @@ def mem_available_kb() -> int:
     raise SystemExit("/proc/meminfo has no MemAvailable")
 
 
+def rank(sample: dict[str, float]) -> tuple[float, float]:
+    return sample.get("components", 0), sample.get("daemons_mb", 0) + sample.get("components_mb", 0)
+
+
 class Watch:
     """Samples the run's processes and the machine every SAMPLE_S (a thread of its own,
     ended by `stop`)."""
@@ -98,6 +104,8 @@ class Watch:
         self.best: dict[str, float] = {}
         self.lowest_available = mem_available_kb()
         self.highest_load = 0.0
+        self.samples = 0
+        self.realtime = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleet-watch")
 
@@ -110,24 +118,33 @@ class Watch:
         self._thread.join(timeout=60)
 
     def _run(self) -> None:
-        # Ahead of the fleet it watches: at a load of hundreds a sample at the normal
-        # priority took longer than the run (issue 55's first run of 1000 hosts saw none).
-        with contextlib.suppress(PermissionError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)
-        while not self._stop.wait(SAMPLE_S if self.best.get("components") else 0.5):
+        # Ahead of the fleet it watches, as a real-time thread: at a load of a thousand a
+        # sample at the normal priority, or at nice -10, took longer than the run (issue 55's
+        # first two runs of 1000 hosts saw no sample with the components running).
+        try:
+            os.sched_setscheduler(threading.get_native_id(), os.SCHED_RR, os.sched_param(1))
+            self.realtime = True
+        except PermissionError:
+            self.realtime = False
+        read = 0
+        while not self._stop.wait(SAMPLE_S + SAMPLE_S_PER_PROCESS * read):
+            self.samples += 1
             self.lowest_available = min(self.lowest_available, mem_available_kb())
             self.highest_load = max(self.highest_load, os.getloadavg()[0])
             tree = children()
             servers = tree.get(self.controller, [])
             daemons = [d for s in servers for d in tree.get(s, [])]
             components = [c for d in daemons for c in tree.get(d, [])]
-            if len(components) < self.best.get("components", 0):
-                continue
-            self.best = {"components": len(components), "daemons": len(daemons),
-                         "controller_mb": pss_kb(self.controller) / 1024,
-                         "servers_mb": sum(map(pss_kb, servers)) / 1024,
-                         "daemons_mb": sum(map(pss_kb, daemons)) / 1024,
-                         "components_mb": sum(map(pss_kb, components)) / 1024}
+            read = len(daemons) + len(components)
+            sample = {"components": len(components), "daemons": len(daemons),
+                      "controller_mb": pss_kb(self.controller) / 1024,
+                      "servers_mb": sum(map(pss_kb, servers)) / 1024,
+                      "daemons_mb": sum(map(pss_kb, daemons)) / 1024,
+                      "components_mb": sum(map(pss_kb, components)) / 1024}
+            # The fullest fleet, and of those its peak: a component just forked, not yet
+            # exec'd, shares its daemon's pages and would make a host look small.
+            if rank(sample) > rank(self.best):
+                self.best = sample
 
 
 def bare_pss_mb() -> float:
@@ -193,17 +210,21 @@ def main() -> None:
         "controller_pss_mb": round(best.get("controller_mb", 0), 1),
         "fork_server_pss_mb": round(best.get("servers_mb", 0), 1),
         "machine_used_mb": round(used, 1), "machine_used_mb_per_host": round(used / hosts, 2),
-        "load_max": round(watch.highest_load, 1), "bare_pss_mb": round(bare, 2)}
+        "load_max": round(watch.highest_load, 1), "bare_pss_mb": round(bare, 2), "samples": watch.samples,
+        "sampler_realtime": watch.realtime}
     print(f"{hosts} hosts, fan_out 16, {len(PHASES)} phases: {record.status} (exit {proc.returncode}) in "
           f"{wall:.1f} s wall (the run {results['run_s']} s); launch {results['launch_s']} s, "
           f"phases p50 {results['phase_p50_s']} s (max {results['phase_max_s']} s), "
           f"collect {results['collect_s']} s")
     if not best.get("components"):
         print("memory a host: NOT measured: no sample found the components running")
-    print(f"memory a host (PSS, the sample with {results['sampled_components']} components and "
+    print(f"memory a host (PSS, the fullest sample, {results['sampled_components']} components and "
           f"{results['sampled_daemons']} daemons): {per_host:.2f} MB = daemon {results['daemon_pss_mb']} + "
           f"component {results['component_pss_mb']} ({results['host_over_bare']}x a bare Python alone); "
           f"controller {results['controller_pss_mb']} MB, fork server {results['fork_server_pss_mb']} MB")
+    how = "real-time (SCHED_RR)" if watch.realtime else \
+        "at the normal priority (not root): on a loaded machine its samples come late"
+    print(f"sampler: {watch.samples} samples, {how}")
     print(f"machine: MemAvailable fell {used / 1024:.2f} GiB at most ({used / hosts:.2f} MB a host); "
           f"load average up to {watch.highest_load:.0f}")
     if record.status != "ok":
