@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import LOCAL_ENGINE, Component, Host, engine_url
 
 # The CPU a component's start takes up to its registration (a program's) or its exec (a
-# command's), the daemon's spawn included: a NETSPEC-aware program 47 ms of its own at its
+# command's), the daemon's spawn included: a NETSPEC-aware program 45 ms of its own at its
 # registration on the 2-core VM (bench/nodestart.py, issue 55), the daemon's fork, pipes and
 # welcome a few more; a plain command the daemon's fork and exec.
 PROGRAM_START_CPU_S = 0.06
