@@ -6,7 +6,9 @@ An entity's methods are rebound when logging starts or stops: a disabled entity'
 is a function that does nothing, and an enabled one's is a closure that appends its record
 to its stream's buffer: a Struct of schema.py, or for events and intervals, the hot path, a
 tuple in the order of schema.EventRecord and IntervalRecord (tests/datastream/test_schema.py
-holds them to it). No flag is tested on the hot path.
+holds them to it). No flag is tested on the hot path. schema.py (msgspec) is loaded as an
+entity is first enabled, not as it is declared: a program declares its entities at import,
+before its phases are registered (bench/nodestart.py).
 
     SENT = nodelib.event("STIM", "send", "a request left the client")
     RTT = nodelib.interval("STIM", "rtt")
@@ -21,11 +23,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from .loghist import LOG, LogScale
-from .schema import OUTCOMES, CounterRecord, HistogramRecord, NamespaceRecord, SamplesRecord
-from .writer import Stream
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .loghist import LogScale
+    from .schema import NamespaceRecord
+    from .writer import Stream
 
 _clock = time.time_ns
 
@@ -60,6 +65,8 @@ class Entity:
         return bool(self.targets)
 
     def namespace_record(self) -> NamespaceRecord:
+        from .schema import NamespaceRecord
+
         return NamespaceRecord(_clock(), self.id, self.kind, self.group, self.name, self.desc, self.decoder,
                                self.spec)
 
@@ -216,6 +223,8 @@ class Operation(Entity):
                     return now - origin
                 return end
 
+        from .schema import OUTCOMES  # bound once streams start: msgspec is loaded by then
+
         self.start = _off_start
         self.ok, self.failed, self.timed_out, self.unknown = (outcome(OUTCOMES.index(o)) for o in OUTCOMES)
 
@@ -236,6 +245,8 @@ class Counter(Entity):
         if not self.targets:
             self.add = self.log = self.reset = _off
             return
+        from .schema import CounterRecord
+
         eid, put = self.id, self._put()
 
         def add(n: int | float = 1) -> None:
@@ -259,14 +270,18 @@ class Histogram(Entity):
 
     def _bind(self) -> None:
         lo, hi, n = self.spec["lo"], self.spec["hi"], self.spec["buckets"]
-        log_scale = self.spec.get("scale") == LOG
-        # A log bin is found from log(v): [log lo, log hi) in n equal parts.
-        base, scale = (math.log(lo), n / math.log(hi / lo)) if log_scale else (lo, n / (hi - lo))
         self._counts = counts = [0] * (n + 2)
         total = [0]
         if not self.targets:
             self.add = self.log = self.reset = self.flush = _off
             return
+        from .loghist import LOG  # bound once streams start: msgspec is loaded by then
+        from .schema import HistogramRecord
+
+        log_scale = self.spec.get("scale") == LOG
+        # A log bin is found from log(v): [log lo, log hi) in n equal parts.
+        base, scale = (math.log(lo), n / math.log(hi / lo)) if log_scale else (lo, n / (hi - lo))
+
         eid, put = self.id, self._put()
         log = math.log
 
@@ -295,6 +310,8 @@ class Histogram(Entity):
     @property
     def scale(self) -> LogScale | None:
         """The log bins (None for equal bins)."""
+        from .loghist import LOG, LogScale
+
         return LogScale.of(self.spec) if self.spec.get("scale") == LOG else None
 
     def counts(self) -> list[int]:
@@ -313,6 +330,8 @@ class SampleGroup(Entity):
         if not self.targets:
             self.log = _off
             return
+        from .schema import SamplesRecord
+
         eid, put = self.id, self._put()
 
         def log(values: Sequence[Any], ts: int | None = None) -> None:

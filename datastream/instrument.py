@@ -1,6 +1,10 @@
 """Datastreams: a process's entities (entities.py) and the streams they log to, each entity
 switched on per stream by the experiment file's enable patterns. Applications reach the
-process's own instance through nodelib; netspecd keeps one per run for its node services."""
+process's own instance through nodelib; netspecd keeps one per run for its node services.
+
+The writer (msgspec, the record schema) is loaded as the first streams open, not with this
+module: a program declares its entities and registers its phases without it
+(bench/nodestart.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +12,17 @@ import threading
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
 
 from netspec.protocol.errors import NetspecError
 
 from .entities import Counter, Entity, Event, Histogram, Interval, Operation, SampleGroup
 from .format import FIRST_ENTITY_ID
-from .loghist import LOG, buckets_for
-from .process import install_exit_hooks
-from .writer import Stream, StreamConfig, StreamInfo
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .writer import Stream, StreamConfig, StreamInfo
 
 
 def _pattern(p: str) -> str:
@@ -69,6 +75,8 @@ class Datastreams:
         `relative_error`, log bins as many as keep every value within it (loghist.py);
         `add(value)` counts a value, `log()` or `flush()` (log, then reset) writes the bins."""
         if relative_error is not None:
+            from .loghist import LOG, buckets_for  # msgspec's Structs: only for a log histogram
+
             try:
                 buckets = buckets_for(lo, hi, relative_error)
             except ValueError as exc:
@@ -117,6 +125,9 @@ class Datastreams:
         Returns:
             The paths of the stream files.
         """
+        from .process import install_exit_hooks
+        from .writer import Stream
+
         with self._lock:
             self._close()
             if exit_hooks and configs:

@@ -17,12 +17,17 @@ opens no file:
     nodelib.run()
 """
 
-from netspec import camp as camp
+from __future__ import annotations
+
 from netspec.protocol.errors import ConnectionLost, NetspecError, ProtocolError
 
 from .instrument import default as _streams
 from .pacer import Pacer
 from .phases import Application, PhaseContext, PhaseWarning, component_params
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
 
 _application = Application()
 phase = _application.phase
@@ -63,6 +68,18 @@ samples = _streams.samples
 trigger = _streams.trigger
 """`nodelib.trigger(reason)`: write the kept chunks of every ring stream (`ring_chunks:` in the
 experiment file; nothing for a normal stream)."""
+
+
+
+def __getattr__(name: str) -> Any:
+    """`nodelib.camp` (netspec.camp, CAMP's counters), imported when first asked for: a
+    program that reads no counters does not pay for them at its start."""
+    if name == "camp":
+        from netspec import camp
+
+        return camp
+    raise AttributeError(f"module 'netspec.nodelib' has no attribute {name!r}")
+
 
 __all__ = ["Application", "ConnectionLost", "NetspecError", "Pacer", "PhaseContext", "PhaseWarning",
            "ProtocolError", "component_params", "counter", "event", "histogram", "interval", "operation",

@@ -4,19 +4,24 @@ environment when it declares its first entity."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 from netspec.datastream.instrument import Datastreams
-from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.protocol import messages as m
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from netspec.datastream.writer import StreamConfig, StreamInfo
 
 
 def streams_from(logging: dict[str, Any], component: str, run: str) -> tuple[list[StreamConfig], StreamInfo]:
     """The streams netspecd asks a component to open (at start_logging, or at start for a
-    plain command)."""
+    plain command): the writer is loaded here, with them."""
+    from netspec.datastream.writer import StreamConfig, StreamInfo
+
     configs = [StreamConfig.from_map(n, d) for n, d in logging["streams"].items()]
     return configs, StreamInfo(Path(logging["dir"]), run=run, host=logging["host"], component=component)
 
@@ -36,6 +41,8 @@ class ProcessStreams(Datastreams):
         if not self._environment_read:
             self._environment_read = True
             if m.LOGGING_ENV in os.environ and m.FD_ENV not in os.environ:
+                import json
+
                 self.start(*streams_from(json.loads(os.environ[m.LOGGING_ENV]),
                                          os.environ.get(m.COMPONENT_ENV, ""), os.environ.get(m.RUN_ENV, "")))
         return super()._declare(cls, group, name, desc, decoder, spec)

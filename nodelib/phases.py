@@ -7,27 +7,26 @@ the controller enters that phase. A callback's return or exception becomes the p
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from netspec.protocol import messages as m
-from netspec.protocol.channel import BlockingChannel
+from netspec.protocol.blockingchannel import BlockingChannel
 from netspec.protocol.errors import NetspecError
 
 from . import instrument
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class PhaseWarning(Exception):
     """Raise from a callback to ack its phase with a warning instead of an error."""
 
 
-@dataclass
 class PhaseContext:
     """What a phase callback gets: the phase, who it is (`component`, `host`), its
     parameters, and ways to report back.
@@ -45,15 +44,18 @@ class PhaseContext:
         publishes: the values given to `publish` in this phase.
     """
 
-    phase: str
-    component: str
-    run_id: str
-    params: dict[str, Any]
-    published: dict[str, dict[str, Any]]
-    workdir: Path
-    files: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    publishes: dict[str, Any] = field(default_factory=dict)
+    # A plain class, not a dataclass: `dataclasses` imports `inspect` (and ast, dis, tokenize),
+    # some 20 ms, about half of bare Python's start, paid by every program before it registers.
+    def __init__(self, phase: str, component: str, run_id: str, params: dict[str, Any],
+                 published: dict[str, dict[str, Any]], workdir: Path):
+        self.phase, self.component, self.run_id = phase, component, run_id
+        self.params, self.published, self.workdir = params, published, workdir
+        self.files: list[str] = []
+        self.warnings: list[str] = []
+        self.publishes: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"PhaseContext(phase={self.phase!r}, component={self.component!r}, run_id={self.run_id!r})"
 
     @property
     def host(self) -> str:
@@ -87,7 +89,8 @@ class PhaseContext:
                                f"before phase '{self.phase}'") from None
 
 
-PhaseCallback = Callable[[PhaseContext], Any]
+if TYPE_CHECKING:
+    PhaseCallback = Callable[[PhaseContext], Any]
 
 
 class Application:
@@ -125,7 +128,7 @@ class Application:
         if fd is None:
             raise NetspecError(f"{m.FD_ENV} is not set: run this program from an experiment "
                                "file with `ns_control run`")
-        channel = BlockingChannel(socket.socket(fileno=int(fd)))
+        channel = BlockingChannel(int(fd))
         try:
             self._serve(channel)
         finally:
@@ -181,4 +184,6 @@ class Application:
 
 def component_params() -> dict[str, Any]:
     """The component's `params:` from the experiment file, for plain programs too."""
+    import json  # here: a phase's params come over the channel, and json is a program's own choice
+
     return json.loads(os.environ.get(m.PARAMS_ENV, "{}"))

@@ -1,6 +1,7 @@
-"""Message channels over sockets: asyncio for daemon and controller, blocking for components.
+"""Message channels over sockets for daemon and controller, in asyncio (a component's is
+blockingchannel.py's, which loads neither asyncio nor msgspec).
 
-Both use the pure FrameDecoder of wire.py; after a ProtocolError the connection is dropped.
+It uses the pure FrameDecoder of wire.py; after a ProtocolError the connection is dropped.
 An asyncio channel given `kinds` (a reading.Reader) hands on typed messages from its seal on:
 each frame is decoded into its Struct there, once.
 """
@@ -23,9 +24,6 @@ from .errors import ConnectionLost, ProtocolError
 from .reading import Reader
 from .wire import MAX_FRAME, FrameDecoder, Seal, encode
 
-# A component's read: under glibc's mmap threshold (128 KiB), which a read of 256 KiB is over
-# in a process whose allocator has not raised it yet: mapped and unmapped at every read, 20 us.
-READ_SIZE = 64 * 1024
 # Messages decoded but not yet taken by `recv` past which the socket is not read until they
 # are: a peer that floods is held back by TCP, not queued in memory.
 READY_LIMIT = 256
@@ -278,35 +276,3 @@ class Channel(asyncio.Protocol):
     def _wake(self) -> None:
         if self._reader is not None and not self._reader.done():
             self._reader.set_result(None)
-
-
-class BlockingChannel:
-    """The component side of the daemon socketpair: plain blocking socket I/O.
-
-    Lifecycle: made over a connected socket, which it owns; `close` (or leaving its
-    `with`) closes it and may be called twice."""
-
-    def __init__(self, sock: socket.socket, peer: str = "netspecd"):
-        self.sock, self.peer = sock, peer
-        self.decoder = FrameDecoder()
-        self._ready: deque[dict[str, Any]] = deque()
-
-    def __enter__(self) -> BlockingChannel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def recv(self) -> dict[str, Any] | None:
-        while not self._ready:
-            data = self.sock.recv(READ_SIZE)
-            if not data:
-                return None
-            self._ready.extend(self.decoder.feed(data))
-        return self._ready.popleft()
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.sendall(encode(message))
-
-    def close(self) -> None:
-        self.sock.close()

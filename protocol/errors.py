@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
 # Hosts named in one error's message; beyond, counted: an error shared by a thousand hosts
 # stays a line.
@@ -84,12 +87,13 @@ class ConnectionLost(NetspecError):
         super().__init__(f"{where}: connection lost" + (f" ({detail})" if detail else ""))
 
 
-class SaidError(Protocol):
-    """An error that crossed the wire, as kinds.py's `WireError` carries it (named by what it
-    says, so that this module, which every other imports, imports none of them)."""
+if TYPE_CHECKING:
+    class SaidError(Protocol):
+        """An error that crossed the wire, as kinds.py's `WireError` carries it (named by what
+        it says, so that this module, which every other imports, imports none of them)."""
 
-    type: str
-    message: str
+        type: str
+        message: str
 
 
 class RemoteError(NetspecError):

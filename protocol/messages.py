@@ -8,11 +8,12 @@ Daemon <-> component messages use the same framing over the inherited socketpair
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterable
 from functools import cache
-from importlib import metadata
-from typing import Any
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Version history:
 #   1: first protocol (hello, setup, enter, reset, files, read, clock, shutdown).
@@ -36,7 +37,10 @@ PROTOCOL_VERSION = 9
 @cache
 def netspec_version() -> str:
     """This netspec's version, as installed ("unknown" when run from a bare tree). Found
-    once: the search reads every installed distribution's metadata."""
+    once: the search reads every installed distribution's metadata, and importing its
+    module alone (email's parsers with it) would be a third of a component's start."""
+    from importlib import metadata
+
     try:
         return metadata.version("netspec")
     except metadata.PackageNotFoundError:
@@ -98,6 +102,8 @@ ERROR_TEXT_LIMIT = 64 * 1024
 def error_map(exc: BaseException, **context: Any) -> dict[str, Any]:
     """An exception as a plain map that can cross the wire (never pickled); its message and
     traceback keep their last ERROR_TEXT_LIMIT characters, so that it always fits a frame."""
+    import traceback  # only where an error is said: a component's start does without it
+
     return {
         "type": type(exc).__name__,
         "message": _tail(str(exc)),

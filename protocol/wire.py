@@ -7,16 +7,18 @@ serves the controller-daemon TCP connection and the daemon-component socketpair.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import struct
 from collections.abc import Callable
-from typing import Any
 
 import msgpack
-import msgspec
 
 from .errors import ProtocolError
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
+
+    import msgspec
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
@@ -46,7 +48,13 @@ class Seal:
     """
 
     def __init__(self, key: bytes, direction: bytes):
+        # Imported here: a component's channel is never sealed, and its start does not pay
+        # for OpenSSL's bindings.
+        import hashlib
+        import hmac
+
         self._mac = hashlib.blake2b(direction, key=key, digest_size=TAG_BYTES)
+        self._same = hmac.compare_digest
         self.sequence = 0
 
     def tag(self, body: bytes) -> bytes:
@@ -55,6 +63,10 @@ class Seal:
         mac.update(body)
         self.sequence += 1
         return mac.digest()
+
+    def check(self, body: bytes, tag: bytes) -> bool:
+        """Whether `tag` is the next frame's, compared in constant time."""
+        return self._same(self.tag(body), tag)
 
 
 class Packed(bytes):
@@ -72,6 +84,18 @@ def encode(message: dict[str, Any] | msgspec.Struct, seal: Seal | None = None) -
             for key, value in message.items())
     else:
         body = _pack(message)
+    return _frame(body, seal)
+
+
+def encode_plain(message: dict[str, Any]) -> bytes:
+    """Return the frame carrying `message`, a map of plain values (what a component sends
+    its daemon): the bytes `encode` makes of it, packed by the msgpack package, so that a
+    component never loads msgspec (its import alone is a third of a program's start,
+    bench/nodestart.py)."""
+    return _frame(msgpack.packb(message, use_bin_type=True), None)
+
+
+def _frame(body: bytes, seal: Seal | None) -> bytes:
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"message of {len(body)} bytes exceeds the {MAX_FRAME}-byte frame limit")
     if seal is None:
@@ -83,13 +107,16 @@ def packed(value: Any) -> Packed:
     return Packed(_pack(value))
 
 
-_encoder = msgspec.msgpack.Encoder()
-
-
 def _pack(value: Any) -> bytes:
     """msgpack's bytes, as msgpack.packb(use_bin_type=True) makes them, and a Struct of
-    kinds.py as its map."""
-    return _encoder.encode(value)
+    kinds.py as its map: msgspec's encoder, four times msgpack's speed, which this first
+    call loads and puts in its own place (a component, which never encodes here, does not
+    load msgspec; the daemon's and controller's later calls cost no check)."""
+    global _pack
+    import msgspec
+
+    _pack = msgspec.msgpack.Encoder().encode
+    return _pack(value)
 
 
 def _map_header(size: int) -> bytes:
@@ -210,8 +237,7 @@ class FrameDecoder:
             if len(self._buffer) < end:
                 break
             body = bytes(self._buffer[HEADER.size:end - tag_bytes])
-            if self.seal is not None and not hmac.compare_digest(
-                    self.seal.tag(body), bytes(self._buffer[end - tag_bytes:end])):
+            if self.seal is not None and not self.seal.check(body, bytes(self._buffer[end - tag_bytes:end])):
                 raise ProtocolError(f"frame {self.seal.sequence - 1} failed its MAC check "
                                     "(injected, replayed, reordered or damaged on the way)")
             del self._buffer[:end]

@@ -16,6 +16,7 @@ from ..engine import summary
 from ..engine.failures import Unreachable
 from ..engine.runner import RunOptions, run_plan
 from ..engine.terminal import TERMINAL, print_lines
+from ..experiment.launchcost import SAID_FROM_S, launch_here
 from ..experiment.load import load, parse
 from ..record.rundir import find_run
 
@@ -78,6 +79,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     steps = " -> ".join(s.phase for s in plan.schedule)
     print(f"{args.file}: ok: experiment '{plan.name}', {len(plan.hosts)} host(s), "
           f"{len(plan.components)} component(s)\n  schedule: {steps}")
+    launch = launch_here(plan.components, {h.name: h for h in plan.hosts})
+    for phase in ("launch", "start_logging"):
+        step = next((s for s in plan.schedule if s.phase == phase), None)
+        if step is not None and launch.floor_of(phase) >= SAID_FROM_S:
+            print(f"  {phase}: {launch.describe(phase)}; its deadline {step.deadline_s:g} s")
     if plan.campaign is not None:
         c = plan.campaign
         until = f", then until {c.until} (at most {c.max_runs or c.runs})" if c.until else ""

@@ -28,6 +28,7 @@ from .declared import check_stream_patterns, listing, takes_part
 from .durations import parse_duration
 from .faults import faults_of
 from .groups import Groups, expand
+from .launchcost import MARGIN, Launch, launch_here, refusal
 from .links import links_of
 from .model import (
     DEFAULT_DEADLINE_S,
@@ -109,7 +110,8 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     names = list(data["components"])
     components = tuple(c for name, spec in data["components"].items()
                        if (c := src.checked(_component, src, name, spec, hosts, path.parent, programs)))
-    schedule = _schedule(src, data["schedule"], names, hosts, groups.hosts)
+    launch = launch_here(components, hosts)
+    schedule = _schedule(src, data["schedule"], names, hosts, groups.hosts, launch)
     links = links_of(src, data.get("links"), ("links",), hosts, groups.hosts)
     _check_plain_phases(src, components, schedule)
     _check_needs(src, data["schedule"], components, len(hosts))
@@ -321,7 +323,7 @@ def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str
 
 
 def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str, Host],
-              groups: dict[str, tuple[str, ...]]) -> tuple[Step, ...]:
+              groups: dict[str, tuple[str, ...]], launch: Launch) -> tuple[Step, ...]:
     steps = []
     for i, item in enumerate(raw):
         spec = {"phase": item} if isinstance(item, str) else item
@@ -335,7 +337,10 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str
             _check_step(src, i, spec, len(raw), synced="sync_clocks" in (s.phase for s in steps))
         deadline = spec.get("deadline")
         deadline_s = (parse_duration(deadline) if deadline is not None
-                      else default_deadline_s(phase, len(names)))
+                      else default_deadline_s(phase, len(names), launch))
+        if why := refusal(phase, launch, deadline_s, default_deadline_s(phase, len(names), launch)):
+            with src.checking():
+                src.error(why, (*where, "deadline"))
         steps.append(Step(phase, tuple(listed) if listed else None, deadline_s, spec.get("need"),
                           dict(spec.get("params", {})), src.line(where), spec.get("release", "message"),
                           None if "lead" not in spec else parse_duration(spec["lead"]),
@@ -343,19 +348,21 @@ def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str
                           if "links" in spec else None))
     # launch and collect bracket every run; the resolved plan says so even if the file did not.
     if steps[0].phase != "launch":
-        steps.insert(0, Step("launch", deadline_s=default_deadline_s("launch", len(names))))
+        steps.insert(0, Step("launch", deadline_s=default_deadline_s("launch", len(names), launch)))
     if steps[-1].phase != "collect":
         steps.append(Step("collect", deadline_s=default_deadline_s("collect", len(names))))
     return tuple(steps)
 
 
-def default_deadline_s(phase: str, components: int) -> float:
+def default_deadline_s(phase: str, components: int, launch: Launch | None = None) -> float:
     """A step's deadline where the file gives none. Starting and gathering grow with the
-    fleet: past a hundred components, launch and collect get 0.1 s more for each."""
+    fleet: past a hundred components, launch and collect get 0.1 s more for each; and
+    launch and start_logging at least launchcost.MARGIN times what this machine's cores take
+    to start its programs, and their streams (`launch`)."""
     base = BUILTIN_DEADLINES_S.get(phase, DEFAULT_DEADLINE_S)
     if phase in ("launch", "collect"):
-        return base + FLEET_S_PER_COMPONENT * max(0, components - 100)
-    return base
+        base += FLEET_S_PER_COMPONENT * max(0, components - 100)
+    return max(base, MARGIN * launch.floor_of(phase)) if launch else base
 
 
 def _check_step(src: SourceFile, i: int, spec: dict[str, Any], steps: int, synced: bool) -> None:

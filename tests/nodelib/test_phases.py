@@ -10,7 +10,7 @@ import threading
 import pytest
 from netspec import nodelib
 from netspec.nodelib.phases import Application
-from netspec.protocol.channel import BlockingChannel
+from netspec.protocol.blockingchannel import BlockingChannel
 from netspec.protocol.errors import NetspecError
 
 
@@ -54,7 +54,7 @@ def _drive(app: Application, monkeypatch, phases: list[tuple[str, dict]]) -> tup
     monkeypatch.setenv("NETSPEC_FD", str(theirs.fileno()))
     runner = threading.Thread(target=app.run)
     runner.start()
-    daemon = BlockingChannel(ours)
+    daemon = BlockingChannel(ours.detach())
     register = daemon.recv()
     daemon.send({"t": "welcome", "component": "c", "run": "r"})
     acks = []

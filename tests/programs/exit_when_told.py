@@ -10,19 +10,19 @@ import select
 import sys
 
 from netspec import nodelib
-from netspec.protocol import channel
+from netspec.protocol.blockingchannel import BlockingChannel
 
 HOLD_S = 120.0
-CHANNELS: list[channel.BlockingChannel] = []  # nodelib's one channel to its daemon
-_opened = channel.BlockingChannel.__init__
+CHANNELS: list[BlockingChannel] = []  # nodelib's one channel to its daemon
+_opened = BlockingChannel.__init__
 
 
-def _kept(self: channel.BlockingChannel, *args: object, **kwargs: object) -> None:
+def _kept(self: BlockingChannel, *args: object, **kwargs: object) -> None:
     _opened(self, *args, **kwargs)
     CHANNELS.append(self)
 
 
-channel.BlockingChannel.__init__ = _kept  # type: ignore[method-assign]
+BlockingChannel.__init__ = _kept  # type: ignore[method-assign]
 
 
 def act(ctx: nodelib.PhaseContext) -> str:

@@ -6,7 +6,8 @@ import socket
 import struct
 
 import pytest
-from netspec.protocol.channel import READY_LIMIT, BlockingChannel, Channel
+from netspec.protocol.blockingchannel import BlockingChannel
+from netspec.protocol.channel import READY_LIMIT, Channel
 from netspec.protocol.errors import ProtocolError
 from netspec.protocol.wire import encode
 
@@ -182,7 +183,7 @@ def test_the_blocking_channel_speaks_the_same_frames():
     async def scenario():
         ours, theirs = socket.socketpair()
         channel = await Channel.over(ours, peer="daemon")
-        component = BlockingChannel(theirs)
+        component = BlockingChannel(theirs.detach())
         channel.send({"t": "enter", "id": 1})
         await channel.drain()
         assert await asyncio.to_thread(component.recv) == {"t": "enter", "id": 1}
