@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from netspec.protocol.errors import NetspecError
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing: a program's start (nodelib's imports)
+if TYPE_CHECKING:
+    from typing import Any
 
 ARRIVALS = ("constant", "poisson", "closed")
 # The last stretch of a wait is spun, not slept: a sleep wakes 50-100 us late here.

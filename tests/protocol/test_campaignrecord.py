@@ -26,9 +26,10 @@ STORED = sorted((REPO / "tests" / "data" / "campaigns").glob(f"*/*/{CAMPAIGN_FIL
 
 def as_written_now(state: dict) -> dict:
     """An untyped campaign.json's values as the typed record writes them: its format said, and
-    every key of a run (`differs` empty where nothing differed)."""
+    every key of a run (`differs` and `starved` empty where nothing differed or starved)."""
     return {"format": 1, **state, "points": [
-        {**p, "runs": [{"warmup": False, "differs": [], **r} for r in p["runs"]]} for p in state["points"]]}
+        {**p, "runs": [{"warmup": False, "differs": [], "starved": [], **r} for r in p["runs"]]}
+        for p in state["points"]]}
 
 
 @pytest.mark.parametrize("path", STORED, ids=lambda p: p.parent.parent.name)
