@@ -250,6 +250,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
     warned of and the causality check."""
     outcome = RunOutcome.of(record)
     merged = (path / MERGED / "summary.json").is_file()
+    summary = read_summary(path / MERGED) if merged else None
     follow = follows(record, merged)
     # ended, no result set yet, and its controller alive: it is merging the run now (a fetch
     # meanwhile would merge it twice)
@@ -261,6 +262,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "cut_short": record.cut_short_texts(), "overview": fleet.overview(record),
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "merging": merging,
+        "operations": summary.operations if summary is not None else 0,  # its panel opens if any
         "page": {"ref": ref, "id": record.id, "status": outcome.status, "merged": merged,
                  "failed": outcome.troubled, "follow": follow, "merging": merging}}
 

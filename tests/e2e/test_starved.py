@@ -13,7 +13,7 @@ import pytest
 from netspec.analysis.phases import run_phase_lines
 from netspec.controller.campaigns.campaign import CampaignDir, starved_lines
 from netspec.protocol.campaignrecord import read_campaign
-from support import PROGRAMS, ns_control
+from support import PROGRAMS, ns_control, wait_for
 
 HOGS = 3  # on the component's CPU: it gets about a quarter of it
 
@@ -21,11 +21,21 @@ pytestmark = pytest.mark.skipif(not (shutil.which("stress-ng") and shutil.which(
                                 reason="needs stress-ng and taskset to starve a component")
 
 
+def _children(pid: int) -> list[str]:
+    """The pids of `pid`'s children (/proc/PID/task/PID/children)."""
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
 @pytest.fixture
 def hog():
     """HOGS busy workers pinned to CPU 0 for at most 90 s, ended after the test."""
     proc = subprocess.Popen(["taskset", "-c", "0", "stress-ng", "--cpu", str(HOGS), "--timeout", "90s",
                              "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Its workers at work before the run starts (on a loaded machine they take a while to fork).
+    wait_for(lambda: len(_children(proc.pid)) >= HOGS, timeout=20, what=f"{HOGS} stress-ng workers")
     yield proc
     proc.terminate()
     proc.wait(timeout=10)
@@ -53,7 +63,9 @@ def test_a_component_pinned_beside_a_hog_is_said_starved_by_the_kernels_own_wait
     (starved,) = [s for s in summary["starved"] if s["phase"] == "work"]
     assert starved["host"] == "local" and starved["component"] == "burner"
     waited, ran, wall = map(int, (Path(run.path) / "hosts/local/burner/stdout").read_text().split()[1:4])
-    assert waited > wall / 2  # the hog took most of the CPU from it: the kernel's own count
+    # The hog took a quarter of the CPU from it or more (the kernel's own count): starved by
+    # the rule the merge applies (analysis/starved.py), whatever share the scheduler gave.
+    assert waited >= wall / 4, (waited, ran, wall)
     # The step spans the callback and its enter and ack, each a wait for the CPU too; the
     # kernel adds a wait to the count when it ends, so a sample amid one reads it late.
     assert abs(starved["waited_ns"] - waited) <= 0.15 * waited + 50e6, (starved, waited)
