@@ -13,6 +13,7 @@ import pytest
 from netspec.analysis.phases import run_phase_lines
 from netspec.controller.campaigns.campaign import CampaignDir, starved_lines
 from netspec.protocol.campaignrecord import read_campaign
+from netspec.protocol.exits import children
 from support import PROGRAMS, ns_control, wait_for
 
 HOGS = 3  # on the component's CPU: it gets about a quarter of it
@@ -21,21 +22,13 @@ pytestmark = pytest.mark.skipif(not (shutil.which("stress-ng") and shutil.which(
                                 reason="needs stress-ng and taskset to starve a component")
 
 
-def _children(pid: int) -> list[str]:
-    """The pids of `pid`'s children (/proc/PID/task/PID/children)."""
-    try:
-        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-
-
 @pytest.fixture
 def hog():
     """HOGS busy workers pinned to CPU 0 for at most 90 s, ended after the test."""
     proc = subprocess.Popen(["taskset", "-c", "0", "stress-ng", "--cpu", str(HOGS), "--timeout", "90s",
                              "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Its workers at work before the run starts (on a loaded machine they take a while to fork).
-    wait_for(lambda: len(_children(proc.pid)) >= HOGS, timeout=20, what=f"{HOGS} stress-ng workers")
+    wait_for(lambda: len(children(proc.pid)) >= HOGS, timeout=20, what=f"{HOGS} stress-ng workers")
     yield proc
     proc.terminate()
     proc.wait(timeout=10)
