@@ -34,7 +34,8 @@ EXITS = (
     ExitCode(2, "usage", "The experiment file has errors (`check` and `run` say every one, "
              "file:line: key: reason), or the command line is wrong (argparse's message)."),
     ExitCode(3, "partial", "The run got through every step, but a participant did not (a k-of-n "
-             "step's straggler), a component did not end cleanly, or a host's daemon did not "
+             "step's straggler), a component did not end cleanly, a scheduled fault did not happen (its "
+             "instant after the run's end, its target gone), or a host's daemon did not "
              "stop cleanly at the end (each said)."),
     ExitCode(130, "interrupted", "Ctrl-C: a run gathers and merges what it has (a second Ctrl-C "
              "stops it without gathering) and reads as interrupted, as does a run whose controller "

@@ -35,7 +35,7 @@ class Faults:
     """The run's fault schedule. Lifecycle: made with the run; `tg` set to the run's task
     group when it starts (each fault's request is a task of it, bounded by SEND_DEADLINE_S);
     `phase_started` at each step's start; `done` for each report a host sends; `settle` as
-    the run ends: a fault never done says why in its record."""
+    the run ends: a fault never done says why in its record and makes the run partial."""
 
     def __init__(self, plan: Plan, fleet: Fleet, record: RunRecord, progress: ProgressSink,
                  trouble: Callable[[str, str, str, str], None]):
@@ -134,11 +134,12 @@ class Faults:
 
     def settle(self) -> None:
         """As the run ends: each fault with no report says why (its phase never came, or
-        the run ended before its instant or its report)."""
+        the run ended before its instant or its report), live and among the run's troubles:
+        a run is ok only if every scheduled fault happened."""
         for said in self.record.faults:
             if said.done_ns is None and not said.error:
-                said.error = ("not done: its phase never started" if said.planned_ns is None
-                              else "not done, or not reported, before the run ended")
+                self._failed(said.index, "not done: its phase never started" if said.planned_ns is None
+                             else "not done, or not reported, before the run ended")
 
 
 def fault_line(said: FaultRecord) -> str:

@@ -139,3 +139,25 @@ faults:
     assert "component 'dependent' exited 3" in cause
     assert os.path.exists(pidfile)
 
+
+
+def test_a_fault_that_never_happened_makes_the_run_partial_and_is_named(tmp_path):
+    # Its instant lies after the run's end: the run once ended ok, exit 0, with nothing said.
+    path = tmp_path / "late.yaml"
+    path.write_text("""\
+experiment: late
+components:
+  victim: {command: [sleep, "30"], start: launch, stop: after}
+  waiter: {command: [sleep, "0.3"], start: work}
+schedule: [launch, work, after, collect]
+faults:
+  - {kill: victim, at: {phase: work, after: 60s}}
+""")
+    run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
+    record = read_run(tmp_path / "runs" / "latest")
+    assert (run.returncode, record.status) == (3, "partial"), run.stdout + run.stderr
+    [fault] = record.faults
+    assert fault.done_ns is None and fault.error == "not done, or not reported, before the run ended"
+    [cause] = record.error.causes
+    assert "fault kill: not done" in cause and "victim" in cause
+    assert "fault 0 kill victim" in run.stdout and "not done" in run.stdout  # said live
