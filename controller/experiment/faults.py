@@ -17,7 +17,8 @@ or to the run's, checked with every error at once (file:line:key).
 `at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
 (the step's release: its instant with `release: at`, else when the controller sends it);
 `at: {after: D}` is D after the run's first step. A component fault happens on its
-component's host; a pressure names its host. A pressure is bounded in size and time
+component's host, in a phase its component runs in (from its `start` to its `stop`); a pressure
+names its host. A pressure is bounded in size and time
 (MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
 A partition or heal names two hosts or groups: it is a fault per direction between them, each
 done by the host it leaves (netspec.links' conditions: a partition is put on top of the
@@ -113,6 +114,9 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
             with src.checking():
                 src.error("a fault at collect would hit the run's gathering: give an earlier phase",
                           (*where, "at", "phase"))
+        if kind in COMPONENT_FAULTS and phase in phases:
+            with src.checking():
+                _check_alive(src, components[target], phase, phases, (*where, "at", "phase"))
     for_s = parse_duration(spec["for"]) if "for" in spec else None
     with src.checking():
         _check_length(src, kind, spec, for_s, where)
@@ -132,6 +136,18 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if pairs:  # a fault per direction, done by the host it leaves
         return [msgspec.structs.replace(fault, target=b, host=a) for a, b in pairs]
     return [fault]
+
+
+def _check_alive(src: SourceFile, component: Component, phase: str, phases: list[str], where: Path_) -> None:
+    """A component fault in a phase where its component runs: not before the phase it starts
+    in, nor after the one it is stopped in (the fault would find nothing to do)."""
+    at = phases.index(phase)
+    if at < phases.index(component.start):
+        src.error(f"'{component.name}' starts at phase '{component.start}', after this fault's "
+                  f"phase '{phase}': give '{component.start}' or a later one", where)
+    if component.stop is not None and at > phases.index(component.stop):
+        src.error(f"'{component.name}' is stopped at phase '{component.stop}', before this "
+                  f"fault's phase '{phase}': give '{component.stop}' or an earlier one", where)
 
 
 def _check_length(src: SourceFile, kind: str, spec: dict[str, Any], for_s: float | None,

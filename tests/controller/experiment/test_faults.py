@@ -74,3 +74,23 @@ def test_a_partition_is_a_fault_per_direction_each_done_by_the_host_it_leaves(ex
         load(experiment(ssh.replace("FAULTS", "  - {partition: [a, c], at: {after: 0s}}\n")))
     assert [str(e).partition(": local daemons")[0] for e in err.value.errors] == [
         f"{tmp_path / 'exp.yaml'}:7: faults[0].partition[1]: host 'c' is a local daemon"]
+
+
+def test_a_component_fault_before_its_component_starts_or_after_it_stops_is_refused(experiment, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load(experiment("""\
+experiment: f
+components:
+  server: {command: [sleep, "5"], start: run, stop: drain}
+schedule: [launch, run, drain, after]
+faults:
+  - {kill: server, at: {phase: launch, after: 0s}}
+  - {pause: server, at: {phase: after, after: 1s}, for: 1s}
+  - {kill: server, at: {phase: drain, after: 0s}}
+"""))
+    path = tmp_path / "exp.yaml"
+    assert [str(e) for e in err.value.errors] == [
+        f"{path}:6: faults[0].at.phase: 'server' starts at phase 'run', after this fault's phase "
+        "'launch': give 'run' or a later one",
+        f"{path}:7: faults[1].at.phase: 'server' is stopped at phase 'drain', before this fault's "
+        "phase 'after': give 'drain' or an earlier one"]
