@@ -126,6 +126,11 @@ class ComponentProcess:
         return self.proc is not None
 
     @property
+    def stop_grace(self) -> float:
+        """How long it may sit idle, asked to stop, before SIGKILL: its file's stop_grace."""
+        return STOP_GRACE_S if self.spec.stop_grace_s is None else self.spec.stop_grace_s
+
+    @property
     def channel(self) -> Channel | None:
         """Its channel, once an aware component's process is spawned."""
         return self.link.channel

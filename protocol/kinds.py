@@ -80,6 +80,8 @@ class ComponentSpec(_Map, kw_only=True):
     env: dict[str, str] = {}
     start: str = "launch"
     stop: str | None = None
+    # How long it may sit idle, asked to stop, before SIGKILL; None: the daemon's STOP_GRACE_S.
+    stop_grace_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.name == NODE:

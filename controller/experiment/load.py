@@ -48,6 +48,7 @@ from .sourcefile import Path_, SourceFile, key_name, suggest
 
 BUILTIN_DEADLINES_S = {"launch": 30.0, "sync_clocks": 30.0, "collect": 60.0}
 FLEET_S_PER_COMPONENT = 0.1
+MAX_STOP_GRACE_S = 3600.0  # a component's stop_grace at most
 
 
 def load(path: str | Path) -> Plan:
@@ -319,7 +320,17 @@ def _component(src: SourceFile, name: str, spec: dict[str, Any], hosts: dict[str
     return Component(name, host, program, command,
                      tuple(map(str, spec.get("args", ()))) if program else (),
                      dict(spec.get("params", {})), {k: str(v) for k, v in spec.get("env", {}).items()},
-                     spec.get("start", "launch"), spec.get("stop"))
+                     spec.get("start", "launch"), spec.get("stop"), _stop_grace(src, spec, where))
+
+
+def _stop_grace(src: SourceFile, spec: dict[str, Any], where: Path_) -> float | None:
+    if "stop_grace" not in spec:
+        return None
+    grace = parse_duration(spec["stop_grace"])
+    if grace > MAX_STOP_GRACE_S:
+        src.error(f"{grace:g} s is longer than a stop grace may be ({MAX_STOP_GRACE_S:g} s)",
+                  (*where, "stop_grace"))
+    return grace
 
 
 def _schedule(src: SourceFile, raw: list[Any], names: list[str], hosts: dict[str, Host],

@@ -61,6 +61,7 @@ class Component:
     env: dict[str, str] = field(default_factory=dict)
     start: str = "launch"
     stop: str | None = None
+    stop_grace_s: float | None = None  # the file's stop_grace; None: the daemon's own
 
     @property
     def aware(self) -> bool:
