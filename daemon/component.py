@@ -126,11 +126,6 @@ class ComponentProcess:
         return self.proc is not None
 
     @property
-    def stop_grace(self) -> float:
-        """How long it may sit idle, asked to stop, before SIGKILL: its file's stop_grace."""
-        return STOP_GRACE_S if self.spec.stop_grace_s is None else self.spec.stop_grace_s
-
-    @property
     def channel(self) -> Channel | None:
         """Its channel, once an aware component's process is spawned."""
         return self.link.channel
@@ -286,7 +281,7 @@ class ComponentProcess:
             raise ComponentExited(f"{describe_returncode(code)} and cannot take part")
         return await self.link.enter(phase, params, published, **fields)
 
-    async def stop(self, grace: float = STOP_GRACE_S, deadline: float | None = None) -> dict[str, Any]:
+    async def stop(self, grace: float | None = None, deadline: float | None = None) -> dict[str, Any]:
         """Ask the component to end (STOP message or SIGTERM), then kill what remains.
 
         A component at work on its end (its process exited but not yet reaped, or it or
@@ -301,7 +296,8 @@ class ComponentProcess:
 
         Args:
             grace: how long it may sit idle before SIGKILL; without a deadline, or while
-                in a phase, how long it has in all.
+                in a phase, how long it has in all. None: its file's `stop_grace`, else
+                STOP_GRACE_S.
             deadline: the loop time by which it must have ended, SIGKILL or not: the
                 step's (or the request's). A killed process is ending, however long a
                 loaded machine takes to tell: it is waited for until then (and at least
@@ -317,6 +313,8 @@ class ComponentProcess:
         """
         if not self.started:
             return {}
+        if grace is None:
+            grace = STOP_GRACE_S if self.spec.stop_grace_s is None else self.spec.stop_grace_s
         self.stopping = True
         loop = asyncio.get_running_loop()
         if self.paused and not self.exited.done():

@@ -140,7 +140,7 @@ class Supervisor:
             ack: dict[str, Any] = {"status": m.ACK_OK}
             if spec.aware and comp.started and "collect" in await comp.registered:
                 ack = await comp.call(phase, params, published)
-            info = await comp.stop(grace=comp.stop_grace, deadline=deadline)
+            info = await comp.stop(deadline=deadline)
             # As its Exit event judged it (an end before this stop was not asked for).
             if info and not comp.ended_well and not comp.forced:
                 return {"status": m.ACK_ERROR, "message": describe_returncode(info["returncode"])}
@@ -169,7 +169,7 @@ class Supervisor:
             return {"status": m.ACK_OK if comp.ended_well else m.ACK_ERROR,
                     "message": describe_returncode(info["returncode"])}
         if phase == spec.stop:
-            await comp.stop(grace=comp.stop_grace, deadline=deadline)
+            await comp.stop(deadline=deadline)
             if comp.forced:
                 # Stopped all the same, as asked: worth a warning, not a failed run.
                 return {"status": m.ACK_WARNING, "message": f"killed: {comp.forced_why}"}
