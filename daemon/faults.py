@@ -6,7 +6,8 @@ global timeline with its clock bound) and reported to the controller (`FaultDone
 A component's fault signals its process group and every descendant: kill (SIGKILL) and
 terminate (SIGTERM) mark it ended by the schedule first (its end is then "killed by
 schedule", protocol/exits.py), and their effect is its process seen gone from /proc; restart
-kills it so, then starts it again (a process of its own, its output appended); pause
+kills it so, then starts it again (a process of its own, its output appended); start (and a
+restart of one already ended) starts again one that ended, its effect the instant it runs; pause
 (SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
 runs in processes of its own that carry the run's id (a reset ends them, and the daemon's
 end, however it comes, by their death signal): `workers` busy
@@ -174,11 +175,17 @@ class Faults:
         self.sup.outbox.emit(report)
 
     async def _component(self, request: k.Fault, comp: ComponentProcess, report: k.FaultDone) -> None:
-        if comp.proc is None or comp.exited.done():
-            report.error = f"component {comp.spec.name} was not running " + \
-                ("(not started yet)" if comp.proc is None else f"(it {_end(comp)})")
+        kind = request.fault
+        if comp.proc is None:
+            report.error = f"component {comp.spec.name} was not running (not started yet)"
             return
-        pid, kind = comp.proc.pid, request.fault
+        if kind == "start" or (kind == "restart" and comp.exited.done()):
+            await self._start_again(comp, report)
+            return
+        if comp.exited.done():
+            report.error = f"component {comp.spec.name} was not running (it {_end(comp)})"
+            return
+        pid = comp.proc.pid
         if kind in ("kill", "terminate", "restart"):
             comp.scheduled = True  # its end is this fault's effect (protocol/exits.py)
             sig = signal.SIGTERM if kind == "terminate" else signal.SIGKILL
@@ -198,7 +205,7 @@ class Faults:
             if report.effect_ns is None:
                 report.error = f"not seen to end within {within:g} s of its {sig.name}"
             elif kind == "restart":
-                await self._restart(comp, report)
+                report.ended_ns = await self._restart(comp, report)
             return
         stop = kind == "pause"
         _signal(comp, signal.SIGSTOP if stop else signal.SIGCONT)
@@ -235,24 +242,43 @@ class Faults:
         log.warning("run %s: fault %d: netspecd killed by the schedule", self.sup.run_id, report.index)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    async def _restart(self, comp: ComponentProcess, report: k.FaultDone) -> None:
-        """Start the killed component again; an aware one is waited for until it registers
-        (SEEN_WITHIN_S), and given the logging window if one is open."""
+    async def _start_again(self, comp: ComponentProcess, report: k.FaultDone) -> None:
+        """A `start` (or a `restart` of what had already ended): the component, ended by an
+        earlier fault or by itself, started again; its effect is the instant it runs (an aware
+        one: registered). One running is refused, as is one its stop phase ended: the run's
+        own end of it stands."""
+        assert comp.proc is not None
+        if not comp.exited.done():
+            report.error = f"component {comp.spec.name} is running (pid {comp.proc.pid}): a start is " \
+                           "for one that ended (a restart ends it first)"
+            return
+        if comp.stopping and not comp.scheduled:
+            report.error = f"component {comp.spec.name} was stopped by the run (it {_end(comp)}): " \
+                           "not started again"
+            return
+        report.effect = f"it had ended ({_end(comp)})"
+        report.effect_ns = await self._restart(comp, report)
+
+    async def _restart(self, comp: ComponentProcess, report: k.FaultDone) -> int:
+        """Start the ended component again; an aware one is waited for until it registers
+        (SEEN_WITHIN_S), and given the logging window if one is open. The instant it ran
+        again: its process's start, an aware one's registration."""
         await comp.restart(self.sup.tg)
         assert comp.proc is not None
         self.sup.services.started(comp.spec.name, comp.proc.pid)
-        report.ended_ns = comp.started_ns
+        up_ns = comp.started_ns
         again = f"started again as pid {comp.proc.pid}"
         if comp.spec.aware:
             try:
                 async with asyncio.timeout(SEEN_WITHIN_S):
                     await comp.registered
-                report.ended_ns = time.time_ns()
+                up_ns = time.time_ns()
                 if not self.sup.services.streams.paused:  # in a logging window: it logs too
                     await comp.call(m.START_LOGGING, {}, {}, logging=self.sup.logging_for(comp.spec.name))
             except (TimeoutError, ComponentExited) as exc:
                 report.error = f"{again}, but it did not register within {SEEN_WITHIN_S:g} s ({exc})"
         report.effect = f"{report.effect}; {again}"
+        return up_ns
 
     async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
         """The direction from this host to `rule`'s peer partitioned on top of its conditions

@@ -242,7 +242,7 @@ class Join(Request, tag=JOIN, kw_only=True):
 
 
 FAULT = "fault"  # a fault of the experiment's schedule (controller -> daemon), and its report back
-COMPONENT_FAULTS = ("kill", "terminate", "restart", "pause", "resume")
+COMPONENT_FAULTS = ("kill", "terminate", "restart", "start", "pause", "resume")
 PRESSURE_FAULTS = ("cpu", "memory", "disk")
 LINK_FAULTS = ("partition", "heal")
 DAEMON_FAULTS = ("kill_daemon",)
@@ -251,7 +251,7 @@ FAULT_KINDS = (*COMPONENT_FAULTS, *PRESSURE_FAULTS, *LINK_FAULTS, *DAEMON_FAULTS
 
 class Fault(Request, tag=FAULT, kw_only=True):
     """A fault of the schedule, done on this host at `at_ns` of the reference clock
-    (daemon/faults.py): to `component` (kill, terminate, restart, pause, resume), to the host
+    (daemon/faults.py): to `component` (kill, terminate, restart, start, pause, resume), to the host
     itself (cpu, memory, disk pressure, for `for_s`, of `size` bytes or `workers` busy
     processes; kill_daemon, its daemon killed), or to the direction from this host to `rule`'s
     peer (partition: cut on top of its conditions, for `for_s` if given; heal: that cut
@@ -260,8 +260,8 @@ class Fault(Request, tag=FAULT, kw_only=True):
     `index` is its place in the plan's `faults`; a pause with `for_s` is resumed after it."""
 
     index: Count
-    fault: Literal["kill", "terminate", "restart", "pause", "resume", "cpu", "memory", "disk", "partition",
-                   "heal", "kill_daemon"]
+    fault: Literal["kill", "terminate", "restart", "start", "pause", "resume", "cpu", "memory", "disk",
+                   "partition", "heal", "kill_daemon"]
     at_ns: int
     component: str | None = None
     for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_S)] | None = None

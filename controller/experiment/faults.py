@@ -5,6 +5,8 @@ or to the run's, checked with every error at once (file:line:key).
       - {kill: server, at: {phase: run, after: 2s}}      # SIGKILL to the component's group
       - {terminate: worker, at: {phase: run, after: 1s}} # SIGTERM
       - {restart: worker, at: {phase: run, after: 2s}}   # SIGKILL, then started again
+      - {kill: server, at: {phase: run, after: 2s}}
+      - {start: server, at: {phase: run, after: 4s}}     # started again, once ended
       - {pause: client, at: {phase: run, after: 1s}, for: 500ms}  # SIGSTOP, SIGCONT after `for`
       - {resume: client, at: {phase: run, after: 3s}}    # SIGCONT
       - {cpu: h1, at: {after: 5s}, for: 2s, workers: 2}  # busy processes on the host
@@ -72,15 +74,40 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: d
     faults = []
     names = {c.name: c for c in components}
     phases = [s.phase for s in schedule]
+    indexed: list[tuple[int, PlanFault]] = []
     for i, spec in enumerate(raw):
         where: Path_ = ("faults", i)
         with src.checking():
-            faults += _fault(src, spec, where, hosts, groups, names, phases)
+            made = _fault(src, spec, where, hosts, groups, names, phases)
+            faults += made
+            indexed += [(i, fault) for fault in made]
         if fan_out is not None:
             with src.checking():
                 src.error(f"faults are sent to each host's daemon directly, which a fan-out tree "
                           f"(fan_out: at line {src.line(('fan_out',))}) does not reach: drop one", where)
+    _check_starts(src, indexed, phases)
     return tuple(faults)
+
+
+def _check_starts(src: SourceFile, faults: list[tuple[int, PlanFault]], phases: list[str]) -> None:
+    """A `start` needs its component ended first by the schedule: a kill or terminate of it at
+    an earlier instant (one relative to the run's start and one to a phase's cannot be
+    ordered from the file: taken as earlier). Else it would find its component running."""
+    def before(end: PlanFault, start: PlanFault) -> bool:
+        if (end.phase is None) != (start.phase is None):
+            return True
+        if end.phase is None or start.phase is None:
+            return end.after_s < start.after_s
+        return (phases.index(end.phase), end.after_s) < (phases.index(start.phase), start.after_s)
+    for i, start in faults:
+        if start.kind != "start":
+            continue
+        ends = [end for _, end in faults if end.kind in ("kill", "terminate") and end.target == start.target]
+        if not any(before(end, start) for end in ends):
+            with src.checking():
+                src.error(f"a start of '{start.target}' needs it ended first: no kill or terminate of "
+                          f"'{start.target}' comes before it (a restart kills and starts it in one)",
+                          ("faults", i, "start"))
 
 
 def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],

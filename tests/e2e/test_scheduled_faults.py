@@ -161,3 +161,45 @@ faults:
     [cause] = record.error.causes
     assert "fault kill: not done" in cause and "victim" in cause
     assert "fault 0 kill victim" in run.stdout and "not done" in run.stdout  # said live
+
+
+def test_what_a_kill_ended_a_start_or_a_restart_starts_again(tmp_path):
+    """Once failed with 'was not running': a restart of a component a kill had ended, and no
+    fault could start it again."""
+    path = tmp_path / "again.yaml"
+    path.write_text("""\
+experiment: again
+components:
+  started: {command: "echo up $$; exec sleep 30", start: launch, stop: after}
+  restarted: {command: "echo up $$; exec sleep 30", start: launch, stop: after}
+  running: {command: [sleep, "30"], start: launch, stop: after}
+  waiter: {command: [sleep, "1.5"], start: work}
+schedule: [launch, work, after, collect]
+faults:
+  - {kill: started, at: {phase: work, after: 100ms}}
+  - {start: started, at: {phase: work, after: 600ms}}
+  - {kill: restarted, at: {phase: work, after: 100ms}}
+  - {restart: restarted, at: {phase: work, after: 600ms}}
+  - {kill: running, at: {phase: work, after: 0ms}}
+  - {start: running, at: {phase: work, after: 100ms}}
+  - {start: running, at: {phase: work, after: 300ms}}
+""")
+    run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
+    record = read_run(tmp_path / "runs" / "latest")
+    out = tmp_path / "runs" / "latest" / "hosts" / "local"
+    for name, fault in (("started", record.faults[1]), ("restarted", record.faults[3])):
+        pids = [int(line.split()[1]) for line in (out / name / "stdout").read_text().splitlines()]
+        assert len(pids) == 2 and pids[0] != pids[1], pids
+        assert not fault.error, fault
+        assert fault.effect == f"it had ended (was killed by SIGKILL); started again as pid {pids[1]}", fault
+        # running again after its instant, on the host's clock
+        assert fault.done_ns <= fault.effect_ns < fault.done_ns + LATE_AT_MOST_NS, fault
+        # the second process ended at its stop as any other: the run's end of it, not the kill's
+        assert (record.components[f"local/{name}"].returncode, record.components[f"local/{name}"].scheduled) \
+            == (-15, False)
+    # a start of one running is refused, said, and the run is not ok for it
+    refused = record.faults[6]
+    assert refused.error.startswith("component running is running (pid "), refused
+    assert run.returncode != 0 and record.status == "partial", run.stdout + run.stderr
+    assert any("fault start" in cause and "is running" in cause for cause in record.error.causes), \
+        record.error.causes

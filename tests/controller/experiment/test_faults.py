@@ -45,8 +45,8 @@ def test_every_fault_error_is_said_at_once_naming_the_line_and_key(experiment, t
     assert [str(e) for e in err.value.errors] == [
         f"{path}:7: faults[0].kill: unknown component 'sever' (did you mean 'server'?)",
         f"{path}:8: faults[1].at.phase: unknown phase 'runn' (did you mean 'run'?)",
-        f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, restart, pause, resume, cpu, "
-        "memory, disk, partition, heal, kill_daemon); this gives kill, terminate",
+        f"{path}:9: faults[2]: give exactly one kind of fault (kill, terminate, restart, start, pause, "
+        "resume, cpu, memory, disk, partition, heal, kill_daemon); this gives kill, terminate",
         f"{path}:10: faults[3]: a memory pressure lasts a while: give 'for' (at most 3600 s)",
         f"{path}:10: faults[3].size: 5000000000 bytes: a pressure's size is more than 0 and at most "
         "1073741824 (1 GiB)",
@@ -94,3 +94,20 @@ faults:
         "'launch': give 'run' or a later one",
         f"{path}:7: faults[1].at.phase: 'server' is stopped at phase 'drain', before this fault's "
         "phase 'after': give 'drain' or an earlier one"]
+
+
+def test_a_start_needs_its_component_ended_before_it_by_the_schedule(experiment, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load(experiment(FILE.replace("FAULTS", """\
+  - {start: server, at: {phase: run, after: 1s}}
+  - {kill: server, at: {phase: run, after: 2s}}
+  - {start: server, at: {phase: run, after: 3s}}
+""")))
+    assert [str(e) for e in err.value.errors] == [
+        f"{tmp_path / 'exp.yaml'}:7: faults[0].start: a start of 'server' needs it ended first: no kill "
+        "or terminate of 'server' comes before it (a restart kills and starts it in one)"]
+    plan = load(experiment(FILE.replace("FAULTS", """\
+  - {terminate: server, at: {phase: launch, after: 0s}}
+  - {start: server, at: {phase: run, after: 0s}}
+""")))
+    assert [(f.kind, f.phase) for f in plan.faults] == [("terminate", "launch"), ("start", "run")]
