@@ -300,9 +300,10 @@ async def links(session: Session, request: k.Links) -> k.Reply:
     A condition no backend here can apply is refused, naming the link and what is missing."""
     sup = own_run(session, "set the link conditions of")
     have = await asyncio.to_thread(offer)
-    link_set = sup.services.link_set(request.exclude_tcp, request.exclude_udp)
+    link_set = await asyncio.to_thread(sup.services.link_set, request.exclude_tcp, request.exclude_udp, have)
     if request.check:
         placements = link_set.place(request.rules)
+        await asyncio.to_thread(link_set.prepare, request.rules)  # a fault's cut at its instant has them
         sup.services.probe_links([])  # from launch on, every host of a link takes the audit's probes
         return k.LinksReply(offer=have, placements=placements)
     applied = await asyncio.to_thread(link_set.apply, request.rules)

@@ -23,6 +23,7 @@ at setup, `start_probes` sends to the peers this host has links to.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from netspec.datastream.writer import StreamConfig, StreamInfo
 from netspec.links import Exclude, LinkSet
 from netspec.links.probes import LinkProbes, Target, probe_port
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.links import LinkRule
+from netspec.protocol.links import LinkOffer, LinkRule
 from netspec.protocol.names import as_name
 
 from . import sampler
@@ -68,21 +69,25 @@ class NodeServices:
         self.link_streams = Datastreams()
         self.probes: LinkProbes | None = None
         self.links: LinkSet | None = None
+        self._making_links = threading.Lock()  # asked from worker threads: made once
         self.clock_ports: set[int] = set()  # clksync's server port: its probes are never conditioned
 
-    def link_set(self, tcp: list[int] | None = None, udp: list[int] | None = None) -> LinkSet:
+    def link_set(self, tcp: list[int] | None = None, udp: list[int] | None = None,
+                 have: LinkOffer | None = None) -> LinkSet:
         """The run's link conditions here (made at the first ask: the controller's `links`, or
         a fault's partition), never conditioning netspec's own ports: SSH's and `tcp` (the
         daemons'), clksync's and `udp`; each ask's ports are added to those before, and hold
-        from the next change on."""
+        from the next change on. `have`: what this host offers, else probed (seconds: called
+        off the loop)."""
         exclude = Exclude(tuple(sorted({22, *(tcp or ())})), tuple(sorted({*(udp or ()), *self.clock_ports})))
-        if self.links is None:
-            self.links = LinkSet(self.run_id, self.host, exclude)
-        else:
-            old = self.links.exclude
-            self.links.exclude = Exclude(tuple(sorted({*old.tcp, *exclude.tcp})),
-                                         tuple(sorted({*old.udp, *exclude.udp})))
-        return self.links
+        with self._making_links:
+            if self.links is None:
+                self.links = LinkSet(self.run_id, self.host, exclude, have)
+            else:
+                old = self.links.exclude
+                self.links.exclude = Exclude(tuple(sorted({*old.tcp, *exclude.tcp})),
+                                             tuple(sorted({*old.udp, *exclude.udp})))
+            return self.links
 
     def close_links(self) -> None:
         """Remove every link condition of the run here; what could not be removed is raised."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from netspec.protocol.links import LinkCondition
 
 from . import names
+from .libnft import nft
 from .names import ToolFailed, run
 
 NFT_PRIORITY = -10  # before iptables-nft's filter chains (0): a dropped packet is never queued
@@ -53,23 +54,35 @@ def _ports(ports: tuple[int, ...]) -> str:
     return "{ " + ", ".join(map(str, sorted(set(ports)))) + " }"
 
 
+def _match(address: str) -> str:
+    return f"{'ip6' if ipaddress.ip_address(address).version == 6 else 'ip'} daddr {address}"
+
+
+def through(peer: str) -> str:
+    """The comment of the rule that counts a healed peer's packets through (`nft_counts`' key)."""
+    return f"{peer} through"
+
+
 def nft_script(run_id: str, peers: list[Peer], devices: dict[str, str], exclude: Exclude,
-               exists: bool) -> str:
+               exists: bool, watched: dict[str, str] | None = None) -> str:
     """The run's table as one nft transaction: made (or emptied) and filled, or deleted when
     no peer needs it. A chain per device, at its egress hook: a packet dropped there is lost
     as on a wire (UDP's send does not fail, TCP retransmits), where a drop at the output hook
-    would fail the sender's call (EPERM)."""
+    would fail the sender's call (EPERM). `watched`: healed peers (name -> address, their
+    devices in `devices`) whose packets a rule after the drops counts, so that the first one
+    through after a heal is seen."""
     table = names.table(run_id)
     chains: dict[str, list[str]] = {}
     for peer in peers:
-        family = "ip6" if ipaddress.ip_address(peer.address).version == 6 else "ip"
-        match, note = f"{family} daddr {peer.address}", f'comment "{peer.name}"'
+        match, note = _match(peer.address), f'comment "{peer.name}"'
         if peer.parts.get("partition") == "nftables":
             chains.setdefault(devices[peer.name], []).append(f"{match} counter drop {note}")
         elif peer.parts.get("loss") == "nftables":
             below = round(peer.condition.loss_pct / 100 * LOSS_SCALE)
             chains.setdefault(devices[peer.name], []).append(
                 f"{match} numgen random mod {LOSS_SCALE} < {below} counter drop {note}")
+    for name, address in sorted((watched or {}).items()):
+        chains.setdefault(devices[name], []).append(f'{_match(address)} counter comment "{through(name)}"')
     head = f"table netdev {table}\ndelete table netdev {table}\n" if exists else ""
     if not chains:
         return head
@@ -85,8 +98,8 @@ def nft_script(run_id: str, peers: list[Peer], devices: dict[str, str], exclude:
 
 
 def nft_run(script: str) -> None:
-    """One nft transaction (`nft -f -`, one process): all of it in effect at once, or none."""
-    run(["nft", "-f", "-"], stdin=script)
+    """One nft transaction: all of it in effect at once, or none (in this process: libnft.py)."""
+    nft(script)
 
 
 def nft_needed(peers: list[Peer]) -> bool:
@@ -106,7 +119,7 @@ def nft_apply(run_id: str, peers: list[Peer], devices: dict[str, str], exclude: 
 def nft_counts(run_id: str) -> dict[str, int]:
     """Packets each peer's rules dropped, by peer name."""
     try:
-        listed = json.loads(run(["nft", "-j", "list", "table", "netdev", names.table(run_id)]))
+        listed = json.loads(nft(f"list table netdev {names.table(run_id)}", json=True))
     except (ToolFailed, ValueError):
         return {}
     counts: dict[str, int] = {}

@@ -14,7 +14,7 @@ import msgspec
 from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
 from netspec.protocol.names import NAME
 
-from . import kernel, names
+from . import kernel, libnft, names
 from .kernel import Exclude, Peer
 from .names import ToolFailed
 from .nfqueue import QueueError, UserPath
@@ -123,7 +123,9 @@ class LinkSet:
         self.placed: dict[str, dict[str, str]] = {}
         self.cuts: dict[str, tuple[str, dict[str, str]]] = {}  # partitioned on top: address, placement
         self._cut_drops: dict[str, int] = {}  # a cut peer's user-space drops before its cut
+        self.watched: dict[str, str] = {}  # healed peers (-> address) whose first packet through is counted
         self._devices: dict[str, str] = {}  # peer -> its device, for those with an htb class
+        self._routes: dict[str, str] = {}  # address -> the device toward it, as first looked up
         self._shaped: set[str] = set()  # devices with the run's htb tree
         self._batches: dict[str, str] = {}  # each one's tree as installed
         self._queued: list[str] = []  # the iptables chain's rules as installed
@@ -162,6 +164,22 @@ class LinkSet:
             raise Refused(self.host, missing)
         return placed
 
+    def prepare(self, rules: list[LinkRule]) -> None:
+        """Look up now the device toward each rule's peer (`ip route get`, a process: 3-4 ms),
+        which a change at an instant (a fault's partition) would otherwise spend first. A peer
+        with no route is left for the change to say so. nftables' library is loaded too."""
+        libnft.load()
+        for rule in rules:
+            try:
+                self._device(rule.address)
+            except ToolFailed:
+                continue
+
+    def _device(self, address: str) -> str:
+        if address not in self._routes:
+            self._routes[address] = kernel.device_to(address)
+        return self._routes[address]
+
     def apply(self, rules: list[LinkRule]) -> Applied:
         """Put `rules` in effect (each replaces its peer's condition; an empty one clears it).
 
@@ -199,6 +217,7 @@ class LinkSet:
             if self.closed:
                 raise ToolFailed(f"run {self.run_id}: its link conditions were removed (the run ended)")
             for peer, address in peers.items():
+                self.watched.pop(peer, None)
                 if on:
                     self.cuts[peer] = (address, parts)
                     counts = self._user.counters(address) if self._user is not None else None
@@ -206,6 +225,8 @@ class LinkSet:
                 else:
                     self.cuts.pop(peer, None)
                     self._cut_drops.pop(peer, None)
+                    if self.have.nftables:  # its first packet through counted (`through`)
+                        self.watched[peer] = address
             began, applied = self._install(dict(peers))
             return Applied(began, applied, {p: Backends(parts=parts) for p in peers})  # type: ignore[arg-type]
 
@@ -234,8 +255,9 @@ class LinkSet:
         # The user-space path first: its queue is bound before any rule sends packets to it.
         if self._user is None and any("user" in p.parts.values() for p in peers):
             self._user = UserPath(names.queue(self.run_id), names.mark(self.run_id))
-        devices = {p.name: self._devices.get(p.name) or kernel.device_to(p.address) for p in peers}
-        script = kernel.nft_script(self.run_id, peers, devices, self.exclude, self._nft)
+        devices = {p.name: self._devices.get(p.name) or self._device(p.address) for p in peers}
+        watched = {**devices, **{name: self._device(address) for name, address in self.watched.items()}}
+        script = kernel.nft_script(self.run_id, peers, watched, self.exclude, self._nft, self.watched)
         queue = names.queue(self.run_id)
         queued = kernel.iptables_rules(self.run_id, peers, self.exclude, queue, names.mark(self.run_id))
         shaped = [p for p in peers if {"htb", "netem"} & set(p.parts.values())]
@@ -257,7 +279,7 @@ class LinkSet:
                 self._user.set(address, None if peer is None else _on_user(peer.condition, peer.parts))
         if script:
             kernel.nft_run(script)
-        self._nft = kernel.nft_needed(peers)
+        self._nft = kernel.nft_needed(peers) or bool(self.watched)
         if queued != self._queued or not self._iptables:  # unchanged: not installed again
             self._iptables = kernel.iptables_apply(self.run_id, queued, self._iptables)
             self._queued = queued
@@ -284,6 +306,22 @@ class LinkSet:
             counts = user.counters(address) if user is not None else None
             return 0 if counts is None else max(0, counts.dropped - before)
         return kernel.nft_counts(self.run_id).get(peer, 0)
+
+    def through(self, peer: str) -> int:
+        """Packets toward healed `peer` that went out since its heal (0: none yet, or not
+        watched: no nftables here), by the counting rule after its drops."""
+        with self._lock:
+            if peer not in self.watched:
+                return 0
+        return kernel.nft_counts(self.run_id).get(kernel.through(peer), 0)
+
+    def unwatch(self, peer: str) -> None:
+        """Stop counting healed `peer`'s packets (its first one through was seen, or looked
+        for long enough)."""
+        with self._lock:
+            if self.closed or self.watched.pop(peer, None) is None:
+                return
+            self._install({})
 
     def stats(self) -> LinkStats:
         """The backends' counters now, per peer conditioned (the user-space path's, the nftables

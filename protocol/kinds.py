@@ -469,7 +469,10 @@ class FaultDone(Event, tag=FAULT, kw_only=True):
     `offset_ns` +- `bound_ns` from the reference; `unsynchronised`: taken as it was), when it
     was done and how late the request came for it, the effect the daemon observed and when
     (a killed component's exit, a paused process seen stopped in /proc), what a pressure
-    measured (`measured`: cpu_s, rss_bytes, written_bytes), and what went wrong (`error`)."""
+    measured (`measured`: cpu_s, rss_bytes, written_bytes), and what went wrong (`error`).
+    A fault that lasts (a timed pause or partition, a pressure, a partition's or heal's look
+    for its first packet) is reported once done and again at its end: `final` only then;
+    `through_ns`: a timed partition's first packet through after its end."""
 
     index: Count
     kind: str
@@ -483,8 +486,10 @@ class FaultDone(Event, tag=FAULT, kw_only=True):
     effect: str = ""
     effect_ns: int | None = None
     ended_ns: int | None = None  # a pressure's (or a timed pause's) end
+    through_ns: int | None = None
     measured: dict[str, float] = {}
     error: str = ""
+    final: bool = True
 
 
 EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks | FaultDone

@@ -263,8 +263,11 @@ class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     the plan, +- `bound_ns`: its host's clock bound; `unsynchronised`: that host had no clock
     estimate, the instant was taken on its own clock), the effect its daemon observed and
     when (`effect_ns`, `effect_after_ns` after the fault was done, on that host's clock alone:
-    no bound between them), a pressure's or a timed pause's end, what a pressure measured,
-    and what went wrong (`error`: not done, or no effect seen)."""
+    no bound between them; a partition's: its first packet dropped, a heal's: its first
+    through), a pressure's or a timed pause's or partition's end (`ended_ns`; `through_ns`:
+    that partition's first packet through after it), what a pressure measured, and what went
+    wrong (`error`: not done, or no effect seen). `unfinished`: its host's last report did not
+    come (the run ended while the fault still lasted, or looked for its effect)."""
 
     index: int
     kind: str
@@ -281,8 +284,10 @@ class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     effect_ns: int | None = None
     effect_after_ns: int | None = None
     ended_ns: int | None = None
+    through_ns: int | None = None
     measured: dict[str, float] = {}
     error: str = ""
+    unfinished: bool = False
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

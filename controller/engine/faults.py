@@ -35,7 +35,8 @@ class Faults:
     """The run's fault schedule. Lifecycle: made with the run; `tg` set to the run's task
     group when it starts (each fault's request is a task of it, bounded by SEND_DEADLINE_S);
     `phase_started` at each step's start; `done` for each report a host sends; `settle` as
-    the run ends: a fault never done says why in its record and makes the run partial."""
+    the run ends: a fault never done says why in its record and makes the run partial; one
+    done whose end was not reported (it lasted past the run) is said again."""
 
     def __init__(self, plan: Plan, fleet: Fleet, record: RunRecord, progress: ProgressSink,
                  trouble: Callable[[str, str, str, str], None]):
@@ -99,14 +100,16 @@ class Faults:
             return None if local is None else local - offset
         said.done_ns, said.effect_ns, said.ended_ns = placed(report.done_ns), placed(report.effect_ns), \
             placed(report.ended_ns)
+        said.through_ns, said.unfinished = placed(report.through_ns), not report.final
         said.bound_ns, said.unsynchronised = report.bound_ns, report.unsynchronised
         if said.done_ns is not None and said.planned_ns is not None:
             said.late_ns = said.done_ns - said.planned_ns
         if report.effect_ns is not None and report.done_ns is not None:
             said.effect_after_ns = report.effect_ns - report.done_ns
         said.effect, said.measured, said.error = report.effect, dict(report.measured), report.error
-        self.progress(Progress("notice", host=host, text=fault_line(said)))
-        if report.error:
+        if report.final:  # a lasting fault's first report is recorded, said once it ends (or at settle)
+            self.progress(Progress("notice", host=host, text=fault_line(said)))
+        if report.error and report.final:
             self.trouble(said.phase or "run", host, said.target, f"fault {said.kind}: {report.error}")
 
     def lost(self, host: str) -> bool:
@@ -140,6 +143,8 @@ class Faults:
             if said.done_ns is None and not said.error:
                 self._failed(said.index, "not done: its phase never started" if said.planned_ns is None
                              else "not done, or not reported, before the run ended")
+            elif said.unfinished:  # done, but it lasted (or looked for its effect) past the run
+                self.progress(Progress("notice", host=said.host, text=fault_line(said)))
 
 
 def fault_line(said: FaultRecord) -> str:
@@ -153,8 +158,11 @@ def fault_line(said: FaultRecord) -> str:
     late = f"done {_ms(said.late_ns)} after its instant{bound}" if said.late_ns is not None else "done"
     effect = f"; {said.effect}" if said.effect else ""
     after = f", {_ms(said.effect_after_ns)} after it" if said.effect_after_ns is not None else ""
+    if said.ended_ns is not None and said.through_ns is not None:
+        after += f"; ended, a first packet through {_ms(said.through_ns - said.ended_ns)} after"
     error = f"; {said.error}" if said.error else ""
-    return f"{head}: {late}{effect}{after}{error}"
+    lasting = "; the run ended before its effect or its end was reported" if said.unfinished else ""
+    return f"{head}: {late}{effect}{after}{error}{lasting}"
 
 
 def fault_lines(record: RunRecord) -> list[str]:
