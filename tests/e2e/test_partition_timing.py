@@ -1,0 +1,85 @@
+"""A partition between two namespaced hosts that no `links:` rule names, done and healed at
+its instants, against what the machine delivered: host a sends b a numbered datagram every
+millisecond, b stamps each arrival; the gaps in b's arrivals are the partitions as the wire
+saw them (the namespaces share one clock). Once, such a partition landed 9-24 ms late (each
+change ran `nft`, 7 ms to start, and looked up its route), a heal's first packet through
+was not looked for, and a partition still looking for its first drop when the run ended was
+recorded as not done, the run partial."""
+
+import statistics
+
+import pytest
+from netspec.protocol.runrecord import read_run
+from support import ns_control
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
+
+SENDER = ("import socket, sys, time\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\n"
+          "end, n = time.monotonic() + 3.2, 0\\nwhile time.monotonic() < end:\\n"
+          "    s.sendto(str(n).encode(), (sys.argv[1], 9400)); n += 1; time.sleep(0.001)")
+RECEIVER = ("import socket, time\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\n"
+            "s.bind(('0.0.0.0', 9400)); s.settimeout(4.0)\\nwhile True:\\n"
+            "    try: s.recv(64)\\n    except TimeoutError: break\\n"
+            "    print(time.time_ns(), flush=True)")
+LATE_MEDIAN_NS = 10_000_000  # the issue's bound: in effect within 10 ms of its instant
+LATE_AT_MOST_NS = 60_000_000  # any one of them, on a loaded 2-core machine
+SEND_GAP_NS = 30_000_000  # the sender's pauses between datagrams, under load, are shorter
+READ_LAG_NS = 5_000_000  # b stamps a datagram when its receiver reads it, not when it crossed
+
+
+def test_a_partition_without_a_link_rule_holds_from_its_instant_to_its_heal(ssh_env, tmp_path):
+    a, b = ssh_env[0], ssh_env[1]
+    path = tmp_path / "partition.yaml"
+    path.write_text(f"""\
+experiment: partition-timing
+hosts:
+  a: {{ssh: {a.alias}, accept_new_host_key: true}}
+  b: {{ssh: {b.alias}, accept_new_host_key: true}}
+components:
+  receiver: {{host: b, command: [python3, -c, "{RECEIVER}"], start: launch, stop: collect}}
+  sender: {{host: a, command: [python3, -c, "{SENDER}", {b.address}], start: work}}
+schedule: [launch, sync_clocks, work, collect]
+faults:
+  - {{partition: [a, b], at: {{phase: work, after: 500ms}}, for: 400ms}}
+  - {{partition: [a, b], at: {{phase: work, after: 1500ms}}}}
+  - {{heal: [a, b], at: {{phase: work, after: 2s}}}}
+  - {{partition: [a, b], at: {{phase: work, after: 2800ms}}}}
+""")
+    run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
+    record = read_run(tmp_path / "runs" / "latest")
+    assert run.returncode == 0 and record.status == "ok", run.stdout + run.stderr
+    on_a, on_b = ([f for f in record.faults if f.host == host] for host in ("a", "b"))  # in the file's order
+    for fault in record.faults:
+        assert not fault.error and fault.late_ns is not None, fault
+    late = [f.late_ns for f in record.faults]
+    assert statistics.median(late) < LATE_MEDIAN_NS and max(late) < LATE_AT_MOST_NS, record.faults
+    arrivals = [int(line) for line in (tmp_path / "runs" / "latest" / "hosts" / "b" / "receiver" / "stdout")
+                .read_text().split()]
+    gaps = [(arrivals[i - 1], arrivals[i]) for i in range(1, len(arrivals))
+            if arrivals[i] - arrivals[i - 1] > 100_000_000]
+    # a -> b's partitions as the wire saw them: a gap in b's arrivals from each partition's
+    # instant of effect to its end (its `for`, its heal), and none elsewhere
+    timed, open_, heal, _ = on_a
+    windows = [(timed.done_ns, timed.ended_ns), (open_.done_ns, heal.done_ns)]
+    # a heal is in effect from its nft commit's start: its done_ns less the commit's time
+    lifting = [clock_bound(record) + int(f.measured["apply_s"] * 1e9) for f in (timed, heal)]
+    assert len(gaps) == 2, (gaps, windows)
+    for (before, after), (cut, healed), lift in zip(gaps, windows, lifting, strict=True):
+        assert cut - SEND_GAP_NS < before <= cut + clock_bound(record) + READ_LAG_NS, (before, cut)
+        assert healed - lift <= after < healed + SEND_GAP_NS, (after, healed, lift)
+    # each effect as its rule's counter saw it: the first drop after the cut, the first
+    # packet through after the heal (and after a timed partition's end)
+    assert timed.done_ns <= timed.effect_ns < timed.done_ns + SEND_GAP_NS, timed
+    assert timed.ended_ns <= timed.through_ns < timed.ended_ns + SEND_GAP_NS, timed
+    assert heal.done_ns <= heal.effect_ns < heal.done_ns + SEND_GAP_NS, heal
+    assert "first packet through" in heal.effect, heal
+    # The last partition was still looking for its first drop (b -> a: nothing sent) as the
+    # run ended: done, on time, its look unfinished, and the run ok.
+    assert on_b[-1].unfinished and on_b[-1].done_ns is not None, on_b[-1]
+    assert "the run ended before its effect or its end was reported" in run.stdout
+
+
+def clock_bound(record) -> int:
+    """b's clock against a's (the reference): its bound."""
+    clock = record.hosts["b"].clock
+    return clock.bound_ns if clock is not None else 0
