@@ -60,6 +60,12 @@ log = logging.getLogger("netspecd")
 FAULT_STREAM = "faults"
 SEEN_WITHIN_S = 2.0  # how long an effect (an exit, a state in /proc) is looked for
 LOOKERS = 8  # effects looked for at once, each in a thread of its own
+# A fault's last WAIT_THREAD_S before its instant are slept in a thread of the faults' own
+# (daemon/release.py), at most WAITERS at once. In the loop's default pool, with the 1 s a
+# step's release sleeps there, a dozen faults within a second filled its 6 threads, and a
+# partition's nft change queued behind the sleeps of later faults: 0.5-1.1 s late.
+WAIT_THREAD_S = 0.05
+WAITERS = 16
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
 PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
@@ -112,8 +118,12 @@ class Faults:
         self.pids: set[int] = set()  # pressures' processes still running
         self.streams: Datastreams | None = None
         self.stream_closed = False  # at collect: a fault done after is reported, not logged
-        # Where effects are looked for in /proc, each for SEEN_WITHIN_S at most: shut at `close`.
+        # Shut at `close`: where effects are looked for in /proc, each for SEEN_WITHIN_S at
+        # most; where faults sleep until their instants; where the link set is changed and its
+        # counters read, one thread, so in the order the faults came to it.
         self.pool = ThreadPoolExecutor(max_workers=LOOKERS, thread_name_prefix="netspecd-faults")
+        self.waits = ThreadPoolExecutor(max_workers=WAITERS, thread_name_prefix="netspecd-fault-waits")
+        self.links = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netspecd-fault-links")
         self.directory = sup.root / "faults"
 
     def schedule(self, request: k.Fault) -> None:
@@ -143,7 +153,8 @@ class Faults:
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
-        self.pool.shutdown(wait=False, cancel_futures=True)  # a look still going ends by its bound
+        for pool in (self.pool, self.waits, self.links):  # a look or a wait still going ends by its bound
+            pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.directory, ignore_errors=True)
         self.close_stream()
 
@@ -155,7 +166,7 @@ class Faults:
                              offset_ns=None if est is None else est.offset_ns,
                              bound_ns=said.get("bound_ns"), unsynchronised=said.get("unsynchronised", False),
                              missed_ns=said["missed_ns"])
-        await release.wait_until(at)
+        await release.wait_until(at, WAIT_THREAD_S, self.waits)
         report.done_ns = time.time_ns()
         try:
             if request.component is not None:
@@ -232,8 +243,8 @@ class Faults:
                 report.ended_ns = await self._look(pid, _running, SEEN_WITHIN_S)
 
     async def _look(self, pid: int, wanted: Any, within: float) -> int | None:
-        """`_seen` in a thread of the faults' own pool: its polls never hold up the loop's
-        default pool, where each fault waits for its instant (daemon/release.py)."""
+        """`_seen` in a thread of the faults' own pool: its polls hold up no fault's wait
+        for its instant, nor a change of the links."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, _seen, pid, wanted, within)
 
     async def _kill_daemon(self, report: k.FaultDone) -> None:
@@ -297,9 +308,9 @@ class Faults:
         timed partition's end's, `through_ns`) the first packet out toward the peer after it:
         each looked for every COUNT_EVERY_S (a read of the rule's counter, in this process)
         for SEEN_WITHIN_S at most."""
-        links = await asyncio.to_thread(self.sup.services.link_set, request.exclude_tcp, request.exclude_udp)
+        links = await self._in_links(self.sup.services.link_set, request.exclude_tcp, request.exclude_udp)
         peers = {rule.peer: rule.address}
-        applied = await asyncio.to_thread(links.cut, peers, request.fault == "partition")
+        applied = await self._in_links(links.cut, peers, request.fault == "partition")
         report.done_ns = applied.applied_ns
         report.measured = {"apply_s": (applied.applied_ns - applied.began_ns) / 1e9}
         self._so_far(report)
@@ -307,7 +318,7 @@ class Faults:
             report.effect_ns = await self._first(links.through, rule.peer, SEEN_WITHIN_S)
             report.effect = f"toward {rule.peer}: partition lifted; " + (
                 "a first packet through" if report.effect_ns else f"no packet out within {SEEN_WITHIN_S:g} s")
-            await asyncio.to_thread(links.unwatch, rule.peer)
+            await self._in_links(links.unwatch, rule.peer)
             return
         look = min(SEEN_WITHIN_S, request.for_s) if request.for_s is not None else SEEN_WITHIN_S
         report.effect_ns = await self._first(links.partitioned, rule.peer, look)
@@ -315,18 +326,21 @@ class Faults:
                          else f"toward {rule.peer}: no packet dropped within {look:g} s")
         if request.for_s is not None:
             await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
-            healed = await asyncio.to_thread(links.cut, peers, False)
+            healed = await self._in_links(links.cut, peers, False)
             report.ended_ns = healed.applied_ns
             self._so_far(report)
             report.through_ns = await self._first(links.through, rule.peer, SEEN_WITHIN_S)
-            await asyncio.to_thread(links.unwatch, rule.peer)
+            await self._in_links(links.unwatch, rule.peer)
+
+    async def _in_links(self, call: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.links, call, *args)
 
     async def _first(self, count: Any, peer: str, within: float) -> int | None:
         """When `count(peer)` (a rule's packet counter) was first seen above 0, read every
         COUNT_EVERY_S for `within` seconds; None if never."""
         until = time.monotonic() + within
         while time.monotonic() < until:
-            if await asyncio.to_thread(count, peer):
+            if await self._in_links(count, peer):
                 return time.time_ns()
             await asyncio.sleep(COUNT_EVERY_S)
         return None

@@ -8,6 +8,7 @@ import asyncio
 import ctypes
 import os
 import time
+from concurrent.futures import Executor
 from typing import Any
 
 from netspec.clksync.node import ClockService
@@ -47,18 +48,21 @@ async def prepare() -> None:
     await asyncio.to_thread(time.time_ns)
 
 
-async def wait_until(at_ns: int) -> tuple[int, bool]:
+async def wait_until(at_ns: int, thread_s: float = THREAD_WAIT_S,
+                     executor: Executor | None = None) -> tuple[int, bool]:
     """Wait until `at_ns` on this host's clock (at once if it passed); the instant the
-    phase starts, and whether real-time priority was refused to the wait (no CAP_SYS_NICE)."""
+    phase starts, and whether real-time priority was refused to the wait (no CAP_SYS_NICE).
+    Its last `thread_s` are slept in a thread of `executor` (the loop's default pool if
+    None), which that thread holds until the instant."""
     delay = (at_ns - time.time_ns()) / 1e9
-    if delay > THREAD_WAIT_S:
-        await asyncio.sleep(delay - THREAD_WAIT_S)
+    if delay > thread_s:
+        await asyncio.sleep(delay - thread_s)
     # The rest is waited in a thread that sleeps at real-time priority where it may. Every
     # daemon of a fleet wakes at once; on a machine with fewer cores than daemons, the first
     # to wake would hold the cores with the step's work while the rest wait to run their
     # loops, and to wake. Asleep, the thread costs nothing; awake, it takes its stamp ahead
     # of every ordinary process and steps down.
-    return await asyncio.to_thread(_sleep_until, at_ns)
+    return await asyncio.get_running_loop().run_in_executor(executor, _sleep_until, at_ns)
 
 
 def _sleep_until(at_ns: int) -> tuple[int, bool]:

@@ -8,6 +8,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,43 @@ def test_an_aware_component_has_its_end_of_a_socketpair_and_the_daemon_keeps_onl
                 await spawned.proc.wait()
 
     assert asyncio.run(scenario()) == (0, b"")
+
+
+DAEMON = """
+import asyncio, sys
+from pathlib import Path
+from netspec.daemon.spawn import spawn
+from netspec.protocol.kinds import ComponentSpec
+SCRIPT = 'trap "echo TERM > got; exit 0" TERM; echo $0 > argv0; sleep 30 & wait'
+async def main():
+    spawned = await spawn(ComponentSpec(name="left", argv=["sh", "-c", SCRIPT]), sys.argv[1],
+                          Path(sys.argv[2]), Path(sys.argv[2]), {})
+    print(spawned.proc.pid, flush=True)
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+def test_a_component_gets_sigterm_when_its_daemon_dies_and_keeps_its_argv(tmp_path: Path) -> None:
+    """Its death signal, set before its program runs (setpriv, or a function before exec
+    where the host has none), outlives the exec: the daemon's SIGKILL is its SIGTERM."""
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON, RUN, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True)
+    pid = None
+    try:
+        pid = int(daemon.stdout.readline())
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "argv0").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon.kill()
+        while not (tmp_path / "got").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (tmp_path / "got").read_text() == "TERM\n", pid
+        assert (tmp_path / "argv0").read_text() == "sh\n"
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+        daemon.stdout.close()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

@@ -56,6 +56,7 @@ SMALLEST: dict[str, tuple[list[str], list[Callable[[], str | None]]]] = {
     "containers.py": (["--counts", "1", "--steps", "2", "--deadline", "120"], [docker_engine]),
     "events.py": (["--calls", "1000", "--repeat", "1"], []),
     "faults.py": (["--trials", "1", "--kinds", "component"], [root]),
+    "faulttiming.py": (["--runs", "1", "--rounds", "1"], [root, namespaced_hosts]),
     "fleet1000.py": (["--hosts", "2", "--timeout", "300"], []),
     "fleet.py": (["--hosts", "2", "--steps", "5", "--fan-out", "2"], [namespaced_hosts]),
     "fuzz.py": (["--seconds", "4", "--frames", "10", "--actions", "10", "--inputs", "10", "--idle", "2",
