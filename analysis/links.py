@@ -42,6 +42,7 @@ from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
 
 from . import linktcp
+from .faults import fault_end
 
 GUARD_NS = 20_000_000
 Z95 = 1.959963984540054
@@ -445,12 +446,9 @@ def configured_links(record: RunRecord) -> Configured:
     for fault in record.faults:
         if fault.kind != "partition" or fault.done_ns is None:
             continue
-        ended = fault.ended_ns
-        if ended is None:  # no `for`: until a heal of the same direction done after it
-            ended = min((h.done_ns for h in record.faults if h.kind == "heal" and h.done_ns is not None
-                         and (h.host, h.target) == (fault.host, fault.target) and h.done_ns >= fault.done_ns),
-                        default=None)
-        cuts.setdefault((fault.host, fault.target), []).append((fault.index, fault.done_ns, ended))
+        end = fault_end(record.faults, fault)  # its `for`'s, or a heal of the same direction after it
+        cuts.setdefault((fault.host, fault.target), []).append(
+            (fault.index, fault.done_ns, end.at_ns if end is not None else None))
     placed: dict[tuple[str, str], dict[str, str]] = {}
     for host, said in record.hosts.items():
         if said.links is not None:

@@ -37,6 +37,7 @@ from netspec.protocol.runplan import PlanPair
 from netspec.protocol.runrecord import MERGED, RunRecord, Step, read_run
 
 from .derive import Workload, camp_on_one_kernel, camp_warnings, shared_kernel_text, write_derived
+from .faults import write_faults
 from .graph import run_graph
 from .links import configured_links, write_links
 from .links import lines as link_lines
@@ -98,6 +99,7 @@ class ResultSet:
     samples: int = 0
     intervals: int = 0
     operations: int = 0
+    faults: int = 0
     warnings: list[str] = field(default_factory=list)
     causality: list[Causality] = field(default_factory=list)
     pairs: list[PairCounts] = field(default_factory=list)  # what each pair matched and left unmatched
@@ -117,8 +119,9 @@ class ResultSet:
 # summary.json's `files` (what the merge wrote, which the next removes first) and its pairs'
 # `tags_with_several_ends` (was `several_ends`). Within 5: summary.json's `starved` (a set
 # without it starved nothing that was measured); 6: operations.parquet (analysis/operations.py),
-# summary.json's `operations`, a histogram row's data with its spec.
-RESULT_FORMAT = 6
+# summary.json's `operations`, a histogram row's data with its spec; 7: faults.parquet
+# (analysis/faults.py), summary.json's `faults`.
+RESULT_FORMAT = 7
 
 
 SUMMARY = "summary.json"
@@ -146,6 +149,7 @@ class Summary(msgspec.Struct):
     files: list[str] = []
     starved: list[dict[str, Any]] = []
     operations: int = 0  # operations.parquet's rows
+    faults: int = 0  # faults.parquet's rows
 
 
 def read_summary(merged: Path) -> Summary | None:
@@ -222,6 +226,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.shared_kernel = camp_on_one_kernel(db, shared_kernels(host_facts(run, record.hosts)))
     result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
+    result.faults = write_faults(db, out / "faults.parquet", record, result.operations > 0)
     result.starved = starved(db)
     result.warnings += [s.text() for s in result.starved]
     result.links = link_lines(db)
@@ -246,7 +251,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
                       result.warnings, [asdict(c) for c in result.causality],
                       [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
                       [w.row() for w in result.workloads], result.shared_kernel, result.files,
-                      [s.row() for s in result.starved], result.operations)
+                      [s.row() for s in result.starved], result.operations, result.faults)
     _write_summary(out, summary)
     return result
 

@@ -409,12 +409,19 @@ class Faults:
 
     def _log(self, report: k.FaultDone) -> None:
         """The fault in this host's `faults` stream (opened at the run's first fault), at
-        the instant it was done."""
+        the instant it was done, and its effect, end and first packet through after it at
+        theirs."""
         if self.stream_closed:
             return
         if self.streams is None:
             self.streams = Datastreams()
             self._event = self.streams.event("FAULTS", "fault", "a fault of the schedule, done on this host")
+            self._instants = {
+                "effect": self.streams.event("FAULTS", "effect", "a fault's effect seen on this host"),
+                "ended": self.streams.event("FAULTS", "ended", "a lasting fault's end: a timed partition's "
+                                            "or pause's, a pressure's, a restart's start again"),
+                "through": self.streams.event("FAULTS", "through", "a timed partition's first packet "
+                                              "through after its end")}
             info = StreamInfo(self.sup.services.directory, run=self.sup.run_id, host=self.sup.host,
                               component=FAULT_STREAM)
             self.streams.start([StreamConfig(FAULT_STREAM, enable=("FAULTS",))], info, exit_hooks=False)
@@ -424,6 +431,12 @@ class Faults:
             return done if done is not None else time.time_ns()
         self._event.log(report.index, {"kind": report.kind, "target": report.target, "effect": report.effect,
                                        "effect_ns": report.effect_ns, "error": report.error}, at_done)
+        # its later instants, each an event of its own on the timeline (with its bound there)
+        later = (("effect", report.effect_ns), ("ended", report.ended_ns), ("through", report.through_ns))
+        for name, at in later:
+            if at is not None:
+                self._instants[name].log(report.index, {"kind": report.kind, "target": report.target},
+                                         lambda at=at: at)
 
 
 def _signal(comp: ComponentProcess, sig: signal.Signals) -> None:

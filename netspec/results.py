@@ -26,6 +26,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from netspec.analysis.faults import Recovery, recoveries
 from netspec.analysis.histograms import MergedHistogram, merged_histograms
 from netspec.analysis.operations import OperationFigures
 from netspec.analysis.phases import SPANS_SQL, phase_operations
@@ -40,8 +41,8 @@ from netspec.protocol.runrecord import MERGED, RunError, RunRecord, read_run
 from netspec.protocol.runstep import Entry, Step
 
 __all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "MergedHistogram", "NetspecError",
-           "OperationFigures", "Participant", "Point", "Run", "RunError", "RunOutcome", "RunRecord", "Step",
-           "Tables", "open_campaign", "open_run"]
+           "OperationFigures", "Participant", "Point", "Recovery", "Run", "RunError", "RunOutcome",
+           "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
@@ -101,6 +102,14 @@ class Tables:
         `no_success_ns` (the longest time without a success), `failed_in_a_row`, and the
         pacer's lag (`lag_p99_ns`, `lag_max_ns`, `late`). The rows: the `operations` table."""
         return tuple(phase_operations(self.db))
+
+    def recoveries(self) -> tuple[Recovery, ...]:
+        """Each fault of the schedule against the operations, as `ns_control report` gives
+        them: `recovery_ns`, from when it was done to the first success of an operation asked
+        after it, and `recovery_after_end_ns`, from its end (`end_ns`, the fault `ended_by`
+        where another ended it); None where there was none. Empty without faults or
+        operations. The rows: the `faults` table."""
+        return tuple(recoveries(self.db))
 
     def histograms(self) -> tuple[MergedHistogram, ...]:
         """Each step's log histograms (nodelib.histogram with `relative_error`), every host's

@@ -154,7 +154,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             table[path.name] = run_metrics(path / MERGED)
         if len(table) < len(paths):
             raise NetspecError("the same run is named twice")
+        from netspec.analysis.faults import recovery_lines
         from netspec.analysis.links import merged_lines
+        from netspec.analysis.resultset import open_tables
 
         audits = []  # each run's link audit (analysis/links.py), for a run with links:
         for path in paths:
@@ -162,6 +164,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             audits += [f"{path.name}:", *said] if said else []
         # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]
+        for path in paths:  # and each fault's recovery, from the operations (analysis/faults.py)
+            with open_tables(path / MERGED) as db:
+                faults += recovery_lines(db)
         per_phase = [line for path in paths
                      for line in run_phase_lines(path / MERGED, path.name, read_run(path).host_names)]
         print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])

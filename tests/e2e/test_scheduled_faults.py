@@ -108,6 +108,14 @@ def test_scheduled_faults_are_done_at_their_instants_with_the_effects_the_machin
     # on the reference host, its stream's own clock is the global timeline's
     assert {r.tag: r.ts for r in records[0] if r.entity.full_name == "FAULTS/fault"} == \
         {f.index: f.done_ns for f in record.faults if f.host == "local"}
+    # and each later instant an event of its own: an effect, a timed pause's or a pressure's
+    # end, a restart's start again (its ended_ns)
+    on_local = [f for f in record.faults if f.host == "local"]
+    for name, field in (("effect", "effect_ns"), ("ended", "ended_ns")):
+        assert {r.tag: r.ts for r in records[0] if r.entity.full_name == f"FAULTS/{name}"} == \
+            {f.index: getattr(f, field) for f in on_local if getattr(f, field) is not None}, name
+    assert said["paused"].index in {r.tag for r in records[0] if r.entity.full_name == "FAULTS/ended"}
+    assert said["restarted"].index in {r.tag for r in records[0] if r.entity.full_name == "FAULTS/ended"}
     assert len(fault_lines(record)) == 10
 
 
