@@ -143,3 +143,34 @@ def recovery_lines(db: duckdb.DuckDBPyConnection) -> list[str]:
             "its end):",
             *(f"  {r.text()}" for r in said)]
 
+
+def fault_line(said: FaultRecord) -> str:
+    """A fault and its audit in a line: the live line's, and `report`'s."""
+    when = f"{said.phase or 'run'}+{said.after_s:g}s"
+    head = f"fault {said.index} {said.kind} {said.target} (host {said.host}, at {when})"
+    if said.done_ns is None:
+        return f"{head}: {said.error or 'not done yet'}"
+    bound = " (unsynchronised)" if said.unsynchronised else \
+        f" +- {_ms(said.bound_ns)}" if said.bound_ns is not None else ""
+    late = f"done {_ms(said.late_ns)} after its instant{bound}" if said.late_ns is not None else "done"
+    effect = f"; {said.effect}" if said.effect else ""
+    after = f", {_ms(said.effect_after_ns)} after it" if said.effect_after_ns is not None else ""
+    if said.ended_ns is not None and said.through_ns is not None:
+        after += f"; ended, a first packet through {_ms(said.through_ns - said.ended_ns)} after"
+    error = f"; {said.error}" if said.error else ""
+    lasting = "; the run ended before its effect or its end was reported" if said.unfinished else ""
+    return f"{head}: {late}{effect}{after}{error}{lasting}"
+
+
+def fault_lines(record: RunRecord) -> list[str]:
+    """`report`'s section of a run's faults: each planned fault against its observed effect."""
+    if not record.faults:
+        return []
+    return ["faults (each instant against its effect, on its host's clock):",
+            *(f"  {fault_line(said)}" for said in record.faults)]
+
+
+def _ms(ns: int | None) -> str:
+    if ns is None:
+        return "?"
+    return f"{ns / 1e3:.0f} us" if abs(ns) < 1_000_000 else f"{ns / 1e6:.1f} ms"

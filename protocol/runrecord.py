@@ -193,6 +193,10 @@ class ComponentEnd(msgspec.Struct):
     argv: list[str] = []
     ended_ns: int | None = None
     scheduled: bool = False  # a fault of the schedule ended it: its outcome is "killed by schedule"
+    # Its end was a failure: no one asked for it nor awaited it (a death mid-run, a SIGKILL
+    # from outside), in step `step` where its daemon said which (protocol/exits.py's FAILED).
+    failed: bool = False
+    step: int | None = None
 
 
 class Program(msgspec.Struct):

@@ -86,6 +86,33 @@ streams: {{play: {{enable: [PLAY]}}}}
 schedule: [launch, sync_clocks, start_logging, warm, soak,
            {{phase: work, need: {len(FLEET_HOSTS) - 1}, deadline: 1500ms}}, finish, stop_logging, collect]
 """)
+STALL = REPO / "experiments" / "openloop" / "stall.py"
+# A run with faults (tests/e2e/test_browser_faults.py): the server paused 300 ms while an
+# open-loop client asks it 200 requests a second; a command the schedule kills; and a run
+# whose background command is SIGKILLed from outside, by a component of its own.
+FAULTS = f"""
+experiment: browse-faults
+hosts: {{a: {{}}}}
+components:
+  server: {{host: a, program: {STALL}, args: [--role, server], params: {{stall_ms: 1, every_s: 100}}}}
+  client: {{host: a, program: {STALL}, args: [--role, client],
+           params: {{rate: 200, duration_s: 1.5, timeout_ms: 1000}}}}
+  hold: {{host: a, command: "exec sleep 30", start: cut}}
+streams: {{load: {{enable: [LOAD]}}}}
+schedule: [launch, start_logging, {{phase: listen, components: [server]}},
+           {{phase: open, components: [client]}}, cut, stop_logging, collect]
+faults:
+  - {{pause: server, at: {{phase: open, after: 500ms}}, for: 300ms}}
+  - {{kill: hold, at: {{phase: cut, after: 200ms}}}}
+"""
+OUTSIDE = """
+experiment: browse-outside
+hosts: {a: {}}
+components:
+  victim: {host: a, command: "echo $$ > victim.pid; exec sleep 30", start: launch, stop: collect}
+  killer: {host: a, command: "sleep 0.3; kill -9 $(cat ../../victim/work/victim.pid); sleep 0.5", start: cut}
+schedule: [launch, cut, collect]
+"""
 SWEEP = OK.replace("browse-ok", "browse-sweep").replace("count: 300", "count: 100") + """
 sweep: {params: {client.size: [64, 16384]}}
 repeat: {runs: 2, metric: interval to_client}
@@ -118,6 +145,12 @@ def made_runs(name: str, made: dict[str, tuple[str, int]]) -> Path:
 def results() -> Path:
     """A directory with runs/ (and its campaigns/) made by real runs, once per session."""
     return made_runs("browser", {"ok": (OK, 0), "failing": (FAILING, 1), "sweep": (SWEEP, 0)})
+
+
+@pytest.fixture(scope="session")
+def faults_results() -> Path:
+    """A directory with runs/ holding the FAULTS and OUTSIDE runs, once per session."""
+    return made_runs("browser-faults", {"faults": (FAULTS, 0), "outside": (OUTSIDE, 1)})
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 
 # The browser tests' runs, made once per session (tests/browser.py). Declared here: a
 # conftest.py of tests/web would be the module `conftest` that other tests import from.
-from browser import fleet_results, results  # noqa: F401
+from browser import faults_results, fleet_results, results  # noqa: F401
 from demorun import demo  # noqa: F401
 from netns import veth_netns  # noqa: F401
 from netspec.protocol.auth import load_or_create_key

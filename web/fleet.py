@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from netspec.analysis.units import duration_text
+from netspec.protocol.exits import KILLED
 from netspec.protocol.runrecord import RunRecord
 
-from .timeline import FAILING, Bar, bars
+from .timeline import FAILING, Bar, bars, deaths
 
 # Above this many hosts the timeline, heatmaps and tables fold hosts into their groups.
 FOLD_HOSTS = 12
@@ -34,7 +35,7 @@ SLOW_FENCE_IQR = 3.0
 SLOW_MARGIN_NS = 20_000_000
 # The outcomes a group's folded bar takes, worst first.
 WORST_FIRST = ("error", "killed", "late", "waiting", "warning", "running", "ended", "skipped", "ok")
-OK = ("ok", "warning")
+OK = ("ok", "warning", KILLED)  # a participant the schedule ended did what the file asked
 _STEM = re.compile(r"[-_.]?\d+$")
 
 
@@ -143,6 +144,9 @@ def overview(record: RunRecord) -> dict[str, Any]:
                      "slowest": f"{slowest.row} {duration_text(slowest.took_ns)}" if slowest else "-"})
     failed = [b for b in run_bars if b.outcome in FAILING
               and (b.outcome != "waiting" or record.steps[b.step].status == "failed")]
+    named = [{"row": b.row, "outcome": b.outcome, "phase": b.phase, "step": b.step,
+              "message": b.message[:160]} for b in failed]
+    named += deaths(record, {b.row for b in failed})
     slow.sort(key=lambda s: (-s[0], s[1].row))
     return {
         "groups": [{"name": g, "hosts": len(m), "first": m[0], "last": m[-1]}
@@ -151,9 +155,8 @@ def overview(record: RunRecord) -> dict[str, Any]:
         # what the timeline spans: the first participant's start to the last one's end
         "span": duration_text(max(b.end_ns for b in run_bars) - min(b.start_ns for b in run_bars))
                 if run_bars else "-",
-        "failed": [{"row": b.row, "outcome": b.outcome, "phase": b.phase, "step": b.step,
-                    "message": b.message[:160]} for b in failed[:NAMED_MAX]],
-        "failed_more": max(len(failed) - NAMED_MAX, 0),
+        "failed": named[:NAMED_MAX],
+        "failed_more": max(len(named) - NAMED_MAX, 0),
         "slow": [{"row": b.row, "phase": b.phase, "step": b.step, "took": duration_text(b.took_ns),
                   "median": duration_text(median), "over": duration_text(over),
                   "ratio": f"{b.took_ns / median:.1f}x" if median else "-"}

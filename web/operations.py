@@ -2,7 +2,8 @@
 over time, one trace per outcome so that failures stand apart from successes, and a row per
 step, component and operation with its rate, its failures by cause, the latency of its
 successes and of its failures, the longest time without a success and how late its pacer
-started it."""
+started it; each fault's instant a dotted line, the outage after it (to the first success
+asked after it) a band."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from netspec.analysis.units import duration_text
 from netspec.datastream.schema import OUTCOMES
 
 from .eventtable import fair_share
+from .faults import outage_shapes
 from .panels import step_shapes
 
 # Points drawn at most, shared fairly among each step's outcomes: every k-th operation of a
@@ -67,7 +69,8 @@ def operations(db: duckdb.DuckDBPyConnection, origin: int, figures: list[Operati
                        **({} if outcome == "ok" else {"hovertext": [r[2] for r in rows]}),
                        "marker": {"size": 4, "color": COLORS[outcome], "opacity": 0.7}})
     figure = {"data": traces, "layout": {
-        "height": 320, "margin": {"t": 20, "r": 20}, "shapes": step_shapes(db, origin),
+        "height": 320, "margin": {"t": 20, "r": 20},
+        "shapes": step_shapes(db, origin) + (outage_shapes(db, origin) if "faults" in views(db) else []),
         "xaxis": {"title": {"text": "intended instant (ms from the run's start)"}},
         "yaxis": {"title": {"text": "latency from the intended instant (ms)"}, "type": "log"}}}
     return {"figure": figure if traces else None, "rows": [_row(f) for f in figures],

@@ -17,8 +17,9 @@ from typing import Any
 import jinja2
 import msgspec
 import numpy as np
+from netspec.analysis.faults import Recovery, recoveries
 from netspec.analysis.provenance import placed
-from netspec.analysis.resultset import read_summary
+from netspec.analysis.resultset import open_tables, read_summary
 from netspec.analysis.units import duration_text, rate_text
 from netspec.protocol.names import NAME
 from netspec.protocol.runoutcome import STATUSES, RunOutcome
@@ -26,6 +27,7 @@ from netspec.protocol.runrecord import MERGED, RunRecord, process_start
 
 from . import fleet
 from .catalog import inside
+from .faults import fault_rows
 from .timeline import OUTCOME_COLOURS, step_rows
 
 HERE = Path(__file__).parent
@@ -263,8 +265,14 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "merging": merging,
         "operations": summary.operations if summary is not None else 0,  # its panel opens if any
+        "faults": fault_rows(record, _recoveries(path) if summary is not None and summary.faults else []),
         "page": {"ref": ref, "id": record.id, "status": outcome.status, "merged": merged,
                  "failed": outcome.troubled, "follow": follow, "merging": merging}}
+
+
+def _recoveries(path: Path) -> list[Recovery]:
+    with open_tables(path / MERGED) as db:
+        return recoveries(db)
 
 
 def follows(record: RunRecord, merged: bool) -> bool:

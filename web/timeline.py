@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from netspec.analysis.units import duration_text
+from netspec.protocol.exits import KILLED, describe_returncode
 from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
 
 from .catalog import inside
+from .faults import fault_traces
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
 OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
-                   "killed": "#9d2b2b", "skipped": "#bab0ac", "ended": "#8c8c8c", "running": "#72b7b2",
-                   "waiting": "#c7c7c7"}
+                   "killed": "#9d2b2b", KILLED: "#7b4fa0", "skipped": "#bab0ac", "ended": "#8c8c8c",
+                   "running": "#72b7b2", "waiting": "#c7c7c7"}
 # What the triage lists of a step: a participant that failed, or a host sent a failed step
 # that none of its participants acked (`waiting`, as `ns_control show` says it).
 FAILING = ("error", "killed", "late", "waiting")
@@ -181,6 +183,8 @@ def timeline_figure(record: RunRecord, run_bars: list[Bar] | None = None) -> dic
                         "width": 2},
             "hoverinfo": "skip"})
     traces += _lifetimes(record, run_bars, origin)
+    if run_bars:
+        traces += fault_traces(record, rows, origin, max(b.end_ns for b in run_bars))
     shapes, annotations = _step_spans(record, spans, origin)
     return {"data": traces, "layout": {
         "barmode": "overlay", "height": max(220, 90 + 22 * len(rows)), "shapes": shapes,
@@ -303,6 +307,22 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
                     "instant_ns": b.end_ns, "start_ns": b.start_ns,
                     "output": {name: _tail(run, f"hosts/{b.host}/{b.component}/{name}", tail_lines)
                                if b.component else "" for name in ("stdout", "stderr")}})
+    return out
+
+
+def deaths(record: RunRecord, named: set[str]) -> list[dict[str, Any]]:
+    """The components whose process died mid-run with no one asking (a SIGKILL from outside:
+    their end `failed`) that no row of `named` lists: each a failure of the run, said with
+    its signal, in the step its daemon said it died in (else the step the run failed in)."""
+    failed_in = next((i for i, s in enumerate(record.steps) if record.error is not None
+                      and s.phase == record.error.phase), len(record.steps) - 1)
+    out = []
+    for row, end in sorted(record.components.items()):
+        if end.failed and row not in named:
+            step = end.step if end.step is not None and end.step < len(record.steps) else failed_in
+            out.append({"row": row, "outcome": "died", "step": step,
+                        "phase": record.steps[step].phase if record.steps else "-",
+                        "message": f"{describe_returncode(end.returncode)}, no one asked it to end"})
     return out
 
 

@@ -7,13 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from netspec.analysis.faults import fault_lines
 from netspec.analysis.usercode import UserCode
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK
 from netspec.protocol.runrecord import RunRecord, read_run
 
 from ..engine import conditions, summary
-from ..engine.faults import fault_lines
 from ..engine.runner import merge
 from ..engine.terminal import TERMINAL, print_lines, printable
 from ..record.rundir import find_run, list_runs, settle

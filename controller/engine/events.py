@@ -92,7 +92,8 @@ class Inbox:
             result.forced = event.forced  # an older daemon's exit does not say
             result.ending = ending_told(event.expected, event.failed, event.scheduled)
             self.rundir.record.components[f"{host}/{event.component}"] = ComponentEnd(
-                event.returncode, event.duration_s, event.argv, event.ended_ns, event.scheduled)
+                event.returncode, event.duration_s, event.argv, event.ended_ns, event.scheduled, event.failed,
+                event.step)
             name = event.component
             if (event.failed and name not in self.stragglers.ended
                     and not self.failed_over(host, name, event.step)):
