@@ -37,7 +37,7 @@ from netspec.protocol.campaignrecord import (
     write_campaign,
 )
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOutcome
+from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, RunOutcome
 from netspec.protocol.runrecord import CampaignPoint
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
@@ -139,16 +139,20 @@ def _outcome(run: CampaignRun) -> RunOutcome:
 
 def failed_points(points: list[Point], c: Campaign) -> list[str]:
     """Each point that was done without its counted runs, as "LABEL (N of M counted, K of L
-    run(s) failed, J ok but not counted)": a run that went well is not counted when it was a
+    run(s) failed, P partial, J ok but not counted)": a partial run apart from the failed ones,
+    counted only with `count_partial`; a run that went well is not counted when it was a
     warm-up, unlike the point's first run (provenance) or, with refuse_starved, starved of CPU."""
     lines = []
     for p in points:
         if p.done != "failures":
             continue
-        failed = sum(_outcome(r).counts_as_failed for r in p.runs)
+        partial = sum(r.status == "partial" for r in p.runs)
+        failed = sum(_outcome(r).counts_as_failed for r in p.runs) - partial
         uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
+        partly = (f", {partial} partial" + ("" if c.count_partial else ": not counted (repeat: count_partial "
+                                            "is false)") if partial else "")
         lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
-                     f"{failed} of {len(p.runs)} run(s) failed"
+                     f"{failed} of {len(p.runs)} run(s) failed{partly}"
                      + (f", {uncounted} ok but not counted: a warm-up, unlike the point's first run, "
                         "or starved of CPU (refuse_starved)" if uncounted else "") + ")")
     return lines
@@ -185,7 +189,8 @@ class Campaigner:
                     if code == EXIT_INTERRUPTED:
                         return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
                                          f"{self.cdir.path}` goes on from here")
-                    if code != EXIT_OK and self.c.fastfail:
+                    if code not in (EXIT_OK, EXIT_PARTIAL if self.c.count_partial else EXIT_OK) \
+                            and self.c.fastfail:
                         return self._fail(f"fastfail: a run of {point.label} failed")
                     point.done = _decide(point, self.c)
                     self.cdir.save()
@@ -235,7 +240,11 @@ class Campaigner:
         return outcome.exit_code
 
     def _record(self, point: Point, path: Path, outcome: RunOutcome) -> None:
-        ok = outcome.ok
+        ok = outcome.ok or (self.c.count_partial and outcome.status == "partial")
+        if outcome.status == "partial":
+            self.options.output.err([f"warning: {path.name} is partial: " + (
+                "counted (repeat: count_partial), its metric what it measured" if self.c.count_partial else
+                "not counted (repeat: count_partial is false); it spends one of the point's runs")])
         value = run_value(path, self.c.metric, self.c.statistic) if ok else None
         warm = sum(_outcome(r).ok for r in point.runs) < self.c.warmup
         counted = ok and not warm

@@ -208,7 +208,8 @@ def campaign_of(src: SourceFile, data: dict[str, Any], hosts: dict[str, Host],
     notify = _hook(src, spec["notify"], hosts, ("hooks", "notify")) if "notify" in spec else None
     return Campaign(points or ({},), repeat.get("runs", 1), repeat.get("max"), repeat.get("until"),
                     repeat.get("metric"), repeat.get("statistic", "median"), repeat.get("warmup", 0),
-                    hooks, spec.get("fastfail", False), notify, repeat.get("refuse_starved", False))
+                    hooks, spec.get("fastfail", False), notify, repeat.get("refuse_starved", False),
+                    repeat.get("count_partial", False))
 
 
 def _hook(src: SourceFile, spec: str | list[str] | dict[str, Any], hosts: dict[str, Host],

@@ -181,6 +181,7 @@ class Campaign:
     fastfail: bool = False
     notify: Hook | None = None
     refuse_starved: bool = False  # a run with a component starved of CPU is not counted
+    count_partial: bool = False  # a partial run (a k-of-n step, a fault not done) is counted
 
 
 @dataclass(frozen=True)

@@ -320,3 +320,32 @@ def test_rerun_repeats_a_run_from_its_directory_alone(experiment, tmp_path):
     assert [[p["sha256"] for p in r["programs"].values()] for r in (first, second)] == [
         [p["sha256"] for p in first["programs"].values()]] * 2
     assert second["plan"]["components"][1]["params"] == first["plan"]["components"][1]["params"]
+
+
+PARTIAL = """\
+experiment: partial_point
+components:
+  short: {command: [sleep, "0.2"], start: run}
+schedule: [launch, run]
+faults:
+  - {kill: short, at: {phase: run, after: 20s}}   # never: the run is over first, so partial
+repeat: REPEAT
+"""
+
+
+@pytest.mark.parametrize("repeat, code, status", [
+    ("{runs: 1, max: 1}", 1, "failed"), ("{runs: 1, count_partial: true}", 0, "done")])
+def test_a_campaign_counts_a_partial_run_only_when_told_and_says_it_apart_from_failed(
+        experiment, tmp_path, repeat, code, status):
+    path = experiment(PARTIAL.replace("REPEAT", repeat))
+    done = ns_control("run", "-q", str(path), cwd=tmp_path, timeout=120)
+    assert done.returncode == code, done.stdout + done.stderr
+    state = campaign_state(tmp_path)
+    assert state.status == status
+    [point] = state.points
+    assert [(r.status, r.counted) for r in point.runs] == [("partial", status == "done")]
+    if status == "done":
+        assert "is partial: counted (repeat: count_partial)" in done.stderr, done.stderr
+    else:
+        assert "(0 of 1 counted, 0 of 1 run(s) failed, 1 partial: not counted (repeat: count_partial " \
+               "is false))" in done.stderr, done.stderr
