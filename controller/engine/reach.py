@@ -39,17 +39,19 @@ FAN_OUT = 32  # hosts reached at once
 
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
-              keep_daemons: bool = False, run_id: str = "", engines: Engines | None = None) -> Host:
+              keep_daemons: bool = False, run_id: str = "", engines: Engines | None = None,
+              share: bool = False) -> Host:
     """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
     the run, and keeps a container host's container; a container host's names carry
     `run_id`, it is given a key of its own for the run (never the long-term key), and its
-    engine is called through `engines`."""
+    engine is called through `engines`; an attached container another run uses is refused
+    unless `share`."""
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
 
         assert engines is not None  # the Fleet makes them for a plan with container hosts
-        return DockerHost(spec, run_id, engines, keep=keep_daemons)
+        return DockerHost(spec, run_id, engines, keep=keep_daemons, share=share)
     if spec.ssh:
         from ..hosts.remote import SSHHost  # paramiko loads only for a fleet with SSH hosts
 
@@ -70,7 +72,7 @@ class Fleet:
         # at the run's end, after the hosts were stopped (finish.py).
         self.engines = Engines() if any(h.docker for h in plan.hosts) else None
         self.hosts: dict[str, Host] = {
-            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, self.engines)
+            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, self.engines, share_hosts)
             for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)

@@ -78,11 +78,12 @@ class DockerHost(Host):
 
     start_deadline_s = START_S + API_TIMEOUT_S
 
-    def __init__(self, spec: HostSpec, run_id: str, engines: Engines, keep: bool = False):
+    def __init__(self, spec: HostSpec, run_id: str, engines: Engines, keep: bool = False,
+                 share: bool = False):
         super().__init__(spec)
         assert spec.docker is not None
         self.docker = spec.docker
-        self.run_id, self.keep = run_id, keep
+        self.run_id, self.keep, self.share = run_id, keep, share
         # Its daemon's key, this host's for this run alone: the long-term key never goes to
         # a container, which the program under test shares (docs/explanations/security.md).
         self.run_key = new_run_key()
@@ -197,11 +198,33 @@ class DockerHost(Host):
             nano_cpus=int(d.cpus * 1e9) if d.cpus else None, mem_limit=memory_bytes(d.memory),
             cap_add=list(d.cap_add), ports={f"{PORT}/tcp": None} if self.remote else None)
 
-    def _netspecd(self, path: str) -> list[str]:
+    def _netspecd(self, path: str, port: int = PORT) -> list[str]:
         """netspecd's command line: it takes the key for the run from its file and removes
         it (`--run-key`), and sets up no other run."""
-        return [path, "--listen", f"0.0.0.0:{PORT}", "--run-key", self._key_path(), "--only-run", self.run_id,
+        return [path, "--listen", f"0.0.0.0:{port}", "--run-key", self._key_path(), "--only-run", self.run_id,
                 "--root", WORK]
+
+    def _refuse_in_use(self) -> None:
+        """Refuse an attached container whose netspecd serves another run (the engine's
+        process list of it: each run's is `--only-run RUN`), unless the run shares hosts and
+        the container is this machine's (a remote engine's is reached at its published
+        PORT, which the other netspecd holds).
+
+        Raises:
+            ConnectionLost: it does, naming that run and its netspecd's pid.
+        """
+        if self.share and not self.remote:
+            return
+        top = self.container.top(ps_args="-eo pid,args")
+        for pid, args in (row[:2] for row in top.get("Processes") or []):
+            words = args.split()
+            if "--only-run" in words[:-1] and (other := words[words.index("--only-run") + 1]) != self.run_id:
+                how = (f"a remote engine's container is reached at its published port {PORT}, which that "
+                       "netspecd holds: not shared" if self.share else
+                       "a run shares a host only when asked to (ns_control run --share-hosts)")
+                raise ConnectionLost(self.name, detail=(
+                    f"container {self.container.name} is in use by run {other!r} (its netspecd, pid {pid} "
+                    f"on the engine's machine); {how}"))
 
     def _key_path(self) -> str:
         return f"{KEY_DIR}/{self.run_id}-{safe_name(self.name, 'host')}.key"
@@ -264,6 +287,7 @@ class DockerHost(Host):
         so that the run's hosts reach each other."""
         self.engine_info = self.engines.info(self.docker.engine, self.docker.tls)
         self.container = self._find()
+        self._refuse_in_use()
         self._put_key()
         if self.network_name not in self.container.attrs["NetworkSettings"]["Networks"]:
             self._network().connect(self.container)
@@ -276,7 +300,12 @@ class DockerHost(Host):
         # alone: nothing reads its output), which the engine closes when this controller
         # closes it or dies, and netspecd ends its run. One kept (--keep-daemons) has none.
         api = self._client().api
-        command = [*self._netspecd(netspecd), "--state-file", state, *([] if self.keep else ["--lifeline"])]
+        # A port of its own (0: the kernel's choice, read back from its state file), so that a
+        # run sharing the container binds beside another's netspecd; a remote engine's, PORT,
+        # the one the container publishes.
+        port = PORT if self.remote else 0
+        command = [*self._netspecd(netspecd, port), "--state-file", state,
+                   *([] if self.keep else ["--lifeline"])]
         started = api.exec_create(self.container.id, command, stdin=not self.keep, stdout=False, stderr=False,
                                   environment={DAEMON_ADDRESS_ENV: address, CONTAINER_ENV: "1"})
         if self.keep:

@@ -372,6 +372,38 @@ def test_the_netspecd_of_an_attached_container_ends_when_its_controller_is_kille
             proc.kill()
 
 
+def test_a_second_run_on_an_attached_container_in_use_is_refused_at_once_naming_the_other(
+        docker_image, engine, experiment, tmp_path):
+    """It once failed after 30 s with "netspecd did not start" (the first run's netspecd held
+    its port); with --share-hosts it runs beside the first."""
+    client, prefix = engine
+    attached = attach_to(client, docker_image, prefix)
+    (tmp_path / "first").mkdir()
+    proc, record = held_in_work(experiment, tmp_path / "first", f'label: "org.netspec.test={prefix}", '
+                                f"prefix: {prefix}")
+    try:
+        second = experiment(textwrap.dedent(f"""\
+            experiment: second
+            hosts: {{c: {{docker: {{label: "org.netspec.test={prefix}", prefix: {prefix}}}}}}}
+            components:
+              one: {{host: c, program: ACTOR, args: ["work"], params: {{ticks: 3}}}}
+            schedule: [launch, work, collect]
+            """))
+        began = time.monotonic()
+        refused = ns_control("run", str(second), "--no-merge", cwd=tmp_path, timeout=120)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert time.monotonic() - began < 15
+        said = refused.stdout + refused.stderr
+        assert f"container {attached.name} is in use by run '{record['id']}'" in said, said
+        assert "--share-hosts" in said
+        shared = ns_control("run", str(second), "--no-merge", "--share-hosts", cwd=tmp_path, timeout=120)
+        assert shared.returncode == 0, shared.stdout + shared.stderr
+        assert len(daemons_in(attached)) == 1  # the first run's, still held in work
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
 def test_a_fan_out_tree_of_containers_relays_to_each_child_with_that_childs_own_key(
         docker_image, engine, experiment, tmp_path):
     _, prefix = engine
