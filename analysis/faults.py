@@ -4,13 +4,10 @@ controller with its host's clock estimate then, +- `bound_ns`), its end, and its
 from the programs' operations (operations.parquet, analysis/operations.py). `report`, the
 browser and netspec.results read it here.
 
-A fault's end is its own where it has one (a timed partition's or pause's, a pressure's, a
-restart's start again), else the fault that undoes it, the first of its kind done after it
-on the same host and target: a partition's heal, a pause's resume, a kill's or terminate's
-start or restart. Its recovery: the first success of an operation asked (its intended
-instant) after the fault was done, and after its end; any program's operation counts, as a
-user's client would see the service. An operation asked before the fault and answered after
-is not a recovery: it was in flight.
+A fault's end is analysis/faultaudit.py's `fault_end`. Its recovery: the first success of an
+operation asked (its intended instant) after the fault was done, and after its end; any
+program's operation counts, as a user's client would see the service. An operation asked
+before the fault and answered after is not a recovery: it was in flight.
 """
 
 from __future__ import annotations
@@ -21,13 +18,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-from netspec.protocol.runrecord import FaultRecord, RunRecord
+from netspec.protocol.runrecord import RunRecord
 
+from .faultaudit import UNDOING, fault_end
 from .units import duration_text
-
-UNDONE_BY = {"partition": ("heal",), "pause": ("resume",), "kill": ("start", "restart"),
-             "terminate": ("start", "restart")}
-UNDOING = ("heal", "resume", "start")  # each an instant that ends an earlier fault: no end of its own
 
 # faults.parquet's columns, in order (docs/results.md says each).
 FAULTS = pa.schema([
@@ -38,28 +32,6 @@ FAULTS = pa.schema([
     ("end_ts", pa.int64()), ("ended_by", pa.int32()), ("through_ts", pa.int64()), ("error", pa.string()),
     ("unfinished", pa.bool_()), ("recovered_ts", pa.int64()), ("recovery_ns", pa.int64()),
     ("recovered_after_end_ts", pa.int64()), ("recovery_after_end_ns", pa.int64())])
-
-
-@dataclass(frozen=True)
-class FaultEnd:
-    """When a fault ended, and by which fault of the schedule (None: its own end)."""
-
-    at_ns: int
-    by: int | None
-
-
-def fault_end(faults: list[FaultRecord], fault: FaultRecord) -> FaultEnd | None:
-    """`fault`'s end (the module's doc says which); None if it has none (a kill nothing
-    started again, a partition never healed: to the run's end)."""
-    if fault.ended_ns is not None:
-        return FaultEnd(fault.ended_ns, None)
-    undo = UNDONE_BY.get(fault.kind)
-    if undo is None or fault.done_ns is None:
-        return None
-    after = [f for f in faults if f.kind in undo and (f.host, f.target) == (fault.host, fault.target)
-             and f.done_ns is not None and f.done_ns >= fault.done_ns and not f.error]
-    first = min(after, key=lambda f: f.done_ns or 0, default=None)
-    return FaultEnd(first.done_ns, first.index) if first is not None and first.done_ns is not None else None
 
 
 def _first_success(db: duckdb.DuckDBPyConnection | None, after_ns: int | None) -> int | None:
@@ -142,35 +114,3 @@ def recovery_lines(db: duckdb.DuckDBPyConnection) -> list[str]:
     return ["recovery (each fault against the first success of an operation asked after it, and after "
             "its end):",
             *(f"  {r.text()}" for r in said)]
-
-
-def fault_line(said: FaultRecord) -> str:
-    """A fault and its audit in a line: the live line's, and `report`'s."""
-    when = f"{said.phase or 'run'}+{said.after_s:g}s"
-    head = f"fault {said.index} {said.kind} {said.target} (host {said.host}, at {when})"
-    if said.done_ns is None:
-        return f"{head}: {said.error or 'not done yet'}"
-    bound = " (unsynchronised)" if said.unsynchronised else \
-        f" +- {_ms(said.bound_ns)}" if said.bound_ns is not None else ""
-    late = f"done {_ms(said.late_ns)} after its instant{bound}" if said.late_ns is not None else "done"
-    effect = f"; {said.effect}" if said.effect else ""
-    after = f", {_ms(said.effect_after_ns)} after it" if said.effect_after_ns is not None else ""
-    if said.ended_ns is not None and said.through_ns is not None:
-        after += f"; ended, a first packet through {_ms(said.through_ns - said.ended_ns)} after"
-    error = f"; {said.error}" if said.error else ""
-    lasting = "; the run ended before its effect or its end was reported" if said.unfinished else ""
-    return f"{head}: {late}{effect}{after}{error}{lasting}"
-
-
-def fault_lines(record: RunRecord) -> list[str]:
-    """`report`'s section of a run's faults: each planned fault against its observed effect."""
-    if not record.faults:
-        return []
-    return ["faults (each instant against its effect, on its host's clock):",
-            *(f"  {fault_line(said)}" for said in record.faults)]
-
-
-def _ms(ns: int | None) -> str:
-    if ns is None:
-        return "?"
-    return f"{ns / 1e3:.0f} us" if abs(ns) < 1_000_000 else f"{ns / 1e6:.1f} ms"

@@ -42,7 +42,7 @@ from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
 
 from . import linktcp
-from .faults import fault_end
+from .faultaudit import fault_end
 
 GUARD_NS = 20_000_000
 Z95 = 1.959963984540054

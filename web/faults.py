@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-from netspec.analysis.faults import Recovery, fault_end, fault_line
+from netspec.analysis.faultaudit import fault_end, fault_line
+from netspec.analysis.faults import Recovery
 from netspec.analysis.units import duration_text
 from netspec.protocol.runrecord import FaultRecord, RunRecord
 

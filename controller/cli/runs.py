@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from netspec.analysis.faults import fault_lines
+from netspec.analysis.faultaudit import fault_lines
 from netspec.analysis.usercode import UserCode
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_OK

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import msgspec
-from netspec.analysis.faults import fault_line
+from netspec.analysis.faultaudit import fault_line
 from netspec.protocol import kinds as k
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.links import LinkCondition, LinkRule

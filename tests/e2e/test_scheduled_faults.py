@@ -7,7 +7,7 @@ import sys
 
 import psutil
 import pytest
-from netspec.analysis.faults import fault_lines
+from netspec.analysis.faultaudit import fault_lines
 from netspec.datastream.reader import StreamReader
 from netspec.protocol.exits import KILLED, run_processes
 from netspec.protocol.runrecord import read_run
