@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netspec.protocol.kinds import LINK_FAULTS
 from netspec.protocol.runrecord import FaultRecord, RunRecord
 
 UNDONE_BY = {"partition": ("heal",), "pause": ("resume",), "kill": ("start", "restart"),
@@ -45,7 +46,8 @@ def fault_end(faults: list[FaultRecord], fault: FaultRecord) -> FaultEnd | None:
 def fault_line(said: FaultRecord) -> str:
     """A fault and its audit in a line: the live line's, and `report`'s."""
     when = f"{said.phase or 'run'}+{said.after_s:g}s"
-    head = f"fault {said.index} {said.kind} {said.target} (host {said.host}, at {when})"
+    entry = f"faults[{said.entry}], " if said.kind in LINK_FAULTS and said.entry is not None else ""
+    head = f"fault {said.index} {said.kind} {said.target} (host {said.host}, {entry}at {when})"
     if said.done_ns is None:
         return f"{head}: {said.error or 'not done yet'}"
     bound = " (unsynchronised)" if said.unsynchronised else \

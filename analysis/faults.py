@@ -25,8 +25,8 @@ from .units import duration_text
 
 # faults.parquet's columns, in order (docs/results.md says each).
 FAULTS = pa.schema([
-    ("index", pa.int32()), ("kind", pa.string()), ("target", pa.string()), ("host", pa.string()),
-    ("phase", pa.string()), ("after_s", pa.float64()), ("planned_ts", pa.int64()),
+    ("index", pa.int32()), ("entry", pa.int32()), ("kind", pa.string()), ("target", pa.string()),
+    ("host", pa.string()), ("phase", pa.string()), ("after_s", pa.float64()), ("planned_ts", pa.int64()),
     ("done_ts", pa.int64()), ("late_ns", pa.int64()), ("bound_ns", pa.int64()),
     ("unsynchronised", pa.bool_()), ("effect", pa.string()), ("effect_ts", pa.int64()),
     ("end_ts", pa.int64()), ("ended_by", pa.int32()), ("through_ts", pa.int64()), ("error", pa.string()),
@@ -54,7 +54,8 @@ def write_faults(db: duckdb.DuckDBPyConnection, path: Path, record: RunRecord, o
         end_ns = end.at_ns if end is not None else None
         recovered, after_end = _first_success(ops, fault.done_ns), _first_success(ops, end_ns)
         rows.append({
-            "index": fault.index, "kind": fault.kind, "target": fault.target, "host": fault.host,
+            "index": fault.index, "entry": fault.entry, "kind": fault.kind, "target": fault.target,
+            "host": fault.host,
             "phase": fault.phase, "after_s": fault.after_s, "planned_ts": fault.planned_ns,
             "done_ts": fault.done_ns, "late_ns": fault.late_ns, "bound_ns": fault.bound_ns,
             "unsynchronised": fault.unsynchronised, "effect": fault.effect or None,

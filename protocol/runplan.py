@@ -149,8 +149,9 @@ class PlanFault(msgspec.Struct, frozen=True):
     done to (a component, or a host for cpu, memory and disk pressure) and the host where it
     happens, its instant (`after_s` from the start of the first step of `phase`, or from the
     run's first step with no phase), how long it lasts (`for_s`: a pause's, a pressure's), a
-    pressure's size in bytes or busy workers, and its line in the file. The loaded plan's
-    faults are these (frozen), as run.json keeps them."""
+    pressure's size in bytes or busy workers, its line in the file and its index there
+    (`entry`: a partition or heal is a fault per direction, each of one entry). The loaded
+    plan's faults are these (frozen), as run.json keeps them."""
 
     kind: str
     target: str
@@ -161,6 +162,7 @@ class PlanFault(msgspec.Struct, frozen=True):
     size: int | None = None
     workers: int | None = None
     line: int | None = None
+    entry: int | None = None
 
 
 class PlanRecord(msgspec.Struct):

@@ -277,6 +277,7 @@ class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: str
     target: str
     host: str
+    entry: int | None = None  # its index in the file's `faults:` (a partition's directions share one)
     phase: str | None = None
     after_s: float = 0.0
     planned_ns: int | None = None

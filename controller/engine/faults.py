@@ -43,8 +43,8 @@ class Faults:
                  trouble: Callable[[str, str, str, str], None]):
         self.faults, self.fleet, self.progress, self.trouble = plan.faults, fleet, progress, trouble
         self.record = record
-        record.faults = [FaultRecord(index=i, kind=f.kind, target=f.target, host=f.host, phase=f.phase,
-                                     after_s=f.after_s) for i, f in enumerate(plan.faults)]
+        record.faults = [FaultRecord(index=i, kind=f.kind, target=f.target, host=f.host, entry=f.entry,
+                                     phase=f.phase, after_s=f.after_s) for i, f in enumerate(plan.faults)]
         self.started: set[str] = set()
         self.tg: asyncio.TaskGroup | None = None
         # netspec's own TCP ports, never partitioned: the run's link conditions' (Steps sets them).

@@ -14,6 +14,8 @@ or to the run's, checked with every error at once (file:line:key).
       - {disk: h1, at: {phase: run, after: 0s}, for: 1s, size: 16MB}    # written, synced, removed
       - {partition: [h1, h2], at: {phase: run, after: 1s}, for: 2s}  # no packet between them
       - {heal: [h1, h2], at: {phase: run, after: 5s}}    # the links: conditions back
+      - {partition: {isolate: h1}, at: {after: 6s}}     # h1 from every other host
+      - {partition: [[h1, h2], [h3, h4, h5]], at: {after: 7s}}  # a split into sides
       - {kill_daemon: h2, at: {phase: run, after: 3s}}  # SIGKILL to the host's netspecd
 
 `at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
@@ -22,10 +24,11 @@ or to the run's, checked with every error at once (file:line:key).
 component's host, in a phase its component runs in (from its `start` to its `stop`); a pressure
 names its host. A pressure is bounded in size and time
 (MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
-A partition or heal names two hosts or groups: it is a fault per direction between them, each
-done by the host it leaves (netspec.links' conditions: a partition is put on top of the
-direction's `links:` condition, for `for` if given; its end or a heal lifts it alone, leaving
-the condition as `links:` holds it then). Local
+A partition or heal names two hosts or groups, sides of a split (lists of them), or one to
+isolate from the rest: it is a fault per direction between hosts of different sides, each of
+the file's entry (`entry`), each done by the host it leaves (netspec.links' conditions: a
+partition is put on top of the direction's `links:` condition, for `for` if given; its end
+or a heal lifts it alone, leaving the condition as `links:` holds it then). Local
 daemons share this machine's network stack: refused in a partition, as in `links:`. A
 host whose daemon the schedule killed leaves the run: its components are out of the steps
 after, its daemon's node part too, and its files are salvaged at collect.
@@ -78,7 +81,8 @@ def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: d
     for i, spec in enumerate(raw):
         where: Path_ = ("faults", i)
         with src.checking():
-            made = _fault(src, spec, where, hosts, groups, names, phases)
+            made = [msgspec.structs.replace(f, entry=i)
+                    for f in _fault(src, spec, where, hosts, groups, names, phases)]
             faults += made
             indexed += [(i, fault) for fault in made]
         if fan_out is not None:
@@ -124,8 +128,9 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
         src.known("component", target, components, (*where, kind))
         host = components[target].host
     elif kind in LINK_FAULTS:
-        sides = [link_hosts(src, name, (*where, kind, j), hosts, groups) for j, name in enumerate(target)]
-        pairs = [(a, b) for one, other in (sides, sides[::-1]) for a in one for b in other if a != b]
+        sides = _sides(src, kind, target, (*where, kind), hosts, groups)
+        pairs = [(a, b) for i, one in enumerate(sides) for j, other in enumerate(sides) if i != j
+                 for a in one for b in other if a != b]
         if not pairs:
             src.error(f"a {kind} is between two hosts: these name one", (*where, kind))
         host = ""
@@ -163,6 +168,24 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if pairs:  # a fault per direction, done by the host it leaves
         return [msgspec.structs.replace(fault, target=b, host=a) for a, b in pairs]
     return [fault]
+
+
+def _sides(src: SourceFile, kind: str, target: Any, where: Path_, hosts: dict[str, Host],
+           groups: dict[str, tuple[str, ...]]) -> list[list[str]]:
+    """The hosts on each side of a partition or heal: `[a, b]` (hosts or groups), a split
+    `[[a, b], [c, d], ...]` (no packet between hosts of different sides), or `{isolate: a}`
+    (a against every other host of the file)."""
+    if isinstance(target, dict):
+        if set(target) != {"isolate"}:
+            src.error(f"a {kind} of a mapping takes 'isolate: HOST' (or a group) alone; "
+                      f"this gives {', '.join(map(str, target)) or 'nothing'}", where)
+        alone = link_hosts(src, target["isolate"], (*where, "isolate"), hosts, groups)
+        rest = [h for h in hosts if h not in alone]
+        return [alone, link_hosts(src, rest, (*where, "isolate"), hosts, groups)]
+    if not isinstance(target, list) or len(target) < 2:
+        src.error(f"a {kind} takes two hosts or groups ([a, b]), sides to split ([[a, b], [c]]) or "
+                  "{isolate: a}", where)
+    return [link_hosts(src, name, (*where, j), hosts, groups) for j, name in enumerate(target)]
 
 
 def _check_alive(src: SourceFile, component: Component, phase: str, phases: list[str], where: Path_) -> None:

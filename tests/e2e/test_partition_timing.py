@@ -87,3 +87,37 @@ def clock_bound(record) -> int:
     """b's clock against a's (the reference): its bound."""
     clock = record.hosts["b"].clock
     return clock.bound_ns if clock is not None else 0
+
+
+MESH = ("import socket, sys, time\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\n"
+        "end = time.monotonic() + 1.5\\nwhile time.monotonic() < end:\\n"
+        "    [s.sendto(b'x', (p, 9401)) for p in sys.argv[1:]]; time.sleep(0.001)")
+
+
+def test_one_entry_isolates_a_host_from_every_other_each_direction_audited(ssh_env, tmp_path):
+    a, b, c = ssh_env[:3]
+    path = tmp_path / "isolate.yaml"
+    peers = {"a": (b, c), "b": (a, c), "c": (a, b)}
+    senders = "\n".join(f"  send_{n}: {{host: {n}, command: [python3, -c, \"{MESH}\", "
+                        f"{', '.join(o.address for o in others)}], start: work}}"
+                        for n, others in peers.items())
+    path.write_text(f"""\
+experiment: isolate
+hosts:
+  a: {{ssh: {a.alias}, accept_new_host_key: true}}
+  b: {{ssh: {b.alias}, accept_new_host_key: true}}
+  c: {{ssh: {c.alias}, accept_new_host_key: true}}
+components:
+{senders}
+schedule: [launch, sync_clocks, work, collect]
+faults:
+  - {{partition: {{isolate: a}}, at: {{phase: work, after: 300ms}}, for: 400ms}}
+""")
+    run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
+    record = read_run(tmp_path / "runs" / "latest")
+    assert run.returncode == 0 and record.status == "ok", run.stdout + run.stderr
+    assert {(f.host, f.target) for f in record.faults} == {("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")}
+    for fault in record.faults:  # one entry of the file, each direction its own audit
+        assert fault.entry == 0 and not fault.error, fault
+        assert "dropped a first packet" in fault.effect and fault.through_ns is not None, fault
+    assert "(host b, faults[0], at work+0.3s)" in run.stdout

@@ -76,6 +76,27 @@ def test_a_partition_is_a_fault_per_direction_each_done_by_the_host_it_leaves(ex
         f"{tmp_path / 'exp.yaml'}:7: faults[0].partition[1]: host 'c' is a local daemon"]
 
 
+def test_a_partition_isolates_a_host_or_splits_the_hosts_into_sides_in_one_entry(experiment, tmp_path):
+    four = FILE.replace("hosts: {a: {}, b: {}}", "hosts: {a: {ssh: 10.0.0.1}, b: {ssh: 10.0.0.2}, "
+                        "c: {ssh: 10.0.0.3}, d: {ssh: 10.0.0.4}}")
+    plan = load(experiment(four.replace("FAULTS", """\
+  - {kill: server, at: {phase: run, after: 1s}}
+  - {partition: {isolate: b}, at: {phase: run, after: 1s}}
+  - {partition: [[a, b], [c, d]], at: {phase: run, after: 2s}, for: 1s}
+  - {heal: {isolate: b}, at: {phase: run, after: 3s}}
+""")))
+    isolate = {(f.host, f.target) for f in plan.faults if f.entry == 1}
+    assert isolate == {("b", "a"), ("b", "c"), ("b", "d"), ("a", "b"), ("c", "b"), ("d", "b")}
+    split = {(f.host, f.target) for f in plan.faults if f.entry == 2}
+    assert split == {(x, y) for x in "ab" for y in "cd"} | {(y, x) for x in "ab" for y in "cd"}
+    assert {f.kind for f in plan.faults if f.entry == 3} == {"heal"} and \
+        len([f for f in plan.faults if f.entry == 3]) == 6
+    assert [f.entry for f in plan.faults][:1] == [0]
+    with pytest.raises(ConfigError) as err:
+        load(experiment(four.replace("FAULTS", "  - {partition: {alone: b}, at: {after: 0s}}\n")))
+    assert "exp.yaml:7: faults[0].partition.alone: unknown key 'alone'" in str(err.value)
+
+
 def test_a_component_fault_before_its_component_starts_or_after_it_stops_is_refused(experiment, tmp_path):
     with pytest.raises(ConfigError) as err:
         load(experiment("""\
