@@ -437,6 +437,14 @@ def _check_plain_phase(src: SourceFile, comp: Component, schedule: tuple[Step, .
     if comp.stop is not None and order.index(comp.stop) <= order.index(comp.start):
         src.error(f"stop phase '{comp.stop}' does not come after start phase '{comp.start}'",
                   (*where, "stop"))
+    if comp.stop in order and comp.stop_grace_s is not None:
+        # Its stop step would end at its deadline, the component still in its grace: the
+        # step fails before the SIGKILL the grace was to put off.
+        step = schedule[order.index(comp.stop)]
+        if comp.stop_grace_s >= step.deadline_s:
+            src.error(f"stop_grace {comp.stop_grace_s:g} s is not shorter than the deadline of its stop "
+                      f"phase '{comp.stop}' ({step.deadline_s:g} s): give that step a longer deadline, "
+                      "or a shorter grace", (*where, "stop_grace"))
 
 
 def _clock(src: SourceFile, spec: dict[str, Any], hosts: dict[str, Host]) -> ClockService:

@@ -46,3 +46,17 @@ schedule: [launch]
     assert [str(e) for e in err.value.errors] == [
         f"{tmp_path / 'exp.yaml'}:3: components.c.stop_grace: 7200 s is longer than a stop grace "
         "may be (3600 s)"]
+
+
+def test_a_stop_grace_as_long_as_its_stop_steps_deadline_is_refused(experiment, tmp_path):
+    # The step would fail at its deadline while the component still had its grace.
+    with pytest.raises(ConfigError) as err:
+        load(experiment("""\
+experiment: g
+components:
+  c: {command: [sleep, "100"], start: launch, stop: after, stop_grace: 20s}
+schedule: [launch, {phase: after, deadline: 10s}]
+"""))
+    assert [str(e) for e in err.value.errors] == [
+        f"{tmp_path / 'exp.yaml'}:3: components.c.stop_grace: stop_grace 20 s is not shorter than the "
+        "deadline of its stop phase 'after' (10 s): give that step a longer deadline, or a shorter grace"]
