@@ -83,17 +83,21 @@ class Recovery:
     recovery_after_end_ns: int | None
 
     def text(self) -> str:
-        head = f"fault {self.index} {self.kind} {self.target} (host {self.host}): "
+        """`report`'s line: the fault, then `figures`."""
+        return f"fault {self.index} {self.kind} {self.target} (host {self.host}): {self.figures()}"
+
+    def figures(self) -> str:
+        """Its recovery in words, after it and after its end (the browser's table cell)."""
         since = (f"first success {duration_text(self.recovery_ns)} after it" if self.recovery_ns is not None
                  else "no success after it")
         if self.kind in UNDOING:
-            return head + since
+            return since
         if self.end_ns is None:
-            return head + since + "; it lasted to the run's end"
+            return since + "; it lasted to the run's end"
         by = f" (fault {self.ended_by})" if self.ended_by is not None else ""
         after = (f"{duration_text(self.recovery_after_end_ns)} after its end{by}"
                  if self.recovery_after_end_ns is not None else f"none after its end{by}")
-        return f"{head}{since}, {after}"
+        return f"{since}, {after}"
 
 
 def recoveries(db: duckdb.DuckDBPyConnection) -> list[Recovery]:

@@ -1,6 +1,6 @@
 """The schedule's faults as the browser shows them: markers on the phase timeline at each
 fault's instant (its clock bound a whisker, its line as `report` says it on hover), a band
-over each lasting one from its instant to its end (analysis/faults.py's `fault_end`), the
+over each lasting one from its instant to its end (analysis/faultaudit.py's `fault_end`), the
 faults table (run.json's audit, with each fault's recovery where the result set has it), and
 on the operations panel each fault's line and the outage the operations saw after it."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-from netspec.analysis.faultaudit import fault_end, fault_line
+from netspec.analysis.faultaudit import UNDOING, fault_end, fault_line
 from netspec.analysis.faults import Recovery
 from netspec.analysis.units import duration_text
 from netspec.protocol.runrecord import FaultRecord, RunRecord
@@ -37,7 +37,7 @@ def fault_traces(record: RunRecord, rows: list[str], origin: int, run_end_ns: in
     bands = []
     for fault, row in done:
         end = fault_end(record.faults, fault)
-        lasting = fault.kind not in ("heal", "resume", "start", "kill_daemon")
+        lasting = fault.kind not in (*UNDOING, "kill_daemon")  # an instant's: nothing to draw to
         if end is not None or lasting:
             stop = end.at_ns if end is not None else run_end_ns
             bands.append((row, fault, max(stop - fault.done_ns, 0), end))  # type: ignore[operator]
@@ -85,7 +85,7 @@ def fault_rows(record: RunRecord, recovered: list[Recovery]) -> list[dict[str, A
                     f"{duration_text(fault.late_ns)} {bound}" if fault.late_ns is not None else "done",
             "effect": f"{fault.effect}{effect_after}" if fault.effect else "-",
             "end": ended,
-            "recovery": recovery.text().partition(": ")[2] if recovery is not None else "-",
+            "recovery": recovery.figures() if recovery is not None else "-",
             "error": fault.error or ("unfinished: the run ended first" if fault.unfinished else ""),
             "failed": bool(fault.error)})
     return out

@@ -265,7 +265,9 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "merging": merging,
         "operations": summary.operations if summary is not None else 0,  # its panel opens if any
-        "faults": fault_rows(record, _recoveries(path) if summary is not None and summary.faults else []),
+        # each fault's recovery, where the run logged operations to recover by
+        "faults": fault_rows(record, _recoveries(path) if summary is not None and summary.faults
+                             and summary.operations else []),
         "page": {"ref": ref, "id": record.id, "status": outcome.status, "merged": merged,
                  "failed": outcome.troubled, "follow": follow, "merging": merging}}
 

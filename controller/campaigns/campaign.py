@@ -149,8 +149,10 @@ def failed_points(points: list[Point], c: Campaign) -> list[str]:
         partial = sum(r.status == "partial" for r in p.runs)
         failed = sum(_outcome(r).counts_as_failed for r in p.runs) - partial
         uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
-        partly = (f", {partial} partial" + ("" if c.count_partial else ": not counted (repeat: count_partial "
-                                            "is false)") if partial else "")
+        partly = ""
+        if partial:
+            partly = f", {partial} partial" + ("" if c.count_partial else
+                                               ": not counted (repeat: count_partial is false)")
         lines.append(f"{p.label} ({sum(r.counted for r in p.runs)} of {c.runs} counted, "
                      f"{failed} of {len(p.runs)} run(s) failed{partly}"
                      + (f", {uncounted} ok but not counted: a warm-up, unlike the point's first run, "
@@ -189,8 +191,8 @@ class Campaigner:
                     if code == EXIT_INTERRUPTED:
                         return self._end("interrupted", EXIT_INTERRUPTED, "interrupted: `ns_control resume "
                                          f"{self.cdir.path}` goes on from here")
-                    if code not in (EXIT_OK, EXIT_PARTIAL if self.c.count_partial else EXIT_OK) \
-                            and self.c.fastfail:
+                    went_well = (EXIT_OK, EXIT_PARTIAL) if self.c.count_partial else (EXIT_OK,)
+                    if code not in went_well and self.c.fastfail:
                         return self._fail(f"fastfail: a run of {point.label} failed")
                     point.done = _decide(point, self.c)
                     self.cdir.save()
