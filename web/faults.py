@@ -29,10 +29,13 @@ def _row_of(fault: FaultRecord, rows: list[str]) -> str | None:
 
 def fault_traces(record: RunRecord, rows: list[str], origin: int, run_end_ns: int) -> list[dict[str, Any]]:
     """The timeline's traces of the faults done: a band per lasting fault (to its end, or to
-    `run_end_ns` if it lasted past the timeline) and a marker per fault at its instant."""
-    done = [(f, row) for f in record.faults
-            if f.done_ns is not None and (row := _row_of(f, rows)) is not None]
-    if not done:
+    `run_end_ns` if it lasted past the timeline) and a marker per fault at its instant on its
+    row (the markers' name counts those whose host is folded into a group, not drawn)."""
+    placed = [(f, _row_of(f, rows)) for f in record.faults if f.done_ns is not None]
+    done = [(f, row) for f, row in placed if row is not None]
+    # a fault whose host is folded into its group's row has no row of its own: said, not drawn
+    folded = len(placed) - len(done)
+    if not placed:
         return []
     bands = []
     for fault, row in done:
@@ -53,7 +56,9 @@ def fault_traces(record: RunRecord, rows: list[str], origin: int, run_end_ns: in
                 if e is not None else "to the run's end") for _, f, length, e in bands],
             "hoverinfo": "text"})
     traces.append({
-        "type": "scatter", "mode": "markers", "name": "fault", "y": [row for _, row in done],
+        "type": "scatter", "mode": "markers",
+        "name": f"fault ({folded} more on folded hosts: expand their group)" if folded else "fault",
+        "y": [row for _, row in done],
         "x": [(f.done_ns - origin) / 1e6 for f, _ in done],  # type: ignore[operator]
         "marker": {"symbol": "x-thin-open", "size": 11, "color": MARKER_COLOUR, "line": {"width": 2}},
         "error_x": {"type": "data", "array": [(f.bound_ns or 0) / 1e6 for f, _ in done], "thickness": 1},
