@@ -100,11 +100,14 @@ class Recovery:
         return f"{since}, {after}"
 
 
+def _tables(db: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
 def recoveries(db: duckdb.DuckDBPyConnection) -> list[Recovery]:
     """Each fault's recovery, in the file's order; none where the result set has no faults
     table or no operations (then there is nothing to recover by)."""
-    views = {r[0] for r in db.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    if not {"faults", "operations"} <= views:
+    if not {"faults", "operations"} <= _tables(db):
         return []
     rows = db.execute("""SELECT index, kind, target, host, recovery_ns, end_ts, ended_by,
                                 recovery_after_end_ns FROM faults ORDER BY index""").fetchall()
@@ -115,7 +118,8 @@ def recovery_lines(db: duckdb.DuckDBPyConnection) -> list[str]:
     """`report`'s block of them: each fault against the operations' first success."""
     said = recoveries(db)
     if not said:
-        return []
+        return ["recovery: not measured, the run logged no operations (nodelib.operation) to recover "
+                "by"] if "faults" in _tables(db) else []
     return ["recovery (each fault against the first success of an operation asked after it, and after "
             "its end):",
             *(f"  {r.text()}" for r in said)]

@@ -66,3 +66,16 @@ def test_each_fault_has_a_row_with_its_end_and_its_recovery_from_the_operations(
 def test_a_run_without_faults_has_no_faults_table(tmp_path):
     run = partitioned_run(tmp_path)
     assert merge_run(run).faults == 0 and not (run / "merged" / "faults.parquet").exists()
+    with open_tables(run / "merged") as db:
+        assert recovery_lines(db) == []
+
+
+def test_faults_without_operations_say_their_recovery_was_not_measured(tmp_path):
+    run = partitioned_run(tmp_path)
+    for ops in (run / "hosts").glob("*/streams/*"):
+        ops.unlink()  # no client's records: no operations
+    with_faults(run, [{"index": 0, "kind": "pause", "target": "client", "host": "c2", "done_ns": P0}])
+    merge_run(run)
+    with open_tables(run / "merged") as db:
+        assert recovery_lines(db) == ["recovery: not measured, the run logged no operations "
+                                      "(nodelib.operation) to recover by"]
