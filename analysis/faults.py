@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from netspec.protocol.kinds import LINK_FAULTS
 from netspec.protocol.runrecord import RunRecord
 
 from .faultaudit import UNDOING, fault_end
@@ -25,8 +26,9 @@ from .units import duration_text
 
 # faults.parquet's columns, in order (docs/results.md says each).
 FAULTS = pa.schema([
-    ("index", pa.int32()), ("entry", pa.int32()), ("kind", pa.string()), ("target", pa.string()),
-    ("host", pa.string()), ("phase", pa.string()), ("after_s", pa.float64()), ("planned_ts", pa.int64()),
+    ("index", pa.int32()), ("kind", pa.string()), ("target", pa.string()), ("host", pa.string()),
+    ("directions", pa.int32()), ("role", pa.string()), ("holder", pa.string()), ("claimed_ts", pa.int64()),
+    ("phase", pa.string()), ("after_s", pa.float64()), ("planned_ts", pa.int64()),
     ("done_ts", pa.int64()), ("late_ns", pa.int64()), ("bound_ns", pa.int64()),
     ("unsynchronised", pa.bool_()), ("effect", pa.string()), ("effect_ts", pa.int64()),
     ("end_ts", pa.int64()), ("ended_by", pa.int32()), ("through_ts", pa.int64()), ("error", pa.string()),
@@ -54,8 +56,9 @@ def write_faults(db: duckdb.DuckDBPyConnection, path: Path, record: RunRecord, o
         end_ns = end.at_ns if end is not None else None
         recovered, after_end = _first_success(ops, fault.done_ns), _first_success(ops, end_ns)
         rows.append({
-            "index": fault.index, "entry": fault.entry, "kind": fault.kind, "target": fault.target,
-            "host": fault.host,
+            "index": fault.index, "kind": fault.kind, "target": fault.target, "host": fault.host,
+            "directions": len(fault.parts) or None, "role": fault.role, "holder": fault.holder,
+            "claimed_ts": fault.claimed_ns,
             "phase": fault.phase, "after_s": fault.after_s, "planned_ts": fault.planned_ns,
             "done_ts": fault.done_ns, "late_ns": fault.late_ns, "bound_ns": fault.bound_ns,
             "unsynchronised": fault.unsynchronised, "effect": fault.effect or None,
@@ -84,7 +87,9 @@ class Recovery:
 
     def text(self) -> str:
         """`report`'s line: the fault, then `figures`."""
-        return f"fault {self.index} {self.kind} {self.target} (host {self.host}): {self.figures()}"
+        what = f"{self.host} | {self.target}" if self.kind in LINK_FAULTS else \
+            f"{self.target} (host {self.host})"
+        return f"fault {self.index} {self.kind} {what}: {self.figures()}"
 
     def figures(self) -> str:
         """Its recovery in words, after it and after its end (the browser's table cell)."""

@@ -42,7 +42,7 @@ from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
 
 from . import linktcp
-from .faultaudit import fault_end
+from .faultaudit import direction_end, direction_instants
 
 GUARD_NS = 20_000_000
 Z95 = 1.959963984540054
@@ -444,11 +444,14 @@ def configured_links(record: RunRecord) -> Configured:
         return Configured()
     cuts: dict[tuple[str, str], list[tuple[int, int, int | None]]] = {}
     for fault in record.faults:
-        if fault.kind != "partition" or fault.done_ns is None:
+        if fault.kind != "partition":
             continue
-        end = fault_end(record.faults, fault)  # its `for`'s, or a heal of the same direction after it
-        cuts.setdefault((fault.host, fault.target), []).append(
-            (fault.index, fault.done_ns, end.at_ns if end is not None else None))
+        for direction in fault.directions():
+            done = direction_instants(fault, direction)[0]
+            if done is None:
+                continue
+            end = direction_end(record.faults, fault, direction)  # its `for`'s, or a heal of it after
+            cuts.setdefault(direction, []).append((fault.index, done, end.at_ns if end is not None else None))
     placed: dict[tuple[str, str], dict[str, str]] = {}
     for host, said in record.hosts.items():
         if said.links is not None:

@@ -120,8 +120,10 @@ class ResultSet:
 # `tags_with_several_ends` (was `several_ends`). Within 5: summary.json's `starved` (a set
 # without it starved nothing that was measured); 6: operations.parquet (analysis/operations.py),
 # summary.json's `operations`, a histogram row's data with its spec; 7: faults.parquet
-# (analysis/faults.py), summary.json's `faults`.
-RESULT_FORMAT = 7
+# (analysis/faults.py), summary.json's `faults`; 8: faults.parquet a row per entry of the file's
+# `faults:` (a partition's directions, `directions`, in one), its `role`, `holder` and
+# `claimed_ts`; no `entry`.
+RESULT_FORMAT = 8
 
 
 SUMMARY = "summary.json"

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -84,12 +86,15 @@ class ComponentProcess:
     it kills the process and its descendants if they still run, waits (bounded) for its
     exit to be seen, reaped and reported, and closes its channel; it may be called twice."""
 
-    def __init__(self, spec: ComponentSpec, run_id: str, root: Path, outbox: Outbox):
+    def __init__(self, spec: ComponentSpec, run_id: str, root: Path, outbox: Outbox,
+                 claimed: Callable[[str, str, bool, int], None]):
         self.spec, self.run_id, self.outbox = spec, run_id, outbox
+        self.claimed = functools.partial(claimed, spec.name)  # its claims of roles (ComponentChannel)
         self.dir = root / spec.name
         self.workdir = self.dir / "work"
         self.proc: asyncio.subprocess.Process | None = None
-        self.link = ComponentChannel(spec.name, run_id)  # an aware component's channel, its waits
+        # an aware component's channel, its waits
+        self.link = ComponentChannel(spec.name, run_id, self.claimed)
         self.exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.stopping = False  # netspec asked it to end (its exit is ASKED)
         self.awaited = False  # its start phase runs it to its end (its exit is AWAITED)
@@ -191,7 +196,7 @@ class ComponentProcess:
             ComponentExited: the program cannot be started.
         """
         assert self.exited.done(), "a component is restarted once it ended"
-        self.link = ComponentChannel(self.spec.name, self.run_id)
+        self.link = ComponentChannel(self.spec.name, self.run_id, self.claimed)
         self.exited = asyncio.get_running_loop().create_future()
         self.stopping = self.awaited = self.scheduled = self.paused = self.forced = False
         self.verdict, self.forced_why, self.ended_in = RUNNING, "", None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from netspec.protocol import events
@@ -28,10 +29,11 @@ class ComponentChannel:
     process is spawned; `read` runs in the component's task group, welcoming its
     registration and handing each ack to the `enter` that waits for it, until its end
     closes; `fail` ends every wait still pending (the component's exit, or a broken frame);
-    `close` closes the channel, and may be called twice."""
+    `close` closes the channel, and may be called twice. Each role the component claims (or
+    lets go) is handed to `claimed` (role, held, its instant on the host's clock)."""
 
-    def __init__(self, name: str, run_id: str):
-        self.name, self.run_id = name, run_id
+    def __init__(self, name: str, run_id: str, claimed: Callable[[str, bool, int], None]):
+        self.name, self.run_id, self.claimed = name, run_id, claimed
         self.channel: Channel | None = None
         self.registered: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}  # enters awaiting their ack, by id
@@ -64,6 +66,11 @@ class ComponentChannel:
                     waiter = self.pending.pop(message.get("id"), None)
                     if waiter and not waiter.done():
                         waiter.set_result(message)
+                elif message["t"] == m.CLAIM:
+                    role, held, at = message.get("role"), message.get("held"), message.get("at")
+                    if not m.is_role(role) or type(held) is not bool or type(at) is not int:
+                        raise ProtocolError(f"a claim of a role, not of a claim's form: {str(message)[:200]}")
+                    self.claimed(role, held, at)
         except ConnectionError:
             # Its end went away (a process killed with an enter unread resets it): its exit,
             # watched by its ComponentProcess, says why to everything waiting on it.

@@ -407,12 +407,22 @@ class Faults:
             self.pids.discard(pid)
             SPAWNED.discard(pid)
 
-    def _log(self, report: k.FaultDone) -> None:
-        """The fault in this host's `faults` stream (opened at the run's first fault), at
-        the instant it was done, and its effect, end and first packet through after it at
-        theirs."""
+    def claimed(self, component: str, role: str, held: bool, at_ns: int) -> None:
+        """`component` claimed `role` (or let it go) at `at_ns`: in the faults stream (the
+        instant a role changed hands, on the timeline), and to the controller, which aims a
+        fault of the role at its holder."""
+        est = self.sup.services.clock.estimate(at_ns)
+        if self._stream() is not None:
+            self._role.log(0, {"component": component, "role": role, "held": held}, lambda: at_ns)
+        self.sup.outbox.emit(k.Claimed(component=component, role=role, held=held, at_ns=at_ns,
+                                       offset_ns=None if est is None else est.offset_ns,
+                                       bound_ns=None if est is None else est.bound_ns,
+                                       unsynchronised=est is None))
+
+    def _stream(self) -> Datastreams | None:
+        """This host's `faults` stream, opened at its first record; None once closed."""
         if self.stream_closed:
-            return
+            return None
         if self.streams is None:
             self.streams = Datastreams()
             self._event = self.streams.event("FAULTS", "fault", "a fault of the schedule, done on this host")
@@ -422,9 +432,19 @@ class Faults:
                                             "or pause's, a pressure's, a restart's start again"),
                 "through": self.streams.event("FAULTS", "through", "a timed partition's first packet "
                                               "through after its end")}
+            self._role = self.streams.event("FAULTS", "role", "a component's claim of a role, or its "
+                                            "letting go (nodelib.claim)")
             info = StreamInfo(self.sup.services.directory, run=self.sup.run_id, host=self.sup.host,
                               component=FAULT_STREAM)
             self.streams.start([StreamConfig(FAULT_STREAM, enable=("FAULTS",))], info, exit_hooks=False)
+        return self.streams
+
+    def _log(self, report: k.FaultDone) -> None:
+        """The fault in this host's `faults` stream (opened at its first record), at the
+        instant it was done, and its effect, end and first packet through after it at
+        theirs."""
+        if self._stream() is None:
+            return
         done = report.done_ns
 
         def at_done() -> int:

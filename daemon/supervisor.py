@@ -56,7 +56,10 @@ class Supervisor:
         self.daemon_root = root
         self.held: Path | None = None  # its record on disk while set up (leftovers.py)
         self.run_id, self.tg, self.host = run_id, tg, safe_name(host, "host") if host else host
-        self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox) for s in specs}
+        # A component's claim of a role goes to the faults, which log it and tell the controller.
+        self.components = {s.name: ComponentProcess(s, run_id, self.root, outbox,
+                                                    lambda *claim: self.faults.claimed(*claim))
+                           for s in specs}
         self.listed: set[str] = set()  # the paths the last `files` listed: all `read` may read
         self.join_token: bytes | None = None  # what a parent in the run's tree shows to join it
         self.was_reset = False  # no component starts once it is

@@ -41,6 +41,11 @@ run = _application.run
 """`nodelib.run()`: hand control to netspec until the daemon says stop: netspecd enters each
 phase, runs its callback and acks it (ok, a `PhaseWarning`'s warning, or an exception's
 error). Raises NetspecError where the program was not started by netspecd."""
+claim = _application.claim
+"""`nodelib.claim(role, held=True)`: say this component now holds `role` (e.g. "leader"), or
+with `held=False` that it let it go; a fault aimed at the role (`{kill: {role: leader}}`)
+takes the component whose claim came last at its instant. Any thread may call it during
+`nodelib.run()`. Raises NetspecError for a name that is not a role's, or outside `run`."""
 
 event = _streams.event
 """`nodelib.event(group, name, desc="", decoder=None) -> Event`: declare an event, logged with
@@ -82,5 +87,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Application", "ConnectionLost", "NetspecError", "Pacer", "PhaseContext", "PhaseWarning",
-           "ProtocolError", "component_params", "counter", "event", "histogram", "interval", "operation",
+           "ProtocolError", "claim", "component_params", "counter", "event", "histogram", "interval",
+           "operation",
            "phase", "register", "run", "samples", "trigger"]

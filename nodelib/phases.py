@@ -7,6 +7,7 @@ the controller enters that phase. A callback's return or exception becomes the p
 
 from __future__ import annotations
 
+import _thread  # for one lock: threading's import is a program's start to pay for (nodelib's imports)
 import os
 import time
 from collections.abc import Callable
@@ -104,6 +105,8 @@ class Application:
 
     def __init__(self) -> None:
         self.callbacks: dict[str, PhaseCallback] = {}
+        self.channel: BlockingChannel | None = None  # while `run` talks to netspecd
+        self._sending = _thread.allocate_lock()  # a claim may come from any thread, between acks
 
     def register(self, name: str, callback: PhaseCallback) -> None:
         """Run `callback` when the controller enters phase `name`."""
@@ -132,7 +135,29 @@ class Application:
         try:
             self._serve(channel)
         finally:
-            channel.close()
+            with self._sending:
+                self.channel = None
+                channel.close()
+
+    def claim(self, role: str, held: bool = True) -> None:
+        """Say that this component now holds `role` (e.g. "leader"; `held=False`: that it
+        let it go). A fault aimed at the role (`{kill: {role: leader}}`) takes the component
+        whose claim of it came last, and not let go, at its instant; the claim's instant is
+        recorded with the fault. Any thread may call it while `run` runs.
+
+        Raises:
+            NetspecError: `role` is not a role's name, or the program is not in `run`.
+        """
+        if not m.is_role(role):
+            raise NetspecError(f"{role!r} is not a role: 1 to {m.MAX_ROLE} letters, digits, '_', '-' or '.'")
+        with self._sending:
+            if self.channel is None:
+                raise NetspecError("a role is claimed while nodelib.run() talks to netspecd")
+            self.channel.send({"t": m.CLAIM, "role": role, "held": bool(held), "at": time.time_ns()})
+
+    def _send(self, channel: BlockingChannel, message: dict[str, Any]) -> None:
+        with self._sending:
+            channel.send(message)
 
     def _serve(self, channel: BlockingChannel) -> None:
         # Every aware component takes part in the logging steps: nodelib opens and closes
@@ -142,13 +167,14 @@ class Application:
         welcome = channel.recv()
         if welcome is None or welcome["t"] != m.WELCOME:
             raise NetspecError("netspecd did not welcome this component")
+        self.channel = channel
         component, run_id = welcome["component"], welcome["run"]
         while (message := channel.recv()) is not None and message["t"] != m.STOP:
             if message["t"] == m.ENTER:
                 ctx = PhaseContext(message["phase"], component, run_id, message.get("params", {}),
                                    message.get("published", {}), Path.cwd())
-                channel.send({"t": m.ACK, "id": message["id"],
-                              **self._call(ctx, message.get("logging"))})
+                self._send(channel, {"t": m.ACK, "id": message["id"],
+                                     **self._call(ctx, message.get("logging"))})
 
     def _enter(self, ctx: PhaseContext, logging: dict[str, Any] | None) -> Any:
         if ctx.phase == m.START_LOGGING and logging is not None:

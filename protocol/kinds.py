@@ -24,6 +24,7 @@ from .messages import (
     ACK_OK,
     ACK_WARNING,
     ACKS,
+    CLAIM,
     CLKSYNC,
     END,
     ENTER,
@@ -34,6 +35,7 @@ from .messages import (
     JOIN,
     LEFT,
     LINKS,
+    MAX_ROLE,
     NODE,
     OUTPUT,
     READ,
@@ -492,7 +494,21 @@ class FaultDone(Event, tag=FAULT, kw_only=True):
     final: bool = True
 
 
-EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks | FaultDone
+class Claimed(Event, tag=CLAIM, kw_only=True):
+    """A component's claim of a role (nodelib.claim), or its letting go (`held` False), at
+    `at_ns` of its host's clock, with that host's clock estimate then (`offset_ns` +-
+    `bound_ns` from the reference; `unsynchronised`: none, the instant as it was taken)."""
+
+    component: str
+    role: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROLE, pattern=r"^[A-Za-z0-9_.-]+$")]
+    held: bool = True
+    at_ns: int
+    offset_ns: int | None = None
+    bound_ns: int | None = None
+    unsynchronised: bool = False
+
+
+EVENTS = ReplyFrame | ErrorEvent | Output | Exit | Ack | Acks | FaultDone | Claimed
 # What a parent in a fan-out tree reads from a child: its join's answer, its batches, its errors.
 FROM_CHILD = ReplyFrame | ErrorEvent | Acks
 

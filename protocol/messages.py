@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 #   9: links (a run's link conditions on a host: checked at launch, changed at a step's
 #      release) and fault (a scheduled fault) requests, the fault_done event, an exit's
 #      and an ack's `scheduled`.
-PROTOCOL_VERSION = 9
+#  10: claim (component -> daemon: a role claimed or let go) and the claimed event (daemon ->
+#      controller), for faults aimed at a role.
+PROTOCOL_VERSION = 10
 
 
 @cache
@@ -78,6 +80,12 @@ REPLY, ERROR, OUTPUT, EXIT, ACK, ACKS = "reply", "error", "output", "exit", "ack
 # Component <-> daemon.
 REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 
+# Component -> daemon: a role claimed (`held`) or let go, e.g. "leader" (nodelib.claim); a
+# fault may be aimed at the component holding it (controller/engine/faults.py).
+CLAIM = "claim"
+ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+MAX_ROLE = 64
+
 ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
 
 # Built-in steps that reach into every NETSPEC-aware component, whether or not it
@@ -85,6 +93,11 @@ ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
 START_LOGGING, STOP_LOGGING = "start_logging", "stop_logging"
 # The node-wide step in which every daemon waits for its clock bound (netspec.clksync).
 SYNC_CLOCKS = "sync_clocks"
+
+
+def is_role(name: object) -> bool:
+    """Whether `name` is a role's name: 1 to MAX_ROLE letters, digits, '_', '-' or '.'."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_ROLE and set(name) <= ROLE_CHARS
 
 
 def worst_status(statuses: Iterable[str]) -> str:

@@ -22,7 +22,8 @@ __all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent
 
 class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A host in a container (`docker:`, controller/hosts/docker.py): the engine (None: this
-    machine's), its TLS files for tcp://, the image (None: netspec's of this build), the
+    machine's), its TLS files for tcp://, the image (None: netspec's of this build, with the
+    extra Debian `packages` in it that `ns_control image build --package` put there), the
     limits and capabilities; or the container to attach to, by name or by a label's
     key=value. `prefix` begins the names of what the run creates; `network` replaces the
     run's own network."""
@@ -31,6 +32,7 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tls: dict[str, str] | None = None
     insecure_tcp: bool = False  # a tcp:// engine without TLS, asked for in so many words
     image: str | None = None
+    packages: tuple[str, ...] = ()
     cpus: float | None = None
     memory: str | int | None = None  # bytes, or with k, m or g (engines.memory_bytes)
     cap_add: tuple[str, ...] = ("NET_ADMIN", "SYS_NICE")
@@ -145,13 +147,17 @@ class PlanAnalysis(msgspec.Struct):
 
 
 class PlanFault(msgspec.Struct, frozen=True):
-    """A fault of the file's `faults:` (controller/experiment/faults.py): its kind, what it is
+    """An entry of the file's `faults:` (controller/experiment/faults.py): its kind, what it is
     done to (a component, or a host for cpu, memory and disk pressure) and the host where it
     happens, its instant (`after_s` from the start of the first step of `phase`, or from the
     run's first step with no phase), how long it lasts (`for_s`: a pause's, a pressure's), a
-    pressure's size in bytes or busy workers, its line in the file and its index there
-    (`entry`: a partition or heal is a fault per direction, each of one entry). The loaded
-    plan's faults are these (frozen), as run.json keeps them."""
+    pressure's size in bytes or busy workers, and its line in the file. A partition or heal
+    names the hosts of each side (`sides`: a direction per pair of hosts on different
+    sides, each done by the host it leaves; `host` and `target` say the first side and the
+    rest). A fault aimed at a `role` has its target chosen at its instant: the component
+    holding it (`target` and `host` empty), or for a partition or heal isolating it, that
+    component's host against every host of `sides`' one side. The loaded plan's faults are
+    these (frozen), as run.json keeps them."""
 
     kind: str
     target: str
@@ -162,7 +168,19 @@ class PlanFault(msgspec.Struct, frozen=True):
     size: int | None = None
     workers: int | None = None
     line: int | None = None
-    entry: int | None = None
+    sides: tuple[tuple[str, ...], ...] = ()
+    role: str | None = None
+
+    def directions(self, isolated: str | None = None) -> list[tuple[str, str]]:
+        """A partition's or heal's directions, (from, to) for each pair of hosts on different
+        sides; of a role's, those between `isolated` (its holder's host) and every other host
+        of its one side, or with no `isolated`, every direction it may come to cut."""
+        sides = self.sides
+        if self.role is not None:
+            sides = tuple((h,) for h in sides[0]) if isolated is None else \
+                ((isolated,), tuple(h for h in sides[0] if h != isolated))
+        return [(a, b) for i, one in enumerate(sides) for j, other in enumerate(sides) if i != j
+                for a in one for b in other if a != b]
 
 
 class PlanRecord(msgspec.Struct):

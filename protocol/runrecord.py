@@ -28,6 +28,9 @@ run.json version history (readers accept every older version):
      every collect's) and leaves `collected.at` when it gathers nothing more.
      Later optional key: a host's `salvaged.swept` (what the next netspecd started on an
      `address:` host ended of the run its SIGKILLed daemon left, as `collect` was told).
+     Faults are one per entry of the file since (a partition's directions in its `parts`; an
+     older record's, a fault per direction, read as they are); a fault's `role`,
+     `holder` and `claimed_ns` (a target chosen at run time) were added.
 """
 
 from __future__ import annotations
@@ -261,23 +264,54 @@ class CampaignPoint(msgspec.Struct):
     repetition: int = 0
 
 
+class FaultPart(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One direction of a partition or heal (`host` -> `peer`, done by the host it leaves)
+    and its audit, every instant on the global timeline as FaultRecord's: when its host did
+    it, +- `bound_ns`; its effect (a partition's first packet dropped, a heal's first
+    through) and when; a timed partition's end and its first packet through after it; what
+    it measured (`apply_s`: how long its rule's change took)."""
+
+    host: str
+    peer: str
+    done_ns: int | None = None
+    bound_ns: int | None = None
+    unsynchronised: bool = False
+    effect: str = ""
+    effect_ns: int | None = None
+    ended_ns: int | None = None
+    through_ns: int | None = None
+    measured: dict[str, float] = {}
+    error: str = ""
+    unfinished: bool = False
+
+
 class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A fault of the schedule as it went (controller/engine/faults.py), and its audit: the
-    instant planned on the global timeline, when its host did it (`done_ns`, `late_ns` after
-    the plan, +- `bound_ns`: its host's clock bound; `unsynchronised`: that host had no clock
-    estimate, the instant was taken on its own clock), the effect its daemon observed and
-    when (`effect_ns`, `effect_after_ns` after the fault was done, on that host's clock alone:
-    no bound between them; a partition's: its first packet dropped, a heal's: its first
-    through), a pressure's or a timed pause's or partition's end (`ended_ns`; `through_ns`:
-    that partition's first packet through after it), what a pressure measured, and what went
+    """A fault of the schedule as it went (controller/engine/faults.py), one per entry of the
+    file's `faults:` (`index`, its place there), and its audit: the instant planned on the
+    global timeline, when its host did it (`done_ns`, `late_ns` after the plan, +- `bound_ns`:
+    its host's clock bound; `unsynchronised`: that host had no clock estimate, the instant
+    was taken on its own clock), the effect its daemon observed and when (`effect_ns`,
+    `effect_after_ns` after the fault was done, on that host's clock alone: no bound between
+    them; a partition's: its first packet dropped, a heal's: its first through), a
+    pressure's or a timed pause's or partition's end (`ended_ns`; `through_ns`: that
+    partition's first packet through after it), what a pressure measured, and what went
     wrong (`error`: not done, or no effect seen). `unfinished`: its host's last report did not
-    come (the run ended while the fault still lasted, or looked for its effect)."""
+    come (the run ended while the fault still lasted, or looked for its effect).
+
+    A partition or heal is done per direction (`parts`, each with its own audit): `host` is
+    the hosts of its first side, `target` the others'; it is done once every direction is
+    (the last one's instant), its effect the first of theirs. A fault aimed at a `role` took
+    the component (or, isolating it, the host) that held it at its instant: `target` and
+    `host` are the ones chosen, `holder` the component that held it, `claimed_ns` when its
+    claim was made (None: not chosen, `error` says why)."""
 
     index: int
     kind: str
     target: str
     host: str
-    entry: int | None = None  # its index in the file's `faults:` (a partition's directions share one)
+    role: str | None = None
+    holder: str | None = None
+    claimed_ns: int | None = None
     phase: str | None = None
     after_s: float = 0.0
     planned_ns: int | None = None
@@ -293,6 +327,12 @@ class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     measured: dict[str, float] = {}
     error: str = ""
     unfinished: bool = False
+    parts: list[FaultPart] = []
+
+    def directions(self) -> list[tuple[str, str]]:
+        """What it was done to, as (host, target) pairs: each direction of a partition or
+        heal, else its one host and target."""
+        return [(p.host, p.peer) for p in self.parts] if self.parts else [(self.host, self.target)]
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

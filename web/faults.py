@@ -12,6 +12,7 @@ import duckdb
 from netspec.analysis.faultaudit import UNDOING, fault_end, fault_line
 from netspec.analysis.faults import Recovery
 from netspec.analysis.units import duration_text
+from netspec.protocol.kinds import LINK_FAULTS
 from netspec.protocol.runrecord import FaultRecord, RunRecord
 
 MARKER_COLOUR = "#111111"
@@ -20,11 +21,13 @@ OUTAGE_COLOUR = "rgba(228,87,86,0.15)"
 
 
 def _row_of(fault: FaultRecord, rows: list[str]) -> str | None:
-    """The timeline row a fault is drawn on: its component's, else its host's first."""
-    own = f"{fault.host}/{fault.target}"
+    """The timeline row a fault is drawn on: its component's, else its host's first (a
+    partition's: its first direction's host)."""
+    host = fault.parts[0].host if fault.parts else fault.host
+    own = f"{host}/{fault.target}"
     if own in rows:
         return own
-    return next((r for r in rows if r == fault.host or r.startswith(f"{fault.host}/")), None)
+    return next((r for r in rows if r == host or r.startswith(f"{host}/")), None)
 
 
 def fault_traces(record: RunRecord, rows: list[str], origin: int, run_end_ns: int) -> list[dict[str, Any]]:
@@ -83,8 +86,10 @@ def fault_rows(record: RunRecord, recovered: list[Recovery]) -> list[dict[str, A
         if end is not None and fault.done_ns is not None:
             ended = f"{duration_text(end.at_ns - fault.done_ns)} after" + (
                 f" (fault {end.by})" if end.by is not None else "")
+        what = f"{fault.host} | {fault.target}" if fault.kind in LINK_FAULTS else fault.target
         out.append({
-            "index": fault.index, "kind": fault.kind, "target": fault.target, "host": fault.host,
+            "index": fault.index, "kind": fault.kind, "host": fault.host,
+            "what": what + (f" (role {fault.role})" if fault.role is not None else ""),
             "at": f"{fault.phase or 'run'}+{fault.after_s:g}s",
             "late": "not done" if fault.done_ns is None else
                     f"{duration_text(fault.late_ns)} {bound}" if fault.late_ns is not None else "done",

@@ -16,6 +16,9 @@ def add_parser(command: Any) -> None:
                        "unix:///path); default DOCKER_HOST, else this machine's")
     build.add_argument("--base", metavar="IMAGE", help="build on this image of the engine (python3 3.11 or "
                        "newer in it) rather than on a Debian base made here")
+    build.add_argument("--package", metavar="NAME", action="append", default=[], dest="packages",
+                       help="an extra Debian package in the image, e.g. etcd-server (again for more): "
+                            "a docker: host with packages: [NAME, ...] runs that image")
     build.add_argument("--debootstrap", action="store_true",
                        help="make the Debian base by debootstrap even where this machine's own "
                             "packages could make it")
@@ -27,7 +30,8 @@ def cmd_image(args: argparse.Namespace) -> int:
 
     client = engine_client(args.engine)
     try:
-        tag = build(client, print, base=args.base, debootstrap=args.debootstrap)
+        tag = build(client, print, base=args.base, debootstrap=args.debootstrap,
+                    packages=tuple(args.packages))
     finally:
         client.close()
     print(tag)

@@ -103,7 +103,7 @@ class Conditions:
     def __init__(self, plan: Plan, fleet: Fleet, rundir: RunDir, progress: ProgressSink):
         self.plan, self.fleet, self.rundir, self.progress = plan, fleet, rundir, progress
         # A partition's or heal's direction (its host -> its peer): checked at launch as links' are.
-        self.cuts = sorted({(f.host, f.target) for f in plan.faults if f.kind in LINK_FAULTS})
+        self.cuts = sorted({d for f in plan.faults if f.kind in LINK_FAULTS for d in f.directions()})
         self.any = bool(plan.links) or any(s.links for s in plan.schedule) or bool(self.cuts)
         # Filled at `check`, when every daemon is reached (a fault's request shares the list).
         self.exclude_tcp: list[int] = own_ports(plan, {})

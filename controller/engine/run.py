@@ -114,12 +114,17 @@ class Run:
             raise error
 
     def _on_event(self, host: str, event: k.Event | Lost) -> None:
-        """An event from `host`: a fault's report to the run's faults, any other to its inbox."""
+        """An event from `host`: a fault's report or a role's claim to the run's faults (which
+        see each component's end too), any other to its inbox."""
         if type(event) is k.FaultDone:
             self.faults.done(host, event)
+        elif type(event) is k.Claimed:
+            self.faults.claimed(host, event)
         elif type(event) is Lost and self.faults.lost(host):
             self._left(host)
         else:
+            if type(event) is k.Exit:
+                self.faults.ended(event.component)
             self.inbox.on_event(host, event)
 
     def _left(self, host: str) -> None:

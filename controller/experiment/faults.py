@@ -17,6 +17,8 @@ or to the run's, checked with every error at once (file:line:key).
       - {partition: {isolate: h1}, at: {after: 6s}}     # h1 from every other host
       - {partition: [[h1, h2], [h3, h4, h5]], at: {after: 7s}}  # a split into sides
       - {kill_daemon: h2, at: {phase: run, after: 3s}}  # SIGKILL to the host's netspecd
+      - {kill: {role: leader}, at: {phase: run, after: 8s}}  # whichever component holds it then
+      - {partition: {isolate: {role: leader}}, at: {after: 9s}, for: 2s}  # its holder's host
 
 `at: {phase: P, after: D}` is D after the start of the first step of phase P on its host
 (the step's release: its instant with `release: at`, else when the controller sends it);
@@ -24,9 +26,12 @@ or to the run's, checked with every error at once (file:line:key).
 component's host, in a phase its component runs in (from its `start` to its `stop`); a pressure
 names its host. A pressure is bounded in size and time
 (MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
-A partition or heal names two hosts or groups, sides of a split (lists of them), or one to
-isolate from the rest: it is a fault per direction between hosts of different sides, each of
-the file's entry (`entry`), each done by the host it leaves (netspec.links' conditions: a
+A component fault, or a partition or heal isolating one host, may be aimed at a role
+(`{role: NAME}`) that programs claim (nodelib.claim): its target is chosen at its instant
+(controller/engine/faults.py); a heal or resume of a role undoes what the last partition or
+pause of it chose. A partition or heal names two hosts or groups, sides of a split (lists of
+them), or one to isolate from the rest: one fault, done per direction between hosts of
+different sides, each direction by the host it leaves (netspec.links' conditions: a
 partition is put on top of the direction's `links:` condition, for `for` if given; its end
 or a heal lifts it alone, leaving the condition as `links:` holds it then). Local
 daemons share this machine's network stack: refused in a partition, as in `links:`. A
@@ -39,8 +44,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import msgspec
 from netspec.protocol.kinds import COMPONENT_FAULTS, FAULT_KINDS, LINK_FAULTS, PRESSURE_FAULTS
+from netspec.protocol.messages import is_role
 from netspec.protocol.runplan import PlanFault
 
 from .durations import parse_duration
@@ -72,28 +77,24 @@ def parse_size(value: int | str) -> int:
 def faults_of(src: SourceFile, raw: list[Any], hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
               components: tuple[Component, ...], schedule: tuple[Step, ...],
               fan_out: int | None) -> tuple[PlanFault, ...]:
-    """Every fault of the file's `faults:`, each checked (a partition or heal: a fault per
-    direction); every error recorded in `src` (the caller raises them all at once)."""
+    """Every fault of the file's `faults:`, one per entry, each checked; every error
+    recorded in `src` (the caller raises them all at once)."""
     faults = []
     names = {c.name: c for c in components}
     phases = [s.phase for s in schedule]
-    indexed: list[tuple[int, PlanFault]] = []
     for i, spec in enumerate(raw):
         where: Path_ = ("faults", i)
         with src.checking():
-            made = [msgspec.structs.replace(f, entry=i)
-                    for f in _fault(src, spec, where, hosts, groups, names, phases)]
-            faults += made
-            indexed += [(i, fault) for fault in made]
+            faults.append(_fault(src, spec, where, hosts, groups, names, phases))
         if fan_out is not None:
             with src.checking():
                 src.error(f"faults are sent to each host's daemon directly, which a fan-out tree "
                           f"(fan_out: at line {src.line(('fan_out',))}) does not reach: drop one", where)
-    _check_starts(src, indexed, phases)
+    _check_starts(src, faults, phases)
     return tuple(faults)
 
 
-def _check_starts(src: SourceFile, faults: list[tuple[int, PlanFault]], phases: list[str]) -> None:
+def _check_starts(src: SourceFile, faults: list[PlanFault], phases: list[str]) -> None:
     """A `start` needs its component ended first by the schedule: a kill or terminate of it at
     an earlier instant (one relative to the run's start and one to a phase's cannot be
     ordered from the file: taken as earlier). Else it would find its component running."""
@@ -103,10 +104,10 @@ def _check_starts(src: SourceFile, faults: list[tuple[int, PlanFault]], phases: 
         if end.phase is None or start.phase is None:
             return end.after_s < start.after_s
         return (phases.index(end.phase), end.after_s) < (phases.index(start.phase), start.after_s)
-    for i, start in faults:
+    for i, start in enumerate(faults):
         if start.kind != "start":
             continue
-        ends = [end for _, end in faults if end.kind in ("kill", "terminate") and end.target == start.target]
+        ends = [end for end in faults if end.kind in ("kill", "terminate") and end.target == start.target]
         if not any(before(end, start) for end in ends):
             with src.checking():
                 src.error(f"a start of '{start.target}' needs it ended first: no kill or terminate of "
@@ -114,26 +115,49 @@ def _check_starts(src: SourceFile, faults: list[tuple[int, PlanFault]], phases: 
                           ("faults", i, "start"))
 
 
+def _role(src: SourceFile, kind: str, target: Any, where: Path_) -> str | None:
+    """The role a fault is aimed at (`{role: NAME}`), None if it names its target."""
+    if not isinstance(target, dict) or "role" not in target:
+        return None
+    if set(target) != {"role"} or not is_role(target["role"]):
+        src.error(f"a role is given as {{role: NAME}} (letters, digits, '_', '-', '.'; at most 64); "
+                  f"this gives {target}", where)
+    if kind == "start":
+        src.error("a start is of an ended component, which holds no role: name the component", where)
+    return str(target["role"])
+
+
 def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str, Host],
            groups: dict[str, tuple[str, ...]], components: dict[str, Component],
-           phases: list[str]) -> list[PlanFault]:
+           phases: list[str]) -> PlanFault:
     kinds = [k for k in FAULT_KINDS if k in spec]
+    if not kinds and src.pruned_within(where):
+        raise KeyError("its kind's value, refused by the schema")  # said there: nothing more to check
     if len(kinds) != 1:
         src.error(f"give exactly one kind of fault ({', '.join(FAULT_KINDS)}); "
                   f"this gives {', '.join(kinds) or 'none'}", where)
     kind = kinds[0]
     target = spec[kind]
-    pairs: list[tuple[str, str]] = []
+    sides: tuple[tuple[str, ...], ...] = ()
+    role = None
     if kind in COMPONENT_FAULTS:
-        src.known("component", target, components, (*where, kind))
-        host = components[target].host
+        role = _role(src, kind, target, (*where, kind))
+        if role is None:
+            src.known("component", target, components, (*where, kind))
+            host = components[target].host
+        else:
+            target = host = ""
     elif kind in LINK_FAULTS:
-        sides = _sides(src, kind, target, (*where, kind), hosts, groups)
-        pairs = [(a, b) for i, one in enumerate(sides) for j, other in enumerate(sides) if i != j
-                 for a in one for b in other if a != b]
-        if not pairs:
-            src.error(f"a {kind} is between two hosts: these name one", (*where, kind))
-        host = ""
+        isolated = target.get("isolate") if isinstance(target, dict) else None
+        role = _role(src, kind, isolated, (*where, kind, "isolate"))
+        if role is not None:  # its holder's host against every other: all of them a side
+            sides = (tuple(link_hosts(src, list(hosts), (*where, kind), hosts, groups)),)
+            target = host = ""
+        else:
+            sides = tuple(tuple(side) for side in _sides(src, kind, target, (*where, kind), hosts, groups))
+            if not PlanFault(kind, "", "", sides=sides).directions():
+                src.error(f"a {kind} is between two hosts: these name one", (*where, kind))
+            host, target = ", ".join(sides[0]), " | ".join(", ".join(side) for side in sides[1:])
     else:
         src.known("host", target, hosts, (*where, kind))
         host = target
@@ -146,7 +170,7 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
             with src.checking():
                 src.error("a fault at collect would hit the run's gathering: give an earlier phase",
                           (*where, "at", "phase"))
-        if kind in COMPONENT_FAULTS and phase in phases:
+        if kind in COMPONENT_FAULTS and phase in phases and role is None:
             with src.checking():
                 _check_alive(src, components[target], phase, phases, (*where, "at", "phase"))
     for_s = parse_duration(spec["for"]) if "for" in spec else None
@@ -163,11 +187,9 @@ def _fault(src: SourceFile, spec: dict[str, Any], where: Path_, hosts: dict[str,
     if workers is not None and kind != "cpu":
         with src.checking():
             src.error(f"'workers' is a cpu pressure's; a {kind} takes none", (*where, "workers"))
-    fault = PlanFault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
-                  workers if workers is not None else (1 if kind == "cpu" else None), src.line(where))
-    if pairs:  # a fault per direction, done by the host it leaves
-        return [msgspec.structs.replace(fault, target=b, host=a) for a, b in pairs]
-    return [fault]
+    return PlanFault(kind, target, host, parse_duration(at.get("after", 0)), phase, for_s, size,
+                     workers if workers is not None else (1 if kind == "cpu" else None), src.line(where),
+                     sides, role)
 
 
 def _sides(src: SourceFile, kind: str, target: Any, where: Path_, hosts: dict[str, Host],

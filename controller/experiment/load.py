@@ -208,6 +208,10 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
         if spec and isinstance(spec.get("docker"), dict):
             with src.checking():
                 _check_plain_tcp(src, name, spec["docker"])
+            if "packages" in spec["docker"] and ("image" in spec["docker"] or "container" in spec["docker"]):
+                with src.checking():
+                    src.error("'packages' go into netspec's own image: with an image or a container of "
+                              "your own, install them there", ("hosts", name, "docker", "packages"))
     if "fan_out" in data:
         _check_docker_tree(src, given)
     return {name: _host(name, spec or {}) for name, spec in given.items()}

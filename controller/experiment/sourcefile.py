@@ -98,6 +98,11 @@ class SourceFile:
                        for item, pruned in self.misshapen):
                 self.errors.append(exc)
 
+    def pruned_within(self, path: Path_) -> bool:
+        """Whether the schema refused, and pruned, something inside `path` (said already)."""
+        return any(item.startswith((f"{key_name(path)}.", f"{key_name(path)}["))
+                   for item, pruned in self.misshapen if pruned)
+
     def checked(self, check: Callable[..., _T], *args: Any) -> _T | None:
         """`check(*args)`, or None when it raised a ConfigError (recorded)."""
         with self.checking():

@@ -155,11 +155,12 @@ class DockerHost(Host):
         """The image to run and netspecd's path in it (the label of images netspec built)."""
         import docker.errors
 
-        image = self.docker.image or default_image()
+        image = self.docker.image or default_image(self.docker.packages)
         try:
             found = self.engines.image(self.docker.engine, self.docker.tls, image)
         except docker.errors.ImageNotFound:
             where = f" --engine {self.docker.engine}" if self.docker.engine else ""
+            where += "".join(f" --package {p}" for p in self.docker.packages)
             raise ConnectionLost(self.name, detail=f"no image {image} in {self.engine_label}: make it "
                                  f"with `ns_control image build{where}`") from None
         return image, (found.labels or {}).get(NETSPECD_LABEL, "netspecd")

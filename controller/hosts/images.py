@@ -2,7 +2,8 @@
 
 Two layers, each cached in the engine by a content hash in its tag:
 - the base, `netspec-base:<hash>`: a Debian root filesystem with python3 (and its venv
-  module), iproute2, nftables and iptables, which link conditions need. It is made from
+  module), iproute2, nftables and iptables, which link conditions need, and any extra
+  Debian packages asked (`--package etcd-server`: what an experiment's programs need). It is made from
   this machine's own installed Debian packages' files when it has them all (seconds: the
   files are on disk already), else by `debootstrap --variant=minbase` from the mirror in
   this machine's apt sources (a minute or more; its package cache is kept in
@@ -13,7 +14,8 @@ Two layers, each cached in the engine by a content hash in its tag:
   remote installs (wheels.py), with the installer remote hosts run (remote.py), into
   /opt/netspec/venv. Its label org.netspec.netspecd names the daemon's path there.
   `netspec:<build>` is this build on the Debian base made first on the engine (of this
-  machine's packages, or debootstrap's): either serves alike.
+  machine's packages, or debootstrap's): either serves alike. With extra packages it is
+  `netspec:<build>-with-<hash of their names>`, which a `docker: {packages: [...]}` host runs.
 Images of earlier builds stay in the engine, as their wheels stay in the cache: remove them
 with `docker image prune -a --filter label=org.netspec.build` (which takes this build's too, made
 again by the next `ns_control image build`).
@@ -61,9 +63,11 @@ USR_MERGED = ("bin", "sbin", "lib", "lib64")
 Say = Callable[[str], None]
 
 
-def default_image() -> str:
-    """The image a `docker:` host without `image:` runs: this build on the Debian base."""
-    return f"{REPOSITORY}:{build_id()}"
+def default_image(packages: tuple[str, ...] = ()) -> str:
+    """The image a `docker:` host without `image:` runs: this build on the Debian base, with
+    `packages` (extra Debian packages) in it."""
+    extra = f"-with-{_digest(sorted(set(packages)))[:12]}" if packages else ""
+    return f"{REPOSITORY}:{build_id()}{extra}"
 
 
 def cache_dir() -> Path:
@@ -80,18 +84,23 @@ def _has(client: Any, tag: str) -> bool:
     return True
 
 
-def build(client: Any, say: Say, base: str | None = None, debootstrap: bool = False) -> str:
+def build(client: Any, say: Say, base: str | None = None, debootstrap: bool = False,
+          packages: tuple[str, ...] = ()) -> str:
     """The netspec image of this build in `client`'s engine, built unless it is there (its
-    Debian base too, or on the user's `base` image); its tag.
+    Debian base too, with `packages` in it, or on the user's `base` image); its tag.
 
     Raises:
-        NetspecError: a step failed (naming it and what it said).
+        NetspecError: a step failed (naming it and what it said), or `packages` are asked
+            with a `base` of the user's (whose packages are its own).
     """
     import docker.errors
 
     if base is None:
-        base = ensure_base(client, say, debootstrap)
-        tag = default_image()
+        base = ensure_base(client, say, debootstrap, packages)
+        tag = default_image(packages)
+    elif packages:
+        raise NetspecError(f"extra packages ({', '.join(packages)}) go into netspec's Debian base; on an "
+                           f"image of your own ({base}), install them in it")
     else:
         try:
             base_id = client.images.get(base).id
@@ -144,18 +153,22 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) 
     tar.addfile(info, io.BytesIO(data))
 
 
-def ensure_base(client: Any, say: Say, debootstrap: bool = False) -> str:
-    """The Debian base image in the engine, made unless there: from this machine's packages
-    (when it has them all and `debootstrap` is not asked), else by debootstrap; its tag."""
-    local = None if debootstrap else local_packages()
+def ensure_base(client: Any, say: Say, debootstrap: bool = False, packages: tuple[str, ...] = ()) -> str:
+    """The Debian base image in the engine, with `packages` beside the base's own, made
+    unless there: from this machine's packages (when it has them all and `debootstrap` is not
+    asked), else by debootstrap; its tag."""
+    wanted = (*PACKAGES, *sorted(set(packages) - set(PACKAGES)))
+    local = None if debootstrap else local_packages(wanted)
     if local is not None:
         tag = f"{BASE_REPOSITORY}:local-{_digest(sorted(local.items()))}"
         make = lambda tar: _local_rootfs(local, tar)  # noqa: E731
         how = f"from this machine's {len(local)} installed Debian packages"
     else:
         mirror = apt_mirror()
-        tag = f"{BASE_REPOSITORY}:{SUITE}-{_digest([SUITE, mirror, PACKAGES])}"
-        make = lambda tar: _debootstrap_rootfs(mirror, tar, say)  # noqa: E731
+        # without extras, the list (and so the tag) a base made before extras had
+        asked = [SUITE, mirror, PACKAGES] + ([wanted] if packages else [])
+        tag = f"{BASE_REPOSITORY}:{SUITE}-{_digest(asked)}"
+        make = lambda tar: _debootstrap_rootfs(mirror, tar, say, wanted)  # noqa: E731
         how = f"by debootstrap of Debian {SUITE}"
     if _has(client, tag):
         return tag
@@ -177,8 +190,8 @@ def _digest(value: object) -> str:
     return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
 
 
-def local_packages() -> dict[str, str] | None:
-    """Every package the base needs and what it depends on, as installed on this machine
+def local_packages(wanted: tuple[str, ...] = PACKAGES) -> dict[str, str] | None:
+    """Every package of `wanted` and what it depends on, as installed on this machine
     (name -> version); None where it is no Debian or lacks one of them."""
     if not shutil.which("dpkg-query"):
         return None
@@ -192,10 +205,10 @@ def local_packages() -> dict[str, str] | None:
             installed[name] = (version, f"{depends},{pre}")
             for virtual in filter(None, (_name(p) for p in provides.split(","))):
                 provided.setdefault(virtual, name)
-    if any(p not in installed for p in PACKAGES):
+    if any(p not in installed for p in wanted):
         return None
     found: dict[str, str] = {}
-    pending = list(PACKAGES)
+    pending = list(wanted)
     while pending:
         name = pending.pop()
         if name in found:
@@ -269,16 +282,16 @@ def apt_mirror() -> str:
     raise NetspecError(f"no Debian {SUITE} mirror in this machine's apt sources (/etc/apt) for debootstrap")
 
 
-def _debootstrap_rootfs(mirror: str, into: Path, say: Say) -> None:
+def _debootstrap_rootfs(mirror: str, into: Path, say: Say, packages: tuple[str, ...]) -> None:
     if not shutil.which("debootstrap"):
         raise NetspecError("debootstrap is not installed (apt-get install debootstrap), and this machine "
-                           "lacks Debian packages the base needs: " + ", ".join(PACKAGES))
+                           "lacks Debian packages the base needs: " + ", ".join(packages))
     packages = cache_dir() / "debootstrap"
     packages.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="netspec-rootfs-") as root:
         say(f"debootstrap of Debian {SUITE} from {mirror} (its packages kept in {packages})")
         _tool(["debootstrap", "--variant=minbase", f"--cache-dir={packages}",
-               f"--include={','.join(PACKAGES)}", SUITE, root, mirror], DEBOOTSTRAP_S)
+               f"--include={','.join(packages)}", SUITE, root, mirror], DEBOOTSTRAP_S)
         _tool(["tar", "-C", root, "-cf", str(into), "."], TAR_S)
 
 

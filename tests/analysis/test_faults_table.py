@@ -57,9 +57,9 @@ def test_each_fault_has_a_row_with_its_end_and_its_recovery_from_the_operations(
     assert (kill["end_ts"], kill["ended_by"]) == (P0 - 400 * MS, 4)
     with open_tables(run / "merged") as db:
         lines = recovery_lines(db)
-    assert lines[1] == "  fault 0 partition server (host c1): first success 11 ms after it, " \
+    assert lines[1] == "  fault 0 partition c1 | server: first success 11 ms after it, " \
                        "1 ms after its end (fault 1)"
-    assert lines[2] == "  fault 1 heal server (host c1): first success 1 ms after it"
+    assert lines[2] == "  fault 1 heal c1 | server: first success 1 ms after it"
     assert lines[3] == "  fault 2 pause client (host c2): no success after it; it lasted to the run's end"
 
 

@@ -28,9 +28,9 @@ async def _outcome(waiting: Awaitable[Any]) -> Any:
         return exc
 
 
-async def _pair() -> tuple[ComponentChannel, Channel]:
+async def _pair(claims: list | None = None) -> tuple[ComponentChannel, Channel]:
     ours, theirs = socket.socketpair()
-    link = ComponentChannel("c", RUN)
+    link = ComponentChannel("c", RUN, lambda *claim: (claims if claims is not None else []).append(claim))
     await link.open(ours)
     return link, await Channel.over(theirs, peer="daemon")
 
@@ -107,7 +107,7 @@ def test_a_broken_frame_ends_every_wait_on_the_component_at_once():
 
 def test_a_plain_command_has_no_channel_to_ask_to_stop_over_and_its_waits_end_by_fail():
     async def scenario():
-        link = ComponentChannel("plain", RUN)
+        link = ComponentChannel("plain", RUN, lambda *claim: None)
         asked = link.ask_to_stop()
         link.fail(ComponentExited("exited with code 0"))
         with pytest.raises(ComponentExited, match="code 0"):
@@ -116,3 +116,25 @@ def test_a_plain_command_has_no_channel_to_ask_to_stop_over_and_its_waits_end_by
         return asked
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_claim_of_a_role_is_handed_on_and_one_not_of_its_form_breaks_the_protocol():
+    async def scenario():
+        claims: list = []
+        link, component = await _pair(claims)
+        async with asyncio.timeout(10), asyncio.TaskGroup() as tg:
+            reading = tg.create_task(link.read())
+            component.send({"t": m.REGISTER, "phases": ["run"]})
+            await link.registered
+            component.send({"t": m.CLAIM, "role": "leader", "held": True, "at": 5})
+            component.send({"t": m.CLAIM, "role": "leader", "held": False, "at": 7})
+            component.send({"t": m.CLAIM, "role": "lead er", "held": True, "at": 9})
+            waiting = tg.create_task(_outcome(link.enter("run", {}, {})))
+            await reading
+            outcome = await waiting
+        await component.close()
+        return claims, outcome
+
+    claims, outcome = asyncio.run(scenario())
+    assert claims == [("leader", True, 5), ("leader", False, 7)]
+    assert isinstance(outcome, ComponentExited) and "a claim of a role, not of a claim's form" in str(outcome)

@@ -417,7 +417,7 @@ def test_a_component_whose_with_fails_is_killed_reaped_and_reported_and_leaves_n
     async def scenario():
         outbox = Outbox()
         async with asyncio.TaskGroup() as tg:  # its pumps, its channel's reader, its exit's watcher
-            comp = ComponentProcess(spec, session_run_id("run-with"), tmp_path, outbox)
+            comp = ComponentProcess(spec, session_run_id("run-with"), tmp_path, outbox, lambda *claim: None)
             with contextlib.suppress(RuntimeError):
                 async with comp:
                     await comp.start(tg, "launch")

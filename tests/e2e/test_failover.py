@@ -41,23 +41,24 @@ def test_the_failover_experiment_fails_over_after_its_partition_and_back_after_i
     record = read_run(run)
     assert record.status == "ok"  # the killed replica is the schedule's, not a failure
     assert record.components["b/backup"].scheduled
-    partitions = [f for f in record.faults if f.kind == "partition"]
-    assert sorted((f.host, f.target) for f in partitions) == [("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")]
+    # two entries, a and b, a and c: two faults, each done per direction (its parts)
+    partitions = [p for f in record.faults if f.kind == "partition" for p in f.parts]
+    assert sorted((p.host, p.peer) for p in partitions) == [("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")]
     for fault in record.faults:
         assert not fault.error and fault.done_ns is not None, fault
     # Each partition was asked of its host at launch with links:' conditions (a host that
     # could not would have failed the launch naming it), its placement recorded.
     for fault in partitions:
-        assert record.hosts[fault.host].links.placements[fault.target].parts["partition"] == "nftables"
+        assert record.hosts[fault.host].links.placements[fault.peer].parts["partition"] == "nftables"
     # The rules' own counters saw the partition drop the primary's heartbeats and the
     # client's requests: each a first drop after the partition was in effect.
-    dropped = {(f.host, f.target): f for f in partitions if f.effect_ns is not None}
+    dropped = {(p.host, p.peer): p for p in partitions if p.effect_ns is not None}
     assert {("a", "b"), ("c", "a")} <= set(dropped), partitions
     for fault in dropped.values():
         assert fault.done_ns <= fault.effect_ns and fault.ended_ns >= fault.done_ns + 800_000_000
     # a and b's partition crossed hold's change of their link
     hold = next(step for step in record.steps if step.phase == "hold")
-    ab = [f for f in partitions if {f.host, f.target} == {"a", "b"}]
+    ab = [p for p in partitions if {p.host, p.peer} == {"a", "b"}]
     assert all(f.ended_ns > hold.links[f.host].at_ns for f in ab), (ab, hold.links)
     events = duckdb.sql(f"SELECT ts, host, entity, tag FROM '{run / 'merged' / 'events.parquet'}' "
                         "WHERE entity IN ('FO/takeover', 'FO/failover') ORDER BY ts").fetchall()

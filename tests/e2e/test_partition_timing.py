@@ -51,8 +51,8 @@ faults:
     run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
     record = read_run(tmp_path / "runs" / "latest")
     assert run.returncode == 0 and record.status == "ok", run.stdout + run.stderr
-    on_a, on_b = ([f for f in record.faults if f.host == host and f.kind in ("partition", "heal")]
-                  for host in ("a", "b"))  # in the file's order
+    # each entry of the file one fault, its directions its parts: a -> b's, in the file's order
+    timed, open_, heal, last = (_part(f, "a", "b") for f in record.faults[:4])
     for fault in record.faults:
         assert not fault.error and fault.late_ns is not None, fault
     late = [f.late_ns for f in record.faults]
@@ -63,7 +63,6 @@ faults:
             if arrivals[i] - arrivals[i - 1] > 100_000_000]
     # a -> b's partitions as the wire saw them: a gap in b's arrivals from each partition's
     # instant of effect to its end (its `for`, its heal), and none elsewhere
-    timed, open_, heal, _ = on_a
     windows = [(timed.done_ns, timed.ended_ns), (open_.done_ns, heal.done_ns)]
     # a heal is in effect from its nft commit's start: its done_ns less the commit's time
     lifting = [clock_bound(record) + int(f.measured["apply_s"] * 1e9) for f in (timed, heal)]
@@ -79,8 +78,15 @@ faults:
     assert "first packet through" in heal.effect, heal
     # The last partition was still looking for its first drop (b -> a: nothing sent) as the
     # run ended: done, on time, its look unfinished, and the run ok.
-    assert on_b[-1].unfinished and on_b[-1].done_ns is not None, on_b[-1]
+    back = _part(record.faults[3], "b", "a")
+    assert back.unfinished and back.done_ns is not None and record.faults[3].unfinished, record.faults[3]
+    assert last.done_ns is not None and not last.unfinished, last
     assert "the run ended before its effect or its end was reported" in run.stdout
+
+
+def _part(fault, host: str, peer: str):
+    """`fault`'s direction from `host` to `peer`."""
+    return next(p for p in fault.parts if (p.host, p.peer) == (host, peer))
 
 
 def clock_bound(record) -> int:
@@ -116,8 +122,12 @@ faults:
     run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
     record = read_run(tmp_path / "runs" / "latest")
     assert run.returncode == 0 and record.status == "ok", run.stdout + run.stderr
-    assert {(f.host, f.target) for f in record.faults} == {("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")}
-    for fault in record.faults:  # one entry of the file, each direction its own audit
-        assert fault.entry == 0 and not fault.error, fault
-        assert "dropped a first packet" in fault.effect and fault.through_ns is not None, fault
-    assert "(host b, faults[0], at work+0.3s)" in run.stdout
+    [fault] = record.faults  # one entry of the file, one fault; each direction its own audit
+    assert (fault.host, fault.target) == ("a", "b, c") and not fault.error, fault
+    assert {(p.host, p.peer) for p in fault.parts} == {("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")}
+    for part in fault.parts:
+        assert "dropped a first packet" in part.effect and part.through_ns is not None, part
+    assert fault.done_ns == max(p.done_ns for p in fault.parts), fault
+    assert fault.effect_ns == min(p.effect_ns for p in fault.parts), fault
+    assert "fault 0 partition a | b, c (work+0.3s): done" in run.stdout, run.stdout
+    assert "its last of 4 directions" in run.stdout

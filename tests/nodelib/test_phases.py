@@ -16,7 +16,8 @@ from netspec.protocol.errors import NetspecError
 
 def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
     assert sorted(nodelib.__all__) == ["Application", "ConnectionLost", "NetspecError", "Pacer",
-                                       "PhaseContext", "PhaseWarning", "ProtocolError", "component_params",
+                                       "PhaseContext", "PhaseWarning", "ProtocolError", "claim",
+                                       "component_params",
                                        "counter", "event", "histogram", "interval", "operation", "phase",
                                        "register", "run", "samples", "trigger"]
     assert [n for n in nodelib.__all__ if not (getattr(nodelib, n).__doc__ or "").strip()] == []
@@ -111,3 +112,11 @@ def test_looking_up_a_value_nobody_published_is_a_clear_error(monkeypatch):
     _, (ack,) = _drive(app, monkeypatch, [("run", {})])
     assert ack["message"] == ("NetspecError: component 'server' has not published 'port' "
                               "before phase 'run'")
+
+
+def test_a_role_is_claimed_only_while_run_talks_to_netspecd_and_only_by_a_roles_name():
+    app = Application()
+    with pytest.raises(NetspecError, match=r"while nodelib\.run"):
+        app.claim("leader")
+    with pytest.raises(NetspecError, match="'lead er' is not a role"):
+        app.claim("lead er")

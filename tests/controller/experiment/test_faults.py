@@ -61,15 +61,15 @@ def test_a_size_is_bytes_or_a_number_with_a_unit():
         parse_size("3 parsecs")
 
 
-def test_a_partition_is_a_fault_per_direction_each_done_by_the_host_it_leaves(experiment, tmp_path):
+def test_a_partition_is_one_fault_done_per_direction_by_the_host_it_leaves(experiment, tmp_path):
     ssh = FILE.replace("hosts: {a: {}, b: {}}", "hosts: {a: {ssh: 10.0.0.1}, b: {ssh: 10.0.0.2}, c: {}}")
     plan = load(experiment(ssh.replace("FAULTS", """\
   - {partition: [a, b], at: {phase: run, after: 1s}, for: 2s}
   - {heal: [b, a], at: {phase: run, after: 5s}}
 """)))
     assert [(f.kind, f.host, f.target, f.for_s, f.line) for f in plan.faults] == [
-        ("partition", "a", "b", 2.0, 7), ("partition", "b", "a", 2.0, 7), ("heal", "b", "a", None, 8),
-        ("heal", "a", "b", None, 8)]
+        ("partition", "a", "b", 2.0, 7), ("heal", "b", "a", None, 8)]
+    assert [f.directions() for f in plan.faults] == [[("a", "b"), ("b", "a")], [("b", "a"), ("a", "b")]]
     with pytest.raises(ConfigError) as err:
         load(experiment(ssh.replace("FAULTS", "  - {partition: [a, c], at: {after: 0s}}\n")))
     assert [str(e).partition(": local daemons")[0] for e in err.value.errors] == [
@@ -85,16 +85,39 @@ def test_a_partition_isolates_a_host_or_splits_the_hosts_into_sides_in_one_entry
   - {partition: [[a, b], [c, d]], at: {phase: run, after: 2s}, for: 1s}
   - {heal: {isolate: b}, at: {phase: run, after: 3s}}
 """)))
-    isolate = {(f.host, f.target) for f in plan.faults if f.entry == 1}
-    assert isolate == {("b", "a"), ("b", "c"), ("b", "d"), ("a", "b"), ("c", "b"), ("d", "b")}
-    split = {(f.host, f.target) for f in plan.faults if f.entry == 2}
-    assert split == {(x, y) for x in "ab" for y in "cd"} | {(y, x) for x in "ab" for y in "cd"}
-    assert {f.kind for f in plan.faults if f.entry == 3} == {"heal"} and \
-        len([f for f in plan.faults if f.entry == 3]) == 6
-    assert [f.entry for f in plan.faults][:1] == [0]
+    _, isolate, split, heal = plan.faults
+    assert set(isolate.directions()) == {("b", "a"), ("b", "c"), ("b", "d"), ("a", "b"), ("c", "b"),
+                                         ("d", "b")}
+    assert (isolate.host, isolate.target) == ("b", "a, c, d")
+    across = {(x, y) for x in "ab" for y in "cd"}
+    assert set(split.directions()) == across | {(y, x) for x, y in across}
+    assert (split.host, split.target) == ("a, b", "c, d")
+    assert heal.kind == "heal" and set(heal.directions()) == set(isolate.directions())
     with pytest.raises(ConfigError) as err:
         load(experiment(four.replace("FAULTS", "  - {partition: {alone: b}, at: {after: 0s}}\n")))
     assert "exp.yaml:7: faults[0].partition.alone: unknown key 'alone'" in str(err.value)
+
+
+def test_a_fault_aimed_at_a_role_has_its_target_chosen_at_run_time(experiment, tmp_path):
+    three = FILE.replace("hosts: {a: {}, b: {}}", "hosts: {a: {ssh: 10.0.0.1}, b: {ssh: 10.0.0.2}, "
+                         "c: {ssh: 10.0.0.3}}")
+    plan = load(experiment(three.replace("FAULTS", """\
+  - {kill: {role: leader}, at: {phase: run, after: 1s}}
+  - {partition: {isolate: {role: leader}}, at: {phase: run, after: 2s}, for: 1s}
+  - {heal: {isolate: {role: leader}}, at: {phase: run, after: 3s}}
+""")))
+    kill, partition, heal = plan.faults
+    assert (kill.role, kill.target, kill.host) == ("leader", "", "")
+    assert partition.role == "leader" and partition.sides == (("a", "b", "c"),)
+    assert set(partition.directions(isolated="b")) == {("b", "a"), ("b", "c"), ("a", "b"), ("c", "b")}
+    assert len(heal.directions()) == 6  # what it may come to heal: each is checked at launch
+    with pytest.raises(ConfigError) as err:
+        load(experiment(three.replace("FAULTS", """\
+  - {kill: {role: "lead er"}, at: {phase: run, after: 1s}}
+  - {start: {role: leader}, at: {phase: run, after: 1s}}
+""")))
+    assert [str(e).split(": ", 2)[1] for e in err.value.errors] == ["faults[0].kill.role", "faults[1].start"]
+    assert "'lead er' is not a valid value (a role a program claims" in str(err.value.errors[0])
 
 
 def test_a_component_fault_before_its_component_starts_or_after_it_stops_is_refused(experiment, tmp_path):
