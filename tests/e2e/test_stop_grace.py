@@ -10,7 +10,9 @@ from support import ns_control
 
 pytestmark = pytest.mark.e2e
 
-# Asked to stop (SIGTERM), each sits idle for `wait` seconds, then ends cleanly.
+# Asked to stop (SIGTERM), each sits idle for `wait` seconds, then ends cleanly. The shells
+# have half a second (`settled`) to set their trap: a SIGTERM 9 ms after their start, before
+# it, ended one by the signal itself.
 IDLE_ON_TERM = "trap 'sleep {wait}; exit 0' TERM; while :; do sleep 0.1; done"
 
 
@@ -21,7 +23,8 @@ experiment: grace
 components:
   patient: {{command: "{IDLE_ON_TERM.format(wait=6.5)}", start: launch, stop: after, stop_grace: 10s}}
   hurried: {{command: "{IDLE_ON_TERM.format(wait=4)}", start: launch, stop: after, stop_grace: 1s}}
-schedule: [launch, {{phase: after, deadline: 30s}}, collect]
+  settle: {{command: [sleep, "0.5"], start: settled}}
+schedule: [launch, settled, {{phase: after, deadline: 30s}}, collect]
 """)
     run = ns_control("run", str(path), "--no-merge", cwd=tmp_path)
     record = read_run(tmp_path / "runs" / "latest")
