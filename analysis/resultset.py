@@ -43,6 +43,7 @@ from .links import configured_links, write_links
 from .links import lines as link_lines
 from .narrate import write_narration
 from .operations import write_operations
+from .packets import LinkCounts, write_packets
 from .pairs import PairCounts, pair_counts, pair_params, pair_sql
 from .provenance import host_facts, shared_kernels
 from .starved import Starved, starved
@@ -109,6 +110,7 @@ class ResultSet:
     files: list[str] = field(default_factory=list)  # what this merge wrote, relative to `directory`
     plots: list[Path] = field(default_factory=list)
     links: list[str] = field(default_factory=list)  # the link audit's lines (links.lines), if the run has one
+    packets: list[LinkCounts] = field(default_factory=list)  # packets.parquet's counts, if it captured
 
 
 # The result set's columns (docs/results.md); 2: intervals' and usage's start_ts and end_ts,
@@ -122,7 +124,7 @@ class ResultSet:
 # summary.json's `operations`, a histogram row's data with its spec; 7: faults.parquet
 # (analysis/faults.py), summary.json's `faults`; 8: faults.parquet a row per entry of the file's
 # `faults:` (a partition's directions, `directions`, in one), its `role`, `holder` and
-# `claimed_ts`; no `entry`.
+# `claimed_ts`; no `entry`. Within 8: packets.parquet (analysis/packets.py), summary.json's `packets`.
 RESULT_FORMAT = 8
 
 
@@ -152,6 +154,7 @@ class Summary(msgspec.Struct):
     starved: list[dict[str, Any]] = []
     operations: int = 0  # operations.parquet's rows
     faults: int = 0  # faults.parquet's rows
+    packets: list[LinkCounts] = []  # what packets.parquet matched, per direction and step
 
 
 def read_summary(merged: Path) -> Summary | None:
@@ -229,6 +232,8 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     result.warnings += [shared_kernel_text(hosts) for hosts in result.shared_kernel]
     db = open_tables(out)  # with the tables just written
     result.faults = write_faults(db, out / "faults.parquet", record, result.operations > 0)
+    captured = write_packets(db, run, out, fits)
+    result.packets, result.warnings = captured.counts, result.warnings + captured.warnings
     result.starved = starved(db)
     result.warnings += [s.text() for s in result.starved]
     result.links = link_lines(db)
@@ -253,7 +258,7 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
                       result.warnings, [asdict(c) for c in result.causality],
                       [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
                       [w.row() for w in result.workloads], result.shared_kernel, result.files,
-                      [s.row() for s in result.starved], result.operations, result.faults)
+                      [s.row() for s in result.starved], result.operations, result.faults, result.packets)
     _write_summary(out, summary)
     return result
 

@@ -23,6 +23,7 @@ from netspec.protocol.names import safe_name
 
 from . import leftovers, release
 from .facts import host_facts
+from .packets import stopped_ack
 from .relay import Emit, Relay
 from .runs import Session, acted_on, check_join, check_setup, check_subtrees, own_run, reset_under_way
 from .sampler import config_from_wire
@@ -56,8 +57,10 @@ async def setup(session: Session, request: k.Setup) -> k.Reply:
         await session.end_run()
         specs = [_runnable(c) for c in request.components]
         sup = Supervisor(request.run, session.daemon.root, specs, session, session.tg,  # type: ignore[arg-type]
-                         request.host, request.streams, config_from_wire(request.camp))
+                         request.host, request.streams, config_from_wire(request.camp), request.packets)
         sup.join_token = token
+        if session.daemon.port is not None:  # the controllers' and a tree's connections: never captured
+            sup.services.own_tcp.add(session.daemon.port)
         session.supervisor, session.daemon.runs[sup.run_id] = sup, session
         sup.hold()
         sup.services.open()
@@ -128,7 +131,10 @@ def _start(sup: Supervisor, request: k.Enter, comp: k.Participant, emit: Emit,
     nothing is done and acked at once: a task and a timeout for it cost a node step more
     than its work (bench/nodestep.py)."""
     entered = time.time_ns() if entered is None else entered
-    if comp.name == m.NODE and request.phase != m.SYNC_CLOCKS:
+    if comp.name == m.NODE and sup.services.packets is not None and request.phase in (m.START_LOGGING,
+                                                                                      m.STOP_LOGGING):
+        sup.tg.create_task(_capturing(sup, request, emit, released, entered))
+    elif comp.name == m.NODE and request.phase != m.SYNC_CLOCKS:
         try:
             ack = node_phase(sup, request.phase)
         except NetspecError as exc:
@@ -195,6 +201,26 @@ async def sync_clocks(sup: Supervisor, params: dict[str, Any]) -> dict[str, Any]
     the asked one."""
     est = await sup.services.clock.within(params.get("until_bound_ns"), params["wait_s"])
     return {"status": m.ACK_OK, "clock": k.Clock(**est.as_dict())}
+
+
+async def _capturing(sup: Supervisor, request: k.Enter, emit: Emit, released: k.Release | None,
+                     entered: int) -> None:
+    """A logging step on a host that captures its packets: the captures started (each one
+    listening) before the step's ack, or stopped and what each did said in it; in a thread,
+    each tcpdump's start and end waited for off the loop."""
+    captures = sup.services.packets
+    assert captures is not None
+    try:
+        if request.phase == m.START_LOGGING:
+            await asyncio.to_thread(captures.start)
+            ack = node_phase(sup, request.phase) | captures.started_ack()
+        else:
+            ack = node_phase(sup, request.phase) | stopped_ack(await asyncio.to_thread(captures.stop))
+    except NetspecError as exc:
+        ack = _own_words(exc)
+    except Exception as exc:
+        ack = _fault_ack(exc)
+    _ack(sup, request, m.NODE, ack, entered, emit, released)
 
 
 def node_phase(sup: Supervisor, phase: str) -> dict[str, Any]:

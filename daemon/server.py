@@ -201,6 +201,7 @@ class Daemon:
         self.handshakes: dict[asyncio.Task[None], Channel] = {}  # oldest first
         self.runs: dict[str, Session] = {}
         self._stopped = asyncio.Event()
+        self.port: int | None = None  # the port it listens on, once it does
 
     def stop(self) -> None:
         self._stopped.set()
@@ -211,8 +212,9 @@ class Daemon:
         self.root.mkdir(parents=True, exist_ok=True)
         async with asyncio.TaskGroup() as connections:
             server = await Channel.serve(self._connection, host, port, connections)
+            self.port = server.sockets[0].getsockname()[1]
             if on_ready is not None:
-                on_ready(server.sockets[0].getsockname()[1])
+                on_ready(self.port)
             async with server:
                 await self._stopped.wait()
             # Hanging up ends each session the ordinary way, which resets its run.

@@ -13,6 +13,10 @@ With `links:` in the experiment, the run's link conditions on this host (netspec
 LinkSet: its rules, qdiscs and user-space queue) are made at the first `links` request and
 removed by `close`, whatever ended the run.
 
+With `services: packets:` the host's interfaces' packets are captured between the logging
+steps (daemon/packets.py), netspec's own ports left out: the daemons' and SSH's TCP, clksync's
+and the link audit's UDP.
+
 With `services: camp:` the CAMP sampler (daemon.sampler) writes the `camp` stream during
 the logging windows: the node's counters at randomized instants.
 
@@ -36,8 +40,10 @@ from netspec.links.probes import LinkProbes, Target, probe_port
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.links import LinkOffer, LinkRule
 from netspec.protocol.names import as_name
+from netspec.protocol.packets import PACKETS_DIR, HeldPackets, PacketsSpec
 
 from . import sampler
+from .packets import Packets
 from .sampler import CampConfig, CampSampler
 
 NODE_STREAM = "netspecd"
@@ -52,7 +58,7 @@ class NodeServices:
     reset; the files stay for collect."""
 
     def __init__(self, run_id: str, host: str, directory: Path, camp: CampConfig | None = None,
-                 components: tuple[str, ...] = ()):
+                 components: tuple[str, ...] = (), packets: PacketsSpec | None = None):
         self.run_id, self.host, self.directory = run_id, host, directory
         self.streams = Datastreams()
         self._enter = self.streams.event("NETSPECD", "enter", "a phase entered in a component")
@@ -71,6 +77,10 @@ class NodeServices:
         self.links: LinkSet | None = None
         self._making_links = threading.Lock()  # asked from worker threads: made once
         self.clock_ports: set[int] = set()  # clksync's server port: its probes are never conditioned
+        self.own_tcp: set[int] = set()  # this daemon's listening port: never captured, as SSH's
+        self.packets = None if packets is None else Packets(host, directory, packets, self._own_ports,
+                                                            self._hold_into)
+        self.held: HeldPackets | None = None  # while capturing: where the user-space path writes
 
     def link_set(self, tcp: list[int] | None = None, udp: list[int] | None = None,
                  have: LinkOffer | None = None) -> LinkSet:
@@ -83,6 +93,7 @@ class NodeServices:
         with self._making_links:
             if self.links is None:
                 self.links = LinkSet(self.run_id, self.host, exclude, have)
+                self.links.hold_into(self.held)
             else:
                 old = self.links.exclude
                 self.links.exclude = Exclude(tuple(sorted({*old.tcp, *exclude.tcp})),
@@ -177,6 +188,16 @@ class NodeServices:
     def acked(self, step: int, phase: str, component: str, status: str) -> None:
         self._ack.log(step, {"phase": phase, "component": component, "status": status})
 
+    def _hold_into(self, held: HeldPackets | None) -> None:
+        with self._making_links:
+            self.held = held
+            if self.links is not None:
+                self.links.hold_into(held)
+
+    def _own_ports(self) -> tuple[list[int], list[int]]:
+        """netspec's own TCP and UDP ports on this host now, which a capture leaves out."""
+        return sorted({22, *self.own_tcp}), sorted({*self.clock_ports, probe_port(self.run_id)})
+
     def close(self) -> None:
         """Remove the run's link conditions (their queue's thread joined), end the sampler's,
         clksync's and the probes' threads (each joined under its deadline) and close the
@@ -184,7 +205,8 @@ class NodeServices:
         the others noted on it."""
         failed: list[Exception] = []
         probes = self.probes.close if self.probes is not None else (lambda: None)
-        for close in (self.close_links, self.stop_logging, self.camp_streams.stop, self.clock.close,
+        captures = self.packets.close if self.packets is not None else (lambda: None)
+        for close in (captures, self.close_links, self.stop_logging, self.camp_streams.stop, self.clock.close,
                       self.clock_streams.stop, probes, self.link_streams.stop, self.streams.stop):
             try:
                 close()
@@ -197,5 +219,8 @@ class NodeServices:
 
     def collectable(self) -> list[dict[str, Any]]:
         """Every stream file of the run on this host: the node's and the components'."""
+        captured = sorted((self.directory / PACKETS_DIR).glob("packets.*.*"))
         return [{"component": None, "name": f"streams/{as_name(p.name)}", "path": str(p)}
-                for p in sorted(self.directory.glob("*.ds"))]
+                for p in sorted(self.directory.glob("*.ds"))] + \
+            [{"component": None, "name": f"streams/{PACKETS_DIR}/{as_name(p.name)}", "path": str(p)}
+             for p in captured if p.suffix in (".pcap", ".json")]

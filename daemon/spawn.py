@@ -51,7 +51,7 @@ class Spawned:
     ours: socket.socket | None  # the daemon's end of an aware component's socketpair
 
 
-def _with_death_signal(argv: list[str], env: dict[str, str],
+def with_death_signal(argv: list[str], env: dict[str, str],
                        workdir: Path) -> tuple[list[str], Callable[[], None] | None]:
     """The argv to exec and the function to run before it (None: none) for a child that
     gets SIGTERM when the daemon dies: through setpriv where this host has it (the daemon
@@ -143,7 +143,7 @@ async def spawn(spec: ComponentSpec, run_id: str, directory: Path, workdir: Path
         pass_fds = (theirs.fileno(),)
     loop = asyncio.get_running_loop()
     try:
-        argv, before_exec = _with_death_signal(spec.argv, env, workdir)
+        argv, before_exec = with_death_signal(spec.argv, env, workdir)
         transport, protocol = await loop.subprocess_exec(
             lambda: _ExitProtocol(loop), *argv, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=workdir,

@@ -28,6 +28,7 @@ from netspec.protocol.exits import (
 )
 from netspec.protocol.kinds import ComponentSpec
 from netspec.protocol.names import as_name, safe_name
+from netspec.protocol.packets import PacketsSpec
 
 from . import leftovers
 from .component import (
@@ -50,7 +51,7 @@ class Supervisor:
 
     def __init__(self, run_id: str, root: Path, specs: list[ComponentSpec], outbox: Outbox,
                  tg: asyncio.TaskGroup, host: str = "", streams: dict[str, Any] | None = None,
-                 camp: CampConfig | None = None):
+                 camp: CampConfig | None = None, packets: PacketsSpec | None = None):
         # Every name that becomes a path here is checked first: nothing is made outside `root`.
         self.root = root / safe_name(run_id, "run id")
         self.daemon_root = root
@@ -67,7 +68,8 @@ class Supervisor:
         self._spawning: set[asyncio.Future[None]] = set()  # starts under way
         self.stream_configs = [StreamConfig.from_wire(safe_name(n, "stream"), d)
                                for n, d in (streams or {}).items()]
-        self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components))
+        self.services = NodeServices(run_id, host, self.root / "streams", camp, tuple(self.components),
+                                     packets)
         self.outbox = outbox
         self.faults = Faults(self)  # the experiment's faults on this host (daemon/faults.py)
         for comp in self.components.values():

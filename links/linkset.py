@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import msgspec
 from netspec.protocol.links import Backends, LinkCondition, LinkOffer, LinkRule, LinkStats, PeerStats
 from netspec.protocol.names import NAME
+from netspec.protocol.packets import HeldPackets
 
 from . import kernel, libnft, names
 from .kernel import Exclude, Peer
@@ -131,6 +132,7 @@ class LinkSet:
         self._queued: list[str] = []  # the iptables chain's rules as installed
         self._nft = self._iptables = False
         self._user: UserPath | None = None
+        self._held: HeldPackets | None = None  # where the user-space path writes what it holds
         self._lock = threading.Lock()
         self.closed = False
 
@@ -255,6 +257,7 @@ class LinkSet:
         # The user-space path first: its queue is bound before any rule sends packets to it.
         if self._user is None and any("user" in p.parts.values() for p in peers):
             self._user = UserPath(names.queue(self.run_id), names.mark(self.run_id))
+            self._user.held = self._held
         devices = {p.name: self._devices.get(p.name) or self._device(p.address) for p in peers}
         watched = {**devices, **{name: self._device(address) for name, address in self.watched.items()}}
         script = kernel.nft_script(self.run_id, peers, watched, self.exclude, self._nft, self.watched)
@@ -355,6 +358,14 @@ class LinkSet:
                 stats.rate_dropped, stats.rate_overlimits = got.get("drops", 0), got.get("overlimits", 0)
             found.peers[peer.name] = stats
         return found
+
+    def hold_into(self, held: HeldPackets | None) -> None:
+        """Write each packet the user-space path holds or drops into `held` from now on (None:
+        no more): the packets: service's view of where the emulated link begins."""
+        with self._lock:
+            self._held = held
+            if self._user is not None:
+                self._user.held = held
 
     def close(self) -> list[str]:
         """Remove every rule, chain, qdisc and queue of the run here; each failure said, in

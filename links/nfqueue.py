@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from netspec.protocol.links import LinkCondition
+from netspec.protocol.packets import HeldPackets
 
 NETLINK_NETFILTER = 12
 NETLINK_NO_ENOBUFS = 5
@@ -170,6 +171,9 @@ class UserPath:
         self._fifo: deque[tuple[int, int, _Peer, bytes, str]] = deque()
         self._heap: list[tuple[int, int, _Peer, bytes, str]] = []
         self._ordered = True
+        # While the packets: service captures, each packet held or dropped here is written as it
+        # met the link (protocol/packets.py's HeldPackets): the wire's start, not its copy's send.
+        self.held: HeldPackets | None = None
         self._buffer = bytearray(BUFFER)
         self._seq = 0
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
@@ -276,14 +280,14 @@ class UserPath:
                 except OSError:  # ENOBUFS: packets the kernel could not hand up (fail-open or queued)
                     self.overruns += 1
                     break
-                now = time.monotonic_ns()
+                now, wall = time.monotonic_ns(), time.time_ns()
                 offset = 0
                 while offset + 16 <= size:
                     length, kind = _NLMSG.unpack_from(buffer, offset)
                     if length < 16:
                         break
                     if kind == PACKET_KIND:
-                        packet_id = self._packet(buffer, offset, min(offset + length, size), now, out)
+                        packet_id = self._packet(buffer, offset, min(offset + length, size), now, wall, out)
                         if packet_id is not None:
                             dropped = packet_id
                     offset += (length + 3) & ~3
@@ -292,7 +296,8 @@ class UserPath:
         if out:
             self._send(out)
 
-    def _packet(self, data: bytearray, start: int, end: int, now: int, out: list[bytes]) -> int | None:
+    def _packet(self, data: bytearray, start: int, end: int, now: int, wall: int,
+                out: list[bytes]) -> int | None:
         """A queued packet: passed (its verdict into `out`: a peer with no condition, or no
         delay), or its id returned for its original to be dropped, its copy held unless lost."""
         packet_id, payload = self._walk(data, start + 20, end)
@@ -309,6 +314,9 @@ class UserPath:
             return None
         cond, counts = peer.condition, peer.counters
         counts.queued += 1
+        held = self.held
+        if held is not None:
+            held.write(wall, memoryview(data)[at:payload[1]])
         if cond.loss_pct:
             lost, peer.bad = drop(self._rng, cond, peer.bad)
             if lost:

@@ -47,6 +47,7 @@ from .messages import (
     TREE,
     error_map,
 )
+from .packets import PacketsSpec
 
 # A request's own bound: a day is longer than any step a controller asks for.
 MAX_TIMEOUT_S = 86_400.0
@@ -150,6 +151,7 @@ class Setup(Request, tag=SETUP, kw_only=True):
     components: list[ComponentSpec] = []
     streams: dict[str, StreamSpec] | None = None
     camp: CampSpec | None = None
+    packets: PacketsSpec | None = None  # the `packets:` service here (daemon/packets.py), if asked
     join_token: Annotated[bytes, msgspec.Meta(min_length=JOIN_TOKEN_BYTES)] | None = None
     share: bool = False
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #      release) and fault (a scheduled fault) requests, the fault_done event, an exit's
 #      and an ack's `scheduled`.
 #  10: claim (component -> daemon: a role claimed or let go) and the claimed event (daemon ->
-#      controller), for faults aimed at a role.
+#      controller), for faults aimed at a role; setup's packets (the packets: service).
 PROTOCOL_VERSION = 10
 
 

@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 
 from .links import LinkCondition
+from .packets import PacketsSpec
 
 __all__ = ["DockerSpec", "PlanAnalysis", "PlanCamp", "PlanClock", "PlanComponent", "PlanFault", "PlanHost",
-           "PlanLink", "PlanPair", "PlanRecord", "PlanStep", "PlanStream"]
+           "PlanLink", "PlanPackets", "PlanPair", "PlanRecord", "PlanStep", "PlanStream"]
 
 
 class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -183,6 +184,14 @@ class PlanFault(msgspec.Struct, frozen=True):
                 for a in one for b in other if a != b]
 
 
+class PlanPackets(msgspec.Struct, frozen=True):
+    """The `packets:` service as the file asked it (controller/experiment/load.py): the hosts
+    that capture, and what each captures (protocol/packets.py's PacketsSpec, sent at setup)."""
+
+    hosts: tuple[str, ...] = ()
+    spec: PacketsSpec = PacketsSpec()
+
+
 class PlanRecord(msgspec.Struct):
     """The experiment as it ran: its name, its file (`source`) and the file's sha256, its
     hosts, components, schedule and services, its analysis, what check warned of, and the
@@ -200,6 +209,7 @@ class PlanRecord(msgspec.Struct):
     clock: PlanClock | None = None
     streams: dict[str, PlanStream] = {}
     camp: PlanCamp | None = None
+    packets: PlanPackets | None = None
     analysis: PlanAnalysis = msgspec.field(default_factory=PlanAnalysis)
     warnings: list[str] = []
     connect_deadline_s: float | None = None

@@ -20,7 +20,7 @@ NAV: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Tutorials", tuple(f"tutorials/{p}.md" for p in (
         "first-experiment", "ssh-hosts", "docker-hosts", "links-and-faults", "campaign"))),
     ("How-to guides", tuple(f"how-to/{p}.md" for p in (
-        "instrument", "pair-events", "operations", "sweep-until-stable", "salvage-and-collect",
+        "instrument", "pair-events", "operations", "packets", "sweep-until-stable", "salvage-and-collect",
         "export-import", "read-results", "fleets", "browse", "ready-experiments", "develop"))),
     ("Reference", ("reference/experiment-file.md", "reference/commands.md", "results.md", "api.md",
                    "reference/exit-codes.md", "stream-format.md", "protocol.md", "reference/benchmarks.md")),

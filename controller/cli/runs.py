@@ -122,7 +122,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from netspec.analysis.metrics import run_metrics
     from netspec.analysis.phases import run_phase_lines
     from netspec.analysis.report import report_lines, write_csv
-    from netspec.analysis.resultset import MERGED, is_current
+    from netspec.analysis.resultset import MERGED, is_current, read_summary
 
     from ..campaigns.campaign import (
         CampaignDir,
@@ -156,11 +156,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise NetspecError("the same run is named twice")
         from netspec.analysis.faults import recovery_lines
         from netspec.analysis.links import merged_lines
+        from netspec.analysis.packets import packet_lines
         from netspec.analysis.resultset import open_tables
 
         audits = []  # each run's link audit (analysis/links.py), for a run with links:
         for path in paths:
-            said = merged_lines(path / MERGED)
+            summary = read_summary(path / MERGED)
+            said = merged_lines(path / MERGED) + packet_lines(summary.packets if summary is not None else [])
             audits += [f"{path.name}:", *said] if said else []
         # and each run's faults, their instants against their effects (engine/faults.py)
         faults = [line for path in paths for line in fault_lines(read_run(path))]

@@ -140,6 +140,8 @@ class Fleet:
                                      components=components, join_token=join_token,
                                      streams={s.name: s.spec() for s in plan.streams},
                                      camp=plan.camp.spec() if plan.camp else None,
+                                     packets=plan.packets.spec if plan.packets and name in plan.packets.hosts
+                                     else None,
                                      share=self.share_hosts)
                 reached.append(name)
                 progress(Progress("count", CONNECTING, name, done=len(reached), total=len(names)))

@@ -315,6 +315,10 @@ def merge_lines(result: ResultSet, took_s: float) -> list[str]:
     lines += [f"  causality {c.text()}" for c in result.causality]
     lines += [f"  workload {w.text()}" for w in result.workloads]
     lines += [f"  {line}" for line in result.links]
+    if result.packets:  # the merge has loaded its tables' libraries by now
+        from netspec.analysis.packets import packet_lines
+
+        lines += [f"  {line}" for line in packet_lines(result.packets)]
     lines += [f"{WARNING}{w}" for w in result.warnings]
     return lines
 

@@ -21,7 +21,8 @@ from netspec.analysis.usercode import absolute
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError, some_hosts
 from netspec.protocol.messages import NODE
-from netspec.protocol.runplan import DockerSpec
+from netspec.protocol.packets import PacketsSpec
+from netspec.protocol.runplan import DockerSpec, PlanPackets
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
@@ -29,7 +30,7 @@ from .durations import parse_duration
 from .faults import faults_of
 from .groups import Groups, expand
 from .launchcost import MARGIN, Launch, launch_here, refusal
-from .links import links_of
+from .links import links_of, local_hosts
 from .model import (
     DEFAULT_DEADLINE_S,
     DEFAULT_HOST,
@@ -120,6 +121,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
     streams = _streams(src, data.get("streams") or {}, names)
     check_stream_patterns(src, data.get("streams") or {}, components)
     camp = src.checked(_camp, src, data.get("services", {}).get("camp"), names)
+    packets = src.checked(_packets, src, data.get("services", {}).get("packets"), hosts, groups.hosts)
     analysis = data.get("analysis") or {}
     pairs = _pairs(src, analysis.get("pairs", {}), [*names, *groups.components])
     graph = _graph(src, analysis.get("graph", {}), schedule, path.parent)
@@ -130,7 +132,7 @@ def _resolve(src: SourceFile, data: dict[str, Any], path: Path, programs: dict[s
                        data.get("fan_out"))
     return Plan(data["experiment"], path.resolve(), text,
                 hashlib.sha256(text.encode()).hexdigest(), tuple(hosts.values()), components,
-                schedule, clock, streams, camp, pairs, graph, campaign,
+                schedule, clock, streams, camp, packets, pairs, graph, campaign,
                 tuple(analysis.get("decoders") or ()), tuple(src.warnings),
                 None if "connect_deadline" not in data else parse_duration(data["connect_deadline"]),
                 data.get("fan_out"), links, faults, groups.hosts, groups.components)
@@ -467,6 +469,40 @@ def _camp(src: SourceFile, spec: dict[str, Any] | None, names: list[str]) -> Cam
     return CampService(spec.get("interval_ms", 100.0),
                        *(tuple(spec[k]) if spec.get(k) is not None else None
                          for k in ("interfaces", "disks", "processes")))
+
+
+def _packets(src: SourceFile, spec: dict[str, Any] | None, hosts: dict[str, Host],
+             groups: dict[str, tuple[str, ...]]) -> PlanPackets | None:
+    """The `packets:` service: its hosts (named, or every host but local daemons, which share
+    this machine's stack: a packet between them crosses lo, seen once, never at two ends)."""
+    if spec is None:
+        return None
+    where: Path_ = ("services", "packets")
+    local = local_hosts(hosts)
+    if "hosts" in spec:
+        named = [h for name in spec["hosts"] for h in groups.get(name, (name,))]
+        for i, name in enumerate(spec["hosts"]):
+            with src.checking():
+                if name not in hosts and name not in groups:
+                    src.known("host", name, hosts, (*where, "hosts", i))
+                if any(h in local for h in groups.get(name, (name,))):
+                    src.error(f"host '{name}' is a local daemon: local daemons share this machine's network "
+                              "stack, where a packet between them is seen once, not at its two ends; give it "
+                              "ssh: or docker:, or leave it out", (*where, "hosts", i))
+    else:
+        named = [h for h in hosts if h not in local]
+        if local:
+            src.warn(f"packets: {', '.join(sorted(local))} not captured: local daemons share this machine's "
+                     "network stack, where a packet between them is seen once, not at its two ends", where)
+        if not named:
+            src.error("packets: every host is a local daemon, and none can capture: give hosts ssh: or "
+                      "docker:", where)
+    try:
+        packets = PacketsSpec(**{k: spec[k] for k in ("snaplen", "count", "ports", "filter", "own")
+                                 if k in spec})
+    except (TypeError, ValueError) as exc:
+        src.error(str(exc), where)
+    return PlanPackets(tuple(dict.fromkeys(named)), packets)
 
 
 def _streams(src: SourceFile, spec: dict[str, Any], names: list[str]) -> tuple[StreamConfig, ...]:

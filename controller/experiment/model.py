@@ -12,7 +12,7 @@ from netspec.analysis.graph import user_filter
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.links import LinkCondition
-from netspec.protocol.runplan import DockerSpec, PlanFault, PlanRecord
+from netspec.protocol.runplan import DockerSpec, PlanFault, PlanPackets, PlanRecord
 
 LOCAL_ENGINE = "unix:///var/run/docker.sock"
 
@@ -198,6 +198,7 @@ class Plan:
     clock: ClockService
     streams: tuple[StreamConfig, ...] = ()
     camp: CampService | None = None
+    packets: PlanPackets | None = None  # the packets: service, its hosts and what they capture
     pairs: tuple[Pair, ...] = ()
     graph: dict[str, dict[str, Any]] = field(default_factory=dict)
     campaign: Campaign | None = None  # a file with sweep:, repeat: or hooks: runs as a campaign
@@ -227,7 +228,7 @@ class Plan:
                                  for s, state in zip(self.schedule, self.link_states(), strict=True)],
                     "clock": asdict(self.clock),
                     "streams": {s.name: s.wire() for s in self.streams},
-                    "camp": self.camp.wire() if self.camp else None,
+                    "camp": self.camp.wire() if self.camp else None, "packets": self.packets,
                     "analysis": {"pairs": {p.name: {k: v for k, v in asdict(p).items() if k != "name"}
                                            for p in self.pairs},
                                  "graph": self.graph, "decoders": list(self.decoders)},

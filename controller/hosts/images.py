@@ -2,7 +2,8 @@
 
 Two layers, each cached in the engine by a content hash in its tag:
 - the base, `netspec-base:<hash>`: a Debian root filesystem with python3 (and its venv
-  module), iproute2, nftables and iptables, which link conditions need, and any extra
+  module), iproute2, nftables and iptables, which link conditions need, tcpdump, which the
+  packets: service captures with, and any extra
   Debian packages asked (`--package etcd-server`: what an experiment's programs need). It is made from
   this machine's own installed Debian packages' files when it has them all (seconds: the
   files are on disk already), else by `debootstrap --variant=minbase` from the mirror in
@@ -45,7 +46,7 @@ from .wheels import build_id, local_wheels
 BASE_REPOSITORY = "netspec-base"
 REPOSITORY = "netspec"
 PACKAGES = ("python3", "python3-venv", "iproute2", "nftables", "iptables", "netbase", "base-files", "bash",
-            "dash", "coreutils", "procps", "sed", "grep", "findutils")
+            "dash", "coreutils", "procps", "sed", "grep", "findutils", "tcpdump")
 NETSPECD = "/opt/netspec/venv/bin/netspecd"
 NETSPECD_LABEL = "org.netspec.netspecd"
 BUILD_LABEL = "org.netspec.build"

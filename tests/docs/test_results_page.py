@@ -1,6 +1,6 @@
 """docs/results.md against the result set itself: every table of the demo's merged result set
-(and links.parquet, operations.parquet and faults.parquet, which the demo does not make, by
-the columns analysis/links.py, operations.py and faults.py write)
+(and links.parquet, operations.parquet, faults.parquet and packets.parquet, which the demo does
+not make, by the columns analysis/links.py, operations.py, faults.py and packets.py write)
 has its section, every column its row, and the page names no table or column that is not
 there, so the page cannot drift from the merge."""
 
@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from netspec.analysis.faults import FAULTS as FAULTS_COLUMNS
 from netspec.analysis.links import COLUMNS as LINKS_COLUMNS
 from netspec.analysis.operations import COLUMNS as OPERATIONS_COLUMNS
+from netspec.analysis.packets import PACKETS as PACKETS_COLUMNS
 from support import REPO
 
 PAGE = REPO / "docs" / "results.md"
@@ -35,6 +36,7 @@ def test_every_table_and_column_of_the_result_set_is_on_the_results_page_and_no_
     actual["links"] = set(LINKS_COLUMNS.names)
     actual["operations"] = set(OPERATIONS_COLUMNS)  # the demo logs none (tests/analysis/test_operations.py)
     actual["faults"] = set(FAULTS_COLUMNS.names)  # nor has faults (tests/analysis/test_faults.py)
+    actual["packets"] = set(PACKETS_COLUMNS.names)  # nor captures (tests/e2e/test_packets.py)
     page = documented(PAGE.read_text())
     missing = {t: sorted(c - page.get(t, set())) for t, c in actual.items() if c - page.get(t, set())}
     gone = {t: sorted(c - actual.get(t, set())) for t, c in page.items() if c - actual.get(t, set())}
