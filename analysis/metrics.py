@@ -69,6 +69,11 @@ SELECT 'operation ' || name || ' failed', '%', [100 * count(*) FILTER (outcome <
        [max(end_ts)]
 FROM operations GROUP BY name
 """
+PACKETS_SQL = """
+SELECT 'packets ' || src_host || ' -> ' || dst_host || ' one way', 'us',
+       list(one_way_ns / 1e3 ORDER BY sent_ts), list(sent_ts ORDER BY sent_ts)
+FROM packets WHERE matched GROUP BY src_host, dst_host
+"""
 CPU_SQL = """
 SELECT CASE WHEN field = 'cpu.busy_pct' THEN 'cpu busy ' || host
             ELSE 'cpu of ' || regexp_extract(field, '^proc\\.(.+)\\.cpu_ns$', 1) || ' on ' || host END,
@@ -89,7 +94,8 @@ def run_metrics(merged: Path) -> dict[str, Metric]:
         missing = sorted({"intervals", "rates"} - have)
         raise FileNotFoundError(f"{merged}: no {' or '.join(missing)} table: merge the run first "
                                 "(ns_control fetch)")
-    sql = " UNION ALL ".join([INTERVALS_SQL, *([OPERATIONS_SQL] if "operations" in have else []), CPU_SQL])
+    sql = " UNION ALL ".join([INTERVALS_SQL, *([OPERATIONS_SQL] if "operations" in have else []),
+                              *([PACKETS_SQL] if "packets" in have else []), CPU_SQL])
     rows = db.execute(f"SELECT * FROM ({sql}) ORDER BY metric LIKE 'cpu%', metric").fetchall()
     caveats = _shared_kernel_caveats(merged)
     steps = tuple((f"{phase} (step {step})", lo, hi) for step, phase, lo, hi, _, _ in spans(db))

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from netspec.camp.procfs import stat_fields
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.messages import ACK_WARNING
 from netspec.protocol.packets import (
@@ -118,6 +119,7 @@ class Capture:
     def stop(self) -> CaptureRecord:
         if self.proc is not None and self.proc.poll() is None:
             time.sleep(SETTLE_S)
+            self.record.cpu_s = _cpu_s(self.proc.pid)
             self.proc.send_signal(signal.SIGINT)
         self._end()
         said = self.said.read_text(errors="replace") if self.said.exists() else ""
@@ -142,6 +144,16 @@ class Capture:
         SPAWNED.discard(self.proc.pid)
         if self.record.stopped_ns is None:
             self.record.stopped_ns = time.time_ns()
+
+
+def _cpu_s(pid: int) -> float | None:
+    """Process `pid`'s CPU so far, user and system (/proc/PID/stat), s; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = stat_fields(f.read())
+    except (OSError, IndexError, ValueError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Packets:

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from netspec.analysis.faults import Recovery, recoveries
 from netspec.analysis.histograms import MergedHistogram, merged_histograms
 from netspec.analysis.operations import OperationFigures
+from netspec.analysis.packetsplit import Split, splits
 from netspec.analysis.phases import SPANS_SQL, phase_operations
 from netspec.analysis.resultset import SUMMARY, is_current, open_tables, read_summary
 from netspec.controller.campaigns.campaign import find_campaign
@@ -42,7 +43,7 @@ from netspec.protocol.runstep import Entry, Step
 
 __all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "MergedHistogram", "NetspecError",
            "OperationFigures", "Participant", "Point", "Recovery", "Run", "RunError", "RunOutcome",
-           "RunRecord", "Step", "Tables", "open_campaign", "open_run"]
+           "RunRecord", "Split", "Step", "Tables", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""
@@ -116,6 +117,14 @@ class Tables:
         records merged exactly: `count`, `quantile(q)` (a `Quantile`: `value` within
         `relative_error`, or `below` / `above` the bins' range), `sources`, `scale`."""
         return tuple(merged_histograms(self.db, SPANS_SQL)) if "events" in self.names else ()
+
+    def splits(self) -> tuple[Split, ...]:
+        """Each pair's interval split by the packets that carried it, per phase, as `ns_control
+        report` gives it (`services: packets:`): the medians of the interval (`user_ns`) and of
+        its parts, `sender_ns` (its start to its packet's send), `network_ns` (the packet's
+        kernel-to-kernel delay) and `receiver_ns` (its arrival to the end). Empty without
+        packets. The rows: the `intervals` and `packets` tables."""
+        return tuple(splits(self.db))
 
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation:
         """`query` on the tables, as a DuckDB relation (`.fetchall()`, `.arrow()`, `.pl()`...)."""

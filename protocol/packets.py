@@ -50,7 +50,8 @@ class CaptureRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One interface's capture on one host: its pcap file (`file`, beside this record), the
     interface's IPv4 addresses, the filter it ran with, when it ran (this host's clock), and
     what it counted: packets written, seen by the filter, dropped by the kernel (the capture
-    could not keep up), and whether it stopped at its `count` limit; `error` if it did not run."""
+    could not keep up), whether it stopped at its `count` limit, and the CPU it took;
+    `error` if it did not run."""
 
     host: str
     interface: str
@@ -66,6 +67,7 @@ class CaptureRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     received: int | None = None
     dropped: int | None = None
     limited: bool = False
+    cpu_s: float | None = None  # tcpdump's CPU, user and system, as it was stopped
     error: str = ""
 
 

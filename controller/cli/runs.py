@@ -157,6 +157,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from netspec.analysis.faults import recovery_lines
         from netspec.analysis.links import merged_lines
         from netspec.analysis.packets import packet_lines
+        from netspec.analysis.packetsplit import split_lines
         from netspec.analysis.resultset import open_tables
 
         audits = []  # each run's link audit (analysis/links.py), for a run with links:
@@ -169,6 +170,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         for path in paths:  # and each fault's recovery, from the operations (analysis/faults.py)
             with open_tables(path / MERGED) as db:
                 faults += recovery_lines(db)
+                faults += split_lines(db)  # and each pair against its packets (analysis/packetsplit.py)
         per_phase = [line for path in paths
                      for line in run_phase_lines(path / MERGED, path.name, read_run(path).host_names)]
         print_lines([*run_differences(paths), *per_phase, *report_lines(table), *audits, *faults])

@@ -70,3 +70,30 @@ def test_sends_are_matched_with_their_receipts_and_the_rest_counted_as_they_went
     assert packet_lines(result.counts)[1] == (
         "  a -> b run: 7 sent, 5 matched, 1 lost, 1 outside the receiver's capture, 1 received unmatched; "
         "one way p50 20 us, p99 39.6 us (+- 0 ns)")
+
+
+def test_a_pairs_interval_is_split_by_the_packet_that_carried_it():
+    from netspec.analysis.packetsplit import splits
+
+    us = 1_000
+    db = duckdb.connect()
+    db.execute(f"CREATE TABLE phases AS SELECT 3 AS step, 'run' AS phase, {T0} AS entered")
+    # two messages a -> b: sent by the program at 0 and 10 ms, read at b 2.1 and 12.3 ms on
+    db.execute(f"""CREATE TABLE intervals AS SELECT * FROM (VALUES
+        ('to_b', 'a', 'b', {T0}, {T0 + 2100 * us}, {2100 * us}, 'pair'),
+        ('to_b', 'a', 'b', {T0 + 10_000 * us}, {T0 + 12_300 * us}, {2300 * us}, 'pair'),
+        ('local', 'a', 'a', {T0}, {T0 + 5 * us}, {5 * us}, 'pair'))
+        AS t(name, start_host, end_host, start_ts, end_ts, global_ns, source)""")
+    # each carried by a packet that left 40 us after its send and took 1 ms, and a stray one
+    db.execute(f"""CREATE TABLE packets AS SELECT * FROM (VALUES
+        ('a', 'b', {T0 + 40 * us}, {T0 + 1040 * us}, {1000 * us}, true),
+        ('a', 'b', {T0 + 10_040 * us}, {T0 + 11_040 * us}, {1000 * us}, true),
+        ('b', 'a', {T0 + 50 * us}, {T0 + 60 * us}, {10 * us}, true))
+        AS t(src_host, dst_host, sent_ts, received_ts, one_way_ns, matched)""")
+    [split] = splits(db)
+    assert (split.pair, split.src, split.dst, split.phase, split.instances, split.carried) == \
+        ("to_b", "a", "b", "run", 2, 2)
+    assert (split.user_ns, split.sender_ns, split.network_ns, split.receiver_ns) == \
+        (2200 * us, 40 * us, 1000 * us, 1160 * us)
+    assert split.text() == ("to_b a -> b run: user 2.2 ms = sender 40 us + network 1 ms + receiver 1.16 ms "
+                            "(medians; 2 of 2 carried by a captured packet)")

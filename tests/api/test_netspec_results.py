@@ -39,7 +39,7 @@ def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
     assert sorted(results.__all__) == ["Campaign", "CampaignRecord", "CampaignRun", "Entry",
                                        "MergedHistogram", "NetspecError", "OperationFigures", "Participant",
                                        "Point", "Recovery", "Run", "RunError", "RunOutcome", "RunRecord",
-                                       "Step", "Tables", "open_campaign", "open_run"]
+                                       "Split", "Step", "Tables", "open_campaign", "open_run"]
     assert [n for n in results.__all__ if not (getattr(results, n).__doc__ or "").strip()] == []
 
 

@@ -65,6 +65,7 @@ SMALLEST: dict[str, tuple[list[str], list[Callable[[], str | None]]]] = {
     "load.py": (["--seconds", "0.2", "--calls", "1000", "--repeat", "1", "--hosts", "10", "--values", "100"],
                 []),
     "merge.py": (["--events", "1000"], []),
+    "packets.py": (["--rates", "500", "--seconds", "0.5", "--delay-ms", "2"], [root, namespaced_hosts]),
     "nodestart.py": (["--repeat", "1"], []),
     "nodestep.py": (["--steps", "10"], []),
     "probecost.py": (["--exchanges", "10"], []),
