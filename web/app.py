@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from netspec.analysis.phases import phase_operations
 from netspec.analysis.provenance import host_facts
-from netspec.analysis.resultset import MERGED, open_tables
+from netspec.analysis.resultset import MERGED, open_tables, read_summary
 from netspec.protocol.campaignrecord import read_campaign
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import RunOutcome
@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import distributions, eventtable, fleet, operations, panels, timeline
+from . import distributions, eventtable, fleet, operations, packets, panels, timeline
 from .catalog import Catalog, NotFound, inside
 from .compare import campaign_view, compare_runs
 from .pages import STATIC, as_text, downloads, follows, plotly_js, render, run_header
@@ -87,6 +87,9 @@ def run_panel(run: Path, record: RunRecord, name: str, request: Request) -> Any:
             return panels.phases(db, host_facts(run, record.host_names))
         if name == "operations":
             return operations.operations(db, origin, phase_operations(db))
+        if name == "packets":
+            summary = read_summary(run / MERGED)
+            return packets.packets(db, origin, summary.packets if summary is not None else [])
         if name == "triage":
             return panels.triage(db, record, run)
         if name == "events":
@@ -118,8 +121,8 @@ def _timeline(run: Path, record: RunRecord, expand: list[str]) -> dict[str, Any]
     return figure
 
 
-PANELS = ("timeline", "live", "phases", "operations", "clocks", "links", "resources", "distributions",
-          "triage", "events")
+PANELS = ("timeline", "live", "phases", "operations", "packets", "clocks", "links", "resources",
+          "distributions", "triage", "events")
 
 
 def create_app(runs: Path, campaigns: Path) -> Starlette:

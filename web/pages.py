@@ -265,6 +265,7 @@ def run_header(path: Path, record: RunRecord, ref: str, files: list[str]) -> dic
         "placement": placed(record, whole=len(record.hosts) <= PLACED_WHOLE),
         "merging": merging,
         "operations": summary.operations if summary is not None else 0,  # its panel opens if any
+        "packets": bool(summary.packets) if summary is not None else False,  # and this one if it captured
         # each fault's recovery, where the run logged operations to recover by
         "faults": fault_rows(record, _recoveries(path) if summary is not None and summary.faults
                              and summary.operations else []),

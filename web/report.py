@@ -12,10 +12,10 @@ from pathlib import Path
 import msgspec
 from netspec.analysis.phases import phase_operations
 from netspec.analysis.provenance import host_facts
-from netspec.analysis.resultset import MERGED, open_tables
+from netspec.analysis.resultset import MERGED, open_tables, read_summary
 from netspec.protocol.runrecord import read_run
 
-from . import distributions, eventtable, fleet, operations, panels, timeline
+from . import distributions, eventtable, fleet, operations, packets, panels, timeline
 from .pages import as_text, downloads, packed, render, run_header
 
 REPORT = "report.html"
@@ -36,6 +36,7 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
     data = {"timeline": timeline.timeline_figure(record, fleet.folded(record))}
     of = fleet.group_of(record)
     facts = host_facts(run, record.host_names)
+    summary = read_summary(out)
     db = open_tables(out)
     try:
         data.update(clocks=panels.clocks(db, origin), links=panels.links(db),
@@ -43,6 +44,8 @@ def write_report(run: Path, out: Path | None = None, events: int = REPORT_EVENTS
                     distributions=distributions.distributions(db, of), phases=panels.phases(db, facts),
                     operations=operations.operations(db, origin, phase_operations(db),
                                                      operations.REPORT_POINTS),
+                    packets=packets.packets(db, origin, summary.packets if summary is not None else [],
+                                            packets.REPORT_POINTS),
                     events=eventtable.events_sample(db, origin, events),
                     triage=panels.triage(db, record, run))
     finally:

@@ -5,13 +5,16 @@ packet's one-way delay on the global timeline must equal the difference of its t
 kernel stamps within its bound; every datagram the sender says it sent is matched; netspec's
 own traffic (SSH, clksync) is not captured."""
 
+import html
 import re
 
 import duckdb
 import pytest
+from browser import chromium, console_errors, open_page, run_ref, serving
 from netspec.analysis.packets import read_pcap
 from netspec.protocol.packets import PACKETS_DIR, read_records
 from netspec.protocol.runrecord import read_run
+from selenium.webdriver.common.by import By
 from support import ns_control, session_dir
 
 pytestmark = pytest.mark.e2e
@@ -86,6 +89,16 @@ schedule: [launch, sync_clocks, start_logging, work, stop_logging, collect]
     one_way = sorted(r[1] for r in rows)
     assert 0 < one_way[len(one_way) // 2] < 1_000_000, one_way[len(one_way) // 2]  # a bare veth: microseconds
     assert "packets (each sent packet matched with its receipt" in run.stdout
+    # the browser's packets panel: a trace per direction and the table of what each saw
+    with serving(tmp_path) as url, chromium() as driver:
+        open_page(driver, f"{url}/run/{run_ref(tmp_path, 'packets')}")
+        names = driver.execute_script("return document.getElementById('packets').data.map(t => t.name)")
+        # plotly draws a trace's name as HTML: the panel's text comes escaped
+        assert sorted(html.unescape(n).split(" (")[0] for n in names) == ["a -> b", "b -> a"], names
+        rows = [[td.text for td in row.find_elements(By.TAG_NAME, "td")]
+                for row in driver.find_elements(By.CSS_SELECTOR, "#packets-table tbody tr")]
+        assert rows[0][:2] == ["a -> b", "work"] and rows[0][2] == rows[0][3], rows  # all matched
+        assert console_errors(driver) == []
 
 
 DELAY_MS = 5.0

@@ -68,7 +68,7 @@ const netspec = (() => {
 
   // Grafana's shared time range: the panels whose x axis is the global timeline (ms since the
   // first start) zoom together, and the range is kept in the URL.
-  const SHARED = ["timeline", "busy", "clocks", "operations"];
+  const SHARED = ["timeline", "busy", "clocks", "operations", "packets"];
   const fixed = (v) => (+v).toFixed(3);
   function shareZoom(id) {
     const el = document.getElementById(id);
@@ -199,6 +199,21 @@ const netspec = (() => {
        ["rate", "rate"], ["ok", "ok"], ["failed", "failed"], ["causes", "failures by cause"],
        ["ok_latency", "latency of successes"], ["failed_latency", "latency of failures"],
        ["no_success", "longest without a success"], ["lag", "pacer lag"]], TABLE_ROWS);
+  }
+
+  async function packets() {
+    const data = await panel("packets");
+    if (data.merged === false) { document.getElementById("packets").innerHTML = notMerged; return; }
+    if (data.figure) await plot("packets", data.figure);
+    else document.getElementById("packets").innerHTML = "<p class='empty'>no packets captured</p>";
+    document.getElementById("packets-sampled").textContent = data.sampled ? `drawn: ${data.sampled} (the table counts every one)` : "";
+    document.getElementById("packets-table").innerHTML = data.rows.length ? table(data.rows,
+      [["link", "link"], ["phase", "phase"], ["sent", "sent"], ["matched", "matched"], ["lost", "lost"],
+       ["outside", "outside the receiver's capture"], ["unmatched", "received unmatched"],
+       ["one_way", "one way, kernel to kernel"]], TABLE_ROWS) : "";
+    document.getElementById("packets-splits").innerHTML = data.splits.length ? table(data.splits,
+      [["pair", "pair"], ["link", "link"], ["phase", "phase"], ["carried", "carried by a packet"],
+       ["user", "user level"], ["sender", "sender"], ["network", "network"], ["receiver", "receiver"]], TABLE_ROWS) : "";
   }
 
   async function resources() {
@@ -416,7 +431,7 @@ const netspec = (() => {
     // A section the page folds (a fleet's: details closed) draws when the user opens it; the
     // open ones are kept in the URL.
     const opened = (state.get("open") || "").split(",").filter(Boolean);
-    const tasks = {timeline, phases, operations, triage, clocks, links, resources, distributions, events};
+    const tasks = {timeline, phases, operations, packets, triage, clocks, links, resources, distributions, events};
     const later = {};
     for (const d of document.querySelectorAll("details.panel")) {
       if (opened.includes(d.id)) d.open = true;
