@@ -51,25 +51,30 @@ RECEIVER = ("import socket\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM
             "s.bind(('0.0.0.0', 9500))\\nwhile True:\\n    s.recv(100)")
 
 
-def experiment(a, b, rate: float, seconds: float, delay_ms: float | None) -> str:
+def experiment(a, b, rate: float, seconds: float, delay_ms: float | None,
+               buffer_kib: int | None = None) -> str:
     links = f"links:\n  - {{between: [a, b], delay: {delay_ms:g}ms}}\n" if delay_ms else ""
+    buffer = f", buffer_kib: {buffer_kib}" if buffer_kib else ""
+    # with a small buffer, busy processes on every core besides, so that the capture falls behind
+    busy = (f"faults:\n  - {{cpu: a, at: {{phase: work, after: 0s}}, for: {seconds:g}s, workers: "
+            f"{os.cpu_count() or 2}}}\n") if buffer_kib else ""
     return f"""\
 experiment: packets-bench
 hosts:
   a: {{ssh: {a.alias}, accept_new_host_key: true}}
   b: {{ssh: {b.alias}, accept_new_host_key: true}}
-{links}services: {{packets: {{ports: [9500]}}}}
+{links}services: {{packets: {{ports: [9500]{buffer}}}}}
 components:
   recv: {{host: b, command: [python3, -c, "{RECEIVER}"], start: start_logging, stop: stop_logging}}
   send: {{host: a, command: [python3, -c, "{SENDER}", "{rate:g}", "{seconds:g}", {b.address}], start: work}}
 schedule: [launch, sync_clocks, start_logging, work, stop_logging, collect]
-"""
+{busy}"""
 
 
 def one(hosts, scratch: Path, env: dict[str, str], rate: float, seconds: float,
-        delay_ms: float | None) -> dict:
+        delay_ms: float | None, buffer_kib: int | None = None) -> dict:
     path = scratch / "packets.yaml"
-    path.write_text(experiment(*hosts[:2], rate, seconds, delay_ms))
+    path.write_text(experiment(*hosts[:2], rate, seconds, delay_ms, buffer_kib))
     argv = [sys.executable, "-m", "netspec.controller.cli", "run", str(path)]
     out = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
     run = scratch / "runs" / "latest"
@@ -82,7 +87,8 @@ def one(hosts, scratch: Path, env: dict[str, str], rate: float, seconds: float,
     matched, p50, p99, bound = duckdb.sql(
         f"SELECT count(*) FILTER (WHERE matched), median(one_way_ns), quantile_cont(one_way_ns, 0.99), "
         f"median(bound_ns) FROM '{packets}' WHERE src_host = 'a' AND flow LIKE '%:9500'").fetchall()[0]
-    return {"rate": rate, "delay_ms": delay_ms, "ok": out.returncode == 0 and record.status == "ok",
+    return {"rate": rate, "delay_ms": delay_ms, "buffer_kib": buffer_kib,
+            "ok": out.returncode == 0 and record.status == "ok",
             "sent": int(sent), "matched": int(matched), "match_pct": round(100 * matched / max(sent, 1), 3),
             "capture_us_per_packet": round(1e6 * (on_a.cpu_s or 0) / max(on_a.captured or 1, 1), 3),
             "sender_us_per_packet": round(1e6 * sender_cpu / max(sent, 1), 3),
@@ -111,20 +117,25 @@ def main() -> int:
             for rate in (float(r) for r in args.rates.split(",")):
                 rows.append(one(hosts, Path(scratch), env, rate, args.seconds, None))
             rows.append(one(hosts, Path(scratch), env, 1000.0, args.seconds, args.delay_ms))
+            # the drop count, where the capture cannot keep up: the fastest rate through a buffer
+            # of 64 KiB (some 400 packets) while its host's CPUs are busy
+            rows.append(one(hosts, Path(scratch), env, max(float(r) for r in args.rates.split(",")),
+                            args.seconds, None, 64))
     finally:
         nethosts.down(prefix)
     print(f"packets: service, 2 namespaced SSH hosts, UDP a -> b for {args.seconds:g} s a run")
-    print(f"  {'rate/s':>7} {'delay':>6} {'sent':>7} {'matched %':>9} {'capture us/pkt':>14} "
+    print(f"  {'rate/s':>7} {'delay':>6} {'buffer':>6} {'sent':>7} {'matched %':>9} {'capture us/pkt':>14} "
           f"{'sender us/pkt':>13} {'ratio':>6} {'capture CPU %':>13} {'dropped':>7} {'unread':>6} "
           f"{'one way p50 us':>14} {'p99 us':>9} {'bound us':>8}")
     for r in rows:
         ratio = r["capture_us_per_packet"] / r["sender_us_per_packet"] if r["sender_us_per_packet"] else 0
         r["capture_over_send"] = round(ratio, 3)
-        print(f"  {r['rate']:7.0f} {(r['delay_ms'] or 0):5g}ms {r['sent']:7d} {r['match_pct']:9.3f} "
+        print(f"  {r['rate']:7.0f} {(r['delay_ms'] or 0):5g}ms {r['buffer_kib'] or 8192:5d}K {r['sent']:7d} "
+              f"{r['match_pct']:9.3f} "
               f"{r['capture_us_per_packet']:14.3f} {r['sender_us_per_packet']:13.3f} {ratio:6.3f} "
               f"{r['capture_cpu_pct']:13.2f} {r['dropped']:7d} {r['unread']:6d} {r['one_way_p50_us']:14.1f} "
               f"{r['one_way_p99_us']:9.1f} {r['bound_p50_us']:8.1f}")
-    delayed = rows[-1]
+    delayed = rows[-2]
     within = abs(delayed["one_way_p50_us"] - args.delay_ms * 1e3) <= max(0.05 * args.delay_ms * 1e3, 250)
     print(f"  the delayed link's one-way p50 within max(5 %, 250 us) of {args.delay_ms:g} ms: "
           f"{'yes' if within else 'NO'}")

@@ -43,7 +43,6 @@ from .spawn import with_death_signal
 READY_S = 5.0  # tcpdump says "listening on" within this, or the capture is said not to run
 STOP_S = 5.0  # after SIGINT, its stats written and its file flushed, or it is killed
 SETTLE_S = 0.05  # before a stop: what the kernel holds for it read
-BUFFER_KIB = 8192  # its kernel buffer: a burst of some 60,000 small packets
 _COUNTS = {"captured": re.compile(r"(\d+) packets? captured"),
            "received": re.compile(r"(\d+) packets? received by filter"),
            "dropped": re.compile(r"(\d+) packets? dropped by kernel")}
@@ -82,7 +81,8 @@ class Capture:
                  window: int, expression: str):
         self.record = CaptureRecord(host=host, interface=interface, window=window,
                                     file=pcap_path(directory, window, interface).name, addresses=addresses,
-                                    filter=expression, snaplen=spec.snaplen, count=spec.count)
+                                    filter=expression, snaplen=spec.snaplen, count=spec.count,
+                                    buffer_kib=spec.buffer_kib)
         self.directory = directory
         self.said = directory / f"packets.{window}.{interface}.stderr"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -94,7 +94,7 @@ class Capture:
             return
         # immediate mode: each packet read as it comes, so that a stop leaves none unread in a
         # half-filled block of the kernel's ring (a second's worth at tcpdump's usual timeout)
-        argv = [tcpdump, "-i", self.record.interface, "-nn", "-Z", "root", "-B", str(BUFFER_KIB),
+        argv = [tcpdump, "-i", self.record.interface, "-nn", "-Z", "root", "-B", str(self.record.buffer_kib),
                 "--immediate-mode",
                 "-s", str(self.record.snaplen), "-c", str(self.record.count), "--time-stamp-precision=nano",
                 "-w", str(self.directory / self.record.file), self.record.filter]

@@ -22,6 +22,7 @@ RAW_IPV4 = 101  # its link type where each record is an IP packet from its first
 PACKETS_DIR = "packets"  # under a host's streams directory, collected with the streams
 SNAPLEN = 128  # bytes of each packet kept: Ethernet, IP and TCP headers with their options
 MAX_SNAPLEN = 65535
+BUFFER_KIB = 8192  # a capture's kernel buffer: a burst of some 60,000 small packets
 MAX_PACKETS = 1_000_000  # a capture's packets at most, per interface: it stops there and says so
 # pcap-filter words a user's filter may use: an expression, never a shell's or a file's
 FILTER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .:/()!&|<>=-[]")
@@ -30,7 +31,8 @@ FILTER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 class PacketsSpec(msgspec.Struct, kw_only=True, frozen=True):
     """What a host captures (`services: packets:`): each packet of its experiment interfaces
     (every one but loopback) between the logging steps, `snaplen` bytes of it, at most
-    `count` packets an interface; only `ports` (TCP or UDP, either end) if given, and only what
+    `count` packets an interface, through a kernel buffer of `buffer_kib` (a burst it cannot
+    take is dropped, and counted); only `ports` (TCP or UDP, either end) if given, and only what
     `filter` (a pcap-filter expression) takes if given; never netspec's own traffic (the
     daemons', SSH's, clksync's and the link audit's ports, as the daemon knows them) unless `own`."""
 
@@ -39,6 +41,7 @@ class PacketsSpec(msgspec.Struct, kw_only=True, frozen=True):
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] = []
     filter: str = ""
     own: bool = False
+    buffer_kib: Annotated[int, msgspec.Meta(ge=64, le=1 << 20)] = BUFFER_KIB
 
     def __post_init__(self) -> None:
         if not set(self.filter) <= FILTER_CHARS:
@@ -61,6 +64,7 @@ class CaptureRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     filter: str = ""
     snaplen: int = SNAPLEN
     count: int = MAX_PACKETS
+    buffer_kib: int = BUFFER_KIB
     started_ns: int | None = None
     stopped_ns: int | None = None
     captured: int | None = None

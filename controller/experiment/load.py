@@ -498,8 +498,8 @@ def _packets(src: SourceFile, spec: dict[str, Any] | None, hosts: dict[str, Host
             src.error("packets: every host is a local daemon, and none can capture: give hosts ssh: or "
                       "docker:", where)
     try:
-        packets = PacketsSpec(**{k: spec[k] for k in ("snaplen", "count", "ports", "filter", "own")
-                                 if k in spec})
+        given = ("snaplen", "count", "ports", "filter", "own", "buffer_kib")
+        packets = PacketsSpec(**{k: spec[k] for k in given if k in spec})
     except (TypeError, ValueError) as exc:
         src.error(str(exc), where)
     return PlanPackets(tuple(dict.fromkeys(named)), packets)
