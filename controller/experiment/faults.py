@@ -25,7 +25,8 @@ or to the run's, checked with every error at once (file:line:key).
 `at: {after: D}` is D after the run's first step. A component fault happens on its
 component's host, in a phase its component runs in (from its `start` to its `stop`); a pressure
 names its host. A pressure is bounded in size and time
-(MAX_PRESSURE_BYTES, MAX_FOR_S, MAX_WORKERS) and lives in the run's own files, removed after.
+(MAX_PRESSURE_BYTES, MAX_FOR_S; its workers at most 64, as the schema says) and lives in the
+run's own files, removed after.
 A component fault, or a partition or heal isolating one host, may be aimed at a role
 (`{role: NAME}`) that programs claim (nodelib.claim): its target is chosen at its instant
 (controller/engine/faults.py); a heal or resume of a role undoes what the last partition or
@@ -55,7 +56,6 @@ from .sourcefile import Path_, SourceFile
 
 MAX_PRESSURE_BYTES = 1 << 30  # a memory or disk pressure's size at most: 1 GiB
 MAX_FOR_S = 3600.0  # a pause's or pressure's length at most
-MAX_WORKERS = 64  # a cpu pressure's busy processes at most
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
                "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
 
