@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import Interrupted, StepFailed, said_once
-from .runrecord import RunError, RunRecord, controller_gone
+from .runrecord import RunError, RunRecord, RunStatus, controller_gone
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ EXITS = (
              "goes on to its end and exits as its run went."),
 )
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED, EXIT_PIPE = (e.code for e in EXITS)
-STATUSES = ("ok", "partial", "failed", "interrupted", "running")
-EXIT_CODES = {"ok": EXIT_OK, "partial": EXIT_PARTIAL, "failed": EXIT_FAILED,
-              "interrupted": EXIT_INTERRUPTED, "running": EXIT_OK}
+STATUSES = tuple(RunStatus)
+EXIT_CODES = {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL, RunStatus.FAILED: EXIT_FAILED,
+              RunStatus.INTERRUPTED: EXIT_INTERRUPTED, RunStatus.RUNNING: EXIT_OK}
 
 NOT_GATHERED = "what the hosts held was not gathered (`ns_control collect` gathers it)"
 
@@ -63,18 +63,18 @@ class RunOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == RunStatus.OK
 
     @property
     def running(self) -> bool:
         """Whether the run is still going (its controller, on this machine, alive)."""
-        return self.status == "running"
+        return self.status == RunStatus.RUNNING
 
     @property
     def interrupted(self) -> bool:
         """Whether the run was stopped before its end (Ctrl-C, or its controller killed):
         not the experiment's fault; a campaign runs its point again."""
-        return self.status == "interrupted"
+        return self.status == RunStatus.INTERRUPTED
 
     @property
     def counts_as_failed(self) -> bool:
@@ -91,7 +91,7 @@ class RunOutcome:
     @property
     def troubled(self) -> bool:
         """Whether there is something wrong to show: an error, or a partial or failed run."""
-        return self.error is not None or self.status in ("failed", "partial")
+        return self.error is not None or self.status in (RunStatus.FAILED, RunStatus.PARTIAL)
 
     def stopped_in(self, record: RunRecord) -> str:
         """Where the run stopped, in a word, for `ls`: the phase its error names, else the
@@ -101,7 +101,7 @@ class RunOutcome:
             return ""
         if self.error.phase:
             return self.error.phase
-        if self.status == "partial":
+        if self.status == RunStatus.PARTIAL:
             return "none"
         return record.steps[-1].phase if record.steps else "before the first step"
 
@@ -109,7 +109,7 @@ class RunOutcome:
     def unfinished(record: RunRecord) -> bool:
         """Whether the record was never finished: it says running, its controller at it or
         killed (`of` tells which)."""
-        return record.status == "running"
+        return record.status == RunStatus.RUNNING
 
     @classmethod
     def of(cls, record: RunRecord) -> RunOutcome:
@@ -122,7 +122,7 @@ class RunOutcome:
     @classmethod
     def gone(cls, record: RunRecord) -> RunOutcome:
         """A run whose controller ended without finishing it: interrupted in the step it was in."""
-        return cls("interrupted", RunError(
+        return cls(RunStatus.INTERRUPTED, RunError(
             "Interrupted", f"{controller_ended(record)}: {NOT_GATHERED}",
             record.steps[-1].phase if record.steps else None, gathered=False))
 
@@ -137,13 +137,15 @@ class RunOutcome:
         (`stops`, each said, and among the causes of a failed run too)."""
         if error is None:
             if not (troubles or unclean or stops):
-                return cls("ok")
+                return cls(RunStatus.OK)
             said = [f"{len(troubles)} participant(s) did not"] if troubles else []
             said += [f"{len(unclean)} component(s) did not end cleanly"] if unclean else []
             said += [f"{len(stops)} host(s) did not stop cleanly"] if stops else []
-            return cls("partial", RunError("Partial", f"every step got through, but {' and '.join(said)}",
-                                           None, [*troubles, *said_once(unclean), *stops]))
-        status = "interrupted" if isinstance(error, Interrupted | KeyboardInterrupt) else "failed"
+            return cls(RunStatus.PARTIAL, RunError("Partial",
+                                                   f"every step got through, but {' and '.join(said)}",
+                                                   None, [*troubles, *said_once(unclean), *stops]))
+        stopped = isinstance(error, Interrupted | KeyboardInterrupt)
+        status = RunStatus.INTERRUPTED if stopped else RunStatus.FAILED
         return cls(status, RunError(type(error).__name__, str(error), phase or None,
                                     [*(error.causes() if isinstance(error, StepFailed) else []), *stops]))
 
@@ -151,14 +153,14 @@ class RunOutcome:
     def run_again(cls) -> RunOutcome:
         """A campaign's run whose controller was killed, found still running by `resume`,
         which runs its point again."""
-        return cls("interrupted", RunError(
+        return cls(RunStatus.INTERRUPTED, RunError(
             "Interrupted", "its controller was killed; the campaign resumed and runs it again"))
 
     @classmethod
     def interrupted_twice(cls, phase: str) -> RunOutcome:
         """A second Ctrl-C: the controller stops without gathering."""
-        return cls("interrupted", RunError("Interrupted", "interrupted twice: stopped without gathering",
-                                           phase or None))
+        return cls(RunStatus.INTERRUPTED,
+                   RunError("Interrupted", "interrupted twice: stopped without gathering", phase or None))
 
 
 def controller_ended(record: RunRecord) -> str:

@@ -36,6 +36,7 @@ run.json version history (readers accept every older version):
 from __future__ import annotations
 
 import socket
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ __all__ = [
     "Release",
     "RunError",
     "RunRecord",
+    "RunStatus",
     "Salvage",
     "Spread",
     "Step",
@@ -87,6 +89,19 @@ __all__ = [
 ]
 
 RUN_FORMAT = 1
+
+
+class RunStatus(StrEnum):
+    """A run's status words, as run.json says them (protocol/runoutcome.py decides which a run
+    has). A str enum: a member is its word, so run.json's bytes are as before, and a record's
+    `status` is read as the word it holds (a campaign's `setup failed`, an older netspec's)."""
+
+    OK = "ok"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+
 MERGED = "merged"  # the result set the merge makes of a run, under its directory
 
 
@@ -342,7 +357,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     format: int
     id: str
     experiment: str
-    status: str  # running, ok, partial, failed, interrupted: runoutcome.RunOutcome
+    status: str  # a RunStatus (or a word of another netspec's): runoutcome.RunOutcome decides it
     started: str = ""
     started_ns: int = 0
     ended: str | None = None
@@ -477,7 +492,7 @@ def controller_gone(record: RunRecord) -> bool:
     """Whether the run says `running` while its controller, on this machine, has ended (its
     pid gone or reused): such a run was interrupted, whatever run.json still says."""
     controller = record.controller
-    if record.status != "running" or controller.host != socket.gethostname() or not controller.pid:
+    if record.status != RunStatus.RUNNING or controller.host != socket.gethostname() or not controller.pid:
         return False
     started = controller.pid_started
     return started is None or process_start(controller.pid) != started

@@ -22,7 +22,7 @@ from netspec.protocol.campaignrecord import CAMPAIGN_FILE, read_campaign
 from netspec.protocol.errors import NetspecError, ProtocolError
 from netspec.protocol.names import confined, safe_name
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import JOURNAL, MERGED, read_run
+from netspec.protocol.runrecord import JOURNAL, MERGED, RunStatus, read_run
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class Catalog:
         stat = os.stat(run / "run.json")
         key = (stat.st_mtime_ns, stat.st_size, _mtime(run / JOURNAL), _mtime(run / ackjournal.ACK_JOURNAL))
         cached = self._heads.get(run)
-        if cached and cached[0] == key and cached[1].status != "running":
+        if cached and cached[0] == key and cached[1].status != RunStatus.RUNNING:
             return cached[1]
         record = read_run(run)
         campaign = record.campaign

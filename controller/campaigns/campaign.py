@@ -38,7 +38,7 @@ from netspec.protocol.campaignrecord import (
 )
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, RunOutcome
-from netspec.protocol.runrecord import CampaignPoint
+from netspec.protocol.runrecord import CampaignPoint, RunStatus
 
 from ..engine.runner import RunOptions, merge, plan_code, run_plan
 from ..experiment.campaignfile import point_label
@@ -68,7 +68,7 @@ class CampaignDir:
         path = root / plan.name / cid
         path.mkdir(parents=True)
         record = CampaignRecord(id=cid, experiment=plan.name, file=str(plan.path), text=plan.text,
-                                sha256=plan.sha256, status="running", started_ns=now,
+                                sha256=plan.sha256, status=RunStatus.RUNNING, started_ns=now,
                                 points=[Point(params=p, label=point_label(p)) for p in plan.campaign.points])
         campaign = cls(path, record)
         campaign.save()
@@ -146,7 +146,7 @@ def failed_points(points: list[Point], c: Campaign) -> list[str]:
     for p in points:
         if p.done != "failures":
             continue
-        partial = sum(r.status == "partial" for r in p.runs)
+        partial = sum(r.status == RunStatus.PARTIAL for r in p.runs)
         failed = sum(_outcome(r).counts_as_failed for r in p.runs) - partial
         uncounted = sum(_outcome(r).ok and not r.counted for r in p.runs)
         partly = ""
@@ -242,8 +242,8 @@ class Campaigner:
         return outcome.exit_code
 
     def _record(self, point: Point, path: Path, outcome: RunOutcome) -> None:
-        ok = outcome.ok or (self.c.count_partial and outcome.status == "partial")
-        if outcome.status == "partial":
+        ok = outcome.ok or (self.c.count_partial and outcome.status == RunStatus.PARTIAL)
+        if outcome.status == RunStatus.PARTIAL:
             self.options.output.err([f"warning: {path.name} is partial: " + (
                 "counted (repeat: count_partial), its metric what it measured" if self.c.count_partial else
                 "not counted (repeat: count_partial is false); it spends one of the point's runs")])

@@ -19,7 +19,7 @@ from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.messages import netspec_version
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import MERGED
+from netspec.protocol.runrecord import MERGED, RunStatus
 
 from ..experiment.model import Plan
 from ..record.progress import Progress
@@ -133,7 +133,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
         output.err([*summary.after_failure(merged.lines), took(),
                     f"run directory (everything gathered so far): {rundir.path}"])
         outcome = RunOutcome.of(rundir.record)
-        if outcome.status == "running":  # the run's own end failed before it saved its outcome
+        if outcome.status == RunStatus.RUNNING:  # the run's own end failed before it saved its outcome
             outcome = RunOutcome.ended(exc, run.phase, [], [])
             rundir.finish(outcome)
         return rundir, outcome
@@ -147,7 +147,7 @@ def run_plan(plan: Plan, options: RunOptions, record: dict[str, Any] | None = No
             output.out(line)
         output.out(took())
     outcome = RunOutcome.of(rundir.record)
-    if outcome.status == "partial" and outcome.error is not None:
+    if outcome.status == RunStatus.PARTIAL and outcome.error is not None:
         output.err([f"partial: {outcome.error.message}:", *(f"  {t}" for t in outcome.error.causes)])
     return rundir, outcome
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import MERGED, HostRecord, RunRecord
+from netspec.protocol.runrecord import MERGED, HostRecord, RunRecord, RunStatus
 from netspec.protocol.runrecord import Step as StepRecord
 from netspec.protocol.runrecord import StepHost as StepHostRecord
 
@@ -231,7 +231,7 @@ def run_lines(path: Path, record: RunRecord, only: str | None = None) -> list[st
     error = outcome.error
     if error is not None:
         stopped = f"in phase '{error.phase}'" if error.phase else "before the first step"
-        lines.append("  partial:" if outcome.status == "partial" else f"  stopped {stopped}:")
+        lines.append("  partial:" if outcome.status == RunStatus.PARTIAL else f"  stopped {stopped}:")
         for text in [error.message, *error.causes]:
             lines.extend(f"    {line}" for line in text.splitlines())
     return [line.rstrip() for line in lines]

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import RunRecord, read_run
+from netspec.protocol.runrecord import RunRecord, RunStatus, read_run
 
 from ..record.rundir import utc_iso
 
@@ -102,8 +102,8 @@ def _describe(path: Path) -> dict[str, Any]:
 def export_run(run: Path, to: Path) -> Path:
     """Writes `run` (a run directory) with its crate into the archive `to` (.tar.gz)."""
     record = read_run(run)
-    if record.status == "running":  # as its controller last saved it
-        if RunOutcome.of(record).status == "running":
+    if record.status == RunStatus.RUNNING:  # as its controller last saved it
+        if RunOutcome.of(record).status == RunStatus.RUNNING:
             raise BundleError(f"run {record.id} is still running: nothing to export yet")
         raise BundleError(f"run {record.id} was interrupted (its controller was killed) before it "
                           f"gathered what its hosts hold: `ns_control collect {record.id}` gathers it "

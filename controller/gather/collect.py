@@ -18,7 +18,7 @@ import msgspec
 from netspec.protocol import messages as m
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
-from netspec.protocol.runrecord import RunRecord, read_run
+from netspec.protocol.runrecord import RunRecord, RunStatus, read_run
 
 from ..experiment.model import Host as HostSpec
 from ..hosts.engines import CLOSE_S
@@ -42,7 +42,7 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     record = read_run(path)
     plan = record.planned(path)
     record = settle(path, record)
-    if record.status == "running":
+    if record.status == RunStatus.RUNNING:
         raise NetspecError(f"run {record.id} is still running (controller pid "
                            f"{record.controller.pid}): nothing to collect yet")
     run = RunDir(path, record)

@@ -31,6 +31,7 @@ from netspec.protocol.runrecord import (
     Controller,
     Program,
     RunRecord,
+    RunStatus,
     controller_gone,
     encode,
     fold_acks,
@@ -69,8 +70,8 @@ class RunDir:
         path = runs_root / experiment / run_id
         path.mkdir(parents=True)
         (path / "experiment.yaml").write_text(text)
-        run = cls(path, RunRecord(format=RUN_FORMAT, id=run_id, experiment=experiment, status="running",
-                                  started=utc_iso(now), started_ns=now,
+        run = cls(path, RunRecord(format=RUN_FORMAT, id=run_id, experiment=experiment,
+                                  status=RunStatus.RUNNING, started=utc_iso(now), started_ns=now,
                                   controller=Controller(socket.gethostname(), os.getpid(),
                                                         process_start(os.getpid())), **fields))
         run.save()
@@ -211,7 +212,7 @@ def note_merge(path: Path, note: str | None) -> None:
     """Say in run.json how the run's merge went (`note`: why it has no whole result set;
     None: it has one now). A run still running is its controller's to save: left alone."""
     record = read_run(path)
-    if record.merge == note or record.status == "running":
+    if record.merge == note or record.status == RunStatus.RUNNING:
         return
     record.merge = note
     RunDir(path, record).save()
