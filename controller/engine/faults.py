@@ -144,20 +144,20 @@ class Faults:
                 raise NetspecError(f"host {host} is not connected")
             given = {"component": target if fault.kind in k.COMPONENT_FAULTS else None,
                      "for_s": fault.for_s, "size": fault.size, "workers": fault.workers,
-                     **(self._link(target) if fault.kind in k.LINK_FAULTS else {})}
+                     **(self._link(fault.kind, target) if fault.kind in k.LINK_FAULTS else {})}
             await client.request(k.FAULT, asyncio.get_running_loop().time() + SEND_DEADLINE_S,
                                  index=number, fault=fault.kind, at_ns=at_ns,
                                  **{key: value for key, value in given.items() if value is not None})
         except NetspecError as exc:
             self._failed(number, f"not scheduled on host {host}: {exc}", host, target)
 
-    def _link(self, peer: str) -> dict[str, object]:
+    def _link(self, kind: str, peer: str) -> dict[str, object]:
         """A partition's or heal's rule: the direction from its host to `peer` (at the
         address its host reaches it). Its host cuts it on top of the conditions `links:` holds
         (LinkSet.cut), so a step changing them meanwhile neither lifts the partition nor is
         undone by its heal; never on netspec's own ports (SSH's, the daemons')."""
         rule = LinkRule(peer=peer, address=self.fleet.addresses[peer],
-                        condition=LinkCondition(partition=True))
+                        condition=LinkCondition(partition=kind == "partition"))
         return {"rule": msgspec.to_builtins(rule), "exclude_tcp": self.exclude_tcp}
 
     def claimed(self, host: str, claim: k.Claimed) -> None:
