@@ -59,7 +59,7 @@ def direction_end(faults: list[FaultRecord], fault: FaultRecord,
 
 def direction_instants(fault: FaultRecord, direction: tuple[str, str]) -> tuple[int | None, int | None]:
     """When `fault` was done on `direction`, and its own end there."""
-    part = next((p for p in fault.parts if (p.host, p.peer) == direction), None)
+    part = fault.part(*direction)
     return (fault.done_ns, fault.ended_ns) if part is None else (part.done_ns, part.ended_ns)
 
 

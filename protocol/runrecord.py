@@ -349,6 +349,10 @@ class FaultRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
         heal, else its one host and target."""
         return [(p.host, p.peer) for p in self.parts] if self.parts else [(self.host, self.target)]
 
+    def part(self, host: str, target: str) -> FaultPart | None:
+        """Its direction from `host` to `target`; None if it has no such part."""
+        return next((p for p in self.parts if (p.host, p.peer) == (host, target)), None)
+
 
 class RunRecord(msgspec.Struct, kw_only=True):
     """run.json. `plan` is the experiment as it ran (protocol/runplan.py, made by

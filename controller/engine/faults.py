@@ -247,16 +247,14 @@ class Faults:
         for aiming in self.aiming:
             aiming.cancel()
         for said in self.record.faults:
+            why = "not done: its phase never started" if said.planned_ns is None else \
+                "not done, or not reported, before the run ended"
             missing = [p for p in said.parts if p.done_ns is None and not p.error]
-            if said.parts and missing and not said.error:
+            if missing:  # each direction that never reported, said as its own
                 for p in missing:
-                    p.error = "not done: its phase never started" if said.planned_ns is None else \
-                        "not done, or not reported, before the run ended"
-                _gather(said)
-                self._failed(said.index, said.error)
+                    self._failed(said.index, why, p.host, p.peer)
             elif said.done_ns is None and not said.error:
-                self._failed(said.index, "not done: its phase never started" if said.planned_ns is None
-                             else "not done, or not reported, before the run ended")
+                self._failed(said.index, why)
             elif said.unfinished:  # done, but it lasted (or looked for its effect) past the run
                 self.progress(Progress("notice", host=said.host, text=fault_line(said)))
 
@@ -265,7 +263,7 @@ def _part(said: FaultRecord, host: str, target: str) -> FaultPart | FaultRecord 
     """Where a report of `said` from `host` about `target` goes: its direction's part, or the
     record itself (a fault of one host); None if it is not of it."""
     if said.parts:
-        return next((p for p in said.parts if (p.host, p.peer) == (host, target)), None)
+        return said.part(host, target)
     return said if said.host == host else None
 
 
