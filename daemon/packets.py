@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from netspec.camp.procfs import stat_fields
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.messages import ACK_WARNING
 from netspec.protocol.packets import (
@@ -37,6 +36,7 @@ from netspec.protocol.packets import (
     write_record,
 )
 
+from .ending import CLOCK_TICKS, activity
 from .orphans import SPAWNED
 from .spawn import with_death_signal
 
@@ -119,7 +119,8 @@ class Capture:
     def stop(self) -> CaptureRecord:
         if self.proc is not None and self.proc.poll() is None:
             time.sleep(SETTLE_S)
-            self.record.cpu_s = _cpu_s(self.proc.pid)
+            seen = activity([self.proc.pid]).get(self.proc.pid)  # its state and CPU so far, in ticks
+            self.record.cpu_s = None if seen is None else seen[1] / CLOCK_TICKS
             self.proc.send_signal(signal.SIGINT)
         self._end()
         said = self.said.read_text(errors="replace") if self.said.exists() else ""
@@ -146,20 +147,10 @@ class Capture:
             self.record.stopped_ns = time.time_ns()
 
 
-def _cpu_s(pid: int) -> float | None:
-    """Process `pid`'s CPU so far, user and system (/proc/PID/stat), s; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = stat_fields(f.read())
-    except (OSError, IndexError, ValueError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Packets:
     """This host's captures for one run. Lifecycle: `start` at each start_logging (one
     capture per interface, its files numbered by the window), `stop` at its stop_logging,
-    which returns what each did; `close` at the run's end stops any still running. Each
+    which returns what each did (at the run's end, `stop` again ends any still running). Each
     call may block (a capture's start and end are waited for): called in a thread."""
 
     def __init__(self, host: str, streams: Path, spec: PacketsSpec,
@@ -206,9 +197,6 @@ class Packets:
                 self.held.path.unlink(missing_ok=True)
             self.held = None
         return done
-
-    def close(self) -> None:
-        self.stop()
 
 
 def stopped_ack(records: list[CaptureRecord]) -> dict[str, str]:

@@ -205,7 +205,7 @@ class NodeServices:
         the others noted on it."""
         failed: list[Exception] = []
         probes = self.probes.close if self.probes is not None else (lambda: None)
-        captures = self.packets.close if self.packets is not None else (lambda: None)
+        captures = self.packets.stop if self.packets is not None else (lambda: None)
         for close in (captures, self.close_links, self.stop_logging, self.camp_streams.stop, self.clock.close,
                       self.clock_streams.stop, probes, self.link_streams.stop, self.streams.stop):
             try:
