@@ -15,7 +15,7 @@ send is unmatched (the sender's capture missed it, or dropped it).
 from __future__ import annotations
 
 import struct
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,11 +254,8 @@ def write_packets(db: duckdb.DuckDBPyConnection, run: Path, out: Path,
             key = p.key()
             n = taken[key]
             got = waiting[key][n] if n < len(waiting[key]) else None
-            row = {"src_host": host, "dst_host": dst_host, "proto": p.flow().split()[0], "flow": p.flow(),
-                   "size": p.size, "ip_id": p.ip_id, "seq": p.seq if p.seq >= 0 else None, "step": step,
-                   "phase": phase or None, "sent_ts": sent_ts, "sent_bound_ns": sent_bound,
-                   "received_ts": None, "received_bound_ns": None, "one_way_ns": None, "bound_ns": None,
-                   "matched": got is not None}
+            row = _row(p, host, dst_host, step, phase) | {"sent_ts": sent_ts, "sent_bound_ns": sent_bound,
+                                                          "matched": got is not None}
             if got is not None:
                 taken[key] += 1
                 link.matched += 1
@@ -278,12 +275,8 @@ def write_packets(db: duckdb.DuckDBPyConnection, run: Path, out: Path,
             step, phase = step_of(received_ts)
             link = counts.setdefault((src_host, dst_host, step), LinkCounts(src_host, dst_host, step, phase))
             link.unmatched += 1
-            rows.append({"src_host": src_host, "dst_host": dst_host, "proto": p.flow().split()[0],
-                         "flow": p.flow(), "size": p.size, "ip_id": p.ip_id,
-                         "seq": p.seq if p.seq >= 0 else None,
-                         "step": step, "phase": phase or None, "sent_ts": None, "sent_bound_ns": None,
-                         "received_ts": received_ts, "received_bound_ns": received_bound, "one_way_ns": None,
-                         "bound_ns": None, "matched": False})
+            rows.append(_row(p, src_host, dst_host, step, phase) | {"received_ts": received_ts,
+                                                                   "received_bound_ns": received_bound})
     rows.sort(key=lambda r: r["sent_ts"] if r["sent_ts"] is not None else r["received_ts"])
     pq.write_table(pa.Table.from_pylist(rows, schema=PACKETS), out / "packets.parquet")
     result.rows = len(rows)
@@ -294,6 +287,14 @@ def write_packets(db: duckdb.DuckDBPyConnection, run: Path, out: Path,
         counts[key].bound_p50_ns = int(np.median([b for _, b in said]))
     result.counts = sorted(counts.values(), key=lambda c: (c.src, c.dst, -1 if c.step is None else c.step))
     return result
+
+
+def _row(p: Packet, src: str, dst: str, step: int | None, phase: str) -> dict[str, object]:
+    """A packets.parquet row of `p`, neither end placed yet (nor matched)."""
+    return {"src_host": src, "dst_host": dst, "proto": p.flow().split()[0], "flow": p.flow(), "size": p.size,
+            "ip_id": p.ip_id, "seq": p.seq if p.seq >= 0 else None, "step": step, "phase": phase or None,
+            "sent_ts": None, "sent_bound_ns": None, "received_ts": None, "received_bound_ns": None,
+            "one_way_ns": None, "bound_ns": None, "matched": False}
 
 
 def _held(run: Path, result: PacketsResult) -> dict[str, list[Packet]]:
@@ -314,13 +315,14 @@ def _as_held(sent: list[Packet], held: list[Packet]) -> list[Packet]:
     for the link's loss, which never left, as sent then (in a flow the capture took). A copy
     leaves at its due instant: its interface stamp would call the emulated delay the sender's
     own time."""
-    taken: dict[tuple[object, ...], list[Packet]] = defaultdict(list)
+    # a deque per key: a bulk transfer's pure ACKs share one key, thousands of them
+    taken: dict[tuple[object, ...], deque[Packet]] = defaultdict(deque)
     for p in sorted(held, key=lambda p: p.ts):
         taken[p.key()].append(p)
     out = []
     for p in sorted(sent, key=lambda p: p.ts):
         got = taken.get(p.key())
-        out.append(got.pop(0) if got else p)
+        out.append(got.popleft() if got else p)
     # The path holds every packet toward a conditioned peer, the capture's filter takes some
     # flows: one held and never seen leaving counts only in a flow the capture took.
     flows = {p.flow() for p in sent}
