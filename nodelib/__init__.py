@@ -88,5 +88,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["Application", "ConnectionLost", "NetspecError", "Pacer", "PhaseContext", "PhaseWarning",
            "ProtocolError", "claim", "component_params", "counter", "event", "histogram", "interval",
-           "operation",
-           "phase", "register", "run", "samples", "trigger"]
+           "operation", "phase", "register", "run", "samples", "trigger"]

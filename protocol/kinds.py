@@ -42,6 +42,7 @@ from .messages import (
     READ_LIMIT,
     REPLY,
     RESET,
+    ROLE_PATTERN,
     SETUP,
     SHUTDOWN,
     TREE,
@@ -502,7 +503,7 @@ class Claimed(Event, tag=CLAIM, kw_only=True):
     `bound_ns` from the reference; `unsynchronised`: none, the instant as it was taken)."""
 
     component: str
-    role: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROLE, pattern=r"^[A-Za-z0-9_.-]+$")]
+    role: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROLE, pattern=ROLE_PATTERN)]
     held: bool = True
     at_ns: int
     offset_ns: int | None = None

@@ -85,6 +85,7 @@ REGISTER, WELCOME, STOP = "register", "welcome", "stop"
 CLAIM = "claim"
 ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 MAX_ROLE = 64
+ROLE_PATTERN = "^[A-Za-z0-9_.-]+$"  # ROLE_CHARS as a pattern, for the Claimed event's check
 
 ACK_OK, ACK_WARNING, ACK_ERROR = "ok", "warning", "error"
 

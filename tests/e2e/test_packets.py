@@ -7,6 +7,7 @@ own traffic (SSH, clksync) is not captured."""
 
 import html
 import re
+import shutil
 
 import duckdb
 import pytest
@@ -17,7 +18,8 @@ from netspec.protocol.runrecord import read_run
 from selenium.webdriver.common.by import By
 from support import ns_control, session_dir
 
-pytestmark = pytest.mark.e2e
+NO_TCPDUMP = "the packets: service captures with tcpdump (apt-get install tcpdump)"
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tcpdump") is None, reason=NO_TCPDUMP)]
 
 UDP_SEND = ("import socket, sys, time\\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\\n"
             "for n in range(1500):\\n"
