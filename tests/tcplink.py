@@ -91,9 +91,13 @@ def requests(host: str, port: int, count: int) -> None:
     print(json.dumps({"connect_ms": connects, "two_send_ms": two_sends}))
 
 
-def bulk(host: str, port: int, seconds: float, steady_from: float) -> None:
-    """One transfer of `seconds`; its rate as the receiver saw it, from `steady_from` on."""
-    conn = socket.create_connection((host, port), timeout=30)
+def bulk(host: str, port: int, seconds: float, steady_from: float, congestion: str = "cubic") -> None:
+    """One transfer of `seconds` under the congestion control `congestion`; its rate as the
+    receiver saw it, from `steady_from` on."""
+    conn = socket.socket()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
+    conn.settimeout(30)
+    conn.connect((host, port))
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     conn.sendall(b"b%.3f\n" % steady_from)
     chunk, began = b"x" * 65536, time.monotonic()
@@ -200,7 +204,7 @@ if __name__ == "__main__":
     elif which == "requests":
         requests(args[0], int(args[1]), int(args[2]))
     elif which == "bulk":
-        bulk(args[0], int(args[1]), float(args[2]), float(args[3]))
+        bulk(args[0], int(args[1]), float(args[2]), float(args[3]), *args[4:])
     elif which == "hold":
         hold(*args)
     else:

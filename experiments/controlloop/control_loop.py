@@ -13,6 +13,13 @@ VIDEO/command_sent), which the capture side logs as it arrives (VIDEO/command). 
 the global timeline: a frame's delay (frame_sent -> frame, across the two hosts' clocks) and
 the control loop (frame_sent -> command, on the capture host's own clock). Across a link of
 one-way delay d each way, the frame's delay grows by d and the loop by 2 d.
+
+`congestion` names the frames' TCP congestion control (the host's default otherwise). The
+bundled sweeps ask for cubic, which sends a frame in one flight as the KU report's Linux of
+2007 did. BBR, the default of many hosts now, paces each frame at its estimate of the path's
+rate, and on a flow that sends a frame and waits (application-limited) that estimate drifts
+from run to run: a frame took 14-40 ms more than the link's delay to leave, at random across
+a sweep's points, where the link gave each packet its delay to the microsecond.
 """
 
 from __future__ import annotations
@@ -91,7 +98,11 @@ def capture_run(ctx: nodelib.PhaseContext) -> str:
     period = 1.0 / float(ctx.params.get("fps", 10))
     address = (ctx.lookup("tracker", "address"), ctx.lookup("tracker", "port"))
     began = time.monotonic()
-    with socket.create_connection(address, timeout=30) as conn:
+    with socket.socket() as conn:
+        if "congestion" in ctx.params:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, str(ctx.params["congestion"]).encode())
+        conn.settimeout(30)
+        conn.connect(address)
         warmup = max(float(ctx.params.get("warmup_s", 2.0)), 10 * (time.monotonic() - began))
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         unlogged = int(warmup / period)

@@ -126,11 +126,12 @@ def test_stimulus_response_across_an_emulated_link(ssh_env, tmp_path):
 
 
 def test_the_ku_delay_sweep_finds_a_frames_delay_once_and_the_control_loop_twice(ssh_env, tmp_path):
-    # The bundled campaign, shortened: three delays, twenty frames a point. Not from 0 ms: the
-    # sender's TCP paces a 50 KB frame over its round trip's share (about 15 ms at these
-    # delays, as on a real link), where across no delay it sends the frame at once. Its
-    # variant with the packets captured (delay_sweep.yaml and services: packets:), so that
-    # the IP-level delay (Figure 4.4.5) is fitted beside the user-level one (4.4.6).
+    # The bundled campaign, shortened: three delays, twenty frames a point. Its variant with the
+    # packets captured (delay_sweep.yaml and services: packets:), so that the IP-level delay
+    # (Figure 4.4.5) is fitted beside the user-level one (4.4.6). Its frames' TCP is cubic,
+    # which sends a frame in one flight (control_loop.py). Under this machine's default, BBR,
+    # the sender paced each frame over 14-40 ms, at random from point to point: the frame's
+    # slope came out 0.90 and 1.17 in two runs while its packets' was 1.000.
     text = (EXPERIMENTS / "controlloop" / "ip_and_user_delay.yaml").read_text()
     text = text.replace("frames: 50,", "frames: 20,")
     text = text.replace("[0ms, 50ms, 100ms, 200ms, 300ms]", "[20ms, 40ms, 60ms]")
@@ -145,8 +146,8 @@ def test_the_ku_delay_sweep_finds_a_frames_delay_once_and_the_control_loop_twice
     assert report.returncode == 0, report.stdout + report.stderr
     slopes = dict(re.findall(r"interval (\w+): slope ([\d.]+) ±", report.stdout))
     # The truth: a frame crosses the link once, its command comes back across it again.
-    assert abs(float(slopes["frame_delay"]) - 1.0) < 0.1, report.stdout
-    assert abs(float(slopes["control_loop"]) - 2.0) < 0.2, report.stdout
+    assert abs(float(slopes["frame_delay"]) - 1.0) < 0.05, report.stdout
+    assert abs(float(slopes["control_loop"]) - 2.0) < 0.1, report.stdout
     # The IP level: each packet's kernel stamps, one crossing of the link, the end systems' time
     # (the user level's intercept, milliseconds) not in it.
     ip = re.search(r"packets capture -> tracker one way: slope ([\d.]+) ± [\d.]+ ms per ms of "

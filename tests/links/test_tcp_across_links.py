@@ -33,10 +33,16 @@ def test_bulk_tcp_reaches_what_the_rate_and_the_buffers_allow_at_the_round_trip(
     h1, h2 = nethosts[0], nethosts[1]
     rate = 20.0
     forward, back = {"delay_ms": DELAY_MS, "rate_mbit": rate}, {"delay_ms": DELAY_MS}
-    with tcplink.linked(h1, h2, session_run_id("tcpbulk"), PORT, forward, back):
-        got = tcplink.client(h1.netns, "bulk", h2.address, str(PORT), "3", "0.5")
     bound = tcplink.bulk_bound_mbit(rate, 2 * DELAY_MS, tcplink.window_bytes(h1.netns, h2.netns))
-    assert got["steady_mbit"] is not None and got["steady_mbit"] >= 0.8 * bound, (got, bound)
+    # The best of up to three transfers (cubic's, tcplink.bulk): a busy machine only takes from
+    # a transfer's rate, and once took a fifth of it for seconds on end (15.2 of 19.1 Mbit, the
+    # suite's other worker busy), where the defect kept every transfer near 2 segments a delay
+    # (2.3 Mbit).
+    got = []
+    with tcplink.linked(h1, h2, session_run_id("tcpbulk"), PORT, forward, back):
+        while len(got) < 3 and not any(g["steady_mbit"] and g["steady_mbit"] >= 0.8 * bound for g in got):
+            got.append(tcplink.client(h1.netns, "bulk", h2.address, str(PORT), "3", "0.5"))
+    assert got[-1]["steady_mbit"] is not None and got[-1]["steady_mbit"] >= 0.8 * bound, (got, bound)
 
 
 def test_a_lossy_links_losses_are_the_senders_tcp_s_to_find_and_retransmit(nethosts):
