@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-quick test-benches bench lint docs clean
+.PHONY: setup demo test test-quick test-benches bench lint docs clean k8s-testbed k8s-testbed-down
 
 setup: $(STAMP)
 
@@ -53,6 +53,15 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 	@echo "the manual: $(CURDIR)/site/index.html"
+
+# A real single-node Kubernetes on this machine, as root (tests/k8stestbed.py): its binaries built
+# once per version into the cache (about 7 minutes on two free cores), netspec's image put in its
+# runtime; it prints the KUBECONFIG to export. The tests start one of their own.
+k8s-testbed: setup
+	$(BIN)/python tests/k8stestbed.py up --netspec-image
+
+k8s-testbed-down: setup
+	$(BIN)/python tests/k8stestbed.py down
 
 clean:
 	rm -rf $(VENV) runs build site *.egg-info

@@ -145,11 +145,15 @@ def _text(value: Any) -> str:
 
 
 def placement_text(placement: Placement, whole: bool = False) -> str:
-    """Where a container host ran, in words: its kind, engine, node, image (its digest),
-    limits and cgroup version; `whole` adds what is the run's own (the container's id and
-    name, whether the run created it, its network and its cgroup's path)."""
+    """Where a container or pod host ran, in words: its kind, engine (a pod's cluster: its
+    context and API server), node, image (its digest), limits and cgroup version; `whole`
+    adds what is the run's own (the container's or pod's id and name, whether the run
+    created it, its network or namespace and its cgroup's path)."""
     limits = placement.limits
-    said = [f"{placement.kind} engine {placement.engine}", f"node {placement.node or '?'}",
+    pod = placement.kind == "kubernetes"
+    where = (f"kubernetes cluster {placement.context} ({placement.engine})" if pod else
+             f"{placement.kind} engine {placement.engine}")
+    said = [where, f"node {placement.node or '?'}",
             f"image {placement.image or '?'}" + (f" ({placement.image_id.removeprefix('sha256:')[:12]})"
                                                  if placement.image_id else "")]
     said.append(f"cpus {limits.cpus:g}" if limits.cpus is not None else "cpus unlimited")
@@ -160,9 +164,10 @@ def placement_text(placement: Placement, whole: bool = False) -> str:
     if placement.cgroup_version is not None:
         said.append(f"cgroup v{placement.cgroup_version}")
     if whole:
-        said.append(f"container {placement.container_id[:12] or '?'} {placement.container or ''} "
-                    f"({'created for the run' if placement.created else 'attached'})")
-        said += [f"network {placement.network}" if placement.network else "",
+        made = "created for the run" if placement.created else "attached"
+        said.append(f"{'pod' if pod else 'container'} {placement.container_id[:12] or '?'} "
+                    f"{placement.container or ''} ({made})")
+        said += [f"{'namespace' if pod else 'network'} {placement.network}" if placement.network else "",
                  f"cgroup path {placement.cgroup}" if placement.cgroup else ""]
     return ", ".join(s for s in said if s)
 

@@ -43,9 +43,29 @@ class DockerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prefix: str = "netspec"
 
 
+class KubernetesSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A host in a pod (`kubernetes:`, controller/hosts/pods.py): the cluster (the kubeconfig
+    file and its context; None: kubectl's choice), the namespace (None: one made for the run),
+    the image (None: netspec's, with the extra Debian `packages`), already in the nodes'
+    runtime (no registry), the CPU and memory (requests and limits alike), the nodes it may
+    run on (`node_selector`) and its capabilities. `prefix` begins the names of what the run
+    creates."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+    image: str | None = None
+    packages: tuple[str, ...] = ()
+    cpus: float | None = None
+    memory: str | int | None = None  # bytes, or with k, m or g (engines.memory_bytes)
+    node_selector: dict[str, str] = {}
+    cap_add: tuple[str, ...] = ("NET_ADMIN", "SYS_NICE")
+    prefix: str = "netspec"
+
+
 class PlanHost(msgspec.Struct):
-    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
-    a container (`docker`)."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, one in a
+    container (`docker`) or in a pod (`kubernetes`)."""
 
     name: str
     address: str | None = None
@@ -53,6 +73,7 @@ class PlanHost(msgspec.Struct):
     accept_new_host_key: bool = False
     python: str = "python3"
     docker: DockerSpec | None = None
+    kubernetes: KubernetesSpec | None = None
 
 
 class PlanComponent(msgspec.Struct):

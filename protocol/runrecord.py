@@ -186,7 +186,9 @@ class Placement(msgspec.Struct, omit_defaults=True):
     limits: Limits = msgspec.field(default_factory=Limits)
     cgroup: str = ""
     cgroup_version: int | None = None
-    kind: str = "docker"
+    kind: str = "docker"  # or "kubernetes": then engine is the cluster's API server, node the
+    # pod's node, container_id its uid, container its name, network its namespace
+    context: str = ""  # a pod's: the kubeconfig's context that reached its cluster
 
 
 class HostRecord(msgspec.Struct):

@@ -276,6 +276,34 @@ def docker_image() -> Iterator[str]:
     yield tag
 
 
+@pytest.fixture(scope="session")
+def k8s_cluster(docker_image: str) -> Iterator[Path]:
+    """A real single-node Kubernetes of this worker's own (tests/k8stestbed.py: its binaries
+    built once per version into the machine's cache, which .ci/run fills first), netspec's
+    image put in its runtime; its kubeconfig. Every part of it is named for the worker and
+    removed after. Skips only where Go or containerd cannot be had, or as non-root."""
+    import secrets
+
+    import k8stestbed
+
+    if os.geteuid() != 0:
+        pytest.skip("a Kubernetes testbed needs root (its node's interfaces, containerd, mounts)")
+    for tool, package in (("go", "Go"), ("containerd", "containerd")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{package} is not installed here: the Kubernetes testbed is built and run with it")
+    testbed = k8stestbed.Testbed("k" + secrets.token_hex(3))
+    try:
+        try:
+            k8stestbed.up(testbed)
+            k8stestbed.import_image(testbed, docker_image)
+        except SystemExit as exc:
+            raise AssertionError(f"the Kubernetes testbed did not come up: {exc}") from None
+        yield testbed.kubeconfig
+    finally:
+        left = k8stestbed.down(testbed)
+        assert not left, left
+
+
 @pytest.fixture
 def ssh_env(nethosts: list, monkeypatch: pytest.MonkeyPatch) -> list:
     """The session's namespaced hosts as ssh aliases netspec-h1.., for this process and

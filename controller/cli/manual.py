@@ -18,7 +18,8 @@ from netspec.protocol.runoutcome import EXIT_OK, EXIT_USAGE
 NAV: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Home", ("index.md",)),
     ("Tutorials", tuple(f"tutorials/{p}.md" for p in (
-        "first-experiment", "ssh-hosts", "docker-hosts", "links-and-faults", "campaign"))),
+        "first-experiment", "ssh-hosts", "docker-hosts", "kubernetes-hosts", "links-and-faults",
+        "campaign"))),
     ("How-to guides", tuple(f"how-to/{p}.md" for p in (
         "instrument", "pair-events", "operations", "packets", "sweep-until-stable", "salvage-and-collect",
         "export-import", "read-results", "fleets", "browse", "ready-experiments", "develop"))),

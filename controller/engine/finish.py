@@ -120,6 +120,8 @@ async def finish(error: Exception | None, phase: str, *, fleet: Fleet, forks: Da
         for text in await asyncio.to_thread(fleet.engines.close, CLOSE_S):
             stragglers.progress(Progress("notice", text=text))
             stops.append(text)
+    if fleet.clusters is not None:  # after the engines' pool, whose calls used their clients
+        fleet.clusters.close()
     if any(isinstance(h, LocalHost) for h in fleet.hosts.values()):
         # A local daemon that died hard (SIGKILL, OOM) could not reset its run; this
         # machine is its host, so what it left behind is ours to end: one scan of the

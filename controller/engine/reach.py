@@ -27,6 +27,7 @@ from ..hosts.fleet import (
     ensure_fd_limit,
 )
 from ..hosts.forks import DaemonForks
+from ..hosts.pods import Clusters, PodHost  # the Kubernetes client loads only for a cluster's first pod
 from ..record.progress import Progress, ProgressSink
 from ..record.rundir import RunDir
 from .clocks import start_clocks, stretched
@@ -40,13 +41,16 @@ FAN_OUT = 32  # hosts reached at once
 
 def make_host(spec: HostSpec, forks: DaemonForks, accept_new: bool = False,
               keep_daemons: bool = False, run_id: str = "", engines: Engines | None = None,
-              share: bool = False) -> Host:
+              share: bool = False, clusters: Clusters | None = None) -> Host:
     """The Host for a spec. Local daemons are forked by `forks`; `accept_new` trusts
     unknown SSH host keys; `keep_daemons` starts SSH hosts' daemons detached, to outlive
     the run, and keeps a container host's container; a container host's names carry
     `run_id`, it is given a key of its own for the run (never the long-term key), and its
     engine is called through `engines`; an attached container another run uses is refused
     unless `share`."""
+    if spec.kubernetes:
+        assert engines is not None and clusters is not None  # the Fleet makes them for a plan with pods
+        return PodHost(spec, run_id, engines, clusters, keep=keep_daemons)
     if spec.docker:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a fleet with docker hosts
 
@@ -70,9 +74,12 @@ class Fleet:
         self.share_hosts = share_hosts  # set up beside another run a host's daemon holds
         # The container hosts' engines and the pool where each call to them is made: closed
         # at the run's end, after the hosts were stopped (finish.py).
-        self.engines = Engines() if any(h.docker for h in plan.hosts) else None
+        self.engines = Engines() if any(h.docker or h.kubernetes for h in plan.hosts) else None
+        # The pod hosts' clusters (an API client each, the run's namespaces): closed with the engines.
+        self.clusters = Clusters() if any(h.kubernetes for h in plan.hosts) else None
         self.hosts: dict[str, Host] = {
-            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, self.engines, share_hosts)
+            h.name: make_host(h, forks, accept_new_host_keys, keep_daemons, run_id, self.engines, share_hosts,
+                              self.clusters)
             for h in plan.hosts}
         self.clients: dict[str, DaemonClient] = {}
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)

@@ -22,7 +22,7 @@ from netspec.datastream.writer import StreamConfig
 from netspec.protocol.errors import ConfigError, some_hosts
 from netspec.protocol.messages import NODE
 from netspec.protocol.packets import PacketsSpec
-from netspec.protocol.runplan import DockerSpec, PlanPackets
+from netspec.protocol.runplan import DockerSpec, KubernetesSpec, PlanPackets
 
 from .campaignfile import CAMPAIGN_KEYS, campaign_of, point_text, with_point
 from .declared import check_stream_patterns, listing, takes_part
@@ -207,6 +207,10 @@ def _hosts(src: SourceFile, data: dict[str, Any]) -> dict[str, Host]:
             with src.checking():
                 src.error("a docker host is reached through its engine: give 'docker', not 'address' "
                           "or 'ssh'", ("hosts", name))
+        if spec and "kubernetes" in spec and ({"address", "ssh", "docker"} & set(spec)):
+            with src.checking():
+                src.error("a kubernetes host is a pod its cluster runs: give 'kubernetes', not 'address', "
+                          "'ssh' or 'docker'", ("hosts", name))
         if spec and isinstance(spec.get("docker"), dict):
             with src.checking():
                 _check_plain_tcp(src, name, spec["docker"])
@@ -250,6 +254,8 @@ def _check_docker_tree(src: SourceFile, given: dict[str, Any]) -> None:
     a container cannot reach a local one (at the controller's 127.0.0.1), nor a container of
     another engine. Refused here, each host by name, rather than when the tree is built."""
     def engine(spec: Any) -> Any:
+        if isinstance(spec, dict) and isinstance(spec.get("kubernetes"), dict):
+            return ("cluster", spec["kubernetes"].get("kubeconfig"), spec["kubernetes"].get("context"))
         docker = spec.get("docker") if isinstance(spec, dict) else None
         return None if docker is None else ("engine", engine_url((docker or {}).get("engine")))
     engines = {name: engine(spec) for name, spec in given.items()}
@@ -268,10 +274,12 @@ def _check_docker_tree(src: SourceFile, given: dict[str, Any]) -> None:
 
 
 def _host(name: str, spec: dict[str, Any]) -> Host:
-    if spec.get("docker") is None:
-        return Host(name, **spec)
-    docker = msgspec.convert(spec["docker"], DockerSpec)  # its lists become the spec's tuples
-    return Host(name, **{**spec, "docker": docker})
+    # the engine's record converted: its lists become the spec's tuples
+    if spec.get("docker") is not None:
+        return Host(name, **{**spec, "docker": msgspec.convert(spec["docker"], DockerSpec)})
+    if spec.get("kubernetes") is not None:
+        return Host(name, **{**spec, "kubernetes": msgspec.convert(spec["kubernetes"], KubernetesSpec)})
+    return Host(name, **spec)
 
 
 def _check_ssh(src: SourceFile, host: str, target: str) -> None:

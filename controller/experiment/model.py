@@ -12,7 +12,7 @@ from netspec.analysis.graph import user_filter
 from netspec.datastream.writer import StreamConfig
 from netspec.protocol.kinds import CampSpec, ComponentSpec
 from netspec.protocol.links import LinkCondition
-from netspec.protocol.runplan import DockerSpec, PlanFault, PlanPackets, PlanRecord
+from netspec.protocol.runplan import DockerSpec, KubernetesSpec, PlanFault, PlanPackets, PlanRecord
 
 LOCAL_ENGINE = "unix:///var/run/docker.sock"
 
@@ -31,8 +31,8 @@ DEFAULT_DEADLINE_S = 60.0
 
 @dataclass(frozen=True)
 class Host:
-    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, or one in
-    a container (`docker`: the same record run.json's plan keeps)."""
+    """A logical host: a local daemon (none set), one at `address`, one over `ssh`, one in a
+    container (`docker`) or in a pod (`kubernetes`: the same records run.json's plan keeps)."""
 
     name: str
     address: str | None = None
@@ -40,12 +40,13 @@ class Host:
     accept_new_host_key: bool = False
     python: str = "python3"
     docker: DockerSpec | None = None
+    kubernetes: KubernetesSpec | None = None
 
     @property
     def local(self) -> bool:
         """A local daemon: it shares this machine's network stack with every other local one
-        (link conditions refuse it). A container (issue 41's `docker:`) has a stack of its own."""
-        return self.address is None and self.ssh is None and self.docker is None
+        (link conditions refuse it). A container or a pod has a stack of its own."""
+        return self.address is None and self.ssh is None and self.docker is None and self.kubernetes is None
 
 
 @dataclass(frozen=True)

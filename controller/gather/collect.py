@@ -48,11 +48,12 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     run = RunDir(path, record)
     ssh_hosts: list[SSHHost] = []
     engines: list[Any] = []  # the run's container hosts' engines: one client each, closed after
+    clusters: list[Any] = []  # its pod hosts' clusters, likewise
     sources = {}
     reached = [spec for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts)
                if spec.name in record.hosts]  # reached by the run: something may be there
     for spec in reached:
-        sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines)
+        sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines, clusters)
     addressed = {spec.name: spec.address for spec in reached if spec.address}
 
     async def gather() -> dict[str, Salvaged]:
@@ -66,6 +67,8 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
             host.conn.close()
         for shared in engines:
             shared.close(CLOSE_S)
+        for cluster in clusters:
+            cluster.close()
     note_collected(run, found)
     return found
 
@@ -105,20 +108,25 @@ def _no_events(host: str, event: object) -> None:
 
 
 def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SSHHost],
-            engines: list[Any]) -> Any:
+            engines: list[Any], clusters: list[Any]) -> Any:
     if spec.ssh:
         host = SSHHost(spec, accept_new)
         opened.append(host)
         return functools.partial(host.run_files, record.id)
     if spec.address:
         return lambda: None
-    if spec.docker:
+    if spec.docker or spec.kubernetes:
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a run with docker hosts
         from ..hosts.engines import Engines
+        from ..hosts.pods import Clusters, PodHost
 
         if not engines:
             engines.append(Engines())
-        return functools.partial(DockerHost(spec, record.id, engines[0]).run_files, record.id)
+        if spec.kubernetes and not clusters:
+            clusters.append(Clusters())
+        host = (PodHost(spec, record.id, engines[0], clusters[0]) if spec.kubernetes else
+                DockerHost(spec, record.id, engines[0]))
+        return functools.partial(host.run_files, record.id)
     return functools.partial(_local_files, record, spec.name)
 
 

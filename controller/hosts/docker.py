@@ -24,8 +24,8 @@ or tcp://host:port (with TLS: `tls:` ca, cert, key). A container of this machine
 is reached at its address on the run's network; one of a remote engine through its
 daemon's port published on the engine's machine.
 
-Another engine's provider (a Kubernetes pod per host, say) is another Host beside this
-one, with its own RunFiles: the engine sees only Host.
+Another engine's provider is another Host beside this one, with its own RunFiles: a pod per
+host, controller/hosts/pods.py. The engine sees only Host.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -62,6 +61,7 @@ from .engines import (
 from .fleet import Host
 from .images import NETSPECD_LABEL, default_image
 from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_id
+from .runfiles import add_file, programs_archive
 
 DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
 PORT = 7420  # netspecd's in the container: each has its own network namespace
@@ -237,7 +237,7 @@ class DockerHost(Host):
                 info = tarfile.TarInfo(path.strip("/"))
                 info.type, info.mode = tarfile.DIRTYPE, 0o700
                 tar.addfile(info)
-            _add(tar, self._key_path().strip("/"), (self.run_key.hex() + "\n").encode(), 0o600)
+            add_file(tar, self._key_path().strip("/"), (self.run_key.hex() + "\n").encode(), 0o600)
         self.container.put_archive("/", data.getvalue())
 
     async def _announced(self, log_dir: Path) -> int:
@@ -335,14 +335,8 @@ class DockerHost(Host):
         """Each program copied into the container (PROGRAMS/<digest>/<name>), in one archive."""
         if not programs:
             return {}
-        data, placed = io.BytesIO(), {}
-        with tarfile.open(fileobj=data, mode="w") as tar:
-            for program in dict.fromkeys(programs):
-                body = Path(program).read_bytes()
-                where = f"{hashlib.sha256(body).hexdigest()[:16]}/{Path(program).name}"
-                placed[program] = f"{PROGRAMS}/{where}"
-                _add(tar, where, body, 0o755)
-        await self.engines.call(self.container.put_archive, PROGRAMS, data.getvalue())
+        data, placed = programs_archive(programs, PROGRAMS)
+        await self.engines.call(self.container.put_archive, PROGRAMS, data)
         return placed
 
     def placement(self) -> Placement | None:
@@ -443,8 +437,3 @@ class DockerHost(Host):
 def _netspecd(container: Any) -> str:
     return (container.image.labels or {}).get(NETSPECD_LABEL, "netspecd")
 
-
-def _add(tar: tarfile.TarFile, name: str, body: bytes, mode: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = len(body), mode
-    tar.addfile(info, io.BytesIO(body))

@@ -10,14 +10,13 @@ import concurrent.futures
 import contextlib
 import re
 import socket
-import tarfile
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from netspec.protocol.errors import ConnectionLost, NetspecError
+
+from .runfiles import ArchiveRunFiles
 
 API_TIMEOUT_S = 60
 # Calls in flight to one fleet's engines at once, and each engine client's HTTP pool (the
@@ -230,71 +229,34 @@ class Engines:
                 "run's end (each ends by its own timeout)"] if late else []
 
 
-class ContainerRunFiles:
+class ContainerRunFiles(ArchiveRunFiles):
     """A run's directory in a container, copied out through its engine (get_archive: the
     container may have stopped). The whole directory comes in one archive, kept in a
     temporary file until `remove` or the object's end."""
 
     def __init__(self, container: Any, root: str, engine: str, owned: bool):
-        self.container, self.root, self.owned = container, root, owned
-        self.where = f"{engine}, container {container.name}"
-        self._archive: IO[bytes] | None = None
-        self._lock = threading.Lock()
+        super().__init__(root, f"{engine}, container {container.name}")
+        self.container, self.owned = container, owned
 
-    def _tar(self) -> tarfile.TarFile | None:
+    def _fetch(self, into: IO[bytes]) -> bool:
         import docker.errors
 
-        with self._lock:
-            if self._archive is None:
-                try:
-                    stream, _ = self.container.get_archive(self.root)
-                except docker.errors.NotFound:
-                    return None
-                except docker.errors.DockerException as exc:
-                    raise NetspecError(f"{self.root} not copied out of {self.where}: {exc}") from None
-                archive = tempfile.TemporaryFile(prefix="netspec-salvage-")  # noqa: SIM115 (closed by remove)
-                for chunk in stream:
-                    archive.write(chunk)
-                self._archive = archive  # kept only whole: a failed copy is tried again
-            self._archive.seek(0)
-            try:
-                return tarfile.open(fileobj=self._archive, mode="r:")
-            except tarfile.TarError as exc:
-                raise NetspecError(f"{self.root}'s archive from {self.where} is unreadable: {exc}") from None
-
-    def _members(self, tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
-        top = Path(self.root).name
-        return {m.name.removeprefix(f"{top}/"): m for m in tar.getmembers()
-                if m.isreg() and m.name.startswith(f"{top}/")}
-
-    def listing(self) -> list[tuple[str, int]]:
-        tar = self._tar()
-        if tar is None:
-            return []
-        with tar:
-            return sorted((name, m.size) for name, m in self._members(tar).items())
-
-    def copy(self, relative: str, target: Path) -> int:
-        tar = self._tar()
-        if tar is None:
-            raise NetspecError(f"{self.root} is gone from container {self.container.name}")
-        with tar:
-            member = self._members(tar).get(relative)
-            source = tar.extractfile(member) if member is not None else None
-            if source is None:
-                raise NetspecError(f"{relative} is not a regular file of the run's directory")
-            with open(target, "wb") as dst:
-                while chunk := source.read(1 << 20):
-                    dst.write(chunk)
-                return dst.tell()
+        try:
+            stream, _ = self.container.get_archive(self.root)
+            for chunk in stream:
+                into.write(chunk)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise NetspecError(f"{self.root} not copied out of {self.where}: {exc}") from None
+        return True
 
     def remove(self) -> None:
         """The run's directory removed: with the container, if netspec made it for the run
         (and keeps it not), else from the running container."""
         import docker.errors
 
-        if self._archive is not None:
-            self._archive.close()
+        self._drop()
         try:
             if self.owned:
                 network = list(self.container.attrs["NetworkSettings"]["Networks"])

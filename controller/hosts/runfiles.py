@@ -1,14 +1,21 @@
 """A run's directory on a host, read without the host's daemon: on the local filesystem
-(a local host) or over SFTP (an SSH host). Salvage (gather/salvage.py) copies from it."""
+(a local host), over SFTP (an SSH host), or as one tar archive copied out of a container or a
+pod (`ArchiveRunFiles`). Salvage (gather/salvage.py) copies from it. And the other way, the
+programs copied into a container or a pod as one archive (`programs_archive`)."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import posixpath
 import shutil
 import stat
+import tarfile
+import tempfile
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import end_run_processes
@@ -110,3 +117,91 @@ class SFTPRunFiles:
         code, _, err = self.conn.run(["rm", "-rf", "--", self.root])
         if code:
             raise NetspecError(f"could not remove {self.root}: {err.strip()}")
+
+
+class ArchiveRunFiles:
+    """A run's directory that comes as one tar archive (`_fetch`, each kind's: a container's
+    through its engine, a pod's through the exec API), kept in a temporary file until
+    `_drop`, and listed and copied from there."""
+
+    def __init__(self, root: str, where: str):
+        self.root, self.where = root, where
+        self._archive: IO[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def _fetch(self, into: IO[bytes]) -> bool:
+        """The archive of the directory written into `into`; False if the directory is gone.
+
+        Raises:
+            NetspecError: it could not be copied out."""
+        raise NotImplementedError
+
+    def _tar(self) -> tarfile.TarFile | None:
+        """The archive, opened for one read (fetched once, and kept only whole: a failed
+        copy is tried again); None if the directory is gone."""
+        with self._lock:
+            if self._archive is None:
+                archive = tempfile.TemporaryFile(prefix="netspec-salvage-")  # noqa: SIM115 (closed by _drop)
+                try:
+                    if not self._fetch(archive):
+                        archive.close()
+                        return None
+                except BaseException:
+                    archive.close()
+                    raise
+                self._archive = archive
+            self._archive.seek(0)
+            try:
+                return tarfile.open(fileobj=self._archive, mode="r:")
+            except tarfile.TarError as exc:
+                raise NetspecError(f"{self.root}'s archive from {self.where} is unreadable: {exc}") from None
+
+    def _drop(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
+
+    def _members(self, tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
+        top = Path(self.root).name
+        return {m.name.removeprefix(f"{top}/"): m for m in tar.getmembers()
+                if m.isreg() and m.name.startswith(f"{top}/")}
+
+    def listing(self) -> list[tuple[str, int]]:
+        tar = self._tar()
+        if tar is None:
+            return []
+        with tar:
+            return sorted((name, m.size) for name, m in self._members(tar).items())
+
+    def copy(self, relative: str, target: Path) -> int:
+        tar = self._tar()
+        if tar is None:
+            raise NetspecError(f"{self.root} is gone from {self.where}")
+        with tar:
+            member = self._members(tar).get(relative)
+            source = tar.extractfile(member) if member is not None else None
+            if source is None:
+                raise NetspecError(f"{relative} is not a regular file of the run's directory")
+            with open(target, "wb") as dst:
+                while chunk := source.read(1 << 20):
+                    dst.write(chunk)
+                return dst.tell()
+
+
+def add_file(tar: tarfile.TarFile, name: str, body: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(body), mode
+    tar.addfile(info, io.BytesIO(body))
+
+
+def programs_archive(programs: list[str], root: str) -> tuple[bytes, dict[str, str]]:
+    """Each program as root/<digest>/<name> in one tar archive (relative to root), and where
+    each will be."""
+    data, placed = io.BytesIO(), {}
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for program in dict.fromkeys(programs):
+            body = Path(program).read_bytes()
+            where = f"{hashlib.sha256(body).hexdigest()[:16]}/{Path(program).name}"
+            placed[program] = f"{root}/{where}"
+            add_file(tar, where, body, 0o755)
+    return data.getvalue(), placed

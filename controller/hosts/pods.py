@@ -1,0 +1,501 @@
+"""A host in a Kubernetes pod (`kubernetes:` in the experiment file), through the official
+`kubernetes` Python client (the controller's dependency alone: the daemon never imports it).
+
+One bare pod per host (restartPolicy Never), named `<prefix>-<run>-<host>` and labelled with
+the run and the host, in a namespace made for the run (`<prefix>-<run>`, removed with its
+last pod) or the one given. The cluster is the one kubectl would use (KUBECONFIG, else
+~/.kube/config, and its current context) unless `kubeconfig:` or `context:` name another.
+
+The pod runs netspec's image (or the one given, with netspec installed) as it is in the
+node's runtime: imagePullPolicy Never, since no registry is needed or assumed; the testbed
+(tests/k8stestbed.py import-image) puts netspec's image there. Its three containers:
+- `key`, an init container, copies the daemon's key for the run from the pod's Secret into
+  a memory-backed volume, and netspecd removes the file as it reads it (`--run-key`): the
+  programs never find it, and the Secret is mounted in no container of theirs;
+- `netspecd`, the daemon, its address the pod's IP (the downward API: daemon/facts.py tells
+  its programs that address), with the capabilities, CPU and memory asked;
+- `keeper`, which only sleeps: the run's directory is a volume the two share, so that once
+  netspecd has died the keeper still holds its streams for a salvage or `collect` to copy
+  out (a tar through the exec API). A pod deleted takes them with it: the loss is said.
+
+The controller reaches netspecd at the pod's IP, routed from the controller's machine (the
+testbed's pods, or a cluster whose pod network the controller's machine reaches). Each call
+to the API runs in the fleet's pool of engine calls (`Engines`), as a Docker host's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from netspec.camp.cgroup import CONTAINER_ENV
+from netspec.protocol.auth import new_run_key
+from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.names import safe_name
+from netspec.protocol.runplan import KubernetesSpec
+from netspec.protocol.runrecord import Limits, Placement
+
+from ..experiment.model import Host as HostSpec
+from .engines import Engines, memory_bytes
+from .fleet import Host
+from .images import NETSPECD, default_image
+from .leftovers import CONTROLLER_LABEL, HOST_LABEL, RUN_LABEL, controller_id
+from .runfiles import ArchiveRunFiles, programs_archive
+
+DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
+PORT = 7420  # netspecd's in the pod: each pod has its own network namespace
+WORK = "/var/lib/netspec/work"
+PROGRAMS = "/var/lib/netspec/programs"
+KEY_DIR = "/etc/netspec"
+SECRET_DIR = "/etc/netspec-secret"
+START_S = 90.0  # a pod scheduled, its sandbox and three containers started, netspecd listening
+POLL_S = 0.1
+API_TIMEOUT_S = 30.0
+KEEPER = "keeper"
+ARG_CHUNK = 96 * 1024  # base64 characters a command line: under the kernel's 128 KiB an argument
+
+
+def _label(value: str) -> str:
+    """A name as a label value and a DNS-1123 name: lower case, letters, digits and '-'."""
+    return "".join(c if c.isalnum() else "-" for c in value.lower()).strip("-")[:63]
+
+
+class Cluster:
+    """One cluster (a kubeconfig and a context) of a run's pods: its API client, made once,
+    and the run's namespace, made by the first of its pods and removed after the last."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None):
+        from kubernetes import client, config
+
+        self.kubeconfig = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
+            str(Path("~/.kube/config").expanduser())
+        try:
+            contexts, current = config.list_kube_config_contexts(self.kubeconfig)
+            chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+            if chosen is None:
+                raise NetspecError(f"kubeconfig {self.kubeconfig} has no context {context!r} (it has "
+                                   f"{', '.join(c['name'] for c in contexts)})")
+            self.context = chosen["name"]
+            self.api_client = config.new_client_from_config(self.kubeconfig, context=self.context)
+        except (OSError, config.ConfigException) as exc:
+            raise NetspecError(f"kubeconfig {self.kubeconfig}: {exc}") from None
+        self.core = client.CoreV1Api(self.api_client)
+        self.server = self.api_client.configuration.host
+        self._lock = threading.Lock()
+        self._namespaces: dict[str, int] = {}  # made for the run: pods of ours in it
+
+    @contextlib.contextmanager
+    def exec_api(self):
+        """A CoreV1Api of its own for one exec: the client's `stream` swaps its ApiClient's
+        request method for a websocket's while it runs, so that any call made meanwhile on
+        the shared one (another pod's deletion) would go out as a websocket and fail."""
+        from kubernetes import client, config
+
+        api_client = config.new_client_from_config(self.kubeconfig, context=self.context)
+        try:
+            yield client.CoreV1Api(api_client)
+        finally:
+            api_client.close()
+
+    def namespace(self, name: str, run_id: str) -> None:
+        """The run's namespace made (once), this pod counted in it."""
+        from kubernetes.client import V1Namespace, V1ObjectMeta
+
+        with self._lock:
+            if name not in self._namespaces:
+                self.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(
+                    name=name, labels={RUN_LABEL: _label(run_id)})), _request_timeout=API_TIMEOUT_S)
+                self._namespaces[name] = 0
+            self._namespaces[name] += 1
+
+    def left(self, name: str) -> None:
+        """A pod of the run's namespace gone: the namespace removed after its last."""
+        with self._lock:
+            self._namespaces[name] -= 1
+            if self._namespaces[name] > 0:
+                return
+            del self._namespaces[name]
+        with contextlib.suppress(_api_exception()):
+            self.core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+
+class Clusters:
+    """The clusters of one fleet's pod hosts, each made once. Owned by the Fleet
+    (engine/reach.py), closed at the run's end (engine/finish.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clusters: dict[tuple[str | None, str | None], Cluster] = {}
+
+    def get(self, spec: KubernetesSpec) -> Cluster:
+        with self._lock:
+            key = (spec.kubeconfig, spec.context)
+            if key not in self._clusters:
+                self._clusters[key] = Cluster(spec.kubeconfig, spec.context)
+            return self._clusters[key]
+
+    def close(self) -> None:
+        with self._lock:
+            for cluster in self._clusters.values():
+                cluster.close()
+            self._clusters.clear()
+
+
+def _api_exception() -> type[Exception]:
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+class PodHost(Host):
+    """A host with `kubernetes:` in the experiment file."""
+
+    start_deadline_s = START_S + API_TIMEOUT_S
+
+    def __init__(self, spec: HostSpec, run_id: str, engines: Engines, clusters: Clusters, keep: bool = False):
+        super().__init__(spec)
+        assert spec.kubernetes is not None
+        self.k8s = spec.kubernetes
+        self.run_id, self.keep = run_id, keep
+        self.run_key = new_run_key()  # this host's for this run alone, as a container's
+        self.engines, self.clusters = engines, clusters
+        self.cluster: Cluster | None = None
+        self.pod: Any = None
+        self.counted = False  # counted in the run's namespace (`Cluster.namespace`)
+        self.address = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.k8s.namespace or _label(f"{self.k8s.prefix}-{self.run_id}")
+
+    @property
+    def pod_name(self) -> str:
+        return _label(f"{self.k8s.prefix}-{self.run_id}-{safe_name(self.name, 'host')}")
+
+    @property
+    def secret_name(self) -> str:
+        return f"{self.pod_name}-key"
+
+    @property
+    def _netspecd(self) -> str:
+        """netspecd's path: netspec's image's, else on the PATH of the image given."""
+        return NETSPECD if self.k8s.image is None else "netspecd"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {RUN_LABEL: _label(self.run_id), HOST_LABEL: _label(self.name),
+                CONTROLLER_LABEL: _label(controller_id(os.getpid()))}
+
+    async def start(self, log_dir: Path) -> tuple[str, int]:
+        try:
+            await self.engines.call(self._make)
+            await self._running(log_dir)
+        except _api_exception() as exc:
+            raise ConnectionLost(self.name, detail=f"cluster {self._where}: {exc.status} {exc.reason}: "
+                                 f"{(exc.body or '')[:500]}") from None
+        return self.address, PORT
+
+    @property
+    def _where(self) -> str:
+        return f"{self.cluster.context} ({self.cluster.server})" if self.cluster else "(none)"
+
+    def _make(self) -> None:
+        """The namespace (the run's, once), the key's Secret and the pod."""
+        from kubernetes.client import V1ObjectMeta, V1Secret
+
+        self.cluster = self.clusters.get(self.k8s)
+        if self.k8s.namespace is None:
+            self.cluster.namespace(self.namespace, self.run_id)
+            self.counted = True
+        core = self.cluster.core
+        core.create_namespaced_secret(self.namespace, V1Secret(
+            metadata=V1ObjectMeta(name=self.secret_name, labels=self.labels),
+            string_data={"key": self.run_key.hex() + "\n"}), _request_timeout=API_TIMEOUT_S)
+        self.pod = core.create_namespaced_pod(self.namespace, self._pod(), _request_timeout=API_TIMEOUT_S)
+
+    def _pod(self) -> Any:
+        from kubernetes import client as c
+
+        k = self.k8s
+        image = k.image or default_image(k.packages)
+        quantities = {**({"cpu": str(k.cpus)} if k.cpus else {}),
+                      **({"memory": str(memory_bytes(k.memory))} if k.memory else {})}
+        mounts = [c.V1VolumeMount(name="work", mount_path=WORK)]
+        daemon = c.V1Container(
+            name="netspecd", image=image, image_pull_policy="Never",
+            command=[self._netspecd, "--listen", f"0.0.0.0:{PORT}", "--run-key", f"{KEY_DIR}/key",
+                     "--only-run", self.run_id, "--root", WORK],
+            env=[c.V1EnvVar(name=DAEMON_ADDRESS_ENV, value_from=c.V1EnvVarSource(
+                    field_ref=c.V1ObjectFieldSelector(field_path="status.podIP"))),
+                 c.V1EnvVar(name=CONTAINER_ENV, value="1")],
+            security_context=c.V1SecurityContext(capabilities=c.V1Capabilities(add=list(k.cap_add))),
+            resources=c.V1ResourceRequirements(requests=quantities or None, limits=quantities or None),
+            volume_mounts=[*mounts, c.V1VolumeMount(name="key", mount_path=KEY_DIR),
+                           c.V1VolumeMount(name="programs", mount_path=PROGRAMS)],
+            readiness_probe=c.V1Probe(tcp_socket=c.V1TCPSocketAction(port=PORT), period_seconds=1))
+        return c.V1Pod(
+            metadata=c.V1ObjectMeta(name=self.pod_name, labels=self.labels),
+            spec=c.V1PodSpec(
+                restart_policy="Never", hostname=_label(self.name),
+                node_selector=dict(k.node_selector) or None,
+                automount_service_account_token=False, termination_grace_period_seconds=5,
+                init_containers=[c.V1Container(
+                    name="key", image=image, image_pull_policy="Never",
+                    command=["cp", f"{SECRET_DIR}/key", f"{KEY_DIR}/key"],
+                    volume_mounts=[c.V1VolumeMount(name="secret", mount_path=SECRET_DIR, read_only=True),
+                                   c.V1VolumeMount(name="key", mount_path=KEY_DIR)])],
+                containers=[daemon, c.V1Container(
+                    name=KEEPER, image=image, image_pull_policy="Never", command=["sleep", "infinity"],
+                    volume_mounts=mounts,
+                    resources=c.V1ResourceRequirements(requests={"cpu": "1m", "memory": "4Mi"}))],
+                volumes=[c.V1Volume(name="work", empty_dir=c.V1EmptyDirVolumeSource()),
+                         c.V1Volume(name="programs", empty_dir=c.V1EmptyDirVolumeSource()),
+                         c.V1Volume(name="key", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory")),
+                         c.V1Volume(name="secret", secret=c.V1SecretVolumeSource(
+                             secret_name=self.secret_name, default_mode=0o400))]))
+
+    async def _running(self, log_dir: Path) -> None:
+        """Until netspecd listens (its readiness probe) or the pod fails, within START_S: the
+        pod's IP. The Secret stays until the pod goes: the kubelet keeps its volume in sync,
+        and a Secret deleted under it had it retry, and log, for the pod's life."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_S
+        while True:
+            pod = await self.engines.call(self._read)
+            status = pod.status
+            daemon = next((s for s in status.container_statuses or [] if s.name == "netspecd"), None)
+            if daemon is not None and daemon.ready and status.pod_ip:
+                self.pod, self.address = pod, status.pod_ip
+                return
+            ended = daemon is not None and daemon.state.terminated is not None
+            why, late = _waiting(pod), loop.time() > deadline
+            if status.phase in ("Failed", "Succeeded") or ended or why.startswith(NEVER) or late:
+                began = daemon is not None and not daemon.state.waiting
+                said = await self.engines.call(self._said) if began else ""
+                log_dir.mkdir(parents=True, exist_ok=True)
+                (log_dir / "netspecd.log").write_text(said)
+                hint = ("; put the image in the cluster's runtime (netspec's: `ns_control image build`, then "
+                        "the testbed's `python tests/k8stestbed.py import-image --image IMAGE`)"
+                        if "ErrImageNeverPull" in why else "")
+                raise ConnectionLost(self.name, detail=(
+                    f"netspecd did not start in pod {self.namespace}/{self.pod_name} ({why or status.phase})"
+                    f"{f' within {START_S:g} s' if late else ''}{hint}"
+                    + (f"; it said:\n{said[-2000:]}" if said.strip() else "")))
+            await asyncio.sleep(POLL_S)
+
+    def _read(self) -> Any:
+        assert self.cluster is not None
+        return self.cluster.core.read_namespaced_pod(self.pod_name, self.namespace,
+                                                     _request_timeout=API_TIMEOUT_S)
+
+    def _said(self) -> str:
+        assert self.cluster is not None
+        try:
+            return self.cluster.core.read_namespaced_pod_log(
+                self.pod_name, self.namespace, container="netspecd", _request_timeout=API_TIMEOUT_S)
+        except _api_exception() as exc:
+            return f"(its log could not be read: {exc.status} {exc.reason})"
+
+    def reachable_at(self, facts: dict[str, Any]) -> str:
+        return self.address
+
+    async def place(self, programs: list[str]) -> dict[str, str]:
+        """Each program copied into the pod (PROGRAMS/<digest>/<name>), in one archive
+        unpacked there by tar through the exec API. The archive goes as base64 on command
+        lines (ARG_CHUNK a line): this client's exec protocol (v4) cannot close a command's
+        stdin, so a tar reading it would never see its end."""
+        if not programs:
+            return {}
+        data, placed = programs_archive(programs, PROGRAMS)
+        await self.engines.call(self._unpack, data)
+        return placed
+
+    def _unpack(self, archive: bytes) -> None:
+        text, staged = base64.b64encode(archive).decode(), f"{PROGRAMS}/.incoming.tar"
+        for at in range(0, len(text), ARG_CHUNK):
+            self._exec("netspecd", ["sh", "-c", 'printf %s "$1" | base64 -d >> "$2"', "sh",
+                                    text[at:at + ARG_CHUNK], staged])
+        self._exec("netspecd", ["sh", "-c", 'tar xf "$1" -C "$2" && rm -f -- "$1"', "sh", staged, PROGRAMS])
+
+    def _exec(self, container: str, command: list[str], out: IO[bytes] | None = None) -> None:
+        """`command` run in `container` of the pod through the exec API, its stdout into `out`.
+
+        Raises:
+            NetspecError: it could not be run, or it failed (what it said on stderr)."""
+        from kubernetes.stream import stream
+        from websocket import WebSocketException
+
+        assert self.cluster is not None
+        try:
+            with self.cluster.exec_api() as core:
+                ws = stream(core.connect_get_namespaced_pod_exec, self.pod_name, self.namespace,
+                            container=container, command=command, stdin=False, stdout=True, stderr=True,
+                            tty=False, _preload_content=False, binary=True)
+                self._finish(ws, command, out)
+        except (_api_exception(), WebSocketException, OSError) as exc:
+            raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command[:3])} could not "
+                               f"be run in {container}: {exc}") from None
+
+    def _finish(self, ws: Any, command: list[str], out: IO[bytes] | None) -> None:
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+        err = b""
+        try:
+            deadline = time.monotonic() + API_TIMEOUT_S * 4
+            while ws.is_open() and time.monotonic() < deadline:
+                ws.update(timeout=1)
+                if ws.peek_stdout():
+                    chunk = ws.read_stdout()
+                    if out is not None:
+                        out.write(chunk)
+                if ws.peek_stderr():
+                    err += ws.read_stderr()
+            if ws.is_open():
+                raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command[:3])} did not "
+                                   f"end within {API_TIMEOUT_S * 4:g} s")
+            status = ws.read_channel(ERROR_CHANNEL)
+        finally:
+            ws.close()
+        if status and b'"Success"' not in (status if isinstance(status, bytes) else status.encode()):
+            raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command)} failed: "
+                               f"{err.decode(errors='replace').strip() or status}")
+
+    def placement(self) -> Placement | None:
+        if self.pod is None or self.cluster is None:
+            return None
+        spec, status = self.pod.spec, self.pod.status
+        daemon = next(c for c in spec.containers if c.name == "netspecd")
+        image_id = next((s.image_id for s in status.container_statuses or [] if s.name == "netspecd"), "")
+        return Placement(
+            engine=self.cluster.server, node=spec.node_name or "", container_id=self.pod.metadata.uid,
+            container=self.pod_name, created=True, image=daemon.image, image_id=image_id or "",
+            network=self.namespace, context=self.cluster.context,
+            limits=Limits(cpus=float(self.k8s.cpus) if self.k8s.cpus else None,
+                          memory_bytes=memory_bytes(self.k8s.memory) if self.k8s.memory else None,
+                          cap_add=list(self.k8s.cap_add)),
+            kind="kubernetes")
+
+    def run_files(self, run_id: str) -> PodRunFiles | None:
+        if self.cluster is None:
+            self.cluster = self.clusters.get(self.k8s)
+        try:
+            self.pod = self._read()
+        except _api_exception() as exc:
+            if exc.status == 404:
+                raise NetspecError(f"pod {self.namespace}/{self.pod_name} is gone (deleted?): its streams "
+                                   "went with it") from None
+            raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {exc.status} {exc.reason}") from None
+        with contextlib.suppress(NetspecError):  # netspecd gone already: nothing of the run left running
+            self._exec("netspecd", [self._netspecd, "--kill-run", run_id, "--host", self.name])
+        return PodRunFiles(self, f"{WORK}/{safe_name(run_id, 'run id')}")
+
+    def remove_leftovers(self) -> None:
+        """For `collect`, after the run's controller died: this host's pod and Secret deleted,
+        and the run's namespace (made for it: labelled with the run) once no pod of the run
+        is left in it.
+
+        Raises:
+            NetspecError: the cluster refused a deletion."""
+        assert self.cluster is not None
+        core, ApiException = self.cluster.core, _api_exception()
+        try:
+            for delete, name in ((core.delete_namespaced_secret, self.secret_name),
+                                 (core.delete_namespaced_pod, self.pod_name)):
+                try:
+                    delete(name, self.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            if self.k8s.namespace is None:
+                namespace = core.read_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
+                selector = f"{RUN_LABEL}={_label(self.run_id)}"
+                left = core.list_namespaced_pod(self.namespace, label_selector=selector,
+                                                _request_timeout=API_TIMEOUT_S).items
+                ours = (namespace.metadata.labels or {}).get(RUN_LABEL) == _label(self.run_id)
+                if ours and all(p.metadata.deletion_timestamp for p in left):
+                    core.delete_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise NetspecError(f"pod {self.namespace}/{self.pod_name}: not removed: {exc.status} "
+                                   f"{exc.reason}") from None
+
+    async def stop(self, run_id: str = "") -> list[str]:
+        if self.keep:
+            return []
+        return await self.engines.call(self._stop)
+
+    def _stop(self) -> list[str]:
+        """The pod and its Secret deleted (netspecd ended its run and its files were fetched);
+        the run's namespace after its last pod."""
+        said: list[str] = []
+        if self.cluster is None:
+            return said
+        core = self.cluster.core
+        try:
+            with contextlib.suppress(_api_exception()):
+                core.delete_namespaced_secret(self.secret_name, self.namespace,
+                                              _request_timeout=API_TIMEOUT_S)
+            if self.pod is not None:
+                try:
+                    core.delete_namespaced_pod(self.pod_name, self.namespace, grace_period_seconds=0,
+                                               _request_timeout=API_TIMEOUT_S)
+                except _api_exception() as exc:
+                    if exc.status != 404:
+                        said.append(f"pod {self.namespace}/{self.pod_name}: not deleted: "
+                                    f"{exc.status} {exc.reason}")
+                self.pod = None
+        finally:
+            if self.counted:
+                self.counted = False
+                self.cluster.left(self.namespace)
+        return said
+
+
+# What a pod's container waits for that will not come (no pull, a spec its runtime refuses).
+NEVER = tuple(f"{name}: {reason}" for name in ("key", "netspecd", KEEPER) for reason in (
+    "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
+    "ErrImagePull", "ImagePullBackOff"))
+
+
+def _waiting(pod: Any) -> str:
+    """Why the pod waits, in the scheduler's or the kubelet's words (Unschedulable, or a
+    container's ErrImageNeverPull, say)."""
+    for condition in pod.status.conditions or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            return f"{condition.reason}: {condition.message or ''}".strip(": ")
+    for s in [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]:
+        waiting, ended = (s.state.waiting, s.state.terminated) if s.state else (None, None)
+        if waiting and waiting.reason not in (None, "PodInitializing", "ContainerCreating"):
+            return f"{s.name}: {waiting.reason}: {waiting.message or ''}".strip(": ")
+        if ended and ended.exit_code:
+            return f"{s.name}: exited {ended.exit_code}: {ended.message or ''}".strip(": ")
+    return ""
+
+
+class PodRunFiles(ArchiveRunFiles):
+    """A run's directory in a pod, copied out by tar through the exec API into the keeper
+    container (netspecd may have died), in one archive kept in a temporary file."""
+
+    def __init__(self, host: PodHost, root: str):
+        super().__init__(root, f"cluster {host._where}, pod {host.namespace}/{host.pod_name}")
+        self.host = host
+
+    def _fetch(self, into: IO[bytes]) -> bool:
+        parent, top = self.root.rsplit("/", 1)
+        self.host._exec(KEEPER, ["tar", "cf", "-", "-C", parent, top], out=into)
+        return True
+
+    def remove(self) -> None:
+        """The archive dropped and the pod deleted, its directory with it; the namespace too if
+        it was made for the run and no pod of the run is left in it."""
+        self._drop()
+        self.host.remove_leftovers()

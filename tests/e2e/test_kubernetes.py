@@ -1,0 +1,231 @@
+"""kubernetes: hosts on a real single-node cluster of the session's own (tests/k8stestbed.py,
+the `k8s_cluster` fixture): a round trip between two pods with its placement recorded and
+nothing of the run left in the cluster after; a pod whose netspecd was killed mid-run
+salvaged through its keeper container; a controller killed mid-run, its pods and namespace
+removed by `collect`, which finds them by the run's label."""
+
+import hashlib
+import json
+import subprocess
+import textwrap
+
+import pytest
+from netspec.controller.hosts.leftovers import RUN_LABEL
+from netspec.datastream.reader import StreamReader
+from support import REPO, latest_record, ns_control, session_dir, start_run, wait_for
+
+kubernetes = pytest.importorskip("kubernetes")
+# The first test's set-up brings the cluster up (15 s), or, on a machine whose cache lacks its
+# binaries, builds them first (about 7 minutes, once per version: .ci/run builds them first).
+pytestmark = pytest.mark.timeout(900)
+
+ROUND_TRIPS = """\
+experiment: pod-round-trips
+hosts:
+  a: {{kubernetes: {{prefix: {prefix}}}}}
+  b: {{kubernetes: {{prefix: {prefix}, cpus: 0.5, memory: 256m}}}}
+components:
+  server: {{host: a, program: {stimulus}, args: [--role, server]}}
+  client: {{host: b, program: {stimulus}, args: [--role, client], params: {{count: 300, size: 64}}}}
+services: {{clksync: {{reference: a}}}}
+streams: {{stim: {{enable: [STIM]}}}}
+analysis: {{pairs: {{to_server: {{start: STIM/send, end: STIM/stimulus}}}}}}
+schedule:
+  - launch
+  - sync_clocks
+  - start_logging
+  - {{phase: listen, components: [server]}}
+  - {{phase: run, components: [client], deadline: 30s}}
+  - stop_logging
+  - collect
+"""
+
+
+@pytest.fixture
+def core(k8s_cluster, monkeypatch):
+    """The cluster's API, and KUBECONFIG set for the runs (as kubectl would find it)."""
+    from kubernetes import client, config
+
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster))
+    api = config.new_client_from_config(str(k8s_cluster))
+    yield client.CoreV1Api(api)
+    api.close()
+
+
+def own_prefix(letter: str) -> str:
+    """A prefix of the session's own for a test's pods and namespace (lower case, as names
+    in a cluster are)."""
+    return letter + hashlib.sha256(session_dir().name.encode()).hexdigest()[:8]
+
+
+def of_run(core, run_id: str) -> tuple[list, list]:
+    """The pods and the namespaces that carry the run's label, anywhere in the cluster."""
+    selector = f"{RUN_LABEL}={run_id.lower()}"
+    return (core.list_pod_for_all_namespaces(label_selector=selector).items,
+            [n for n in core.list_namespace(label_selector=selector).items
+             if n.status.phase != "Terminating"])
+
+
+def in_work(record: dict) -> bool:
+    return (record.get("steps") or [{}])[-1].get("phase") == "work"
+
+
+def test_two_pods_round_trip_their_placement_is_recorded_and_nothing_of_the_run_is_left(core, tmp_path,
+                                                                                        k8s_cluster):
+    prefix = own_prefix("p")
+    stimulus = REPO / "experiments" / "stimulus_response" / "stimulus.py"
+    (tmp_path / "exp.yaml").write_text(ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus))
+    done = ns_control("run", "exp.yaml", cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "ok"
+    a, b = record["hosts"]["a"]["placement"], record["hosts"]["b"]["placement"]
+    node = core.list_node().items[0].metadata.name
+    namespace = f"{prefix}-{record['id'].lower()}"
+    for placed, host in ((a, "a"), (b, "b")):
+        assert placed["kind"] == "kubernetes" and placed["node"] == node, placed
+        assert placed["network"] == namespace and placed["container"] == f"{namespace}-{host}", placed
+        # the kubeconfig's current-context, the testbed's prefix
+        assert placed["context"] == k8s_cluster.parent.name.removeprefix("netspec-k8s-"), placed
+        assert placed["image_id"] and placed["container_id"], placed
+    assert b["limits"] == {"cpus": 0.5, "memory_bytes": 256 << 20, "cap_add": ["NET_ADMIN", "SYS_NICE"]}
+    assert "cpus" not in a["limits"]
+    # Its daemon told its programs the pod's own address, not 127.0.0.1.
+    assert "listening on 10." in done.stdout, done.stdout
+    # One kernel, one clock: the truth of b's offset is 0, inside its bound.
+    clock = record["hosts"]["b"]["clock"]
+    assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], clock
+    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
+    assert "to_server: 300 matched" in done.stdout, summary
+    show = ns_control("show", "runs/latest", cwd=tmp_path)
+    assert f"kubernetes cluster {a['context']}" in show.stdout and f"node {node}" in show.stdout, show.stdout
+    # Nothing of the run is left: its pods, their Secrets and its namespace are gone.
+    pods, namespaces = of_run(core, record["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
+    secrets = core.list_secret_for_all_namespaces(label_selector=f"{RUN_LABEL}={record['id'].lower()}").items
+    assert secrets == []
+
+
+def ticks_in(core, pod, run_id: str, tmp_path) -> int:
+    """The ticks component two's stream holds in the pod now, read by its keeper container."""
+    from kubernetes.stream import stream
+
+    data = stream(core.connect_get_namespaced_pod_exec, pod.metadata.name, pod.metadata.namespace,
+                  container="keeper",
+                  command=["sh", "-c", f"cat /var/lib/netspec/work/{run_id}/streams/play.two.*"],
+                  stderr=False, stdin=False, stdout=True, tty=False, _preload_content=False, binary=True)
+    body = b""
+    while data.is_open():
+        data.update(timeout=1)
+        body += data.read_stdout() if data.peek_stdout() else b""
+    data.close()
+    (tmp_path / "live.ds").write_bytes(body)
+    return sum(r.entity.name == "tick" for r in StreamReader(tmp_path / "live.ds")) if body else 0
+
+
+def pod_of(core, record: dict, host: str):
+    placed = record["hosts"][host].get("placement")
+    if placed is None:
+        return None
+    return core.read_namespaced_pod(placed["container"], placed["network"])
+
+
+def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(core, experiment, tmp_path,
+                                                                              k8s_cluster):
+    prefix = own_prefix("s")
+    path = experiment(textwrap.dedent(f"""\
+        experiment: pod-salvage
+        hosts:
+          a: {{kubernetes: {{prefix: {prefix}}}}}
+          b: {{kubernetes: {{prefix: {prefix}}}}}
+        components:
+          one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
+          two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 1000, hang_in: work}}}}
+        streams: {{play: {{enable: [PLAY]}}}}
+        schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
+        """))
+    proc, record = start_run(path, tmp_path, lambda r: in_work(r) and "placement" in r["hosts"].get("b", {}),
+                             "the run to reach phase 'work'", "--no-merge", timeout=120)
+    try:
+        pod = pod_of(core, record, "b")
+        (daemon,) = [s for s in pod.status.container_statuses if s.name == "netspecd"]
+        ctr = ["ctr", "--address", str(k8s_cluster.parent / "containerd" / "containerd.sock"), "-n", "k8s.io"]
+        task = daemon.container_id.removeprefix("containerd://")
+        run_dir = tmp_path / "runs" / "latest"
+        wait_for(lambda: ticks_in(core, pod, record["id"], tmp_path) == 1000, timeout=60,
+                 what="component two's ticks to be flushed in pod b")
+        subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], check=True, timeout=30)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 1, stdout + stderr
+        assert "host b: connection lost" in stderr, stderr
+        record = latest_record(tmp_path / "runs")
+        salvaged = record["hosts"]["b"]["salvaged"]
+        assert salvaged["via"].endswith(f"pod {pod.metadata.namespace}/{pod.metadata.name}"), salvaged
+        assert any(f.startswith("hosts/b/streams/play.two.") for f in salvaged["files"]), salvaged
+        (stream,) = [f for f in salvaged["files"] if f.startswith("hosts/b/streams/play.two.")]
+        assert sum(r.entity.name == "tick" for r in StreamReader(run_dir / stream)) == 1000
+        pods, namespaces = of_run(core, record["id"])
+        assert pods == [] and namespaces == [], (pods, namespaces)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_killed_controllers_pods_are_found_by_label_and_removed_by_collect(core, experiment, tmp_path):
+    prefix = own_prefix("o")
+    path = experiment(textwrap.dedent(f"""\
+        experiment: pod-orphaned
+        hosts: {{a: {{kubernetes: {{prefix: {prefix}}}}}}}
+        components:
+          one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+        streams: {{play: {{enable: [PLAY]}}}}
+        schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
+        """))
+    proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", timeout=120)
+    try:
+        proc.kill()  # no clean-up of its own
+        proc.communicate(timeout=30)
+        pods, namespaces = of_run(core, record["id"])
+        assert len(pods) == 1 and len(namespaces) == 1, (pods, namespaces)
+        done = ns_control("collect", cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        salvaged = latest_record(tmp_path / "runs")["hosts"]["a"]["salvaged"]
+        assert "hosts/a/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+        assert any(f.startswith("hosts/a/streams/play.one.") for f in salvaged["files"]), salvaged
+        pods, namespaces = of_run(core, record["id"])
+        assert pods == [] and namespaces == [], (pods, namespaces)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
+    """A delay each way, put on by each pod's netspecd in the pod's own network namespace (the
+    capability NET_ADMIN, the image's nftables and iptables), and a scheduled partition: the
+    truth is the round trips the client measured (two crossings) and the partition's first
+    dropped packet, the same window's."""
+    prefix = own_prefix("l")
+    stimulus = REPO / "experiments" / "stimulus_response" / "stimulus.py"
+    text = ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus).replace("schedule:", textwrap.dedent("""\
+        links:
+          - {between: [a, b], delay: 5ms}
+        faults:
+          - {at: {phase: run, after: 50ms}, partition: [a, b], for: 100ms}
+        schedule:"""))
+    (tmp_path / "exp.yaml").write_text(text)
+    done = ns_control("run", "exp.yaml", cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "runs" / "latest"
+    import duckdb
+
+    with duckdb.connect() as db:
+        rtts = [r[0] for r in db.sql(f"SELECT duration_ns FROM '{run}/merged/intervals.parquet' "
+                                     "WHERE name = 'to_server'").fetchall()]
+        (fault,) = db.sql(f"SELECT kind, effect, late_ns FROM '{run}/merged/faults.parquet'").fetchall()
+    # One crossing of 5 ms, client to server, with the user-space path's own lateness on a
+    # loaded 2-core machine (up to a few ms).
+    assert len(rtts) == 300 and 5.0e6 <= sorted(rtts)[150] < 5.0e6 + 3e6, sorted(rtts)[150]
+    assert fault[0] == "partition" and fault[1].startswith("its rule dropped a first packet"), fault
+    assert fault[2] < 100_000_000, fault
+    pods, namespaces = of_run(core, latest_record(tmp_path / "runs")["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
