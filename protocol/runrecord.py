@@ -31,6 +31,9 @@ run.json version history (readers accept every older version):
      Faults are one per entry of the file since (a partition's directions in its `parts`; an
      older record's, a fault per direction, read as they are); a fault's `role`,
      `holder` and `claimed_ns` (a target chosen at run time) were added.
+     Later optional keys: the plan's hosts' `kubernetes` (a pod per host), and a placement of
+     kind `kubernetes` with its `context`: then engine is the cluster's API server, node the
+     pod's node, container and container_id the pod's name and uid, network its namespace.
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ def k8s_cluster(docker_image: str) -> Iterator[Path]:
         yield testbed.kubeconfig
     finally:
         left = k8stestbed.down(testbed)
-        assert not left, left
+    assert not left, f"the Kubernetes testbed was not all removed: {left}"  # after a clean end alone
 
 
 @pytest.fixture

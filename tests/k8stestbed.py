@@ -271,15 +271,19 @@ def _pause_image(tb: Testbed) -> Path:
 
 
 def _start(tb: Testbed, name: str, argv: list[str]) -> int:
-    """A process of the cluster's, in a session of its own, its output in logs/NAME.log and
-    its PID in pids/NAME."""
+    """A process of the cluster's, detached (a session of its own, and init's child, not
+    this process's: the cluster outlives `up`, and a test session's process leaves no child
+    of its own behind), its output in logs/NAME.log and its PID in pids/NAME. `down` ends it
+    by that PID, checked against its command line (`_pid`)."""
     tb.path("logs").mkdir(exist_ok=True)
     tb.path("pids").mkdir(exist_ok=True)
-    with open(tb.path("logs", f"{name}.log"), "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
-    tb.path("pids", name).write_text(str(proc.pid))
-    return proc.pid
+    log = tb.path("logs", f"{name}.log")
+    # sh starts it in the background, says its PID and exits: the process is reparented.
+    done = _sh(["setsid", "sh", "-c", 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!', "sh",
+                str(log), *argv])
+    pid = int(done.stdout.split()[-1])
+    tb.path("pids", name).write_text(f"{pid} {argv[0]}")
+    return pid
 
 
 def _wait(what: str, tb: Testbed, ready, deadline_s: float = READY_S) -> None:
@@ -289,7 +293,7 @@ def _wait(what: str, tb: Testbed, ready, deadline_s: float = READY_S) -> None:
             raise SystemExit(f"k8stestbed: {what} not ready within {deadline_s:g} s; the logs are in "
                              f"{tb.path('logs')}")
         for pid_file in tb.path("pids").iterdir():
-            if not Path(f"/proc/{pid_file.read_text().strip()}").exists():
+            if not _pid(tb, pid_file.name):
                 log = tb.path("logs", f"{pid_file.name}.log").read_text(errors="replace")[-3000:]
                 raise SystemExit(f"k8stestbed: {pid_file.name} ended while waiting for {what}:\n{log}")
         time.sleep(0.2)
@@ -421,10 +425,12 @@ def _end(pids: list[int], grace_s: float = 10.0) -> None:
 
 
 def _pid(tb: Testbed, name: str) -> list[int]:
+    """The cluster's process NAME, if it runs: its PID from pids/NAME, whose command line
+    still starts with the program started (a PID reused by another is not it)."""
     with contextlib.suppress(OSError, ValueError):
-        pid = int(tb.path("pids", name).read_text())
-        if Path(f"/proc/{pid}").exists():
-            return [pid]
+        pid, program = tb.path("pids", name).read_text().split(maxsplit=1)
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == program.strip().encode():
+            return [int(pid)]
     return []
 
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
+import io
 import os
 import threading
 import time
@@ -63,7 +65,7 @@ ARG_CHUNK = 96 * 1024  # base64 characters a command line: under the kernel's 12
 
 def _label(value: str) -> str:
     """A name as a label value and a DNS-1123 name: lower case, letters, digits and '-'."""
-    return "".join(c if c.isalnum() else "-" for c in value.lower()).strip("-")[:63]
+    return "".join(c if c.isascii() and c.isalnum() else "-" for c in value.lower())[:63].strip("-")
 
 
 class Cluster:
@@ -114,15 +116,20 @@ class Cluster:
                 self._namespaces[name] = 0
             self._namespaces[name] += 1
 
-    def left(self, name: str) -> None:
-        """A pod of the run's namespace gone: the namespace removed after its last."""
+    def left(self, name: str) -> list[str]:
+        """A pod of the run's namespace gone: the namespace removed after its last; what
+        could not be, said."""
         with self._lock:
             self._namespaces[name] -= 1
             if self._namespaces[name] > 0:
-                return
+                return []
             del self._namespaces[name]
-        with contextlib.suppress(_api_exception()):
+        try:
             self.core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
+        except _api_errors() as exc:
+            if getattr(exc, "status", None) != 404:
+                return [f"namespace {name}: not removed: {_said(exc)}"]
+        return []
 
     def close(self) -> None:
         self.api_client.close()
@@ -156,6 +163,20 @@ def _api_exception() -> type[Exception]:
     return ApiException
 
 
+def _api_errors() -> tuple[type[Exception], ...]:
+    """What a call to the API raises: the cluster's refusal, or no answer at all (urllib3's
+    retries and timeouts are neither OSError nor NetspecError)."""
+    import urllib3
+
+    return _api_exception(), urllib3.exceptions.HTTPError
+
+
+def _said(exc: Exception) -> str:
+    if isinstance(exc, _api_exception()):
+        return f"{exc.status} {exc.reason}"
+    return f"no answer: {exc}"
+
+
 class PodHost(Host):
     """A host with `kubernetes:` in the experiment file."""
 
@@ -172,6 +193,7 @@ class PodHost(Host):
         self.pod: Any = None
         self.counted = False  # counted in the run's namespace (`Cluster.namespace`)
         self.address = ""
+        self.making: concurrent.futures.Future[None] | None = None  # `_make` in the fleet's pool
 
     @property
     def namespace(self) -> str:
@@ -197,11 +219,15 @@ class PodHost(Host):
 
     async def start(self, log_dir: Path) -> tuple[str, int]:
         try:
-            await self.engines.call(self._make)
+            self.making = self.engines.submit(self._make)
+            await asyncio.wrap_future(self.making)
             await self._running(log_dir)
-        except _api_exception() as exc:
-            raise ConnectionLost(self.name, detail=f"cluster {self._where}: {exc.status} {exc.reason}: "
-                                 f"{(exc.body or '')[:500]}") from None
+        except _api_errors() as exc:
+            body = (getattr(exc, "body", None) or "")[:500]
+            raise ConnectionLost(self.name, detail=f"cluster {self._where}: {_said(exc)}"
+                                 f"{': ' + body if body else ''}") from exc
+        except NetspecError as exc:  # its kubeconfig (Cluster)
+            raise ConnectionLost(self.name, detail=str(exc)) from exc
         return self.address, PORT
 
     @property
@@ -341,9 +367,9 @@ class PodHost(Host):
                             container=container, command=command, stdin=False, stdout=True, stderr=True,
                             tty=False, _preload_content=False, binary=True)
                 self._finish(ws, command, out)
-        except (_api_exception(), WebSocketException, OSError) as exc:
+        except (*_api_errors(), WebSocketException, OSError) as exc:
             raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command[:3])} could not "
-                               f"be run in {container}: {exc}") from None
+                               f"be run in {container}: {exc}") from exc
 
     def _finish(self, ws: Any, command: list[str], out: IO[bytes] | None) -> None:
         from kubernetes.stream.ws_client import ERROR_CHANNEL
@@ -365,9 +391,10 @@ class PodHost(Host):
             status = ws.read_channel(ERROR_CHANNEL)
         finally:
             ws.close()
-        if status and b'"Success"' not in (status if isinstance(status, bytes) else status.encode()):
-            raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command)} failed: "
-                               f"{err.decode(errors='replace').strip() or status}")
+        said = status if isinstance(status, bytes) else (status or "").encode()
+        if b'"Success"' not in said:  # no status at all: the stream was cut, its output too
+            why = err.decode(errors="replace").strip() or said.decode(errors="replace") or "cut off"
+            raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command[:3])} failed: {why}")
 
     def placement(self) -> Placement | None:
         if self.pod is None or self.cluster is None:
@@ -394,9 +421,42 @@ class PodHost(Host):
                 raise NetspecError(f"pod {self.namespace}/{self.pod_name} is gone (deleted?): its streams "
                                    "went with it") from None
             raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {exc.status} {exc.reason}") from None
-        with contextlib.suppress(NetspecError):  # netspecd gone already: nothing of the run left running
+        try:
             self._exec("netspecd", [self._netspecd, "--kill-run", run_id, "--host", self.name])
+        except NetspecError:
+            # No netspecd container to run it in (it ended, the kubelet's status may lag):
+            # nothing of the run runs there. One that runs and refused it is said.
+            if self._daemon_running():
+                raise
         return PodRunFiles(self, f"{WORK}/{safe_name(run_id, 'run id')}")
+
+    def _daemon_running(self) -> bool:
+        """Whether netspecd's container runs, by the kubelet's status within a few seconds
+        (its status of a container just killed lags the runtime's)."""
+        deadline = time.monotonic() + 5
+        while True:
+            self.pod = self._read()
+            daemon = next((c for c in self.pod.status.container_statuses or [] if c.name == "netspecd"), None)
+            if daemon is None or not daemon.state.running:
+                return False
+            if time.monotonic() > deadline:
+                return True
+            time.sleep(0.2)
+
+    def _delete(self) -> list[str]:
+        """This host's pod and Secret deleted, by name (one never made is no trouble); what
+        could not be, said."""
+        assert self.cluster is not None
+        core, said = self.cluster.core, []
+        for what, delete, name in (("Secret", core.delete_namespaced_secret, self.secret_name),
+                                   ("pod", core.delete_namespaced_pod, self.pod_name)):
+            try:
+                delete(name, self.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
+            except _api_errors() as exc:
+                if getattr(exc, "status", None) != 404:
+                    said.append(f"{what} {self.namespace}/{name}: not deleted: {_said(exc)}")
+        self.pod = None
+        return said
 
     def remove_leftovers(self) -> None:
         """For `collect`, after the run's controller died: this host's pod and Secret deleted,
@@ -404,29 +464,22 @@ class PodHost(Host):
         is left in it.
 
         Raises:
-            NetspecError: the cluster refused a deletion."""
-        assert self.cluster is not None
-        core, ApiException = self.cluster.core, _api_exception()
-        try:
-            for delete, name in ((core.delete_namespaced_secret, self.secret_name),
-                                 (core.delete_namespaced_pod, self.pod_name)):
-                try:
-                    delete(name, self.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-            if self.k8s.namespace is None:
+            NetspecError: what could not be removed."""
+        said = self._delete()
+        if self.k8s.namespace is None and not said:
+            core, selector = self.cluster.core, f"{RUN_LABEL}={_label(self.run_id)}"
+            try:
                 namespace = core.read_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
-                selector = f"{RUN_LABEL}={_label(self.run_id)}"
                 left = core.list_namespaced_pod(self.namespace, label_selector=selector,
                                                 _request_timeout=API_TIMEOUT_S).items
-                ours = (namespace.metadata.labels or {}).get(RUN_LABEL) == _label(self.run_id)
-                if ours and all(p.metadata.deletion_timestamp for p in left):
+                if ((namespace.metadata.labels or {}).get(RUN_LABEL) == _label(self.run_id)
+                        and all(p.metadata.deletion_timestamp for p in left)):
                     core.delete_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise NetspecError(f"pod {self.namespace}/{self.pod_name}: not removed: {exc.status} "
-                                   f"{exc.reason}") from None
+            except _api_errors() as exc:
+                if getattr(exc, "status", None) != 404:
+                    said.append(f"namespace {self.namespace}: not removed: {_said(exc)}")
+        if said:
+            raise NetspecError("; ".join(said))
 
     async def stop(self, run_id: str = "") -> list[str]:
         if self.keep:
@@ -436,27 +489,16 @@ class PodHost(Host):
     def _stop(self) -> list[str]:
         """The pod and its Secret deleted (netspecd ended its run and its files were fetched);
         the run's namespace after its last pod."""
-        said: list[str] = []
-        if self.cluster is None:
-            return said
-        core = self.cluster.core
-        try:
-            with contextlib.suppress(_api_exception()):
-                core.delete_namespaced_secret(self.secret_name, self.namespace,
-                                              _request_timeout=API_TIMEOUT_S)
-            if self.pod is not None:
-                try:
-                    core.delete_namespaced_pod(self.pod_name, self.namespace, grace_period_seconds=0,
-                                               _request_timeout=API_TIMEOUT_S)
-                except _api_exception() as exc:
-                    if exc.status != 404:
-                        said.append(f"pod {self.namespace}/{self.pod_name}: not deleted: "
-                                    f"{exc.status} {exc.reason}")
-                self.pod = None
-        finally:
-            if self.counted:
-                self.counted = False
-                self.cluster.left(self.namespace)
+        if self.making is not None and not self.making.cancel():
+            # A start cancelled (another host failed) while its pod was being made: made to
+            # its end first, so that what it made is deleted here, not left behind.
+            concurrent.futures.wait([self.making], timeout=API_TIMEOUT_S * 3)
+        if self.cluster is None:  # its kubeconfig refused: nothing made
+            return []
+        said = self._delete()
+        if self.counted:
+            self.counted = False
+            said += self.cluster.left(self.namespace)
         return said
 
 
@@ -491,6 +533,11 @@ class PodRunFiles(ArchiveRunFiles):
 
     def _fetch(self, into: IO[bytes]) -> bool:
         parent, top = self.root.rsplit("/", 1)
+        listed = io.BytesIO()
+        self.host._exec(KEEPER, ["sh", "-c", 'test -d "$1" && echo yes || echo no', "sh", self.root],
+                        out=listed)
+        if listed.getvalue().strip() != b"yes":
+            return False  # the run never wrote there
         self.host._exec(KEEPER, ["tar", "cf", "-", "-C", parent, top], out=into)
         return True
 

@@ -5,6 +5,7 @@ programs copied into a container or a pod as one archive (`programs_archive`).""
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import io
 import os
@@ -119,7 +120,7 @@ class SFTPRunFiles:
             raise NetspecError(f"could not remove {self.root}: {err.strip()}")
 
 
-class ArchiveRunFiles:
+class ArchiveRunFiles(abc.ABC):
     """A run's directory that comes as one tar archive (`_fetch`, each kind's: a container's
     through its engine, a pod's through the exec API), kept in a temporary file until
     `_drop`, and listed and copied from there."""
@@ -129,12 +130,12 @@ class ArchiveRunFiles:
         self._archive: IO[bytes] | None = None
         self._lock = threading.Lock()
 
+    @abc.abstractmethod
     def _fetch(self, into: IO[bytes]) -> bool:
         """The archive of the directory written into `into`; False if the directory is gone.
 
         Raises:
             NetspecError: it could not be copied out."""
-        raise NotImplementedError
 
     def _tar(self) -> tarfile.TarFile | None:
         """The archive, opened for one read (fetched once, and kept only whole: a failed

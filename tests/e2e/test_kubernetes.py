@@ -1,13 +1,14 @@
 """kubernetes: hosts on a real single-node cluster of the session's own (tests/k8stestbed.py,
 the `k8s_cluster` fixture): a round trip between two pods with its placement recorded and
 nothing of the run left in the cluster after; a pod whose netspecd was killed mid-run
-salvaged through its keeper container; a controller killed mid-run, its pods and namespace
-removed by `collect`, which finds them by the run's label."""
+salvaged through its keeper container; a controller killed mid-run, its pod and namespace
+(found there by the run's label) removed by `collect`; link conditions and a partition
+between pods."""
 
 import hashlib
-import json
 import subprocess
 import textwrap
+import time
 
 import pytest
 from netspec.controller.hosts.leftovers import RUN_LABEL
@@ -95,8 +96,7 @@ def test_two_pods_round_trip_their_placement_is_recorded_and_nothing_of_the_run_
     # One kernel, one clock: the truth of b's offset is 0, inside its bound.
     clock = record["hosts"]["b"]["clock"]
     assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], clock
-    summary = json.loads((tmp_path / "runs" / "latest" / "merged" / "summary.json").read_text())
-    assert "to_server: 300 matched" in done.stdout, summary
+    assert "causality to_server: 300 matched, every end after its start" in done.stdout, done.stdout
     show = ns_control("show", "runs/latest", cwd=tmp_path)
     assert f"kubernetes cluster {a['context']}" in show.stdout and f"node {node}" in show.stdout, show.stdout
     # Nothing of the run is left: its pods, their Secrets and its namespace are gone.
@@ -114,8 +114,8 @@ def ticks_in(core, pod, run_id: str, tmp_path) -> int:
                   container="keeper",
                   command=["sh", "-c", f"cat /var/lib/netspec/work/{run_id}/streams/play.two.*"],
                   stderr=False, stdin=False, stdout=True, tty=False, _preload_content=False, binary=True)
-    body = b""
-    while data.is_open():
+    body, deadline = b"", time.monotonic() + 30
+    while data.is_open() and time.monotonic() < deadline:
         data.update(timeout=1)
         body += data.read_stdout() if data.peek_stdout() else b""
     data.close()
@@ -171,7 +171,7 @@ def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(c
             proc.kill()
 
 
-def test_a_killed_controllers_pods_are_found_by_label_and_removed_by_collect(core, experiment, tmp_path):
+def test_a_killed_controllers_pods_are_removed_by_collect(core, experiment, tmp_path):
     prefix = own_prefix("o")
     path = experiment(textwrap.dedent(f"""\
         experiment: pod-orphaned
@@ -201,9 +201,10 @@ def test_a_killed_controllers_pods_are_found_by_label_and_removed_by_collect(cor
 
 def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
     """A delay each way, put on by each pod's netspecd in the pod's own network namespace (the
-    capability NET_ADMIN, the image's nftables and iptables), and a scheduled partition: the
-    truth is the round trips the client measured (two crossings) and the partition's first
-    dropped packet, the same window's."""
+    capability NET_ADMIN, the image's nftables and iptables), and a scheduled partition. A
+    stimulus's one-way time cannot be under the delay, and is above it by what the end
+    systems and the user-space path add (a few ms at most here); the partition's effect is
+    its rule's first dropped packet."""
     prefix = own_prefix("l")
     stimulus = REPO / "experiments" / "stimulus_response" / "stimulus.py"
     text = ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus).replace("schedule:", textwrap.dedent("""\
@@ -226,6 +227,6 @@ def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
     # loaded 2-core machine (up to a few ms).
     assert len(rtts) == 300 and 5.0e6 <= sorted(rtts)[150] < 5.0e6 + 3e6, sorted(rtts)[150]
     assert fault[0] == "partition" and fault[1].startswith("its rule dropped a first packet"), fault
-    assert fault[2] < 100_000_000, fault
+    assert fault[2] < 50_000_000, fault  # half its length: on a loaded machine, tens of ms
     pods, namespaces = of_run(core, latest_record(tmp_path / "runs")["id"])
     assert pods == [] and namespaces == [], (pods, namespaces)
