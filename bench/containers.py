@@ -40,12 +40,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from barrier import percentile, pss_kb
 from netspec.controller.engine.run import Run
 from netspec.controller.experiment.load import parse
+from netspec.controller.experiment.model import Plan
 from netspec.controller.hosts.engines import engine_client
 from netspec.controller.hosts.images import build
 from netspec.controller.record.progress import Progress
@@ -53,7 +55,7 @@ from netspec.controller.record.rundir import RunDir
 from netspec.protocol.auth import load_or_create_key
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import HostRecord
+from netspec.protocol.runrecord import HostRecord, RunRecord
 
 HERE = Path(__file__).resolve().parent
 CGROUPS = Path("/sys/fs/cgroup")
@@ -150,19 +152,30 @@ def group_steps(record_steps: list, members: set[str], skip: int) -> list[float]
     return times[skip:]
 
 
-async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: float, runs: Path,
-                   client: Any) -> dict:
-    plan = parse(experiment_text(n, steps, image, prefix, deadline_s), HERE / "containers.yaml")
+async def execute(text: str, name: str, runs: Path, watch_of: Callable[[RunDir], Any],
+                  deadline_s: float) -> tuple[Plan, RunRecord, Any, list[str]]:
+    """One run of the experiment `text` through the real phase engine, its progress to the
+    watch `watch_of` makes of its run directory: the plan, the record, the watch and what
+    the run said of its failure (with the figures: a step that failed on some hosts leaves
+    the others' times)."""
+    plan = parse(text, HERE / name)
     rundir = RunDir.create(runs, plan.name, plan.text, plan=plan.resolved())
-    watch = Watch(rundir, time.perf_counter(), client)
+    watch = watch_of(rundir)
     run = Run(plan, rundir, load_or_create_key(), watch)
     failed: list[str] = []
     try:
         await asyncio.wait_for(run.execute(), deadline_s * 3)
     except (NetspecError, TimeoutError) as exc:
-        # Said with the figures: a step that failed on some hosts leaves the others' times.
         failed = [str(exc), *(str(c) for c in getattr(exc, "causes", lambda: [])())]
-    record = rundir.record
+    return plan, rundir.record, watch, failed
+
+
+async def one_size(n: int, steps: int, image: str, prefix: str, deadline_s: float, runs: Path,
+                   client: Any) -> dict:
+    started = time.perf_counter()
+    plan, record, watch, failed = await execute(
+        experiment_text(n, steps, image, prefix, deadline_s), "containers.yaml", runs,
+        lambda rundir: Watch(rundir, started, client), deadline_s)
     assert "up_s" in watch.figures and "pss_mb_per_host" in watch.figures, failed
     skip = max(1, steps // 10)
     boxes = group_steps(record.steps, set(plan.groups["box"]), skip)

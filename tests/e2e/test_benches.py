@@ -34,6 +34,12 @@ def docker_engine() -> str | None:
     return None if shutil.which("dockerd") else "needs Docker's engine (dockerd is not installed)"
 
 
+def kubernetes_parts() -> str | None:
+    # As the Kubernetes tests: only where Go or containerd cannot be had.
+    absent = [name for name in ("go", "containerd") if shutil.which(name) is None]
+    return f"needs {', '.join(absent)} (the Kubernetes testbed)" if absent else None
+
+
 def chromium() -> str | None:
     return None if Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists() else \
         f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER})"
@@ -65,6 +71,8 @@ SMALLEST: dict[str, tuple[list[str], list[Callable[[], str | None]]]] = {
     "load.py": (["--seconds", "0.2", "--calls", "1000", "--repeat", "1", "--hosts", "10", "--values", "100"],
                 []),
     "merge.py": (["--events", "1000"], []),
+    "pods.py": (["--counts", "1", "--steps", "2", "--deadline", "120"],
+                [root, docker_engine, kubernetes_parts]),
     "packets.py": (["--rates", "500", "--seconds", "0.5", "--delay-ms", "2"], [root, namespaced_hosts]),
     "nodestart.py": (["--repeat", "1"], []),
     "nodestep.py": (["--steps", "10"], []),

@@ -3,7 +3,7 @@ the `k8s_cluster` fixture): a round trip between two pods with its placement rec
 nothing of the run left in the cluster after; a pod whose netspecd was killed mid-run
 salvaged through its keeper container; a controller killed mid-run, its pod and namespace
 (found there by the run's label) removed by `collect`; link conditions and a partition
-between pods."""
+between pods; a group of 30 pods."""
 
 import hashlib
 import subprocess
@@ -229,4 +229,27 @@ def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
     assert fault[0] == "partition" and fault[1].startswith("its rule dropped a first packet"), fault
     assert fault[2] < 50_000_000, fault  # half its length: on a loaded machine, tens of ms
     pods, namespaces = of_run(core, latest_record(tmp_path / "runs")["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
+
+
+GROUP = 30
+
+
+def test_a_group_of_30_pods_comes_up_and_its_end_leaves_no_pod_and_no_namespace(core, experiment, tmp_path):
+    prefix = own_prefix("g")
+    path = experiment(textwrap.dedent(f"""\
+        experiment: pod-group
+        hosts: {{box: {{count: {GROUP}, kubernetes: {{prefix: {prefix}}}}}}}
+        components: {{idle: {{group: box, command: [sleep, "600"], stop: collect}}}}
+        schedule: [launch, start_logging, collect]
+        """))
+    done = ns_control("run", "--no-merge", str(path), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert len(record["hosts"]) == GROUP and record["status"] == "ok"
+    # Each pod its own address, all of them on the one node.
+    assert len({info["address"] for info in record["hosts"].values()}) == GROUP
+    assert len({info["placement"]["node"] for info in record["hosts"].values()}) == 1
+    assert "not stopped" not in done.stdout + done.stderr
+    pods, namespaces = of_run(core, record["id"])
     assert pods == [] and namespaces == [], (pods, namespaces)
