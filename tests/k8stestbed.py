@@ -197,7 +197,6 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-  netns_mounts_under = "{tb.path('netns')}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{tb.path('cni')}"
@@ -438,12 +437,21 @@ def down(tb: Testbed) -> list[str]:
     """Every process, mount, interface, firewall rule and file of the cluster removed; what
     could not be, said. Safe to run again, and on a cluster half up."""
     said: list[str] = []
+    netns: list[str] = []
     pods = json.loads(_get(tb, "/api/v1/pods") or b"{}") if tb.path("pki").exists() else {}
     uids = [item["metadata"]["uid"] for item in pods.get("items", [])]
     _end(_pid(tb, "kubelet"))
     # The pods' processes: each task of the cluster's containerd killed, then its shims.
     if tb.containerd_sock.exists() and _pid(tb, "containerd"):
         ctr = ["ctr", "--address", str(tb.containerd_sock), "-n", "k8s.io"]
+        # The pods' network namespaces, as their sandboxes' specs name them: containerd 1.6
+        # mounts them in /var/run/netns whatever it is told, and a sandbox killed here (not
+        # torn down by the kubelet) leaves its namespace and its veth behind.
+        for container in _sh([*ctr, "containers", "ls", "-q"], check=False).stdout.split():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                info = json.loads(_sh([*ctr, "containers", "info", container], check=False).stdout)
+                netns += [n["path"] for n in info["Spec"]["linux"]["namespaces"]
+                          if n.get("type") == "network" and n.get("path")]
         tasks = _sh([*ctr, "tasks", "ls", "-q"], check=False).stdout.split()
         for task in tasks:
             _sh([*ctr, "tasks", "kill", "-a", "-s", "SIGKILL", task], check=False)
@@ -458,6 +466,12 @@ def down(tb: Testbed) -> list[str]:
                 for inner in sorted(cgroup.glob("**/"), key=lambda c: -len(c.parts)):
                     with contextlib.suppress(OSError):
                         inner.rmdir()
+    for path in dict.fromkeys(netns):
+        _sh(["umount", path], check=False)
+        with contextlib.suppress(FileNotFoundError):
+            Path(path).unlink()
+        if Path(path).exists():
+            said.append(f"network namespace {path}: not removed")
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for mount in sorted((m for m in mounts if m.startswith(str(tb.dir) + "/")), key=len, reverse=True):
         if _sh(["umount", "-l", mount], check=False).returncode != 0:
