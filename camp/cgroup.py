@@ -27,13 +27,15 @@ from .procfs import ProcBackend
 
 CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
 ROOT = "/sys/fs/cgroup"
-# Set by the host kinds that put netspecd in a container of their own (controller/hosts/docker.py):
-# there a group seen as "/" (a cgroup namespace of its own, cgroup v2's default) is the container's.
+# Set by the host kinds that put netspecd in a container of their own (controller/hosts/docker.py,
+# pods.py), to what the container is ("container", "pod"): there a group seen as "/" (a cgroup
+# namespace of its own, cgroup v2's default) is the container's. A pod's containers, made by the
+# cluster's runtime (containerd, CRI-O), carry neither of Docker's or Podman's markers.
 CONTAINER_ENV = "NETSPEC_CONTAINER"
 
 
 def in_container() -> bool:
-    return any(os.path.exists(m) for m in CONTAINER_MARKERS)
+    return bool(os.environ.get(CONTAINER_ENV)) or any(os.path.exists(m) for m in CONTAINER_MARKERS)
 
 
 def cgroup_version(root: str = ROOT) -> int | None:
@@ -57,7 +59,8 @@ class CgroupBackend(ProcBackend):
         self.machine_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         self.quota_v1 = version == 1 and os.path.exists(f"{root}/cpu/cpu.cfs_quota_us")
         controllers = "cpuacct, memory, blkio" if version == 1 else "cpu.stat, memory, io.stat"
-        self.scope = (f"node figures are this container's cgroup v{version} ({controllers}) "
+        made = "this pod's netspecd container" if os.environ.get(CONTAINER_ENV) == "pod" else "this container"
+        self.scope = (f"node figures are {made}'s cgroup v{version} ({controllers}) "
                       f"{self.group}, not the machine's")
 
     def _group(self) -> str:

@@ -114,7 +114,7 @@ async def finish(error: Exception | None, phase: str, *, fleet: Fleet, forks: Da
         await client.close()
     stops = await stop_hosts(fleet.hosts, rundir.id, CLEANUP_DEADLINE_S, stragglers.progress)
     if fleet.engines is not None:  # the container hosts' pool, its calls under way waited for
-        for text in await sweep_own(fleet.hosts, fleet.engines, rundir.id):
+        for text in await sweep_own(fleet.hosts, fleet.engines, fleet.clusters, rundir.id):
             stragglers.progress(Progress("notice", text=text))
             stops.append(text)
         for text in await asyncio.to_thread(fleet.engines.close, CLOSE_S):

@@ -105,8 +105,8 @@ class Fleet:
         plan = self.plan
         ensure_fd_limit(len(self.hosts))
         if self.engines is not None:  # before the deadline: what dead runs left is collected first
-            rundir.record.leftovers = await sweep_dead_runs(self.hosts, self.engines, rundir.id,
-                                                            rundir.path.parent.parent)
+            rundir.record.leftovers = await sweep_dead_runs(
+                self.hosts, self.engines, self.clusters, rundir.id, rundir.path.parent.parent)
             for text in rundir.record.leftovers:
                 progress(Progress("notice", text=text))
         connect_s = plan.connect_deadline_s or connect_deadline_s(list(self.hosts.values()))

@@ -50,8 +50,14 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     engines: list[Any] = []  # the run's container hosts' engines: one client each, closed after
     clusters: list[Any] = []  # its pod hosts' clusters, likewise
     sources = {}
-    reached = [spec for spec in (HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts)
-               if spec.name in record.hosts]  # reached by the run: something may be there
+    specs = [HostSpec(**msgspec.structs.asdict(h)) for h in plan.hosts]
+    reached = [spec for spec in specs if spec.name in record.hosts]  # reached: something may be there
+    unrecorded = [spec for spec in specs if spec.kubernetes and spec.name not in record.hosts]
+    if unrecorded:  # a pod made after the record was last saved, found by its labels
+        from ..hosts.pods import Clusters, made_hosts
+
+        clusters.append(Clusters())
+        reached += made_hosts(unrecorded, record.id, clusters[0])
     for spec in reached:
         sources[spec.name] = _source(spec, record, accept_new_host_keys, ssh_hosts, engines, clusters)
     addressed = {spec.name: spec.address for spec in reached if spec.address}

@@ -47,7 +47,7 @@ from ..experiment.model import Host as HostSpec
 from .engines import Engines, memory_bytes
 from .fleet import Host
 from .images import NETSPECD, default_image
-from .leftovers import CONTROLLER_LABEL, HOST_LABEL, RUN_LABEL, controller_id
+from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_gone, controller_id
 from .runfiles import ArchiveRunFiles, programs_archive
 
 DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
@@ -130,6 +130,10 @@ class Cluster:
             if getattr(exc, "status", None) != 404:
                 return [f"namespace {name}: not removed: {_said(exc)}"]
         return []
+
+    @property
+    def where(self) -> str:
+        return f"cluster {self.context} ({self.server})"
 
     def close(self) -> None:
         self.api_client.close()
@@ -215,7 +219,14 @@ class PodHost(Host):
     @property
     def labels(self) -> dict[str, str]:
         return {RUN_LABEL: _label(self.run_id), HOST_LABEL: _label(self.name),
-                CONTROLLER_LABEL: _label(controller_id(os.getpid()))}
+                CONTROLLER_LABEL: _label(controller_id(os.getpid())),
+                **({KEPT_LABEL: "1"} if self.keep else {})}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        """The run and the controller as they are: a label's value is folded to a name's
+        letters (`_label`), which a run's directory and /proc cannot be found by."""
+        return {RUN_LABEL: self.run_id, CONTROLLER_LABEL: controller_id(os.getpid())}
 
     async def start(self, log_dir: Path) -> tuple[str, int]:
         try:
@@ -224,7 +235,7 @@ class PodHost(Host):
             await self._running(log_dir)
         except _api_errors() as exc:
             body = (getattr(exc, "body", None) or "")[:500]
-            raise ConnectionLost(self.name, detail=f"cluster {self._where}: {_said(exc)}"
+            raise ConnectionLost(self.name, detail=f"{self._where}: {_said(exc)}"
                                  f"{': ' + body if body else ''}") from exc
         except NetspecError as exc:  # its kubeconfig (Cluster)
             raise ConnectionLost(self.name, detail=str(exc)) from exc
@@ -232,7 +243,7 @@ class PodHost(Host):
 
     @property
     def _where(self) -> str:
-        return f"{self.cluster.context} ({self.cluster.server})" if self.cluster else "(none)"
+        return self.cluster.where if self.cluster else "cluster (none)"
 
     def _make(self) -> None:
         """The namespace (the run's, once), the key's Secret and the pod."""
@@ -262,14 +273,14 @@ class PodHost(Host):
                      "--only-run", self.run_id, "--root", WORK],
             env=[c.V1EnvVar(name=DAEMON_ADDRESS_ENV, value_from=c.V1EnvVarSource(
                     field_ref=c.V1ObjectFieldSelector(field_path="status.podIP"))),
-                 c.V1EnvVar(name=CONTAINER_ENV, value="1")],
+                 c.V1EnvVar(name=CONTAINER_ENV, value="pod")],
             security_context=c.V1SecurityContext(capabilities=c.V1Capabilities(add=list(k.cap_add))),
             resources=c.V1ResourceRequirements(requests=quantities or None, limits=quantities or None),
             volume_mounts=[*mounts, c.V1VolumeMount(name="key", mount_path=KEY_DIR),
                            c.V1VolumeMount(name="programs", mount_path=PROGRAMS)],
             readiness_probe=c.V1Probe(tcp_socket=c.V1TCPSocketAction(port=PORT), period_seconds=1))
         return c.V1Pod(
-            metadata=c.V1ObjectMeta(name=self.pod_name, labels=self.labels),
+            metadata=c.V1ObjectMeta(name=self.pod_name, labels=self.labels, annotations=self.annotations),
             spec=c.V1PodSpec(
                 restart_policy="Never", hostname=_label(self.name),
                 node_selector=dict(k.node_selector) or None,
@@ -502,6 +513,85 @@ class PodHost(Host):
         return said
 
 
+def made_hosts(specs: list[HostSpec], run_id: str, clusters: Clusters) -> list[HostSpec]:
+    """Those of the pod hosts `specs` whose pod for run `run_id` is in its cluster, found by
+    the run's label: `collect` reaches them though the run record never named them (its
+    controller killed while they came up). A cluster that could not be asked keeps its
+    hosts: their salvage says why."""
+    found = []
+    for spec in specs:
+        assert spec.kubernetes is not None
+        try:
+            cluster = clusters.get(spec.kubernetes)
+            pods = cluster.core.list_pod_for_all_namespaces(
+                label_selector=f"{RUN_LABEL}={_label(run_id)},{HOST_LABEL}={_label(spec.name)}",
+                _request_timeout=API_TIMEOUT_S).items
+        except (NetspecError, *_api_errors()):
+            pods = [None]
+        if pods:
+            found.append(spec)
+    return found
+
+
+def dead_runs(cluster: Cluster, current: str) -> dict[str, list[str]]:
+    """The runs (but `current`) whose pods are in the cluster, made by a controller of this
+    machine that is gone and not kept: run id -> its pods (NAMESPACE/NAME)."""
+    found: dict[str, list[str]] = {}
+    for pod in cluster.core.list_pod_for_all_namespaces(label_selector=f"{RUN_LABEL},{CONTROLLER_LABEL}",
+                                                        _request_timeout=API_TIMEOUT_S).items:
+        meta = pod.metadata
+        made = meta.annotations or {}
+        run, made_by = made.get(RUN_LABEL), made.get(CONTROLLER_LABEL)
+        if run is None or made_by is None or run == current or KEPT_LABEL in (meta.labels or {}):
+            continue
+        if controller_gone(made_by):
+            found.setdefault(run, []).append(f"pod {meta.namespace}/{meta.name}")
+    return found
+
+
+def remove_run(cluster: Cluster, run_id: str) -> list[str]:
+    """What netspec made in the cluster for `run_id` and did not keep deleted: its pods, their
+    Secrets, and the namespaces made for it. Returns what it deleted, each named ("pod
+    NS/NAME", "Secret NS/NAME", "namespace NAME").
+
+    Raises:
+        NetspecError: what could not be deleted."""
+    core, selector, removed, said = cluster.core, f"{RUN_LABEL}={_label(run_id)}", [], []
+    try:
+        pods = core.list_pod_for_all_namespaces(label_selector=selector, _request_timeout=API_TIMEOUT_S).items
+        secrets = core.list_secret_for_all_namespaces(label_selector=selector,
+                                                      _request_timeout=API_TIMEOUT_S).items
+        namespaces = core.list_namespace(label_selector=selector, _request_timeout=API_TIMEOUT_S).items
+    except _api_errors() as exc:
+        raise NetspecError(f"what run {run_id} left was not listed: {_said(exc)}") from None
+    kept = {p.metadata.namespace for p in pods if KEPT_LABEL in (p.metadata.labels or {})}
+    for what, delete, items in (("pod", core.delete_namespaced_pod, pods),
+                                ("Secret", core.delete_namespaced_secret, secrets)):
+        for item in items:
+            meta = item.metadata
+            if KEPT_LABEL in (meta.labels or {}) or (what == "pod" and meta.deletion_timestamp):
+                continue
+            try:
+                delete(meta.name, meta.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
+                removed.append(f"{what} {meta.namespace}/{meta.name}")
+            except _api_errors() as exc:
+                if getattr(exc, "status", None) != 404:
+                    said.append(f"{what} {meta.namespace}/{meta.name}: not deleted: {_said(exc)}")
+    for namespace in namespaces:
+        name = namespace.metadata.name
+        if name in kept or namespace.status.phase == "Terminating":
+            continue
+        try:
+            core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
+            removed.append(f"namespace {name}")
+        except _api_errors() as exc:
+            if getattr(exc, "status", None) != 404:
+                said.append(f"namespace {name}: not removed: {_said(exc)}")
+    if said:
+        raise NetspecError("; ".join(said))
+    return removed
+
+
 # What a pod's container waits for that will not come (no pull, a spec its runtime refuses).
 NEVER = tuple(f"{name}: {reason}" for name in ("key", "netspecd", KEEPER) for reason in (
     "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
@@ -528,7 +618,7 @@ class PodRunFiles(ArchiveRunFiles):
     container (netspecd may have died), in one archive kept in a temporary file."""
 
     def __init__(self, host: PodHost, root: str):
-        super().__init__(root, f"cluster {host._where}, pod {host.namespace}/{host.pod_name}")
+        super().__init__(root, f"{host._where}, pod {host.namespace}/{host.pod_name}")
         self.host = host
 
     def _fetch(self, into: IO[bytes]) -> bool:

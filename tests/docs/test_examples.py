@@ -13,7 +13,9 @@ not show it) on the line right before a fenced block marks the block:
 Each page (docs/**/*.md, README.md) is one test, its blocks in order, in a fresh directory of
 this session's: `runs/` holds a copy of the session's demo run (so `latest` is the demo) and
 `experiments` links to the repository's, so a command reads as a user types it at the
-checkout's root. A marker this file cannot read (an unknown kind, a missing name, no fenced
+checkout's root. A page whose commands reach Docker gets the session's image, and one whose
+commands run pods gets the session's cluster (the `k8s_cluster` fixture, as KUBECONFIG). A
+marker this file cannot read (an unknown kind, a missing name, no fenced
 block after it) fails the page, naming its line: a typo cannot hide an example."""
 
 from __future__ import annotations
@@ -137,9 +139,19 @@ def marked_pages() -> list[str]:
 def needs_docker(blocks: list[Block]) -> bool:
     """Whether a command of the page reaches a Docker engine: it names docker or builds
     netspec's image, or runs a file an earlier block of the page wrote with `docker:` hosts."""
-    written = {b.arg for b in blocks if b.kind in ("check", "file") and b.arg and "docker:" in b.text}
-    words = ("docker", "image build", *written)
-    return any(b.kind in ("sh", "python") and any(word in b.text for word in words) for b in blocks)
+    return _names(blocks, "docker:", ("docker", "image build"))
+
+
+def needs_kubernetes(blocks: list[Block]) -> bool:
+    """Whether a command of the page reaches a cluster: it runs the bundled experiment on
+    pods, or a file an earlier block of the page wrote with `kubernetes:` hosts."""
+    return _names(blocks, "kubernetes:", ("on_kubernetes",))
+
+
+def _names(blocks: list[Block], key: str, words: tuple[str, ...]) -> bool:
+    written = {b.arg for b in blocks if b.kind in ("check", "file") and b.arg and key in b.text}
+    return any(b.kind in ("sh", "python") and any(word in b.text for word in (*words, *written))
+               for b in blocks)
 
 
 def test_a_marker_of_an_unknown_kind_or_without_a_block_fails_naming_its_line():
@@ -177,6 +189,14 @@ def test_a_page_needs_docker_where_a_command_builds_the_image_or_runs_a_file_wit
     assert not needs_docker(page(local, ("sh", None, "ns_control run s.yaml\n")))
 
 
+def test_a_page_needs_a_cluster_where_a_command_runs_a_file_with_kubernetes_hosts():
+    pods = Block("p.md", 1, "check", "pods.yaml", "hosts: {a: {kubernetes: {}}}\n")
+    assert needs_kubernetes([pods, Block("p.md", 2, "sh", None, "ns_control run pods.yaml\n")])
+    assert needs_kubernetes([Block("p.md", 1, "sh", None, "ns_control run x/on_kubernetes.yaml\n")])
+    assert not needs_kubernetes([pods, Block("p.md", 2, "sh", None, "ls\n")])
+    assert not needs_docker([pods, Block("p.md", 2, "sh", None, "ns_control run pods.yaml\n")])
+
+
 def test_a_name_that_leaves_the_pages_directory_is_refused():
     page = "<!-- example: file ../x -->\n```\nx\n```\n<!-- example: check /etc/x -->\n```\n```\n"
     _, problems = parse(page, "p.md")
@@ -192,13 +212,15 @@ def test_every_marked_example_of_the_page_runs_as_shown(page: str, demo, request
         pytest.fail("\n".join(problems), pytrace=False)
     if needs_docker(blocks):
         request.getfixturevalue("docker_image")  # skips, saying why, where Docker's engine is not installed
+    # The session's cluster, as kubectl would find it; skips, saying why, where none can be built.
+    cluster = {"KUBECONFIG": str(request.getfixturevalue("k8s_cluster"))} if needs_kubernetes(blocks) else {}
     where = session_dir() / "examples" / page.replace("/", "-").removesuffix(".md")
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     shutil.copytree(demo.where / "runs", where / "runs", symlinks=True)
     (where / "experiments").symlink_to(REPO / "experiments")
     demo_run = where / "runs" / demo.run.resolve().relative_to((demo.where / "runs").resolve())
-    env = {**os.environ, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}", **cluster}
     for block in blocks:
         _run(block, where, demo_run, env)
     shutil.rmtree(where, ignore_errors=True)

@@ -1,11 +1,13 @@
 """kubernetes: hosts on a real single-node cluster of the session's own (tests/k8stestbed.py,
 the `k8s_cluster` fixture): a round trip between two pods with its placement recorded and
-nothing of the run left in the cluster after; a pod whose netspecd was killed mid-run
-salvaged through its keeper container; a controller killed mid-run, its pod and namespace
-(found there by the run's label) removed by `collect`; link conditions and a partition
-between pods; a group of 30 pods."""
+nothing of the run left in the cluster after, CAMP from b's own cgroup; a pod whose netspecd
+was killed mid-run salvaged through its keeper container; a pod deleted mid-run, its loss
+said; a controller killed mid-run, its pods and namespace (found there by the run's labels)
+removed by `collect`, or by the next run in the cluster; link conditions, a partition, kills,
+pauses, restarts and pressures in pods; a group of 30 pods in a fan-out tree."""
 
 import hashlib
+import json
 import subprocess
 import textwrap
 import time
@@ -16,6 +18,8 @@ from netspec.datastream.reader import StreamReader
 from support import REPO, latest_record, ns_control, session_dir, start_run, wait_for
 
 kubernetes = pytest.importorskip("kubernetes")
+TICKER = "import time\\nwhile True: print(time.time_ns(), flush=True); time.sleep(0.002)"
+LATE_AT_MOST_NS = 400_000_000  # as tests/e2e/test_scheduled_faults.py's, on a loaded 2-core machine
 # The first test's set-up brings the cluster up (15 s), or, on a machine whose cache lacks its
 # binaries, builds them first (about 7 minutes, once per version: .ci/run builds them first).
 pytestmark = pytest.mark.timeout(900)
@@ -28,7 +32,7 @@ hosts:
 components:
   server: {{host: a, program: {stimulus}, args: [--role, server]}}
   client: {{host: b, program: {stimulus}, args: [--role, client], params: {{count: 300, size: 64}}}}
-services: {{clksync: {{reference: a}}}}
+services: {{clksync: {{reference: a}}, camp: {{interval_ms: 20}}}}
 streams: {{stim: {{enable: [STIM]}}}}
 analysis: {{pairs: {{to_server: {{start: STIM/send, end: STIM/stimulus}}}}}}
 schedule:
@@ -97,6 +101,15 @@ def test_two_pods_round_trip_their_placement_is_recorded_and_nothing_of_the_run_
     clock = record["hosts"]["b"]["clock"]
     assert clock["exchanges"] > 0 and abs(clock["offset_ns"]) <= clock["bound_ns"], clock
     assert "causality to_server: 300 matched, every end after its start" in done.stdout, done.stdout
+    # CAMP read b's own cgroup (its netspecd container's, where its programs run), said so, and
+    # its free memory is what b's 256 MiB leave.
+    camp = [r for p in (tmp_path / "runs" / "latest" / "hosts" / "b" / "streams").glob("camp.*.ds")
+            for r in StreamReader(p)]
+    said = [r.value for r in camp if r.entity.full_name == "CAMP/warning"]
+    assert any(w["kind"] == "cgroup" and "this pod's netspecd container's cgroup v" in w["message"]
+               for w in said), said
+    free = [r.value["mem_free"] for r in camp if r.entity.full_name == "CAMP/node"]
+    assert free and all(0 < f <= 256 << 20 for f in free), free
     show = ns_control("show", "runs/latest", cwd=tmp_path)
     assert f"kubernetes cluster {a['context']}" in show.stdout and f"node {node}" in show.stdout, show.stdout
     # Nothing of the run is left: its pods, their Secrets and its namespace are gone.
@@ -130,22 +143,27 @@ def pod_of(core, record: dict, host: str):
     return core.read_namespaced_pod(placed["container"], placed["network"])
 
 
-def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(core, experiment, tmp_path,
-                                                                              k8s_cluster):
-    prefix = own_prefix("s")
+def held_in_work(experiment, tmp_path, prefix: str, name: str, ticks: int) -> tuple[subprocess.Popen, dict]:
+    """A run of pods a and b started, b's component (`ticks` written) held in phase 'work':
+    the controller's process and the run's record once b's placement is in it."""
     path = experiment(textwrap.dedent(f"""\
-        experiment: pod-salvage
+        experiment: {name}
         hosts:
           a: {{kubernetes: {{prefix: {prefix}}}}}
           b: {{kubernetes: {{prefix: {prefix}}}}}
         components:
           one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10}}}}
-          two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 1000, hang_in: work}}}}
+          two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: {ticks}, hang_in: work}}}}
         streams: {{play: {{enable: [PLAY]}}}}
         schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
         """))
-    proc, record = start_run(path, tmp_path, lambda r: in_work(r) and "placement" in r["hosts"].get("b", {}),
-                             "the run to reach phase 'work'", "--no-merge", timeout=120)
+    return start_run(path, tmp_path, lambda r: in_work(r) and "placement" in r["hosts"].get("b", {}),
+                     "the run to reach phase 'work'", "--no-merge", timeout=120)
+
+
+def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(core, experiment, tmp_path,
+                                                                              k8s_cluster):
+    proc, record = held_in_work(experiment, tmp_path, own_prefix("s"), "pod-salvage", 1000)
     try:
         pod = pod_of(core, record, "b")
         (daemon,) = [s for s in pod.status.container_statuses if s.name == "netspecd"]
@@ -171,32 +189,139 @@ def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(c
             proc.kill()
 
 
-def test_a_killed_controllers_pods_are_removed_by_collect(core, experiment, tmp_path):
-    prefix = own_prefix("o")
+def killed_mid_run(experiment, tmp_path, prefix: str, name: str) -> dict:
+    """A run of pods a and b (b's component writing its ticks, then held) whose controller is
+    killed in phase 'work', with no clean-up of its own: its record."""
     path = experiment(textwrap.dedent(f"""\
-        experiment: pod-orphaned
-        hosts: {{a: {{kubernetes: {{prefix: {prefix}}}}}}}
+        experiment: {name}
+        hosts:
+          a: {{kubernetes: {{prefix: {prefix}}}}}
+          b: {{kubernetes: {{prefix: {prefix}}}}}
         components:
-          one: {{host: a, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
+          one: {{host: a, command: [sleep, "600"], stop: collect}}
+          two: {{host: b, program: ACTOR, args: ["work"], params: {{ticks: 10, hang_in: work}}}}
         streams: {{play: {{enable: [PLAY]}}}}
         schedule: [launch, start_logging, {{phase: work, deadline: 5m}}, collect]
-        """))
+        """), f"{name}.yaml")
     proc, record = start_run(path, tmp_path, in_work, "the run to reach phase 'work'", timeout=120)
     try:
-        proc.kill()  # no clean-up of its own
+        proc.kill()
         proc.communicate(timeout=30)
-        pods, namespaces = of_run(core, record["id"])
-        assert len(pods) == 1 and len(namespaces) == 1, (pods, namespaces)
-        done = ns_control("collect", cwd=tmp_path, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        salvaged = latest_record(tmp_path / "runs")["hosts"]["a"]["salvaged"]
-        assert "hosts/a/one/stdout" in salvaged["files"] and salvaged["removed"], salvaged
-        assert any(f.startswith("hosts/a/streams/play.one.") for f in salvaged["files"]), salvaged
-        pods, namespaces = of_run(core, record["id"])
-        assert pods == [] and namespaces == [], (pods, namespaces)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return record
+
+
+def test_a_killed_controllers_pods_are_found_by_label_and_removed_by_collect(core, experiment, tmp_path):
+    record = killed_mid_run(experiment, tmp_path, own_prefix("o"), "pod-orphaned")
+    pods, namespaces = of_run(core, record["id"])
+    assert len(pods) == 2 and len(namespaces) == 1, (pods, namespaces)
+    # As though the controller was killed before it recorded b: collect finds b's pod by the
+    # run's and the host's labels.
+    path = tmp_path / "runs" / "latest" / "run.json"
+    saved = json.loads(path.read_text())
+    del saved["hosts"]["b"]
+    path.write_text(json.dumps(saved))
+    done = ns_control("collect", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    salvaged = latest_record(tmp_path / "runs")["hosts"]["b"]["salvaged"]
+    assert "hosts/b/two/stdout" in salvaged["files"] and salvaged["removed"], salvaged
+    assert any(f.startswith("hosts/b/streams/play.two.") for f in salvaged["files"]), salvaged
+    pods, namespaces = of_run(core, record["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
+
+
+def test_the_next_run_in_a_cluster_collects_and_removes_what_a_killed_controllers_run_left(
+        core, experiment, tmp_path):
+    prefix = own_prefix("n")
+    dead = killed_mid_run(experiment, tmp_path, prefix, "pod-dead")
+    nothing = experiment(textwrap.dedent(f"""\
+        experiment: next
+        hosts: {{c: {{kubernetes: {{prefix: {prefix}}}}}}}
+        components: {{three: {{host: c, command: ["true"]}}}}
+        schedule: [launch, collect]
+        """), "next.yaml")
+    done = ns_control("run", "--no-merge", str(nothing), cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    namespace = f"{prefix}-{dead['id'].lower()}"
+    said = (f"run {dead['id']}, whose controller is gone, left pod {namespace}/{namespace}-a, pod "
+            f"{namespace}/{namespace}-b in cluster ")
+    assert said in done.stdout, done.stdout
+    assert f"collected into runs/pod-dead/{dead['id']} (" in done.stdout, done.stdout
+    assert any(said in text for text in latest_record(tmp_path / "runs")["leftovers"])
+    salvaged = json.loads((tmp_path / "runs" / "pod-dead" / dead["id"] / "run.json").read_text())
+    assert any(f.startswith("hosts/b/streams/play.two.") for f in salvaged["hosts"]["b"]["salvaged"]["files"])
+    pods, namespaces = of_run(core, dead["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
+
+
+def test_a_pod_deleted_mid_run_is_a_lost_host_whose_streams_are_said_gone(core, experiment, tmp_path):
+    proc, record = held_in_work(experiment, tmp_path, own_prefix("d"), "pod-deleted", 10)
+    try:
+        pod = pod_of(core, record, "b")
+        core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stdout + stderr
+    assert "host b: connection lost" in stderr, stderr
+    record = latest_record(tmp_path / "runs")
+    gone = f"pod {pod.metadata.namespace}/{pod.metadata.name} is gone (deleted?): its streams went with it"
+    assert gone in record["hosts"]["b"]["salvaged"]["error"], record["hosts"]["b"]["salvaged"]
+    assert gone in stdout, stdout
+    assert record["hosts"]["a"]["salvaged"] is None or not record["hosts"]["a"]["salvaged"].get("error")
+    pods, namespaces = of_run(core, record["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
+
+
+FAULTS = """\
+experiment: pod-faults
+hosts:
+  a: {{kubernetes: {{prefix: {prefix}}}}}
+  b: {{kubernetes: {{prefix: {prefix}}}}}
+components:
+  killed: {{host: a, command: [sleep, "30"], start: launch, stop: after}}
+  paused: {{host: a, command: [python3, -c, "{ticker}"], start: launch, stop: after}}
+  restarted: {{host: a, command: "echo started $$; exec sleep 30", start: launch, stop: after}}
+  waiter: {{host: b, command: [sleep, "1.2"], start: work}}
+schedule: [launch, sync_clocks, {{phase: work, need: 1}}, start_logging, after, collect]
+faults:
+  - {{kill: killed, at: {{phase: work, after: 200ms}}}}
+  - {{pause: paused, at: {{phase: work, after: 200ms}}, for: 300ms}}
+  - {{restart: restarted, at: {{phase: work, after: 500ms}}}}
+  - {{cpu: a, at: {{phase: work, after: 0s}}, for: 400ms}}
+  - {{memory: b, at: {{phase: work, after: 0s}}, for: 300ms, size: 32MB}}
+"""
+
+
+def test_kills_pauses_restarts_and_pressures_are_done_in_pods_as_the_kernel_saw_them(core, tmp_path):
+    """The faults of tests/e2e/test_scheduled_faults.py done by each pod's netspecd to its own
+    processes: none early, none lost, each with the effect the pod's kernel showed."""
+    (tmp_path / "faults.yaml").write_text(FAULTS.format(prefix=own_prefix("f"), ticker=TICKER))
+    done = ns_control("run", "--no-merge", "faults.yaml", cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = latest_record(tmp_path / "runs")
+    assert record["status"] == "ok"
+    faults = {f["kind"]: f for f in record["faults"]}
+    for fault in faults.values():
+        assert not fault.get("error"), fault
+        assert -fault["bound_ns"] <= fault["late_ns"] < LATE_AT_MOST_NS, fault  # never early
+    ends = record["components"]
+    assert ends["a/killed"]["returncode"] == -9 and ends["a/killed"]["scheduled"]
+    run = tmp_path / "runs" / "latest" / "hosts" / "a"
+    pids = [int(line.split()[1]) for line in (run / "restarted" / "stdout").read_text().splitlines()]
+    assert len(pids) == 2 and pids[0] != pids[1]
+    assert faults["restart"]["effect"].endswith(f"started again as pid {pids[1]}"), faults["restart"]
+    ticks = [int(t) for t in (run / "paused" / "stdout").read_text().split()]
+    gap = max(range(1, len(ticks)), key=lambda i: ticks[i] - ticks[i - 1])
+    pause = faults["pause"]
+    assert ticks[gap - 1] <= pause["effect_ns"] and ticks[gap] >= pause["done_ns"] + 300_000_000
+    assert faults["cpu"]["measured"]["cpu_s"] > 0.02, faults["cpu"]
+    assert faults["memory"]["measured"]["rss_bytes"] >= 32e6, faults["memory"]
+    pods, namespaces = of_run(core, record["id"])
+    assert pods == [] and namespaces == [], (pods, namespaces)
 
 
 def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
@@ -235,10 +360,12 @@ def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
 GROUP = 30
 
 
-def test_a_group_of_30_pods_comes_up_and_its_end_leaves_no_pod_and_no_namespace(core, experiment, tmp_path):
+def test_a_group_of_30_pods_in_a_fan_out_tree_comes_up_and_its_end_leaves_no_pod_and_no_namespace(
+        core, experiment, tmp_path):
     prefix = own_prefix("g")
     path = experiment(textwrap.dedent(f"""\
         experiment: pod-group
+        fan_out: 5
         hosts: {{box: {{count: {GROUP}, kubernetes: {{prefix: {prefix}}}}}}}
         components: {{idle: {{group: box, command: [sleep, "600"], stop: collect}}}}
         schedule: [launch, start_logging, collect]
@@ -250,6 +377,8 @@ def test_a_group_of_30_pods_comes_up_and_its_end_leaves_no_pod_and_no_namespace(
     # Each pod its own address, all of them on the one node.
     assert len({info["address"] for info in record["hosts"].values()}) == GROUP
     assert len({info["placement"]["node"] for info in record["hosts"].values()}) == 1
+    # The controller's 5 hosts each relay to 5 more, pod to pod.
+    assert record["fan_out"]["relays"] == 5, record["fan_out"]
     assert "not stopped" not in done.stdout + done.stderr
     pods, namespaces = of_run(core, record["id"])
     assert pods == [] and namespaces == [], (pods, namespaces)
