@@ -118,6 +118,9 @@ class Counters:
     user_overruns: int | None = None  # those its host's path lost, unable to keep up
     user_cpu_pct: float | None = None
     saturated: bool = False  # the rate's class held packets back (overlimits): the link was full
+    # Its host's path thread was refused real-time priority (a container's cgroup has no
+    # real-time budget): its copies wait for a core, and its delays come out longer.
+    realtime_refused: bool = False
 
 
 @dataclass
@@ -233,7 +236,8 @@ def counters(db: duckdb.DuckDBPyConnection, steps: list[tuple[int, str, int, int
                     user_drops=grew("dropped_user") if queued else None,
                     user_cpu_pct=cpu_pct if queued else None,
                     user_overruns=overran if queued else None,
-                    saturated=_full(reads_of))
+                    saturated=_full(reads_of),
+                    realtime_refused=bool(queued) and any(s.realtime is False for _, s in inside))
     return found
 
 
@@ -382,13 +386,15 @@ def _row(key: tuple[str, str, int], window: tuple[int, str, int, int], probes: l
                        or (count.user_cpu_pct or 0.0) > 100 * BUSY_SHARE),
         **(tcp or linktcp.TcpFigures()).columns(),
     }
-    row["within"], row["verdict"] = verdict(row, cond, count.saturated)
+    row["within"], row["verdict"] = verdict(row, cond, count.saturated, count.realtime_refused)
     return row
 
 
-def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tuple[bool | None, str]:
+def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False,
+            realtime_refused: bool = False) -> tuple[bool | None, str]:
     """Whether the link did what it was configured to do in this step, and the words for it:
-    `within tolerance`, or each way it was off and by how much."""
+    `within tolerance`, or each way it was off and by how much; and, where its user-space
+    path ran without real-time priority, that too (a cause of a delay off, or a warning)."""
     off = []
     if row["probes_sent"] == 0:
         return None, "no probes in this step"
@@ -425,7 +431,11 @@ def verdict(row: dict[str, Any], cond: Condition, saturated: bool = False) -> tu
         overran = f", {lost} packets lost unable to keep up" if lost else ""
         off.append(f"netspec's user-space path was the bottleneck ({row['user_late_pct']:.1f} % late"
                    f"{overran}{cpu})")
-    return (not off), ("within tolerance" if not off else "; ".join(off))
+    said = "within tolerance" if not off else "; ".join(off)
+    if realtime_refused:
+        said += ("; its user-space path ran without real-time priority (refused: a container's cgroup "
+                 "has no real-time budget), so its copies waited for a free core")
+    return (not off), said
 
 
 def configured_links(record: RunRecord) -> Configured:

@@ -41,6 +41,8 @@ def _row(**figures: object) -> dict:
 
 def test_a_link_within_its_tolerances_is_said_so() -> None:
     assert verdict(_row(), Condition(delay_ms=10.0, loss_pct=5.0)) == (True, "within tolerance")
+    within, said = verdict(_row(), Condition(delay_ms=10.0, loss_pct=5.0), realtime_refused=True)
+    assert within and said.startswith("within tolerance; its user-space path ran without real-time priority")
 
 
 def test_a_link_off_says_by_how_much_in_each_way() -> None:
