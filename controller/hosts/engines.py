@@ -169,11 +169,15 @@ class Engines:
     def network(self, engine: str | None, tls: dict[str, str] | None, name: str,
                 labels: dict[str, str]) -> Any:
         """The run's network `name`, made by the first of its containers (the engine would make
-        two of one name if asked at once), counted as joined by one more of ours."""
+        two of one name if asked at once), counted as joined by one more of ours. Made under a
+        lock of the daemon's (its ID), not of its address alone: two addresses of one daemon
+        (ssh:// and tcp:// to it) asking at once made two networks of one name, its check of
+        duplicates being no lock."""
         import docker.errors
 
         client = self.client(engine, tls)
-        with self._engine_lock(engine or ""):
+        daemon = self.info(engine, tls).get("ID") or engine or ""
+        with self._engine_lock(engine or ""), self._engine_lock(f"daemon {daemon}"):
             held = self._networks.get((engine or "", name))
             if held is None:
                 try:

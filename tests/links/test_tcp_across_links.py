@@ -56,5 +56,7 @@ def test_a_lossy_links_losses_are_the_senders_tcp_s_to_find_and_retransmit(netho
     assert sender["first"]["parts"]["loss"] == "user", sender
     lost = sender["last"]["stats"]["dropped_user"]
     # Each segment the link lost was sent again, found lost by the peer's acks (some more: a
-    # retransmission lost too, or one the sender's timers sent early, more so on a busy machine).
-    assert lost > 0 and lost <= got["retransmitted"] <= 2 * lost + 50, (got, lost)
+    # retransmission lost too, or one the sender's timers sent early, more so on a busy machine),
+    # but for the few lost that carry no data or come after the count is read (the handshake's
+    # last ACK, the FIN: 67 lost against 66 sent again, once).
+    assert lost > 0 and lost - 3 <= got["retransmitted"] <= 2 * lost + 50, (got, lost)
