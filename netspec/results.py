@@ -5,6 +5,8 @@ participants, and its result set's tables (DuckDB, Arrow; pandas or polars where
 
     run = results.open_run("latest")          # a path, 'latest', or (a suffix of) a run id
     print(run.outcome.status, [s.phase for s in run.steps])  # run.record: run.json, typed
+    for host, name, entry in run.steps[0].participants():
+        print(host, name, results.decide(entry))  # an Outcome, as show and the browser say it
     with run.tables() as t:                   # every Parquet table of RUN/merged/, by name
         t.sql("SELECT median(duration_ns) FROM intervals WHERE name = 'STIM/rtt'").fetchall()
         t.operations()                        # each phase's operations: failures by cause, ...
@@ -37,13 +39,14 @@ from netspec.controller.experiment.campaignfile import CAMPAIGNS
 from netspec.controller.record.rundir import find_run, settle
 from netspec.protocol.campaignrecord import CAMPAIGN_FILE, CampaignRecord, CampaignRun, Point, read_campaign
 from netspec.protocol.errors import NetspecError
+from netspec.protocol.outcome import Outcome, decide
 from netspec.protocol.runoutcome import RunOutcome
-from netspec.protocol.runrecord import MERGED, RunError, RunRecord, read_run
+from netspec.protocol.runrecord import MERGED, RunError, RunRecord, RunStatus, read_run
 from netspec.protocol.runstep import Entry, Step
 
 __all__ = ["Campaign", "CampaignRecord", "CampaignRun", "Entry", "MergedHistogram", "NetspecError",
-           "OperationFigures", "Participant", "Point", "Recovery", "Run", "RunError", "RunOutcome",
-           "RunRecord", "Split", "Step", "Tables", "open_campaign", "open_run"]
+           "OperationFigures", "Outcome", "Participant", "Point", "Recovery", "Run", "RunError", "RunOutcome",
+           "RunRecord", "RunStatus", "Split", "Step", "Tables", "decide", "open_campaign", "open_run"]
 
 RUNS = Path("runs")
 """The runs directory ns_control uses unless told otherwise (--runs): ./runs."""

@@ -11,6 +11,7 @@ import signal
 import psutil
 
 from . import messages as m
+from .outcome import Outcome
 
 # How a component's end came about, which its verdict depends on (`exit_verdict`).
 ASKED = "asked"  # netspec asked it to end (STOP, SIGTERM, a reset, a kill at the end)
@@ -23,7 +24,7 @@ RUNNING = "running"  # no end yet
 CLEAN = "clean"  # exited 0, or ended by the SIGTERM netspec sent it
 UNCLEAN = "unclean"  # asked to end or awaited, it ended otherwise (its ack or the unclean ends say so)
 FAILED = "failed"  # any end but 0 that nobody asked for nor awaited: a death mid-run (its Exit event)
-KILLED = "killed by schedule"  # ended by a fault of the schedule: its expected effect, not a failure
+KILLED = Outcome.SCHEDULED.value  # ended by a fault of the schedule: its expected effect, not a failure
 
 
 def exit_verdict(code: int | None, ending: str) -> str:

@@ -11,6 +11,7 @@ import msgspec
 
 from .errors import some_hosts
 from .links import Backends
+from .outcome import Outcome
 
 
 class Spread(msgspec.Struct):
@@ -88,9 +89,8 @@ class Entry(msgspec.Struct, omit_defaults=True):
     release_unsynchronised: bool = False
     release_realtime_refused: bool = False
     received_ns: int | None = None
-    # ok, error, late (acked after its k-of-n barrier opened), killed (ended at the deadline),
-    # skipped (out of the run since an earlier step), ended (still in the step when the run failed)
-    outcome: str | None = None
+    # what became of it, where its ack alone does not say (protocol/outcome.py: `decide` reads it)
+    outcome: Outcome | None = None
     traceback: str = ""
     late_ns: int | None = None
     died: bool = False  # its process died in the step (a k-of-n step fails over)

@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from netspec.analysis.units import duration_text
-from netspec.protocol.exits import KILLED
+from netspec.protocol.outcome import FAILING, FINE, WORST_FIRST, Outcome
 from netspec.protocol.runrecord import RunRecord
 
-from .timeline import FAILING, Bar, bars, deaths
+from .timeline import Bar, bars, deaths
 
 # Above this many hosts the timeline, heatmaps and tables fold hosts into their groups.
 FOLD_HOSTS = 12
@@ -34,8 +34,6 @@ NAMED_MAX = 8
 SLOW_FENCE_IQR = 3.0
 SLOW_MARGIN_NS = 20_000_000
 # The outcomes a group's folded bar takes, worst first.
-WORST_FIRST = ("error", "killed", "late", "waiting", "warning", "running", "ended", "skipped", "ok")
-OK = ("ok", "warning", KILLED)  # a participant the schedule ended did what the file asked
 _STEM = re.compile(r"[-_.]?\d+$")
 
 
@@ -90,12 +88,12 @@ def folded(record: RunRecord, expand: Iterable[str] = ()) -> list[Bar]:
         else:
             gathered.setdefault((b.step, g), []).append(b)
     for (step, g), mine in gathered.items():
-        worst = min(mine, key=lambda b: WORST_FIRST.index(b.outcome) if b.outcome in WORST_FIRST else 0)
+        worst = min(mine, key=lambda b: WORST_FIRST.index(b.outcome))
         start = min(b.start_ns for b in mine)
         acked = [b for b in mine if b.took_ns is not None]
         end = max((b.end_ns for b in acked), default=None)
         slowest = max(acked, key=lambda b: b.took_ns, default=None)
-        ok = sum(b.outcome in OK for b in mine)
+        ok = sum(b.outcome in FINE for b in mine)
         said = f"{ok}/{len(mine)} ok" + (f"; slowest {slowest.row} {duration_text(slowest.took_ns)}"
                                         if slowest else "")
         bound = max((b.bound_ns for b in mine if b.bound_ns is not None), default=None)
@@ -143,7 +141,7 @@ def overview(record: RunRecord) -> dict[str, Any]:
                      "median": duration_text(median),
                      "slowest": f"{slowest.row} {duration_text(slowest.took_ns)}" if slowest else "-"})
     failed = [b for b in run_bars if b.outcome in FAILING
-              and (b.outcome != "waiting" or record.steps[b.step].status == "failed")]
+              and (b.outcome != Outcome.WAITING or record.steps[b.step].status == "failed")]
     named = [{"row": b.row, "outcome": b.outcome, "phase": b.phase, "step": b.step,
               "message": b.message[:160]} for b in failed]
     named += deaths(record, {b.row for b in failed})
@@ -165,7 +163,7 @@ def overview(record: RunRecord) -> dict[str, Any]:
 
 
 def _cell(mine: list[Bar]) -> dict[str, Any]:
-    ok = sum(b.outcome in OK for b in mine)
+    ok = sum(b.outcome in FINE for b in mine)
     bad = sum(b.outcome in FAILING for b in mine)
     state = "none" if not mine else "ok" if ok == len(mine) else "failed" if bad else "partial"
     return {"ok": ok, "of": len(mine), "state": state}

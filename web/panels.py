@@ -16,6 +16,7 @@ from netspec.analysis.machines import Machines, machines
 from netspec.analysis.phases import CPU_FIELDS, missing, phase_figures, spans, views
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.errors import some_hosts
+from netspec.protocol.outcome import HUNG
 from netspec.protocol.runrecord import RunRecord
 
 from . import fleet, timeline
@@ -340,7 +341,7 @@ def hang(db: duckdb.DuckDBPyConnection | None, record: RunRecord, f: dict[str, A
     """What a participant that never acked (ended at its step's deadline, or late) is triaged
     by: the deadline it missed, and its last sign of life: its last event on the global
     timeline and its last line of output. None for a participant that failed of itself."""
-    if f["outcome"] not in ("killed", "late", "waiting"):
+    if f["outcome"] not in HUNG:
         return None
     deadline = timeline.deadline_of(record, f["step"])
     need = record.plan.schedule[f["step"]].need if deadline is not None and record.plan is not None else None

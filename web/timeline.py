@@ -18,19 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from netspec.analysis.units import duration_text
-from netspec.protocol.exits import KILLED, describe_returncode
-from netspec.protocol.runrecord import Entry, Release, RunRecord, Step
+from netspec.protocol.exits import describe_returncode
+from netspec.protocol.outcome import FAILING, Outcome, decide
+from netspec.protocol.runrecord import Release, RunRecord, Step
 
 from .catalog import inside
 from .faults import fault_traces
 
 # The colours of a participant's outcome, the same in every panel and in the legend.
-OUTCOME_COLOURS = {"ok": "#4c78a8", "warning": "#f2a93b", "late": "#b279a2", "error": "#e45756",
-                   "killed": "#9d2b2b", KILLED: "#7b4fa0", "skipped": "#bab0ac", "ended": "#8c8c8c",
-                   "running": "#72b7b2", "waiting": "#c7c7c7"}
-# What the triage lists of a step: a participant that failed, or a host sent a failed step
-# that none of its participants acked (`waiting`, as `ns_control show` says it).
-FAILING = ("error", "killed", "late", "waiting")
+OUTCOME_COLOURS = {Outcome.OK: "#4c78a8", Outcome.WARNING: "#f2a93b", Outcome.LATE: "#b279a2",
+                   Outcome.ERROR: "#e45756", Outcome.KILLED: "#9d2b2b", Outcome.SCHEDULED: "#7b4fa0",
+                   Outcome.SKIPPED: "#bab0ac", Outcome.ENDED: "#8c8c8c", Outcome.RUNNING: "#72b7b2",
+                   Outcome.WAITING: "#c7c7c7"}
 # Every step's name is written over the timeline; names that would overlap are stacked in
 # rows by the page (netspec.js's unclutter measures them as drawn).
 # A step's row in the steps table shows this many of its participants' ack messages.
@@ -43,7 +42,7 @@ class Bar:
     phase: str
     host: str
     component: str  # "": a host sent the step of which no participant acked (waiting)
-    outcome: str  # ok, warning, late, error, killed, skipped, ended (by a failed run's end), running, waiting
+    outcome: Outcome  # protocol/outcome.py
     start_ns: int
     bound_ns: int | None  # None: the start is on a clock of its own, not placed
     took_ns: int | None  # None: no ack (killed, skipped, or the step still runs)
@@ -59,18 +58,6 @@ class Bar:
     def end_ns(self) -> int:
         """Its ack; or, killed at its deadline, the deadline; else its start."""
         return self.start_ns + (self.took_ns if self.took_ns is not None else self.deadline_ns or 0)
-
-
-def outcome(entry: Entry, deadline_ns: int | None = None) -> str:
-    """A participant's outcome in a step, as its bar's colour and the steps' table say it:
-    one whose error ack came at or past its step's deadline (`deadline_ns`) was killed there."""
-    said = entry.outcome or ("running" if entry.acked_ns is None else entry.status or "ok")
-    if said == "ok" and entry.status == "warning":
-        return "warning"
-    if (said == "error" and deadline_ns is not None and entry.acked_ns is not None
-            and entry.entered_ns is not None and entry.acked_ns - entry.entered_ns >= deadline_ns):
-        return "killed"
-    return said
 
 
 def deadline_of(record: RunRecord, index: int) -> int | None:
@@ -94,19 +81,19 @@ def bars(record: RunRecord) -> list[Bar]:
         for host, part in sorted(step.hosts.items()):
             if not part.components and (part.sent_ns is not None or step.sent_ns is not None):
                 start, bound = _sent(record, step, host)
-                out.append(Bar(index, step.phase, host, "", "waiting", start, bound, None,
+                out.append(Bar(index, step.phase, host, "", Outcome.WAITING, start, bound, None,
                                "sent the step; no participant on this host acked it", acked=False))
         for host, name, entry in sorted(step.participants(), key=lambda p: p[:2]):
-            said = outcome(entry, deadline)
+            said = decide(entry, deadline)
             if entry.entered_ns is None:
                 start, bound = _sent(record, step, host)
                 out.append(Bar(index, step.phase, host, name, said, start, bound, None, entry.message,
-                               acked=False, deadline_ns=deadline if said == "killed" else None))
+                               acked=False, deadline_ns=deadline if said == Outcome.KILLED else None))
                 continue
             took = entry.acked_ns - entry.entered_ns if entry.acked_ns is not None else None
             placed = entry.start_ns is not None
             message = entry.message
-            if said == "killed" and entry.outcome != "killed":
+            if said == Outcome.KILLED and entry.outcome != Outcome.KILLED:
                 message = f"no ack within the deadline of {duration_text(deadline)}: {message}"
             out.append(Bar(index, step.phase, host, name, said,
                            entry.start_ns if placed else entry.entered_ns,
@@ -298,7 +285,7 @@ def failures(record: RunRecord, run: Path, tail_lines: int = 30) -> list[dict[st
     out = []
     for b in bars(record):
         step = record.steps[b.step]
-        if b.outcome not in FAILING or (b.outcome == "waiting" and step.status != "failed"):
+        if b.outcome not in FAILING or (b.outcome == Outcome.WAITING and step.status != "failed"):
             continue
         entry = step.hosts[b.host].components.get(b.component)
         out.append({"step": b.step, "phase": b.phase, "host": b.host, "component": b.component,
@@ -358,7 +345,7 @@ def doing_at(record: RunRecord, instant_ns: int) -> dict[str, str]:
     before: dict[str, Bar] = {}
     run_bars = bars(record)
     for b in run_bars:
-        if b.outcome == "skipped":  # out of the run since an earlier step: not in this one
+        if b.outcome == Outcome.SKIPPED:  # out of the run since an earlier step: not in this one
             continue
         if b.start_ns <= instant_ns and (b.took_ns is None or b.end_ns >= instant_ns):
             inside.setdefault(b.host, []).append(f"{b.component} in {b.phase}" if b.component

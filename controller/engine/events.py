@@ -15,7 +15,8 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.acksummary import AckSummary
 from netspec.protocol.errors import ComponentFailed, ConnectionLost, ProtocolError, RemoteError
-from netspec.protocol.exits import KILLED, ending_told
+from netspec.protocol.exits import ending_told
+from netspec.protocol.outcome import Outcome
 from netspec.protocol.runrecord import ComponentEnd, Entry, StepHost
 
 from ..hosts.fleet import Lost
@@ -144,14 +145,14 @@ class Inbox:
         sent = step.sent_ns if step.sent_ns is not None else step.entered_ns
         entries = step.hosts.setdefault(host, StepHost(components={}, sent_ns=sent)).components
         before = entries.get(name)
-        if before is not None and (before.outcome == "killed" or before.died):
+        if before is not None and (before.outcome == Outcome.KILLED or before.died):
             return  # the error ack of its ending, or of its death, says nothing new
         if ack.ended_in is not None and ack.status == m.ACK_ERROR and name not in self.stragglers.ended:
             # It had ended in that earlier step, its exit not read yet (a fan-out tree's acks
             # come by another road): judged there, as its exit will be.
             self.failed_over(host, name, ack.ended_in, ack.message)
         if name in self.stragglers.ended:
-            entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome="skipped")
+            entries[name] = Entry(ack.status, self.stragglers.ended[name], outcome=Outcome.SKIPPED)
             return
         entries[name] = entry = Entry(**acksummary.entry(ack), received_ns=time.time_ns(),
                                       traceback=ack.traceback or "")
@@ -160,7 +161,7 @@ class Inbox:
             if (not self.stragglers.late_ack(ack.step, host, name, ack) and self.failure.done()
                     and ack.status == m.ACK_ERROR):
                 # Still in the step when the run failed, and ended with it: not a cause.
-                entry.outcome = "ended"
+                entry.outcome = Outcome.ENDED
             return
         if ack.scheduled:
             # Killed by the schedule's fault: out of the step, neither an ack toward its need
@@ -168,7 +169,8 @@ class Inbox:
             barrier.drop(host, name)
         elif not barrier.add(host, name, ack):
             self.failure.set(ack_failure(self.results, host, name, barrier.step.phase, ack))
-        entry.outcome = "error" if ack.status == m.ACK_ERROR else KILLED if ack.scheduled else "ok"
+        entry.outcome = (Outcome.ERROR if ack.status == m.ACK_ERROR else Outcome.SCHEDULED if ack.scheduled
+                         else Outcome.OK)
         if ack.status == m.ACK_ERROR and not self.failure.done():
             # k of n: the barrier can open without it, but the run is not ok.
             self.stragglers.trouble(barrier.step.phase, host, name, ack.message or "error")

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from netspec.protocol import messages as m
 from netspec.protocol.kinds import Ack
+from netspec.protocol.outcome import Outcome
 from netspec.protocol.runrecord import Entry, RunRecord
 
 from ..record.progress import Progress, ProgressSink
@@ -89,14 +90,14 @@ class Stragglers:
         barrier.give_up(host, name)
         phase = barrier.step.phase
         entry = self._entry(barrier.index, host, name)
-        entry.status, entry.outcome, entry.message = m.ACK_ERROR, "killed", why
+        entry.status, entry.outcome, entry.message = m.ACK_ERROR, Outcome.KILLED, why
         if name != m.NODE:
             self.ended[name] = f"ended in phase '{phase}': {why}"
             for later in [current, *self.waiting.values()]:
                 if later is not None and later is not barrier:
                     later.drop(host, name)
         self.trouble(phase, host, name, why)
-        self.progress(Progress("outcome", phase, host, "killed", text=f"{name}: {why}"))
+        self.progress(Progress("outcome", phase, host, Outcome.KILLED, text=f"{name}: {why}"))
         self.save()
 
     def died(self, barrier: Barrier, host: str, name: str, why: str, current: Barrier | None) -> bool:
@@ -131,7 +132,7 @@ class Stragglers:
         entry = self._entry(index, host, name)
         entry.late_ns = late = (entry.received_ns or 0) - barrier.opened_ns
         failed = ack.status == m.ACK_ERROR
-        entry.outcome = "error" if failed else "late"
+        entry.outcome = Outcome.ERROR if failed else Outcome.LATE
         late_s = late / 1e9
         text = f"{name}: {'failed' if failed else 'acked'} {late_s:.3f} s after the barrier opened"
         if failed:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from netspec.protocol.errors import StepFailed
 from netspec.protocol.messages import worst_status
+from netspec.protocol.outcome import Outcome
 from netspec.protocol.runoutcome import RunOutcome
 from netspec.protocol.runrecord import MERGED, HostRecord, RunRecord, RunStatus
 from netspec.protocol.runrecord import Step as StepRecord
@@ -113,13 +114,13 @@ def _host_state(step: StepRecord, info: StepHostRecord) -> tuple[str, float | No
     comps = info.components
     # A component still in the step when the run failed, ended with it, is no failure;
     # nor is one skipped there, having left the run in an earlier step (said there).
-    live = [c.status for c in comps.values() if c.outcome not in ("ended", "skipped")]
-    quiet = "ended" if any(c.outcome == "ended" for c in comps.values()) else "skipped"
+    live = [c.status for c in comps.values() if c.outcome not in (Outcome.ENDED, Outcome.SKIPPED)]
+    quiet = Outcome.ENDED if any(c.outcome == Outcome.ENDED for c in comps.values()) else Outcome.SKIPPED
     worst = worst_status(live) if live or not comps else quiet
     if info.done_ns is not None and info.sent_ns is not None:
         return MARK.get(worst, worst), (info.done_ns - release_began(step, info.sent_ns)) / 1e9
     if comps or info.sent_ns is not None:
-        return ("waiting" if not comps else MARK.get(worst, worst)), None
+        return (Outcome.WAITING if not comps else MARK.get(worst, worst)), None
     return None
 
 
