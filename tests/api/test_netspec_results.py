@@ -37,9 +37,10 @@ def demo():
 
 def test_the_public_surface_is_pinned_and_every_name_says_what_it_is():
     assert sorted(results.__all__) == ["Campaign", "CampaignRecord", "CampaignRun", "Entry",
-                                       "MergedHistogram", "NetspecError", "OperationFigures", "Participant",
-                                       "Point", "Recovery", "Run", "RunError", "RunOutcome", "RunRecord",
-                                       "Split", "Step", "Tables", "open_campaign", "open_run"]
+                                       "MergedHistogram", "NetspecError", "OperationFigures", "Outcome",
+                                       "Participant", "Point", "Recovery", "Run", "RunError", "RunOutcome",
+                                       "RunRecord", "RunStatus", "Split", "Step", "Tables", "decide",
+                                       "open_campaign", "open_run"]
     assert [n for n in results.__all__ if not (getattr(results, n).__doc__ or "").strip()] == []
 
 
@@ -98,6 +99,9 @@ def test_a_stored_run_gives_its_outcome_steps_and_participants():
     assert (step.phase, step.status, step.duration_s) == ("run", "ok", 0.134768221)
     assert [(h, c, e.status, e.message) for h, c, e in step.participants()] == [
         ("b", "client", "ok", "2000 round trips: median 65.2 us, p99 102.6 us")]
+    assert [results.decide(e) for s in run.steps for _, _, e in s.participants()] == \
+        [results.Outcome.OK] * sum(len(s.participants()) for s in run.steps)
+    assert run.outcome.status == results.RunStatus.OK
     assert run.participants[1] == results.Participant("b", "client", 0, 0.260923234)
 
 
