@@ -278,10 +278,11 @@ def docker_image() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def k8s_cluster(docker_image: str) -> Iterator[Path]:
-    """A real single-node Kubernetes of this worker's own (tests/k8stestbed.py: its binaries
-    built once per version into the machine's cache, which .ci/run fills first), netspec's
-    image put in its runtime; its kubeconfig. Every part of it is named for the worker and
-    removed after. Skips only where Go or containerd cannot be had, or as non-root."""
+    """A real two-node Kubernetes of this worker's own (tests/k8stestbed.py: its binaries
+    built once per version into the machine's cache, which .ci/run fills first; its nodes
+    PREFIX-node and PREFIX-node2, a kubelet and a containerd each), netspec's image put in
+    each node's runtime; its kubeconfig. Every part of it is named for the worker and removed
+    after. Skips only where Go or containerd cannot be had, or as non-root."""
     import secrets
 
     import k8stestbed
@@ -291,7 +292,7 @@ def k8s_cluster(docker_image: str) -> Iterator[Path]:
     for tool, package in (("go", "Go"), ("containerd", "containerd")):
         if shutil.which(tool) is None:
             pytest.skip(f"{package} is not installed here: the Kubernetes testbed is built and run with it")
-    testbed = k8stestbed.Testbed("k" + secrets.token_hex(3))
+    testbed = k8stestbed.Testbed("k" + secrets.token_hex(3), nodes=2)
     try:
         try:
             k8stestbed.up(testbed)

@@ -1,10 +1,10 @@
-"""A real single-node Kubernetes on this machine, for the `kubernetes:` hosts' tests and for
-trying them by hand, without a registry: Kubernetes built from the k8s.io/kubernetes Go
-modules, Debian's etcd, a containerd of its own (not dockerd's) and the CNI plugins, and a
-pause image made here.
+"""A real Kubernetes of one or two nodes on this machine, for the `kubernetes:` hosts' tests
+and for trying them by hand, without a registry: Kubernetes built from the k8s.io/kubernetes
+Go modules, Debian's etcd, a containerd of its own for each node (not dockerd's) and the CNI
+plugins, and a pause image made here.
 
-    python tests/k8stestbed.py up [--prefix P]    # build once per version, start; prints
-                                                   # export KUBECONFIG=...
+    python tests/k8stestbed.py up [--prefix P] [--nodes 2]  # build once per version, start;
+                                                             # prints export KUBECONFIG=...
     python tests/k8stestbed.py down [--prefix P]  # stop it, remove all it made
     python tests/k8stestbed.py build              # only the binaries, into the cache
 
@@ -12,9 +12,12 @@ pause image made here.
 into $NETSPEC_CACHE/k8s/VERSION (about 7 minutes on two free cores, 3 GB of Go build cache);
 everything a cluster runs from lives in its state directory, /tmp/netspec-k8s-PREFIX, which
 holds each process's PID, so that `down` ends exactly what `up` started. Every name and
-address carries the prefix: the node's veth and the CNI bridge (`PREFIX` in their names),
-the firewall rules (commented with it), the subnet (from the prefix's hash), the containerd
-socket and the node's name. netspec's image goes into the cluster's containerd as `docker
+address carries the prefix: each node's veth and CNI bridge (`PREFIX` in their names), the
+firewall rules (commented with it), the subnets (from the prefix's hash), the containerd
+sockets and the nodes' names (PREFIX-node, PREFIX-node2). A second node is a kubelet and a
+containerd of its own in this machine's network namespace, its pods on a bridge and a subnet
+of their own: this machine routes between the two bridges, and each pod's default route
+goes through its bridge. netspec's image goes into the cluster's containerd as `docker
 save | ctr images import` puts it (`import-image`): the pods run it with imagePullPolicy Never.
 
 The facts behind each setting (../shared/references/kubernetes-here.md): kubelet v1.34 is the
@@ -94,28 +97,57 @@ SHARED = (Path("/var/lib/kubelet"), Path("/var/lib/cni"), Path("/var/log/contain
 CGROUP_PARENT = "k8s.io"  # containerd's CRI puts its containers' cgroups under it (cgroupsPerQOS off)
 
 
-class Testbed:
-    """One cluster's names, addresses, ports and files, all from its prefix."""
+class Node:
+    """One node of a cluster: its kubelet and containerd, its address on a veth of its own,
+    its CNI bridge and pod subnet, and its files (`state`: the cluster's directory for the
+    first node, a directory of its own in it for the second)."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, tb: Testbed, index: int, a: int, b: int, base: int):
+        first = index == 0
+        self.index, self.tb = index, tb
+        self.name = f"{tb.prefix}-node" + ("" if first else str(index + 1))
+        self.ip = f"10.{a}.{b}.{index + 1}"
+        self.pod_subnet = f"10.{a}.{b + 1}.0/24" if first else f"10.{a}.{b + 3}.0/24"
+        self.bridge = f"{tb.prefix}-br{'' if first else index + 1}"
+        self.veth = f"{tb.prefix}-n{'d' if first else index + 1}"
+        self.network = tb.prefix if first else f"{tb.prefix}-n{index + 1}"  # the CNI network's name
+        self.state = tb.dir if first else tb.dir / f"node{index + 1}"
+        self.ports = {"kubelet": base + 3 + 4 * index, "kubelet_healthz": base + 4 + 4 * index}
+        self.containerd_sock = self.state / "containerd" / "containerd.sock"
+        self.pid_names = (("containerd", "kubelet") if first else
+                          (f"containerd-{index + 1}", f"kubelet-{index + 1}"))
+
+    def path(self, *parts: str) -> Path:
+        return self.state.joinpath(*parts)
+
+
+class Testbed:
+    """One cluster's names, addresses, ports and files, all from its prefix: one node, or two
+    (`nodes`), the second a kubelet and a containerd of its own beside the first's."""
+
+    def __init__(self, prefix: str, nodes: int = 1):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", prefix):
             raise SystemExit(f"k8stestbed: prefix {prefix!r}: 1-8 lower-case letters and digits, "
                              "a letter first (it names interfaces, 15 characters at most)")
+        if nodes not in (1, 2):
+            raise SystemExit(f"k8stestbed: {nodes} nodes: one or two")
         self.prefix = prefix
         h = int.from_bytes(hashlib.sha256(prefix.encode()).digest()[:4], "big")
-        a, b = 150 + h % 50, (h >> 8) % 64 * 4  # 10.a.b.0/22: the node, pods, services
-        self.node_ip = f"10.{a}.{b}.1"
-        self.pod_subnet = f"10.{a}.{b + 1}.0/24"
+        # 10.a.b.0/22: the nodes' addresses, the first node's pods, the services, the second's pods
+        a, b = 150 + h % 50, (h >> 8) % 64 * 4
         self.service_subnet = f"10.{a}.{b + 2}.0/24"
         self.service_ip = f"10.{a}.{b + 2}.1"
-        base = 21000 + (h >> 16) % 400 * 10
-        self.ports = {"etcd": base, "etcd_peer": base + 1, "apiserver": base + 2, "kubelet": base + 3,
-                      "kubelet_healthz": base + 4, "controller_manager": base + 5, "scheduler": base + 6}
-        self.node = f"{prefix}-node"
-        self.bridge, self.veth = f"{prefix}-br", f"{prefix}-nd"
+        base = 21000 + (h >> 16) % 400 * 12
+        self.ports = {"etcd": base, "etcd_peer": base + 1, "apiserver": base + 2,
+                      "controller_manager": base + 5, "scheduler": base + 6}
         self.dir = Path(f"/tmp/netspec-k8s-{prefix}")
         self.kubeconfig = self.dir / "kubeconfig"
-        self.containerd_sock = self.dir / "containerd" / "containerd.sock"
+        # A testbed's `down` finds its second node by its directory, whatever it was asked.
+        count = 2 if nodes == 2 or (self.dir / "node2").is_dir() else 1
+        self.nodes = [Node(self, i, a, b, base) for i in range(count)]
+        first = self.nodes[0]
+        self.node, self.node_ip, self.pod_subnet = first.name, first.ip, first.pod_subnet
+        self.bridge, self.veth, self.containerd_sock = first.bridge, first.veth, first.containerd_sock
 
     def path(self, *parts: str) -> Path:
         return self.dir.joinpath(*parts)
@@ -176,8 +208,8 @@ def _kubeconfig(tb: Testbed) -> None:
     tb.kubeconfig.chmod(0o600)
 
 
-def _containerd_config(tb: Testbed) -> Path:
-    c = tb.path("containerd")
+def _containerd_config(node: Node) -> Path:
+    c = node.path("containerd")
     c.mkdir(parents=True, exist_ok=True)
     config = c / "config.toml"
     config.write_text(f"""version = 2
@@ -185,7 +217,7 @@ root = "{c}/root"
 state = "{c}/state"
 disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
 [grpc]
-  address = "{tb.containerd_sock}"
+  address = "{node.containerd_sock}"
 [ttrpc]
   address = "{c}/containerd.sock.ttrpc"
 [debug]
@@ -199,7 +231,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "{tb.path('cni')}"
+    conf_dir = "{node.path('cni')}"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
@@ -208,27 +240,29 @@ disabled_plugins = ["io.containerd.grpc.v1.cri.v1alpha2"]
     return config
 
 
-def _cni(tb: Testbed) -> None:
-    tb.path("cni").mkdir(parents=True, exist_ok=True)
-    conf = {"cniVersion": "1.0.0", "name": tb.prefix, "plugins": [
-        {"type": "bridge", "bridge": tb.bridge, "isGateway": True, "ipMasq": False,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": tb.pod_subnet}]],
-                  "dataDir": str(tb.path("cni-ipam"))}}]}
-    (tb.path("cni") / f"10-{tb.prefix}.conflist").write_text(json.dumps(conf, indent=1))
+def _cni(node: Node) -> None:
+    node.path("cni").mkdir(parents=True, exist_ok=True)
+    conf = {"cniVersion": "1.0.0", "name": node.network, "plugins": [
+        {"type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": False,
+         # a default route through the bridge: a pod reaches the other node's pods through
+         # this machine, which routes between the two bridges
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_subnet}]],
+                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(node.path("cni-ipam"))}}]}
+    (node.path("cni") / f"10-{node.network}.conflist").write_text(json.dumps(conf, indent=1))
 
 
-def _kubelet_config(tb: Testbed) -> Path:
-    config = tb.path("kubelet.yaml")
+def _kubelet_config(node: Node) -> Path:
+    config = node.path("kubelet.yaml")
     config.write_text(json.dumps({
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "address": tb.node_ip, "port": tb.ports["kubelet"], "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1", "healthzPort": tb.ports["kubelet_healthz"],
+        "address": node.ip, "port": node.ports["kubelet"], "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": node.ports["kubelet_healthz"],
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
         "failSwapOn": False, "makeIPTablesUtilChains": False,
-        "containerRuntimeEndpoint": f"unix://{tb.containerd_sock}",
-        "podLogsDir": str(tb.path("pod-logs")),
+        "containerRuntimeEndpoint": f"unix://{node.containerd_sock}",
+        "podLogsDir": str(node.path("pod-logs")),
         "evictionHard": {"memory.available": "1%", "nodefs.available": "1%", "imagefs.available": "1%",
                          "nodefs.inodesFree": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
@@ -313,8 +347,8 @@ def _get(tb: Testbed, path: str) -> bytes | None:
         return None
 
 
-def _node_ready(tb: Testbed) -> bool:
-    node = json.loads(_get(tb, f"/api/v1/nodes/{tb.node}") or b"{}")
+def _node_ready(tb: Testbed, name: str) -> bool:
+    node = json.loads(_get(tb, f"/api/v1/nodes/{name}") or b"{}")
     conditions = node.get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
@@ -323,8 +357,8 @@ def _firewall(tb: Testbed, add: bool) -> None:
     """dockerd's FORWARD policy is DROP: the CNI bridge's traffic let by in DOCKER-USER."""
     if _sh(["iptables", "-S", "DOCKER-USER"], check=False).returncode != 0:
         return
-    for way in ("-i", "-o"):
-        rule = ["DOCKER-USER", way, tb.bridge, "-m", "comment", "--comment", f"netspec-k8s-{tb.prefix}",
+    for way, node in ((w, n) for n in tb.nodes for w in ("-i", "-o")):
+        rule = ["DOCKER-USER", way, node.bridge, "-m", "comment", "--comment", f"netspec-k8s-{tb.prefix}",
                 "-j", "ACCEPT"]
         if add:
             _sh(["iptables", "-I", *rule])
@@ -352,15 +386,18 @@ def up(tb: Testbed) -> None:
     tb.path("made.json").write_text(json.dumps(sorted(set(made))))
     _certs(tb)
     _kubeconfig(tb)
-    _cni(tb)
-    # The node's address on a veth of its own (this kernel has no dummy interfaces).
-    _sh(["ip", "link", "add", tb.veth, "type", "veth", "peer", "name", f"{tb.veth}p"])
-    _sh(["ip", "addr", "add", f"{tb.node_ip}/32", "dev", tb.veth])
-    _sh(["ip", "link", "set", f"{tb.veth}p", "up"])
-    _sh(["ip", "link", "set", tb.veth, "up"])
+    for node in tb.nodes:
+        node.state.mkdir(parents=True, exist_ok=True)
+        _cni(node)
+        # The node's address on a veth of its own (this kernel has no dummy interfaces).
+        _sh(["ip", "link", "add", node.veth, "type", "veth", "peer", "name", f"{node.veth}p"])
+        _sh(["ip", "addr", "add", f"{node.ip}/32", "dev", node.veth])
+        _sh(["ip", "link", "set", f"{node.veth}p", "up"])
+        _sh(["ip", "link", "set", node.veth, "up"])
     _firewall(tb, True)
     pki, p = tb.path("pki"), tb.ports
-    _start(tb, "containerd", ["containerd", "--config", str(_containerd_config(tb))])
+    for node in tb.nodes:
+        _start(tb, node.pid_names[0], ["containerd", "--config", str(_containerd_config(node))])
     _start(tb, "etcd", ["etcd", "--name", tb.prefix, "--data-dir", str(tb.path("etcd")),
                         "--listen-client-urls", f"http://127.0.0.1:{p['etcd']}",
                         "--advertise-client-urls", f"http://127.0.0.1:{p['etcd']}",
@@ -386,16 +423,19 @@ def up(tb: Testbed) -> None:
     _start(tb, "kube-scheduler", [
         str(binaries / "kube-scheduler"), f"--kubeconfig={tb.kubeconfig}", "--leader-elect=false",
         f"--secure-port={p['scheduler']}", "--bind-address=127.0.0.1", "--profiling=false"])
-    _wait("containerd", tb, tb.containerd_sock.exists)
-    ctr = ["ctr", "--address", str(tb.containerd_sock), "-n", "k8s.io"]
-    _sh([*ctr, "images", "import", str(_pause_image(tb))], timeout=120)
-    _start(tb, "kubelet", [
-        str(binaries / "kubelet"), f"--config={_kubelet_config(tb)}", f"--kubeconfig={tb.kubeconfig}",
-        f"--root-dir={tb.path('kubelet')}", f"--cert-dir={tb.path('kubelet-pki')}",
-        f"--hostname-override={tb.node}", f"--node-ip={tb.node_ip}"])
-    _wait(f"node {tb.node}", tb, lambda: _node_ready(tb))
-    (tb.dir / "ready").write_text(json.dumps({"kubeconfig": str(tb.kubeconfig), "node": tb.node,
-                                              "node_ip": tb.node_ip, "pod_subnet": tb.pod_subnet}))
+    pause = _pause_image(tb)
+    for node in tb.nodes:
+        _wait(node.pid_names[0], tb, node.containerd_sock.exists)
+        ctr = ["ctr", "--address", str(node.containerd_sock), "-n", "k8s.io"]
+        _sh([*ctr, "images", "import", str(pause)], timeout=120)
+        _start(tb, node.pid_names[1], [
+            str(binaries / "kubelet"), f"--config={_kubelet_config(node)}", f"--kubeconfig={tb.kubeconfig}",
+            f"--root-dir={node.path('kubelet')}", f"--cert-dir={node.path('kubelet-pki')}",
+            f"--hostname-override={node.name}", f"--node-ip={node.ip}"])
+    for node in tb.nodes:
+        _wait(f"node {node.name}", tb, lambda node=node: _node_ready(tb, node.name))
+    (tb.dir / "ready").write_text(json.dumps({"kubeconfig": str(tb.kubeconfig), "nodes": [
+        {"name": n.name, "ip": n.ip, "pod_subnet": n.pod_subnet} for n in tb.nodes]}))
 
 
 
@@ -433,17 +473,12 @@ def _pid(tb: Testbed, name: str) -> list[int]:
     return []
 
 
-def down(tb: Testbed) -> list[str]:
-    """Every process, mount, interface, firewall rule and file of the cluster removed; what
-    could not be, said. Safe to run again, and on a cluster half up."""
-    said: list[str] = []
+def _end_pods(tb: Testbed, node: Node) -> list[str]:
+    """The node's pods' processes ended (each task of its containerd killed, then its shims),
+    then its containerd; the pods' network namespaces, for `down` to remove."""
     netns: list[str] = []
-    pods = json.loads(_get(tb, "/api/v1/pods") or b"{}") if tb.path("pki").exists() else {}
-    uids = [item["metadata"]["uid"] for item in pods.get("items", [])]
-    _end(_pid(tb, "kubelet"))
-    # The pods' processes: each task of the cluster's containerd killed, then its shims.
-    if tb.containerd_sock.exists() and _pid(tb, "containerd"):
-        ctr = ["ctr", "--address", str(tb.containerd_sock), "-n", "k8s.io"]
+    if node.containerd_sock.exists() and _pid(tb, node.pid_names[0]):
+        ctr = ["ctr", "--address", str(node.containerd_sock), "-n", "k8s.io"]
         # The pods' network namespaces, as their sandboxes' specs name them: containerd 1.6
         # mounts them in /var/run/netns whatever it is told, and a sandbox killed here (not
         # torn down by the kubelet) leaves its namespace and its veth behind.
@@ -457,8 +492,23 @@ def down(tb: Testbed) -> list[str]:
             _sh([*ctr, "tasks", "kill", "-a", "-s", "SIGKILL", task], check=False)
         for task in tasks:
             _sh([*ctr, "tasks", "delete", "-f", task], check=False)
-    _end(_pids(str(tb.containerd_sock)), grace_s=2)
-    for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "containerd", "etcd"):
+    _end(_pids(str(node.containerd_sock)), grace_s=2)
+    _end(_pid(tb, node.pid_names[0]))
+    return netns
+
+
+def down(tb: Testbed) -> list[str]:
+    """Every process, mount, interface, firewall rule and file of the cluster removed; what
+    could not be, said. Safe to run again, and on a cluster half up."""
+    said: list[str] = []
+    netns: list[str] = []
+    pods = json.loads(_get(tb, "/api/v1/pods") or b"{}") if tb.path("pki").exists() else {}
+    uids = [item["metadata"]["uid"] for item in pods.get("items", [])]
+    for node in tb.nodes:
+        _end(_pid(tb, node.pid_names[1]))
+    for node in tb.nodes:
+        netns += _end_pods(tb, node)
+    for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         _end(_pid(tb, name))
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         for uid in uids:
@@ -476,7 +526,7 @@ def down(tb: Testbed) -> list[str]:
     for mount in sorted((m for m in mounts if m.startswith(str(tb.dir) + "/")), key=len, reverse=True):
         if _sh(["umount", "-l", mount], check=False).returncode != 0:
             said.append(f"mount {mount}: not unmounted")
-    for link in (tb.bridge, tb.veth):
+    for link in (link for node in tb.nodes for link in (node.bridge, node.veth)):
         if Path(f"/sys/class/net/{link}").exists():
             _sh(["ip", "link", "del", link], check=False)
     _firewall(tb, False)
@@ -502,13 +552,16 @@ def down(tb: Testbed) -> list[str]:
 
 
 def import_image(tb: Testbed, image: str) -> None:
-    """A Docker image of this machine's engine into the cluster's containerd (`docker save |
-    ctr images import`): pods run it with imagePullPolicy Never."""
-    ctr = ["ctr", "--address", str(tb.containerd_sock), "-n", "k8s.io", "images", "import", "-"]
-    with subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE) as save:
-        _sh(ctr, timeout=600, stdin=save.stdout)
-        if save.wait(timeout=600) != 0:
-            raise SystemExit(f"k8stestbed: docker save {image} failed")
+    """A Docker image of this machine's engine into each node's containerd (`docker save`,
+    then `ctr images import` of it): pods run it with imagePullPolicy Never."""
+    saved = tb.path("image.tar")
+    _sh(["docker", "save", "-o", str(saved), image], timeout=600)
+    try:
+        for node in tb.nodes:
+            _sh(["ctr", "--address", str(node.containerd_sock), "-n", "k8s.io", "images", "import",
+                 str(saved)], timeout=600)
+    finally:
+        saved.unlink(missing_ok=True)
 
 
 def _netspec_image() -> str:
@@ -528,13 +581,16 @@ def main() -> None:
     parser.add_argument("action", choices=["up", "down", "build", "import-image"])
     parser.add_argument("--prefix", default="nsk8s", help="names every part of the cluster (default nsk8s)")
     parser.add_argument("--image", default="", help="import-image: the Docker image to import")
+    parser.add_argument("--nodes", type=int, default=1, choices=(1, 2),
+                        help="up: one node, or two (a kubelet and a containerd of its own beside "
+                             "the first's)")
     parser.add_argument("--netspec-image", action="store_true",
                         help="up: also build netspec's image (ns_control image build) and import it")
     args = parser.parse_args()
     if args.action == "build":
         print(build())
         return
-    tb = Testbed(args.prefix)
+    tb = Testbed(args.prefix, args.nodes)
     if args.action == "up":
         try:
             up(tb)

@@ -1,6 +1,6 @@
-"""kubernetes: hosts on a real single-node cluster of the session's own (tests/k8stestbed.py,
-the `k8s_cluster` fixture): a round trip between two pods with its placement recorded and
-nothing of the run left in the cluster after, CAMP from b's own cgroup; a pod whose netspecd
+"""kubernetes: hosts on a real two-node cluster of the session's own (tests/k8stestbed.py,
+the `k8s_cluster` fixture): a round trip between two pods on two nodes with its placement
+recorded and nothing of the run left in the cluster after, CAMP from b's own cgroup; a pod whose netspecd
 was killed mid-run salvaged through its keeper container; a pod deleted mid-run, its loss
 said; a controller killed mid-run, its pods and namespace (found there by the run's labels)
 removed by `collect`, or by the next run in the cluster; link conditions, a partition, kills,
@@ -27,8 +27,11 @@ pytestmark = pytest.mark.timeout(900)
 ROUND_TRIPS = """\
 experiment: pod-round-trips
 hosts:
-  a: {{kubernetes: {{prefix: {prefix}}}}}
-  b: {{kubernetes: {{prefix: {prefix}, cpus: 0.5, memory: 256m}}}}
+  a:
+    kubernetes: {{prefix: {prefix}, node_selector: {{kubernetes.io/hostname: {node}}}}}
+  b:
+    kubernetes:
+      {{prefix: {prefix}, cpus: 0.5, memory: 256m, node_selector: {{kubernetes.io/hostname: {node}2}}}}
 components:
   server: {{host: a, program: {stimulus}, args: [--role, server]}}
   client: {{host: b, program: {stimulus}, args: [--role, client], params: {{count: 300, size: 64}}}}
@@ -57,6 +60,11 @@ def core(k8s_cluster, monkeypatch):
     api.close()
 
 
+def first_node(core) -> str:
+    """The testbed's first node (PREFIX-node; its second is PREFIX-node2)."""
+    return min(n.metadata.name for n in core.list_node().items)
+
+
 def own_prefix(letter: str) -> str:
     """A prefix of the session's own for a test's pods and namespace (lower case, as names
     in a cluster are)."""
@@ -79,16 +87,18 @@ def test_two_pods_round_trip_their_placement_is_recorded_and_nothing_of_the_run_
                                                                                         k8s_cluster):
     prefix = own_prefix("p")
     stimulus = REPO / "experiments" / "stimulus_response" / "stimulus.py"
-    (tmp_path / "exp.yaml").write_text(ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus))
+    node = first_node(core)
+    (tmp_path / "exp.yaml").write_text(ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus, node=node))
     done = ns_control("run", "exp.yaml", cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     record = latest_record(tmp_path / "runs")
     assert record["status"] == "ok"
     a, b = record["hosts"]["a"]["placement"], record["hosts"]["b"]["placement"]
-    node = core.list_node().items[0].metadata.name
     namespace = f"{prefix}-{record['id'].lower()}"
+    # One run across the cluster's two nodes, each pod where its node_selector put it.
+    assert (a["node"], b["node"]) == (node, f"{node}2"), (a, b)
     for placed, host in ((a, "a"), (b, "b")):
-        assert placed["kind"] == "kubernetes" and placed["node"] == node, placed
+        assert placed["kind"] == "kubernetes", placed
         assert placed["network"] == namespace and placed["container"] == f"{namespace}-{host}", placed
         # the kubeconfig's current-context, the testbed's prefix
         assert placed["context"] == k8s_cluster.parent.name.removeprefix("netspec-k8s-"), placed
@@ -111,7 +121,8 @@ def test_two_pods_round_trip_their_placement_is_recorded_and_nothing_of_the_run_
     free = [r.value["mem_free"] for r in camp if r.entity.full_name == "CAMP/node"]
     assert free and all(0 < f <= 256 << 20 for f in free), free
     show = ns_control("show", "runs/latest", cwd=tmp_path)
-    assert f"kubernetes cluster {a['context']}" in show.stdout and f"node {node}" in show.stdout, show.stdout
+    assert f"kubernetes cluster {a['context']}" in show.stdout, show.stdout
+    assert f"node {node}," in show.stdout and f"node {node}2," in show.stdout, show.stdout
     # Nothing of the run is left: its pods, their Secrets and its namespace are gone.
     pods, namespaces = of_run(core, record["id"])
     assert pods == [] and namespaces == [], (pods, namespaces)
@@ -167,7 +178,9 @@ def test_a_pod_whose_netspecd_is_killed_mid_run_is_salvaged_through_its_keeper(c
     try:
         pod = pod_of(core, record, "b")
         (daemon,) = [s for s in pod.status.container_statuses if s.name == "netspecd"]
-        ctr = ["ctr", "--address", str(k8s_cluster.parent / "containerd" / "containerd.sock"), "-n", "k8s.io"]
+        # the containerd of b's node: the testbed's first node's in its directory, the second's in node2/
+        state = k8s_cluster.parent / ("node2" if pod.spec.node_name.endswith("-node2") else "")
+        ctr = ["ctr", "--address", str(state / "containerd" / "containerd.sock"), "-n", "k8s.io"]
         task = daemon.container_id.removeprefix("containerd://")
         run_dir = tmp_path / "runs" / "latest"
         wait_for(lambda: ticks_in(core, pod, record["id"], tmp_path) == 1000, timeout=60,
@@ -332,7 +345,8 @@ def test_link_conditions_and_a_partition_hold_between_pods(core, tmp_path):
     its rule's first dropped packet."""
     prefix = own_prefix("l")
     stimulus = REPO / "experiments" / "stimulus_response" / "stimulus.py"
-    text = ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus).replace("schedule:", textwrap.dedent("""\
+    text = ROUND_TRIPS.format(prefix=prefix, stimulus=stimulus, node=first_node(core)).replace(
+        "schedule:", textwrap.dedent("""\
         links:
           - {between: [a, b], delay: 5ms}
         faults:
@@ -376,7 +390,8 @@ def test_a_group_of_30_pods_in_a_fan_out_tree_comes_up_and_its_end_leaves_no_pod
     assert len(record["hosts"]) == GROUP and record["status"] == "ok"
     # Each pod its own address, all of them on the one node.
     assert len({info["address"] for info in record["hosts"].values()}) == GROUP
-    assert len({info["placement"]["node"] for info in record["hosts"].values()}) == 1
+    # The scheduler spreads them (least allocated first) over both nodes.
+    assert len({info["placement"]["node"] for info in record["hosts"].values()}) == 2
     # The controller's 5 hosts each relay to 5 more, pod to pod.
     assert record["fan_out"]["relays"] == 5, record["fan_out"]
     assert "not stopped" not in done.stdout + done.stderr
