@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .runstep import Entry
+from typing import Protocol
 
 
 class Outcome(StrEnum):
@@ -42,7 +39,16 @@ FINE = frozenset({Outcome.OK, Outcome.WARNING, Outcome.SCHEDULED})
 HUNG = frozenset({Outcome.KILLED, Outcome.LATE, Outcome.WAITING})
 
 
-def decide(entry: Entry, deadline_ns: int | None = None) -> Outcome:
+class Acked(Protocol):
+    """What `decide` reads of a step's entry (protocol/runstep.py's Entry)."""
+
+    status: str
+    outcome: str | None
+    entered_ns: int | None
+    acked_ns: int | None
+
+
+def decide(entry: Acked, deadline_ns: int | None = None) -> Outcome:
     """A participant's outcome in its step, from its entry: the one the controller recorded,
     else its ack's status (running while it has not acked); ok with a warning is `warning`,
     and an error acked at or past its step's deadline (`deadline_ns`) was killed there."""

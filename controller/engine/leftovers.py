@@ -26,7 +26,7 @@ from ..hosts.engines import Engines
 from ..hosts.fleet import Host
 
 if TYPE_CHECKING:
-    from ..hosts.pods import Clusters
+    from ..hosts.cluster import Clusters
 
 
 def _engines_of(hosts: dict[str, Host]) -> dict[str, tuple[str | None, dict[str, str] | None]]:
@@ -64,7 +64,8 @@ def _places(hosts: dict[str, Host], engines: Engines, clusters: Clusters | None)
                             lambda run, client=client: remove_run(client(), run)))
     if clusters is None:
         return places
-    from ..hosts import pods
+    from ..hosts.cluster import dead_runs as dead_pod_runs
+    from ..hosts.cluster import remove_run as remove_pod_run
 
     specs = {(h.spec.kubernetes.kubeconfig, h.spec.kubernetes.context): h.spec.kubernetes
              for h in hosts.values() if h.spec.kubernetes is not None}
@@ -76,8 +77,8 @@ def _places(hosts: dict[str, Host], engines: Engines, clusters: Clusters | None)
                 raise exc
             places.append(Place(f"cluster {k8s.context or '(current context)'}", refused, refused))
             continue
-        places.append(Place(cluster.where, lambda current, cluster=cluster: pods.dead_runs(cluster, current),
-                            lambda run, cluster=cluster: pods.remove_run(cluster, run)))
+        places.append(Place(cluster.where, lambda current, cluster=cluster: dead_pod_runs(cluster, current),
+                            lambda run, cluster=cluster: remove_pod_run(cluster, run)))
     return places
 
 

@@ -16,6 +16,7 @@ from netspec.protocol.runrecord import HostRecord
 
 from ..experiment.model import Host as HostSpec
 from ..experiment.model import Plan
+from ..hosts.cluster import Clusters  # the Kubernetes client loads only for a cluster's first pod
 from ..hosts.engines import Engines
 from ..hosts.fleet import (
     AddressHost,
@@ -27,7 +28,7 @@ from ..hosts.fleet import (
     ensure_fd_limit,
 )
 from ..hosts.forks import DaemonForks
-from ..hosts.pods import Clusters, PodHost  # the Kubernetes client loads only for a cluster's first pod
+from ..hosts.pods import PodHost
 from ..record.progress import Progress, ProgressSink
 from ..record.rundir import RunDir
 from .clocks import start_clocks, stretched

@@ -54,7 +54,7 @@ def collect_run(path: Path, accept_new_host_keys: bool = False) -> dict[str, Sal
     reached = [spec for spec in specs if spec.name in record.hosts]  # reached: something may be there
     unrecorded = [spec for spec in specs if spec.kubernetes and spec.name not in record.hosts]
     if unrecorded:  # a pod made after the record was last saved, found by its labels
-        from ..hosts.pods import Clusters, made_hosts
+        from ..hosts.cluster import Clusters, made_hosts
 
         clusters.append(Clusters())
         reached += made_hosts(unrecorded, record.id, clusters[0])
@@ -122,9 +122,10 @@ def _source(spec: HostSpec, record: RunRecord, accept_new: bool, opened: list[SS
     if spec.address:
         return lambda: None
     if spec.docker or spec.kubernetes:
+        from ..hosts.cluster import Clusters
         from ..hosts.docker import DockerHost  # the Docker SDK loads only for a run with docker hosts
         from ..hosts.engines import Engines
-        from ..hosts.pods import Clusters, PodHost
+        from ..hosts.pods import PodHost
 
         if not engines:
             engines.append(Engines())

@@ -3,7 +3,8 @@
 
 One bare pod per host (restartPolicy Never), named `<prefix>-<run>-<host>` and labelled with
 the run and the host, in a namespace made for the run (`<prefix>-<run>`, removed with its
-last pod) or the one given. The cluster is the one kubectl would use (KUBECONFIG, else
+last pod) or the one given (controller/hosts/cluster.py holds the cluster: its client, the
+run's namespace, what runs left there). The cluster is the one kubectl would use (KUBECONFIG, else
 ~/.kube/config, and its current context) unless `kubeconfig:` or `context:` name another.
 
 The pod runs netspec's image (or the one given, with netspec installed) as it is in the
@@ -28,10 +29,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import contextlib
 import io
 import os
-import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -40,14 +39,14 @@ from netspec.camp.cgroup import CONTAINER_ENV
 from netspec.protocol.auth import new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
 from netspec.protocol.names import safe_name
-from netspec.protocol.runplan import KubernetesSpec
 from netspec.protocol.runrecord import Limits, Placement
 
 from ..experiment.model import Host as HostSpec
+from .cluster import API_TIMEOUT_S, Cluster, Clusters, api_errors, api_exception, api_said, label
 from .engines import Engines, memory_bytes
 from .fleet import Host
 from .images import NETSPECD, default_image
-from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_gone, controller_id
+from .leftovers import CONTROLLER_LABEL, HOST_LABEL, KEPT_LABEL, RUN_LABEL, controller_id
 from .runfiles import ArchiveRunFiles, programs_archive
 
 DAEMON_ADDRESS_ENV = "NETSPEC_DAEMON_ADDRESS"  # daemon/facts.py: the address its components are told
@@ -58,127 +57,8 @@ KEY_DIR = "/etc/netspec"
 SECRET_DIR = "/etc/netspec-secret"
 START_S = 90.0  # a pod scheduled, its sandbox and three containers started, netspecd listening
 POLL_S = 0.1
-API_TIMEOUT_S = 30.0
 KEEPER = "keeper"
 ARG_CHUNK = 96 * 1024  # base64 characters a command line: under the kernel's 128 KiB an argument
-
-
-def _label(value: str) -> str:
-    """A name as a label value and a DNS-1123 name: lower case, letters, digits and '-'."""
-    return "".join(c if c.isascii() and c.isalnum() else "-" for c in value.lower())[:63].strip("-")
-
-
-class Cluster:
-    """One cluster (a kubeconfig and a context) of a run's pods: its API client, made once,
-    and the run's namespace, made by the first of its pods and removed after the last."""
-
-    def __init__(self, kubeconfig: str | None, context: str | None):
-        from kubernetes import client, config
-
-        self.kubeconfig = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
-            str(Path("~/.kube/config").expanduser())
-        try:
-            contexts, current = config.list_kube_config_contexts(self.kubeconfig)
-            chosen = next((c for c in contexts if c["name"] == context), None) if context else current
-            if chosen is None:
-                raise NetspecError(f"kubeconfig {self.kubeconfig} has no context {context!r} (it has "
-                                   f"{', '.join(c['name'] for c in contexts)})")
-            self.context = chosen["name"]
-            self.api_client = config.new_client_from_config(self.kubeconfig, context=self.context)
-        except (OSError, config.ConfigException) as exc:
-            raise NetspecError(f"kubeconfig {self.kubeconfig}: {exc}") from None
-        self.core = client.CoreV1Api(self.api_client)
-        self.server = self.api_client.configuration.host
-        self._lock = threading.Lock()
-        self._namespaces: dict[str, int] = {}  # made for the run: pods of ours in it
-
-    @contextlib.contextmanager
-    def exec_api(self):
-        """A CoreV1Api of its own for one exec: the client's `stream` swaps its ApiClient's
-        request method for a websocket's while it runs, so that any call made meanwhile on
-        the shared one (another pod's deletion) would go out as a websocket and fail."""
-        from kubernetes import client, config
-
-        api_client = config.new_client_from_config(self.kubeconfig, context=self.context)
-        try:
-            yield client.CoreV1Api(api_client)
-        finally:
-            api_client.close()
-
-    def namespace(self, name: str, run_id: str) -> None:
-        """The run's namespace made (once), this pod counted in it."""
-        from kubernetes.client import V1Namespace, V1ObjectMeta
-
-        with self._lock:
-            if name not in self._namespaces:
-                self.core.create_namespace(V1Namespace(metadata=V1ObjectMeta(
-                    name=name, labels={RUN_LABEL: _label(run_id)})), _request_timeout=API_TIMEOUT_S)
-                self._namespaces[name] = 0
-            self._namespaces[name] += 1
-
-    def left(self, name: str) -> list[str]:
-        """A pod of the run's namespace gone: the namespace removed after its last; what
-        could not be, said."""
-        with self._lock:
-            self._namespaces[name] -= 1
-            if self._namespaces[name] > 0:
-                return []
-            del self._namespaces[name]
-        try:
-            self.core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
-        except _api_errors() as exc:
-            if getattr(exc, "status", None) != 404:
-                return [f"namespace {name}: not removed: {_said(exc)}"]
-        return []
-
-    @property
-    def where(self) -> str:
-        return f"cluster {self.context} ({self.server})"
-
-    def close(self) -> None:
-        self.api_client.close()
-
-
-class Clusters:
-    """The clusters of one fleet's pod hosts, each made once. Owned by the Fleet
-    (engine/reach.py), closed at the run's end (engine/finish.py)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._clusters: dict[tuple[str | None, str | None], Cluster] = {}
-
-    def get(self, spec: KubernetesSpec) -> Cluster:
-        with self._lock:
-            key = (spec.kubeconfig, spec.context)
-            if key not in self._clusters:
-                self._clusters[key] = Cluster(spec.kubeconfig, spec.context)
-            return self._clusters[key]
-
-    def close(self) -> None:
-        with self._lock:
-            for cluster in self._clusters.values():
-                cluster.close()
-            self._clusters.clear()
-
-
-def _api_exception() -> type[Exception]:
-    from kubernetes.client.exceptions import ApiException
-
-    return ApiException
-
-
-def _api_errors() -> tuple[type[Exception], ...]:
-    """What a call to the API raises: the cluster's refusal, or no answer at all (urllib3's
-    retries and timeouts are neither OSError nor NetspecError)."""
-    import urllib3
-
-    return _api_exception(), urllib3.exceptions.HTTPError
-
-
-def _said(exc: Exception) -> str:
-    if isinstance(exc, _api_exception()):
-        return f"{exc.status} {exc.reason}"
-    return f"no answer: {exc}"
 
 
 class PodHost(Host):
@@ -201,11 +81,11 @@ class PodHost(Host):
 
     @property
     def namespace(self) -> str:
-        return self.k8s.namespace or _label(f"{self.k8s.prefix}-{self.run_id}")
+        return self.k8s.namespace or label(f"{self.k8s.prefix}-{self.run_id}")
 
     @property
     def pod_name(self) -> str:
-        return _label(f"{self.k8s.prefix}-{self.run_id}-{safe_name(self.name, 'host')}")
+        return label(f"{self.k8s.prefix}-{self.run_id}-{safe_name(self.name, 'host')}")
 
     @property
     def secret_name(self) -> str:
@@ -218,8 +98,8 @@ class PodHost(Host):
 
     @property
     def labels(self) -> dict[str, str]:
-        return {RUN_LABEL: _label(self.run_id), HOST_LABEL: _label(self.name),
-                CONTROLLER_LABEL: _label(controller_id(os.getpid())),
+        return {RUN_LABEL: label(self.run_id), HOST_LABEL: label(self.name),
+                CONTROLLER_LABEL: label(controller_id(os.getpid())),
                 **({KEPT_LABEL: "1"} if self.keep else {})}
 
     @property
@@ -233,9 +113,9 @@ class PodHost(Host):
             self.making = self.engines.submit(self._make)
             await asyncio.wrap_future(self.making)
             await self._running(log_dir)
-        except _api_errors() as exc:
+        except api_errors() as exc:
             body = (getattr(exc, "body", None) or "")[:500]
-            raise ConnectionLost(self.name, detail=f"{self._where}: {_said(exc)}"
+            raise ConnectionLost(self.name, detail=f"{self._where}: {api_said(exc)}"
                                  f"{': ' + body if body else ''}") from exc
         except NetspecError as exc:  # its kubeconfig (Cluster)
             raise ConnectionLost(self.name, detail=str(exc)) from exc
@@ -282,7 +162,7 @@ class PodHost(Host):
         return c.V1Pod(
             metadata=c.V1ObjectMeta(name=self.pod_name, labels=self.labels, annotations=self.annotations),
             spec=c.V1PodSpec(
-                restart_policy="Never", hostname=_label(self.name),
+                restart_policy="Never", hostname=label(self.name),
                 node_selector=dict(k.node_selector) or None,
                 automount_service_account_token=False, termination_grace_period_seconds=5,
                 init_containers=[c.V1Container(
@@ -317,7 +197,7 @@ class PodHost(Host):
             why, late = _waiting(pod), loop.time() > deadline
             if status.phase in ("Failed", "Succeeded") or ended or why.startswith(NEVER) or late:
                 began = daemon is not None and not daemon.state.waiting
-                said = await self.engines.call(self._said) if began else ""
+                said = await self.engines.call(self._daemon_log) if began else ""
                 log_dir.mkdir(parents=True, exist_ok=True)
                 (log_dir / "netspecd.log").write_text(said)
                 hint = ("; put the image in the cluster's runtime (netspec's: `ns_control image build`, then "
@@ -334,12 +214,12 @@ class PodHost(Host):
         return self.cluster.core.read_namespaced_pod(self.pod_name, self.namespace,
                                                      _request_timeout=API_TIMEOUT_S)
 
-    def _said(self) -> str:
+    def _daemon_log(self) -> str:
         assert self.cluster is not None
         try:
             return self.cluster.core.read_namespaced_pod_log(
                 self.pod_name, self.namespace, container="netspecd", _request_timeout=API_TIMEOUT_S)
-        except _api_exception() as exc:
+        except api_exception() as exc:
             return f"(its log could not be read: {exc.status} {exc.reason})"
 
     def reachable_at(self, facts: dict[str, Any]) -> str:
@@ -378,7 +258,7 @@ class PodHost(Host):
                             container=container, command=command, stdin=False, stdout=True, stderr=True,
                             tty=False, _preload_content=False, binary=True)
                 self._finish(ws, command, out)
-        except (*_api_errors(), WebSocketException, OSError) as exc:
+        except (*api_errors(), WebSocketException, OSError) as exc:
             raise NetspecError(f"pod {self.namespace}/{self.pod_name}: {' '.join(command[:3])} could not "
                                f"be run in {container}: {exc}") from exc
 
@@ -427,7 +307,7 @@ class PodHost(Host):
             self.cluster = self.clusters.get(self.k8s)
         try:
             self.pod = self._read()
-        except _api_exception() as exc:
+        except api_exception() as exc:
             if exc.status == 404:
                 raise NetspecError(f"pod {self.namespace}/{self.pod_name} is gone (deleted?): its streams "
                                    "went with it") from None
@@ -463,9 +343,9 @@ class PodHost(Host):
                                    ("pod", core.delete_namespaced_pod, self.pod_name)):
             try:
                 delete(name, self.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
-            except _api_errors() as exc:
+            except api_errors() as exc:
                 if getattr(exc, "status", None) != 404:
-                    said.append(f"{what} {self.namespace}/{name}: not deleted: {_said(exc)}")
+                    said.append(f"{what} {self.namespace}/{name}: not deleted: {api_said(exc)}")
         self.pod = None
         return said
 
@@ -478,17 +358,17 @@ class PodHost(Host):
             NetspecError: what could not be removed."""
         said = self._delete()
         if self.k8s.namespace is None and not said:
-            core, selector = self.cluster.core, f"{RUN_LABEL}={_label(self.run_id)}"
+            core, selector = self.cluster.core, f"{RUN_LABEL}={label(self.run_id)}"
             try:
                 namespace = core.read_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
                 left = core.list_namespaced_pod(self.namespace, label_selector=selector,
                                                 _request_timeout=API_TIMEOUT_S).items
-                if ((namespace.metadata.labels or {}).get(RUN_LABEL) == _label(self.run_id)
+                if ((namespace.metadata.labels or {}).get(RUN_LABEL) == label(self.run_id)
                         and all(p.metadata.deletion_timestamp for p in left)):
                     core.delete_namespace(self.namespace, _request_timeout=API_TIMEOUT_S)
-            except _api_errors() as exc:
+            except api_errors() as exc:
                 if getattr(exc, "status", None) != 404:
-                    said.append(f"namespace {self.namespace}: not removed: {_said(exc)}")
+                    said.append(f"namespace {self.namespace}: not removed: {api_said(exc)}")
         if said:
             raise NetspecError("; ".join(said))
 
@@ -511,85 +391,6 @@ class PodHost(Host):
             self.counted = False
             said += self.cluster.left(self.namespace)
         return said
-
-
-def made_hosts(specs: list[HostSpec], run_id: str, clusters: Clusters) -> list[HostSpec]:
-    """Those of the pod hosts `specs` whose pod for run `run_id` is in its cluster, found by
-    the run's label: `collect` reaches them though the run record never named them (its
-    controller killed while they came up). A cluster that could not be asked keeps its
-    hosts: their salvage says why."""
-    found = []
-    for spec in specs:
-        assert spec.kubernetes is not None
-        try:
-            cluster = clusters.get(spec.kubernetes)
-            pods = cluster.core.list_pod_for_all_namespaces(
-                label_selector=f"{RUN_LABEL}={_label(run_id)},{HOST_LABEL}={_label(spec.name)}",
-                _request_timeout=API_TIMEOUT_S).items
-        except (NetspecError, *_api_errors()):
-            pods = [None]
-        if pods:
-            found.append(spec)
-    return found
-
-
-def dead_runs(cluster: Cluster, current: str) -> dict[str, list[str]]:
-    """The runs (but `current`) whose pods are in the cluster, made by a controller of this
-    machine that is gone and not kept: run id -> its pods (NAMESPACE/NAME)."""
-    found: dict[str, list[str]] = {}
-    for pod in cluster.core.list_pod_for_all_namespaces(label_selector=f"{RUN_LABEL},{CONTROLLER_LABEL}",
-                                                        _request_timeout=API_TIMEOUT_S).items:
-        meta = pod.metadata
-        made = meta.annotations or {}
-        run, made_by = made.get(RUN_LABEL), made.get(CONTROLLER_LABEL)
-        if run is None or made_by is None or run == current or KEPT_LABEL in (meta.labels or {}):
-            continue
-        if controller_gone(made_by):
-            found.setdefault(run, []).append(f"pod {meta.namespace}/{meta.name}")
-    return found
-
-
-def remove_run(cluster: Cluster, run_id: str) -> list[str]:
-    """What netspec made in the cluster for `run_id` and did not keep deleted: its pods, their
-    Secrets, and the namespaces made for it. Returns what it deleted, each named ("pod
-    NS/NAME", "Secret NS/NAME", "namespace NAME").
-
-    Raises:
-        NetspecError: what could not be deleted."""
-    core, selector, removed, said = cluster.core, f"{RUN_LABEL}={_label(run_id)}", [], []
-    try:
-        pods = core.list_pod_for_all_namespaces(label_selector=selector, _request_timeout=API_TIMEOUT_S).items
-        secrets = core.list_secret_for_all_namespaces(label_selector=selector,
-                                                      _request_timeout=API_TIMEOUT_S).items
-        namespaces = core.list_namespace(label_selector=selector, _request_timeout=API_TIMEOUT_S).items
-    except _api_errors() as exc:
-        raise NetspecError(f"what run {run_id} left was not listed: {_said(exc)}") from None
-    kept = {p.metadata.namespace for p in pods if KEPT_LABEL in (p.metadata.labels or {})}
-    for what, delete, items in (("pod", core.delete_namespaced_pod, pods),
-                                ("Secret", core.delete_namespaced_secret, secrets)):
-        for item in items:
-            meta = item.metadata
-            if KEPT_LABEL in (meta.labels or {}) or (what == "pod" and meta.deletion_timestamp):
-                continue
-            try:
-                delete(meta.name, meta.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
-                removed.append(f"{what} {meta.namespace}/{meta.name}")
-            except _api_errors() as exc:
-                if getattr(exc, "status", None) != 404:
-                    said.append(f"{what} {meta.namespace}/{meta.name}: not deleted: {_said(exc)}")
-    for namespace in namespaces:
-        name = namespace.metadata.name
-        if name in kept or namespace.status.phase == "Terminating":
-            continue
-        try:
-            core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
-            removed.append(f"namespace {name}")
-        except _api_errors() as exc:
-            if getattr(exc, "status", None) != 404:
-                said.append(f"namespace {name}: not removed: {_said(exc)}")
-    if said:
-        raise NetspecError("; ".join(said))
-    return removed
 
 
 # What a pod's container waits for that will not come (no pull, a spec its runtime refuses).
