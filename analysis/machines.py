@@ -8,9 +8,9 @@ Read by the per-phase figures (analysis/phases.py), the browser's resources and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
+from netspec.protocol.hostfacts import HostFacts
 
 from .provenance import shared_kernels
 
@@ -33,7 +33,7 @@ class Machines:
         return [hosts for hosts in groups.values() if len(hosts) > 1]
 
 
-def machines(db: duckdb.DuckDBPyConnection | None, facts: dict[str, dict[str, Any]]) -> Machines:
+def machines(db: duckdb.DuckDBPyConnection | None, facts: dict[str, HostFacts]) -> Machines:
     """The run's hosts by the machine they read (`facts`: each host's facts.json, as
     `provenance.host_facts` reads them; `db`: the result set, for the hosts CAMP read a cgroup
     of, or None to take none)."""
@@ -41,7 +41,7 @@ def machines(db: duckdb.DuckDBPyConnection | None, facts: dict[str, dict[str, An
     if db is not None and "events" in {r[0] for r in db.execute(
             "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}:
         cgroup = {h for (h,) in db.execute(CGROUP_HOSTS_SQL).fetchall()}
-    cpus = {h: float(f["cpu_count"]) for h, f in facts.items() if isinstance(f.get("cpu_count"), int)}
+    cpus = {h: float(f.cpu_count) for h, f in facts.items() if f.cpu_count is not None}
     kernels = shared_kernels(facts)
     cpu_shared = [shared for group in kernels if len(shared := [h for h in group if h not in cgroup]) > 1]
     own = [mine for group in kernels if (mine := [h for h in group if h in cgroup])]
@@ -49,7 +49,7 @@ def machines(db: duckdb.DuckDBPyConnection | None, facts: dict[str, dict[str, An
     for group in kernels:
         by_address: dict[str, list[str]] = {}
         for h in group:
-            by_address.setdefault(str(facts[h].get("address") or ""), []).append(h)
+            by_address.setdefault(facts[h].address, []).append(h)
         net_of.update({h: min(hosts) for address, hosts in by_address.items() if address for h in hosts})
     return Machines(cpus, cpu_shared, own, net_of)
 

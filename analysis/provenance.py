@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.hostfacts import DECISIVE, HostFacts, read_facts
 from netspec.protocol.names import safe_name
 from netspec.protocol.runplan import PlanRecord
 from netspec.protocol.runrecord import Placement, RunRecord, read_run
@@ -26,9 +27,6 @@ from netspec.protocol.runrecord import Placement, RunRecord, read_run
 from .graph import user_filter
 
 FOLD = 3  # hosts whose fact differs alike, named each on a line of its own; beyond, on one line
-# What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
-# address and the paths of its Python do not.
-HOST_FACTS = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class Provenance:
     `differences` compares them."""
 
     record: RunRecord
-    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    host_facts: dict[str, HostFacts] = field(default_factory=dict)
 
 
 def load(run: Path) -> Provenance:
@@ -52,27 +50,27 @@ def load(run: Path) -> Provenance:
     return Provenance(record, host_facts(run, record.hosts))
 
 
-def host_facts(run: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
+def host_facts(run: Path, hosts: Iterable[str]) -> dict[str, HostFacts]:
     """What each of `hosts` (the run's, by name) said of itself when its daemon was reached
     (hosts/<host>/facts.json); a host whose file is missing or unreadable is left out."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, HostFacts] = {}
     for host in sorted(hosts):
         try:
-            facts = json.loads((run / "hosts" / safe_name(host, "host") / "facts.json").read_text())
-        except (OSError, ValueError, ProtocolError):  # ProtocolError: a name no path is made of
+            facts = read_facts(run / "hosts" / safe_name(host, "host") / "facts.json")
+        except ProtocolError:  # a name no path is made of
             continue
-        if isinstance(facts, dict):
+        if facts is not None:
             found[host] = facts
     return found
 
 
-def shared_kernels(facts: dict[str, dict[str, Any]]) -> list[list[str]]:
+def shared_kernels(facts: dict[str, HostFacts]) -> list[list[str]]:
     """Groups of two or more hosts whose daemons ran under one kernel (the same boot_id):
     network namespaces or containers of one machine."""
     by_boot: dict[str, list[str]] = {}
     for host, known in sorted(facts.items()):
-        if isinstance(known.get("boot_id"), str) and known["boot_id"]:
-            by_boot.setdefault(known["boot_id"], []).append(host)
+        if known.boot_id:
+            by_boot.setdefault(known.boot_id, []).append(host)
     return [hosts for hosts in by_boot.values() if len(hosts) > 1]
 
 
@@ -105,9 +103,9 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
         if info.placement is not None:
             flat[f"host {host} placement"] = placement_text(info.placement)
     for host, known in sorted(run.host_facts.items()):
-        for key in HOST_FACTS:
-            if known.get(key) is not None:
-                flat[f"host {host} {key}"] = _text(known[key])
+        for key in DECISIVE:
+            if (value := getattr(known, key)) not in (None, ""):
+                flat[f"host {host} {key}"] = _text(value)
     for i, step in enumerate(plan.schedule):
         flat[f"step {i}"] = _text({k: v for k, v in msgspec.structs.asdict(step).items() if k != "line"})
     if plan.connect_deadline_s is not None:

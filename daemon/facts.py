@@ -8,9 +8,9 @@ import socket
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import psutil
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.messages import netspec_version
 
 
@@ -60,24 +60,13 @@ def ssh_client_address() -> str | None:
     return parts[0] if len(parts) == 4 else None
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> HostFacts:
     """OS, kernel, CPU, memory, clock source, and the Python and netspec versions."""
     uname = os.uname()
-    return {
-        "hostname": socket.gethostname(),
-        "os": _os_name(),
-        "kernel": uname.release,
-        # One kernel's every namespace and container has the same: hosts that share it share
-        # the machine's CPU, memory and disks (analysis says so of CAMP's node counters).
-        "boot_id": _read("/proc/sys/kernel/random/boot_id"),
-        "machine": uname.machine,
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "clock_source": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-        "python": sys.version.split()[0],
-        "python_executable": sys.executable,
-        "netspec": netspec_version(),
-        "address": host_address(),
-        "ssh_client_address": ssh_client_address(),
-    }
+    return HostFacts(
+        hostname=socket.gethostname(), os=_os_name(), kernel=uname.release,
+        boot_id=_read("/proc/sys/kernel/random/boot_id"), machine=uname.machine, cpu_model=_cpu_model(),
+        cpu_count=os.cpu_count(), memory_bytes=psutil.virtual_memory().total,
+        clock_source=_read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        python=sys.version.split()[0], python_executable=sys.executable, netspec=netspec_version(),
+        address=host_address(), ssh_client_address=ssh_client_address())

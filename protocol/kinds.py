@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .hostfacts import HostFacts
 from .links import Backends, LinkOffer, LinkRule
 from .messages import (
     ACK,
@@ -530,7 +531,7 @@ class Reply(Event, tag=REPLY, kw_only=True, omit_defaults=False):
 class HelloReply(Reply, kw_only=True):
     protocol: int
     pid: int
-    facts: dict[str, Any]
+    facts: HostFacts
     now_ns: int | None = None
 
 

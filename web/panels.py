@@ -16,6 +16,7 @@ from netspec.analysis.machines import Machines, machines
 from netspec.analysis.phases import CPU_FIELDS, missing, phase_figures, spans, views
 from netspec.analysis.units import duration_text, rate_text, time_unit
 from netspec.protocol.errors import some_hosts
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.outcome import HUNG
 from netspec.protocol.runrecord import RunRecord
 
@@ -179,7 +180,7 @@ def _cpus_text(cpus: dict[str, float], group: list[str]) -> str:
 
 
 def resources(db: duckdb.DuckDBPyConnection, origin: int, of: dict[str, str] | None = None,
-              facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+              facts: dict[str, HostFacts] | None = None) -> dict[str, Any]:
     """Per step and host the CPU, network and disk the usage table holds, as heatmaps (past
     fleet.FOLD_HOSTS hosts a row per group of `of` and the busiest hosts apart); and each
     host's CPU busy % over time with the steps shaded. A CPU figure is at most its host's
@@ -276,7 +277,7 @@ def timeline_events(db: duckdb.DuckDBPyConnection, origin: int,
             "marker": {"symbol": "line-ns-open", "size": 9, "color": "#333", "opacity": 0.6}}
 
 
-def phases(db: duckdb.DuckDBPyConnection, facts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def phases(db: duckdb.DuckDBPyConnection, facts: dict[str, HostFacts] | None = None) -> dict[str, Any]:
     """The per-phase figures (analysis/phases.py), as the page's table shows them, a machine
     hosts share (`facts`) counted once; and what the figures are to be read with."""
     if "phases" not in views(db):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
 
 from netspec.clksync.client import VOLLEY
 from netspec.clksync.packets import KEY_BYTES
 from netspec.protocol import messages as m
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.runrecord import ClockSync
 
 from ..experiment.model import ClockService
@@ -34,7 +34,7 @@ def probe_interval_ms(asked_ms: float, probers: int) -> float:
 
 
 async def start_clocks(service: ClockService, clients: dict[str, DaemonClient], addresses: dict[str, str],
-                       facts: dict[str, dict[str, Any]], deadline: float) -> ClockSync | None:
+                       facts: dict[str, HostFacts], deadline: float) -> ClockSync | None:
     """Start serving and probing; what run.json records of it (None with one host)."""
     if len(clients) < 2:
         return None
@@ -62,11 +62,11 @@ def stretched(clocks: ClockSync) -> str:
 
 
 def reference_address(reference: str, host: str, addresses: dict[str, str],
-                      facts: dict[str, dict[str, Any]]) -> str:
+                      facts: dict[str, HostFacts]) -> str:
     """The address `host` reaches the reference host's probe server at."""
     ref_address = addresses[reference]
     if ref_address.startswith("127.") and not addresses[host].startswith("127."):
         # The reference runs beside this controller: the host reaches it at the
         # address its SSH connection came from.
-        return facts[host].get("ssh_client_address") or ref_address
+        return facts[host].ssh_client_address or ref_address
     return ref_address

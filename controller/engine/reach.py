@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
 
 import msgspec
 from netspec.protocol import messages as m
 from netspec.protocol.errors import DeadlineExceeded, NetspecError
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.runrecord import HostRecord
 
 from ..experiment.model import Host as HostSpec
@@ -86,7 +86,7 @@ class Fleet:
         self.fan_out = FanOut(self.clients, Tree.over(plan.fan_out, tuple(self.hosts), plan.clock.reference)
                               if plan.fan_out else None)
         self.endpoints: dict[str, tuple[str, int]] = {}  # where each daemon was reached
-        self.facts: dict[str, dict[str, Any]] = {}
+        self.facts: dict[str, HostFacts] = {}
         self.addresses: dict[str, str] = {}
         # This controller's clock minus the reference host's, +- half the hello's round trip.
         self.controller_offset: tuple[int, int | None] = (0, None)

@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 from netspec.camp.cgroup import CONTAINER_ENV
 from netspec.protocol.auth import new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
 
@@ -323,7 +324,7 @@ class DockerHost(Host):
         raise ConnectionLost(self.name, detail=f"netspecd did not start in container {self.container.name} "
                              f"within {START_S:g} s")
 
-    def reachable_at(self, facts: dict[str, Any]) -> str:
+    def reachable_at(self, facts: HostFacts) -> str:
         """Its address on the run's network of its engine. A container of another engine
         reaches it there where the engines' machines route to each other's networks (a
         container of a remote engine reaches one of this machine's, the clock reference

@@ -30,6 +30,7 @@ from netspec.protocol.errors import (
     ProtocolError,
     RemoteError,
 )
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Placement
 
@@ -224,7 +225,7 @@ class Host(abc.ABC):
         """Make the programs there; returns where each is on the host (here: where it is)."""
         return {p: p for p in programs}
 
-    def reachable_at(self, facts: dict[str, Any]) -> str:
+    def reachable_at(self, facts: HostFacts) -> str:
         """The address other hosts of the run reach this one at (its daemon's `facts`)."""
         return "127.0.0.1"
 
@@ -248,7 +249,7 @@ class AddressHost(Host):
         addr, _, port = self.spec.address.rpartition(":")
         return addr, int(port)
 
-    def reachable_at(self, facts: dict[str, Any]) -> str:
+    def reachable_at(self, facts: HostFacts) -> str:
         assert self.spec.address is not None
         return self.spec.address.rpartition(":")[0]
 

@@ -38,6 +38,7 @@ from typing import IO, Any
 from netspec.camp.cgroup import CONTAINER_ENV
 from netspec.protocol.auth import new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
 
@@ -222,7 +223,7 @@ class PodHost(Host):
         except api_exception() as exc:
             return f"(its log could not be read: {exc.status} {exc.reason})"
 
-    def reachable_at(self, facts: dict[str, Any]) -> str:
+    def reachable_at(self, facts: HostFacts) -> str:
         return self.address
 
     async def place(self, programs: list[str]) -> dict[str, str]:

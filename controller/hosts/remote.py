@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 import paramiko
 from netspec.protocol.auth import default_key_file, new_run_key
 from netspec.protocol.errors import ConnectionLost, NetspecError
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.names import safe_name
 
 from ..experiment.model import Host as HostSpec
@@ -132,8 +133,8 @@ class SSHHost(Host):
     async def start(self, log_dir: Path) -> tuple[str, int]:
         return await asyncio.to_thread(self._start, log_dir)
 
-    def reachable_at(self, facts: dict[str, Any]) -> str:
-        return facts.get("address") or self.conn.target.hostname
+    def reachable_at(self, facts: HostFacts) -> str:
+        return facts.address or self.conn.target.hostname
 
     def _start(self, log_dir: Path) -> tuple[str, int]:
         found = self.prepare()

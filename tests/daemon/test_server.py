@@ -54,8 +54,8 @@ def _raw(port: int, payload: bytes) -> bytes:
 def test_hello_reports_host_facts(daemon, key):
     reply = asyncio.run(_hello(daemon.port, key))
     assert reply.protocol == m.PROTOCOL_VERSION
-    assert reply.facts["kernel"] == os.uname().release
-    assert reply.facts["cpu_count"] == os.cpu_count()
+    assert reply.facts.kernel == os.uname().release
+    assert reply.facts.cpu_count == os.cpu_count()
 
 
 def test_a_client_with_the_wrong_key_is_refused_and_the_daemon_stays_up(daemon, key):

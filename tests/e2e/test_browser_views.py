@@ -119,7 +119,7 @@ def test_a_run_page_keeps_its_layout_at_1400_and_800_px_and_after_a_resize_and_s
         caveats = driver.find_element(By.ID, "resource-caveats").text
         assert "the CPU figure of each is of the machine they share" in caveats, caveats
         # no host is drawn busier than it has CPUs (a cell measured above is capped, and said)
-        cpus = max(f["cpu_count"] for f in host_facts(results / "runs" / ok, record.host_names).values())
+        cpus = max(f.cpu_count for f in host_facts(results / "runs" / ok, record.host_names).values())
         drawn = driver.execute_script("""return [...document.querySelectorAll('#heatmaps .plot')]
             .filter((p) => p.layout.title.text.startsWith('CPU')).flatMap((p) => p.data[0].z.flat())""")
         assert drawn and max(v for v in drawn if v is not None) <= cpus, (drawn, cpus)

@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from netspec.analysis.provenance import shared_kernels
+from netspec.analysis.provenance import host_facts, shared_kernels
 from netspec.datastream.reader import StreamReader
 from support import latest_record, ns_control, remove_named, session_dir, start_run, wait_for
 
@@ -99,8 +99,7 @@ def test_containers_are_placed_as_recorded_and_one_killed_mid_run_is_salvaged_th
         assert a["cgroup_version"] == int(info["CgroupVersion"])
         assert a["network"] == f"{prefix}-{record['id']}"
         assert (c["container_id"], c.get("created", False)) == (attached.id, False)
-        facts = {h: json.loads((run / "hosts" / h / "facts.json").read_text()) for h in "abc"}
-        assert shared_kernels(facts) == [["a", "b", "c"]]
+        assert shared_kernels(host_facts(run, "abc")) == [["a", "b", "c"]]
 
         # One kernel, one clock: the truth of every offset is 0, inside each bound.
         for host in "bc":

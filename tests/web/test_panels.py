@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from netspec.protocol.hostfacts import HostFacts
 from netspec.web import distributions, eventtable, panels
 
 MS = 1_000_000
@@ -40,9 +41,9 @@ def result_set(usage=(), events=(), intervals=()) -> duckdb.DuckDBPyConnection:
     return db
 
 
-def local(n: int, cpus: int = 2) -> dict[str, dict]:
+def local(n: int, cpus: int = 2) -> dict[str, HostFacts]:
     """The facts of `n` local hosts: daemons of one machine, one kernel, one address."""
-    return {f"h{i}": {"boot_id": BOOT, "address": "127.0.0.1", "cpu_count": cpus} for i in range(n)}
+    return {f"h{i}": HostFacts(boot_id=BOOT, address="127.0.0.1", cpu_count=cpus) for i in range(n)}
 
 
 def test_a_machine_local_hosts_share_is_counted_once_in_the_network_of_each_phase():
@@ -55,7 +56,7 @@ def test_a_machine_local_hosts_share_is_counted_once_in_the_network_of_each_phas
 
 
 def test_hosts_at_addresses_of_their_own_each_count_their_own_network():
-    facts = {h: {"boot_id": BOOT, "address": f"10.0.0.{i}", "cpu_count": 2} for i, h in enumerate(("a", "b"))}
+    facts = {h: HostFacts(boot_id=BOOT, address=f"10.0.0.{i}", cpu_count=2) for i, h in enumerate(("a", "b"))}
     usage = [("a", "net.eth0.bytes_sent", 1e6), ("b", "net.eth0.bytes_sent", 3e6)]
     assert [r["net"] for r in panels.phases(result_set(usage), facts)["rows"]] == ["4 MB/s"]
 
@@ -69,7 +70,7 @@ def test_a_cpu_figure_of_each_phase_is_at_most_its_hosts_cpus_and_said_so():
 
 @pytest.mark.parametrize("panel", ["phases", "resources"])
 def test_container_hosts_whose_cgroup_camp_read_are_not_said_to_see_the_machines_cpu(panel):
-    facts = {h: {"boot_id": BOOT, "address": f"172.18.0.{i + 2}", "cpu_count": 2}
+    facts = {h: HostFacts(boot_id=BOOT, address=f"172.18.0.{i + 2}", cpu_count=2)
              for i, h in enumerate(("a", "b", "c"))}
     cgroup = [(0, h, "CAMP/warning", '{"kind": "cgroup", "message": "read its cgroup"}') for h in facts]
     db = result_set([(h, "cpu.user", 0.5e9) for h in facts], events=cgroup)

@@ -16,6 +16,7 @@ from netspec.protocol import messages as m
 from netspec.protocol.auth import client_handshake, server_handshake
 from netspec.protocol.channel import Channel
 from netspec.protocol.errors import ProtocolError
+from netspec.protocol.hostfacts import HostFacts
 from netspec.protocol.wire import packed
 
 
@@ -67,7 +68,7 @@ def test_a_reply_without_what_the_controller_reads_of_it_is_refused_naming_the_h
     def reply(kind, fields):
         return reading.reply(kind, _read({"t": m.REPLY, "id": 1, **fields}))
     hello = reply(m.HELLO, {"pid": 1, "protocol": 5, "facts": {}})
-    assert hello == k.HelloReply(id=1, pid=1, protocol=5, facts={})
+    assert hello == k.HelloReply(id=1, pid=1, protocol=5, facts=HostFacts())
     assert events.read_problem(10, reply(m.READ, {"data": b"", "eof": False})) == (
         "a reply to read of 0 bytes (eof False) for 10 asked")  # the controller would read for ever
     assert events.read_problem(10, reply(m.READ, {"data": b"x" * 11, "eof": True})).startswith(
