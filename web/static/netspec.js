@@ -40,7 +40,11 @@ const netspec = (() => {
       if (!(name in embedded)) throw new Error(`this report does not carry the ${name} panel`);
       return embedded[name];
     }
-    const response = await fetch(`/api/run/${page.ref}/${name}${query}`);
+    const url = `/api/run/${page.ref}/${name}${query}`;
+    // A GET the network cut is asked once more (it changes nothing on the server): a change of
+    // the machine's interfaces aborts every request in flight, 127.0.0.1's too (Chromium's
+    // ERR_NETWORK_CHANGED), as a laptop's new network or a container started beside does.
+    const response = await fetch(url).catch(() => fetch(url));
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || response.statusText);
     return body;
