@@ -16,11 +16,10 @@ CPU time /proc/stat missed, slots skipped), for the merge's warnings.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -104,9 +103,9 @@ WORKLOAD = pa.schema([("host", pa.string()), ("component", pa.string()), ("real_
                       ("kind", pa.string())])
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One component's timing profile over the window CAMP sampled it in."""
+class Workload(msgspec.Struct, frozen=True):
+    """One component's timing profile over the window CAMP sampled it in, as workload.parquet
+    and summary.json's `workload` hold it."""
 
     host: str
     component: str
@@ -114,21 +113,19 @@ class Workload:
     user_ns: int
     system_ns: int
     waited_ns: int | None = None  # on a run queue, runnable but given no CPU (None: not sampled)
+    # After Spinellis's table 4.1: r >> u + s is waiting (blocked on I/O, asleep on a timer,
+    # waiting for a peer: CAMP does not tell which, so not "I/O-bound"), s > u kernel-bound,
+    # else CPU-bound; worked out from the times whenever one is made or read (__post_init__).
+    kind: str = ""
 
-    @property
-    def kind(self) -> str:
-        """After Spinellis's table 4.1: r >> u + s is waiting (blocked on I/O, asleep on a
-        timer, waiting for a peer: CAMP does not tell which, so not "I/O-bound"), s > u
-        kernel-bound, else CPU-bound."""
+    def __post_init__(self) -> None:
         if self.real_ns <= 0:
-            return "unknown"
-        if (self.user_ns + self.system_ns) < WAITING_BELOW * self.real_ns:
-            return "waiting"
-        return "kernel-bound" if self.system_ns > self.user_ns else "CPU-bound"
-
-    def row(self) -> dict[str, Any]:
-        """Its fields and its kind, as workload.parquet and summary.json hold them."""
-        return {**asdict(self), "kind": self.kind}
+            kind = "unknown"
+        elif (self.user_ns + self.system_ns) < WAITING_BELOW * self.real_ns:
+            kind = "waiting"
+        else:
+            kind = "kernel-bound" if self.system_ns > self.user_ns else "CPU-bound"
+        msgspec.structs.force_setattr(self, "kind", kind)
 
     def text(self) -> str:
         cpu = (self.user_ns + self.system_ns) / self.real_ns if self.real_ns > 0 else 0.0
@@ -151,7 +148,7 @@ def write_derived(db: duckdb.DuckDBPyConnection, out: Path) -> list[Workload]:
     rows = db.execute(WORKLOAD_SQL).fetchall()
     workloads = [Workload(h, c, int(r), int(u or 0), int(s or 0), None if w is None else int(w))
                  for h, c, r, u, s, w in rows]
-    pq.write_table(pa.Table.from_pylist([w.row() for w in workloads], schema=WORKLOAD),
+    pq.write_table(pa.Table.from_pylist([msgspec.structs.asdict(w) for w in workloads], schema=WORKLOAD),
                    out / "workload.parquet")
     return workloads
 

@@ -9,8 +9,9 @@ bound. What was left unmatched is counted (`PairCounts`), never dropped unsaid."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     # The file check imports this module (through graph.py): DuckDB loads with the merge.
@@ -81,9 +82,9 @@ def pair_params(name: str, start: str, end: str, start_component: str | None = N
             "end_components": list(groups.get(end_component or "", [end_component]))}
 
 
-@dataclass(frozen=True)
-class PairCounts:
-    """What one pair made of its records: how many it matched and what it left unmatched."""
+class PairCounts(msgspec.Struct, frozen=True):
+    """What one pair made of its records: how many it matched and what it left unmatched
+    (summary.json's `pairs` holds one per pair, `rows` and `ends_left_out` with it)."""
 
     pair: str
     match: str
@@ -100,22 +101,20 @@ class PairCounts:
     repeated_ends: int  # of them, those one component logged the end of more than once
     start_component: str | None = None  # only this component's starts count (None: any)
     end_component: str | None = None  # only this component's ends count
+    # Worked out from the counts above whenever one is made or read (__post_init__).
+    rows: int = 0  # the pair's rows in intervals.parquet
+    ends_left_out: int = 0  # ends of a matched tag that `match: first` or `last` did not keep
+
+    def __post_init__(self) -> None:
+        rows = self.ends - self.ends_without_start if self.match == "all" else self.matched_tags
+        msgspec.structs.force_setattr(self, "rows", rows)
+        msgspec.structs.force_setattr(self, "ends_left_out", self.ends - self.ends_without_start - rows)
 
     def only(self) -> str:
         """The pair's component filters in words ("" without): what a count of 0 may owe to."""
         said = [f"{side}_component: {c}" for side, c in (("start", self.start_component),
                                                          ("end", self.end_component)) if c]
         return f" (counting only {' and '.join(said)})" if said else ""
-
-    @property
-    def rows(self) -> int:
-        """The pair's rows in intervals.parquet."""
-        return self.ends - self.ends_without_start if self.match == "all" else self.matched_tags
-
-    @property
-    def ends_left_out(self) -> int:
-        """Ends of a matched tag that `match: first` or `last` did not keep."""
-        return self.ends - self.ends_without_start - self.rows
 
     def warnings(self) -> list[str]:
         """What the pair left unmatched or out, one line (none if it left nothing)."""

@@ -19,7 +19,7 @@ as they are.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +52,16 @@ from .trace import TRACE_LIMIT, write_trace
 from .usercode import NONE, UserCode, UserCodeError, load_function
 
 
-@dataclass
-class Causality:
+class Causality(msgspec.Struct):
     """A pair's ends that land before their starts: each is a measured lower bound on how
-    far apart the two hosts' clocks are on the merged timeline."""
+    far apart the two hosts' clocks are on the merged timeline. summary.json's `causality`
+    holds one per pair."""
 
-    pair: str
-    matched: int
-    violations: int
-    worst_ns: int  # how far the worst end lands before its start (0 if none)
-    beyond_bound: int  # violations larger than the two records' bounds together
+    pair: str = ""
+    matched: int = 0
+    violations: int = 0
+    worst_ns: int = 0  # how far the worst end lands before its start (0 if none)
+    beyond_bound: int = 0  # violations larger than the two records' bounds together
     # Both ends on one host (KU's pipeline loop): the one-clock duration against the same
     # pair on the global timeline; their largest difference is the merge's own error there.
     one_clock: int = 0
@@ -135,8 +135,9 @@ class Summary(msgspec.Struct):
     """A result set's summary.json, written by `merge_run` and read only through
     `read_summary`: its format (RESULT_FORMAT when made by this netspec), the run, the
     counts, what the merge warned of, each pair's causality check and what it matched
-    (their dataclasses' fields: Causality, PairCounts), the workloads (Workload.row), the
-    hosts that share one kernel and each step's components starved of CPU (Starved.row)."""
+    (Causality, PairCounts), the workloads (Workload), the hosts that share one kernel and
+    each step's components starved of CPU (Starved): each a Struct of its own module, which
+    the readers read by field."""
 
     format: int = 0  # 0: a result set of before it said its format
     run: str = ""
@@ -144,14 +145,14 @@ class Summary(msgspec.Struct):
     samples: int = 0
     intervals: int = 0
     warnings: list[str] = []
-    causality: list[dict[str, Any]] = []
-    pairs: list[dict[str, Any]] = []
-    workload: list[dict[str, Any]] = []
+    causality: list[Causality] = []
+    pairs: list[PairCounts] = []
+    workload: list[Workload] = []
     shared_kernel: list[list[str]] = []
     # Every file the merge wrote (summary.json too), relative to its directory: the next
     # merge there removes them first, and nothing else (a user's own files stay).
     files: list[str] = []
-    starved: list[dict[str, Any]] = []
+    starved: list[Starved] = []
     operations: int = 0  # operations.parquet's rows
     faults: int = 0  # faults.parquet's rows
     packets: list[LinkCounts] = []  # what packets.parquet matched, per direction and step
@@ -255,10 +256,9 @@ def merge_run(run: Path, out: Path | None = None, code: UserCode = NONE) -> Resu
     written = {name for name, stamp in _stamps(out).items() if before.get(name) != stamp}
     result.files = sorted(written | {SUMMARY})
     summary = Summary(RESULT_FORMAT, record.id, result.records, result.samples, result.intervals,
-                      result.warnings, [asdict(c) for c in result.causality],
-                      [{**asdict(c), "rows": c.rows, "ends_left_out": c.ends_left_out} for c in result.pairs],
-                      [w.row() for w in result.workloads], result.shared_kernel, result.files,
-                      [s.row() for s in result.starved], result.operations, result.faults, result.packets)
+                      result.warnings, result.causality, result.pairs, result.workloads,
+                      result.shared_kernel, result.files, result.starved, result.operations, result.faults,
+                      result.packets)
     _write_summary(out, summary)
     return result
 

@@ -9,10 +9,8 @@ a campaign with `repeat: {refuse_starved: true}` does not count such a run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
-
 import duckdb
+import msgspec
 
 from .units import duration_text
 
@@ -32,8 +30,7 @@ ORDER BY w.step, w.host, component
 """
 
 
-@dataclass(frozen=True)
-class Starved:
+class Starved(msgspec.Struct, frozen=True):
     """A component that waited for CPU for much of a step: the step, who, how long it waited
     on a run queue, how long it ran, and the step's span (global ns)."""
 
@@ -44,10 +41,6 @@ class Starved:
     waited_ns: int
     ran_ns: int
     span_ns: int
-
-    def row(self) -> dict[str, Any]:
-        """Its fields, as summary.json's `starved` holds them."""
-        return asdict(self)
 
     def text(self) -> str:
         share = 100 * self.waited_ns / self.span_ns if self.span_ns > 0 else 100.0
@@ -63,7 +56,3 @@ def starved(db: duckdb.DuckDBPyConnection) -> list[Starved]:
     rows = db.execute(STARVED_SQL, {"least": STARVED_MIN_NS, "share": STARVED_SHARE}).fetchall()
     return [Starved(*row) for row in rows]
 
-
-def starved_of(summary_rows: list[dict[str, Any]]) -> list[Starved]:
-    """The starved steps a result set's summary.json lists (its `starved`)."""
-    return [Starved(**row) for row in summary_rows]

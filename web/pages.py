@@ -189,14 +189,12 @@ def checks(path: Path, record: RunRecord) -> dict[str, Any]:
     plan = list(record.plan.warnings) if record.plan is not None else []
     causality = []
     for c in summary.causality if summary is not None else []:
-        worst = c.get("worst_ns") or 0
-        violations = c.get("violations") or 0
         causality.append({
-            "pair": c.get("pair", ""), "matched": c.get("matched", 0), "violations": violations,
-            "beyond_bound": c.get("beyond_bound", 0), "ok": violations == 0,
-            "text": "every end after its start" if violations == 0 else
-            (f"{violations} end(s) before their start, the worst by {duration_text(worst)}; "
-             f"{c.get('beyond_bound', 0)} beyond the two clocks' bounds")})
+            "pair": c.pair, "matched": c.matched, "violations": c.violations,
+            "beyond_bound": c.beyond_bound, "ok": c.violations == 0,
+            "text": "every end after its start" if c.violations == 0 else
+            (f"{c.violations} end(s) before their start, the worst by {duration_text(c.worst_ns)}; "
+             f"{c.beyond_bound} beyond the two clocks' bounds")})
     warnings = plan + (list(summary.warnings) if summary is not None else [])
     return {"warnings": warnings, "alike": alike(warnings), "causality": causality,
             "merged": summary is not None}

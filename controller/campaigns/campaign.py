@@ -25,7 +25,6 @@ from netspec.analysis.predicate import holds
 from netspec.analysis.provenance import differences
 from netspec.analysis.provenance import load as provenance
 from netspec.analysis.resultset import MERGED, is_current, read_summary
-from netspec.analysis.starved import starved_of
 from netspec.protocol.campaignrecord import (
     CAMPAIGN_FILE,
     SETUP_FAILED,
@@ -259,7 +258,7 @@ class Campaigner:
                                      f"{point.label}: it differs from run {first.id}: "
                                      + "; ".join(diffs)])
         summary = read_summary(path / MERGED) if ok else None
-        starved = [s.text() for s in starved_of(summary.starved)] if summary else []
+        starved = [s.text() for s in summary.starved] if summary else []
         if starved and counted and self.c.refuse_starved:
             counted = False
             self.options.output.err([f"warning: {path.name} is not counted as a repetition of "
