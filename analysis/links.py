@@ -36,7 +36,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from netspec.datastream.schema import ProbeRecord, SentRecord, TcpProbeRecord
+from netspec.datastream.schema import ProbeCounts, ProbeRecord, SentRecord, TcpProbeRecord
 from netspec.links.probes import WIRE_OVERHEAD
 from netspec.protocol.links import LinkStats
 from netspec.protocol.runrecord import RunRecord
@@ -266,12 +266,9 @@ def audit(db: duckdb.DuckDBPyConnection, links: Configured,
     probes = _decoded(db.execute("""SELECT ts, bound_ns, data FROM events WHERE entity = 'LINKS/probe'
                                     AND kind = 'event'""").fetchall(), ProbeRecord, result)
     received = {(p.src, p.dst, p.seq): (ts, bound) for ts, bound, p in probes}
-    for host, data in db.execute("""SELECT host, data FROM events WHERE entity = 'LINKS/counts'
-                                    AND kind = 'event'""").fetchall():
-        try:
-            result.refused[host] = int(msgspec.json.decode(data).get("refused", 0))
-        except (msgspec.DecodeError, AttributeError, TypeError, ValueError):
-            result.undecodable += 1
+    for host, counts in _decoded(db.execute("""SELECT host, data FROM events WHERE entity = 'LINKS/counts'
+                                               AND kind = 'event'""").fetchall(), ProbeCounts, result):
+        result.refused[host] = counts.refused
     steps = windows(db)
     starts = np.array([w[2] for w in steps], dtype=np.int64)
 

@@ -189,6 +189,21 @@ class SentRecord(msgspec.Struct, array_like=True):
     size: Count
 
 
+class ProbeCounts(msgspec.Struct):
+    """What a host's audit probes did in the run, the data of the one `LINKS/counts` event
+    it logs at their end (netspec.links.probes): probes sent, received, refused at its own
+    egress (a partition's), failed to send; TCP probes made, failed, refused. A map, as it
+    always was; analysis/links.py reads `refused`."""
+
+    sent: Count = 0
+    received: Count = 0
+    refused: Count = 0
+    send_errors: Count = 0
+    tcp_probed: Count = 0
+    tcp_failed: Count = 0
+    tcp_refused: Count = 0
+
+
 class TcpProbeRecord(msgspec.Struct, array_like=True):
     """The audit's TCP probe of the link to host `dst` (netspec.links.tcpprobes), the data of
     a `LINKS/tcp` event its sender logs at the probe's start: how long (ns) its connect took,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import msgspec
 from netspec.datastream.instrument import Datastreams
-from netspec.datastream.schema import ProbeRecord, SentRecord
+from netspec.datastream.schema import ProbeCounts, ProbeRecord, SentRecord
 from netspec.protocol.errors import NetspecError
 
 from .tcpprobes import TcpProbes
@@ -312,9 +312,9 @@ class LinkProbes:
             raise NetspecError(f"links: the {', '.join(late)} thread(s) did not end within {STOP_S:g} s "
                                "of their stop")
         if self.thread is not None:  # said once, for the audit to say what was refused
-            self._counts.log(0, {"sent": self.sent, "received": self.received, "refused": self.refused,
-                                 "send_errors": self.send_errors, "tcp_probed": self.tcp.probed,
-                                 "tcp_failed": self.tcp.failed, "tcp_refused": self.tcp.refused})
+            self._counts.log(0, msgspec.to_builtins(ProbeCounts(
+                self.sent, self.received, self.refused, self.send_errors, self.tcp.probed, self.tcp.failed,
+                self.tcp.refused)))
             self.thread = None
         if self.sock is not None:
             self.sock.close()
