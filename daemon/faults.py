@@ -9,11 +9,8 @@ schedule", protocol/exits.py), and their effect is its process seen gone from /p
 kills it so, then starts it again (a process of its own, its output appended); start (and a
 restart of one already ended) starts again one that ended, its effect the instant it runs; pause
 (SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
-runs in processes of its own that carry the run's id (a reset ends them, and the daemon's
-end, however it comes, by their death signal): `workers` busy
-loops (cpu), `size` bytes touched and held resident (memory), `size` bytes written and
-synced to a file in the run's directory, removed after (disk); what each did is measured
-from what the kernel says of it (its rusage, the file's blocks). A partition or heal is the
+(cpu, memory, disk) runs in processes of its own, spawned and reaped by daemon/pressure.py,
+what each did measured from what the kernel says of it. A partition or heal is the
 run's link conditions toward one peer (netspec.links, the run's `LinkSet`): its effect, the
 first packet the partition's rule dropped, from the rule's own counter; a heal's, the first
 packet out toward the peer after it (a rule that counts them). A fault that lasts is reported
@@ -26,9 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,7 +44,7 @@ from netspec.protocol.links import LinkRule
 
 from . import release
 from .componentchannel import ComponentExited
-from .orphans import SPAWNED
+from .pressure import PRESSURE_GRACE_S, Pressures
 
 if TYPE_CHECKING:
     from .component import ComponentProcess, Outbox
@@ -68,27 +63,8 @@ WAIT_THREAD_S = 0.05
 WAITERS = 16
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
-PRESSURE_GRACE_S = 5.0  # past its length, before a pressure's process is killed
 KILL_DAEMON_DRAIN_S = 0.1  # how long a daemon about to be killed gives its report to leave
-REAP_EVERY_S = 0.01  # how often a pressure's process is looked for ended
 COUNT_EVERY_S = 0.002  # how often a partition's counter is read (0.3 ms a read, in this process)
-MEMORY_SHARE = 0.5  # a memory pressure takes at most this share of MemAvailable
-DISK_SHARE = 0.5  # a disk pressure takes at most this share of the free space
-# Each pressure's first lines: its death signal, SIGKILL when the daemon's thread that spawned
-# it ends (PR_SET_PDEATHSIG, 1), which is the loop's, so the daemon's own end however it comes
-# (a SIGKILL, which no reset follows); and if the daemon was gone before the signal was set
-# (its pid, argv[1], no longer the parent), an exit at once.
-_DEATH_SIGNAL = ("import ctypes, os, signal, sys\nctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
-                 "if os.getppid() != int(sys.argv.pop(1)): os._exit(1)\n")
-_CPU = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
-_MEMORY = ("import mmap, sys, time\nn, end = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
-           "b = mmap.mmap(-1, n)\nfor i in range(0, n, mmap.PAGESIZE): b[i] = 1\n"
-           "time.sleep(max(0.0, end - time.monotonic()))\n")
-_DISK = ("import os, sys, time\n"
-         "path, n, end = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])\n"
-         "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)\nchunk = os.urandom(1 << 20)\n"
-         "left = n\nwhile left > 0: left -= os.write(fd, chunk[:min(left, len(chunk))])\n"
-         "os.fsync(fd)\nos.close(fd)\ntime.sleep(max(0.0, end - time.monotonic()))\n")
 
 
 class RunHere(Protocol):
@@ -115,7 +91,6 @@ class Faults:
     def __init__(self, sup: RunHere):
         self.sup = sup
         self.tasks: set[asyncio.Task[None]] = set()
-        self.pids: set[int] = set()  # pressures' processes still running
         self.streams: Datastreams | None = None
         self.stream_closed = False  # at collect: a fault done after is reported, not logged
         # Shut at `close`: where effects are looked for in /proc, each for SEEN_WITHIN_S at
@@ -124,7 +99,7 @@ class Faults:
         self.pool = ThreadPoolExecutor(max_workers=LOOKERS, thread_name_prefix="netspecd-faults")
         self.waits = ThreadPoolExecutor(max_workers=WAITERS, thread_name_prefix="netspecd-fault-waits")
         self.links = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netspecd-fault-links")
-        self.directory = sup.root / "faults"
+        self.pressures = Pressures(sup.run_id, sup.host, sup.root / "faults")
 
     def schedule(self, request: k.Fault) -> None:
         """Do `request` at its instant, in the run's task group.
@@ -148,14 +123,14 @@ class Faults:
     async def close(self) -> None:
         # Killed before their tasks end: a task's end lets go of its pids (the reset's reaper
         # of orphans, orphans.reap_adopted, reaps what is left).
-        signal_pids(list(self.pids), signal.SIGKILL)
+        self.pressures.kill()
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
         for pool in (self.pool, self.waits, self.links):  # a look or a wait still going ends by its bound
             pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.pressures.remove_files()
         self.close_stream()
 
     async def _run(self, request: k.Fault) -> None:
@@ -176,7 +151,7 @@ class Faults:
             elif request.fault == "kill_daemon":
                 await self._kill_daemon(report)
             else:
-                await self._pressure(request, report)
+                await self.pressures.apply(request, report, self._so_far)
         except (OSError, Refused, ToolFailed, QueueError) as exc:
             # a pressure's process or file, or a link's rule, could not be made: said, not the run's end
             report.error = f"{request.fault}: {exc}"
@@ -345,68 +320,6 @@ class Faults:
             await asyncio.sleep(COUNT_EVERY_S)
         return None
 
-    async def _pressure(self, request: k.Fault, report: k.FaultDone) -> None:
-        assert request.for_s is not None
-        kind, for_s, size = request.fault, request.for_s, request.size or 0
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"disk-{request.index}"
-        if kind == "memory" and size > (room := _mem_available() * MEMORY_SHARE):
-            report.error = f"memory: {size} bytes is more than half of this host's available memory " \
-                           f"({room:.0f} bytes): not done"
-            return
-        if kind == "disk" and size > (room := shutil.disk_usage(self.directory).free * DISK_SHARE):
-            report.error = f"disk: {size} bytes is more than half of the free space of {self.directory} " \
-                           f"({room:.0f} bytes): not done"
-            return
-        argv = {"cpu": [_CPU, str(for_s)], "memory": [_MEMORY, str(size), str(for_s)],
-                "disk": [_DISK, str(path), str(size), str(for_s)]}[kind]
-        count = request.workers or 1 if kind == "cpu" else 1
-        pids = [self._spawn(argv) for _ in range(count)]
-        report.effect = f"{count} process(es) started"
-        self._so_far(report)
-        usage = await asyncio.gather(*(self._reap(pid, for_s + PRESSURE_GRACE_S) for pid in pids))
-        report.ended_ns = time.time_ns()
-        wall = (report.ended_ns - report.done_ns) / 1e9  # type: ignore[operator]
-        cpu = sum(u.ru_utime + u.ru_stime for u in usage)
-        rss = max(u.ru_maxrss for u in usage) * 1024.0  # the kernel's peak resident set, in kB
-        report.measured = {"wall_s": wall, "cpu_s": cpu, "rss_bytes": rss}
-        if kind == "disk":
-            with contextlib.suppress(OSError):
-                report.measured["written_bytes"] = float(path.stat().st_blocks * 512)
-            path.unlink(missing_ok=True)
-        report.effect = {"cpu": f"{count} worker(s) busy {cpu:.2f} s of CPU in {wall:.2f} s",
-                         "memory": f"{report.measured['rss_bytes'] / 2**20:.1f} MiB resident at most, "
-                                   f"for {wall:.2f} s",
-                         "disk": f"{report.measured.get('written_bytes', 0) / 2**20:.1f} MiB on disk, "
-                                 f"removed after {wall:.2f} s"}[kind]
-
-    def _spawn(self, argv: list[str]) -> int:
-        env = {**os.environ, m.RUN_ENV: self.sup.run_id, m.HOST_ENV: self.sup.host}
-        code, *args = argv
-        command = [sys.executable, "-c", _DEATH_SIGNAL + code, str(os.getpid()), *args]
-        pid = os.posix_spawn(sys.executable, command, env)
-        SPAWNED.add(pid)  # ours to reap, not the orphans' reaper's
-        self.pids.add(pid)
-        return pid
-
-    async def _reap(self, pid: int, within: float) -> Any:
-        """The pressure process `pid`'s resource usage (os.wait4's) once it ended, looked
-        for every REAP_EVERY_S; SIGKILL if it had not within `within` seconds."""
-        loop = asyncio.get_running_loop()
-        killed, end = False, loop.time() + within
-        try:
-            while True:
-                done, _, usage = os.wait4(pid, os.WNOHANG)
-                if done:
-                    return usage
-                if loop.time() >= end and not killed:
-                    signal_pids([pid], signal.SIGKILL)  # a SIGKILL ends it: waited for, then
-                    killed = True
-                await asyncio.sleep(REAP_EVERY_S)
-        finally:
-            self.pids.discard(pid)
-            SPAWNED.discard(pid)
-
     def claimed(self, component: str, role: str, held: bool, at_ns: int) -> None:
         """`component` claimed `role` (or let it go) at `at_ns`: in the faults stream (the
         instant a role changed hands, on the timeline), and to the controller, which aims a
@@ -500,12 +413,3 @@ def _seen(pid: int, wanted: Any, within: float) -> int | None:
             return time.time_ns()
         time.sleep(LOOK_EVERY_S)
     return None
-
-
-def _mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
