@@ -9,8 +9,8 @@ from typing import Any
 
 def add_parser(command: Any) -> None:
     image = command("image", help="images for docker: hosts, made on this machine (no registry needed)")
-    what = image.add_subparsers(dest="image_command", required=True)
-    build = what.add_parser("build", help="make netspec's image of this build in an engine (cached by its "
+    what = image.add_commands(dest="image_command", required=True)
+    build = what("build", help="make netspec's image of this build in an engine (cached by its "
                             "content: a second build finds it)")
     build.add_argument("--engine", metavar="URL", help="the engine (ssh://user@host, tcp://host:port, "
                        "unix:///path); default DOCKER_HOST, else this machine's")

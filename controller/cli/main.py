@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netspec.protocol.errors import ConfigError, ConfigErrors, NetspecError
 from netspec.protocol.messages import PRIVATE_UMASK, netspec_version
@@ -22,22 +23,26 @@ from ..engine.terminal import print_lines, printable, quiet_stdout, reader_gone
 from ..experiment.campaignfile import CAMPAIGNS
 from . import images, manual, running, runs, starter
 
+if TYPE_CHECKING:
+    from .reference import DocumentedParser
+
 RUN_HELP = "a run: its directory, `latest`, or a suffix of its id under --runs"
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> DocumentedParser:
     """`ns_control`'s arguments: every command, and every argument with its help (the
     manual's commands page is made of it, and refuses an argument without one)."""
-    parser = argparse.ArgumentParser(prog="ns_control",
-                                     description="Run distributed experiments in phases.",
-                                     epilog=manual.EPILOG)
+    from .reference import DocumentedParser  # what the commands page reads of it
+
+    parser = DocumentedParser(prog="ns_control", description="Run distributed experiments in phases.",
+                              epilog=manual.EPILOG)
     parser.add_argument("--version", action="version", version=f"netspec {netspec_version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True)
+    add_command = parser.add_commands(dest="command", required=True)
     # --debug is taken after the subcommand too; SUPPRESS keeps one given before it.
-    debug = argparse.ArgumentParser(add_help=False)
+    debug = DocumentedParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    command = functools.partial(sub.add_parser, parents=[debug])
+    command = functools.partial(add_command, parents=[debug])
     run = command("run", help="run an experiment file", epilog=manual.epilog("reference/experiment-file",
                                                                                  "reference/exit-codes"))
     run.add_argument("file", type=Path, help="the experiment file (a campaign's: every point)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from netspec.protocol.errors import NetspecError
@@ -25,6 +25,35 @@ class Undocumented(NetspecError):
     def __init__(self, source: str, names: list[str]):
         self.source, self.names = source, names
         super().__init__(f"{source}: no description for {', '.join(names)}")
+
+
+class DocumentedParser(argparse.ArgumentParser):
+    """An ArgumentParser that keeps what it is given, through argparse's public calls alone,
+    for the commands page (`commands`): each argument's Action as `add_argument` returns it
+    (a parent parser's first), and each command with its help as `add_commands`' adder adds it."""
+
+    def __init__(self, *args: Any, parents: Any = (), **kwargs: Any):
+        # Its --help, added in there, is no argument of the page's.
+        super().__init__(*args, parents=list(parents), **kwargs)
+        self.arguments: list[argparse.Action] = [a for p in parents for a in getattr(p, "arguments", [])]
+        self.commands: list[tuple[str, str, DocumentedParser]] = []
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if hasattr(self, "arguments"):
+            self.arguments.append(action)
+        return action
+
+    def add_commands(self, **kwargs: Any) -> Callable[..., DocumentedParser]:
+        """Subcommands (`add_subparsers(**kwargs)`): the function that adds one, NAME with
+        its `help` and the parser's other arguments, and returns its parser."""
+        sub = self.add_subparsers(**kwargs)
+
+        def command(name: str, help: str = "", **more: Any) -> DocumentedParser:
+            parser = sub.add_parser(name, help=help, **more)
+            self.commands.append((name, help, parser))
+            return parser
+        return command
 
 
 def _cell(text: Any) -> str:
@@ -191,14 +220,6 @@ def experiment_file(schema: dict[str, Any], source: str = "experiment.schema.jso
 
 # -- the commands -------------------------------------------------------------------------
 
-def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
-            return [(name, helps.get(name, ""), sub) for name, sub in action.choices.items()]
-    return []
-
-
 def _usage(parser: argparse.ArgumentParser) -> str:
     return " ".join(parser.format_usage().removeprefix("usage: ").split())
 
@@ -212,7 +233,7 @@ def _argument(action: argparse.Action) -> str:
     return ", ".join(f"`{o}{value}`" for o in action.option_strings)
 
 
-def commands(parser: argparse.ArgumentParser) -> str:
+def commands(parser: DocumentedParser) -> str:
     """The page of every command of `ns_control` and every argument, from its parser.
 
     Args:
@@ -232,24 +253,22 @@ def commands(parser: argparse.ArgumentParser) -> str:
              f"`{_usage(parser)}`", "", _cell(parser.description or ""), ""]
     missing: list[str] = []
     lines += _arguments(parser, prog, missing)
-    todo = [(f"{prog} {name}", text, sub) for name, text, sub in _subcommands(parser)]
+    todo = [(f"{prog} {name}", text, sub) for name, text, sub in parser.commands]
     while todo:
         name, text, sub = todo.pop(0)
         if not text:
             missing.append(name)
         lines += [f"## {name.removeprefix(prog + ' ')}", "", _cell(text), "", f"`{_usage(sub)}`", ""]
         lines += _arguments(sub, name, missing)
-        todo[:0] = [(f"{name} {n}", t, s) for n, t, s in _subcommands(sub)]
+        todo[:0] = [(f"{name} {n}", t, s) for n, t, s in sub.commands]
     if missing:
         raise Undocumented(f"{prog}'s arguments", missing)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _arguments(parser: argparse.ArgumentParser, name: str, missing: list[str]) -> list[str]:
+def _arguments(parser: DocumentedParser, name: str, missing: list[str]) -> list[str]:
     rows = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
-            continue
+    for action in parser.arguments:
         if not action.help or action.help == argparse.SUPPRESS:
             missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
             continue
