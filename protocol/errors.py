@@ -6,6 +6,7 @@ message names that context, so the CLI can print a chain of causes that says who
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Iterable, Mapping
 
@@ -103,7 +104,27 @@ class RemoteError(NetspecError):
     def __init__(self, host: str, error: SaidError):
         self.host = host
         self.error = error
-        super().__init__(f"host {host}: {error.type}: {error.message}")
+        # Python's own errors (an OSError, a KeyError) say what failed, not what netspecd was
+        # doing: where it was, the last frame of the traceback that crossed with it, is said too.
+        where = _last_frame(getattr(error, "traceback", "")) if error.type in BUILTIN_ERRORS else ""
+        super().__init__(f"host {host}: {error.type}: {error.message}{where}")
+
+
+BUILTIN_ERRORS = frozenset(name for name, value in vars(builtins).items()
+                            if isinstance(value, type) and issubclass(value, Exception))
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)$', re.M)
+
+
+def _last_frame(traceback: str) -> str:
+    """The innermost frame of a traceback's text, as " (at netspec's PATH:LINE, in FUNCTION)",
+    PATH from netspec's package on; "" if it has none."""
+    frames = list(_FRAME.finditer(traceback))
+    if not frames:
+        return ""
+    last = frames[-1]
+    path = last["path"].replace("\\", "/")
+    short = path.rsplit("/netspec/", 1)[-1] if "/netspec/" in path else path.rsplit("/", 1)[-1]
+    return f" (at {short}:{last['line']}, in {last['function']})"
 
 
 class DeadlineExceeded(NetspecError):

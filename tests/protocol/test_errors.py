@@ -39,3 +39,19 @@ def test_step_failed_tells_succeeded_from_failed_hosts():
     error = StepFailed("run", {"a": [{"status": "ok"}], "b": cause})
     assert str(error) == "phase 'run' failed on b"
     assert error.failed == {"b": cause} and list(error.succeeded) == ["a"]
+
+
+def test_a_daemons_own_python_error_says_where_it_was_and_netspecs_own_errors_say_what_they_say():
+    # the set-up's OSError that named no peer when a pod had no route to another node's pods
+    traceback = ('Traceback (most recent call last):\n'
+                 '  File "/opt/netspec/venv/lib/python3.11/site-packages/netspec/daemon/handlers.py", '
+                 'line 90, in setup\n    links.place(rules)\n'
+                 '  File "/opt/netspec/venv/lib/python3.11/site-packages/netspec/links/linkset.py", '
+                 'line 212, in place\n    route = _route(peer)\n'
+                 'OSError: [Errno 101] Network is unreachable\n')
+    said = WireError(type="OSError", message="[Errno 101] Network is unreachable", traceback=traceback)
+    assert str(RemoteError("b", said)) == ("host b: OSError: [Errno 101] Network is unreachable "
+                                           "(at links/linkset.py:212, in place)")
+    own = WireError(type="NetspecError", message="unknown component 'x'", traceback=traceback)
+    assert str(RemoteError("b", own)) == "host b: NetspecError: unknown component 'x'"
+    assert str(RemoteError("b", WireError(type="KeyError", message="'x'"))) == "host b: KeyError: 'x'"
