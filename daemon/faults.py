@@ -10,7 +10,8 @@ kills it so, then starts it again (a process of its own, its output appended); s
 restart of one already ended) starts again one that ended, its effect the instant it runs; pause
 (SIGSTOP) and resume (SIGCONT) are seen in /proc/PID/stat's state. A pressure on the host
 (cpu, memory, disk) runs in processes of its own, spawned and reaped by daemon/pressure.py,
-what each did measured from what the kernel says of it. A partition or heal is the
+what each did measured from what the kernel says of it. A partition or heal
+(daemon/partitions.py) is the
 run's link conditions toward one peer (netspec.links, the run's `LinkSet`): its effect, the
 first packet the partition's rule dropped, from the rule's own counter; a heal's, the first
 packet out toward the peer after it (a rule that counts them). A fault that lasts is reported
@@ -40,10 +41,10 @@ from netspec.protocol import kinds as k
 from netspec.protocol import messages as m
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.exits import describe_returncode, signal_pids
-from netspec.protocol.links import LinkRule
 
 from . import release
 from .componentchannel import ComponentExited
+from .partitions import Partitions
 from .pressure import PRESSURE_GRACE_S, Pressures
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ WAITERS = 16
 LOOK_EVERY_S = 0.0002  # how often /proc is read meanwhile: the effect's instant to this
 TERMINATED_WITHIN_S = 5.0  # a terminated component's end is waited for this long
 KILL_DAEMON_DRAIN_S = 0.1  # how long a daemon about to be killed gives its report to leave
-COUNT_EVERY_S = 0.002  # how often a partition's counter is read (0.3 ms a read, in this process)
 
 
 class RunHere(Protocol):
@@ -94,11 +94,11 @@ class Faults:
         self.streams: Datastreams | None = None
         self.stream_closed = False  # at collect: a fault done after is reported, not logged
         # Shut at `close`: where effects are looked for in /proc, each for SEEN_WITHIN_S at
-        # most; where faults sleep until their instants; where the link set is changed and its
-        # counters read, one thread, so in the order the faults came to it.
+        # most; where faults sleep until their instants.
         self.pool = ThreadPoolExecutor(max_workers=LOOKERS, thread_name_prefix="netspecd-faults")
         self.waits = ThreadPoolExecutor(max_workers=WAITERS, thread_name_prefix="netspecd-fault-waits")
-        self.links = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netspecd-fault-links")
+        self.partitions = Partitions(lambda tcp, udp: sup.services.link_set(tcp, udp), self._so_far,
+                                     SEEN_WITHIN_S)
         self.pressures = Pressures(sup.run_id, sup.host, sup.root / "faults")
 
     def schedule(self, request: k.Fault) -> None:
@@ -128,8 +128,9 @@ class Faults:
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=PRESSURE_GRACE_S)
-        for pool in (self.pool, self.waits, self.links):  # a look or a wait still going ends by its bound
+        for pool in (self.pool, self.waits):  # a look or a wait still going ends by its bound
             pool.shutdown(wait=False, cancel_futures=True)
+        self.partitions.close()
         self.pressures.remove_files()
         self.close_stream()
 
@@ -147,7 +148,7 @@ class Faults:
             if request.component is not None:
                 await self._component(request, self.sup.components[request.component], report)
             elif request.rule is not None:
-                await self._link(request, request.rule, report)
+                await self.partitions.apply(request, request.rule, report)
             elif request.fault == "kill_daemon":
                 await self._kill_daemon(report)
             else:
@@ -274,51 +275,6 @@ class Faults:
                 report.error = f"{again}, but it did not register within {SEEN_WITHIN_S:g} s ({exc})"
         report.effect = f"{report.effect}; {again}"
         return up_ns
-
-    async def _link(self, request: k.Fault, rule: LinkRule, report: k.FaultDone) -> None:
-        """The direction from this host to `rule`'s peer partitioned on top of its conditions
-        (`LinkSet.cut`), or healed: the partition lifted, the conditions `links:` holds now
-        left as they are (a step's change since the partition included). In effect when its
-        rules are. A partition's effect is the first packet its rule dropped; a heal's (and a
-        timed partition's end's, `through_ns`) the first packet out toward the peer after it:
-        each looked for every COUNT_EVERY_S (a read of the rule's counter, in this process)
-        for SEEN_WITHIN_S at most."""
-        links = await self._in_links(self.sup.services.link_set, request.exclude_tcp, request.exclude_udp)
-        peers = {rule.peer: rule.address}
-        applied = await self._in_links(links.cut, peers, request.fault == "partition")
-        report.done_ns = applied.applied_ns
-        report.measured = {"apply_s": (applied.applied_ns - applied.began_ns) / 1e9}
-        self._so_far(report)
-        if request.fault == "heal":
-            report.effect_ns = await self._first(links.through, rule.peer, SEEN_WITHIN_S)
-            report.effect = f"toward {rule.peer}: partition lifted; " + (
-                "a first packet through" if report.effect_ns else f"no packet out within {SEEN_WITHIN_S:g} s")
-            await self._in_links(links.unwatch, rule.peer)
-            return
-        look = min(SEEN_WITHIN_S, request.for_s) if request.for_s is not None else SEEN_WITHIN_S
-        report.effect_ns = await self._first(links.partitioned, rule.peer, look)
-        report.effect = (f"toward {rule.peer}: its rule dropped a first packet" if report.effect_ns
-                         else f"toward {rule.peer}: no packet dropped within {look:g} s")
-        if request.for_s is not None:
-            await asyncio.sleep(max(0.0, report.done_ns / 1e9 + request.for_s - time.time_ns() / 1e9))
-            healed = await self._in_links(links.cut, peers, False)
-            report.ended_ns = healed.applied_ns
-            self._so_far(report)
-            report.through_ns = await self._first(links.through, rule.peer, SEEN_WITHIN_S)
-            await self._in_links(links.unwatch, rule.peer)
-
-    async def _in_links(self, call: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.links, call, *args)
-
-    async def _first(self, count: Any, peer: str, within: float) -> int | None:
-        """When `count(peer)` (a rule's packet counter) was first seen above 0, read every
-        COUNT_EVERY_S for `within` seconds; None if never."""
-        until = time.monotonic() + within
-        while time.monotonic() < until:
-            if await self._in_links(count, peer):
-                return time.time_ns()
-            await asyncio.sleep(COUNT_EVERY_S)
-        return None
 
     def claimed(self, component: str, role: str, held: bool, at_ns: int) -> None:
         """`component` claimed `role` (or let it go) at `at_ns`: in the faults stream (the
