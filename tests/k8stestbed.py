@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 VERSION = "v1.34.4"
@@ -353,6 +354,22 @@ def _node_ready(tb: Testbed, name: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
+@contextlib.contextmanager
+def _kubelet_start_lock() -> Iterator[None]:
+    """This machine's lock on a kubelet's start (a file in the binaries' cache, which every
+    testbed of the machine shares), held until it is released or its holder ends."""
+    import fcntl
+
+    path = cache_dir() / "kubelet-start.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _firewall(tb: Testbed, add: bool) -> None:
     """dockerd's FORWARD policy is DROP: the CNI bridge's traffic let by in DOCKER-USER."""
     if _sh(["iptables", "-S", "DOCKER-USER"], check=False).returncode != 0:
@@ -428,12 +445,18 @@ def up(tb: Testbed) -> None:
         _wait(node.pid_names[0], tb, node.containerd_sock.exists)
         ctr = ["ctr", "--address", str(node.containerd_sock), "-n", "k8s.io"]
         _sh([*ctr, "images", "import", str(pause)], timeout=120)
-        _start(tb, node.pid_names[1], [
-            str(binaries / "kubelet"), f"--config={_kubelet_config(node)}", f"--kubeconfig={tb.kubeconfig}",
-            f"--root-dir={node.path('kubelet')}", f"--cert-dir={node.path('kubelet-pki')}",
-            f"--hostname-override={node.name}", f"--node-ip={node.ip}"])
-    for node in tb.nodes:
-        _wait(f"node {node.name}", tb, lambda node=node: _node_ready(tb, node.name))
+        # One kubelet of this machine's starts at a time, until its node is ready: each binds
+        # /var/lib/kubelet/device-plugins/kubelet.sock, a path built into it, and two binding
+        # it at once (this cluster's two nodes, or another suite's testbed) left one of them
+        # dead ("bind: address already in use"). The one after takes the path over; nothing
+        # here uses device plugins.
+        with _kubelet_start_lock():
+            _start(tb, node.pid_names[1], [
+                str(binaries / "kubelet"), f"--config={_kubelet_config(node)}",
+                f"--kubeconfig={tb.kubeconfig}", f"--root-dir={node.path('kubelet')}",
+                f"--cert-dir={node.path('kubelet-pki')}", f"--hostname-override={node.name}",
+                f"--node-ip={node.ip}"])
+            _wait(f"node {node.name}", tb, lambda node=node: _node_ready(tb, node.name))
     (tb.dir / "ready").write_text(json.dumps({"kubeconfig": str(tb.kubeconfig), "nodes": [
         {"name": n.name, "ip": n.ip, "pod_subnet": n.pod_subnet} for n in tb.nodes]}))
 
