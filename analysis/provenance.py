@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 from netspec.protocol.errors import ProtocolError
-from netspec.protocol.hostfacts import DECISIVE, HostFacts, read_facts
+from netspec.protocol.hostfacts import HostFacts, read_facts
 from netspec.protocol.names import safe_name
 from netspec.protocol.runplan import PlanRecord
 from netspec.protocol.runrecord import Placement, RunRecord, read_run
@@ -27,6 +27,9 @@ from netspec.protocol.runrecord import Placement, RunRecord, read_run
 from .graph import user_filter
 
 FOLD = 3  # hosts whose fact differs alike, named each on a line of its own; beyond, on one line
+# What of a host's facts (its daemon's facts.json) decides how a run on it goes; its name,
+# address and the paths of its Python do not.
+HOST_FACTS = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def facts(run: Provenance | RunRecord) -> dict[str, str]:
         if info.placement is not None:
             flat[f"host {host} placement"] = placement_text(info.placement)
     for host, known in sorted(run.host_facts.items()):
-        for key in DECISIVE:
+        for key in HOST_FACTS:
             if (value := getattr(known, key)) not in (None, ""):
                 flat[f"host {host} {key}"] = _text(value)
     for i, step in enumerate(plan.schedule):

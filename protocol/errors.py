@@ -106,12 +106,12 @@ class RemoteError(NetspecError):
         self.error = error
         # Python's own errors (an OSError, a KeyError) say what failed, not what netspecd was
         # doing: where it was, the last frame of the traceback that crossed with it, is said too.
-        where = _last_frame(getattr(error, "traceback", "")) if error.type in BUILTIN_ERRORS else ""
+        said_by = getattr(builtins, error.type, None)
+        builtin = isinstance(said_by, type) and issubclass(said_by, Exception)
+        where = _last_frame(getattr(error, "traceback", "")) if builtin else ""
         super().__init__(f"host {host}: {error.type}: {error.message}{where}")
 
 
-BUILTIN_ERRORS = frozenset(name for name, value in vars(builtins).items()
-                            if isinstance(value, type) and issubclass(value, Exception))
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)$', re.M)
 
 

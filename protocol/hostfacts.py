@@ -35,11 +35,6 @@ class HostFacts(msgspec.Struct, kw_only=True):
     ssh_client_address: str | None = None  # where its SSH connection came from, which it can reach
 
 
-# What of a host's facts decides how a run on it goes (analysis/provenance.py compares them);
-# its name, address and the paths of its Python do not.
-DECISIVE = ("cpu_model", "cpu_count", "memory_bytes", "kernel", "os", "machine", "clock_source", "python")
-
-
 def read_facts(path: Path) -> HostFacts | None:
     """The facts kept at `path`; None where the file is missing, unreadable or not a host's
     facts."""

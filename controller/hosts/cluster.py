@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from netspec.protocol.errors import NetspecError
 from netspec.protocol.runplan import KubernetesSpec
@@ -85,12 +87,9 @@ class Cluster:
             if self._namespaces[name] > 0:
                 return []
             del self._namespaces[name]
-        try:
-            self.core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
-        except api_errors() as exc:
-            if getattr(exc, "status", None) != 404:
-                return [f"namespace {name}: not removed: {api_said(exc)}"]
-        return []
+        said: list[str] = []
+        delete_named("namespace", self.core.delete_namespace, name, None, said)
+        return said
 
     @property
     def where(self) -> str:
@@ -142,22 +141,43 @@ def api_said(exc: Exception) -> str:
     return f"no answer: {exc}"
 
 
+def delete_named(what: str, delete: Callable[..., Any], name: str, namespace: str | None,
+                 said: list[str]) -> bool:
+    """`what` NAME (of `namespace`, None for a namespace itself) deleted through `delete`, a
+    pod or a Secret at once (no grace); True if this call deleted it. One gone already (a
+    404) is no trouble; one that could not be deleted is said in `said`."""
+    args, options = (name,) if namespace is None else (name, namespace), {}
+    if namespace is not None:
+        options["grace_period_seconds"] = 0
+    try:
+        delete(*args, **options, _request_timeout=API_TIMEOUT_S)
+    except api_errors() as exc:
+        if getattr(exc, "status", None) != 404:
+            where, done = (name, "removed") if namespace is None else (f"{namespace}/{name}", "deleted")
+            said.append(f"{what} {where}: not {done}: {api_said(exc)}")
+        return False
+    return True
+
+
 def made_hosts(specs: list[HostSpec], run_id: str, clusters: Clusters) -> list[HostSpec]:
     """Those of the pod hosts `specs` whose pod for run `run_id` is in its cluster, found by
-    the run's label: `collect` reaches them though the run record never named them (its
-    controller killed while they came up). A cluster that could not be asked keeps its
-    hosts: their salvage says why."""
+    the run's label (one listing a cluster): `collect` reaches them though the run record
+    never named them (its controller killed while they came up). A cluster that could not
+    be asked keeps its hosts: their salvage says why."""
+    hosts: dict[tuple[str | None, str | None], set[str] | None] = {}  # None: not asked
     found = []
     for spec in specs:
         assert spec.kubernetes is not None
-        try:
-            cluster = clusters.get(spec.kubernetes)
-            pods = cluster.core.list_pod_for_all_namespaces(
-                label_selector=f"{RUN_LABEL}={label(run_id)},{HOST_LABEL}={label(spec.name)}",
-                _request_timeout=API_TIMEOUT_S).items
-        except (NetspecError, *api_errors()):
-            pods = [None]
-        if pods:
+        key = (spec.kubernetes.kubeconfig, spec.kubernetes.context)
+        if key not in hosts:
+            try:
+                pods = clusters.get(spec.kubernetes).core.list_pod_for_all_namespaces(
+                    label_selector=f"{RUN_LABEL}={label(run_id)}", _request_timeout=API_TIMEOUT_S).items
+                hosts[key] = {(p.metadata.labels or {}).get(HOST_LABEL) for p in pods}
+            except (NetspecError, *api_errors()):
+                hosts[key] = None
+        there = hosts[key]
+        if there is None or label(spec.name) in there:
             found.append(spec)
     return found
 
@@ -200,22 +220,14 @@ def remove_run(cluster: Cluster, run_id: str) -> list[str]:
             meta = item.metadata
             if KEPT_LABEL in (meta.labels or {}) or (what == "pod" and meta.deletion_timestamp):
                 continue
-            try:
-                delete(meta.name, meta.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
+            if delete_named(what, delete, meta.name, meta.namespace, said):
                 removed.append(f"{what} {meta.namespace}/{meta.name}")
-            except api_errors() as exc:
-                if getattr(exc, "status", None) != 404:
-                    said.append(f"{what} {meta.namespace}/{meta.name}: not deleted: {api_said(exc)}")
     for namespace in namespaces:
         name = namespace.metadata.name
         if name in kept or namespace.status.phase == "Terminating":
             continue
-        try:
-            core.delete_namespace(name, _request_timeout=API_TIMEOUT_S)
+        if delete_named("namespace", core.delete_namespace, name, None, said):
             removed.append(f"namespace {name}")
-        except api_errors() as exc:
-            if getattr(exc, "status", None) != 404:
-                said.append(f"namespace {name}: not removed: {api_said(exc)}")
     if said:
         raise NetspecError("; ".join(said))
     return removed

@@ -43,7 +43,16 @@ from netspec.protocol.names import safe_name
 from netspec.protocol.runrecord import Limits, Placement
 
 from ..experiment.model import Host as HostSpec
-from .cluster import API_TIMEOUT_S, Cluster, Clusters, api_errors, api_exception, api_said, label
+from .cluster import (
+    API_TIMEOUT_S,
+    Cluster,
+    Clusters,
+    api_errors,
+    api_exception,
+    api_said,
+    delete_named,
+    label,
+)
 from .engines import Engines, memory_bytes
 from .fleet import Host
 from .images import NETSPECD, default_image
@@ -342,11 +351,7 @@ class PodHost(Host):
         core, said = self.cluster.core, []
         for what, delete, name in (("Secret", core.delete_namespaced_secret, self.secret_name),
                                    ("pod", core.delete_namespaced_pod, self.pod_name)):
-            try:
-                delete(name, self.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
-            except api_errors() as exc:
-                if getattr(exc, "status", None) != 404:
-                    said.append(f"{what} {self.namespace}/{name}: not deleted: {api_said(exc)}")
+            delete_named(what, delete, name, self.namespace, said)
         self.pod = None
         return said
 
